@@ -1,0 +1,1 @@
+//! The memcached operator bundled with opconform.

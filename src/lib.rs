@@ -1,0 +1,13 @@
+//! opconform: an end-to-end conformance harness for Kubernetes operators.
+//!
+//! Gherkin features state what an operator promises (one leader, the four reconcile
+//! results, finalizers); the harness deploys the operator, injects faults, records a
+//! history and checks it. By default it runs against [`sim`], an embedded simulated
+//! control plane that needs nothing installed.
+//!
+//! Module map:
+//! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
+//! - [`cli`]: the `opconform` command line.
+
+pub mod cli;
+pub mod sim;

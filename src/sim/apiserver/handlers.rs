@@ -1,0 +1,1283 @@
+//! The verbs on resources: get, list, create, update, patch (merge, JSON, strategic,
+//! apply), delete (preconditions, grace periods, finalizers, propagation) and
+//! deletecollection, plus the subresources (status, scale, binding, token, eviction,
+//! finalize), with kube-apiserver's semantics.
+
+use bytes::Bytes;
+use rand::Rng as _;
+use serde_json::{Value, json};
+
+use super::apply;
+use super::names::Cause;
+use super::objects::{self, from_view, to_view};
+use super::patch;
+use super::registry::{Backing, ResourceType};
+use super::request::{Query, RequestInfo};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::state::State;
+use super::status::{ApiError, GroupResource, success_status};
+use super::store::{Write, Written};
+
+/// Largest accepted request body (kube-apiserver's 3 MiB limit).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// A resource request with everything a handler needs.
+pub struct Call<'a> {
+    /// Server state.
+    pub state: &'a State,
+    /// The parsed path.
+    pub info: &'a RequestInfo,
+    /// The query.
+    pub query: &'a Query,
+    /// Content-Type of the body, without parameters.
+    pub content_type: String,
+    /// The body.
+    pub body: Bytes,
+    /// The field manager for writes.
+    pub manager: String,
+    /// Who is asking (after impersonation).
+    pub user: &'a super::auth::UserInfo,
+}
+
+type Reply = Result<(u16, Value), ApiError>;
+
+/// Decodes a JSON or YAML body into an object.
+pub fn decode(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let value: Value = match content_type {
+        "application/vnd.kubernetes.protobuf" => {
+            super::protobuf::decode(body).map_err(|e| ApiError::UnsupportedMediaType {
+                accepted: format!("application/json, application/yaml ({e})"),
+            })?
+        }
+        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?,
+        _ => serde_json::from_slice(body).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "the object provided is unrecognized or malformed: {e}"
+            ))
+        })?,
+    };
+    Ok(value)
+}
+
+fn body_object(call: &Call<'_>) -> Result<Value, ApiError> {
+    match call.content_type.as_str() {
+        ""
+        | "application/json"
+        | "application/yaml"
+        | "application/vnd.kubernetes.protobuf"
+        | "*/*" => {}
+        _ => {
+            return Err(ApiError::UnsupportedMediaType {
+                accepted: "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+                    .into(),
+            });
+        }
+    }
+    let obj = decode(&call.content_type, &call.body)?;
+    if !obj.is_object() {
+        return Err(ApiError::BadRequest(
+            "the object provided is unrecognized or malformed: expected a JSON object".into(),
+        ));
+    }
+    Ok(obj)
+}
+
+fn check_type(rt: &ResourceType, version: &str, obj: &Value) -> Result<(), ApiError> {
+    let expected = rt.api_version(version);
+    if let Some(av) = obj["apiVersion"].as_str()
+        && av != expected
+        && !(rt.is_custom() && rt.versions.iter().any(|v| rt.api_version(v) == av))
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the API version in the data ({av}) does not match the expected API version ({expected})"
+        )));
+    }
+    if let Some(kind) = obj["kind"].as_str()
+        && kind != rt.kind
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            rt.kind
+        )));
+    }
+    Ok(())
+}
+
+fn meta_str<'v>(obj: &'v Value, key: &str) -> &'v str {
+    obj["metadata"][key].as_str().unwrap_or_default()
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    obj["metadata"]
+        .get("deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::invalid(&rt.kind, &rt.group, name, causes)
+}
+
+/// A random suffix as generateName uses (5 characters of the real alphabet).
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Runs schema pruning, defaulting and validation of a custom resource.
+fn custom_checks(rt: &ResourceType, version: &str, obj: &mut Value) -> Vec<Cause> {
+    let mut causes = super::names::validate_object_meta(&obj["metadata"], objects::name_rule(rt));
+    if let Backing::Custom { schemas, .. } = &rt.backing
+        && let Some(schema) = schemas.get(version)
+    {
+        schema.prune(obj);
+        schema.apply_defaults(obj);
+        causes.extend(schema.validate(obj));
+    }
+    causes
+}
+
+/// Defaults and validates `obj` (already in stored form) for its type.
+fn checks(rt: &ResourceType, version: &str, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    if rt.is_custom() {
+        // Custom resources are validated in the version the client spoke.
+        let mut view = to_view(rt, version, obj.clone());
+        let causes = custom_checks(rt, version, &mut view);
+        *obj = from_view(rt, view);
+        causes
+    } else {
+        objects::apply_defaults(rt, obj, old.is_none());
+        objects::validate(rt, obj, old)
+    }
+}
+
+/// Prepares a new object for storage (what BeforeCreate and the strategy do).
+pub(super) fn prepare_create(
+    rt: &ResourceType,
+    version: &str,
+    namespace: &str,
+    mut obj: Value,
+    manager: &str,
+) -> Result<Value, ApiError> {
+    let name = meta_str(&obj, "name").to_string();
+    if !meta_str(&obj, "resourceVersion").is_empty() {
+        return Err(ApiError::Internal(
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
+    }
+    if !rt.namespaced {
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+    } else {
+        obj["metadata"]["namespace"] = json!(namespace);
+    }
+    let now = objects::now();
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        m.remove("managedFields");
+        m.remove("generation");
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(now));
+        if rt.generation != super::registry::GenerationRule::None {
+            m.insert("generation".into(), json!(1));
+        }
+    }
+    if rt.status
+        && let Some(o) = obj.as_object_mut()
+    {
+        o.remove("status");
+    }
+    let causes = checks(rt, version, &mut obj, None);
+    if !causes.is_empty() {
+        return Err(invalid(rt, &name, causes));
+    }
+    apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
+    Ok(obj)
+}
+
+/// Which part of an object an update may change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Main,
+    Status,
+}
+
+/// Prepares an update of `old` to `new` (both stored form) and decides the write.
+fn prepare_update(
+    rt: &ResourceType,
+    version: &str,
+    old: &Value,
+    mut new: Value,
+    part: Part,
+    manager: &str,
+    managed_by_apply: bool,
+) -> Result<Write, ApiError> {
+    let name = meta_str(old, "name").to_string();
+    let new_uid = meta_str(&new, "uid").to_string();
+    if !new_uid.is_empty() && new_uid != meta_str(old, "uid") {
+        return Err(invalid(
+            rt,
+            &name,
+            vec![objects::invalid(
+                "metadata.uid",
+                json!(new_uid),
+                "field is immutable",
+            )],
+        ));
+    }
+    if part == Part::Status {
+        // Status updates change only status (and its field ownership).
+        let mut merged = old.clone();
+        merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
+        if let Some(mf) = new["metadata"].get("managedFields") {
+            merged["metadata"]["managedFields"] = mf.clone();
+        }
+        new = merged;
+    } else if rt.status {
+        new["status"] = old.get("status").cloned().unwrap_or(Value::Null);
+    }
+    if new.get("status").is_some_and(Value::is_null)
+        && let Some(o) = new.as_object_mut()
+    {
+        o.remove("status");
+    }
+    for key in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "name",
+    ] {
+        match old["metadata"].get(key) {
+            Some(v) => new["metadata"][key] = v.clone(),
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove(key);
+                }
+            }
+        }
+    }
+    let causes = checks(rt, version, &mut new, Some(old));
+    if !causes.is_empty() {
+        return Err(invalid(rt, &name, causes));
+    }
+    if is_deleting(old) {
+        let before = finalizers(old);
+        let added: Vec<String> = finalizers(&new)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            return Err(invalid(
+                rt,
+                &name,
+                vec![objects::forbidden(
+                    "metadata.finalizers",
+                    &format!(
+                        "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        added
+                            .iter()
+                            .map(|f| format!("{f:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )],
+            ));
+        }
+    }
+    if objects::generation_changed(rt, old, &new) {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        new["metadata"]["generation"] = json!(generation);
+    }
+    let subresource = (part == Part::Status).then_some("status");
+    if !managed_by_apply {
+        apply::record_update(
+            old,
+            &mut new,
+            manager,
+            &rt.kind,
+            &objects::now(),
+            subresource,
+        );
+    }
+    let mut old_cmp = old.clone();
+    old_cmp["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"].clone();
+    if same_ignoring_time(&old_cmp, &new) {
+        return Ok(Write::Keep);
+    }
+    let grace_zero = old["metadata"]["deletionGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(0)
+        == 0;
+    if is_deleting(&new)
+        && finalizers(&new).is_empty()
+        && grace_zero
+        && !namespace_blocked(rt, &new)
+    {
+        return Ok(Write::Delete);
+    }
+    Ok(Write::Put(new))
+}
+
+/// Whether two objects are equal apart from the timestamps of managedFields entries.
+fn same_ignoring_time(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(entries) = v["metadata"]
+            .get_mut("managedFields")
+            .and_then(Value::as_array_mut)
+        {
+            for e in entries {
+                if let Some(o) = e.as_object_mut() {
+                    o.remove("time");
+                }
+            }
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+/// A namespace is removed only once its spec finalizers are gone too.
+fn namespace_blocked(rt: &ResourceType, obj: &Value) -> bool {
+    rt.group.is_empty()
+        && rt.resource == "namespaces"
+        && obj["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+}
+
+impl<'a> Call<'a> {
+    fn rt(&self) -> Result<ResourceType, ApiError> {
+        let registry = self.state.registry();
+        let rt = registry
+            .lookup(&self.info.group, &self.info.version, &self.info.resource)
+            .cloned()
+            .ok_or(ApiError::NoSuchResource)?;
+        if !rt.namespaced && !self.info.namespace.is_empty() && rt.resource != "namespaces" {
+            return Err(ApiError::NoSuchResource);
+        }
+        Ok(rt)
+    }
+
+    fn storage_gr(rt: &ResourceType) -> GroupResource {
+        if rt.group == "events.k8s.io" {
+            GroupResource::new("", "events")
+        } else {
+            rt.gr()
+        }
+    }
+
+    fn ns(&self, rt: &ResourceType) -> String {
+        if rt.namespaced {
+            self.info.namespace.clone()
+        } else {
+            String::new()
+        }
+    }
+
+    /// Serves the request.
+    pub fn serve(&self) -> Reply {
+        let rt = self.rt()?;
+        if matches!(rt.backing, Backing::Virtual) {
+            return match self.info.verb.as_str() {
+                "create" => super::reviews::create(self, &rt),
+                _ => Err(ApiError::MethodNotSupported),
+            };
+        }
+        let sub = self.info.subresource.as_str();
+        let verb = self.info.verb.as_str();
+        if rt.namespaced && self.info.namespace.is_empty() && !matches!(verb, "list" | "watch") {
+            return Err(ApiError::NoSuchResource);
+        }
+        match (verb, sub) {
+            ("get", "") | ("get", "status") if sub.is_empty() || rt.status => self.get(&rt),
+            ("list", "") => self.list(&rt),
+            ("create", "") => self.create(&rt),
+            ("update", "") => self.update(&rt, Part::Main),
+            ("update", "status") if rt.status => self.update(&rt, Part::Status),
+            ("patch", "") => self.patch(&rt, Part::Main),
+            ("patch", "status") if rt.status => self.patch(&rt, Part::Status),
+            ("delete", "") => self.delete(&rt),
+            ("deletecollection", "") => self.delete_collection(&rt),
+            ("get", "scale") if rt.scale.is_some() => self.get_scale(&rt),
+            ("update" | "patch", "scale") if rt.scale.is_some() => self.write_scale(&rt),
+            ("update", "finalize") if rt.resource == "namespaces" => self.finalize_namespace(&rt),
+            ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt),
+            ("create", "eviction") if rt.resource == "pods" => self.evict_pod(&rt),
+            ("create", "token") if rt.resource == "serviceaccounts" => {
+                super::reviews::token_request(self, &rt)
+            }
+            _ if !sub.is_empty() => Err(ApiError::NoSuchResource),
+            _ => Err(ApiError::MethodNotSupported),
+        }
+    }
+
+    fn get(&self, rt: &ResourceType) -> Reply {
+        let obj = self
+            .state
+            .store
+            .get(&Self::storage_gr(rt), &self.ns(rt), &self.info.name)
+            .ok_or_else(|| ApiError::not_found(&rt.gr(), &self.info.name))?;
+        Ok((200, to_view(rt, &self.info.version, obj)))
+    }
+
+    /// Parses the selectors of a list or watch.
+    pub fn selectors(&self, rt: &ResourceType) -> Result<(LabelSelector, FieldSelector), ApiError> {
+        let labels = LabelSelector::parse(self.query.str("labelSelector"))
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let fields = FieldSelector::parse(self.query.str("fieldSelector"))
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        fields
+            .validate(&rt.supported_field_selectors())
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        Ok((labels, fields))
+    }
+
+    fn list(&self, rt: &ResourceType) -> Reply {
+        let q = self.query;
+        if q.get("sendInitialEvents").is_some() {
+            return Err(list_options_invalid(
+                "sendInitialEvents",
+                json!(q.str("sendInitialEvents")),
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+        if let Some(m) = q.get("resourceVersionMatch") {
+            if q.str("resourceVersion").is_empty() {
+                return Err(list_options_invalid(
+                    "resourceVersionMatch",
+                    json!(m),
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if q.get("continue").is_some() {
+                return Err(list_options_invalid(
+                    "resourceVersionMatch",
+                    json!(m),
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+        if let Some(rv) = q.get("resourceVersion").filter(|r| !r.is_empty()) {
+            parse_rv(rt, rv)?;
+        }
+        let (labels, fields) = self.selectors(rt)?;
+        let ns = (!self.info.namespace.is_empty()).then_some(self.info.namespace.as_str());
+        let (items, revision) = self.state.store.list(&Self::storage_gr(rt), ns);
+        let mut items: Vec<Value> = items
+            .into_iter()
+            .map(|o| to_view(rt, &self.info.version, o))
+            .filter(|o| {
+                labels.matches(
+                    &o["metadata"]["labels"]
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                ) && fields.matches(o)
+            })
+            .collect();
+        let mut list_rv = revision;
+        if let Some(token) = q.get("continue").filter(|c| !c.is_empty()) {
+            let (rv, after) = decode_continue(token)?;
+            list_rv = rv;
+            items.retain(|o| object_key(o) > after);
+        }
+        let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+        if let Some(limit) = q
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0)
+            && items.len() > limit
+        {
+            let remaining = items.len() - limit;
+            items.truncate(limit);
+            let last = items.last().map(object_key).unwrap_or_default();
+            metadata["continue"] = json!(encode_continue(list_rv, &last));
+            metadata["remainingItemCount"] = json!(remaining);
+        }
+        Ok((
+            200,
+            json!({
+                "kind": format!("{}List", rt.kind),
+                "apiVersion": rt.api_version(&self.info.version),
+                "metadata": metadata,
+                "items": items,
+            }),
+        ))
+    }
+
+    fn ensure_namespace(&self, rt: &ResourceType, name: &str) -> Result<(), ApiError> {
+        if !rt.namespaced {
+            return Ok(());
+        }
+        let ns = self
+            .state
+            .store
+            .get(
+                &GroupResource::new("", "namespaces"),
+                "",
+                &self.info.namespace,
+            )
+            .ok_or_else(|| {
+                ApiError::not_found(&GroupResource::new("", "namespaces"), &self.info.namespace)
+            })?;
+        if is_deleting(&ns) {
+            return Err(ApiError::Forbidden {
+                message: format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                    rt.gr(),
+                    self.info.namespace
+                ),
+                gr: rt.gr(),
+                name: name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn create(&self, rt: &ResourceType) -> Reply {
+        let mut obj = body_object(self)?;
+        check_type(rt, &self.info.version, &obj)?;
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        let body_ns = meta_str(&obj, "namespace").to_string();
+        if rt.namespaced && !body_ns.is_empty() && body_ns != self.info.namespace {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        let mut name = meta_str(&obj, "name").to_string();
+        let generate = meta_str(&obj, "generateName").to_string();
+        if name.is_empty() && !generate.is_empty() {
+            name = format!("{generate}{}", random_suffix());
+            obj["metadata"]["name"] = json!(name);
+        }
+        if name.is_empty() {
+            return Err(invalid(
+                rt,
+                "",
+                vec![Cause {
+                    field: "metadata.name".into(),
+                    value: Value::Null,
+                    reason: "FieldValueRequired",
+                    message: "name or generateName is required".into(),
+                }],
+            ));
+        }
+        self.ensure_namespace(rt, &name)?;
+        let stored = prepare_create(
+            rt,
+            &self.info.version,
+            &self.ns(rt),
+            from_view(rt, obj),
+            &self.manager,
+        )?;
+        let written = self.state.write(rt, &self.ns(rt), &name, |current| {
+            if current.is_some() {
+                return Err(ApiError::already_exists(&rt.gr(), &name));
+            }
+            Ok(Write::Put(stored))
+        })?;
+        Ok((201, self.view_written(rt, written)))
+    }
+
+    fn view_written(&self, rt: &ResourceType, written: Written) -> Value {
+        written
+            .object
+            .map(|o| to_view(rt, &self.info.version, o))
+            .unwrap_or(Value::Null)
+    }
+
+    fn update(&self, rt: &ResourceType, part: Part) -> Reply {
+        let obj = body_object(self)?;
+        check_type(rt, &self.info.version, &obj)?;
+        let body_name = meta_str(&obj, "name");
+        if body_name != self.info.name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({})",
+                self.info.name
+            )));
+        }
+        let body_ns = meta_str(&obj, "namespace");
+        if rt.namespaced && !body_ns.is_empty() && body_ns != self.info.namespace {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        let rv = meta_str(&obj, "resourceVersion").to_string();
+        let new = from_view(rt, obj);
+        let name = self.info.name.clone();
+        let written = self.state.write(rt, &self.ns(rt), &name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+            if rv.is_empty() && !rt.allow_unconditional_update {
+                return Err(ApiError::invalid(
+                    &rt.gr().to_string(),
+                    "",
+                    &name,
+                    vec![objects::invalid(
+                        "metadata.resourceVersion",
+                        json!("0x0"),
+                        "must be specified for an update",
+                    )],
+                ));
+            }
+            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+                return Err(ApiError::modified(&rt.gr(), &name));
+            }
+            prepare_update(
+                rt,
+                &self.info.version,
+                current,
+                new,
+                part,
+                &self.manager,
+                false,
+            )
+        })?;
+        Ok((200, self.view_written(rt, written)))
+    }
+
+    fn patch(&self, rt: &ResourceType, part: Part) -> Reply {
+        let kind = self.content_type.as_str();
+        let accepted = if rt.accepts_strategic_merge() {
+            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+        } else {
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        };
+        let known = matches!(
+            kind,
+            "application/json-patch+json"
+                | "application/merge-patch+json"
+                | "application/apply-patch+yaml"
+        ) || (kind == "application/strategic-merge-patch+json"
+            && rt.accepts_strategic_merge());
+        if !known {
+            return Err(ApiError::UnsupportedMediaType {
+                accepted: accepted.into(),
+            });
+        }
+        let is_apply = kind == "application/apply-patch+yaml";
+        let force = self.query.flag("force");
+        if is_apply && self.query.get("fieldManager").is_none_or(str::is_empty) {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause {
+                    field: "fieldManager".into(),
+                    value: Value::Null,
+                    reason: "FieldValueRequired",
+                    message: "is required for apply patch".into(),
+                }],
+            ));
+        }
+        if !is_apply && self.query.get("force").is_some() {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause {
+                    field: "force".into(),
+                    value: json!(force),
+                    reason: "FieldValueForbidden",
+                    message: "may not be specified for non-apply patch".into(),
+                }],
+            ));
+        }
+        let patch_doc = decode(kind, &self.body)?;
+        if is_apply {
+            if !patch_doc.is_object() {
+                return Err(ApiError::BadRequest("invalid object type".into()));
+            }
+            if patch_doc["metadata"].get("managedFields").is_some() {
+                return Err(ApiError::BadRequest(
+                    "metadata.managedFields must be nil".into(),
+                ));
+            }
+            let av = patch_doc["apiVersion"].as_str().unwrap_or_default();
+            if av != rt.api_version(&self.info.version) || patch_doc["kind"] != json!(rt.kind) {
+                return Err(ApiError::BadRequest(format!(
+                    "Incorrect version specified in apply patch. Specified patch version: {av}, expected: {}",
+                    rt.api_version(&self.info.version)
+                )));
+            }
+        }
+        let name = self.info.name.clone();
+        let version = self.info.version.clone();
+        if is_apply {
+            self.ensure_namespace(rt, &name)?;
+        }
+        let ns = self.ns(rt);
+        let subresource = (part == Part::Status).then_some("status");
+        let mut created = false;
+        let written = self.state.write(rt, &ns, &name, |current| {
+            let Some(current) = current else {
+                if !is_apply || part == Part::Status {
+                    return Err(ApiError::not_found(&rt.gr(), &name));
+                }
+                let applied = apply::apply(
+                    None,
+                    &patch_doc,
+                    &self.manager,
+                    force,
+                    &rt.kind,
+                    &objects::now(),
+                    None,
+                )
+                .map_err(apply_error)?;
+                let mut obj = applied;
+                obj["metadata"]["name"] = json!(name);
+                let managed = obj["metadata"]["managedFields"].clone();
+                let mut stored =
+                    prepare_create(rt, &version, &ns, from_view(rt, obj), &self.manager)?;
+                stored["metadata"]["managedFields"] = managed;
+                created = true;
+                return Ok(Write::Put(stored));
+            };
+            let live = to_view(rt, &version, current.clone());
+            let patched = match kind {
+                "application/json-patch+json" => {
+                    let mut target = live.clone();
+                    patch::json_patch(&mut target, &patch_doc).map_err(|e| ApiError::Custom {
+                        code: 422,
+                        reason: "Invalid".into(),
+                        message: e.to_string(),
+                    })?;
+                    target
+                }
+                "application/merge-patch+json" => {
+                    if !patch_doc.is_object() {
+                        return Err(ApiError::BadRequest(
+                            "invalid JSON merge patch: expected an object".into(),
+                        ));
+                    }
+                    let mut target = live.clone();
+                    patch::merge_patch(&mut target, &patch_doc);
+                    target
+                }
+                "application/strategic-merge-patch+json" => {
+                    patch::strategic_merge_patch(&live, &patch_doc, &rt.kind)
+                        .map_err(|e| ApiError::BadRequest(e.to_string()))?
+                }
+                _ => apply::apply(
+                    Some(&live),
+                    &patch_doc,
+                    &self.manager,
+                    force,
+                    &rt.kind,
+                    &objects::now(),
+                    subresource,
+                )
+                .map_err(apply_error)?,
+            };
+            if !patched.is_object() {
+                return Err(ApiError::BadRequest(
+                    "the patch produced a non-object".into(),
+                ));
+            }
+            let rv = meta_str(&patched, "resourceVersion");
+            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+                return Err(ApiError::modified(&rt.gr(), &name));
+            }
+            let mut patched = from_view(rt, patched);
+            patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+            prepare_update(
+                rt,
+                &version,
+                current,
+                patched,
+                part,
+                &self.manager,
+                is_apply,
+            )
+        })?;
+        Ok((
+            if created { 201 } else { 200 },
+            self.view_written(rt, written),
+        ))
+    }
+
+    fn delete_options(&self) -> Result<Value, ApiError> {
+        let mut opts = if self.body.is_empty() {
+            json!({})
+        } else {
+            decode(&self.content_type, &self.body)?
+        };
+        if !opts.is_object() {
+            return Err(ApiError::BadRequest(
+                "DeleteOptions must be an object".into(),
+            ));
+        }
+        for key in [
+            "gracePeriodSeconds",
+            "propagationPolicy",
+            "orphanDependents",
+        ] {
+            if let Some(v) = self.query.get(key) {
+                opts[key] = match key {
+                    "gracePeriodSeconds" => v.parse::<i64>().map(|g| json!(g)).map_err(|_| {
+                        ApiError::BadRequest(format!("invalid gracePeriodSeconds: {v}"))
+                    })?,
+                    "orphanDependents" => json!(v == "true"),
+                    _ => json!(v),
+                };
+            }
+        }
+        if let Some(p) = opts["propagationPolicy"].as_str()
+            && !matches!(p, "Orphan" | "Background" | "Foreground")
+        {
+            return Err(ApiError::invalid(
+                "DeleteOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause {
+                    field: "propagationPolicy".into(),
+                    value: json!(p),
+                    reason: "FieldValueNotSupported",
+                    message: "Unsupported value: \"".to_string()
+                        + p
+                        + "\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\"",
+                }],
+            ));
+        }
+        Ok(opts)
+    }
+
+    fn delete(&self, rt: &ResourceType) -> Reply {
+        let opts = self.delete_options()?;
+        let name = self.info.name.clone();
+        let ns = self.ns(rt);
+        if rt.group == "apiextensions.k8s.io" {
+            self.delete_custom_resources_of(&name);
+        }
+        let (code, obj) = delete_object(self.state, rt, &ns, &name, &opts)?;
+        Ok((code, self.present_delete(rt, obj)))
+    }
+
+    fn present_delete(&self, rt: &ResourceType, outcome: Deleted) -> Value {
+        match outcome {
+            Deleted::Gone(obj) if !(rt.group.is_empty() && rt.resource == "pods") => {
+                success_status(&rt.gr(), meta_str(&obj, "name"), meta_str(&obj, "uid"))
+            }
+            Deleted::Gone(obj) | Deleted::Pending(obj) => to_view(rt, &self.info.version, obj),
+        }
+    }
+
+    fn delete_custom_resources_of(&self, crd_name: &str) {
+        let crd = self.state.store.get(
+            &GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"),
+            "",
+            crd_name,
+        );
+        let Some(crd) = crd else { return };
+        let gr = GroupResource::new(
+            crd["spec"]["group"].as_str().unwrap_or_default(),
+            crd["spec"]["names"]["plural"].as_str().unwrap_or_default(),
+        );
+        let (items, _) = self.state.store.list(&gr, None);
+        for item in items {
+            let _ = self.state.store.write::<ApiError>(
+                &gr,
+                meta_str(&item, "namespace"),
+                meta_str(&item, "name"),
+                |_| Ok(Write::Delete),
+            );
+        }
+    }
+
+    fn delete_collection(&self, rt: &ResourceType) -> Reply {
+        let opts = self.delete_options()?;
+        let (labels, fields) = self.selectors(rt)?;
+        let ns = (!self.info.namespace.is_empty()).then_some(self.info.namespace.as_str());
+        let (items, _) = self.state.store.list(&Self::storage_gr(rt), ns);
+        let mut deleted = Vec::new();
+        for item in items {
+            let view = to_view(rt, &self.info.version, item);
+            let labels_map = view["metadata"]["labels"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            if !labels.matches(&labels_map) || !fields.matches(&view) {
+                continue;
+            }
+            match delete_object(
+                self.state,
+                rt,
+                meta_str(&view, "namespace"),
+                meta_str(&view, "name"),
+                &opts,
+            ) {
+                Ok((_, Deleted::Gone(o) | Deleted::Pending(o))) => {
+                    deleted.push(to_view(rt, &self.info.version, o));
+                }
+                Err(ApiError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((
+            200,
+            json!({
+                "kind": format!("{}List", rt.kind),
+                "apiVersion": rt.api_version(&self.info.version),
+                "metadata": {"resourceVersion": self.state.store.revision().to_string()},
+                "items": deleted,
+            }),
+        ))
+    }
+
+    fn get_scale(&self, rt: &ResourceType) -> Reply {
+        let obj = self
+            .state
+            .store
+            .get(&rt.gr(), &self.ns(rt), &self.info.name)
+            .ok_or_else(|| ApiError::not_found(&rt.gr(), &self.info.name))?;
+        Ok((
+            200,
+            objects::scale_of(rt, &to_view(rt, &self.info.version, obj)),
+        ))
+    }
+
+    fn write_scale(&self, rt: &ResourceType) -> Reply {
+        let name = self.info.name.clone();
+        let ns = self.ns(rt);
+        let version = self.info.version.clone();
+        let written = self.state.write(rt, &ns, &name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+            let view = to_view(rt, &version, current.clone());
+            let scale = objects::scale_of(rt, &view);
+            let new_scale = if self.info.verb == "update" {
+                body_object(self)?
+            } else {
+                let doc = decode(&self.content_type, &self.body)?;
+                match self.content_type.as_str() {
+                    "application/json-patch+json" => {
+                        let mut s = scale.clone();
+                        patch::json_patch(&mut s, &doc)
+                            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+                        s
+                    }
+                    _ => {
+                        let mut s = scale.clone();
+                        patch::merge_patch(&mut s, &doc);
+                        s
+                    }
+                }
+            };
+            let rv = meta_str(&new_scale, "resourceVersion");
+            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+                return Err(ApiError::modified(&rt.gr(), &name));
+            }
+            let replicas = new_scale["spec"]["replicas"].clone();
+            if replicas.as_i64().is_some_and(|r| r < 0) {
+                return Err(ApiError::invalid(
+                    "Scale",
+                    "autoscaling",
+                    &name,
+                    vec![objects::invalid(
+                        "spec.replicas",
+                        replicas.clone(),
+                        "must be greater than or equal to 0",
+                    )],
+                ));
+            }
+            let mut updated = view;
+            objects::set_scale(rt, &mut updated, replicas);
+            prepare_update(
+                rt,
+                &version,
+                current,
+                from_view(rt, updated),
+                Part::Main,
+                &self.manager,
+                false,
+            )
+        })?;
+        let obj = self.view_written(rt, written);
+        Ok((200, objects::scale_of(rt, &obj)))
+    }
+
+    fn finalize_namespace(&self, rt: &ResourceType) -> Reply {
+        let body = body_object(self)?;
+        let name = self.info.name.clone();
+        let written = self.state.write(rt, "", &name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+            let mut new = current.clone();
+            new["spec"]["finalizers"] = body["spec"]["finalizers"].clone();
+            if new["spec"]["finalizers"].is_null() {
+                new["spec"]["finalizers"] = json!([]);
+            }
+            if is_deleting(&new) && finalizers(&new).is_empty() && !namespace_blocked(rt, &new) {
+                return Ok(Write::Delete);
+            }
+            Ok(Write::Put(new))
+        })?;
+        Ok((200, self.view_written(rt, written)))
+    }
+
+    fn bind_pod(&self, rt: &ResourceType) -> Reply {
+        let body = body_object(self)?;
+        let node = body["target"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if node.is_empty() {
+            return Err(ApiError::invalid(
+                "Binding",
+                "",
+                &self.info.name,
+                vec![objects::required("target.name")],
+            ));
+        }
+        let name = self.info.name.clone();
+        self.state.write(rt, &self.ns(rt), &name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+            if is_deleting(current) {
+                return Err(ApiError::conflict(&rt.gr(), &name, format!("pod {name} is being deleted, cannot be assigned to a host")));
+            }
+            if let Some(existing) = current["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                return Err(ApiError::conflict(&rt.gr(), &name, format!("pod {name} is already assigned to node \"{existing}\"")));
+            }
+            let mut new = current.clone();
+            new["spec"]["nodeName"] = json!(node);
+            let mut conditions = new["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            conditions.retain(|c| c["type"] != "PodScheduled");
+            conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": objects::now()}));
+            new["status"]["conditions"] = Value::Array(conditions);
+            Ok(Write::Put(new))
+        })?;
+        Ok((
+            201,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        ))
+    }
+
+    fn evict_pod(&self, rt: &ResourceType) -> Reply {
+        let body = if self.body.is_empty() {
+            json!({})
+        } else {
+            body_object(self)?
+        };
+        let opts = body.get("deleteOptions").cloned().unwrap_or(json!({}));
+        delete_object(self.state, rt, &self.info.namespace, &self.info.name, &opts)?;
+        Ok((
+            201,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        ))
+    }
+}
+
+fn apply_error(e: apply::Error) -> ApiError {
+    match e.conflicts() {
+        Some(conflicts) => ApiError::ApplyConflict {
+            message: e.to_string(),
+            causes: conflicts,
+        },
+        None => ApiError::BadRequest(e.to_string()),
+    }
+}
+
+/// A 422 about ListOptions.
+fn list_options_invalid(field: &str, value: Value, detail: &str) -> ApiError {
+    ApiError::invalid(
+        "ListOptions",
+        "meta.k8s.io",
+        "",
+        vec![objects::forbidden_value(field, value, detail)],
+    )
+}
+
+/// Parses a resourceVersion, answering the real 422 when it is not a number.
+pub fn parse_rv(rt: &ResourceType, rv: &str) -> Result<u64, ApiError> {
+    rv.parse::<u64>().map_err(|e| {
+        ApiError::invalid(
+            &rt.gr().to_string(),
+            "",
+            "",
+            vec![objects::invalid(
+                "resourceVersion",
+                json!(rv),
+                &format!("invalid resource version: {e}"),
+            )],
+        )
+    })
+}
+
+fn object_key(o: &Value) -> String {
+    format!("{}/{}", meta_str(o, "namespace"), meta_str(o, "name"))
+}
+
+fn encode_continue(rv: u64, after: &str) -> String {
+    use base64::Engine as _;
+    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": after});
+    base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
+    use base64::Engine as _;
+    let bad = || ApiError::BadRequest(format!("invalid continue token: {token}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE
+        .decode(token)
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    Ok((
+        v["rv"].as_u64().ok_or_else(bad)?,
+        v["start"].as_str().ok_or_else(bad)?.to_string(),
+    ))
+}
+
+/// What a delete did.
+pub enum Deleted {
+    /// The object is gone; its final state.
+    Gone(Value),
+    /// The object stays, now with a deletionTimestamp (finalizers or a grace period).
+    Pending(Value),
+}
+
+/// Deletes one object with kube-apiserver's semantics: preconditions, pod grace periods,
+/// finalizers, and the `orphan`/`foregroundDeletion` finalizers of the propagation policy.
+///
+/// # Errors
+/// NotFound, Conflict on a failed precondition.
+pub fn delete_object(
+    state: &State,
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+    opts: &Value,
+) -> Result<(u16, Deleted), ApiError> {
+    let gr = rt.gr();
+    let is_pod = rt.group.is_empty() && rt.resource == "pods";
+    let is_namespace = rt.group.is_empty() && rt.resource == "namespaces";
+    let policy = opts["propagationPolicy"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| match opts["orphanDependents"].as_bool() {
+            Some(true) => Some("Orphan".into()),
+            Some(false) => Some("Background".into()),
+            None => None,
+        });
+    let mut pending = false;
+    let storage_gr = if rt.group == "events.k8s.io" {
+        GroupResource::new("", "events")
+    } else {
+        gr.clone()
+    };
+    let written = state.store_write(rt, &storage_gr, namespace, name, |current| {
+        let current = current.ok_or_else(|| ApiError::not_found(&gr, name))?;
+        let pre = &opts["preconditions"];
+        if let Some(uid) = pre["uid"].as_str() {
+            let actual = meta_str(current, "uid");
+            if uid != actual {
+                return Err(ApiError::conflict(&gr, name, format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")));
+            }
+        }
+        if let Some(rv) = pre["resourceVersion"].as_str() {
+            let actual = meta_str(current, "resourceVersion");
+            if rv != actual {
+                return Err(ApiError::conflict(&gr, name, format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}")));
+            }
+        }
+        let mut obj = current.clone();
+        let mut fins = finalizers(&obj);
+        if state.config_gc() {
+            match policy.as_deref() {
+                Some("Orphan") if !fins.iter().any(|f| f == "orphan") => {
+                    fins.retain(|f| f != "foregroundDeletion");
+                    fins.push("orphan".into());
+                }
+                Some("Foreground") if !fins.iter().any(|f| f == "foregroundDeletion") => {
+                    fins.retain(|f| f != "orphan");
+                    fins.push("foregroundDeletion".into());
+                }
+                _ => {}
+            }
+        }
+        let now = objects::now();
+        let mut grace = 0i64;
+        if is_pod {
+            let scheduled = obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+            let terminal = matches!(obj["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+            grace = opts["gracePeriodSeconds"]
+                .as_i64()
+                .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
+                .unwrap_or(30);
+            if grace < 0 {
+                grace = 1;
+            }
+            if !scheduled || terminal {
+                grace = 0;
+            }
+            if let Some(existing) = obj["metadata"]["deletionGracePeriodSeconds"].as_i64()
+                && is_deleting(&obj) && grace >= existing {
+                    // A second delete may only shorten the grace period.
+                    grace = existing;
+                }
+        }
+        let namespace_finalizers = is_namespace
+            && obj["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+        if fins.is_empty() && grace == 0 && !namespace_finalizers {
+            return Ok(Write::Delete);
+        }
+        pending = true;
+        let first = !is_deleting(&obj);
+        let unchanged = !first
+            && fins == finalizers(current)
+            && obj["metadata"]["deletionGracePeriodSeconds"].as_i64() == Some(grace);
+        if unchanged {
+            return Ok(Write::Keep);
+        }
+        if first
+            && let Some(g) = obj["metadata"]["generation"].as_i64().filter(|g| *g > 0) {
+                obj["metadata"]["generation"] = json!(g + 1);
+            }
+        let deadline = if grace > 0 {
+            (chrono::Utc::now() + chrono::Duration::seconds(grace))
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        } else {
+            now
+        };
+        if first || grace > 0 {
+            obj["metadata"]["deletionTimestamp"] = json!(deadline);
+        }
+        obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        if !fins.is_empty() {
+            obj["metadata"]["finalizers"] = json!(fins);
+        }
+        if is_namespace {
+            obj["status"]["phase"] = json!("Terminating");
+        }
+        Ok(Write::Put(obj))
+    })?;
+    let obj = written.object.unwrap_or(Value::Null);
+    Ok((
+        200,
+        if pending {
+            Deleted::Pending(obj)
+        } else {
+            Deleted::Gone(obj)
+        },
+    ))
+}

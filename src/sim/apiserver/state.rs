@@ -1,0 +1,294 @@
+//! The server's shared state and what happens after a write: CRDs become served types,
+//! new namespaces get their default ServiceAccount and root CA ConfigMap, deleted
+//! ServiceAccounts lose their tokens, and pod IPs are indexed for audit attribution.
+
+use std::net::IpAddr;
+use std::sync::{RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::audit::{AuditLog, PodRef};
+use super::auth::{self, Tokens};
+use super::handlers;
+use super::registry::{self, Registry, ResourceType};
+use super::status::{ApiError, GroupResource};
+use super::store::{Event, EventType, Store, Write, Written};
+
+/// Settings of one simulated API server.
+#[derive(Debug, Clone)]
+pub struct ApiServerConfig {
+    /// Cluster name (CA subject, kubeconfig names).
+    pub name: String,
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// How many events the watch cache keeps (older resourceVersions get 410 Expired).
+    pub watch_history: usize,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// Whether a garbage collector runs: decides whether DELETE with the Orphan or
+    /// Foreground policy adds the `orphan`/`foregroundDeletion` finalizer (as the real
+    /// server does only when garbage collection is enabled).
+    pub garbage_collection: bool,
+}
+
+impl Default for ApiServerConfig {
+    fn default() -> Self {
+        Self {
+            name: "opconform".into(),
+            port: 0,
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+            garbage_collection: true,
+        }
+    }
+}
+
+/// Everything the request handlers share.
+pub struct State {
+    /// Settings.
+    pub config: ApiServerConfig,
+    /// Objects and events.
+    pub store: Store,
+    registry: RwLock<Registry>,
+    /// Accepted bearer tokens.
+    pub tokens: Tokens,
+    /// The audit log.
+    pub audit: AuditLog,
+    /// The cluster CA (PEM).
+    pub ca_pem: String,
+    /// The admin token.
+    pub admin_token: String,
+}
+
+const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
+
+impl State {
+    /// New state with the bootstrap objects of a fresh cluster.
+    pub fn new(config: ApiServerConfig, ca_pem: String) -> Self {
+        let admin_token = auth::random_token();
+        let state = Self {
+            store: Store::new(config.watch_history),
+            config,
+            registry: RwLock::new(Registry::new()),
+            tokens: Tokens::new(&admin_token),
+            audit: AuditLog::new(),
+            ca_pem,
+            admin_token,
+        };
+        state.bootstrap();
+        state
+    }
+
+    /// The served types.
+    pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
+        self.registry.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether garbage collection is on (see [`ApiServerConfig::garbage_collection`]).
+    pub fn config_gc(&self) -> bool {
+        self.config.garbage_collection
+    }
+
+    /// Writes an object of `rt` through the store and runs the post-write hooks.
+    ///
+    /// # Errors
+    /// Whatever `decide` returns.
+    pub fn write(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, ApiError> {
+        let gr = if rt.group == "events.k8s.io" {
+            GroupResource::new("", "events")
+        } else {
+            rt.gr()
+        };
+        self.store_write(rt, &gr, namespace, name, decide)
+    }
+
+    /// Like [`State::write`] with an explicit storage resource.
+    ///
+    /// # Errors
+    /// Whatever `decide` returns.
+    pub fn store_write(
+        &self,
+        _rt: &ResourceType,
+        gr: &GroupResource,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, ApiError> {
+        let written = self.store.write(gr, namespace, name, decide)?;
+        if let Some(event) = &written.event {
+            self.after_write(event);
+        }
+        Ok(written)
+    }
+
+    fn after_write(&self, event: &Event) {
+        match (event.gr.group.as_str(), event.gr.resource.as_str()) {
+            CRDS => self.crd_changed(event),
+            ("", "namespaces") if event.kind == EventType::Added => {
+                self.populate_namespace(&event.name);
+            }
+            ("", "serviceaccounts") if event.kind == EventType::Deleted => {
+                self.tokens.revoke(&event.namespace, &event.name);
+            }
+            ("", "pods") => self.index_pod_ip(event),
+            _ => {}
+        }
+    }
+
+    fn index_pod_ip(&self, event: &Event) {
+        let ip_of = |o: &Value| {
+            o["status"]["podIP"]
+                .as_str()
+                .and_then(|s| s.parse::<IpAddr>().ok())
+        };
+        if let Some(old_ip) = event.previous.as_ref().and_then(ip_of)
+            && (event.kind == EventType::Deleted || ip_of(&event.object) != Some(old_ip))
+        {
+            self.audit.set_pod_ip(old_ip, None);
+        }
+        if event.kind != EventType::Deleted
+            && let Some(ip) = ip_of(&event.object)
+        {
+            self.audit.set_pod_ip(
+                ip,
+                Some(PodRef {
+                    namespace: event.namespace.clone(),
+                    name: event.name.clone(),
+                    uid: event.object["metadata"]["uid"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                }),
+            );
+        }
+    }
+
+    fn crd_changed(&self, event: &Event) {
+        let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+        if event.kind == EventType::Deleted {
+            if let Ok(rt) = registry::custom_type(&event.object) {
+                registry.unregister(&rt.gr());
+            }
+            return;
+        }
+        let Ok(rt) = registry::custom_type(&event.object) else {
+            return;
+        };
+        registry.register(rt.clone());
+        drop(registry);
+        let established = event.object["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
+        let accepted = &event.object["status"]["acceptedNames"];
+        if established && accepted == &event.object["spec"]["names"] {
+            return;
+        }
+        // What the apiextensions controllers do: accept the names, then establish.
+        let now = super::objects::now();
+        let Some(crd_type) = self
+            .registry()
+            .get(&GroupResource::new(CRDS.0, CRDS.1))
+            .cloned()
+        else {
+            return;
+        };
+        let _ = self.write(&crd_type, "", &event.name, |current| {
+            let Some(current) = current else {
+                return Ok(Write::Keep);
+            };
+            let mut crd = current.clone();
+            let stored: Vec<String> = crd["spec"]["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|v| v["storage"] == json!(true))
+                .filter_map(|v| v["name"].as_str().map(str::to_string))
+                .collect();
+            crd["status"] = json!({
+                "acceptedNames": crd["spec"]["names"].clone(),
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                     "message": "no conflicts found", "lastTransitionTime": now},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                     "message": "the initial names have been accepted", "lastTransitionTime": now},
+                ],
+                "storedVersions": stored,
+            });
+            Ok(Write::Put(crd))
+        });
+    }
+
+    /// Creates an object as the server itself (no RBAC, no audit).
+    ///
+    /// # Errors
+    /// Validation errors, AlreadyExists.
+    pub fn create_internal(
+        &self,
+        group: &str,
+        resource: &str,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        let rt = self
+            .registry()
+            .get(&GroupResource::new(group, resource))
+            .cloned()
+            .ok_or(ApiError::NoSuchResource)?;
+        let namespace = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let version = rt.storage_version().to_string();
+        let stored = handlers::prepare_create(&rt, &version, &namespace, obj, "kube-apiserver")?;
+        let written = self.write(&rt, &namespace, &name, |current| {
+            if current.is_some() {
+                return Err(ApiError::already_exists(&rt.gr(), &name));
+            }
+            Ok(Write::Put(stored))
+        })?;
+        Ok(written.object.unwrap_or(Value::Null))
+    }
+
+    fn populate_namespace(&self, namespace: &str) {
+        let _ = self.create_internal(
+            "",
+            "serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "default", "namespace": namespace}}),
+        );
+        let _ = self.create_internal(
+            "",
+            "configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "kube-root-ca.crt", "namespace": namespace,
+                                "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                   "data": {"ca.crt": self.ca_pem}}),
+        );
+    }
+
+    fn bootstrap(&self) {
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let _ = self.create_internal(
+                "",
+                "namespaces",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            );
+        }
+        for (resource, obj) in auth::bootstrap_policy() {
+            let _ = self.create_internal("rbac.authorization.k8s.io", resource, obj);
+        }
+    }
+}

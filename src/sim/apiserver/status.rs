@@ -1,0 +1,357 @@
+//! Kubernetes `Status` errors with the exact reasons, codes and messages of kube-apiserver.
+//!
+//! Every failed request is answered with one of these, serialized by [`ApiError::to_status`];
+//! clients (kube-rs, client-go) branch on `reason` and `code`, and people read `message`.
+
+use serde_json::{Value, json};
+
+use super::names::Cause;
+
+/// A resource named the way the real server names it in messages (`leases.coordination.k8s.io`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupResource {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// Plural resource name.
+    pub resource: String,
+}
+
+impl GroupResource {
+    /// A group/resource pair.
+    pub fn new(group: &str, resource: &str) -> Self {
+        Self {
+            group: group.to_string(),
+            resource: resource.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for GroupResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() {
+            write!(f, "{}", self.resource)
+        } else {
+            write!(f, "{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// An error answered to a client as a `Status` object.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    /// 404: the object does not exist.
+    #[error("{gr} \"{name}\" not found")]
+    NotFound {
+        /// Its resource.
+        gr: GroupResource,
+        /// Its name.
+        name: String,
+    },
+    /// 404 for a path that names no resource the server serves.
+    #[error("the server could not find the requested resource")]
+    NoSuchResource,
+    /// 409: create of an object whose name is taken.
+    #[error("{gr} \"{name}\" already exists")]
+    AlreadyExists {
+        /// Its resource.
+        gr: GroupResource,
+        /// Its name.
+        name: String,
+    },
+    /// 409: optimistic concurrency failed or a precondition did not hold.
+    #[error("Operation cannot be fulfilled on {gr} \"{name}\": {detail}")]
+    Conflict {
+        /// Its resource.
+        gr: GroupResource,
+        /// Its name.
+        name: String,
+        /// Why, e.g. "the object has been modified; please apply your changes to the latest version and try again".
+        detail: String,
+    },
+    /// 409: server-side apply found fields owned by other managers.
+    #[error("{message}")]
+    ApplyConflict {
+        /// The whole message, `Apply failed with 1 conflict: …`.
+        message: String,
+        /// One `(message, field)` per conflicting field.
+        causes: Vec<(String, String)>,
+    },
+    /// 422: validation failed.
+    #[error(
+        "{kind}{} \"{name}\" is invalid: {}",
+        dotted(group),
+        join_causes(causes)
+    )]
+    Invalid {
+        /// Kind (or, for a few messages, the resource) named in the message.
+        kind: String,
+        /// API group.
+        group: String,
+        /// Object name.
+        name: String,
+        /// What is wrong, field by field.
+        causes: Vec<Cause>,
+    },
+    /// 403: RBAC denied the request, or the namespace is terminating.
+    #[error("{message}")]
+    Forbidden {
+        /// The whole message.
+        message: String,
+        /// Its resource, for details.
+        gr: GroupResource,
+        /// Object name, for details.
+        name: String,
+    },
+    /// 401: no valid credentials.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// 400: malformed request.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 405: the verb is not supported on this resource.
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotSupported,
+    /// 406: the client accepts no representation the server can produce.
+    #[error("only the following media types are accepted: application/json, application/yaml")]
+    NotAcceptable,
+    /// 413: body over the limit.
+    #[error("Request entity too large: limit is {limit}")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// 415: unknown body or patch content type.
+    #[error(
+        "the body of the request was in an unknown format - accepted media types include: {accepted}"
+    )]
+    UnsupportedMediaType {
+        /// The accepted media types, comma separated.
+        accepted: String,
+    },
+    /// 410: the resource version is too old (compacted away).
+    #[error("{0}")]
+    Expired(String),
+    /// 500: an internal error.
+    #[error("{0}")]
+    Internal(String),
+    /// Any code and reason, for injected faults.
+    #[error("{message}")]
+    Custom {
+        /// HTTP status code.
+        code: u16,
+        /// The `reason` field.
+        reason: String,
+        /// The message.
+        message: String,
+    },
+}
+
+fn dotted(group: &str) -> String {
+    if group.is_empty() {
+        String::new()
+    } else {
+        format!(".{group}")
+    }
+}
+
+/// Joins causes as `field.ErrorList.ToAggregate()` does: one plain, several in brackets.
+pub fn join_causes(causes: &[Cause]) -> String {
+    let parts: Vec<String> = causes.iter().map(|c| c.to_string()).collect();
+    if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("[{}]", parts.join(", "))
+    }
+}
+
+impl ApiError {
+    /// Not found.
+    pub fn not_found(gr: &GroupResource, name: &str) -> Self {
+        Self::NotFound {
+            gr: gr.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// Already exists.
+    pub fn already_exists(gr: &GroupResource, name: &str) -> Self {
+        Self::AlreadyExists {
+            gr: gr.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// Conflict with a free-form detail.
+    pub fn conflict(gr: &GroupResource, name: &str, detail: impl Into<String>) -> Self {
+        Self::Conflict {
+            gr: gr.clone(),
+            name: name.to_string(),
+            detail: detail.into(),
+        }
+    }
+
+    /// The optimistic-concurrency conflict of a stale resourceVersion.
+    pub fn modified(gr: &GroupResource, name: &str) -> Self {
+        Self::conflict(
+            gr,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// Invalid with one cause.
+    pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
+        Self::Invalid {
+            kind: kind.to_string(),
+            group: group.to_string(),
+            name: name.to_string(),
+            causes,
+        }
+    }
+
+    /// The HTTP status code.
+    pub fn code(&self) -> u16 {
+        match self {
+            Self::NotFound { .. } | Self::NoSuchResource => 404,
+            Self::AlreadyExists { .. } | Self::Conflict { .. } | Self::ApplyConflict { .. } => 409,
+            Self::Invalid { .. } => 422,
+            Self::Forbidden { .. } => 403,
+            Self::Unauthorized => 401,
+            Self::BadRequest(_) => 400,
+            Self::MethodNotSupported => 405,
+            Self::NotAcceptable => 406,
+            Self::TooLarge { .. } => 413,
+            Self::UnsupportedMediaType { .. } => 415,
+            Self::Expired(_) => 410,
+            Self::Internal(_) => 500,
+            Self::Custom { code, .. } => *code,
+        }
+    }
+
+    /// The `reason` field.
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::NotFound { .. } | Self::NoSuchResource => "NotFound",
+            Self::AlreadyExists { .. } => "AlreadyExists",
+            Self::Conflict { .. } | Self::ApplyConflict { .. } => "Conflict",
+            Self::Invalid { .. } => "Invalid",
+            Self::Forbidden { .. } => "Forbidden",
+            Self::Unauthorized => "Unauthorized",
+            Self::BadRequest(_) => "BadRequest",
+            Self::MethodNotSupported => "MethodNotAllowed",
+            Self::NotAcceptable => "NotAcceptable",
+            Self::TooLarge { .. } => "RequestEntityTooLarge",
+            Self::UnsupportedMediaType { .. } => "UnsupportedMediaType",
+            Self::Expired(_) => "Expired",
+            Self::Internal(_) => "InternalError",
+            Self::Custom { reason, .. } => reason,
+        }
+    }
+
+    /// The `Status` object sent to the client.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "code": self.code(),
+        });
+        let details = match self {
+            Self::NotFound { gr, name }
+            | Self::AlreadyExists { gr, name }
+            | Self::Conflict { gr, name, .. }
+            | Self::Forbidden { gr, name, .. } => Some(resource_details(gr, name)),
+            Self::ApplyConflict { causes, .. } => Some(json!({
+                "causes": causes.iter().map(|(message, field)| json!({
+                    "reason": "FieldManagerConflict", "message": message, "field": field,
+                })).collect::<Vec<_>>(),
+            })),
+            Self::Invalid {
+                kind,
+                group,
+                name,
+                causes,
+            } => {
+                let mut d = json!({
+                    "name": name,
+                    "kind": kind,
+                    "causes": causes.iter().map(|c| json!({
+                        "reason": c.reason, "message": cause_message(c), "field": c.field,
+                    })).collect::<Vec<_>>(),
+                });
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                Some(d)
+            }
+            Self::Internal(message) => Some(json!({"causes": [{"message": message}]})),
+            _ => None,
+        };
+        if let Some(details) = details {
+            status["details"] = details;
+        }
+        status
+    }
+}
+
+/// A cause's message as `StatusCause.message` carries it: the error without its field prefix.
+pub fn cause_message(cause: &Cause) -> String {
+    let full = cause.to_string();
+    match full.strip_prefix(&format!("{}: ", cause.field)) {
+        Some(rest) => rest.to_string(),
+        None => full,
+    }
+}
+
+fn resource_details(gr: &GroupResource, name: &str) -> Value {
+    let mut d = json!({ "kind": gr.resource });
+    if !name.is_empty() {
+        d["name"] = json!(name);
+    }
+    if !gr.group.is_empty() {
+        d["group"] = json!(gr.group);
+    }
+    d
+}
+
+/// The `Status` of a successful delete (what kubectl reads `details.uid` from).
+pub fn success_status(gr: &GroupResource, name: &str, uid: &str) -> Value {
+    let mut details = resource_details(gr, name);
+    details["uid"] = json!(uid);
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_names_the_plural_resource_in_details() {
+        let e = ApiError::not_found(&GroupResource::new("", "configmaps"), "x");
+        assert_eq!(
+            e.to_status(),
+            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                   "message":"configmaps \"x\" not found","reason":"NotFound",
+                   "details":{"name":"x","kind":"configmaps"},"code":404})
+        );
+    }
+
+    #[test]
+    fn conflict_message_is_the_real_one() {
+        let e = ApiError::modified(&GroupResource::new("coordination.k8s.io", "leases"), "x");
+        assert_eq!(
+            e.to_string(),
+            "Operation cannot be fulfilled on leases.coordination.k8s.io \"x\": the object has been modified; please apply your changes to the latest version and try again"
+        );
+        assert_eq!(e.to_status()["details"]["group"], "coordination.k8s.io");
+    }
+}

@@ -1,0 +1,2 @@
+//! The embedded simulated control plane; it knows nothing of the harness.
+pub mod apiserver;

@@ -1,0 +1,417 @@
+//! kubectl (v1.32), a real client, against a running `opconform sim`: CRDs, client-side and
+//! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
+//! on a finalizer, tokens and `auth can-i`.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A running `opconform sim`, killed on drop.
+struct Sim {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kubectl_available() {
+    let found = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "kubectl is not on PATH: these tests drive the simulator with a real kubectl (v1.32); install it to run them"
+    );
+}
+
+impl Sim {
+    fn start() -> Self {
+        kubectl_available();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut child = Command::new(assert_cmd::cargo::cargo_bin!("opconform"))
+            .args(["sim", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("opconform sim starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("serving") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        rx.recv_timeout(WAIT)
+            .expect("opconform sim announces that it is serving");
+        Self { child, dir }
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    fn kubectl(&self) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.env("KUBECONFIG", self.kubeconfig())
+            .env("KUBECACHEDIR", self.dir.path().join("cache"))
+            .env_remove("KUBECTL_EXTERNAL_DIFF");
+        cmd
+    }
+
+    /// Runs kubectl, returning its output whatever the exit code.
+    fn run(&self, args: &[&str]) -> Output {
+        self.kubectl().args(args).output().expect("kubectl runs")
+    }
+
+    /// Runs kubectl and requires success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn write(&self, name: &str, content: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, content).expect("write manifest");
+        path.display().to_string()
+    }
+}
+
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: memcacheds.cache.example.com
+spec:
+  group: cache.example.com
+  scope: Namespaced
+  names: {plural: memcacheds, singular: memcached, kind: Memcached, listKind: MemcachedList}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 0, maximum: 100}
+"#;
+
+fn memcached(size: u32) -> String {
+    format!(
+        "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: cache\nspec:\n  size: {size}\n"
+    )
+}
+
+fn deployment(replicas: u32, image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {{app: web}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers:
+      - name: web
+        image: {image}
+        env: [{{name: MODE, value: fast}}]
+"#
+    )
+}
+
+#[test]
+fn kubectl_creates_a_crd_waits_for_it_and_applies_resources_client_and_server_side() {
+    let sim = Sim::start();
+    let crd = sim.write("crd.yaml", CRD);
+    assert!(sim.ok(&["create", "-f", &crd]).contains("created"));
+    sim.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/memcacheds.cache.example.com",
+        "--timeout=20s",
+    ]);
+
+    let cr = sim.write("cr.yaml", &memcached(3));
+    assert!(
+        sim.ok(&["apply", "-f", &cr])
+            .contains("memcached.cache.example.com/cache created")
+    );
+    assert!(sim.ok(&["apply", "-f", &cr]).contains("unchanged"));
+    let cr4 = sim.write("cr4.yaml", &memcached(4));
+    assert!(sim.ok(&["apply", "-f", &cr4]).contains("configured"));
+    assert_eq!(
+        sim.ok(&["get", "memcached", "cache", "-o", "jsonpath={.spec.size}"]),
+        "4"
+    );
+
+    let d = sim.write("d.yaml", &deployment(2, "memcached:1.6-alpine"));
+    assert!(
+        sim.ok(&["apply", "-f", &d])
+            .contains("deployment.apps/web created")
+    );
+    assert!(sim.ok(&["apply", "-f", &d]).contains("unchanged"));
+    let d2 = sim.write("d2.yaml", &deployment(2, "memcached:1.6.21-alpine"));
+    assert!(sim.ok(&["apply", "-f", &d2]).contains("configured"));
+    let json: serde_json::Value =
+        serde_json::from_str(&sim.ok(&["get", "deployment", "web", "-o", "json"])).unwrap();
+    assert_eq!(
+        json["spec"]["template"]["spec"]["containers"][0]["image"],
+        "memcached:1.6.21-alpine"
+    );
+    assert_eq!(
+        json["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"],
+        "MODE"
+    );
+    assert_eq!(json["metadata"]["generation"], 2);
+    let yaml = sim.ok(&["get", "deployment", "web", "-o", "yaml"]);
+    assert!(yaml.contains("kind: Deployment") && yaml.contains("replicas: 2"));
+    assert!(
+        sim.ok(&["get", "deployments", "-l", "app=web"])
+            .contains("web")
+    );
+    assert!(
+        !sim.ok(&["get", "deployments", "-l", "app=other"])
+            .contains("web")
+    );
+
+    let cm = sim.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"1\"\n",
+    );
+    assert!(
+        sim.ok(&["apply", "--server-side", "-f", &cm])
+            .contains("serverside-applied")
+    );
+    let managers = sim.ok(&[
+        "get",
+        "configmap",
+        "settings",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ]);
+    assert!(managers.contains("kubectl"), "{managers}");
+
+    assert!(
+        sim.ok(&[
+            "patch",
+            "deployment",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":3}}"#
+        ])
+        .contains("patched")
+    );
+    assert_eq!(
+        sim.ok(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "3"
+    );
+}
+
+#[test]
+fn kubectl_replace_with_a_stale_resource_version_fails_with_the_real_conflict() {
+    let sim = Sim::start();
+    sim.ok(&["create", "configmap", "cfg", "--from-literal=a=1"]);
+    let current = sim.ok(&["get", "configmap", "cfg", "-o", "yaml"]);
+    sim.ok(&[
+        "patch",
+        "configmap",
+        "cfg",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"a":"2"}}"#,
+    ]);
+    let stale = sim.write("stale.yaml", &current);
+    let out = sim.run(&["replace", "-f", &stale]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Operation cannot be fulfilled on configmaps \"cfg\": the object has been modified; please apply your changes to the latest version and try again"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn kubectl_get_watch_sees_a_change() {
+    let sim = Sim::start();
+    sim.ok(&["create", "configmap", "watched", "--from-literal=a=1"]);
+    let mut watch = sim
+        .kubectl()
+        .args([
+            "get",
+            "configmap",
+            "watched",
+            "-w",
+            "-o",
+            "jsonpath={.data.a}{\"\\n\"}",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl get -w");
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    assert_eq!(rx.recv_timeout(WAIT).expect("the initial state"), "1");
+    sim.ok(&[
+        "patch",
+        "configmap",
+        "watched",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"a":"2"}}"#,
+    ]);
+    assert_eq!(rx.recv_timeout(WAIT).expect("the change"), "2");
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+#[test]
+fn kubectl_delete_waits_until_the_last_finalizer_is_removed() {
+    let sim = Sim::start();
+    let held = sim.write(
+        "held.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/cleanup]\n",
+    );
+    sim.ok(&["create", "-f", &held]);
+    let mut delete = sim
+        .kubectl()
+        .args(["delete", "configmap", "held", "--wait", "--timeout=60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl delete");
+    // The delete is in progress: the object is Terminating and the command still waits.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let ts = sim.ok(&[
+            "get",
+            "configmap",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ]);
+        if !ts.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the object never became Terminating"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        delete.try_wait().unwrap().is_none(),
+        "kubectl delete returned before the finalizer was removed"
+    );
+    sim.ok(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    let out = wait_with_timeout(delete, WAIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("deleted"));
+    let gone = sim.run(&["get", "configmap", "held"]);
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"));
+}
+
+fn wait_with_timeout(mut child: Child, timeout: Duration) -> Output {
+    let deadline = std::time::Instant::now() + timeout;
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("command did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn kubectl_auth_can_i_answers_for_a_service_account_as_rbac_says() {
+    let sim = Sim::start();
+    sim.ok(&["create", "serviceaccount", "op"]);
+    let as_op = ["--as=system:serviceaccount:default:op"];
+    let ask = |verb: &str, resource: &str| {
+        let out = sim.run(&["auth", "can-i", verb, resource, as_op[0]]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(ask("create", "leases.coordination.k8s.io"), "no");
+    sim.ok(&[
+        "create",
+        "role",
+        "leases",
+        "--verb=get,create,update",
+        "--resource=leases.coordination.k8s.io",
+    ]);
+    sim.ok(&[
+        "create",
+        "rolebinding",
+        "leases",
+        "--role=leases",
+        "--serviceaccount=default:op",
+    ]);
+    assert_eq!(ask("create", "leases.coordination.k8s.io"), "yes");
+    assert_eq!(ask("delete", "leases.coordination.k8s.io"), "no");
+    assert_eq!(ask("list", "pods"), "no");
+    let token = sim.ok(&["create", "token", "op"]);
+    assert!(token.trim().len() > 20, "a token: {token}");
+    // The token authenticates as the ServiceAccount.
+    let out = sim
+        .kubectl()
+        .args(["--token", token.trim(), "get", "pods"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("User \"system:serviceaccount:default:op\" cannot list resource \"pods\""),
+        "{stderr}"
+    );
+}
