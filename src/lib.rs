@@ -7,7 +7,9 @@
 //!
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
+//! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
 //! - [`cli`]: the `opconform` command line.
 
 pub mod cli;
 pub mod sim;
+pub mod steps;

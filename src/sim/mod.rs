@@ -1,2 +1,13 @@
-//! The embedded simulated control plane; it knows nothing of the harness.
+//! The embedded simulated control plane: an API server, controllers, kubelets that run
+//! pods as local processes, and the faults the conformance features inject. It knows
+//! nothing of the harness.
+//!
+//! - [`apiserver`]: the Kubernetes API (HTTPS, auth, RBAC, watch, audit).
+//! - [`controllers`]: garbage collector, deployment, namespace, node lifecycle, scheduler.
+//! - [`kubelet`]: one per simulated node; runs containers as processes, heartbeats.
+//! - [`proxy`]: the per-pod and per-node TCP proxy where network faults act.
+
 pub mod apiserver;
+pub mod controllers;
+pub mod kubelet;
+pub mod proxy;

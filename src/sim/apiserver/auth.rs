@@ -69,6 +69,7 @@ impl UserInfo {
 #[derive(Debug, Clone)]
 enum TokenOwner {
     Admin,
+    User(UserInfo),
     ServiceAccount {
         namespace: String,
         name: String,
@@ -125,6 +126,24 @@ impl Tokens {
         token
     }
 
+    /// Issues a token for a named user with groups (kubelets, controllers).
+    pub fn issue_user(&self, name: &str, groups: &[&str]) -> String {
+        let token = random_token();
+        let mut groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        self.lock().insert(
+            token.clone(),
+            TokenOwner::User(UserInfo {
+                name: name.to_string(),
+                groups,
+                uid: String::new(),
+            }),
+        );
+        token
+    }
+
     /// Forgets every token of a ServiceAccount.
     pub fn revoke(&self, namespace: &str, name: &str) {
         self.lock().retain(|_, owner| {
@@ -151,6 +170,7 @@ impl Tokens {
         let owner = self.lock().get(token).cloned()?;
         match owner {
             TokenOwner::Admin => Some(UserInfo::admin()),
+            TokenOwner::User(user) => Some(user),
             TokenOwner::ServiceAccount {
                 namespace,
                 name,

@@ -423,6 +423,7 @@ impl<'a> Call<'a> {
             ("update" | "patch", "scale") if rt.scale.is_some() => self.write_scale(&rt),
             ("update", "finalize") if rt.resource == "namespaces" => self.finalize_namespace(&rt),
             ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt),
+            ("get", "log") if rt.resource == "pods" => self.pod_log(&rt),
             ("create", "eviction") if rt.resource == "pods" => self.evict_pod(&rt),
             ("create", "token") if rt.resource == "serviceaccounts" => {
                 super::reviews::token_request(self, &rt)
@@ -1070,6 +1071,32 @@ impl<'a> Call<'a> {
             201,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         ))
+    }
+
+    /// `GET …/pods/NAME/log`: the container's output as text (a JSON string value here;
+    /// the server writes it as text/plain).
+    fn pod_log(&self, rt: &ResourceType) -> Reply {
+        let ns = self.ns(rt);
+        if self
+            .state
+            .store
+            .get(&rt.gr(), &ns, &self.info.name)
+            .is_none()
+        {
+            return Err(ApiError::not_found(&rt.gr(), &self.info.name));
+        }
+        let container = self.query.get("container");
+        let log = self
+            .state
+            .pod_log(&ns, &self.info.name, container)
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "container {:?} in pod {:?} is waiting to start: no log yet",
+                    container.unwrap_or_default(),
+                    self.info.name
+                ))
+            })?;
+        Ok((200, Value::String(log)))
     }
 
     fn evict_pod(&self, rt: &ResourceType) -> Reply {

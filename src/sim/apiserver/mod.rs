@@ -87,45 +87,20 @@ type Body = BoxBody<Bytes, Infallible>;
 
 /// A running simulated API server. Dropping it stops it.
 pub struct ApiServer {
-    state: Arc<State>,
-    addr: SocketAddr,
+    handle: ServerHandle,
     shutdown: signal::Sender<bool>,
     started: Instant,
 }
 
-impl ApiServer {
-    /// Starts a server on 127.0.0.1 (the configured port, or a free one).
-    ///
-    /// # Errors
-    /// When certificates cannot be made or the port cannot be bound.
-    pub async fn start(config: ApiServerConfig) -> Result<Self, ApiServerError> {
-        let started = Instant::now();
-        let tls = tls::ClusterTls::generate(&config.name)?;
-        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), config.port);
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ApiServerError::Bind { addr, source })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| ApiServerError::Bind { addr, source })?;
-        let state = Arc::new(State::new(config, tls.ca_pem));
-        let (shutdown, shutdown_rx) = signal::channel(false);
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config);
-        tokio::spawn(accept_loop(
-            listener,
-            acceptor,
-            state.clone(),
-            shutdown_rx,
-            addr,
-        ));
-        Ok(Self {
-            state,
-            addr,
-            shutdown,
-            started,
-        })
-    }
+/// A cheap, cloneable way to reach a running server: its address, CA and credentials.
+/// What the kubelets and controllers of a simulated cluster hold.
+#[derive(Clone)]
+pub struct ServerHandle {
+    state: Arc<State>,
+    addr: SocketAddr,
+}
 
+impl ServerHandle {
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -134,11 +109,6 @@ impl ApiServer {
     /// `https://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
-    }
-
-    /// When `start` was called (for start-up measurements).
-    pub fn started(&self) -> Instant {
-        self.started
     }
 
     /// Shared state: store, audit, tokens.
@@ -197,17 +167,24 @@ impl ApiServer {
         Ok(self.state.tokens.for_service_account(namespace, name, uid))
     }
 
-    /// A kube client with the given kubeconfig YAML.
+    /// A token for a named user in `groups` (e.g. `system:node:worker-1` in `system:nodes`).
+    pub fn user_token(&self, name: &str, groups: &[&str]) -> String {
+        self.state.tokens.issue_user(name, groups)
+    }
+
+    /// A kube client for `server` (this server's URL or a proxy in front of it) as a named
+    /// user in `groups`.
     ///
     /// # Errors
-    /// When the kubeconfig cannot be turned into a client.
-    pub async fn client_for(kubeconfig_yaml: &str) -> Result<kube::Client, ApiServerError> {
-        let kc = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml)
-            .map_err(|e| ApiServerError::Client(Box::new(e)))?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .map_err(|e| ApiServerError::Client(Box::new(e)))?;
-        kube::Client::try_from(config).map_err(|e| ApiServerError::Client(Box::new(e)))
+    /// When the client cannot be built.
+    pub async fn user_client(
+        &self,
+        server: &str,
+        name: &str,
+        groups: &[&str],
+    ) -> Result<kube::Client, ApiServerError> {
+        let token = self.user_token(name, groups);
+        client_for(&self.kubeconfig_for(server, name, &token)).await
     }
 
     /// A kube client authenticated as the admin.
@@ -215,7 +192,7 @@ impl ApiServer {
     /// # Errors
     /// When the client cannot be built.
     pub async fn admin_client(&self) -> Result<kube::Client, ApiServerError> {
-        Self::client_for(&self.admin_kubeconfig()).await
+        client_for(&self.admin_kubeconfig()).await
     }
 
     /// A kube client authenticated as a ServiceAccount.
@@ -229,7 +206,79 @@ impl ApiServer {
     ) -> Result<kube::Client, ApiServerError> {
         let token = self.service_account_token(namespace, name)?;
         let user = format!("system:serviceaccount:{namespace}:{name}");
-        Self::client_for(&self.kubeconfig_for(&self.url(), &user, &token)).await
+        client_for(&self.kubeconfig_for(&self.url(), &user, &token)).await
+    }
+}
+
+/// A kube client with the given kubeconfig YAML.
+///
+/// # Errors
+/// When the kubeconfig cannot be turned into a client.
+pub async fn client_for(kubeconfig_yaml: &str) -> Result<kube::Client, ApiServerError> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml)
+        .map_err(|e| ApiServerError::Client(Box::new(e)))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| ApiServerError::Client(Box::new(e)))?;
+    kube::Client::try_from(config).map_err(|e| ApiServerError::Client(Box::new(e)))
+}
+
+impl std::ops::Deref for ApiServer {
+    type Target = ServerHandle;
+
+    fn deref(&self) -> &ServerHandle {
+        &self.handle
+    }
+}
+
+impl ApiServer {
+    /// Starts a server on 127.0.0.1 (the configured port, or a free one).
+    ///
+    /// # Errors
+    /// When certificates cannot be made or the port cannot be bound.
+    pub async fn start(config: ApiServerConfig) -> Result<Self, ApiServerError> {
+        let started = Instant::now();
+        let tls = tls::ClusterTls::generate(&config.name)?;
+        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), config.port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ApiServerError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| ApiServerError::Bind { addr, source })?;
+        let state = Arc::new(State::new(config, tls.ca_pem));
+        let (shutdown, shutdown_rx) = signal::channel(false);
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config);
+        tokio::spawn(accept_loop(
+            listener,
+            acceptor,
+            state.clone(),
+            shutdown_rx,
+            addr,
+        ));
+        Ok(Self {
+            handle: ServerHandle { state, addr },
+            shutdown,
+            started,
+        })
+    }
+
+    /// A cloneable handle to this server.
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// When `start` was called (for start-up measurements).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// A kube client with the given kubeconfig YAML (see [`client_for`]).
+    ///
+    /// # Errors
+    /// When the kubeconfig cannot be turned into a client.
+    pub async fn client_for(kubeconfig_yaml: &str) -> Result<kube::Client, ApiServerError> {
+        client_for(kubeconfig_yaml).await
     }
 
     /// Stops serving: the listener closes and open connections and watches end.
@@ -507,6 +556,7 @@ async fn handle(
             return watch_response(&state, &call, &parts.headers, shutdown).into();
         }
         match call.serve() {
+            Ok((code, Value::String(text))) => full(code, "text/plain", text.into_bytes()).into(),
             Ok((code, value)) => json_response(code, &value, &parts.headers).into(),
             Err(e) => error_response(&e, &parts.headers).into(),
         }

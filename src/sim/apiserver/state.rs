@@ -3,7 +3,7 @@
 //! ServiceAccounts lose their tokens, and pod IPs are indexed for audit attribution.
 
 use std::net::IpAddr;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -44,8 +44,13 @@ impl Default for ApiServerConfig {
     }
 }
 
+/// Reads a container's log: `(namespace, pod, container) -> text`, `None` when unknown.
+pub type LogSource = Arc<dyn Fn(&str, &str, Option<&str>) -> Option<String> + Send + Sync>;
+
 /// Everything the request handlers share.
 pub struct State {
+    /// Where `pods/log` reads from (the kubelets register themselves here).
+    pub log_sources: RwLock<Vec<LogSource>>,
     /// Settings.
     pub config: ApiServerConfig,
     /// Objects and events.
@@ -68,6 +73,7 @@ impl State {
     pub fn new(config: ApiServerConfig, ca_pem: String) -> Self {
         let admin_token = auth::random_token();
         let state = Self {
+            log_sources: RwLock::new(Vec::new()),
             store: Store::new(config.watch_history),
             config,
             registry: RwLock::new(Registry::new()),
@@ -83,6 +89,23 @@ impl State {
     /// The served types.
     pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
         self.registry.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a source of container logs (a kubelet).
+    pub fn add_log_source(&self, source: LogSource) {
+        self.log_sources
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(source);
+    }
+
+    /// The log of a container, from whichever kubelet runs it.
+    pub fn pod_log(&self, namespace: &str, pod: &str, container: Option<&str>) -> Option<String> {
+        self.log_sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find_map(|source| source(namespace, pod, container))
     }
 
     /// Whether garbage collection is on (see [`ApiServerConfig::garbage_collection`]).

@@ -1,0 +1,1 @@
+//! The simulated kube-controller-manager and scheduler (being written).
