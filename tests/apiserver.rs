@@ -1179,3 +1179,86 @@ async fn the_audit_attributes_every_request_to_its_user_with_verb_resource_and_c
     assert_eq!(get.code, 404);
     assert_eq!(get.source_ip, "127.0.0.1");
 }
+
+#[tokio::test]
+async fn a_reject_rule_answers_matching_requests_with_the_chosen_status_until_allowed() {
+    use opconform::sim::faults::RequestMatch;
+    let (server, client) = server().await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let rule = server
+        .state()
+        .faults
+        .reject(
+            RequestMatch {
+                verbs: vec!["create".into()],
+                resource: Some("deployments".into()),
+                ..Default::default()
+            },
+            500,
+            "InternalError",
+            "injected: deployments cannot be created",
+        )
+        .unwrap();
+    let (code, reason, message) = api_error(
+        api.create(&PostParams::default(), &deployment("web", 1))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (code, reason.as_str(), message.as_str()),
+        (
+            500,
+            "InternalError",
+            "injected: deployments cannot be created"
+        )
+    );
+    // Other verbs and resources pass.
+    assert!(api.list(&ListParams::default()).await.is_ok());
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    assert!(
+        cms.create(&PostParams::default(), &cm("ok", &[]))
+            .await
+            .is_ok()
+    );
+    server.state().faults.allow(rule).unwrap();
+    assert!(
+        api.create(&PostParams::default(), &deployment("web", 1))
+            .await
+            .is_ok()
+    );
+    let log: Vec<String> = server
+        .state()
+        .faults
+        .log()
+        .into_iter()
+        .map(|e| e.verb)
+        .collect();
+    assert_eq!(log, vec!["reject", "allow"]);
+    let rejected = server
+        .state()
+        .audit
+        .events()
+        .into_iter()
+        .filter(|e| e.resource == "deployments" && e.verb == "create")
+        .map(|e| e.code)
+        .collect::<Vec<_>>();
+    assert_eq!(rejected, vec![500, 201]);
+}
+
+#[tokio::test]
+async fn a_delay_rule_adds_at_least_the_delay() {
+    use opconform::sim::faults::RequestMatch;
+    let (server, client) = server().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    server.state().faults.delay(
+        RequestMatch {
+            verbs: vec!["get".into()],
+            resource: Some("configmaps".into()),
+            ..Default::default()
+        },
+        std::time::Duration::from_millis(300),
+    );
+    let start = std::time::Instant::now();
+    let _ = api.get("kube-root-ca.crt").await.unwrap();
+    assert!(start.elapsed() >= std::time::Duration::from_millis(300));
+}

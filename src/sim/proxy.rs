@@ -316,7 +316,10 @@ mod tests {
         let refused = tokio::time::timeout(Duration::from_secs(5), roundtrip(proxy.addr()))
             .await
             .unwrap();
-        assert!(refused.as_ref().map_or(true, String::is_empty), "{refused:?}");
+        assert!(
+            refused.as_ref().map_or(true, String::is_empty),
+            "{refused:?}"
+        );
         proxy.set_mode(Mode::Pass);
         let ok = tokio::time::timeout(Duration::from_secs(5), roundtrip(proxy.addr()))
             .await

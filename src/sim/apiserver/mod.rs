@@ -500,6 +500,33 @@ async fn handle(
             };
             return error_response(&e, &parts.headers).into();
         }
+        let pod = state.audit.pod_of(peer.ip());
+        let facts = crate::sim::faults::RequestFacts {
+            verb: &info.verb,
+            group: &info.group,
+            resource: &info.resource,
+            subresource: &info.subresource,
+            namespace: &info.namespace,
+            name: &info.name,
+            pod: pod.as_ref(),
+            user: &user.name,
+        };
+        match state.faults.verdict(&facts) {
+            crate::sim::faults::Verdict::Pass => {}
+            crate::sim::faults::Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+            crate::sim::faults::Verdict::Reject {
+                code,
+                reason,
+                message,
+            } => {
+                let e = ApiError::Custom {
+                    code,
+                    reason,
+                    message,
+                };
+                return error_response(&e, &parts.headers).into();
+            }
+        }
         if !accepts_json(&parts.headers) {
             return error_response(&ApiError::NotAcceptable, &parts.headers).into();
         }

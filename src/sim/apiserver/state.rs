@@ -49,6 +49,8 @@ pub type LogSource = Arc<dyn Fn(&str, &str, Option<&str>) -> Option<String> + Se
 
 /// Everything the request handlers share.
 pub struct State {
+    /// Fault rules evaluated on every request, and the cluster's fault log.
+    pub faults: Arc<crate::sim::faults::Faults>,
     /// Where `pods/log` reads from (the kubelets register themselves here).
     pub log_sources: RwLock<Vec<LogSource>>,
     /// Settings.
@@ -73,6 +75,7 @@ impl State {
     pub fn new(config: ApiServerConfig, ca_pem: String) -> Self {
         let admin_token = auth::random_token();
         let state = Self {
+            faults: Arc::new(crate::sim::faults::Faults::new()),
             log_sources: RwLock::new(Vec::new()),
             store: Store::new(config.watch_history),
             config,

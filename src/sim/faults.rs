@@ -1,0 +1,414 @@
+//! Faults of the simulated cluster: the API server's request rules (`reject`/`allow`,
+//! `delay`), evaluated in order with the first non-pass verdict winning, and the log of
+//! every fault applied and undone (process and network faults are carried out by the
+//! kubelets; they are logged here too), so a history can show when each was in force.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::sim::apiserver::audit::PodRef;
+
+/// Errors of fault handling.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// No rule has this id (already allowed, or never made).
+    #[error("no fault rule {0}")]
+    NoRule(u64),
+    /// The status code of a reject rule is not an error code.
+    #[error("a reject rule needs an error status code (400-599), got {0}")]
+    NotAnErrorCode(u16),
+    /// The target of a process or network fault does not exist.
+    #[error("no such target: {0}")]
+    NoTarget(String),
+    /// The provider or machine cannot carry out this fault.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Which requests a rule applies to; every field set must match (unset matches all).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RequestMatch {
+    /// RBAC verbs (get, list, watch, create, update, patch, delete, deletecollection).
+    pub verbs: Vec<String>,
+    /// API group (`""` is core; unset matches any).
+    pub group: Option<String>,
+    /// Plural resource.
+    pub resource: Option<String>,
+    /// Subresource (`status`, …); `Some("")` means the main resource only.
+    pub subresource: Option<String>,
+    /// Namespace.
+    pub namespace: Option<String>,
+    /// Object name.
+    pub name: Option<String>,
+    /// The requesting pod, as `namespace/name`.
+    pub pod: Option<String>,
+    /// The requesting user.
+    pub user: Option<String>,
+}
+
+/// What is being asked, for rule matching.
+#[derive(Debug, Clone, Default)]
+pub struct RequestFacts<'a> {
+    /// RBAC verb.
+    pub verb: &'a str,
+    /// API group.
+    pub group: &'a str,
+    /// Plural resource (empty for non-resource paths).
+    pub resource: &'a str,
+    /// Subresource.
+    pub subresource: &'a str,
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Object name.
+    pub name: &'a str,
+    /// The pod the request came from.
+    pub pod: Option<&'a PodRef>,
+    /// The user.
+    pub user: &'a str,
+}
+
+impl RequestMatch {
+    /// Whether a request matches.
+    pub fn matches(&self, r: &RequestFacts<'_>) -> bool {
+        let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        (self.verbs.is_empty() || self.verbs.iter().any(|v| v == r.verb))
+            && !r.resource.is_empty()
+            && eq(&self.group, r.group)
+            && eq(&self.resource, r.resource)
+            && eq(&self.subresource, r.subresource)
+            && eq(&self.namespace, r.namespace)
+            && eq(&self.name, r.name)
+            && eq(&self.user, r.user)
+            && self.pod.as_deref().is_none_or(|want| {
+                r.pod
+                    .is_some_and(|p| format!("{}/{}", p.namespace, p.name) == want)
+            })
+    }
+}
+
+/// What a rule does to matching requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum RuleAction {
+    /// Answer with this status instead of serving.
+    Reject {
+        /// HTTP status code (400–599).
+        code: u16,
+        /// The Status `reason` (e.g. `InternalError`, `ServiceUnavailable`, `Forbidden`).
+        reason: String,
+        /// The Status message.
+        message: String,
+    },
+    /// Serve after this extra latency.
+    Delay {
+        /// The latency in milliseconds.
+        millis: u64,
+    },
+}
+
+/// One rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rule {
+    /// Its id (to remove it).
+    pub id: u64,
+    /// Which requests.
+    #[serde(rename = "match")]
+    pub matches: RequestMatch,
+    /// What happens to them.
+    pub action: RuleAction,
+}
+
+/// The verdict for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Serve normally.
+    Pass,
+    /// Answer with this status.
+    Reject {
+        /// Code.
+        code: u16,
+        /// Reason.
+        reason: String,
+        /// Message.
+        message: String,
+    },
+    /// Serve after a delay.
+    Delay(Duration),
+}
+
+/// One fault applied or undone, as the history shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultEvent {
+    /// When.
+    pub time: DateTime<Utc>,
+    /// The verb: `reject`, `allow`, `delay`, `crash`, `hold`, `release`, `partition`, `repair`, `skew`, …
+    pub verb: String,
+    /// What it acted on (`pod ns/name`, `node worker-1`, `rule 3: create deployments`).
+    pub target: String,
+    /// Details (mode, offset, status).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// The rules of one API server and the fault log of its cluster.
+#[derive(Debug, Default)]
+pub struct Faults {
+    rules: RwLock<Vec<Rule>>,
+    next_id: Mutex<u64>,
+    log: Mutex<Vec<FaultEvent>>,
+}
+
+impl Faults {
+    /// No rules, empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a fault in the log.
+    pub fn record(&self, verb: &str, target: &str, detail: &str) {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(FaultEvent {
+                time: Utc::now(),
+                verb: verb.to_string(),
+                target: target.to_string(),
+                detail: detail.to_string(),
+            });
+    }
+
+    /// Every fault applied and undone so far.
+    pub fn log(&self) -> Vec<FaultEvent> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The rules in force, in evaluation order.
+    pub fn rules(&self) -> Vec<Rule> {
+        self.rules.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn add(&self, matches: RequestMatch, action: RuleAction) -> u64 {
+        let id = {
+            let mut next = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
+            *next += 1;
+            *next
+        };
+        let (verb, detail) = match &action {
+            RuleAction::Reject { code, reason, .. } => ("reject", format!("{code} {reason}")),
+            RuleAction::Delay { millis } => ("delay", format!("{millis}ms")),
+        };
+        self.record(verb, &format!("rule {id}: {}", describe(&matches)), &detail);
+        self.rules
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Rule {
+                id,
+                matches,
+                action,
+            });
+        id
+    }
+
+    /// Rejects matching requests with `code`, `reason` and `message`; returns the rule id.
+    ///
+    /// # Errors
+    /// When `code` is not 400–599.
+    pub fn reject(
+        &self,
+        matches: RequestMatch,
+        code: u16,
+        reason: &str,
+        message: &str,
+    ) -> Result<u64, FaultError> {
+        if !(400..=599).contains(&code) {
+            return Err(FaultError::NotAnErrorCode(code));
+        }
+        Ok(self.add(
+            matches,
+            RuleAction::Reject {
+                code,
+                reason: reason.to_string(),
+                message: message.to_string(),
+            },
+        ))
+    }
+
+    /// Delays matching requests; returns the rule id.
+    pub fn delay(&self, matches: RequestMatch, delay: Duration) -> u64 {
+        self.add(
+            matches,
+            RuleAction::Delay {
+                millis: delay.as_millis() as u64,
+            },
+        )
+    }
+
+    /// Removes a rule (the undo of `reject` and `delay`).
+    ///
+    /// # Errors
+    /// When no rule has this id.
+    pub fn allow(&self, id: u64) -> Result<Rule, FaultError> {
+        let removed = {
+            let mut rules = self.rules.write().unwrap_or_else(|p| p.into_inner());
+            let index = rules
+                .iter()
+                .position(|r| r.id == id)
+                .ok_or(FaultError::NoRule(id))?;
+            rules.remove(index)
+        };
+        let verb = match removed.action {
+            RuleAction::Reject { .. } => "allow",
+            RuleAction::Delay { .. } => "undelay",
+        };
+        self.record(
+            verb,
+            &format!("rule {id}: {}", describe(&removed.matches)),
+            "",
+        );
+        Ok(removed)
+    }
+
+    /// The verdict for a request: the first rule that matches decides.
+    pub fn verdict(&self, facts: &RequestFacts<'_>) -> Verdict {
+        let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
+        match rules.iter().find(|r| r.matches.matches(facts)) {
+            None => Verdict::Pass,
+            Some(rule) => match &rule.action {
+                RuleAction::Reject {
+                    code,
+                    reason,
+                    message,
+                } => Verdict::Reject {
+                    code: *code,
+                    reason: reason.clone(),
+                    message: message.clone(),
+                },
+                RuleAction::Delay { millis } => Verdict::Delay(Duration::from_millis(*millis)),
+            },
+        }
+    }
+}
+
+fn describe(m: &RequestMatch) -> String {
+    let mut parts = Vec::new();
+    parts.push(if m.verbs.is_empty() {
+        "*".to_string()
+    } else {
+        m.verbs.join(",")
+    });
+    let resource = match (&m.group, &m.resource) {
+        (Some(g), Some(r)) if !g.is_empty() => format!("{r}.{g}"),
+        (_, Some(r)) => r.clone(),
+        _ => "*".into(),
+    };
+    parts.push(match &m.subresource {
+        Some(s) if !s.is_empty() => format!("{resource}/{s}"),
+        _ => resource,
+    });
+    if let Some(ns) = &m.namespace {
+        parts.push(format!("in {ns}"));
+    }
+    if let Some(n) = &m.name {
+        parts.push(format!("named {n}"));
+    }
+    if let Some(p) = &m.pod {
+        parts.push(format!("from pod {p}"));
+    }
+    if let Some(u) = &m.user {
+        parts.push(format!("by {u}"));
+    }
+    parts.join(" ")
+}
+
+/// A shared set of faults.
+pub type SharedFaults = Arc<Faults>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts<'a>(verb: &'a str, resource: &'a str, pod: Option<&'a PodRef>) -> RequestFacts<'a> {
+        RequestFacts {
+            verb,
+            group: "apps",
+            resource,
+            subresource: "",
+            namespace: "ns",
+            name: "web",
+            pod,
+            user: "u",
+        }
+    }
+
+    #[test]
+    fn the_first_matching_rule_decides_and_allow_removes_it() {
+        let f = Faults::new();
+        let m = RequestMatch {
+            verbs: vec!["create".into()],
+            resource: Some("deployments".into()),
+            ..Default::default()
+        };
+        let reject = f.reject(m.clone(), 500, "InternalError", "boom").unwrap();
+        f.delay(m, Duration::from_millis(5));
+        assert!(matches!(
+            f.verdict(&facts("create", "deployments", None)),
+            Verdict::Reject { code: 500, .. }
+        ));
+        assert_eq!(f.verdict(&facts("get", "deployments", None)), Verdict::Pass);
+        f.allow(reject).unwrap();
+        assert_eq!(
+            f.verdict(&facts("create", "deployments", None)),
+            Verdict::Delay(Duration::from_millis(5))
+        );
+        assert!(matches!(f.allow(reject), Err(FaultError::NoRule(_))));
+        let verbs: Vec<String> = f.log().into_iter().map(|e| e.verb).collect();
+        assert_eq!(verbs, vec!["reject", "delay", "allow"]);
+    }
+
+    #[test]
+    fn a_rule_can_target_the_requests_of_one_pod() {
+        let f = Faults::new();
+        f.reject(
+            RequestMatch {
+                pod: Some("ops/op-1".into()),
+                ..Default::default()
+            },
+            503,
+            "ServiceUnavailable",
+            "partitioned",
+        )
+        .unwrap();
+        let op1 = PodRef {
+            namespace: "ops".into(),
+            name: "op-1".into(),
+            uid: "u".into(),
+        };
+        let op2 = PodRef {
+            name: "op-2".into(),
+            ..op1.clone()
+        };
+        assert!(matches!(
+            f.verdict(&facts("update", "leases", Some(&op1))),
+            Verdict::Reject { .. }
+        ));
+        assert_eq!(
+            f.verdict(&facts("update", "leases", Some(&op2))),
+            Verdict::Pass
+        );
+        assert_eq!(f.verdict(&facts("update", "leases", None)), Verdict::Pass);
+    }
+
+    #[test]
+    fn a_success_code_is_not_a_rejection() {
+        assert!(matches!(
+            Faults::new().reject(RequestMatch::default(), 200, "OK", ""),
+            Err(FaultError::NotAnErrorCode(200))
+        ));
+    }
+}
