@@ -26,6 +26,21 @@ pub enum CliError {
     /// The audit log file could not be opened.
     #[error("cannot open the audit log")]
     Audit(#[source] crate::sim::apiserver::audit::AuditError),
+    /// A fault request was malformed.
+    #[error("{0}")]
+    Usage(String),
+    /// The kubeconfig could not be read or used.
+    #[error("cannot use kubeconfig {path}")]
+    Client {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The simulated cluster refused or failed the fault.
+    #[error("the fault was not applied")]
+    Fault(#[source] kube::Error),
     /// Waiting for a signal failed.
     #[error("cannot wait for ctrl-c")]
     Signal(#[source] std::io::Error),
@@ -45,6 +60,113 @@ pub struct Cli {
 pub enum Command {
     /// Run the simulated control plane in the foreground until interrupted.
     Sim(SimArgs),
+    /// Inject or undo a fault in a running `opconform sim`.
+    Fault(FaultArgs),
+}
+
+/// Arguments of `opconform fault`.
+#[derive(Debug, clap::Args)]
+pub struct FaultArgs {
+    /// The kubeconfig `opconform sim` wrote (default: $KUBECONFIG).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+    /// The fault.
+    #[command(subcommand)]
+    pub fault: FaultCommand,
+}
+
+/// Which requests an API rule matches (every flag given must match).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct MatchArgs {
+    /// Verbs (get, list, watch, create, update, patch, delete, deletecollection); repeatable.
+    #[arg(long = "verb")]
+    pub verbs: Vec<String>,
+    /// API group ("" for core).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Plural resource, e.g. deployments.
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// Subresource, e.g. status.
+    #[arg(long)]
+    pub subresource: Option<String>,
+    /// Namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Object name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Requests from this pod only (NAMESPACE/NAME).
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Requests of this user only.
+    #[arg(long)]
+    pub user: Option<String>,
+}
+
+/// A fault and its undo.
+#[derive(Debug, Subcommand)]
+pub enum FaultCommand {
+    /// Show the API rules in force and the fault log.
+    List,
+    /// Answer matching API requests with an error status instead of serving them.
+    Reject {
+        /// Which requests.
+        #[command(flatten)]
+        matches: MatchArgs,
+        /// HTTP status code (400-599).
+        #[arg(long, default_value_t = 500)]
+        code: u16,
+        /// Status reason.
+        #[arg(long, default_value = "InternalError")]
+        reason: String,
+        /// Status message.
+        #[arg(long, default_value = "rejected by an opconform fault rule")]
+        message: String,
+    },
+    /// Add latency to matching API requests.
+    Slow {
+        /// Which requests.
+        #[command(flatten)]
+        matches: MatchArgs,
+        /// Added latency in milliseconds.
+        #[arg(long)]
+        millis: u64,
+    },
+    /// Remove an API rule (undoes reject and slow).
+    Allow {
+        /// The rule id printed by reject or slow.
+        id: u64,
+    },
+    /// A fault on one pod.
+    Pod {
+        /// NAMESPACE/NAME.
+        pod: String,
+        /// crash | hold | release | partition | repair | delay | skew.
+        verb: String,
+        /// partition: drop (errors) | hang (timeouts) | hang-responses (one way).
+        #[arg(long, default_value = "drop")]
+        cut: String,
+        /// delay: milliseconds.
+        #[arg(long, default_value_t = 0)]
+        millis: u64,
+        /// skew: clock offset in seconds.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        seconds: i64,
+        /// crash: one container only.
+        #[arg(long)]
+        container: Option<String>,
+    },
+    /// A fault on one node (its kubelet and every pod on it).
+    Node {
+        /// Node name.
+        node: String,
+        /// hold | release | partition | repair.
+        verb: String,
+        /// partition: drop | hang | hang-responses.
+        #[arg(long, default_value = "drop")]
+        cut: String,
+    },
 }
 
 /// Arguments of `opconform sim`.
@@ -71,7 +193,150 @@ pub struct SimArgs {
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Sim(args) => sim(args).await,
+        Command::Fault(args) => fault(args).await,
     }
+}
+
+fn cut(value: &str) -> Result<crate::sim::faults::Cut, CliError> {
+    use crate::sim::faults::Cut;
+    match value {
+        "drop" => Ok(Cut::Drop),
+        "hang" => Ok(Cut::Hang),
+        "hang-responses" => Ok(Cut::HangResponses),
+        other => Err(CliError::Usage(format!(
+            "unknown --cut {other:?}: expected drop, hang or hang-responses"
+        ))),
+    }
+}
+
+fn request_match(m: MatchArgs) -> crate::sim::faults::RequestMatch {
+    crate::sim::faults::RequestMatch {
+        verbs: m.verbs,
+        group: m.group,
+        resource: m.resource,
+        subresource: m.subresource,
+        namespace: m.namespace,
+        name: m.name,
+        pod: m.pod,
+        user: m.user,
+    }
+}
+
+/// The request `opconform fault` sends: method, path below the control prefix, body.
+///
+/// # Errors
+/// [`CliError::Usage`] for unknown verbs or malformed pod names.
+pub fn fault_request(
+    command: FaultCommand,
+) -> Result<(http::Method, String, serde_json::Value), CliError> {
+    use crate::sim::apiserver::control::PREFIX;
+    use crate::sim::faults::{NodeFault, PodFault, RuleAction};
+    use serde_json::json;
+    Ok(match command {
+        FaultCommand::List => (http::Method::GET, PREFIX.to_string(), json!(null)),
+        FaultCommand::Reject {
+            matches,
+            code,
+            reason,
+            message,
+        } => (
+            http::Method::POST,
+            format!("{PREFIX}/rules"),
+            json!({"match": request_match(matches), "action": RuleAction::Reject { code, reason, message }}),
+        ),
+        FaultCommand::Slow { matches, millis } => (
+            http::Method::POST,
+            format!("{PREFIX}/rules"),
+            json!({"match": request_match(matches), "action": RuleAction::Delay { millis }}),
+        ),
+        FaultCommand::Allow { id } => (
+            http::Method::DELETE,
+            format!("{PREFIX}/rules/{id}"),
+            json!(null),
+        ),
+        FaultCommand::Pod {
+            pod,
+            verb,
+            cut: how,
+            millis,
+            seconds,
+            container,
+        } => {
+            let (namespace, name) = pod
+                .split_once('/')
+                .ok_or_else(|| CliError::Usage(format!("pod {pod:?} must be NAMESPACE/NAME")))?;
+            let fault = match verb.as_str() {
+                "crash" => PodFault::Crash { container },
+                "hold" => PodFault::Hold,
+                "release" => PodFault::Release,
+                "partition" => PodFault::Partition { cut: cut(&how)? },
+                "repair" => PodFault::Repair,
+                "delay" => PodFault::Delay { millis },
+                "skew" => PodFault::Skew { seconds },
+                other => {
+                    return Err(CliError::Usage(format!(
+                        "unknown pod fault {other:?}: expected crash, hold, release, partition, repair, delay or skew"
+                    )));
+                }
+            };
+            (
+                http::Method::POST,
+                format!("{PREFIX}/pods/{namespace}/{name}"),
+                json!(fault),
+            )
+        }
+        FaultCommand::Node {
+            node,
+            verb,
+            cut: how,
+        } => {
+            let fault = match verb.as_str() {
+                "hold" => NodeFault::Hold,
+                "release" => NodeFault::Release,
+                "partition" => NodeFault::Partition { cut: cut(&how)? },
+                "repair" => NodeFault::Repair,
+                other => {
+                    return Err(CliError::Usage(format!(
+                        "unknown node fault {other:?}: expected hold, release, partition or repair"
+                    )));
+                }
+            };
+            (
+                http::Method::POST,
+                format!("{PREFIX}/nodes/{node}"),
+                json!(fault),
+            )
+        }
+    })
+}
+
+async fn fault(args: FaultArgs) -> Result<(), CliError> {
+    let client_error = |source: Box<dyn std::error::Error + Send + Sync>| CliError::Client {
+        path: args.kubeconfig.clone(),
+        source,
+    };
+    let yaml = std::fs::read_to_string(&args.kubeconfig).map_err(|e| client_error(Box::new(e)))?;
+    let client = crate::sim::apiserver::client_for(&yaml)
+        .await
+        .map_err(|e| client_error(Box::new(e)))?;
+    let (method, path, body) = fault_request(args.fault)?;
+    let body = if body.is_null() {
+        Vec::new()
+    } else {
+        serde_json::to_vec(&body).unwrap_or_default()
+    };
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(body)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let answer = client
+        .request_text(request)
+        .await
+        .map_err(CliError::Fault)?;
+    println!("{answer}");
+    Ok(())
 }
 
 async fn sim(args: SimArgs) -> Result<(), CliError> {

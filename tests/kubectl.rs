@@ -415,3 +415,55 @@ fn kubectl_auth_can_i_answers_for_a_service_account_as_rbac_says() {
         "{stderr}"
     );
 }
+
+#[test]
+fn opconform_fault_rejects_requests_until_allowed_as_kubectl_sees_it() {
+    let sim = Sim::start();
+    let fault = |args: &[&str]| {
+        Command::new(assert_cmd::cargo::cargo_bin!("opconform"))
+            .arg("fault")
+            .arg("--kubeconfig")
+            .arg(sim.kubeconfig())
+            .args(args)
+            .output()
+            .expect("opconform fault runs")
+    };
+    let out = fault(&[
+        "reject",
+        "--verb",
+        "create",
+        "--resource",
+        "configmaps",
+        "--code",
+        "503",
+        "--reason",
+        "ServiceUnavailable",
+        "--message",
+        "injected outage",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = id["id"].as_u64().expect("a rule id");
+    let refused = sim.run(&["create", "configmap", "c", "--from-literal=a=b"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("injected outage"));
+    let out = fault(&["allow", &id.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sim.ok(&["create", "configmap", "c", "--from-literal=a=b"]);
+    let listing = String::from_utf8_lossy(&fault(&["list"]).stdout).into_owned();
+    assert!(
+        listing.contains("\"reject\"") && listing.contains("\"allow\""),
+        "{listing}"
+    );
+    // A bad verb is a clear usage error, not a panic.
+    let out = fault(&["pod", "default/x", "explode"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown pod fault \"explode\""));
+}

@@ -412,3 +412,160 @@ mod tests {
         ));
     }
 }
+
+/// How a partition cuts traffic (see [`crate::sim::proxy::Mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Cut {
+    /// Connections are refused and closed: clients see errors at once.
+    #[default]
+    Drop,
+    /// Connections hang: clients see timeouts.
+    Hang,
+    /// Requests arrive, responses never return (one-way).
+    HangResponses,
+}
+
+/// A fault on one pod, carried out by the kubelet running it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "verb")]
+pub enum PodFault {
+    /// SIGKILL the container's processes; the kubelet restarts it per restartPolicy.
+    Crash {
+        /// One container, or all.
+        #[serde(default)]
+        container: Option<String>,
+    },
+    /// SIGSTOP the pod's processes.
+    Hold,
+    /// SIGCONT them (undoes `hold`).
+    Release,
+    /// Cut the pod from the API server.
+    Partition {
+        /// How.
+        #[serde(default)]
+        cut: Cut,
+    },
+    /// Restore the pod's API traffic (undoes `partition` and `delay`).
+    Repair,
+    /// Add latency to the pod's API traffic.
+    Delay {
+        /// Milliseconds.
+        millis: u64,
+    },
+    /// Offset the pod's clocks (wall and monotonic) by this many seconds (0 undoes it).
+    Skew {
+        /// Seconds, may be negative.
+        seconds: i64,
+    },
+}
+
+impl PodFault {
+    /// The fault verb as the log writes it.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Self::Crash { .. } => "crash",
+            Self::Hold => "hold",
+            Self::Release => "release",
+            Self::Partition { .. } => "partition",
+            Self::Repair => "repair",
+            Self::Delay { .. } => "delay",
+            Self::Skew { .. } => "skew",
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Self::Crash { container: Some(c) } => format!("container {c}"),
+            Self::Partition { cut } => format!("{cut:?}").to_lowercase(),
+            Self::Delay { millis } => format!("{millis}ms"),
+            Self::Skew { seconds } => format!("{seconds:+}s"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// A fault on a whole node (its kubelet and every pod on it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "verb")]
+pub enum NodeFault {
+    /// Freeze the node: kubelet loops and all pod processes stop.
+    Hold,
+    /// Undo `hold`.
+    Release,
+    /// Cut the node (kubelet and pods) from the API server.
+    Partition {
+        /// How.
+        #[serde(default)]
+        cut: Cut,
+    },
+    /// Undo `partition`.
+    Repair,
+}
+
+impl NodeFault {
+    /// The fault verb as the log writes it.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Self::Hold => "hold",
+            Self::Release => "release",
+            Self::Partition { .. } => "partition",
+            Self::Repair => "repair",
+        }
+    }
+}
+
+/// Who carries out process and network faults (the simulated cluster's kubelets).
+pub trait FaultTarget: Send + Sync {
+    /// Applies a fault to a pod.
+    ///
+    /// # Errors
+    /// When the pod is not running on any node, or the fault cannot be done.
+    fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError>;
+    /// Applies a fault to a node.
+    ///
+    /// # Errors
+    /// When the node does not exist.
+    fn node(&self, node: &str, fault: &NodeFault) -> Result<(), FaultError>;
+}
+
+impl Faults {
+    /// Applies a pod fault through `target` and logs it.
+    ///
+    /// # Errors
+    /// What the target reports.
+    pub fn apply_pod(
+        &self,
+        target: &dyn FaultTarget,
+        namespace: &str,
+        pod: &str,
+        fault: &PodFault,
+    ) -> Result<(), FaultError> {
+        target.pod(namespace, pod, fault)?;
+        self.record(
+            fault.verb(),
+            &format!("pod {namespace}/{pod}"),
+            &fault.detail(),
+        );
+        Ok(())
+    }
+
+    /// Applies a node fault through `target` and logs it.
+    ///
+    /// # Errors
+    /// What the target reports.
+    pub fn apply_node(
+        &self,
+        target: &dyn FaultTarget,
+        node: &str,
+        fault: &NodeFault,
+    ) -> Result<(), FaultError> {
+        target.node(node, fault)?;
+        let detail = match fault {
+            NodeFault::Partition { cut } => format!("{cut:?}").to_lowercase(),
+            _ => String::new(),
+        };
+        self.record(fault.verb(), &format!("node {node}"), &detail);
+        Ok(())
+    }
+}

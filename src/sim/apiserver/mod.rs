@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod audit;
 pub mod auth;
+pub mod control;
 pub mod discovery;
 pub mod handlers;
 pub mod names;
@@ -530,9 +531,6 @@ async fn handle(
         if !accepts_json(&parts.headers) {
             return error_response(&ApiError::NotAcceptable, &parts.headers).into();
         }
-        if !info.resource_request {
-            return non_resource(&state, &parts.method, &info, server_addr, &parts.headers).into();
-        }
         let declared = parts
             .headers
             .get(CONTENT_LENGTH)
@@ -548,6 +546,16 @@ async fn handle(
                     .into();
             }
         };
+        if info.path.starts_with(control::PREFIX) {
+            return match control::serve(&state, &parts.method, &info.path, &body) {
+                Ok((code, value)) => json_response(code, &value, &parts.headers),
+                Err(e) => error_response(&e, &parts.headers),
+            }
+            .into();
+        }
+        if !info.resource_request {
+            return non_resource(&state, &parts.method, &info, server_addr, &parts.headers).into();
+        }
         let content_type = parts
             .headers
             .get(CONTENT_TYPE)

@@ -51,6 +51,8 @@ pub type LogSource = Arc<dyn Fn(&str, &str, Option<&str>) -> Option<String> + Se
 pub struct State {
     /// Fault rules evaluated on every request, and the cluster's fault log.
     pub faults: Arc<crate::sim::faults::Faults>,
+    /// Who carries out pod and node faults (the simulated cluster, once it has kubelets).
+    fault_target: RwLock<Option<Arc<dyn crate::sim::faults::FaultTarget>>>,
     /// Where `pods/log` reads from (the kubelets register themselves here).
     pub log_sources: RwLock<Vec<LogSource>>,
     /// Settings.
@@ -76,6 +78,7 @@ impl State {
         let admin_token = auth::random_token();
         let state = Self {
             faults: Arc::new(crate::sim::faults::Faults::new()),
+            fault_target: RwLock::new(None),
             log_sources: RwLock::new(Vec::new()),
             store: Store::new(config.watch_history),
             config,
@@ -92,6 +95,19 @@ impl State {
     /// The served types.
     pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
         self.registry.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets who carries out pod and node faults.
+    pub fn set_fault_target(&self, target: Arc<dyn crate::sim::faults::FaultTarget>) {
+        *self.fault_target.write().unwrap_or_else(|p| p.into_inner()) = Some(target);
+    }
+
+    /// Who carries out pod and node faults, if anyone.
+    pub fn fault_target(&self) -> Option<Arc<dyn crate::sim::faults::FaultTarget>> {
+        self.fault_target
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Registers a source of container logs (a kubelet).
