@@ -760,11 +760,8 @@ impl<'a> Call<'a> {
             let patched = match kind {
                 "application/json-patch+json" => {
                     let mut target = live.clone();
-                    patch::json_patch(&mut target, &patch_doc).map_err(|e| ApiError::Custom {
-                        code: 422,
-                        reason: "Invalid".into(),
-                        message: e.to_string(),
-                    })?;
+                    patch::json_patch(&mut target, &patch_doc)
+                        .map_err(|e| status_error(e.status_code(), e.to_string()))?;
                     target
                 }
                 "application/merge-patch+json" => {
@@ -779,7 +776,7 @@ impl<'a> Call<'a> {
                 }
                 "application/strategic-merge-patch+json" => {
                     patch::strategic_merge_patch(&live, &patch_doc, &rt.kind)
-                        .map_err(|e| ApiError::BadRequest(e.to_string()))?
+                        .map_err(|e| status_error(e.status_code(), e.to_string()))?
                 }
                 _ => apply::apply(
                     Some(&live),
@@ -1120,7 +1117,20 @@ fn apply_error(e: apply::Error) -> ApiError {
             message: e.to_string(),
             causes: conflicts,
         },
-        None => ApiError::BadRequest(e.to_string()),
+        None => status_error(e.status_code(), e.to_string()),
+    }
+}
+
+/// An error with the code a patch or apply module chose, and the matching reason.
+fn status_error(code: u16, message: String) -> ApiError {
+    match code {
+        400 => ApiError::BadRequest(message),
+        500 => ApiError::Internal(message),
+        _ => ApiError::Custom {
+            code,
+            reason: if code == 422 { "Invalid" } else { "BadRequest" }.into(),
+            message,
+        },
     }
 }
 
