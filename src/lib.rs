@@ -7,9 +7,12 @@
 //!
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
+//! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
 //! - [`cli`]: the `opconform` command line.
 
+pub mod check;
 pub mod cli;
+pub mod record;
 pub mod sim;
 pub mod steps;

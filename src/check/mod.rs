@@ -1,0 +1,522 @@
+//! Checkers over a [`History`]: single leader, single writer (fencing), failover time,
+//! lease transitions that never decrease, reconcile counts. Each returns a [`Verdict`]
+//! that, on failure, carries the slice of history that breaks the rule.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::record::{Entry, History, Observation, describe};
+
+/// The outcome of one checker.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Which checker.
+    pub checker: &'static str,
+    /// Whether the rule held.
+    pub passed: bool,
+    /// One line saying what was found.
+    pub summary: String,
+    /// The entries that show it (the offending slice on failure).
+    pub evidence: Vec<Entry>,
+}
+
+impl Verdict {
+    fn pass(checker: &'static str, summary: String) -> Self {
+        Self {
+            checker,
+            passed: true,
+            summary,
+            evidence: Vec::new(),
+        }
+    }
+
+    /// The verdict with its evidence, for a failure message.
+    pub fn explain(&self, origin: DateTime<Utc>) -> String {
+        if self.evidence.is_empty() {
+            format!("{}: {}", self.checker, self.summary)
+        } else {
+            format!(
+                "{}: {}\n{}",
+                self.checker,
+                self.summary,
+                describe(&self.evidence, origin)
+            )
+        }
+    }
+}
+
+/// A time interval during which a replica claimed leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Interval {
+    /// The replica.
+    pub replica: String,
+    /// First sample saying "leader".
+    pub from: DateTime<Utc>,
+    /// Last sample saying "leader" of the same run.
+    pub to: DateTime<Utc>,
+}
+
+/// Leadership intervals from the gauge: each run of consecutive "leader" samples of a
+/// replica, from its first to its last such sample (a missing sample does not end a run).
+pub fn gauge_intervals(history: &History) -> Vec<Interval> {
+    let mut open: BTreeMap<String, Interval> = BTreeMap::new();
+    let mut done = Vec::new();
+    for e in history.entries() {
+        let Observation::Gauge { replica, leader } = &e.observation else {
+            continue;
+        };
+        match (leader, open.get_mut(replica)) {
+            (true, Some(run)) => run.to = e.time,
+            (true, None) => {
+                open.insert(
+                    replica.clone(),
+                    Interval {
+                        replica: replica.clone(),
+                        from: e.time,
+                        to: e.time,
+                    },
+                );
+            }
+            (false, Some(_)) => {
+                if let Some(run) = open.remove(replica) {
+                    done.push(run);
+                }
+            }
+            (false, None) => {}
+        }
+    }
+    done.extend(open.into_values());
+    done.sort_by_key(|i| i.from);
+    done
+}
+
+/// Never more than one leader: the gauge intervals of different replicas never overlap.
+pub fn single_leader(history: &History) -> Verdict {
+    const NAME: &str = "single leader";
+    let intervals = gauge_intervals(history);
+    for (i, a) in intervals.iter().enumerate() {
+        for b in &intervals[i + 1..] {
+            if a.replica != b.replica && b.from <= a.to && a.from <= b.to {
+                let from = a.from.max(b.from);
+                let to = a.to.min(b.to);
+                let evidence = history
+                    .slice(
+                        from - chrono::Duration::seconds(2),
+                        to + chrono::Duration::seconds(2),
+                    )
+                    .into_iter()
+                    .filter(|e| {
+                        matches!(
+                            e.observation,
+                            Observation::Gauge { .. }
+                                | Observation::Lock { .. }
+                                | Observation::Fault { .. }
+                        )
+                    })
+                    .collect();
+                return Verdict {
+                    checker: NAME,
+                    passed: false,
+                    summary: format!(
+                        "{} and {} both claimed leadership between {} and {}",
+                        a.replica,
+                        b.replica,
+                        from.format("%H:%M:%S%.3f"),
+                        to.format("%H:%M:%S%.3f")
+                    ),
+                    evidence,
+                };
+            }
+        }
+    }
+    Verdict::pass(
+        NAME,
+        format!(
+            "{} leadership interval(s), never overlapping",
+            intervals.len()
+        ),
+    )
+}
+
+/// When each replica was seen taking the lock (the holder changed to it).
+fn acquisitions(history: &History) -> Vec<(DateTime<Utc>, String)> {
+    let mut holder: HashMap<String, Option<String>> = HashMap::new();
+    let mut out = Vec::new();
+    for e in history.entries() {
+        if let Observation::Lock {
+            lock, holder: h, ..
+        } = &e.observation
+        {
+            let previous = holder.insert(lock.clone(), h.clone()).flatten();
+            if let Some(h) = h
+                && previous.as_ref() != Some(h)
+            {
+                out.push((e.time, h.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The fencing property: once another replica has written as leader, a replica that wrote
+/// before writes no more — unless it took the lock again after that.
+pub fn single_writer(history: &History) -> Verdict {
+    const NAME: &str = "single writer";
+    let acquired = acquisitions(history);
+    let reacquired = |replica: &str, after: DateTime<Utc>, before: DateTime<Utc>| {
+        acquired
+            .iter()
+            .any(|(t, r)| r == replica && *t > after && *t <= before)
+    };
+    let mut current: Option<(String, DateTime<Utc>)> = None;
+    let mut superseded: HashMap<String, (DateTime<Utc>, String)> = HashMap::new();
+    let mut writes = 0;
+    let mut writers = Vec::<String>::new();
+    for e in history.entries() {
+        let Observation::Write {
+            replica,
+            election: false,
+            code,
+            ..
+        } = &e.observation
+        else {
+            continue;
+        };
+        if *code >= 400 {
+            continue;
+        }
+        writes += 1;
+        match &current {
+            Some((r, _)) if r == replica => continue,
+            Some((r, _)) => {
+                if let Some((at, by)) = superseded.get(replica)
+                    && !reacquired(replica, *at, e.time)
+                {
+                    let evidence = history
+                        .slice(*at - chrono::Duration::seconds(1), e.time)
+                        .into_iter()
+                        .filter(|x| {
+                            !matches!(
+                                x.observation,
+                                Observation::Gauge { .. } | Observation::Reconciles { .. }
+                            )
+                        })
+                        .collect();
+                    return Verdict {
+                        checker: NAME,
+                        passed: false,
+                        summary: format!(
+                            "{replica} wrote at {} after {by} had taken over writing at {}",
+                            e.time.format("%H:%M:%S%.3f"),
+                            at.format("%H:%M:%S%.3f")
+                        ),
+                        evidence,
+                    };
+                }
+                superseded.insert(r.clone(), (e.time, replica.clone()));
+            }
+            None => {}
+        }
+        current = Some((replica.clone(), e.time));
+        if !writers.contains(replica) {
+            writers.push(replica.clone());
+        }
+    }
+    Verdict::pass(
+        NAME,
+        format!(
+            "{writes} write(s) by {} writer(s) ({}), none after being superseded",
+            writers.len(),
+            writers.join(" → ")
+        ),
+    )
+}
+
+/// Lease transitions never decrease.
+pub fn transitions_never_decrease(history: &History) -> Verdict {
+    const NAME: &str = "lease transitions never decrease";
+    let mut last: HashMap<String, (i64, Entry)> = HashMap::new();
+    for e in history.entries() {
+        if let Observation::Lock {
+            lock,
+            transitions: Some(t),
+            ..
+        } = &e.observation
+        {
+            if let Some((before, earlier)) = last.get(lock)
+                && t < before
+            {
+                return Verdict {
+                    checker: NAME,
+                    passed: false,
+                    summary: format!("{lock}: leaseTransitions went from {before} to {t}"),
+                    evidence: vec![earlier.clone(), e.clone()],
+                };
+            }
+            last.insert(lock.clone(), (*t, e.clone()));
+        }
+    }
+    Verdict::pass(NAME, "transitions never went down".into())
+}
+
+/// How long leadership took to move after a fault.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failover {
+    /// The fault.
+    pub fault: Entry,
+    /// Who held the lock when the fault hit.
+    pub old_leader: Option<String>,
+    /// Who took it next.
+    pub new_leader: Option<String>,
+    /// Fault → the new leader seen holding the lock.
+    pub to_lock: Option<Duration>,
+    /// Fault → the new leader's first write (not election traffic).
+    pub to_first_write: Option<Duration>,
+}
+
+/// Measures the failover after the first fault whose verb is `verb` (e.g. `crash`,
+/// `delete`, `partition`); `None` when there is no such fault.
+pub fn failover(history: &History, verb: &str) -> Option<Failover> {
+    let fault = history
+        .entries()
+        .iter()
+        .find(|e| matches!(&e.observation, Observation::Fault { verb: v, .. } if v == verb))?
+        .clone();
+    let mut old_leader = None;
+    for e in history.entries() {
+        if e.time > fault.time {
+            break;
+        }
+        if let Observation::Lock { holder, .. } = &e.observation {
+            old_leader = holder.clone();
+        }
+    }
+    let since = |t: DateTime<Utc>| (t - fault.time).to_std().ok();
+    let taken = history.entries().iter().find_map(|e| match &e.observation {
+        Observation::Lock {
+            holder: Some(h), ..
+        } if e.time >= fault.time && Some(h) != old_leader.as_ref() => Some((e.time, h.clone())),
+        _ => None,
+    });
+    let new_leader = taken.as_ref().map(|(_, h)| h.clone());
+    let to_first_write = new_leader.as_ref().and_then(|leader| {
+        history.entries().iter().find_map(|e| match &e.observation {
+            Observation::Write {
+                replica,
+                election: false,
+                code,
+                ..
+            } if e.time >= fault.time && replica == leader && *code < 400 => since(e.time),
+            _ => None,
+        })
+    });
+    Some(Failover {
+        to_lock: taken.and_then(|(t, _)| since(t)),
+        fault,
+        old_leader,
+        new_leader,
+        to_first_write,
+    })
+}
+
+/// Reconcile results by kind, summed over replicas (the last scraped value of each counter).
+pub fn reconcile_counts(history: &History) -> BTreeMap<String, u64> {
+    let mut last: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for e in history.entries() {
+        if let Observation::Reconciles {
+            replica,
+            result,
+            count,
+        } = &e.observation
+        {
+            last.insert((replica.clone(), result.clone()), *count);
+        }
+    }
+    let mut totals = BTreeMap::new();
+    for ((_, result), count) in last {
+        *totals.entry(result).or_insert(0) += count;
+    }
+    totals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn gauge(h: &mut History, ms: i64, replica: &str, leader: bool) {
+        h.push(
+            at(ms),
+            Observation::Gauge {
+                replica: replica.into(),
+                leader,
+            },
+        );
+    }
+
+    fn lock(h: &mut History, ms: i64, holder: Option<&str>, transitions: i64) {
+        h.push(
+            at(ms),
+            Observation::Lock {
+                lock: "lock".into(),
+                holder: holder.map(str::to_string),
+                transitions: Some(transitions),
+                resource_version: String::new(),
+            },
+        );
+    }
+
+    fn write(h: &mut History, ms: i64, replica: &str) {
+        h.push(
+            at(ms),
+            Observation::Write {
+                replica: replica.into(),
+                verb: "patch".into(),
+                resource: "memcacheds/status".into(),
+                namespace: "ns".into(),
+                name: "m".into(),
+                code: 200,
+                election: false,
+            },
+        );
+    }
+
+    #[test]
+    fn a_clean_handover_has_one_leader_at_a_time() {
+        let mut h = History::new();
+        gauge(&mut h, 0, "a", true);
+        gauge(&mut h, 100, "b", false);
+        gauge(&mut h, 1000, "a", true);
+        gauge(&mut h, 1100, "a", false);
+        gauge(&mut h, 1200, "b", true);
+        assert!(single_leader(&h).passed);
+    }
+
+    #[test]
+    fn overlapping_claims_are_reported_with_the_slice_that_shows_them() {
+        let mut h = History::new();
+        gauge(&mut h, 0, "a", true);
+        gauge(&mut h, 500, "b", true);
+        gauge(&mut h, 1000, "a", true);
+        let v = single_leader(&h);
+        assert!(!v.passed);
+        assert!(v.summary.starts_with("a and b both claimed leadership"));
+        assert_eq!(v.evidence.len(), 3);
+    }
+
+    #[test]
+    fn a_stale_leader_writing_after_its_successor_breaks_single_writer() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        write(&mut h, 10, "a");
+        lock(&mut h, 100, Some("b"), 1);
+        write(&mut h, 120, "b");
+        write(&mut h, 130, "a");
+        let v = single_writer(&h);
+        assert!(!v.passed, "{}", v.summary);
+        assert!(v.summary.starts_with("a wrote at"));
+    }
+
+    #[test]
+    fn a_replica_that_takes_the_lock_back_may_write_again() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        write(&mut h, 10, "a");
+        lock(&mut h, 100, Some("b"), 1);
+        write(&mut h, 120, "b");
+        lock(&mut h, 200, Some("a"), 2);
+        write(&mut h, 220, "a");
+        assert!(single_writer(&h).passed);
+    }
+
+    #[test]
+    fn failed_writes_and_election_writes_do_not_count_as_writing() {
+        let mut h = History::new();
+        write(&mut h, 10, "a");
+        write(&mut h, 20, "b");
+        h.push(
+            at(30),
+            Observation::Write {
+                replica: "a".into(),
+                verb: "update".into(),
+                resource: "leases".into(),
+                namespace: "ns".into(),
+                name: "lock".into(),
+                code: 200,
+                election: true,
+            },
+        );
+        h.push(
+            at(40),
+            Observation::Write {
+                replica: "a".into(),
+                verb: "patch".into(),
+                resource: "memcacheds/status".into(),
+                namespace: "ns".into(),
+                name: "m".into(),
+                code: 409,
+                election: false,
+            },
+        );
+        assert!(single_writer(&h).passed);
+    }
+
+    #[test]
+    fn failover_is_measured_from_the_fault_to_the_new_holder_and_its_first_write() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        h.push(
+            at(1000),
+            Observation::Fault {
+                verb: "crash".into(),
+                target: "pod ns/a".into(),
+                detail: String::new(),
+            },
+        );
+        lock(&mut h, 1250, Some("b"), 1);
+        write(&mut h, 1300, "b");
+        let f = failover(&h, "crash").unwrap();
+        assert_eq!(f.old_leader.as_deref(), Some("a"));
+        assert_eq!(f.new_leader.as_deref(), Some("b"));
+        assert_eq!(f.to_lock, Some(Duration::from_millis(250)));
+        assert_eq!(f.to_first_write, Some(Duration::from_millis(300)));
+        assert!(failover(&h, "hold").is_none());
+    }
+
+    #[test]
+    fn decreasing_transitions_are_caught() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 2);
+        lock(&mut h, 10, Some("b"), 1);
+        assert!(!transitions_never_decrease(&h).passed);
+    }
+
+    #[test]
+    fn reconcile_counts_sum_the_last_value_of_each_replicas_counter() {
+        let mut h = History::new();
+        for (ms, replica, result, count) in [
+            (0, "a", "success", 1),
+            (10, "a", "success", 3),
+            (20, "b", "success", 2),
+            (30, "a", "error", 1),
+        ] {
+            h.push(
+                at(ms),
+                Observation::Reconciles {
+                    replica: replica.into(),
+                    result: result.into(),
+                    count,
+                },
+            );
+        }
+        let counts = reconcile_counts(&h);
+        assert_eq!(counts["success"], 5);
+        assert_eq!(counts["error"], 1);
+    }
+}
