@@ -8,11 +8,13 @@
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
 //! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
+//! - [`report`]: timelines (HTML + SVG) and the scenario index.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
 //! - [`cli`]: the `opconform` command line.
 
 pub mod check;
 pub mod cli;
 pub mod record;
+pub mod report;
 pub mod sim;
 pub mod steps;
