@@ -7,6 +7,7 @@
 //!
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
+//! - [`deploy`]: apply manifests through the API and wait for rollouts.
 //! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
 //! - [`report`]: timelines (HTML + SVG) and the scenario index.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
@@ -14,6 +15,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod deploy;
 pub mod record;
 pub mod report;
 pub mod sim;
