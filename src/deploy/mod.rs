@@ -39,7 +39,7 @@ pub enum DeployError {
     },
     /// Discovery failed.
     #[error("cannot discover the cluster's api resources")]
-    Discovery(#[source] kube::Error),
+    Discovery(#[source] Box<kube::Error>),
     /// The cluster does not serve the document's kind.
     #[error("the cluster does not serve {api_version} {kind} (from {path})")]
     UnknownKind {
@@ -61,7 +61,7 @@ pub enum DeployError {
         path: PathBuf,
         /// The cause.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// A rollout did not finish within its bound.
     #[error("deployment {namespace}/{name} did not roll out within {within:?}; last seen: {last}")]
@@ -189,7 +189,7 @@ pub async fn apply_all(
     let mut discovery = Discovery::new(client.clone())
         .run()
         .await
-        .map_err(DeployError::Discovery)?;
+        .map_err(|e| DeployError::Discovery(Box::new(e)))?;
     let mut applied = Vec::new();
     for manifest in manifests {
         let resolved = match resolve(&discovery, manifest) {
@@ -199,7 +199,7 @@ pub async fn apply_all(
                 discovery = Discovery::new(client.clone())
                     .run()
                     .await
-                    .map_err(DeployError::Discovery)?;
+                    .map_err(|e| DeployError::Discovery(Box::new(e)))?;
                 resolve(&discovery, manifest)?
             }
         };
@@ -228,7 +228,7 @@ pub async fn apply_all(
                 kind: resource.kind.clone(),
                 name: name.clone(),
                 path: manifest.path.clone(),
-                source,
+                source: Box::new(source),
             })?;
         if resource.kind == "CustomResourceDefinition" {
             let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
@@ -290,18 +290,17 @@ pub async fn wait_for_rollout(
 ) -> Result<Deployment, DeployError> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let deadline = tokio::time::Instant::now() + within;
-    let mut last = "not found".to_string();
     let mut ticker = tokio::time::interval(Duration::from_millis(50));
     loop {
         ticker.tick().await;
-        match api.get_opt(name).await {
+        let last = match api.get_opt(name).await {
             Ok(Some(d)) => match rollout_complete(&d) {
                 Ok(()) => return Ok(d),
-                Err(why) => last = why,
+                Err(why) => why,
             },
-            Ok(None) => last = "not found".into(),
-            Err(e) => last = format!("error reading it: {e}"),
-        }
+            Ok(None) => "not found".to_string(),
+            Err(e) => format!("error reading it: {e}"),
+        };
         if tokio::time::Instant::now() >= deadline {
             return Err(DeployError::RolloutTimeout {
                 namespace: namespace.to_string(),
