@@ -32,7 +32,7 @@ fn escape(s: &str) -> String {
 }
 
 const LANE: f64 = 34.0;
-const LEFT: f64 = 190.0;
+const LEFT: f64 = 280.0;
 const WIDTH: f64 = 1100.0;
 const TOP: f64 = 40.0;
 
@@ -105,6 +105,22 @@ fn fault_spans(history: &History) -> Vec<Span> {
     spans
 }
 
+fn short(name: &str, max: usize) -> String {
+    if name.chars().count() <= max {
+        name.to_string()
+    } else {
+        let tail: String = name
+            .chars()
+            .rev()
+            .take(max - 1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("…{tail}")
+    }
+}
+
 /// Renders the timeline of one scenario.
 pub fn timeline_html(
     scenario: &str,
@@ -148,8 +164,9 @@ pub fn timeline_html(
         let y = TOP + i as f64 * LANE;
         let _ = write!(
             svg,
-            r##"<text x="8" y="{:.1}" fill="#111827">{}</text><line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#d1d5db"/>"##,
+            r##"<text x="8" y="{:.1}" fill="#111827">{}<title>{}</title></text><line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#d1d5db"/>"##,
             y + LANE / 2.0 + 4.0,
+            escape(&short(replica, 40)),
             escape(replica),
             y + LANE / 2.0,
             WIDTH - 20.0,
@@ -214,15 +231,38 @@ pub fn timeline_html(
         let y = y0 + 6.0 + (k % 8) as f64 * (LANE * 0.5);
         let x1 = scale.x(f.from);
         let x2 = scale.x(f.to.unwrap_or(end)).max(x1 + 3.0);
+        // The label goes right of the span when it fits, else inside it from the left.
+        let label_width = f.label.len() as f64 * 6.2;
+        let (label_x, anchor) = if x2 + 4.0 + label_width < WIDTH {
+            (x2 + 4.0, "start")
+        } else {
+            (x1 + 4.0, "start")
+        };
         let _ = write!(
             svg,
-            r##"<rect x="{x1:.1}" y="{y:.1}" width="{:.1}" height="12" fill="#f59e0b" opacity="0.7"><title>{}</title></rect><text x="{:.1}" y="{:.1}" fill="#92400e" font-size="11">{}</text>"##,
+            r##"<rect x="{x1:.1}" y="{y:.1}" width="{:.1}" height="12" fill="#f59e0b" opacity="0.6"><title>{}</title></rect><text x="{label_x:.1}" y="{:.1}" fill="#78350f" font-size="11" text-anchor="{anchor}">{}</text>"##,
             x2 - x1,
             escape(&f.label),
-            x2 + 4.0,
             y + 10.0,
             escape(&f.label)
         );
+    }
+    for v in verdicts.iter().filter(|v| !v.passed) {
+        if let (Some(first), Some(last)) = (v.evidence.first(), v.evidence.last()) {
+            let x1 = scale.x(first.time);
+            let x2 = scale.x(last.time).max(x1 + 4.0);
+            let _ = write!(
+                svg,
+                r##"<rect x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#dc2626" opacity="0.12"><title>{}: {}</title></rect><text x="{x2:.1}" y="{:.1}" fill="#dc2626" text-anchor="end" font-weight="bold">✘ {}</text>"##,
+                TOP - 4.0,
+                x2 - x1,
+                replicas.len() as f64 * LANE + 4.0,
+                escape(v.checker),
+                escape(&v.summary),
+                TOP + replicas.len() as f64 * LANE - 4.0,
+                escape(v.checker)
+            );
+        }
     }
     for f in failovers {
         let x1 = scale.x(f.fault.time);
@@ -256,7 +296,7 @@ pub fn timeline_html(
         r#"<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
 body {{ font-family: system-ui, sans-serif; margin: 24px; color: #111827; }}
 h1 {{ font-size: 20px; }} table {{ border-collapse: collapse; margin: 12px 0; }}
-td {{ padding: 4px 10px; border-bottom: 1px solid #e5e7eb; }}
+td {{ padding: 4px 10px; border-bottom: 1px solid #e5e7eb; }} td:nth-child(2) {{ white-space: nowrap; }}
 tr.pass td:first-child {{ color: #059669; }} tr.fail td:first-child {{ color: #dc2626; }}
 .legend span {{ margin-right: 16px; }} pre {{ background: #f9fafb; padding: 12px; font-size: 12px; overflow-x: auto; }}
 </style></head><body><h1>{title}</h1>
