@@ -1,0 +1,551 @@
+//! Leader-for-life: a ConfigMap lock owned by the leader's Pod, held until that Pod is gone (operator-sdk's default).
+//!
+//! # How it works ([`ForLifeElector::become_leader`], after operator-lib's `leader.Become`)
+//! - The lock is a ConfigMap named by `--leader-election-id` with a single
+//!   ownerReference to this replica's Pod (`v1`, `Pod`, name, **uid**) and a label
+//!   naming the operator. The API server's garbage collector deletes it when the Pod
+//!   is deleted; that is the only way leadership passes on.
+//! - An existing lock owned by this Pod's **UID** means we already lead (the container
+//!   restarted). A lock owned by a Pod of the same *name* but another UID is not ours
+//!   (a recreated StatefulSet pod): operator-lib matches by name and would adopt a lock
+//!   that garbage collection is about to delete.
+//! - Otherwise the owner is inspected: missing → wait for garbage collection; `Failed`
+//!   with reason `Evicted` or `Preempting` and not already being deleted → delete that
+//!   Pod (uid precondition), then wait for garbage collection; anything else → wait.
+//! - Waiting: [`StandbyMode::Watch`] (default) watches the lock and tries again the
+//!   moment it is deleted or changes owner, with a slow safety poll
+//!   ([`SAFETY_POLL`]); [`StandbyMode::Poll`] reproduces operator-lib exactly (1 s
+//!   doubling to 16 s, each wait +0–20 % jitter).
+//! - Once leading ([`ForLifeElector::hold`]) the lock stays watched: if it is deleted
+//!   or its owner changes, leadership is lost and the process must exit non-zero
+//!   ("leader-for-life lock lost"). operator-lib never looks at the lock again.
+//!
+//! # Guarantees
+//! **This elector never deletes the lock of a leader that may still be running.**
+//! operator-lib, when the leader Pod's Node is NotReady, deletes the leader Pod *and
+//! the lock ConfigMap itself*; a leader process still running on a partitioned node
+//! then keeps working while a second leader starts — two leaders. Here a leader on an
+//! unreachable node keeps the lock until its Pod object is really deleted (by the node
+//! lifecycle controller's eviction or by a person), exactly as the Pod's own
+//! lifecycle would have it.
+//!
+//! # Caveats
+//! - Succeeded, Unknown or otherwise stuck leader Pods keep the lock until someone
+//!   deletes them, as with operator-lib.
+//! - A standby notices an evicted leader Pod on its next safety poll, not at once
+//!   (the lock is watched, the owner Pod is not).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::ObjectMeta;
+
+use super::{Leadership, LockBackend, LockEvent, PodBackend, StandbyMode, jitter, unless_shutdown};
+use crate::clock::Clock;
+use crate::events::{EventRecord, Recorder};
+use crate::shutdown::Shutdown;
+
+/// operator-lib's first wait.
+pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// operator-lib's `defaultMaxBackoffInterval`.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(16);
+/// The safety poll of a watching standby (keeps a standby at ≤ 2 requests a minute).
+pub const SAFETY_POLL: Duration = Duration::from_secs(60);
+
+/// What can go wrong in leader-for-life.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// In a cluster without `POD_NAME`.
+    #[error(
+        "required env POD_NAME not set: leader-for-life needs this pod's name; expose it with the Downward API \
+         (env: - name: POD_NAME, valueFrom: fieldRef: fieldPath: metadata.name)"
+    )]
+    MissingPodName,
+    /// Reading this replica's own Pod failed.
+    #[error("failed to get this operator's own pod {name}")]
+    GetOwnPod {
+        /// The pod name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// This replica's own Pod does not exist.
+    #[error("this operator's own pod {0} was not found (is POD_NAME the pod's metadata.name?)")]
+    OwnPodNotFound(String),
+    /// This replica's own Pod has no uid.
+    #[error("this operator's own pod {0} has no uid")]
+    OwnPodWithoutUid(String),
+}
+
+/// Who owns an existing lock, as far as the lock itself says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LockOwner {
+    /// Owned by this Pod (same UID): we already lead.
+    Mine,
+    /// Owned by a Pod with our name but another UID (a previous incarnation).
+    SameNameOtherUid(OwnerReference),
+    /// Owned by another Pod.
+    Other(OwnerReference),
+    /// Not exactly one Pod owner.
+    Malformed(usize),
+}
+
+/// Classifies a lock against this Pod's owner reference.
+#[must_use]
+pub fn classify_lock(lock: &ConfigMap, me: &OwnerReference) -> LockOwner {
+    let owners = lock
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    match owners {
+        [o] if o.kind == "Pod" => {
+            if o.uid == me.uid {
+                LockOwner::Mine
+            } else if o.name == me.name {
+                LockOwner::SameNameOtherUid(o.clone())
+            } else {
+                LockOwner::Other(o.clone())
+            }
+        }
+        _ => LockOwner::Malformed(owners.len()),
+    }
+}
+
+/// What the owner Pod's state means for a waiting candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerState {
+    /// No such Pod (or another Pod now has that name): garbage collection will remove the lock.
+    Missing,
+    /// Failed with reason Evicted, not being deleted: delete it.
+    Evicted,
+    /// Failed with reason Preempting, not being deleted: delete it.
+    Preempted,
+    /// Anything else, including a Pod already being deleted: wait.
+    Alive,
+}
+
+/// Classifies the lock owner's Pod (`None` when it does not exist).
+#[must_use]
+pub fn owner_state(owner: &OwnerReference, pod: Option<&Pod>) -> OwnerState {
+    let Some(pod) = pod else {
+        return OwnerState::Missing;
+    };
+    if pod.metadata.uid.as_deref() != Some(owner.uid.as_str()) {
+        return OwnerState::Missing;
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return OwnerState::Alive;
+    }
+    let status = pod.status.as_ref();
+    let failed = status.and_then(|s| s.phase.as_deref()) == Some("Failed");
+    match (failed, status.and_then(|s| s.reason.as_deref())) {
+        (true, Some("Evicted")) => OwnerState::Evicted,
+        (true, Some("Preempting")) => OwnerState::Preempted,
+        _ => OwnerState::Alive,
+    }
+}
+
+/// operator-lib's wait schedule: wait `jitter(b, 0.2)`, then `b *= 2` while `b < max`.
+#[derive(Debug, Clone)]
+pub struct PollBackoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Default for PollBackoff {
+    fn default() -> Self {
+        Self {
+            next: INITIAL_BACKOFF,
+            max: MAX_BACKOFF,
+        }
+    }
+}
+
+impl PollBackoff {
+    /// The base of the next wait (before jitter), advancing the schedule.
+    pub fn next_base(&mut self) -> Duration {
+        let b = self.next;
+        if self.next < self.max {
+            self.next *= 2;
+        }
+        b
+    }
+}
+
+/// What leader-for-life needs to know.
+#[derive(Debug, Clone)]
+pub struct ForLifeConfig {
+    /// Lock ConfigMap name.
+    pub lock_name: String,
+    /// Namespace of the lock and of this Pod.
+    pub namespace: String,
+    /// This Pod's name (`POD_NAME`).
+    pub pod_name: String,
+    /// Watch or poll while waiting.
+    pub standby: StandbyMode,
+    /// Labels put on the lock.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Why a leader-for-life stopped leading.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Lost {
+    /// The lock was deleted.
+    #[error("the lock was deleted")]
+    Deleted,
+    /// The lock now names another owner.
+    #[error("the lock changed owner")]
+    OwnerChanged,
+}
+
+/// How holding the lock ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// Shutdown was requested.
+    Cancelled,
+    /// Leadership was lost.
+    Lost(Lost),
+}
+
+/// The leader-for-life state machine.
+pub struct ForLifeElector<L, P, C> {
+    cfg: ForLifeConfig,
+    lock: L,
+    pods: P,
+    clock: C,
+    leadership: Leadership,
+    recorder: Option<Recorder>,
+    me: Option<OwnerReference>,
+}
+
+/// How a wait ended.
+enum Woke {
+    Retry,
+    SafetyPoll,
+    Shutdown,
+}
+
+impl<L, P, C> ForLifeElector<L, P, C>
+where
+    L: LockBackend<ConfigMap>,
+    P: PodBackend,
+    C: Clock,
+{
+    /// A candidate.
+    pub fn new(
+        cfg: ForLifeConfig,
+        lock: L,
+        pods: P,
+        clock: C,
+        leadership: Leadership,
+        recorder: Option<Recorder>,
+    ) -> Self {
+        Self {
+            cfg,
+            lock,
+            pods,
+            clock,
+            leadership,
+            recorder,
+            me: None,
+        }
+    }
+
+    /// This Pod's owner reference: GET own Pod, take its UID.
+    ///
+    /// # Errors
+    /// [`Error::GetOwnPod`], [`Error::OwnPodNotFound`], [`Error::OwnPodWithoutUid`].
+    pub async fn my_owner_ref(&mut self) -> Result<OwnerReference, Error> {
+        if let Some(me) = &self.me {
+            return Ok(me.clone());
+        }
+        let name = self.cfg.pod_name.clone();
+        let pod = self
+            .pods
+            .get(&name)
+            .await
+            .map_err(|source| Error::GetOwnPod {
+                name: name.clone(),
+                source,
+            })?
+            .ok_or_else(|| Error::OwnPodNotFound(name.clone()))?;
+        let uid = pod
+            .metadata
+            .uid
+            .clone()
+            .ok_or_else(|| Error::OwnPodWithoutUid(name.clone()))?;
+        let me = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name,
+            uid,
+            ..OwnerReference::default()
+        };
+        self.me = Some(me.clone());
+        Ok(me)
+    }
+
+    fn desired_lock(&self, me: &OwnerReference) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.cfg.lock_name.clone()),
+                namespace: Some(self.cfg.namespace.clone()),
+                owner_references: Some(vec![me.clone()]),
+                labels: (!self.cfg.labels.is_empty()).then(|| self.cfg.labels.clone()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    /// Blocks until this Pod owns the lock (`Ok(true)`) or shutdown is requested (`Ok(false)`).
+    ///
+    /// API errors are logged and retried after operator-lib's backoff (1 s doubling to 16 s), in both standby modes.
+    ///
+    /// # Errors
+    /// Only when this Pod cannot identify itself (see [`ForLifeElector::my_owner_ref`]).
+    pub async fn become_leader(&mut self, shutdown: &mut Shutdown) -> Result<bool, Error> {
+        let me = self.my_owner_ref().await?;
+        let mut backoff = PollBackoff::default();
+        let mut events: Option<BoxStream<'static, LockEvent<ConfigMap>>> =
+            (self.cfg.standby == StandbyMode::Watch).then(|| self.lock.watch());
+        loop {
+            if shutdown.is_triggered() {
+                return Ok(false);
+            }
+            let seen = match self.lock.get().await {
+                Ok(None) => match self.lock.create(&self.desired_lock(&me)).await {
+                    Ok(created) => {
+                        self.became_leader(&created, "became the leader").await;
+                        return Ok(true);
+                    }
+                    Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
+                    Err(error) => {
+                        tracing::warn!(
+                            lock = %self.cfg.lock_name,
+                            error = %error,
+                            "failed to create the lock",
+                        );
+                        None
+                    }
+                },
+                Ok(Some(existing)) => {
+                    if self.inspect(&existing, &me).await {
+                        self.became_leader(
+                            &existing,
+                            "found existing lock with my UID; I was likely restarted",
+                        )
+                        .await;
+                        return Ok(true);
+                    }
+                    Some(existing)
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        lock = %self.cfg.lock_name,
+                        error = %error,
+                        "failed to get the lock",
+                    );
+                    None
+                }
+            };
+            let woke = match (seen.is_some(), events.as_mut()) {
+                (false, _) | (true, None) => {
+                    let d = jitter(backoff.next_base(), 0.2);
+                    match unless_shutdown(shutdown, tokio::time::sleep(d)).await {
+                        Some(()) => Woke::Retry,
+                        None => Woke::Shutdown,
+                    }
+                }
+                (true, Some(stream)) => {
+                    match wait_for_change(stream, seen.as_ref(), shutdown).await {
+                        Some(w) => w,
+                        None => {
+                            tracing::warn!(
+                                lock = %self.cfg.lock_name,
+                                "lock watch ended; polling instead",
+                            );
+                            events = None;
+                            Woke::Retry
+                        }
+                    }
+                }
+            };
+            match woke {
+                Woke::Shutdown => return Ok(false),
+                Woke::Retry | Woke::SafetyPoll => {}
+            }
+        }
+    }
+
+    /// Inspects an existing lock: `true` when it is ours; otherwise acts on the owner (evicted → delete) and returns `false`.
+    async fn inspect(&mut self, lock: &ConfigMap, me: &OwnerReference) -> bool {
+        let owner = match classify_lock(lock, me) {
+            LockOwner::Mine => return true,
+            LockOwner::SameNameOtherUid(o) => {
+                tracing::info!(lock = %self.cfg.lock_name, owner_uid = %o.uid,
+                    "lock is owned by a previous pod with my name; waiting for garbage collection");
+                return false;
+            }
+            LockOwner::Malformed(n) => {
+                tracing::warn!(
+                    lock = %self.cfg.lock_name,
+                    owners = n,
+                    "lock does not have exactly one pod owner; waiting",
+                );
+                return false;
+            }
+            LockOwner::Other(o) => o,
+        };
+        let pod = match self.pods.get(&owner.name).await {
+            Ok(p) => p,
+            Err(error) => {
+                tracing::warn!(
+                    lock = %self.cfg.lock_name,
+                    owner = %owner.name,
+                    error = %error,
+                    "failed to get the leader pod",
+                );
+                return false;
+            }
+        };
+        match owner_state(&owner, pod.as_ref()) {
+            OwnerState::Missing => {
+                tracing::info!(
+                    lock = %self.cfg.lock_name,
+                    owner = %owner.name,
+                    "leader pod is gone; waiting for garbage collection to remove the lock",
+                );
+            }
+            state @ (OwnerState::Evicted | OwnerState::Preempted) => {
+                tracing::info!(
+                    lock = %self.cfg.lock_name,
+                    owner = %owner.name,
+                    state = ?state,
+                    "deleting the failed leader pod",
+                );
+                if let Err(error) = self.pods.delete(&owner.name, &owner.uid).await {
+                    tracing::warn!(
+                        owner = %owner.name,
+                        error = %error,
+                        "failed to delete the failed leader pod",
+                    );
+                }
+            }
+            OwnerState::Alive => {
+                tracing::info!(
+                    lock = %self.cfg.lock_name,
+                    owner = %owner.name,
+                    "not the leader; waiting",
+                );
+            }
+        }
+        false
+    }
+
+    async fn became_leader(&mut self, lock: &ConfigMap, how: &str) {
+        self.leadership.start(self.clock.now());
+        tracing::info!(lock = %self.cfg.lock_name, pod = %self.cfg.pod_name, "{how}");
+        if let Some(rec) = &self.recorder {
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("ConfigMap".into()),
+                name: lock.metadata.name.clone(),
+                namespace: lock.metadata.namespace.clone(),
+                uid: lock.metadata.uid.clone(),
+                resource_version: lock.metadata.resource_version.clone(),
+                ..ObjectReference::default()
+            };
+            let ev = EventRecord::normal(
+                "LeaderElection",
+                "Elect",
+                format!("{} became leader", self.cfg.pod_name),
+            );
+            rec.publish(&reference, &ev).await;
+        }
+    }
+
+    /// Watches the lock while leading: returns when it is deleted or changes owner, or on shutdown.
+    ///
+    /// On [`Stop::Lost`] the [`Leadership`] is already stopped.
+    pub async fn hold(&mut self, shutdown: &mut Shutdown) -> Stop {
+        let Some(me) = self.me.clone() else {
+            return Stop::Lost(Lost::OwnerChanged);
+        };
+        let mut events = self.lock.watch();
+        loop {
+            let ev = tokio::select! {
+                ev = events.next() => ev,
+                () = shutdown.wait() => return Stop::Cancelled,
+            };
+            let lost = match ev {
+                Some(LockEvent::Applied(cm)) => match classify_lock(&cm, &me) {
+                    LockOwner::Mine => None,
+                    _ => Some(Lost::OwnerChanged),
+                },
+                Some(LockEvent::Deleted) => Some(Lost::Deleted),
+                None => {
+                    // The watch ended: fall back to a slow poll of the lock.
+                    if unless_shutdown(shutdown, tokio::time::sleep(SAFETY_POLL))
+                        .await
+                        .is_none()
+                    {
+                        return Stop::Cancelled;
+                    }
+                    events = self.lock.watch();
+                    None
+                }
+            };
+            if let Some(why) = lost {
+                tracing::error!(
+                    lock = %self.cfg.lock_name,
+                    reason = %why,
+                    "leader-for-life lock lost",
+                );
+                self.leadership.stop();
+                return Stop::Lost(why);
+            }
+        }
+    }
+}
+
+/// The same lock object with the same owners (a re-list or an unrelated update).
+fn same_lock(a: &ConfigMap, b: &ConfigMap) -> bool {
+    a.metadata.uid == b.metadata.uid && a.metadata.owner_references == b.metadata.owner_references
+}
+
+/// Waits until the watched lock differs from `seen` (deleted, replaced, new owner), the safety poll, or shutdown.
+///
+/// `None` when the stream ended.
+async fn wait_for_change(
+    stream: &mut BoxStream<'static, LockEvent<ConfigMap>>,
+    seen: Option<&ConfigMap>,
+    shutdown: &mut Shutdown,
+) -> Option<Woke> {
+    let poll = tokio::time::sleep(SAFETY_POLL);
+    tokio::pin!(poll);
+    loop {
+        tokio::select! {
+            () = &mut poll => return Some(Woke::SafetyPoll),
+            () = shutdown.wait() => return Some(Woke::Shutdown),
+            ev = stream.next() => match ev {
+                None => return None,
+                Some(LockEvent::Deleted) => return Some(Woke::Retry),
+                Some(LockEvent::Applied(cm)) => {
+                    if !seen.is_some_and(|s| same_lock(s, &cm)) {
+                        return Some(Woke::Retry);
+                    }
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
