@@ -1262,3 +1262,38 @@ async fn a_delay_rule_adds_at_least_the_delay() {
     let _ = api.get("kube-root-ca.crt").await.unwrap();
     assert!(start.elapsed() >= std::time::Duration::from_millis(300));
 }
+
+#[tokio::test]
+async fn a_built_in_status_write_keeps_metadata_changes_but_not_spec_changes() {
+    let (_server, client) = server().await;
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &deployment("rev", 1))
+        .await
+        .unwrap();
+    let d = api
+        .patch_status(
+            "rev",
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"deployment.kubernetes.io/revision": "1"}, "labels": {"x": "y"}},
+                "spec": {"replicas": 5},
+                "status": {"observedGeneration": 1}
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        d.metadata.annotations.unwrap()["deployment.kubernetes.io/revision"],
+        "1"
+    );
+    assert!(
+        d.metadata.labels.is_none(),
+        "deployments/status resets labels"
+    );
+    assert_eq!(d.spec.unwrap().replicas, Some(1));
+    assert_eq!(
+        d.metadata.generation,
+        Some(1),
+        "status writes never bump generation"
+    );
+}

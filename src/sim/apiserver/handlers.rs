@@ -242,14 +242,40 @@ fn prepare_update(
             )],
         ));
     }
-    if part == Part::Status {
-        // Status updates change only status (and its field ownership).
+    if part == Part::Status && rt.is_custom() {
+        // A custom resource's status update changes only status (and its field ownership).
         let mut merged = old.clone();
         merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
         if let Some(mf) = new["metadata"].get("managedFields") {
             merged["metadata"]["managedFields"] = mf.clone();
         }
         new = merged;
+    } else if part == Part::Status {
+        // Built-in status strategies reset spec (and, for workloads, labels; for pods,
+        // ownerReferences) but keep other metadata changes, e.g. the revision annotation
+        // the deployment controller writes through deployments/status.
+        new["spec"] = old.get("spec").cloned().unwrap_or(Value::Null);
+        let mut keep = vec!["deletionTimestamp"];
+        match rt.resource.as_str() {
+            "deployments" | "replicasets" => keep.push("labels"),
+            "pods" => keep.push("ownerReferences"),
+            _ => {}
+        }
+        for key in keep {
+            match old["metadata"].get(key) {
+                Some(v) => new["metadata"][key] = v.clone(),
+                None => {
+                    if let Some(m) = new["metadata"].as_object_mut() {
+                        m.remove(key);
+                    }
+                }
+            }
+        }
+        if new.get("spec").is_some_and(Value::is_null) {
+            if let Some(o) = new.as_object_mut() {
+                o.remove("spec");
+            }
+        }
     } else if rt.status {
         new["status"] = old.get("status").cloned().unwrap_or(Value::Null);
     }
@@ -304,7 +330,8 @@ fn prepare_update(
             ));
         }
     }
-    if objects::generation_changed(rt, old, &new) {
+    // Only the main resource's strategy moves generation; status writes never do.
+    if part == Part::Main && objects::generation_changed(rt, old, &new) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }

@@ -1,1 +1,312 @@
-//! The simulated kube-controller-manager and scheduler (being written).
+//! The simulated kube-controller-manager and kube-scheduler: garbage collector, deployment
+//! and replica set controllers, namespace controller, node lifecycle with taint eviction,
+//! pod garbage collector and a scheduler.
+//!
+//! They are ordinary API clients, exactly like the real components: they reach the server
+//! only through kube clients (as `system:kube-controller-manager` and
+//! `system:kube-scheduler`, each controller with its own User-Agent), keep watch-fed caches
+//! (shared informers), and work from rate-limited work queues. The audit therefore shows
+//! every write under the identity of the component that made it.
+//!
+//! - [`garbage_collector`]: ownerReferences across every served type; background,
+//!   foreground and orphan propagation; dangling owners.
+//! - [`deployment`] and [`replicaset`]: ReplicaSets per pod-template hash, pods per
+//!   ReplicaSet, RollingUpdate and Recreate, status and conditions kubectl relies on.
+//! - [`namespace`]: deleting a namespace deletes its content, then finalizes it.
+//! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
+//!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
+//! - [`podgc`]: force-deletes pods bound to nodes that no longer exist.
+//! - [`scheduler`]: binds pending pods to Ready nodes through `pods/binding`.
+//!
+//! # Caveats
+//! - No leader election, no metrics, no Events yet.
+//! - Only what the conformance features touch: no DaemonSets, Jobs, StatefulSets,
+//!   Services/Endpoints, quota, PDB-aware eviction, preemption or resource fitting.
+
+pub mod deployment;
+mod dynamic;
+pub mod garbage_collector;
+mod informer;
+pub mod namespace;
+pub mod node_lifecycle;
+pub mod podgc;
+mod queue;
+pub mod replicaset;
+pub mod scheduler;
+mod support;
+pub mod taint_eviction;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::runtime::watcher;
+
+use self::informer::{AbortOnDrop, Cache};
+use super::apiserver::ServerHandle;
+
+/// The version the simulated components claim in their User-Agent.
+const VERSION: &str = "v1.32.13";
+
+/// Errors starting the controllers.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllersError {
+    /// The kubeconfig of a component could not be turned into a client.
+    #[error("cannot build a client for {component}")]
+    Client {
+        /// The component (controller or scheduler).
+        component: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Periods and thresholds of the controllers. [`Default`] gives the values of a real
+/// Kubernetes 1.32 cluster; [`ControllerConfig::fast`] gives periods short enough for
+/// scenarios that observe node failures in seconds.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Delay before the garbage collector acts on anything it noticed, so scenarios can
+    /// observe the window between an owner's deletion and its dependents'. Real: none (0).
+    pub gc_delay: Duration,
+    /// How often the garbage collector and the namespace controller re-run discovery to
+    /// find new resource types (they also do at once when a CRD changes). Real: 30 s
+    /// (`kube-controller-manager`'s `garbageCollector.Sync` period).
+    pub gc_discovery_period: Duration,
+    /// How often the node lifecycle controller checks every node
+    /// (`--node-monitor-period`). Real: 5 s.
+    pub node_monitor_period: Duration,
+    /// How long a node may go without a heartbeat before it is marked Unknown
+    /// (`--node-monitor-grace-period`). Real: 50 s in 1.32.
+    pub node_monitor_grace_period: Duration,
+    /// How long a node that never posted a Ready condition is given
+    /// (`--node-startup-grace-period`). Real: 60 s.
+    pub node_startup_grace_period: Duration,
+    /// How long a pod bound to a missing node waits before the pod garbage collector
+    /// force-deletes it (`quarantineTime`). Real: 40 s.
+    pub podgc_quarantine: Duration,
+    /// Number of terminated (Succeeded/Failed) pods kept before the oldest are deleted
+    /// (`--terminated-pod-gc-threshold`). Real: 12500.
+    pub terminated_pod_gc_threshold: usize,
+    /// How long a pod the scheduler could not place waits before it is tried again even
+    /// if no node changed (`podMaxInUnschedulablePodsDuration`). Real: 5 min.
+    pub unschedulable_retry: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            gc_delay: Duration::ZERO,
+            gc_discovery_period: Duration::from_secs(30),
+            node_monitor_period: Duration::from_secs(5),
+            node_monitor_grace_period: Duration::from_secs(50),
+            node_startup_grace_period: Duration::from_secs(60),
+            podgc_quarantine: Duration::from_secs(40),
+            terminated_pod_gc_threshold: 12_500,
+            unschedulable_retry: Duration::from_secs(300),
+        }
+    }
+}
+
+impl ControllerConfig {
+    /// Short periods for scenarios: the node monitor runs every 250 ms, a node is
+    /// Unknown after 3 s without heartbeats, pods on missing nodes go after 2 s.
+    pub fn fast() -> Self {
+        Self {
+            node_monitor_period: Duration::from_millis(250),
+            node_monitor_grace_period: Duration::from_secs(3),
+            node_startup_grace_period: Duration::from_secs(5),
+            podgc_quarantine: Duration::from_secs(2),
+            unschedulable_retry: Duration::from_secs(30),
+            ..Self::default()
+        }
+    }
+}
+
+/// The running controllers and scheduler. Dropping it stops every loop.
+pub struct Controllers {
+    tasks: Vec<AbortOnDrop>,
+}
+
+impl std::fmt::Debug for Controllers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controllers")
+            .field("tasks", &self.tasks.len())
+            .finish()
+    }
+}
+
+/// A kube client for `server` as `user` (in `system:masters`) with its own User-Agent.
+async fn client(
+    server: &ServerHandle,
+    user: &str,
+    agent: &str,
+) -> Result<kube::Client, ControllersError> {
+    let fail = |source: Box<dyn std::error::Error + Send + Sync>| ControllersError::Client {
+        component: agent.to_string(),
+        source,
+    };
+    let token = server.user_token(user, &["system:masters"]);
+    let yaml = server.kubeconfig_for(&server.url(), user, &token);
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).map_err(|e| fail(Box::new(e)))?;
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| fail(Box::new(e)))?;
+    let value = hyper::header::HeaderValue::from_str(agent).map_err(|e| fail(Box::new(e)))?;
+    config.headers.push((hyper::header::USER_AGENT, value));
+    kube::Client::try_from(config).map_err(|e| fail(Box::new(e)))
+}
+
+/// The User-Agent of one kube-controller-manager controller (what the real one sends
+/// with `--use-service-account-credentials`: the binary, then the controller).
+fn kcm_agent(controller: &str) -> String {
+    format!("kube-controller-manager/{VERSION} (linux/amd64) kubernetes/opconform/{controller}")
+}
+
+async fn kcm(server: &ServerHandle, controller: &str) -> Result<kube::Client, ControllersError> {
+    client(
+        server,
+        "system:kube-controller-manager",
+        &kcm_agent(controller),
+    )
+    .await
+}
+
+/// The shared informers of the controller manager (one watch per type, as client-go's
+/// SharedInformerFactory).
+#[derive(Clone)]
+struct Informers {
+    pods: Cache<Pod>,
+    replicasets: Cache<ReplicaSet>,
+    deployments: Cache<Deployment>,
+    nodes: Cache<Node>,
+    node_leases: Cache<Lease>,
+}
+
+impl Controllers {
+    /// Starts every controller and the scheduler against `server`.
+    ///
+    /// # Errors
+    /// When a client cannot be built. Nothing else fails start-up: discovery and watches
+    /// that fail are retried in the background.
+    pub async fn start(
+        server: ServerHandle,
+        config: ControllerConfig,
+    ) -> Result<Controllers, ControllersError> {
+        let mut tasks = Vec::new();
+        let shared = kcm(&server, "shared-informers").await?;
+        let informers = Informers {
+            pods: Cache::new(),
+            replicasets: Cache::new(),
+            deployments: Cache::new(),
+            nodes: Cache::new(),
+            node_leases: Cache::new(),
+        };
+
+        let hub = dynamic::Hub::new(
+            kcm(&server, "resource-discovery").await?,
+            config.gc_discovery_period,
+        );
+        tasks.push(garbage_collector::start(
+            &hub,
+            kcm(&server, "generic-garbage-collector").await?,
+            config.gc_delay,
+        ));
+        tasks.push(namespace::start(
+            &hub,
+            kcm(&server, "namespace-controller").await?,
+        ));
+        tasks.push(hub.start());
+
+        tasks.push(replicaset::start(
+            kcm(&server, "replicaset-controller").await?,
+            &informers.replicasets,
+            &informers.pods,
+        ));
+        tasks.push(deployment::start(
+            kcm(&server, "deployment-controller").await?,
+            &informers.deployments,
+            &informers.replicasets,
+            &informers.pods,
+        ));
+        tasks.push(node_lifecycle::start(
+            kcm(&server, "node-lifecycle-controller").await?,
+            &informers.nodes,
+            &informers.node_leases,
+            &informers.pods,
+            node_lifecycle::Periods {
+                monitor: config.node_monitor_period,
+                grace: config.node_monitor_grace_period,
+                startup_grace: config.node_startup_grace_period,
+            },
+        ));
+        tasks.push(taint_eviction::start(
+            kcm(&server, "taint-eviction-controller").await?,
+            &informers.nodes,
+            &informers.pods,
+        ));
+        tasks.push(podgc::start(
+            kcm(&server, "pod-garbage-collector").await?,
+            &informers.nodes,
+            &informers.pods,
+            podgc::Settings {
+                quarantine: config.podgc_quarantine,
+                terminated_threshold: config.terminated_pod_gc_threshold,
+            },
+        ));
+
+        let informer_config = watcher::Config::default();
+        tasks.push(informer::spawn(
+            Api::<Pod>::all(shared.clone()),
+            informer_config.clone(),
+            informers.pods.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<ReplicaSet>::all(shared.clone()),
+            informer_config.clone(),
+            informers.replicasets.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<Deployment>::all(shared.clone()),
+            informer_config.clone(),
+            informers.deployments.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<Node>::all(shared.clone()),
+            informer_config.clone(),
+            informers.nodes.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<Lease>::namespaced(shared, "kube-node-lease"),
+            informer_config,
+            informers.node_leases.clone(),
+        ));
+
+        let scheduler_agent =
+            format!("kube-scheduler/{VERSION} (linux/amd64) kubernetes/opconform/scheduler");
+        let scheduler_client = client(&server, "system:kube-scheduler", &scheduler_agent).await?;
+        tasks.extend(scheduler::start(
+            scheduler_client,
+            config.unschedulable_retry,
+        ));
+
+        Ok(Controllers { tasks })
+    }
+
+    /// Stops every loop and waits until they are gone.
+    pub async fn shutdown(mut self) {
+        let tasks = std::mem::take(&mut self.tasks);
+        for task in &tasks {
+            task.abort();
+        }
+        for task in tasks {
+            task.join().await;
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The scheduler: binds each pending pod without `spec.nodeName` (and with the
+//! `default-scheduler`) to a node through the `pods/binding` subresource. Feasible nodes
+//! are schedulable (not cordoned), carry no NoSchedule/NoExecute taint the pod does not
+//! tolerate, match its nodeSelector and required node affinity, and are Ready. Among them
+//! it prefers the node with the fewest pods of the pod's owner, then the fewest pods. A
+//! pod that fits nowhere stays Pending with `PodScheduled=False`, reason `Unschedulable`
+//! and kube-scheduler's message, and is tried again when a node changes in a way that
+//! matters (or after the retry period).
+//!
+//! # Caveats
+//! No resource requests, ports, pod (anti-)affinity, topology spread or preemption.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use super::informer::{self, AbortOnDrop, Cache, Change, ObjectKey};
+use super::queue::Queue;
+use super::support::{
+    controller_of, is_conflict, is_deleting, is_not_found, is_terminal, node_ready, now,
+    pod_condition, taints, term_matches, tolerates, tolerations, untolerated,
+};
+
+/// The scheduler name this scheduler serves.
+pub const SCHEDULER_NAME: &str = "default-scheduler";
+
+/// Errors of one scheduling attempt (the pod is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("request to the api server failed")]
+    Api(#[from] kube::Error),
+}
+
+struct Scheduler {
+    client: Client,
+    pods: Cache<Pod>,
+    nodes: Cache<Node>,
+    queue: Queue<ObjectKey>,
+    /// Pods bound here whose binding the cache has not shown yet: pod key → node.
+    assumed: Mutex<HashMap<ObjectKey, String>>,
+    /// Pods that fit nowhere, tried again when a node changes.
+    unschedulable: Mutex<HashSet<ObjectKey>>,
+    retry: Duration,
+}
+
+/// Starts the scheduler's own informers (pods and nodes, as its own user) and its worker.
+pub(crate) fn start(client: Client, retry: Duration) -> Vec<AbortOnDrop> {
+    let scheduler = Arc::new(Scheduler {
+        client: client.clone(),
+        pods: Cache::new(),
+        nodes: Cache::new(),
+        queue: Queue::new(),
+        assumed: Mutex::new(HashMap::new()),
+        unschedulable: Mutex::new(HashSet::new()),
+        retry,
+    });
+    let s = scheduler.clone();
+    scheduler
+        .pods
+        .subscribe(move |change| s.pod_changed(change));
+    let s = scheduler.clone();
+    scheduler
+        .nodes
+        .subscribe(move |change| s.node_changed(change));
+    vec![
+        informer::spawn(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default(),
+            scheduler.pods.clone(),
+        ),
+        informer::spawn(
+            Api::<Node>::all(client),
+            watcher::Config::default(),
+            scheduler.nodes.clone(),
+        ),
+        AbortOnDrop::spawn(async move { scheduler.run().await }),
+    ]
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether this scheduler should place the pod.
+fn wants_scheduling(pod: &Pod) -> bool {
+    let scheduler = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or(SCHEDULER_NAME);
+    node_of(pod).is_none()
+        && scheduler == SCHEDULER_NAME
+        && !is_deleting(&pod.metadata)
+        && !is_terminal(pod)
+}
+
+/// What about a node matters to scheduling (a change of anything else is not retried).
+fn fingerprint(node: &Node) -> Value {
+    json!({
+        "labels": node.metadata.labels,
+        "taints": taints(node).iter().map(|t| (&t.key, &t.value, &t.effect)).collect::<Vec<_>>(),
+        "unschedulable": node.spec.as_ref().and_then(|s| s.unschedulable),
+        "ready": node_ready(node),
+    })
+}
+
+/// Why a node does not fit a pod (kube-scheduler's filter messages), checked in the
+/// order of its plugins; `None` when it fits.
+fn unfit(pod: &Pod, node: &Node) -> Option<String> {
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    if cordoned {
+        let tolerated = tolerations(pod).iter().any(|t| {
+            tolerates(
+                t,
+                &k8s_openapi::api::core::v1::Taint {
+                    key: super::node_lifecycle::UNSCHEDULABLE.into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                },
+            )
+        });
+        if !tolerated {
+            return Some("node(s) were unschedulable".into());
+        }
+    }
+    if let Some(taint) = untolerated(taints(node), tolerations(pod), &["NoSchedule", "NoExecute"]) {
+        return Some(format!(
+            "node(s) had untolerated taint {{{}: {}}}",
+            taint.key,
+            taint.value.as_deref().unwrap_or_default()
+        ));
+    }
+    if !matches_node_selection(pod, node) {
+        return Some("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    if node_ready(node) != Some("True") {
+        return Some("node(s) were not ready".into());
+    }
+    None
+}
+
+/// nodeSelector and required node affinity.
+fn matches_node_selection(pod: &Pod, node: &Node) -> bool {
+    let empty = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    let spec = pod.spec.as_ref();
+    if let Some(selector) = spec.and_then(|s| s.node_selector.as_ref())
+        && selector.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return false;
+    }
+    let required = spec
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    match required {
+        Some(r) => r.node_selector_terms.iter().any(|t| term_matches(t, node)),
+        None => true,
+    }
+}
+
+/// kube-scheduler's FitError message.
+fn fit_error(total: usize, reasons: &[String]) -> String {
+    if total == 0 {
+        return "no nodes available to schedule pods".into();
+    }
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in reasons {
+        *counts.entry(r.as_str()).or_default() += 1;
+    }
+    let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    format!(
+        "0/{total} nodes are available: {}. preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling.",
+        parts.join(", ")
+    )
+}
+
+impl Scheduler {
+    fn pod_changed(&self, change: &Change<Pod>) {
+        let pod = change.object();
+        let key = ObjectKey::of(pod.as_ref());
+        match change {
+            Change::Applied { new, .. } => {
+                if node_of(new).is_some() {
+                    self.assumed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&key);
+                }
+                if wants_scheduling(new) {
+                    self.queue.add(key);
+                } else {
+                    self.unschedulable
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&key);
+                }
+            }
+            Change::Deleted(_) => {
+                self.assumed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+                self.unschedulable
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+            }
+        }
+    }
+
+    fn node_changed(&self, change: &Change<Node>) {
+        let Change::Applied { old, new } = change else {
+            return;
+        };
+        if old
+            .as_ref()
+            .is_some_and(|o| fingerprint(o) == fingerprint(new))
+        {
+            return;
+        }
+        let waiting: Vec<ObjectKey> = self
+            .unschedulable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        for key in waiting {
+            self.queue.add(key);
+        }
+    }
+
+    async fn run(self: Arc<Self>) {
+        self.pods.wait_ready().await;
+        self.nodes.wait_ready().await;
+        loop {
+            let key = self.queue.next().await;
+            match self.schedule(&key).await {
+                Ok(after) => {
+                    self.queue.forget(&key);
+                    if let Some(after) = after {
+                        self.queue.add_after(key.clone(), after);
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(pod = %key, error = %super::support::error_chain(&error), "scheduling failed; retrying");
+                    self.queue.add_rate_limited(key.clone());
+                }
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    /// Pods per node (all, and of `owner`), counting bindings not yet seen in the cache.
+    fn counts(&self, owner: Option<&str>) -> (HashMap<String, usize>, HashMap<String, usize>) {
+        let mut all: HashMap<String, usize> = HashMap::new();
+        let mut same: HashMap<String, usize> = HashMap::new();
+        let mut seen: HashSet<ObjectKey> = HashSet::new();
+        for pod in self.pods.list() {
+            let Some(node) = node_of(&pod) else { continue };
+            if is_terminal(&pod) {
+                continue;
+            }
+            seen.insert(ObjectKey::of(pod.as_ref()));
+            *all.entry(node.to_string()).or_default() += 1;
+            if owner.is_some() && controller_of(&pod.metadata).map(|r| r.uid.as_str()) == owner {
+                *same.entry(node.to_string()).or_default() += 1;
+            }
+        }
+        let assumed = self
+            .assumed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for (key, node) in assumed {
+            if seen.contains(&key) {
+                continue;
+            }
+            *all.entry(node.clone()).or_default() += 1;
+            if let Some(pod) = self.pods.get(&key.namespace, &key.name)
+                && owner.is_some()
+                && controller_of(&pod.metadata).map(|r| r.uid.as_str()) == owner
+            {
+                *same.entry(node).or_default() += 1;
+            }
+        }
+        (all, same)
+    }
+
+    async fn schedule(&self, key: &ObjectKey) -> Result<Option<Duration>, Error> {
+        let Some(pod) = self.pods.get(&key.namespace, &key.name) else {
+            return Ok(None);
+        };
+        if !wants_scheduling(&pod)
+            || self
+                .assumed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(key)
+        {
+            return Ok(None);
+        }
+        let nodes = self.nodes.list();
+        let mut reasons = Vec::new();
+        let mut feasible = Vec::new();
+        for node in &nodes {
+            match unfit(&pod, node) {
+                Some(reason) => reasons.push(reason),
+                None => feasible.push(node.clone()),
+            }
+        }
+        if feasible.is_empty() {
+            let message = fit_error(nodes.len(), &reasons);
+            self.unschedulable
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone());
+            self.mark_unschedulable(&pod, &message).await?;
+            return Ok(Some(self.retry));
+        }
+        let owner = controller_of(&pod.metadata).map(|r| r.uid.clone());
+        let (all, same) = self.counts(owner.as_deref());
+        let count = |m: &HashMap<String, usize>, n: &Node| {
+            m.get(n.metadata.name.as_deref().unwrap_or_default())
+                .copied()
+                .unwrap_or(0)
+        };
+        feasible.sort_by(|a, b| {
+            count(&same, a)
+                .cmp(&count(&same, b))
+                .then(count(&all, a).cmp(&count(&all, b)))
+                .then(a.metadata.name.cmp(&b.metadata.name))
+        });
+        let target = feasible[0].metadata.name.clone().unwrap_or_default();
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": key.name, "namespace": key.namespace, "uid": pod.metadata.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": target},
+        });
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let bound: Result<Value, kube::Error> = api
+            .create_subresource("binding", &key.name, &PostParams::default(), &binding)
+            .await;
+        match bound {
+            Ok(_) => {
+                tracing::debug!(pod = %key, node = %target, "bound");
+                self.assumed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone(), target);
+                self.unschedulable
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(key);
+                Ok(None)
+            }
+            // Already bound, being deleted, or gone: nothing to do.
+            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sets `PodScheduled=False` (reason Unschedulable) unless it already says so.
+    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), Error> {
+        if pod_condition(pod, "PodScheduled").is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+                && c.message.as_deref() == Some(message)
+        }) {
+            return Ok(());
+        }
+        tracing::debug!(pod = %informer::name_of(pod), message, "unschedulable");
+        let mut updated = pod.clone();
+        let conditions = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        let previous = conditions
+            .iter()
+            .find(|c| c.type_ == "PodScheduled")
+            .cloned();
+        conditions.retain(|c| c.type_ != "PodScheduled");
+        let transition = match previous {
+            Some(p) if p.status == "False" => p.last_transition_time,
+            _ => Some(now()),
+        };
+        conditions.push(PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some(message.to_string()),
+            last_transition_time: transition,
+            ..PodCondition::default()
+        });
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        match api
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_error_counts_and_sorts_reasons_like_kube_scheduler() {
+        let reasons = vec![
+            "node(s) had untolerated taint {node.kubernetes.io/unreachable: }".to_string(),
+            "node(s) didn't match Pod's node affinity/selector".to_string(),
+            "node(s) had untolerated taint {node.kubernetes.io/unreachable: }".to_string(),
+        ];
+        assert_eq!(
+            fit_error(3, &reasons),
+            "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        );
+    }
+}

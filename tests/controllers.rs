@@ -1,0 +1,1691 @@
+//! The simulated controllers and scheduler against an in-process API server: garbage
+//! collection in each propagation mode, Deployments (rollout, scale, RollingUpdate
+//! invariants, Recreate, kubectl's rollout rule), namespace deletion, node lifecycle with
+//! taint eviction, and scheduling. The tests create the Nodes and play the kubelet
+//! themselves (a small fake below: heartbeats, pods Running and Ready, terminations
+//! completed), so nothing here runs a process.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
+};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, ResourceExt as _};
+use opconform::sim::apiserver::ApiServer;
+use opconform::sim::controllers::{ControllerConfig, Controllers};
+use serde_json::{Value, json};
+use support::{WAIT, eventually};
+
+// ---------------------------------------------------------------------------------------
+// A fake kubelet: heartbeats (Lease and Ready condition), pods Running and Ready after a
+// short start-up, terminations completed with grace 0. A partitioned node does nothing.
+
+struct FakeKubelet {
+    partitioned: Arc<Mutex<HashSet<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn micro_now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn secs_now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+async fn heartbeat(client: &Client, node: &str) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let _ = leases
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"renewTime": micro_now()}})),
+        )
+        .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let Ok(current) = nodes.get_status(node).await else {
+        return;
+    };
+    let ready = current
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .cloned();
+    let transition = match &ready {
+        Some(c) if c.status == "True" => json!(c.last_transition_time),
+        _ => json!(secs_now()),
+    };
+    let beat = secs_now();
+    let unchanged = ready.as_ref().is_some_and(|c| {
+        c.status == "True"
+            && c.last_heartbeat_time.as_ref().map(|t| t.0.to_string()) == Some(beat.clone())
+    });
+    if unchanged {
+        return;
+    }
+    let _ = nodes
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": beat, "lastTransitionTime": transition,
+            }]}})),
+        )
+        .await;
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn run_pod(client: Client, pod: Pod) {
+    let namespace = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(client, &namespace);
+    if pod.metadata.deletion_timestamp.is_some() {
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(kube::api::Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let _ = api.delete(&name, &params).await;
+        return;
+    }
+    if pod_ready(&pod) {
+        return;
+    }
+    // A container takes a moment to start.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let now = secs_now();
+    let _ = api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                ],
+            }})),
+        )
+        .await;
+}
+
+impl FakeKubelet {
+    async fn start(client: Client, nodes: &[&str]) -> Self {
+        let node_api: Api<Node> = Api::all(client.clone());
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+        for name in nodes {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            }))
+            .unwrap();
+            node_api
+                .create(&PostParams::default(), &node)
+                .await
+                .unwrap();
+            let lease: Lease = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
+            }))
+            .unwrap();
+            leases.create(&PostParams::default(), &lease).await.unwrap();
+            heartbeat(&client, name).await;
+        }
+        let names: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+        let partitioned: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let cut = partitioned.clone();
+        let task = tokio::spawn(async move {
+            let pods = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+                .default_backoff()
+                .applied_objects();
+            let mut pods = std::pin::pin!(pods);
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            let mut was_cut: HashSet<String> = HashSet::new();
+            loop {
+                tokio::select! {
+                    Some(Ok(pod)) = pods.next() => {
+                        let Some(node) = node_of(&pod) else { continue };
+                        if !names.contains(&node) || cut.lock().unwrap().contains(&node) {
+                            continue;
+                        }
+                        tokio::spawn(run_pod(client.clone(), pod));
+                    }
+                    _ = tick.tick() => {
+                        let now_cut = cut.lock().unwrap().clone();
+                        for node in &names {
+                            if now_cut.contains(node) {
+                                continue;
+                            }
+                            heartbeat(&client, node).await;
+                            if was_cut.contains(node) {
+                                // Back from a partition: catch up with the node's pods.
+                                let api: Api<Pod> = Api::all(client.clone());
+                                let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+                                if let Ok(list) = api.list(&lp).await {
+                                    for pod in list.items {
+                                        tokio::spawn(run_pod(client.clone(), pod));
+                                    }
+                                }
+                            }
+                        }
+                        was_cut = now_cut;
+                    }
+                }
+            }
+        });
+        Self { partitioned, task }
+    }
+
+    fn partition(&self, node: &str) {
+        self.partitioned.lock().unwrap().insert(node.to_string());
+    }
+
+    fn repair(&self, node: &str) {
+        self.partitioned.lock().unwrap().remove(node);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+struct Sim {
+    client: Client,
+    server: ApiServer,
+    kubelet: FakeKubelet,
+    controllers: Option<Controllers>,
+}
+
+impl Sim {
+    async fn start(nodes: &[&str]) -> Self {
+        Self::start_with(nodes, ControllerConfig::fast()).await
+    }
+
+    async fn start_with(nodes: &[&str], config: ControllerConfig) -> Self {
+        let (server, client) = support::server().await;
+        let controllers = Controllers::start(server.handle(), config)
+            .await
+            .expect("controllers start");
+        let kubelet = FakeKubelet::start(client.clone(), nodes).await;
+        Self {
+            client,
+            server,
+            kubelet,
+            controllers: Some(controllers),
+        }
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    async fn stop(mut self) {
+        if let Some(c) = self.controllers.take() {
+            c.shutdown().await;
+        }
+    }
+}
+
+fn cm(name: &str, owners: Value, finalizers: Value) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "ownerReferences": owners, "finalizers": finalizers},
+        "data": {"k": "v"},
+    }))
+    .unwrap()
+}
+
+fn owner_ref(cm: &ConfigMap, block: bool) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "name": cm.name_any(),
+           "uid": cm.uid().unwrap(), "blockOwnerDeletion": block})
+}
+
+async fn gone<K>(api: &Api<K>, name: &str, what: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(what, || async {
+        api.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+fn delete_with(policy: PropagationPolicy) -> DeleteParams {
+    DeleteParams {
+        propagation_policy: Some(policy),
+        ..DeleteParams::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Garbage collection.
+
+#[tokio::test]
+async fn background_deletion_takes_the_dependents_with_the_owner() {
+    let sim = Sim::start(&[]).await;
+    let cms: Api<ConfigMap> = sim.api();
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &cm("owner", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &cm("dependent", json!([owner_ref(&owner, false)]), json!(null)),
+    )
+    .await
+    .unwrap();
+    cms.delete("owner", &delete_with(PropagationPolicy::Background))
+        .await
+        .unwrap();
+    gone(&cms, "dependent", "the dependent to be collected").await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_configured_gc_delay_leaves_a_window_before_dependents_go() {
+    let delay = Duration::from_millis(1500);
+    let config = ControllerConfig {
+        gc_delay: delay,
+        ..ControllerConfig::fast()
+    };
+    let sim = Sim::start_with(&[], config).await;
+    let cms: Api<ConfigMap> = sim.api();
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &cm("owner", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &cm("dependent", json!([owner_ref(&owner, false)]), json!(null)),
+    )
+    .await
+    .unwrap();
+    let deleted = tokio::time::Instant::now();
+    cms.delete("owner", &DeleteParams::default()).await.unwrap();
+    gone(
+        &cms,
+        "dependent",
+        "the dependent to be collected after the delay",
+    )
+    .await;
+    assert!(
+        deleted.elapsed() >= delay,
+        "collected after {:?}, before the {delay:?} delay",
+        deleted.elapsed()
+    );
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn foreground_deletion_keeps_the_owner_until_its_blocking_dependent_is_gone() {
+    let sim = Sim::start(&[]).await;
+    let cms: Api<ConfigMap> = sim.api();
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &cm("owner", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &cm(
+            "dependent",
+            json!([owner_ref(&owner, true)]),
+            json!(["example.com/hold"]),
+        ),
+    )
+    .await
+    .unwrap();
+    cms.delete("owner", &delete_with(PropagationPolicy::Foreground))
+        .await
+        .unwrap();
+
+    // The collector deletes the dependent; its own finalizer holds it, and it holds the owner.
+    eventually("the dependent to be deleting", || async {
+        cms.get("dependent")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
+    })
+    .await;
+    let waiting = cms.get("owner").await.unwrap();
+    assert!(waiting.metadata.deletion_timestamp.is_some());
+    assert_eq!(waiting.finalizers(), ["foregroundDeletion"]);
+
+    cms.patch(
+        "dependent",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    gone(&cms, "dependent", "the dependent to go").await;
+    gone(&cms, "owner", "the owner to go once nothing blocks it").await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn orphan_deletion_leaves_the_dependent_without_the_reference() {
+    let sim = Sim::start(&[]).await;
+    let cms: Api<ConfigMap> = sim.api();
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &cm("owner", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    let other = cms
+        .create(
+            &PostParams::default(),
+            &cm("other", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &cm(
+            "dependent",
+            json!([owner_ref(&owner, true), owner_ref(&other, false)]),
+            json!(null),
+        ),
+    )
+    .await
+    .unwrap();
+    cms.delete("owner", &delete_with(PropagationPolicy::Orphan))
+        .await
+        .unwrap();
+    gone(&cms, "owner", "the owner to go").await;
+    let dependent = cms.get("dependent").await.unwrap();
+    let refs: Vec<String> = dependent
+        .owner_references()
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(
+        refs,
+        vec!["other"],
+        "only the orphaning owner's reference is removed"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn an_owner_reference_with_the_wrong_uid_is_dangling_and_the_dependent_goes() {
+    let sim = Sim::start(&[]).await;
+    let cms: Api<ConfigMap> = sim.api();
+    cms.create(
+        &PostParams::default(),
+        &cm("owner", json!(null), json!(null)),
+    )
+    .await
+    .unwrap();
+    let wrong = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "not-the-owners-uid"});
+    cms.create(
+        &PostParams::default(),
+        &cm("dependent", json!([wrong]), json!(null)),
+    )
+    .await
+    .unwrap();
+    gone(
+        &cms,
+        "dependent",
+        "the dependent of a dangling reference to go",
+    )
+    .await;
+    assert!(
+        cms.get_opt("owner").await.unwrap().is_some(),
+        "the namesake owner stays"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_dependent_with_a_live_owner_loses_only_its_dangling_reference() {
+    let sim = Sim::start(&[]).await;
+    let cms: Api<ConfigMap> = sim.api();
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &cm("owner", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    let missing = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "never-existed", "uid": "8a1f6a52-0000-4000-8000-000000000000"});
+    cms.create(
+        &PostParams::default(),
+        &cm(
+            "dependent",
+            json!([owner_ref(&owner, false), missing]),
+            json!(null),
+        ),
+    )
+    .await
+    .unwrap();
+    let refs = eventually("the dangling reference to be removed", || async {
+        let d = cms.get("dependent").await.unwrap();
+        let refs: Vec<String> = d
+            .owner_references()
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
+        (refs.len() == 1).then_some(refs)
+    })
+    .await;
+    assert_eq!(refs, vec!["owner"]);
+    sim.stop().await;
+}
+
+const CRD: &str = r#"{
+  "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+  "metadata": {"name": "widgets.example.com"},
+  "spec": {"group": "example.com", "scope": "Namespaced",
+    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+    "versions": [{"name": "v1", "served": true, "storage": true,
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+}"#;
+
+#[tokio::test]
+async fn custom_resources_are_collected_and_orphaned_like_built_in_types() {
+    let sim = Sim::start(&[]).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(sim.client.clone());
+    crds.create(&PostParams::default(), &serde_json::from_str(CRD).unwrap())
+        .await
+        .unwrap();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let widgets: Api<DynamicObject> = Api::namespaced_with(sim.client.clone(), "default", &ar);
+    let cms: Api<ConfigMap> = sim.api();
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &cm("owner", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    let widget = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": name, "ownerReferences": [owner_ref(&owner, true)]}}))
+        .unwrap()
+    };
+    let created = eventually("the widget type to be served", || async {
+        widgets
+            .create(&PostParams::default(), &widget("kept"))
+            .await
+            .ok()
+    })
+    .await;
+    assert_eq!(created.owner_references().len(), 1);
+    cms.delete("owner", &delete_with(PropagationPolicy::Orphan))
+        .await
+        .unwrap();
+    gone(&cms, "owner", "the owner to go").await;
+    assert!(
+        widgets
+            .get("kept")
+            .await
+            .unwrap()
+            .owner_references()
+            .is_empty()
+    );
+
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &cm("owner", json!(null), json!(null)),
+        )
+        .await
+        .unwrap();
+    let mut w = widget("collected");
+    w.metadata.owner_references = Some(vec![
+        serde_json::from_value(owner_ref(&owner, true)).unwrap(),
+    ]);
+    widgets.create(&PostParams::default(), &w).await.unwrap();
+    cms.delete("owner", &DeleteParams::default()).await.unwrap();
+    gone(&widgets, "collected", "the widget to be collected").await;
+    sim.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Deployments.
+
+fn deployment(name: &str, replicas: i32, image: &str, strategy: Value) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": strategy,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            },
+        },
+    }))
+    .unwrap()
+}
+
+fn revision(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    meta.annotations
+        .as_ref()?
+        .get("deployment.kubernetes.io/revision")
+        .cloned()
+}
+
+/// kubectl's rollout rule (`polymorphichelpers/rollout_status.go`), as the reference
+/// quotes it.
+fn rollout_complete(d: &Deployment) -> bool {
+    let status = d.status.clone().unwrap_or_default();
+    let wanted = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let progressing = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Progressing");
+    d.metadata.generation.unwrap_or(0) <= status.observed_generation.unwrap_or(0)
+        && progressing.is_none_or(|c| c.reason.as_deref() != Some("ProgressDeadlineExceeded"))
+        && status.updated_replicas.unwrap_or(0) >= wanted
+        && status.replicas.unwrap_or(0) <= status.updated_replicas.unwrap_or(0)
+        && status.available_replicas.unwrap_or(0) >= status.updated_replicas.unwrap_or(0)
+}
+
+fn available(d: &Deployment) -> bool {
+    let status = d.status.clone().unwrap_or_default();
+    status.observed_generation >= d.metadata.generation
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+}
+
+async fn wait_rolled_out(
+    deployments: &Api<Deployment>,
+    name: &str,
+    revision_wanted: &str,
+) -> Deployment {
+    eventually(
+        &format!("deployment {name} to roll out revision {revision_wanted}"),
+        || async {
+            let d = deployments.get(name).await.unwrap();
+            (rollout_complete(&d)
+                && available(&d)
+                && revision(&d.metadata).as_deref() == Some(revision_wanted))
+            .then_some(d)
+        },
+    )
+    .await
+}
+
+async fn pods_of(pods: &Api<Pod>, app: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+}
+
+fn active(pods: &[Pod]) -> Vec<&Pod> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_deployment_becomes_available_scales_down_and_rolls_out_within_surge_and_unavailability()
+{
+    let sim = Sim::start(&["node-a", "node-b", "node-c"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    let replicasets: Api<ReplicaSet> = sim.api();
+    let pods: Api<Pod> = sim.api();
+    let strategy =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", 3, "web:1", strategy),
+        )
+        .await
+        .unwrap();
+    let d = wait_rolled_out(&deployments, "web", "1").await;
+    let status = d.status.clone().unwrap();
+    assert_eq!(
+        (
+            status.replicas,
+            status.ready_replicas,
+            status.available_replicas
+        ),
+        (Some(3), Some(3), Some(3))
+    );
+    let conditions: BTreeMap<String, (String, Option<String>)> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| (c.type_.clone(), (c.status.clone(), c.reason.clone())))
+        .collect();
+    assert_eq!(
+        conditions["Available"],
+        ("True".into(), Some("MinimumReplicasAvailable".into()))
+    );
+    assert_eq!(
+        conditions["Progressing"],
+        ("True".into(), Some("NewReplicaSetAvailable".into()))
+    );
+
+    let rss = replicasets
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(rss.len(), 1);
+    let rs = &rss[0];
+    let hash = rs.labels()["pod-template-hash"].clone();
+    assert_eq!(rs.name_any(), format!("web-{hash}"));
+    assert_eq!(revision(&rs.metadata).as_deref(), Some("1"));
+    let controller = rs
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .unwrap();
+    assert_eq!(
+        (controller.kind.as_str(), controller.uid.as_str()),
+        ("Deployment", d.uid().unwrap().as_str())
+    );
+
+    let running = pods_of(&pods, "web").await;
+    assert_eq!(running.len(), 3);
+    let nodes: HashSet<String> = running.iter().filter_map(node_of).collect();
+    assert_eq!(nodes.len(), 3, "one pod per node");
+    for pod in &running {
+        assert_eq!(pod.labels()["pod-template-hash"], hash);
+        let name = pod.name_any();
+        let suffix = name
+            .strip_prefix(&format!("{}-", rs.name_any()))
+            .expect("named after its replica set");
+        assert_eq!(suffix.len(), 5);
+        assert_eq!(pod.owner_references()[0].uid, rs.uid().unwrap());
+    }
+
+    // Scale to 1: two pods go.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    eventually("two pods to be deleted", || async {
+        let all = pods_of(&pods, "web").await;
+        let deleted = running
+            .iter()
+            .filter(|p| {
+                !all.iter()
+                    .any(|q| q.uid() == p.uid() && q.metadata.deletion_timestamp.is_none())
+            })
+            .count();
+        (active(&all).len() == 1 && deleted == 2).then_some(())
+    })
+    .await;
+    wait_rolled_out(&deployments, "web", "1").await;
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "web", "1").await;
+
+    // A new template rolls out within the bounds, checked on every state the watch shows.
+    let (replicas, max_surge, max_unavailable) = (3, 1, 0);
+    let observed = watch_invariants(
+        &pods,
+        "web",
+        replicas + max_surge,
+        replicas - max_unavailable,
+    );
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "web:2"}]}}}})))
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "web", "2").await;
+    let report = observed.finish().await;
+    assert!(
+        report.violations.is_empty(),
+        "rollout broke its bounds: {:#?}",
+        report.violations
+    );
+    assert_eq!(report.max_active, 4, "the rollout used its surge");
+
+    let rss = replicasets
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(rss.len(), 2);
+    let new_rs = rss
+        .iter()
+        .find(|rs| rs.labels()["pod-template-hash"] != hash)
+        .unwrap();
+    let old_rs = rss
+        .iter()
+        .find(|rs| rs.labels()["pod-template-hash"] == hash)
+        .unwrap();
+    assert_eq!(revision(&new_rs.metadata).as_deref(), Some("2"));
+    assert_eq!(old_rs.spec.as_ref().unwrap().replicas, Some(0));
+
+    // Percentages: maxSurge 50% of 3 rounds up to 2, maxUnavailable 50% rounds down to 1.
+    let observed = watch_invariants(&pods, "web", 3 + 2, 3 - 1);
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "strategy": {"rollingUpdate": {"maxSurge": "50%", "maxUnavailable": "50%"}},
+                "template": {"spec": {"containers": [{"name": "main", "image": "web:3"}]}},
+            }})),
+        )
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "web", "3").await;
+    let report = observed.finish().await;
+    assert!(
+        report.violations.is_empty(),
+        "rollout broke its bounds: {:#?}",
+        report.violations
+    );
+
+    // Deleting the Deployment takes its ReplicaSets and pods with it.
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("replica sets and pods to be collected", || async {
+        let rss = replicasets
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items;
+        (rss.is_empty() && pods_of(&pods, "web").await.is_empty()).then_some(())
+    })
+    .await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn old_replica_sets_beyond_the_revision_history_limit_are_deleted() {
+    let sim = Sim::start(&["node-a"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    let replicasets: Api<ReplicaSet> = sim.api();
+    let mut d = deployment("hist", 1, "hist:1", json!({"type": "RollingUpdate"}));
+    d.spec.as_mut().unwrap().revision_history_limit = Some(1);
+    deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "hist", "1").await;
+    for (image, rev) in [("hist:2", "2"), ("hist:3", "3")] {
+        deployments
+            .patch("hist", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}})))
+            .await
+            .unwrap();
+        wait_rolled_out(&deployments, "hist", rev).await;
+    }
+    let revisions = eventually("only one old replica set to be kept", || async {
+        let rss = replicasets
+            .list(&ListParams::default().labels("app=hist"))
+            .await
+            .unwrap()
+            .items;
+        let mut revs: Vec<String> = rss.iter().filter_map(|rs| revision(&rs.metadata)).collect();
+        revs.sort();
+        (revs.len() == 2).then_some(revs)
+    })
+    .await;
+    assert_eq!(revisions, vec!["2", "3"]);
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_deployment_deleted_in_the_foreground_goes_after_its_replica_set_and_pods() {
+    let sim = Sim::start(&["node-a", "node-b"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    let replicasets: Api<ReplicaSet> = sim.api();
+    let pods: Api<Pod> = sim.api();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("fg", 2, "fg:1", json!({"type": "RollingUpdate"})),
+        )
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "fg", "1").await;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let order = tokio::spawn({
+        let deployments = deployments.clone();
+        let replicasets = replicasets.clone();
+        let pods = pods.clone();
+        async move {
+            // Whenever the Deployment is seen gone, nothing of it may be left.
+            let mut premature = Vec::new();
+            loop {
+                if stopped.try_recv().is_ok() {
+                    return premature;
+                }
+                let d = deployments.get_opt("fg").await.unwrap();
+                let rss = replicasets
+                    .list(&ListParams::default().labels("app=fg"))
+                    .await
+                    .unwrap()
+                    .items;
+                let left = pods_of(&pods, "fg").await.len();
+                if d.is_none() && (!rss.is_empty() || left > 0) {
+                    premature.push(format!(
+                        "deployment gone with {} replica sets and {left} pods left",
+                        rss.len()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    });
+    deployments
+        .delete("fg", &delete_with(PropagationPolicy::Foreground))
+        .await
+        .unwrap();
+    gone(
+        &deployments,
+        "fg",
+        "the deployment to go after its dependents",
+    )
+    .await;
+    let _ = stop.send(());
+    let premature = order.await.unwrap();
+    assert!(premature.is_empty(), "{premature:?}");
+    assert!(
+        replicasets
+            .list(&ListParams::default().labels("app=fg"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(pods_of(&pods, "fg").await.is_empty());
+    sim.stop().await;
+}
+
+#[derive(Debug, Default)]
+struct Report {
+    violations: Vec<String>,
+    max_active: usize,
+}
+
+struct Observation {
+    task: tokio::task::JoinHandle<Report>,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Observation {
+    async fn finish(self) -> Report {
+        let _ = self.stop.send(());
+        self.task.await.unwrap()
+    }
+}
+
+/// Watches the pods of `app` and checks, on every state, that at most `max_active` are
+/// not terminating and at least `min_ready` of those are Ready.
+fn watch_invariants(
+    pods: &Api<Pod>,
+    app: &str,
+    max_active: usize,
+    min_ready: usize,
+) -> Observation {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel();
+    let stream = watcher(
+        pods.clone(),
+        watcher::Config::default().labels(&format!("app={app}")),
+    );
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut state: HashMap<String, Pod> = HashMap::new();
+        let mut init: HashMap<String, Pod> = HashMap::new();
+        let mut report = Report::default();
+        loop {
+            let event = tokio::select! {
+                _ = &mut stopped => return report,
+                e = stream.next() => e,
+            };
+            let Some(Ok(event)) = event else { continue };
+            match event {
+                watcher::Event::Init => {
+                    init.clear();
+                    continue;
+                }
+                watcher::Event::InitApply(p) => {
+                    init.insert(p.name_any(), p);
+                    continue;
+                }
+                watcher::Event::InitDone => state = std::mem::take(&mut init),
+                watcher::Event::Apply(p) => {
+                    state.insert(p.name_any(), p);
+                }
+                watcher::Event::Delete(p) => {
+                    state.remove(&p.name_any());
+                }
+            }
+            let live: Vec<&Pod> = state
+                .values()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let ready = live.iter().filter(|p| pod_ready(p)).count();
+            report.max_active = report.max_active.max(live.len());
+            if live.len() > max_active || ready < min_ready {
+                report.violations.push(format!(
+                    "{} active (max {max_active}), {ready} ready (min {min_ready}): {:?}",
+                    live.len(),
+                    live.iter()
+                        .map(|p| (p.name_any(), pod_ready(p)))
+                        .collect::<Vec<_>>()
+                ));
+            }
+        }
+    });
+    Observation { task, stop }
+}
+
+#[tokio::test]
+async fn a_recreate_deployment_removes_every_old_pod_before_the_new_replica_set_gets_any() {
+    let sim = Sim::start(&["node-a", "node-b"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    let replicasets: Api<ReplicaSet> = sim.api();
+    let pods: Api<Pod> = sim.api();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("batch", 2, "batch:1", json!({"type": "Recreate"})),
+        )
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "batch", "1").await;
+    let old_hash = pods_of(&pods, "batch").await[0].labels()["pod-template-hash"].clone();
+
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let stream = watcher(pods.clone(), watcher::Config::default().labels("app=batch"));
+    let watcher_hash = old_hash.clone();
+    let check = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream.default_backoff());
+        let mut present: HashMap<String, String> = HashMap::new();
+        let mut overlaps = Vec::new();
+        loop {
+            let event = tokio::select! {
+                _ = &mut stopped => return overlaps,
+                e = stream.next() => e,
+            };
+            let Some(Ok(event)) = event else { continue };
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    present.insert(p.name_any(), p.labels()["pod-template-hash"].clone());
+                }
+                watcher::Event::Delete(p) => {
+                    present.remove(&p.name_any());
+                }
+                _ => {}
+            }
+            let old = present.values().filter(|h| **h == watcher_hash).count();
+            let new = present.len() - old;
+            if old > 0 && new > 0 {
+                overlaps.push(format!("{old} old and {new} new pods at once"));
+            }
+        }
+    });
+    deployments
+        .patch("batch", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "batch:2"}]}}}})))
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "batch", "2").await;
+    let _ = stop.send(());
+    let overlaps = check.await.unwrap();
+    assert!(
+        overlaps.is_empty(),
+        "old and new pods coexisted: {overlaps:?}"
+    );
+    let rss = replicasets
+        .list(&ListParams::default().labels("app=batch"))
+        .await
+        .unwrap()
+        .items;
+    let old_rs = rss
+        .iter()
+        .find(|rs| rs.labels()["pod-template-hash"] == old_hash)
+        .unwrap();
+    assert_eq!(old_rs.spec.as_ref().unwrap().replicas, Some(0));
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn kubectl_rollout_status_and_wait_for_available_are_satisfied() {
+    let sim = Sim::start(&["node-a", "node-b"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("cli", 2, "cli:1", json!({"type": "RollingUpdate"})),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.server.admin_kubeconfig()).unwrap();
+    let kubectl = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECACHEDIR", dir.path().join("cache"));
+        cmd
+    };
+    let rollout = kubectl(&["rollout", "status", "deployment/cli", "--timeout=20s"])
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&rollout.stdout);
+    assert!(
+        rollout.status.success(),
+        "rollout status failed: {out} {}",
+        String::from_utf8_lossy(&rollout.stderr)
+    );
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let wait = kubectl(&[
+        "wait",
+        "--for=condition=Available",
+        "deployment/cli",
+        "--timeout=20s",
+    ])
+    .output()
+    .await
+    .unwrap();
+    assert!(
+        wait.status.success(),
+        "wait failed: {}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+
+    // The same rule, read from the status fields.
+    let d = deployments.get("cli").await.unwrap();
+    assert!(rollout_complete(&d) && available(&d), "{:?}", d.status);
+    let history = kubectl(&["rollout", "history", "deployment/cli"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        history.status.success(),
+        "{}",
+        String::from_utf8_lossy(&history.stderr)
+    );
+    sim.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Namespaces.
+
+#[tokio::test]
+async fn deleting_a_namespace_removes_its_content_then_the_namespace() {
+    let sim = Sim::start(&[]).await;
+    let namespaces: Api<Namespace> = Api::all(sim.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "doomed"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client.clone(), "doomed");
+    let secrets: Api<Secret> = Api::namespaced(sim.client.clone(), "doomed");
+    cms.create(
+        &PostParams::default(),
+        &cm("held", json!(null), json!(["example.com/hold"])),
+    )
+    .await
+    .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &cm("plain", json!(null), json!(null)),
+    )
+    .await
+    .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"a": "b"}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    namespaces
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    eventually(
+        "the namespace to report the finalizer that holds it",
+        || async {
+            let ns = namespaces.get("doomed").await.ok()?;
+            let held = ns.status?.conditions?.into_iter().any(|c| {
+                c.type_ == "NamespaceFinalizersRemaining"
+                    && c.status == "True"
+                    && c.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("example.com/hold in 1 resource instances"))
+            });
+            held.then_some(())
+        },
+    )
+    .await;
+    gone(&cms, "plain", "unheld content to go").await;
+    gone(&secrets, "s", "secrets to go").await;
+    assert!(
+        cms.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    assert!(
+        namespaces
+            .get("doomed")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    gone(
+        &namespaces,
+        "doomed",
+        "the namespace to go once it is empty",
+    )
+    .await;
+    sim.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Node lifecycle and taint eviction.
+
+fn bare_pod(name: &str, spec: Value) -> Pod {
+    let mut spec = spec;
+    spec["containers"] = json!([{"name": "main", "image": "pause:3"}]);
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"app": "bare"}}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+fn parse(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+    t.0.to_string().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_node_without_heartbeats_goes_unknown_is_tainted_and_its_pods_are_evicted_after_their_toleration()
+ {
+    let sim = Sim::start(&["node-a", "node-b"]).await;
+    let nodes: Api<Node> = Api::all(sim.client.clone());
+    let pods: Api<Pod> = sim.api();
+    let tolerate_2s = json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2}]);
+    for name in ["short-1", "short-2"] {
+        pods.create(
+            &PostParams::default(),
+            &bare_pod(
+                name,
+                json!({"nodeName": "node-a", "tolerations": tolerate_2s}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("patient", json!({"nodeName": "node-a"})),
+    )
+    .await
+    .unwrap();
+    eventually("the pods to run", || async {
+        let all = pods_of(&pods, "bare").await;
+        (all.len() == 3 && all.iter().all(pod_ready)).then_some(())
+    })
+    .await;
+
+    sim.kubelet.partition("node-a");
+    let node = tokio::time::timeout(WAIT, async {
+        loop {
+            let node = nodes.get("node-a").await.unwrap();
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            if tainted.len() == 2 {
+                return node;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("node-a to be tainted");
+    let ready = node
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.status, "Unknown");
+    assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("Kubelet stopped posting node status.")
+    );
+    let taints = node.spec.unwrap().taints.unwrap();
+    let effects: HashSet<(String, String)> = taints
+        .iter()
+        .map(|t| (t.key.clone(), t.effect.clone()))
+        .collect();
+    assert_eq!(
+        effects,
+        HashSet::from([
+            (
+                "node.kubernetes.io/unreachable".to_string(),
+                "NoSchedule".to_string()
+            ),
+            (
+                "node.kubernetes.io/unreachable".to_string(),
+                "NoExecute".to_string()
+            ),
+        ])
+    );
+    let added = parse(
+        taints
+            .iter()
+            .find(|t| t.effect == "NoExecute")
+            .unwrap()
+            .time_added
+            .as_ref()
+            .expect("timeAdded"),
+    );
+
+    // Pods tolerating the taint for 2 s are deleted 2 s after it was added, gracefully.
+    for name in ["short-1", "short-2"] {
+        let pod = eventually("the pod to be evicted", || async {
+            let p = pods.get(name).await.unwrap();
+            p.metadata.deletion_timestamp.is_some().then_some(p)
+        })
+        .await;
+        let grace = pod.metadata.deletion_grace_period_seconds.unwrap();
+        assert_eq!(grace, 30, "a normal graceful delete");
+        let deleted_at = parse(pod.metadata.deletion_timestamp.as_ref().unwrap())
+            - chrono::Duration::seconds(grace);
+        assert!(
+            deleted_at >= added + chrono::Duration::seconds(2),
+            "evicted at {deleted_at}, taint added at {added}"
+        );
+        assert!(
+            !pod_ready(&pod),
+            "pods of an unreachable node are marked not ready"
+        );
+        let disruption = pod
+            .status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget");
+        assert!(disruption);
+    }
+    let patient = pods.get("patient").await.unwrap();
+    assert!(
+        patient.metadata.deletion_timestamp.is_none(),
+        "the default 300 s toleration still holds"
+    );
+
+    // Nobody completes the deletion of a pod on an unreachable node.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        pods.get_opt("short-1").await.unwrap().is_some(),
+        "it stays Terminating"
+    );
+
+    // Heartbeats return: Ready again (from the kubelet), taints gone.
+    sim.kubelet.repair("node-a");
+    eventually("the taints to go", || async {
+        let node = nodes.get("node-a").await.unwrap();
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let ready = node
+            .status?
+            .conditions?
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (taints.is_empty() && ready).then_some(())
+    })
+    .await;
+    // The returning kubelet completes the pending deletions.
+    gone(
+        &pods,
+        "short-1",
+        "the evicted pod to go once its kubelet is back",
+    )
+    .await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn pods_bound_to_a_deleted_node_are_force_deleted_after_the_quarantine() {
+    let sim = Sim::start(&["node-a"]).await;
+    let nodes: Api<Node> = Api::all(sim.client.clone());
+    let pods: Api<Pod> = sim.api();
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("stranded", json!({"nodeName": "node-a"})),
+    )
+    .await
+    .unwrap();
+    sim.kubelet.partition("node-a");
+    nodes
+        .delete("node-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(
+        &pods,
+        "stranded",
+        "the pod of a deleted node to be collected",
+    )
+    .await;
+    sim.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Scheduling.
+
+#[tokio::test]
+async fn the_scheduler_spreads_pods_and_respects_selectors_and_taints() {
+    let sim = Sim::start(&["node-a", "node-b", "node-c"]).await;
+    let pods: Api<Pod> = sim.api();
+    for i in 0..6 {
+        pods.create(
+            &PostParams::default(),
+            &bare_pod(&format!("spread-{i}"), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let placed = eventually("six pods to be bound", || async {
+        let all = pods_of(&pods, "bare").await;
+        let nodes: Vec<String> = all.iter().filter_map(node_of).collect();
+        (nodes.len() == 6).then_some(nodes)
+    })
+    .await;
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for n in placed {
+        *per_node.entry(n).or_default() += 1;
+    }
+    assert_eq!(
+        per_node.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2],
+        "{per_node:?}"
+    );
+    let scheduled = pods.get("spread-0").await.unwrap();
+    let condition = scheduled
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .unwrap();
+    assert_eq!(condition.status, "True");
+
+    // nodeSelector and NoSchedule taints.
+    let nodes: Api<Node> = Api::all(sim.client.clone());
+    nodes
+        .patch(
+            "node-b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"disk": "ssd"}}})),
+        )
+        .await
+        .unwrap();
+    nodes
+        .patch("node-c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]}})))
+        .await
+        .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("wants-ssd", json!({"nodeSelector": {"disk": "ssd"}})),
+    )
+    .await
+    .unwrap();
+    for i in 0..4 {
+        pods.create(
+            &PostParams::default(),
+            &bare_pod(&format!("untolerating-{i}"), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let tolerating = json!([{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}]);
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("infra", json!({"tolerations": tolerating, "nodeSelector": {"kubernetes.io/hostname": "node-c"}})),
+    )
+    .await
+    .unwrap();
+    let placements = eventually("the new pods to be bound", || async {
+        let all = pods_of(&pods, "bare").await;
+        let placed: HashMap<String, String> = all
+            .iter()
+            .filter_map(|p| Some((p.name_any(), node_of(p)?)))
+            .collect();
+        (placed.len() == 12).then_some(placed)
+    })
+    .await;
+    assert_eq!(placements["wants-ssd"], "node-b");
+    assert_eq!(placements["infra"], "node-c");
+    for i in 0..4 {
+        assert_ne!(
+            placements[&format!("untolerating-{i}")],
+            "node-c",
+            "NoSchedule taint respected"
+        );
+    }
+
+    // A pod that fits nowhere stays Pending with the scheduler's reason.
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("nowhere", json!({"nodeSelector": {"disk": "tape"}})),
+    )
+    .await
+    .unwrap();
+    let condition = eventually("the pod to be marked unschedulable", || async {
+        let pod = pods.get("nowhere").await.unwrap();
+        pod.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    let message = condition.message.unwrap();
+    assert!(
+        message.starts_with("0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infra}, 2 node(s) didn't match Pod's node affinity/selector."),
+        "{message}"
+    );
+    let pod = pods.get("nowhere").await.unwrap();
+    assert!(node_of(&pod).is_none());
+    assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Pending"));
+
+    // It is retried when a node changes so that it fits.
+    nodes
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"disk": "tape"}}})),
+        )
+        .await
+        .unwrap();
+    let node = eventually("the pod to be bound once a node fits", || async {
+        node_of(&pods.get("nowhere").await.unwrap())
+    })
+    .await;
+    assert_eq!(node, "node-a");
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_node_gets_no_new_pods_and_the_scheduler_says_why() {
+    let sim = Sim::start(&["node-a"]).await;
+    let pods: Api<Pod> = sim.api();
+    let nodes: Api<Node> = Api::all(sim.client.clone());
+    sim.kubelet.partition("node-a");
+    eventually("node-a to be tainted unreachable", || async {
+        let n = nodes.get("node-a").await.unwrap();
+        (n.spec?.taints?.len() == 2).then_some(())
+    })
+    .await;
+    pods.create(&PostParams::default(), &bare_pod("waiting", json!({})))
+        .await
+        .unwrap();
+    let condition = eventually("the pod to be unschedulable", || async {
+        let pod = pods.get("waiting").await.unwrap();
+        pod.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    assert_eq!(
+        condition.message.as_deref(),
+        Some(
+            "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        )
+    );
+    sim.kubelet.repair("node-a");
+    eventually("the pod to be bound once the node is back", || async {
+        node_of(&pods.get("waiting").await.unwrap())
+    })
+    .await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn controllers_write_as_their_own_users() {
+    let sim = Sim::start(&["node-a"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("who", 1, "who:1", json!({"type": "RollingUpdate"})),
+        )
+        .await
+        .unwrap();
+    wait_rolled_out(&deployments, "who", "1").await;
+    let events = sim.server.state().audit.events();
+    let writer = |verb: &str, resource: &str, sub: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e.verb == verb && e.resource == resource && e.subresource == sub && e.code < 300
+            })
+            .map(|e| {
+                (
+                    e.user.clone(),
+                    e.user_agent
+                        .split('/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+    };
+    let kcm = Some((
+        "system:kube-controller-manager".to_string(),
+        "kube-controller-manager".to_string(),
+    ));
+    assert_eq!(writer("create", "replicasets", ""), kcm);
+    assert_eq!(writer("create", "pods", ""), kcm);
+    assert_eq!(writer("update", "deployments", "status"), kcm);
+    assert_eq!(
+        writer("create", "pods", "binding"),
+        Some((
+            "system:kube-scheduler".to_string(),
+            "kube-scheduler".to_string()
+        ))
+    );
+    sim.stop().await;
+}
