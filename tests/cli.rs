@@ -36,12 +36,20 @@ fn sim_refuses_a_kubeconfig_path_it_cannot_write_and_names_it() {
 #[test]
 fn fault_without_a_readable_kubeconfig_says_which_file() {
     let out = opconform()
-        .args(["fault", "--kubeconfig", "/nonexistent/opconform.kubeconfig", "list"])
+        .args([
+            "fault",
+            "--kubeconfig",
+            "/nonexistent/opconform.kubeconfig",
+            "list",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cannot use kubeconfig /nonexistent/opconform.kubeconfig"), "{stderr}");
+    assert!(
+        stderr.contains("cannot use kubeconfig /nonexistent/opconform.kubeconfig"),
+        "{stderr}"
+    );
 }
 
 #[test]

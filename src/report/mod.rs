@@ -438,7 +438,10 @@ mod tests {
         let h = sample();
         let f = failover(&h, "hold").unwrap();
         let html = timeline_html("hold <leader>", &h, &[single_leader(&h)], &[f]);
-        assert!(html.contains(">op-a<title>op-a</title></text>") && html.contains(">op-b<title>op-b</title></text>"));
+        assert!(
+            html.contains(">op-a<title>op-a</title></text>")
+                && html.contains(">op-b<title>op-b</title></text>")
+        );
         assert!(html.contains("hold pod ns/op-a"));
         assert!(html.contains("failover op-a → op-b: 500 ms"));
         assert!(html.contains("hold &lt;leader&gt;"), "names are escaped");
