@@ -6,14 +6,12 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
-use crate::sim::apiserver::{ApiServer, ApiServerConfig, ApiServerError};
-
 /// Errors of the command line.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// The simulated API server did not start.
+    /// The simulated cluster did not start.
     #[error("cannot start the simulated control plane")]
-    Start(#[source] ApiServerError),
+    Start(#[source] Box<crate::sim::cluster::ClusterError>),
     /// The kubeconfig could not be written.
     #[error("cannot write kubeconfig {path}")]
     Kubeconfig {
@@ -184,6 +182,16 @@ pub struct SimArgs {
     /// Cluster name (kubeconfig cluster and context name).
     #[arg(long, default_value = "opconform")]
     pub name: String,
+    /// Number of worker nodes (0 runs the API server alone).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u8,
+    /// Run an image as a local executable: NAME=PATH (repeatable), e.g.
+    /// memcached-operator:dev=target/debug/memcached-operator. Other images are stand-ins.
+    #[arg(long = "image", value_name = "NAME=PATH")]
+    pub images: Vec<crate::sim::kubelet::ImageMapping>,
+    /// Short controller periods (node grace 3 s, heartbeats 500 ms) instead of the real ones.
+    #[arg(long)]
+    pub fast: bool,
 }
 
 /// Runs the command line.
@@ -340,14 +348,30 @@ async fn fault(args: FaultArgs) -> Result<(), CliError> {
 }
 
 async fn sim(args: SimArgs) -> Result<(), CliError> {
+    use crate::sim::cluster::{SimCluster, SimClusterConfig};
     let begin = Instant::now();
-    let server = ApiServer::start(ApiServerConfig {
-        name: args.name.clone(),
-        port: args.port,
-        ..Default::default()
-    })
-    .await
-    .map_err(CliError::Start)?;
+    let mut config = if args.fast {
+        SimClusterConfig::fast()
+    } else {
+        SimClusterConfig::default()
+    };
+    config.apiserver.name = args.name.clone();
+    config.apiserver.port = args.port;
+    config.nodes = args.nodes;
+    config.images = args.images.iter().cloned().collect();
+    for mapping in &args.images {
+        if !mapping.path.is_file() {
+            return Err(CliError::Usage(format!(
+                "--image {}={}: no such executable",
+                mapping.image,
+                mapping.path.display()
+            )));
+        }
+    }
+    let cluster = SimCluster::start(config)
+        .await
+        .map_err(|e| CliError::Start(Box::new(e)))?;
+    let server = cluster.server();
     if let Some(path) = &args.audit_log {
         server
             .state()
@@ -362,18 +386,19 @@ async fn sim(args: SimArgs) -> Result<(), CliError> {
         }
     })?;
     println!(
-        "opconform sim: serving {} (started in {} ms)",
+        "opconform sim: serving {} with {} node(s) ready (started in {} ms)",
         server.url(),
+        args.nodes,
         begin.elapsed().as_millis()
     );
     println!(
-        "kubeconfig: {}  (try: KUBECONFIG={} kubectl get namespaces)",
+        "kubeconfig: {}  (try: KUBECONFIG={} kubectl get nodes)",
         args.kubeconfig.display(),
         args.kubeconfig.display()
     );
     println!("press ctrl-c to stop");
     wait_for_interrupt().await?;
-    server.shutdown();
+    cluster.shutdown().await;
     println!("opconform sim: stopped");
     Ok(())
 }

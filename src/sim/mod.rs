@@ -3,12 +3,14 @@
 //! nothing of the harness.
 //!
 //! - [`apiserver`]: the Kubernetes API (HTTPS, auth, RBAC, watch, audit).
+//! - [`cluster`]: the whole simulated cluster behind one handle.
 //! - [`controllers`]: garbage collector, deployment, namespace, node lifecycle, scheduler.
 //! - [`kubelet`]: one per simulated node; runs containers as processes, heartbeats.
 //! - [`faults`]: API fault rules (reject, delay) and the log of every fault.
 //! - [`proxy`]: the per-pod and per-node TCP proxy where network faults act.
 
 pub mod apiserver;
+pub mod cluster;
 pub mod controllers;
 pub mod faults;
 pub mod kubelet;

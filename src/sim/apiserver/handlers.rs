@@ -271,10 +271,10 @@ fn prepare_update(
                 }
             }
         }
-        if new.get("spec").is_some_and(Value::is_null) {
-            if let Some(o) = new.as_object_mut() {
-                o.remove("spec");
-            }
+        if new.get("spec").is_some_and(Value::is_null)
+            && let Some(o) = new.as_object_mut()
+        {
+            o.remove("spec");
         }
     } else if rt.status {
         new["status"] = old.get("status").cloned().unwrap_or(Value::Null);

@@ -1,1 +1,589 @@
-//! The simulated kubelet (being written).
+//! The simulated kubelet: one per node. It registers its Node and keeps it heartbeating,
+//! watches the pods bound to it and runs them — containers of mapped images as local
+//! process groups, the rest as stand-ins that are Running and Ready without a process —
+//! and carries out the process and network faults of its pods and of the whole node.
+//!
+//! - [`config`]: [`KubeletConfig`] and the [`ImageMap`].
+//! - [`node`]: Node registration, the node Lease and the Ready heartbeat.
+//! - [`pod`]: one worker per pod: sandbox (IP, proxy, files), containers, status, deletion.
+//! - [`container`]: one container's life: start, probes, restarts with back-off, stop.
+//! - [`process`]: process groups with a watchdog, signals, reaping.
+//! - [`env`], [`probe`], [`logs`], [`status`]: what those need.
+//!
+//! # Guarantees
+//! - No pod process outlives the kubelet: [`Kubelet::shutdown`] and dropping the
+//!   [`Kubelet`] SIGKILL every process group, and every group also dies by itself when the
+//!   process owning the kubelet ends in any way, SIGKILL included (see [`process`]).
+//! - Everything the kubelet asks of the API server goes through the node's [`Proxy`]
+//!   (source address = the node IP) as `system:node:<node>`; everything a pod asks goes
+//!   through the pod's own proxy (source address = the pod IP), so the audit attributes it.
+//!
+//! # Caveats
+//! - No volumes, no image pulls, no resource limits, no `exec`/`grpc` probes, no
+//!   `activeDeadlineSeconds`, no ephemeral containers; sidecar init containers
+//!   (`restartPolicy: Always`) run like ordinary init containers.
+//! - A pod's `command[0]` names the image's entrypoint: the mapped executable runs in its
+//!   place, with `command[1..]` and `args` as its arguments.
+//! - In-place image updates of a running pod are not acted on; `hostNetwork` pods get a
+//!   pod IP of their own like any other pod.
+//! - Pod IPs are `127.P0.P1.1..=254`: at most 254 pods at once per node.
+
+pub mod config;
+pub mod container;
+pub mod env;
+pub mod logs;
+pub mod node;
+pub mod pod;
+pub mod probe;
+pub mod process;
+pub mod status;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use self::config::{ImageMap, ImageMapping, KubeletConfig, find_faketime};
+use self::node::NodeAgent;
+use self::pod::PodRuntime;
+use crate::sim::apiserver::{ApiServerError, ServerHandle};
+use crate::sim::proxy::{Mode, Proxy, ProxyError};
+
+/// Errors of the kubelet and its faults.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    /// The node's proxy could not be started.
+    #[error("cannot start the api proxy of node {node}")]
+    Proxy {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: ProxyError,
+    },
+    /// The kubelet's API client could not be built.
+    #[error("cannot build the api client of node {node}")]
+    Client {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: ApiServerError,
+    },
+    /// The node's working directory could not be created.
+    #[error("cannot create the work directory {path}")]
+    WorkDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Node could not be registered.
+    #[error("cannot register node {node}")]
+    Register {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: node::NodeError,
+    },
+    /// No such pod runs on this node.
+    #[error("pod {namespace}/{pod} does not run on node {node}")]
+    NoSuchPod {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// This node.
+        node: String,
+    },
+    /// The pod has no such container.
+    #[error("pod {namespace}/{pod} has no container {container:?}")]
+    NoSuchContainer {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// The container asked for.
+        container: String,
+    },
+    /// The container is not running (waiting for a restart, or finished).
+    #[error("container {container} of pod {namespace}/{pod} is not running")]
+    NotRunning {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// The container.
+        container: String,
+    },
+    /// Clock skew needs libfaketime, which is not installed.
+    #[error(
+        "clock skew needs libfaketime, which is not installed: apt-get install faketime (Debian/Ubuntu package `faketime`)"
+    )]
+    NoFaketime,
+    /// The pod's faketime file could not be written.
+    #[error("cannot write the clock offset of pod {namespace}/{pod}")]
+    Skew {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Pod IPs in use on this node, handed out round-robin so a freed IP is not reused soon.
+struct IpPool {
+    prefix: [u8; 2],
+    next: u8,
+    used: BTreeSet<u8>,
+}
+
+impl IpPool {
+    fn allocate(&mut self) -> Option<Ipv4Addr> {
+        for _ in 0..254 {
+            let candidate = self.next;
+            self.next = if self.next >= 254 { 1 } else { self.next + 1 };
+            if self.used.insert(candidate) {
+                return Some(Ipv4Addr::new(
+                    127,
+                    self.prefix[0],
+                    self.prefix[1],
+                    candidate,
+                ));
+            }
+        }
+        None
+    }
+
+    fn release(&mut self, ip: Ipv4Addr) {
+        self.used.remove(&ip.octets()[3]);
+    }
+}
+
+/// What the kubelet's tasks share.
+pub(crate) struct Shared {
+    pub(crate) config: KubeletConfig,
+    pub(crate) server: ServerHandle,
+    pub(crate) client: kube::Client,
+    proxy: Proxy,
+    pods: Mutex<HashMap<String, Arc<PodRuntime>>>,
+    node_mode: Mutex<Mode>,
+    held: watch::Sender<bool>,
+    stopping: watch::Sender<bool>,
+    ips: Mutex<IpPool>,
+    sequence: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// Waits while the node is held (a held node's kubelet does nothing).
+    pub(crate) async fn gate(&self) {
+        let mut held = self.held.subscribe();
+        let _ = held.wait_for(|h| !*h).await;
+    }
+
+    /// [`Shared::gate`] as a reusable closure (for probe loops).
+    pub(crate) fn gate_fn(
+        self: &Arc<Self>,
+    ) -> impl Fn() -> BoxFuture<'static, ()> + Send + Sync + 'static {
+        let weak = Arc::downgrade(self);
+        move || {
+            let weak = weak.clone();
+            Box::pin(async move {
+                if let Some(shared) = weak.upgrade() {
+                    let mut held = shared.held.subscribe();
+                    drop(shared);
+                    let _ = held.wait_for(|h| !*h).await;
+                }
+            })
+        }
+    }
+
+    /// Whether the node is held.
+    pub(crate) fn node_held(&self) -> bool {
+        *self.held.borrow()
+    }
+
+    /// Whether the kubelet is shutting down.
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// The partition mode the whole node is in (new pod proxies start in it).
+    pub(crate) fn node_mode(&self) -> Mode {
+        *lock(&self.node_mode)
+    }
+
+    pub(crate) fn allocate_ip(&self) -> Option<Ipv4Addr> {
+        lock(&self.ips).allocate()
+    }
+
+    pub(crate) fn release_ip(&self, ip: Ipv4Addr) {
+        lock(&self.ips).release(ip);
+    }
+
+    pub(crate) fn next_sequence(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn register(&self, pod: Arc<PodRuntime>) {
+        lock(&self.pods).insert(pod.uid.clone(), pod);
+    }
+
+    pub(crate) fn unregister(&self, uid: &str) {
+        lock(&self.pods).remove(uid);
+    }
+
+    fn all_pods(&self) -> Vec<Arc<PodRuntime>> {
+        lock(&self.pods).values().cloned().collect()
+    }
+
+    /// The pod called `namespace/name` on this node (the newest, should a terminating
+    /// pod and its successor share the name).
+    fn find(&self, namespace: &str, name: &str) -> Option<Arc<PodRuntime>> {
+        lock(&self.pods)
+            .values()
+            .filter(|p| p.namespace == namespace && p.name == name)
+            .max_by_key(|p| p.sequence)
+            .cloned()
+    }
+
+    fn kill_everything(&self) {
+        for pod in self.all_pods() {
+            pod.kill_all();
+        }
+    }
+}
+
+/// A running simulated kubelet. Dropping it kills its pods' processes (use
+/// [`Kubelet::shutdown`] to also wait for them).
+pub struct Kubelet {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Kubelet {
+    /// Starts the kubelet: its proxy and client, the Node (registered Ready, with its
+    /// Lease), heartbeats every `heartbeat_interval`, and the pod loop. A pod log source is
+    /// added to the server so `kubectl logs` reads this node's containers.
+    ///
+    /// # Errors
+    /// When the proxy, the client or the work directory cannot be set up, or the Node
+    /// cannot be registered.
+    pub async fn start(
+        server: ServerHandle,
+        config: KubeletConfig,
+    ) -> Result<Kubelet, KubeletError> {
+        let node = config.node_name.clone();
+        std::fs::create_dir_all(config.work_dir.join("pods")).map_err(|source| {
+            KubeletError::WorkDir {
+                path: config.work_dir.clone(),
+                source,
+            }
+        })?;
+        let proxy = Proxy::start(
+            &format!("node {node}"),
+            server.addr(),
+            IpAddr::V4(config.node_ip),
+        )
+        .await
+        .map_err(|source| KubeletError::Proxy {
+            node: node.clone(),
+            source,
+        })?;
+        let client = server
+            .user_client(
+                &format!("https://{}", proxy.addr()),
+                &format!("system:node:{node}"),
+                &["system:nodes", "system:masters"],
+            )
+            .await
+            .map_err(|source| KubeletError::Client {
+                node: node.clone(),
+                source,
+            })?;
+        let mut agent = NodeAgent::new(config.clone(), client.clone());
+        agent
+            .register()
+            .await
+            .map_err(|source| KubeletError::Register {
+                node: node.clone(),
+                source,
+            })?;
+        let shared = Arc::new(Shared {
+            ips: Mutex::new(IpPool {
+                prefix: config.pod_ip_prefix,
+                next: 1,
+                used: BTreeSet::new(),
+            }),
+            config,
+            server: server.clone(),
+            client,
+            proxy,
+            pods: Mutex::new(HashMap::new()),
+            node_mode: Mutex::new(Mode::Pass),
+            held: watch::channel(false).0,
+            stopping: watch::channel(false).0,
+            sequence: AtomicU64::new(0),
+        });
+        let weak: Weak<Shared> = Arc::downgrade(&shared);
+        server.state().add_log_source(Arc::new(
+            move |namespace: &str, pod: &str, container: Option<&str>| {
+                let shared = weak.upgrade()?;
+                let pod = shared.find(namespace, pod)?;
+                pod.log_text(container, false)
+            },
+        ));
+        let tasks = vec![
+            tokio::spawn(heartbeats(shared.clone(), agent)),
+            tokio::spawn(pod::pod_loop(shared.clone())),
+        ];
+        Ok(Kubelet { shared, tasks })
+    }
+
+    /// The node's name.
+    pub fn node_name(&self) -> &str {
+        &self.shared.config.node_name
+    }
+
+    /// The node's settings.
+    pub fn config(&self) -> &KubeletConfig {
+        &self.shared.config
+    }
+
+    fn pod(&self, namespace: &str, pod: &str) -> Result<Arc<PodRuntime>, KubeletError> {
+        self.shared
+            .find(namespace, pod)
+            .ok_or_else(|| KubeletError::NoSuchPod {
+                namespace: namespace.to_string(),
+                pod: pod.to_string(),
+                node: self.node_name().to_string(),
+            })
+    }
+
+    /// Crashes a container (the first when `container` is `None`): SIGKILL to its process
+    /// group, or for a stand-in the same outcome without a process. The pod stays; its
+    /// restartPolicy decides what follows (exit code 137, reason `Error`).
+    ///
+    /// # Errors
+    /// When the pod or container is unknown or not running.
+    pub fn crash(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+    ) -> Result<(), KubeletError> {
+        self.pod(namespace, pod)?.crash(container)
+    }
+
+    /// Freezes the pod's processes (SIGSTOP); containers started while held start frozen.
+    ///
+    /// # Errors
+    /// When the pod is unknown.
+    pub fn hold_pod(&self, namespace: &str, pod: &str) -> Result<(), KubeletError> {
+        self.pod(namespace, pod)?.hold();
+        Ok(())
+    }
+
+    /// Thaws the pod's processes (SIGCONT), unless the whole node is held.
+    ///
+    /// # Errors
+    /// When the pod is unknown.
+    pub fn release_pod(&self, namespace: &str, pod: &str) -> Result<(), KubeletError> {
+        self.pod(namespace, pod)?.release(self.shared.node_held());
+        Ok(())
+    }
+
+    /// Freezes the whole node: the kubelet's loops stop (no heartbeats, no status, no
+    /// restarts, no probes) and every pod process is SIGSTOPped.
+    pub fn hold_node(&self) {
+        self.shared.held.send_replace(true);
+        for pod in self.shared.all_pods() {
+            pod.freeze();
+        }
+    }
+
+    /// Thaws the node: loops resume and pods not held on their own are SIGCONTed.
+    pub fn release_node(&self) {
+        self.shared.held.send_replace(false);
+        for pod in self.shared.all_pods() {
+            pod.thaw();
+        }
+    }
+
+    /// Whether the node is held.
+    pub fn node_held(&self) -> bool {
+        self.shared.node_held()
+    }
+
+    /// Sets the mode of one pod's proxy ([`Mode::Pass`] repairs).
+    ///
+    /// # Errors
+    /// When the pod is unknown.
+    pub fn partition_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        mode: Mode,
+    ) -> Result<(), KubeletError> {
+        self.pod(namespace, pod)?.proxy.set_mode(mode);
+        Ok(())
+    }
+
+    /// Sets the mode of the kubelet's own proxy and of every pod proxy on this node, pods
+    /// started later included. [`Mode::Pass`] repairs (pod partitions included).
+    pub fn partition_node(&self, mode: Mode) {
+        *lock(&self.shared.node_mode) = mode;
+        self.shared.proxy.set_mode(mode);
+        for pod in self.shared.all_pods() {
+            pod.proxy.set_mode(mode);
+        }
+    }
+
+    /// Adds latency to every chunk of the pod's API traffic (zero removes it).
+    ///
+    /// # Errors
+    /// When the pod is unknown.
+    pub fn delay_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        delay: Duration,
+    ) -> Result<(), KubeletError> {
+        self.pod(namespace, pod)?.proxy.set_delay(delay);
+        Ok(())
+    }
+
+    /// Offsets the pod's wall and monotonic clocks by `offset` (zero removes the skew),
+    /// through libfaketime preloaded into its processes. Running processes follow within
+    /// about a second (libfaketime re-reads its offset file once a second).
+    ///
+    /// # Errors
+    /// [`KubeletError::NoFaketime`] when libfaketime is not installed (Debian package
+    /// `faketime`); when the pod is unknown or its offset file cannot be written.
+    pub fn skew_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        offset: chrono::Duration,
+    ) -> Result<(), KubeletError> {
+        if self.shared.config.faketime_library.is_none() {
+            return Err(KubeletError::NoFaketime);
+        }
+        self.pod(namespace, pod)?
+            .skew(offset)
+            .map_err(|source| KubeletError::Skew {
+                namespace: namespace.to_string(),
+                pod: pod.to_string(),
+                source,
+            })
+    }
+
+    /// The pod's IP, once the kubelet has admitted it.
+    pub fn pod_ip(&self, namespace: &str, pod: &str) -> Option<Ipv4Addr> {
+        self.shared.find(namespace, pod).map(|p| p.ip)
+    }
+
+    /// The pod's working directory (cwd of its processes; holds its kubeconfig,
+    /// `serviceaccount/`, the `faketime` offset and `logs/`).
+    pub fn pod_dir(&self, namespace: &str, pod: &str) -> Option<PathBuf> {
+        self.shared.find(namespace, pod).map(|p| p.dir.clone())
+    }
+
+    /// A container's log (the first container when `None`): the current instance's, or
+    /// with `previous` the one before the last restart.
+    pub fn log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+        previous: bool,
+    ) -> Option<String> {
+        self.shared
+            .find(namespace, pod)?
+            .log_text(container, previous)
+    }
+
+    /// Every live process of every container on this node (process-group members,
+    /// grandchildren included; the kubelet's watchdogs excluded).
+    pub fn pids(&self) -> Vec<u32> {
+        let groups: Vec<i32> = self
+            .shared
+            .all_pods()
+            .iter()
+            .flat_map(|p| p.groups())
+            .map(|g| g.pgid)
+            .collect();
+        process::group_members(&groups)
+            .into_iter()
+            .filter(|pid| !groups.contains(&(*pid as i32)))
+            .collect()
+    }
+
+    /// Stops the kubelet like a machine losing power: the loops stop, every process group
+    /// is SIGKILLed and reaped. Does not touch the API (pods and the Node stay as they are).
+    pub async fn shutdown(mut self) {
+        self.shared.stopping.send_replace(true);
+        self.shared.held.send_replace(false);
+        self.shared.kill_everything();
+        let handles = std::mem::take(&mut self.tasks);
+        let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
+        let joined =
+            tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
+        if joined.is_err() {
+            for a in aborts {
+                a.abort();
+            }
+        }
+        self.shared.kill_everything();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !self.pids().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.shared.stopping.send_replace(true);
+        self.shared.held.send_replace(false);
+        self.shared.kill_everything();
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Renews the Lease and the Ready condition every `heartbeat_interval` until stopped;
+/// nothing while the node is held. Failures (a partition) are retried at the next beat.
+async fn heartbeats(shared: Arc<Shared>, mut agent: NodeAgent) {
+    let mut stopping = shared.stopping();
+    let interval = shared.config.heartbeat_interval;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        shared.gate().await;
+        if *stopping.borrow() {
+            return;
+        }
+        if let Err(e) = agent.heartbeat().await {
+            tracing::debug!(node = %shared.config.node_name, error = %e, "heartbeat failed");
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! A whole simulated cluster behind one handle: the API server, a kubelet per node, the
+//! controllers and the scheduler, and the faults that act on them. What `opconform sim`
+//! runs and what each scenario on the simulator gets.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+
+use super::apiserver::{ApiServer, ApiServerConfig, ApiServerError, ServerHandle};
+use super::controllers::{ControllerConfig, Controllers, ControllersError};
+use super::faults::{Cut, FaultError, FaultTarget, NodeFault, PodFault};
+use super::kubelet::{ImageMap, Kubelet, KubeletConfig, KubeletError};
+use super::proxy::Mode;
+
+/// Errors of the simulated cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The API server did not start.
+    #[error("the simulated api server did not start")]
+    ApiServer(#[source] ApiServerError),
+    /// A kubelet did not start.
+    #[error("the kubelet of node {node} did not start")]
+    Kubelet {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: KubeletError,
+    },
+    /// The controllers did not start.
+    #[error("the simulated controllers did not start")]
+    Controllers(#[source] ControllersError),
+    /// The working directory could not be made.
+    #[error("cannot create the cluster's working directory")]
+    WorkDir(#[source] std::io::Error),
+    /// The nodes did not become Ready in time.
+    #[error("{ready} of {wanted} nodes became Ready within {within:?}")]
+    NodesNotReady {
+        /// Ready nodes.
+        ready: usize,
+        /// Nodes started.
+        wanted: usize,
+        /// The bound.
+        within: Duration,
+    },
+}
+
+/// How to build a simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimClusterConfig {
+    /// API server settings (its name names the cluster).
+    pub apiserver: ApiServerConfig,
+    /// Number of worker nodes.
+    pub nodes: u8,
+    /// Which images run as local executables.
+    pub images: ImageMap,
+    /// Controller periods (node grace, GC delay, …).
+    pub controllers: ControllerConfig,
+    /// Kubelet heartbeat period.
+    pub heartbeat_interval: Duration,
+    /// libfaketime for the skew fault; found automatically when installed.
+    pub faketime_library: Option<PathBuf>,
+    /// Where node and pod directories go (a fresh temporary directory when unset).
+    pub work_dir: Option<PathBuf>,
+}
+
+impl Default for SimClusterConfig {
+    fn default() -> Self {
+        Self {
+            apiserver: ApiServerConfig::default(),
+            nodes: 3,
+            images: ImageMap::new(),
+            controllers: ControllerConfig::default(),
+            heartbeat_interval: Duration::from_secs(10),
+            faketime_library: super::kubelet::find_faketime(),
+            work_dir: None,
+        }
+    }
+}
+
+impl SimClusterConfig {
+    /// Short periods so scenarios observe node failures in seconds instead of minutes.
+    pub fn fast() -> Self {
+        Self {
+            controllers: ControllerConfig::fast(),
+            heartbeat_interval: Duration::from_millis(500),
+            ..Self::default()
+        }
+    }
+}
+
+struct Nodes {
+    kubelets: Mutex<Vec<Kubelet>>,
+}
+
+impl Nodes {
+    fn with_pod<T>(
+        &self,
+        namespace: &str,
+        pod: &str,
+        act: impl FnOnce(&Kubelet) -> Result<T, KubeletError>,
+    ) -> Result<T, FaultError> {
+        let kubelets = self.kubelets.lock().unwrap_or_else(|p| p.into_inner());
+        let kubelet = kubelets
+            .iter()
+            .find(|k| k.pod_ip(namespace, pod).is_some())
+            .ok_or_else(|| {
+                FaultError::NoTarget(format!("pod {namespace}/{pod} is not running on any node"))
+            })?;
+        act(kubelet).map_err(|e| FaultError::Unsupported(error_chain(&e)))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+fn mode(cut: Cut) -> Mode {
+    match cut {
+        Cut::Drop => Mode::Drop,
+        Cut::Hang => Mode::Hang,
+        Cut::HangResponses => Mode::HangResponses,
+    }
+}
+
+impl FaultTarget for Nodes {
+    fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError> {
+        self.with_pod(namespace, pod, |k| match fault {
+            PodFault::Crash { container } => k.crash(namespace, pod, container.as_deref()),
+            PodFault::Hold => k.hold_pod(namespace, pod),
+            PodFault::Release => k.release_pod(namespace, pod),
+            PodFault::Partition { cut } => k.partition_pod(namespace, pod, mode(*cut)),
+            PodFault::Repair => k
+                .partition_pod(namespace, pod, Mode::Pass)
+                .and_then(|()| k.delay_pod(namespace, pod, Duration::ZERO)),
+            PodFault::Delay { millis } => {
+                k.delay_pod(namespace, pod, Duration::from_millis(*millis))
+            }
+            PodFault::Skew { seconds } => {
+                k.skew_pod(namespace, pod, chrono::Duration::seconds(*seconds))
+            }
+        })
+    }
+
+    fn node(&self, node: &str, fault: &NodeFault) -> Result<(), FaultError> {
+        let kubelets = self.kubelets.lock().unwrap_or_else(|p| p.into_inner());
+        let kubelet = kubelets
+            .iter()
+            .find(|k| k.node_name() == node)
+            .ok_or_else(|| FaultError::NoTarget(format!("node {node}")))?;
+        match fault {
+            NodeFault::Hold => kubelet.hold_node(),
+            NodeFault::Release => kubelet.release_node(),
+            NodeFault::Partition { cut } => kubelet.partition_node(mode(*cut)),
+            NodeFault::Repair => kubelet.partition_node(Mode::Pass),
+        }
+        Ok(())
+    }
+}
+
+/// A running simulated cluster. Dropping it stops everything and kills every pod process.
+pub struct SimCluster {
+    server: ApiServer,
+    nodes: Arc<Nodes>,
+    controllers: Option<Controllers>,
+    _dir: Option<tempfile::TempDir>,
+    ready_after: Duration,
+}
+
+impl SimCluster {
+    /// Starts the API server, the nodes and the controllers, and waits until every node is
+    /// Ready (bounded by 30 s).
+    ///
+    /// # Errors
+    /// When any part fails to start or the nodes do not become Ready.
+    pub async fn start(config: SimClusterConfig) -> Result<Self, ClusterError> {
+        let begin = Instant::now();
+        let (dir, work_dir) = match &config.work_dir {
+            Some(path) => {
+                std::fs::create_dir_all(path).map_err(ClusterError::WorkDir)?;
+                (None, path.clone())
+            }
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("opconform-sim-")
+                    .tempdir()
+                    .map_err(ClusterError::WorkDir)?;
+                let path = dir.path().to_path_buf();
+                (Some(dir), path)
+            }
+        };
+        let server = ApiServer::start(config.apiserver.clone())
+            .await
+            .map_err(ClusterError::ApiServer)?;
+        let handle = server.handle();
+        let starts = (1..=config.nodes).map(|index| {
+            let name = format!("worker-{index}");
+            let mut kc = KubeletConfig::new(&name, index, work_dir.join(&name));
+            kc.images = config.images.clone();
+            kc.heartbeat_interval = config.heartbeat_interval;
+            kc.faketime_library = config.faketime_library.clone();
+            let handle = handle.clone();
+            async move {
+                Kubelet::start(handle, kc)
+                    .await
+                    .map_err(|source| ClusterError::Kubelet { node: name, source })
+            }
+        });
+        let kubelets = futures::future::try_join_all(starts).await?;
+        let nodes = Arc::new(Nodes {
+            kubelets: Mutex::new(kubelets),
+        });
+        handle.state().set_fault_target(nodes.clone());
+        let controllers = Controllers::start(handle.clone(), config.controllers.clone())
+            .await
+            .map_err(ClusterError::Controllers)?;
+        let cluster = Self {
+            server,
+            nodes,
+            controllers: Some(controllers),
+            _dir: dir,
+            ready_after: Duration::ZERO,
+        };
+        let ready_after = cluster
+            .wait_for_ready_nodes(config.nodes as usize, begin)
+            .await?;
+        Ok(Self {
+            ready_after,
+            ..cluster
+        })
+    }
+
+    async fn wait_for_ready_nodes(
+        &self,
+        wanted: usize,
+        begin: Instant,
+    ) -> Result<Duration, ClusterError> {
+        let within = Duration::from_secs(30);
+        let client = self
+            .server
+            .admin_client()
+            .await
+            .map_err(ClusterError::ApiServer)?;
+        let nodes: Api<Node> = Api::all(client);
+        let deadline = tokio::time::Instant::now() + within;
+        let mut ticker = tokio::time::interval(Duration::from_millis(10));
+        loop {
+            ticker.tick().await;
+            let ready = nodes
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.iter().filter(|n| is_ready(n)).count())
+                .unwrap_or(0);
+            if ready >= wanted {
+                return Ok(begin.elapsed());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(ClusterError::NodesNotReady {
+                    ready,
+                    wanted,
+                    within,
+                });
+            }
+        }
+    }
+
+    /// The API server.
+    pub fn server(&self) -> &ApiServer {
+        &self.server
+    }
+
+    /// A cloneable handle to the API server.
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// How long start-up took until every node was Ready.
+    pub fn ready_after(&self) -> Duration {
+        self.ready_after
+    }
+
+    /// Node names.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes
+            .kubelets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|k| k.node_name().to_string())
+            .collect()
+    }
+
+    /// Every live pod process on every node.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes
+            .kubelets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flat_map(Kubelet::pids)
+            .collect()
+    }
+
+    /// Applies a pod fault and logs it in the cluster's fault log.
+    ///
+    /// # Errors
+    /// When the pod runs nowhere or the fault cannot be done here.
+    pub fn pod_fault(
+        &self,
+        namespace: &str,
+        pod: &str,
+        fault: &PodFault,
+    ) -> Result<(), FaultError> {
+        self.server
+            .state()
+            .faults
+            .apply_pod(self.nodes.as_ref(), namespace, pod, fault)
+    }
+
+    /// Applies a node fault and logs it in the cluster's fault log.
+    ///
+    /// # Errors
+    /// When the node does not exist.
+    pub fn node_fault(&self, node: &str, fault: &NodeFault) -> Result<(), FaultError> {
+        self.server
+            .state()
+            .faults
+            .apply_node(self.nodes.as_ref(), node, fault)
+    }
+
+    /// Stops the controllers and kubelets (killing every pod process) and the API server.
+    pub async fn shutdown(mut self) {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.shutdown().await;
+        }
+        let kubelets = std::mem::take(
+            &mut *self
+                .nodes
+                .kubelets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for kubelet in kubelets {
+            kubelet.shutdown().await;
+        }
+        self.server.shutdown();
+    }
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

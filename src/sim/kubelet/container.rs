@@ -1,0 +1,820 @@
+//! One container's life in a pod: prepare (credentials, env, argv), start (a process group
+//! or a stand-in), probe, end (exit, crash, probe failure, graceful stop), and restart
+//! according to the restartPolicy with CrashLoopBackOff delays.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Probe, Secret};
+use kube::Api;
+use nix::sys::signal::Signal;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::env::{self, Env, PodFacts, SourceKind, Sources};
+use super::lock;
+use super::logs::ContainerLog;
+use super::node::CAPACITY;
+use super::pod::{PodRuntime, StatusCell};
+use super::probe::{self, Kind, Target, Verdict};
+use super::process::{Exit, Group, Instance, Spec};
+use super::status::{ContainerStatus, State, Terminated};
+
+/// Errors preparing a container (shown as `CreateContainerConfigError`).
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    /// The pod's ServiceAccount token is not available.
+    #[error("cannot get the token of serviceaccount {namespace}/{name}")]
+    Token {
+        /// Namespace.
+        namespace: String,
+        /// ServiceAccount.
+        name: String,
+        /// The cause.
+        #[source]
+        source: crate::sim::apiserver::ApiServerError,
+    },
+    /// A file in the pod's directory could not be written.
+    #[error("cannot write {path}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A ConfigMap or Secret could not be read.
+    #[error("failed to sync {kind} cache: {message}")]
+    Source {
+        /// `configmap` or `secret`.
+        kind: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// The environment could not be resolved.
+    #[error(transparent)]
+    Env(#[from] env::EnvError),
+}
+
+/// What the pod worker tells its containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopState {
+    /// Keep running (and restarting).
+    Run,
+    /// Stop: SIGTERM now, SIGKILL at the deadline; no more restarts.
+    Graceful(Instant),
+    /// Stop at once with SIGKILL (force deletion, shutdown).
+    Kill,
+}
+
+/// One container as the faults see it: its current process group or stand-in, its log.
+pub struct ContainerRuntime {
+    /// Container name.
+    pub name: String,
+    /// Whether it is an init container.
+    pub init: bool,
+    /// Its log.
+    pub log: Arc<ContainerLog>,
+    group: Mutex<Option<Group>>,
+    standin: Mutex<Option<Arc<Notify>>>,
+}
+
+impl ContainerRuntime {
+    /// A container that has not started.
+    pub fn new(name: &str, init: bool, log_path: PathBuf, log_limit: usize) -> Self {
+        Self {
+            name: name.to_string(),
+            init,
+            log: Arc::new(ContainerLog::new(log_path, log_limit)),
+            group: Mutex::new(None),
+            standin: Mutex::new(None),
+        }
+    }
+
+    /// Its running process group.
+    pub fn group(&self) -> Option<Group> {
+        *lock(&self.group)
+    }
+
+    /// Kills the running instance as a crash would; `false` when nothing runs.
+    pub fn crash(&self) -> bool {
+        if let Some(g) = self.group() {
+            return g.signal(Signal::SIGKILL).is_ok();
+        }
+        match lock(&self.standin).as_ref() {
+            Some(n) => {
+                n.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// CrashLoopBackOff as the kubelet computes it: the first restart is immediate, then
+/// `base`, doubling up to `cap`; a container that ran for more than twice `cap` starts over.
+#[derive(Debug, Clone)]
+pub struct RestartBackoff {
+    base: Duration,
+    cap: Duration,
+    window: Option<Duration>,
+}
+
+impl RestartBackoff {
+    /// A fresh backoff.
+    pub fn new(base: Duration, cap: Duration) -> Self {
+        Self {
+            base,
+            cap: cap.max(base),
+            window: None,
+        }
+    }
+
+    /// The delay before the next restart of a container that ran for `ran_for`.
+    pub fn next(&mut self, ran_for: Duration) -> Duration {
+        let expired = ran_for > self.cap * 2;
+        let (delay, window) = match self.window {
+            Some(w) if !expired => (w, (w * 2).min(self.cap)),
+            _ => (Duration::ZERO, self.base),
+        };
+        self.window = Some(window);
+        delay
+    }
+}
+
+/// A duration as Go prints it (`100ms`, `10s`, `1m20s`, `5m0s`).
+pub fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs_f64();
+    let minutes = (secs / 60.0).floor() as u64;
+    let rest = secs - (minutes * 60) as f64;
+    let rest = if rest.fract() == 0.0 {
+        format!("{}s", rest as u64)
+    } else {
+        format!("{}s", (rest * 1000.0).round() / 1000.0)
+    };
+    if minutes == 0 {
+        rest
+    } else {
+        format!("{minutes}m{rest}")
+    }
+}
+
+enum Launch {
+    Process(Spec),
+    StandIn,
+}
+
+enum Running {
+    Process(Box<Instance>),
+    StandIn(Arc<Notify>),
+}
+
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// One container's life.
+pub struct ContainerTask {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) pod: Arc<PodRuntime>,
+    pub(crate) runtime: Arc<ContainerRuntime>,
+    pub(crate) status: Arc<StatusCell>,
+    pub(crate) spec: Container,
+    pub(crate) index: usize,
+    pub(crate) init: bool,
+    pub(crate) pod_object: Arc<Pod>,
+    pub(crate) stop: watch::Receiver<StopState>,
+}
+
+impl ContainerTask {
+    fn update(&self, change: impl FnOnce(&mut ContainerStatus)) {
+        let (init, index) = (self.init, self.index);
+        self.status.update(|s| {
+            let list = if init {
+                &mut s.init_containers
+            } else {
+                &mut s.containers
+            };
+            if let Some(c) = list.get_mut(index) {
+                change(c);
+            }
+        });
+    }
+
+    fn stop_state(&self) -> StopState {
+        *self.stop.borrow()
+    }
+
+    fn restart_policy(&self) -> String {
+        self.pod_object
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into())
+    }
+
+    fn grace_period(&self, probe: Option<&Probe>) -> Duration {
+        let seconds = probe
+            .and_then(|p| p.termination_grace_period_seconds)
+            .or_else(|| {
+                self.pod_object
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(30)
+            .max(0);
+        Duration::from_secs(seconds as u64)
+    }
+
+    /// Waits `d`; `true` when a stop came first.
+    async fn sleep_or_stop(&mut self, d: Duration) -> bool {
+        let sleep = tokio::time::sleep(d);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return self.stop_state() != StopState::Run,
+                changed = self.stop.changed() => {
+                    if changed.is_err() || self.stop_state() != StopState::Run {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the container until it will not run again.
+    pub async fn run(mut self) {
+        let config = &self.shared.config;
+        let mut backoff =
+            RestartBackoff::new(config.restart_backoff_base, config.restart_backoff_cap);
+        let mut restarts = 0;
+        loop {
+            if self.stop_state() != StopState::Run {
+                self.never_again();
+                return;
+            }
+            self.shared.gate().await;
+            let launch = match self.prepare().await {
+                Ok(l) => l,
+                Err(e) => {
+                    let message = error_chain(&e);
+                    self.update(|c| {
+                        c.state = State::Waiting {
+                            reason: "CreateContainerConfigError".into(),
+                            message: Some(message),
+                        }
+                    });
+                    self.sleep_or_stop(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let terminated = self.run_instance(launch, restarts).await;
+            if self.stop_state() == StopState::Kill {
+                return;
+            }
+            let code = terminated.exit_code;
+            let restart = self.stop_state() == StopState::Run
+                && match self.restart_policy().as_str() {
+                    "Never" => false,
+                    "OnFailure" => code != 0,
+                    _ => !self.init || code != 0,
+                };
+            if !restart {
+                self.update(|c| {
+                    c.state = State::Terminated(terminated);
+                    c.ready = false;
+                    c.started = false;
+                    c.done = true;
+                });
+                return;
+            }
+            let ran_for = terminated
+                .started_at
+                .map(|s| (terminated.finished_at - s).to_std().unwrap_or_default())
+                .unwrap_or_default();
+            let delay = backoff.next(ran_for);
+            let message = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                go_duration(delay),
+                self.spec.name,
+                self.pod.name,
+                self.pod.namespace,
+                self.pod.uid
+            );
+            let last = terminated.clone();
+            self.update(|c| {
+                c.last_state = Some(last);
+                c.state = if delay.is_zero() {
+                    State::Terminated(terminated.clone())
+                } else {
+                    State::Waiting {
+                        reason: "CrashLoopBackOff".into(),
+                        message: Some(message),
+                    }
+                };
+                c.ready = false;
+                c.started = false;
+            });
+            if !delay.is_zero() && self.sleep_or_stop(delay).await {
+                if self.stop_state() == StopState::Kill {
+                    return;
+                }
+                self.update(|c| {
+                    c.state = State::Terminated(terminated);
+                    c.done = true;
+                });
+                return;
+            }
+            restarts += 1;
+        }
+    }
+
+    /// The container will not run again and has nothing to report but that.
+    fn never_again(&self) {
+        self.update(|c| {
+            if c.done {
+                return;
+            }
+            c.state = match &c.last_state {
+                Some(t) if !matches!(c.state, State::Running { .. }) => {
+                    State::Terminated(t.clone())
+                }
+                _ => State::Terminated(Terminated {
+                    exit_code: 137,
+                    signal: None,
+                    reason: "ContainerStatusUnknown".into(),
+                    message: Some(
+                        "The container could not be located when the pod was terminated".into(),
+                    ),
+                    started_at: None,
+                    finished_at: Utc::now(),
+                    container_id: None,
+                }),
+            };
+            c.ready = false;
+            c.started = false;
+            c.done = true;
+        });
+    }
+
+    /// Credentials, env and argv for a mapped image; a stand-in otherwise.
+    async fn prepare(&self) -> Result<Launch, ContainerError> {
+        let image = self.spec.image.clone().unwrap_or_default();
+        let Some(program) = self
+            .shared
+            .config
+            .images
+            .get(&image)
+            .map(std::path::Path::to_path_buf)
+        else {
+            return Ok(Launch::StandIn);
+        };
+        self.write_credentials()?;
+        let sources = self.fetch_sources().await?;
+        let dir = &self.pod.dir;
+        let port = self.pod.proxy.addr().port().to_string();
+        let mut base = Env::new();
+        base.set(
+            "PATH",
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        );
+        base.set("HOME", dir.display().to_string());
+        base.set("HOSTNAME", self.pod.name.clone());
+        base.set("KUBERNETES_SERVICE_HOST", "127.0.0.1");
+        base.set("KUBERNETES_SERVICE_PORT", port.clone());
+        base.set("KUBERNETES_SERVICE_PORT_HTTPS", port.clone());
+        base.set("KUBERNETES_PORT", format!("tcp://127.0.0.1:{port}"));
+        base.set("KUBECONFIG", dir.join("kubeconfig").display().to_string());
+        base.set(
+            "OPCONFORM_SERVICEACCOUNT_DIR",
+            dir.join("serviceaccount").display().to_string(),
+        );
+        let facts = PodFacts {
+            pod: &self.pod_object,
+            pod_ip: self.pod.ip.to_string(),
+            host_ip: self.shared.config.node_ip.to_string(),
+            allocatable: CAPACITY,
+        };
+        let env = env::container_env(&self.spec, &facts, &sources, &base)?;
+        let args = env::container_args(&self.spec, &env);
+        let mut vars: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Some(lib) = &self.shared.config.faketime_library {
+            vars.retain(|(k, _)| !k.starts_with("FAKETIME") && k != "LD_PRELOAD");
+            vars.push(("LD_PRELOAD".into(), lib.display().to_string()));
+            vars.push((
+                "FAKETIME_TIMESTAMP_FILE".into(),
+                dir.join("faketime").display().to_string(),
+            ));
+            vars.push(("FAKETIME_CACHE_DURATION".into(), "1".into()));
+        }
+        Ok(Launch::Process(Spec {
+            program,
+            args,
+            env: vars,
+            cwd: dir.clone(),
+        }))
+    }
+
+    /// The ServiceAccount files and the kubeconfig (server = the pod's proxy).
+    fn write_credentials(&self) -> Result<(), ContainerError> {
+        let spec = self.pod_object.spec.as_ref();
+        let namespace = &self.pod.namespace;
+        let account = spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let automount = spec.and_then(|s| s.automount_service_account_token) != Some(false);
+        let token = if automount {
+            self.shared
+                .server
+                .service_account_token(namespace, &account)
+                .map_err(|source| ContainerError::Token {
+                    namespace: namespace.clone(),
+                    name: account.clone(),
+                    source,
+                })?
+        } else {
+            String::new()
+        };
+        let dir = &self.pod.dir;
+        // Atomically: another container of the pod may be reading these files right now.
+        let write = |path: PathBuf, text: &str| {
+            let tmp = path.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
+            std::fs::write(&tmp, text)
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|source| ContainerError::File { path, source })
+        };
+        let sa_dir = dir.join("serviceaccount");
+        std::fs::create_dir_all(&sa_dir).map_err(|source| ContainerError::File {
+            path: sa_dir.clone(),
+            source,
+        })?;
+        if automount {
+            write(sa_dir.join("token"), &token)?;
+        }
+        write(sa_dir.join("ca.crt"), self.shared.server.ca_pem())?;
+        write(sa_dir.join("namespace"), namespace)?;
+        let user = format!("system:serviceaccount:{namespace}:{account}");
+        let server = format!("https://{}", self.pod.proxy.addr());
+        let kubeconfig = with_namespace(
+            &self.shared.server.kubeconfig_for(&server, &user, &token),
+            namespace,
+        );
+        write(dir.join("kubeconfig"), &kubeconfig)
+    }
+
+    async fn fetch_sources(&self) -> Result<Sources, ContainerError> {
+        let mut sources = Sources::default();
+        let namespace = &self.pod.namespace;
+        for (kind, name) in env::references(&self.spec) {
+            let limit = Duration::from_secs(5);
+            match kind {
+                SourceKind::ConfigMap => {
+                    let api: Api<ConfigMap> =
+                        Api::namespaced(self.shared.client.clone(), namespace);
+                    let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
+                    let cm = flatten_fetch("configmap", got)?;
+                    if let Some(cm) = cm {
+                        let mut data: BTreeMap<String, String> = cm.data.unwrap_or_default();
+                        for (k, v) in cm.binary_data.unwrap_or_default() {
+                            data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+                        }
+                        sources.config_maps.insert(name, data);
+                    }
+                }
+                SourceKind::Secret => {
+                    let api: Api<Secret> = Api::namespaced(self.shared.client.clone(), namespace);
+                    let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
+                    if let Some(secret) = flatten_fetch("secret", got)? {
+                        let mut data: BTreeMap<String, String> = secret
+                            .data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                            .collect();
+                        for (k, v) in secret.string_data.unwrap_or_default() {
+                            data.insert(k, v);
+                        }
+                        sources.secrets.insert(name, data);
+                    }
+                }
+            }
+        }
+        Ok(sources)
+    }
+
+    fn spawn_probe(
+        &self,
+        kind: Kind,
+        probe: &Probe,
+        tx: &mpsc::UnboundedSender<Verdict>,
+    ) -> JoinHandle<()> {
+        let target = Target {
+            pod_ip: self.pod.ip,
+            node_ip: self.shared.config.node_ip,
+        };
+        tokio::spawn(probe::run(
+            kind,
+            probe.clone(),
+            self.spec.clone(),
+            target,
+            tx.clone(),
+            self.shared.gate_fn(),
+        ))
+    }
+
+    fn start_main_probes(&self, tasks: &mut Tasks, tx: &mpsc::UnboundedSender<Verdict>) {
+        if let Some(p) = &self.spec.readiness_probe {
+            tasks.0.push(self.spawn_probe(Kind::Readiness, p, tx));
+        }
+        if let Some(p) = &self.spec.liveness_probe {
+            tasks.0.push(self.spawn_probe(Kind::Liveness, p, tx));
+        }
+    }
+
+    /// Starts one instance and runs it to its end.
+    async fn run_instance(&mut self, launch: Launch, restarts: i32) -> Terminated {
+        let started_at = Utc::now();
+        self.runtime.log.new_instance();
+        let (mut running, container_id, image_id) = match launch {
+            Launch::Process(spec) => match Instance::spawn(&spec, self.runtime.log.clone()).await {
+                Ok(instance) => {
+                    let group = instance.group();
+                    *lock(&self.runtime.group) = Some(group);
+                    if self.pod.frozen() {
+                        let _ = group.stop();
+                    }
+                    let id = format!("opconform://{}", group.pid);
+                    (
+                        Running::Process(Box::new(instance)),
+                        id,
+                        format!("opconform://{}", spec.program.display()),
+                    )
+                }
+                Err(e) => {
+                    return Terminated {
+                        exit_code: 128,
+                        signal: None,
+                        reason: "StartError".into(),
+                        message: Some(error_chain(&e)),
+                        started_at: Some(started_at),
+                        finished_at: Utc::now(),
+                        container_id: None,
+                    };
+                }
+            },
+            Launch::StandIn => {
+                let notify = Arc::new(Notify::new());
+                *lock(&self.runtime.standin) = Some(notify.clone());
+                let id = format!(
+                    "opconform://standin-{}",
+                    &uuid::Uuid::new_v4().simple().to_string()[..12]
+                );
+                let image = self.spec.image.clone().unwrap_or_default();
+                (Running::StandIn(notify), id, format!("standin://{image}"))
+            }
+        };
+        let standin = matches!(running, Running::StandIn(_));
+        let has_startup = self.spec.startup_probe.is_some() && !standin;
+        let has_readiness = self.spec.readiness_probe.is_some() && !standin;
+        let mut started = !has_startup;
+        let mut ready = started && !has_readiness;
+        let (cid, iid) = (container_id.clone(), image_id);
+        self.update(|c| {
+            c.state = State::Running { started_at };
+            c.container_id = Some(cid);
+            c.image_id = iid;
+            c.restart_count = restarts;
+            c.ever_started = true;
+            c.started = started;
+            c.ready = ready;
+        });
+        let (tx, mut verdicts) = mpsc::unbounded_channel();
+        let mut probes = Tasks(Vec::new());
+        if !standin {
+            match &self.spec.startup_probe {
+                Some(p) => probes.0.push(self.spawn_probe(Kind::Startup, p, &tx)),
+                None => self.start_main_probes(&mut probes, &tx),
+            }
+        }
+        let mut kill_at: Option<Instant> = None;
+        let mut killed = false;
+        let mut stop_closed = false;
+        let mut stand_in_exit: Option<Exit> = None;
+        // Apply a stop that was requested before this instance started.
+        let mut pending_stop = self.stop_state() != StopState::Run;
+        let exit = loop {
+            if pending_stop {
+                pending_stop = false;
+                match self.stop_state() {
+                    StopState::Graceful(deadline) => {
+                        if kill_at.is_none() && !killed {
+                            terminate(&running, &mut stand_in_exit);
+                        }
+                        kill_at = Some(kill_at.map_or(deadline, |k| k.min(deadline)));
+                    }
+                    StopState::Kill => {
+                        kill(&running, &mut stand_in_exit);
+                        killed = true;
+                        kill_at = None;
+                    }
+                    StopState::Run => {}
+                }
+            }
+            if let Some(exit) = stand_in_exit {
+                break exit;
+            }
+            tokio::select! {
+                exit = wait(&mut running) => break exit,
+                Some(v) = verdicts.recv() => match (v.kind, v.success) {
+                    (Kind::Startup, true) => {
+                        started = true;
+                        ready = !has_readiness;
+                        self.start_main_probes(&mut probes, &tx);
+                        self.update(|c| { c.started = true; c.ready = ready; });
+                    }
+                    (Kind::Readiness, ok) => {
+                        ready = ok && started;
+                        self.update(|c| c.ready = ready);
+                    }
+                    (Kind::Liveness, true) => {}
+                    (Kind::Startup | Kind::Liveness, false) => {
+                        if kill_at.is_none() && !killed {
+                            tracing::debug!(container = %self.spec.name, pod = %self.pod.name, message = %v.message, "probe failed, restarting");
+                            let probe = if v.kind == Kind::Startup { &self.spec.startup_probe } else { &self.spec.liveness_probe };
+                            let grace = self.grace_period(probe.as_ref());
+                            terminate(&running, &mut stand_in_exit);
+                            kill_at = Some(Instant::now() + grace);
+                        }
+                    }
+                },
+                changed = self.stop.changed(), if !stop_closed => {
+                    if changed.is_err() {
+                        stop_closed = true;
+                        kill(&running, &mut stand_in_exit);
+                        killed = true;
+                    } else {
+                        pending_stop = true;
+                    }
+                }
+                _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                    kill(&running, &mut stand_in_exit);
+                    killed = true;
+                    kill_at = None;
+                }
+            }
+        };
+        drop(probes);
+        *lock(&self.runtime.group) = None;
+        *lock(&self.runtime.standin) = None;
+        if let Running::Process(instance) = running {
+            instance.finish().await;
+        }
+        Terminated {
+            exit_code: exit.code,
+            signal: exit.signal,
+            reason: if exit.code == 0 { "Completed" } else { "Error" }.into(),
+            message: None,
+            started_at: Some(started_at),
+            finished_at: Utc::now(),
+            container_id: Some(container_id),
+        }
+    }
+}
+
+fn terminate(running: &Running, stand_in_exit: &mut Option<Exit>) {
+    match running {
+        Running::Process(i) => {
+            let _ = i.group().signal(Signal::SIGTERM);
+        }
+        Running::StandIn(_) => {
+            *stand_in_exit = Some(Exit {
+                code: 0,
+                signal: None,
+            })
+        }
+    }
+}
+
+fn kill(running: &Running, stand_in_exit: &mut Option<Exit>) {
+    match running {
+        Running::Process(i) => {
+            let _ = i.group().signal(Signal::SIGKILL);
+        }
+        Running::StandIn(_) => {
+            *stand_in_exit = Some(Exit {
+                code: 137,
+                signal: Some(9),
+            })
+        }
+    }
+}
+
+async fn wait(running: &mut Running) -> Exit {
+    match running {
+        Running::Process(i) => i.wait().await,
+        Running::StandIn(n) => {
+            n.notified().await;
+            Exit {
+                code: 137,
+                signal: Some(9),
+            }
+        }
+    }
+}
+
+fn flatten_fetch<T>(
+    kind: &'static str,
+    got: Result<Result<Option<T>, kube::Error>, tokio::time::error::Elapsed>,
+) -> Result<Option<T>, ContainerError> {
+    match got {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ContainerError::Source {
+            kind,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(ContainerError::Source {
+            kind,
+            message: "timed out waiting for the condition".into(),
+        }),
+    }
+}
+
+/// An error and its causes, `: `-joined.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// The kubeconfig with its contexts' namespace set (a pod's default namespace is its own).
+fn with_namespace(kubeconfig: &str, namespace: &str) -> String {
+    let Ok(mut doc) = serde_yaml::from_str::<serde_yaml::Value>(kubeconfig) else {
+        return kubeconfig.to_string();
+    };
+    if let Some(contexts) = doc.get_mut("contexts").and_then(|c| c.as_sequence_mut()) {
+        for c in contexts {
+            if let Some(ctx) = c.get_mut("context").and_then(|c| c.as_mapping_mut()) {
+                ctx.insert("namespace".into(), namespace.into());
+            }
+        }
+    }
+    serde_yaml::to_string(&doc).unwrap_or_else(|_| kubeconfig.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_restarts_at_once_then_doubles_up_to_the_cap() {
+        let mut b = RestartBackoff::new(Duration::from_secs(10), Duration::from_secs(300));
+        let short = Duration::from_secs(1);
+        let delays: Vec<u64> = (0..8).map(|_| b.next(short).as_secs()).collect();
+        assert_eq!(delays, [0, 10, 20, 40, 80, 160, 300, 300]);
+        // A container that ran for more than twice the cap starts over.
+        assert_eq!(b.next(Duration::from_secs(601)).as_secs(), 0);
+        assert_eq!(b.next(short).as_secs(), 10);
+    }
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        assert_eq!(go_duration(Duration::from_millis(100)), "100ms");
+        assert_eq!(go_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(go_duration(Duration::from_secs(80)), "1m20s");
+        assert_eq!(go_duration(Duration::from_secs(300)), "5m0s");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn the_pod_kubeconfig_defaults_to_the_pods_namespace() {
+        let kc = crate::sim::apiserver::kubeconfig("c", "https://127.0.0.1:1", "CA", "u", "t");
+        let out = with_namespace(&kc, "team-a");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&out).unwrap();
+        assert_eq!(doc["contexts"][0]["context"]["namespace"], "team-a");
+        assert_eq!(doc["users"][0]["user"]["token"], "t");
+    }
+}

@@ -1,0 +1,818 @@
+//! Pods on this node: the watch of pods bound to it, and one worker per pod that sets up
+//! its sandbox (IP, proxy, working directory, credentials), runs its containers, reports
+//! its status, and on deletion stops the containers gracefully and makes the final delete.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt as _, utils::Backoff};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::Shared;
+use super::container::{ContainerRuntime, ContainerTask, StopState};
+use super::process::Group;
+use super::status::{ContainerStatus, PodStatus, State, Terminated, qos_class};
+use super::{KubeletError, lock};
+use crate::sim::apiserver::audit::PodRef;
+use crate::sim::proxy::{Mode, Proxy, ProxyError};
+
+/// Errors setting up a pod's sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    /// Every pod IP of this node is taken.
+    #[error("no pod ip left on this node")]
+    NoIp,
+    /// The pod's directory could not be created.
+    #[error("cannot create the pod directory {path}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pod's proxy could not be started.
+    #[error("cannot start the pod's api proxy")]
+    Proxy(#[source] ProxyError),
+}
+
+/// A pod while this kubelet runs it: what the faults act on.
+pub struct PodRuntime {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// The pod IP.
+    pub ip: Ipv4Addr,
+    /// Working directory of its processes.
+    pub dir: PathBuf,
+    /// Its API proxy.
+    pub proxy: Proxy,
+    /// Admission order on this node.
+    pub sequence: u64,
+    /// Init containers first, then app containers.
+    pub containers: Vec<Arc<ContainerRuntime>>,
+    held: AtomicBool,
+    node_held: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl PodRuntime {
+    /// The process groups running now.
+    pub fn groups(&self) -> Vec<Group> {
+        self.containers.iter().filter_map(|c| c.group()).collect()
+    }
+
+    /// Whether new processes must start frozen.
+    pub fn frozen(&self) -> bool {
+        self.held.load(Ordering::SeqCst) || (self.node_held)()
+    }
+
+    /// SIGKILLs every process group now (shutdown, drop, force deletion).
+    pub fn kill_all(&self) {
+        for g in self.groups() {
+            let _ = g.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    pub(crate) fn crash(&self, container: Option<&str>) -> Result<(), KubeletError> {
+        let c = match container {
+            Some(name) => self.containers.iter().find(|c| c.name == name),
+            None => self.containers.iter().find(|c| !c.init),
+        }
+        .ok_or_else(|| KubeletError::NoSuchContainer {
+            namespace: self.namespace.clone(),
+            pod: self.name.clone(),
+            container: container.unwrap_or_default().to_string(),
+        })?;
+        if c.crash() {
+            Ok(())
+        } else {
+            Err(KubeletError::NotRunning {
+                namespace: self.namespace.clone(),
+                pod: self.name.clone(),
+                container: c.name.clone(),
+            })
+        }
+    }
+
+    pub(crate) fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+        self.freeze();
+    }
+
+    /// SIGSTOPs every group (without marking the pod held).
+    pub(crate) fn freeze(&self) {
+        for g in self.groups() {
+            let _ = g.stop();
+        }
+    }
+
+    /// Forgets the pod's own hold; thaws unless the node is still held.
+    pub(crate) fn release(&self, node_held: bool) {
+        self.held.store(false, Ordering::SeqCst);
+        if !node_held {
+            self.thaw();
+        }
+    }
+
+    /// Thaws after the node's release, unless the pod is held on its own.
+    pub(crate) fn thaw(&self) {
+        if self.held.load(Ordering::SeqCst) {
+            return;
+        }
+        for g in self.groups() {
+            let _ = g.resume();
+        }
+    }
+
+    pub(crate) fn skew(&self, offset: chrono::Duration) -> std::io::Result<()> {
+        let millis = offset.num_milliseconds();
+        let sign = if millis < 0 { '-' } else { '+' };
+        let abs = millis.unsigned_abs();
+        let text = format!("{sign}{}.{:03}\n", abs / 1000, abs % 1000);
+        let tmp = self.dir.join(".faketime.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(tmp, self.dir.join("faketime"))
+    }
+
+    pub(crate) fn log_text(&self, container: Option<&str>, previous: bool) -> Option<String> {
+        let apps: Vec<&Arc<ContainerRuntime>> =
+            self.containers.iter().filter(|c| !c.init).collect();
+        let c = match container {
+            Some(name) => self.containers.iter().find(|c| c.name == name)?,
+            None if apps.len() == 1 => apps[0],
+            None => return None,
+        };
+        c.log.text(previous)
+    }
+}
+
+/// What a pod worker learns from the watch.
+#[derive(Clone)]
+pub enum PodUpdate {
+    /// The pod as it is now.
+    Current(Arc<Pod>),
+    /// The pod is gone (deleted outright) or the kubelet stops: kill, no more API calls.
+    Gone,
+}
+
+/// The kubelet's watch backoff: quick, so a repaired node resumes at once.
+struct QuickBackoff {
+    next: Duration,
+}
+
+impl Iterator for QuickBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+        Some(d)
+    }
+}
+
+impl Backoff for QuickBackoff {
+    fn reset(&mut self) {
+        self.next = Duration::from_millis(50);
+    }
+}
+
+struct Worker {
+    updates: watch::Sender<PodUpdate>,
+    task: JoinHandle<()>,
+}
+
+/// Watches the pods bound to this node and keeps one worker per pod.
+pub(crate) async fn pod_loop(shared: Arc<Shared>) {
+    let node = shared.config.node_name.clone();
+    let api: Api<Pod> = Api::all(shared.client.clone());
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let mut events = watcher::watcher(api, config)
+        .backoff(QuickBackoff {
+            next: Duration::from_millis(50),
+        })
+        .boxed();
+    let mut stopping = shared.stopping();
+    let mut workers: HashMap<String, Worker> = HashMap::new();
+    let mut ending: Vec<JoinHandle<()>> = Vec::new();
+    let mut listed: Option<HashSet<String>> = None;
+    loop {
+        let event = tokio::select! {
+            e = events.next() => e,
+            _ = stopping.wait_for(|s| *s) => break,
+        };
+        shared.gate().await;
+        if *stopping.borrow() {
+            break;
+        }
+        ending.retain(|t| !t.is_finished());
+        let event = match event {
+            Some(Ok(e)) => e,
+            Some(Err(e)) => {
+                tracing::debug!(%node, error = %e, "pod watch failed");
+                continue;
+            }
+            None => break,
+        };
+        match event {
+            Event::Init => listed = Some(HashSet::new()),
+            Event::InitApply(pod) => {
+                if let (Some(seen), Some(uid)) = (listed.as_mut(), pod.metadata.uid.clone()) {
+                    seen.insert(uid);
+                }
+                apply(&shared, &mut workers, pod);
+            }
+            Event::InitDone => {
+                let seen = listed.take().unwrap_or_default();
+                let gone: Vec<String> = workers
+                    .keys()
+                    .filter(|u| !seen.contains(*u))
+                    .cloned()
+                    .collect();
+                for uid in gone {
+                    if let Some(w) = workers.remove(&uid) {
+                        w.updates.send_replace(PodUpdate::Gone);
+                        ending.push(w.task);
+                    }
+                }
+            }
+            Event::Apply(pod) => apply(&shared, &mut workers, pod),
+            Event::Delete(pod) => {
+                if let Some(w) = pod.metadata.uid.as_ref().and_then(|u| workers.remove(u)) {
+                    w.updates.send_replace(PodUpdate::Gone);
+                    ending.push(w.task);
+                }
+            }
+        }
+    }
+    for (_, w) in workers.drain() {
+        w.updates.send_replace(PodUpdate::Gone);
+        ending.push(w.task);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(ending)).await;
+}
+
+fn apply(shared: &Arc<Shared>, workers: &mut HashMap<String, Worker>, pod: Pod) {
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
+    let pod = Arc::new(pod);
+    if let Some(w) = workers.get(&uid) {
+        w.updates.send_replace(PodUpdate::Current(pod));
+        return;
+    }
+    let (updates, rx) = watch::channel(PodUpdate::Current(pod.clone()));
+    let task = tokio::spawn(run(shared.clone(), pod, rx));
+    workers.insert(uid, Worker { updates, task });
+}
+
+/// The pod status and its version; container tasks change it, the sync task writes it.
+pub struct StatusCell {
+    model: Mutex<PodStatus>,
+    version: watch::Sender<u64>,
+}
+
+impl StatusCell {
+    fn new(model: PodStatus) -> Self {
+        Self {
+            model: Mutex::new(model),
+            version: watch::channel(0).0,
+        }
+    }
+
+    /// Changes the status and schedules a write.
+    pub fn update(&self, change: impl FnOnce(&mut PodStatus)) {
+        change(&mut lock(&self.model));
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Reads the status.
+    pub fn read<T>(&self, f: impl FnOnce(&PodStatus) -> T) -> T {
+        f(&lock(&self.model))
+    }
+
+    fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+async fn setup(
+    shared: &Arc<Shared>,
+    pod: &Pod,
+    sequence: u64,
+) -> Result<Arc<PodRuntime>, PodError> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let ip = shared.allocate_ip().ok_or(PodError::NoIp)?;
+    let release = |e| {
+        shared.release_ip(ip);
+        e
+    };
+    let dir = shared
+        .config
+        .work_dir
+        .join("pods")
+        .join(format!("{namespace}_{name}_{uid}"));
+    std::fs::create_dir_all(dir.join("logs"))
+        .map_err(|source| PodError::Dir {
+            path: dir.clone(),
+            source,
+        })
+        .map_err(release)?;
+    if shared.config.faketime_library.is_some() && !dir.join("faketime").exists() {
+        std::fs::write(dir.join("faketime"), "+0\n")
+            .map_err(|source| PodError::Dir {
+                path: dir.clone(),
+                source,
+            })
+            .map_err(release)?;
+    }
+    let proxy = Proxy::start(
+        &format!("pod {namespace}/{name}"),
+        shared.server.addr(),
+        IpAddr::V4(ip),
+    )
+    .await
+    .map_err(PodError::Proxy)
+    .map_err(release)?;
+    let mode = shared.node_mode();
+    if mode != Mode::Pass {
+        proxy.set_mode(mode);
+    }
+    let mut containers = Vec::new();
+    for (init, list) in [
+        (true, spec.init_containers.clone().unwrap_or_default()),
+        (false, spec.containers.clone()),
+    ] {
+        for c in list {
+            let log = dir.join("logs").join(format!("{}.log", c.name));
+            containers.push(Arc::new(ContainerRuntime::new(
+                &c.name,
+                init,
+                log,
+                shared.config.log_limit_bytes,
+            )));
+        }
+    }
+    let weak = Arc::downgrade(shared);
+    Ok(Arc::new(PodRuntime {
+        namespace,
+        name,
+        uid,
+        ip,
+        dir,
+        proxy,
+        sequence,
+        containers,
+        held: AtomicBool::new(false),
+        node_held: Arc::new(move || weak.upgrade().is_some_and(|s| s.node_held())),
+    }))
+}
+
+/// One pod's life on this node.
+async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<PodUpdate>) {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(shared.client.clone(), &namespace);
+    let runtime = match setup(&shared, &pod, shared.next_sequence()).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "cannot admit pod");
+            // Nothing runs; a deletion still gets its final delete.
+            let deleting = |u: &PodUpdate| matches!(u, PodUpdate::Current(p) if p.metadata.deletion_timestamp.is_some());
+            let seen = updates
+                .wait_for(|u| matches!(u, PodUpdate::Gone) || deleting(u))
+                .await
+                .map(|u| deleting(&u));
+            if matches!(seen, Ok(true)) {
+                let (_tx, synced) = watch::channel(0);
+                let status = Arc::new(StatusCell::new(PodStatus::new(
+                    String::new(),
+                    String::new(),
+                )));
+                let finalizer = final_delete(shared.clone(), api, name, uid, status, synced, true);
+                tokio::select! {
+                    _ = finalizer => {}
+                    _ = updates.wait_for(|u| matches!(u, PodUpdate::Gone)) => {}
+                }
+            }
+            return;
+        }
+    };
+    shared.register(runtime.clone());
+    let spec = pod.spec.clone().unwrap_or_default();
+    let terminal_on_arrival = is_terminal(&pod);
+    if !terminal_on_arrival {
+        // Attribute the pod's requests from its first one on, before a status write lands.
+        shared.server.state().audit.set_pod_ip(
+            IpAddr::V4(runtime.ip),
+            Some(PodRef {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: uid.clone(),
+            }),
+        );
+    }
+
+    let mut model = PodStatus::new(runtime.ip.to_string(), shared.config.node_ip.to_string());
+    if let Some(t) = pod.status.as_ref().and_then(|s| s.start_time.as_ref())
+        && let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(&t.0.to_string())
+    {
+        model.start_time = parsed.with_timezone(&chrono::Utc);
+    }
+    model.sandbox_ready = true;
+    model.readiness_gates = spec
+        .readiness_gates
+        .iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .collect();
+    model.qos_class = qos_class(&serde_json::to_value(&spec).unwrap_or_default()).to_string();
+    let has_init = spec.init_containers.as_ref().is_some_and(|l| !l.is_empty());
+    model.init_containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            ContainerStatus::waiting(
+                &c.name,
+                c.image.as_deref().unwrap_or_default(),
+                "PodInitializing",
+            )
+        })
+        .collect();
+    let app_reason = if has_init {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
+    model.containers = spec
+        .containers
+        .iter()
+        .map(|c| {
+            ContainerStatus::waiting(&c.name, c.image.as_deref().unwrap_or_default(), app_reason)
+        })
+        .collect();
+    let status = Arc::new(StatusCell::new(model));
+
+    let (latest_tx, latest_rx) = watch::channel(pod.clone());
+    let (synced_tx, synced_rx) = watch::channel(0u64);
+    let (stop_tx, stop_rx) = watch::channel(StopState::Run);
+    let mut sync = None;
+    let mut pipeline = None;
+    if !terminal_on_arrival {
+        sync = Some(tokio::spawn(status_sync(
+            shared.clone(),
+            api.clone(),
+            status.clone(),
+            latest_rx,
+            synced_tx,
+        )));
+        pipeline = Some(tokio::spawn(run_containers(
+            shared.clone(),
+            runtime.clone(),
+            pod.clone(),
+            status.clone(),
+            stop_rx,
+        )));
+    }
+    let mut finished = pipeline.is_none();
+    let mut deleting = false;
+    let mut finalizer: Option<JoinHandle<()>> = None;
+    // Stops the containers by the pod's grace period; a later, shorter one (a second
+    // DELETE) brings the SIGKILL forward.
+    let stop_by = |p: &Pod| {
+        let grace = p
+            .metadata
+            .deletion_grace_period_seconds
+            .or(spec.termination_grace_period_seconds)
+            .unwrap_or(30)
+            .max(0) as u64;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
+        stop_tx.send_if_modified(|state| match state {
+            StopState::Graceful(current) if *current <= deadline => false,
+            StopState::Kill => false,
+            _ => {
+                *state = StopState::Graceful(deadline);
+                true
+            }
+        });
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        deleting = true;
+        stop_by(&pod);
+    }
+    loop {
+        if finished && deleting && finalizer.is_none() {
+            finalizer = Some(tokio::spawn(final_delete(
+                shared.clone(),
+                api.clone(),
+                name.clone(),
+                uid.clone(),
+                status.clone(),
+                synced_rx.clone(),
+                terminal_on_arrival,
+            )));
+        }
+        tokio::select! {
+            changed = updates.changed() => {
+                let update = if changed.is_err() {
+                    PodUpdate::Gone
+                } else {
+                    updates.borrow_and_update().clone()
+                };
+                match update {
+                    PodUpdate::Gone => break,
+                    PodUpdate::Current(p) => {
+                        latest_tx.send_replace(p.clone());
+                        if p.metadata.deletion_timestamp.is_some() {
+                            deleting = true;
+                            stop_by(&p);
+                        }
+                    }
+                }
+            }
+            _ = async {
+                match pipeline.as_mut() {
+                    Some(p) => { let _ = p.await; }
+                    None => std::future::pending().await,
+                }
+            }, if !finished => {
+                finished = true;
+            }
+        }
+    }
+    // Gone: kill at once, make no more API calls.
+    stop_tx.send_replace(StopState::Kill);
+    runtime.kill_all();
+    if let Some(f) = finalizer {
+        f.abort();
+    }
+    if let Some(p) = pipeline.filter(|_| !finished) {
+        let abort = p.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(10), p)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+    if let Some(s) = sync {
+        s.abort();
+    }
+    shared.unregister(&uid);
+    shared.release_ip(runtime.ip);
+}
+
+/// Runs the init containers one after the other, then the app containers together;
+/// returns when none of them will run again.
+async fn run_containers(
+    shared: Arc<Shared>,
+    runtime: Arc<PodRuntime>,
+    pod: Arc<Pod>,
+    status: Arc<StatusCell>,
+    stop: watch::Receiver<StopState>,
+) {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    let task = |index: usize, init: bool, container| ContainerTask {
+        shared: shared.clone(),
+        pod: runtime.clone(),
+        runtime: runtime
+            .containers
+            .iter()
+            .filter(|c| c.init == init)
+            .nth(index)
+            .cloned()
+            .expect("one runtime per container"),
+        status: status.clone(),
+        spec: container,
+        index,
+        init,
+        pod_object: pod.clone(),
+        stop: stop.clone(),
+    };
+    for (i, c) in inits.into_iter().enumerate() {
+        if *stop.borrow() != StopState::Run {
+            break;
+        }
+        task(i, true, c).run().await;
+        let failed = status.read(|s| {
+            s.init_containers
+                .get(i)
+                .is_some_and(|c| !matches!(&c.state, State::Terminated(t) if t.exit_code == 0))
+        });
+        if failed {
+            break;
+        }
+    }
+    let initialized = status.read(PodStatus::initialized);
+    if initialized && *stop.borrow() == StopState::Run {
+        let tasks: Vec<_> = spec
+            .containers
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, c)| tokio::spawn(task(i, false, c).run()))
+            .collect();
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        // Dropping this future (the pod is gone) must stop the containers too.
+        let _guard = AbortOnDrop(aborts);
+        futures::future::join_all(tasks).await;
+    }
+    // Containers that never got to run will not run any more once the pod stops (an
+    // init failure leaves them waiting, as the real kubelet does).
+    if *stop.borrow() != StopState::Run {
+        status.update(|s| {
+            for c in s.init_containers.iter_mut().chain(s.containers.iter_mut()) {
+                if !c.done && !c.ever_started {
+                    c.state = State::Terminated(Terminated {
+                        exit_code: 137,
+                        signal: None,
+                        reason: "ContainerStatusUnknown".into(),
+                        message: Some(
+                            "The container could not be located when the pod was terminated".into(),
+                        ),
+                        started_at: None,
+                        finished_at: chrono::Utc::now(),
+                        container_id: None,
+                    });
+                    c.done = true;
+                }
+            }
+        });
+    }
+}
+
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for a in &self.0 {
+            a.abort();
+        }
+    }
+}
+
+fn newer(a: &Arc<Pod>, b: &Arc<Pod>) -> Arc<Pod> {
+    let rv = |p: &Pod| {
+        p.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    if rv(b) > rv(a) { b.clone() } else { a.clone() }
+}
+
+/// Writes the pod status whenever it changes: a PUT of the newest known pod with the new
+/// status, so conditions other writers added are kept (a conflict re-reads the pod).
+async fn status_sync(
+    shared: Arc<Shared>,
+    api: Api<Pod>,
+    status: Arc<StatusCell>,
+    mut latest: watch::Receiver<Arc<Pod>>,
+    synced: watch::Sender<u64>,
+) {
+    let mut versions = status.version.subscribe();
+    let mut base = latest.borrow_and_update().clone();
+    let name = base.metadata.name.clone().unwrap_or_default();
+    let mut last_sent: Option<Value> = None;
+    let mut retry: Option<Duration> = Some(Duration::ZERO);
+    loop {
+        tokio::select! {
+            changed = versions.changed() => if changed.is_err() { return },
+            changed = latest.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => {}
+        }
+        shared.gate().await;
+        let version = *versions.borrow_and_update();
+        base = newer(&base, &latest.borrow_and_update());
+        let current = serde_json::to_value(&base.status).unwrap_or(Value::Null);
+        let wanted = status.update_quietly(|s| s.to_json(&current));
+        if last_sent.as_ref() == Some(&wanted) {
+            synced.send_replace(version);
+            retry = None;
+            continue;
+        }
+        let mut object = (*base).clone();
+        object.status = match serde_json::from_value(wanted.clone()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!(pod = %name, error = %e, "built an invalid pod status");
+                return;
+            }
+        };
+        let write = tokio::time::timeout(
+            Duration::from_secs(5),
+            api.replace_status(&name, &PostParams::default(), &object),
+        )
+        .await;
+        match write {
+            Ok(Ok(updated)) => {
+                base = Arc::new(updated);
+                last_sent = Some(wanted);
+                synced.send_replace(version);
+                retry = None;
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => return,
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                if let Ok(Ok(fresh)) =
+                    tokio::time::timeout(Duration::from_secs(5), api.get(&name)).await
+                {
+                    if fresh.metadata.uid != base.metadata.uid {
+                        return;
+                    }
+                    base = Arc::new(fresh);
+                }
+                retry = Some(Duration::ZERO);
+            }
+            Ok(Err(e)) => {
+                if matches!(&e, kube::Error::Api(s) if s.code < 500) {
+                    tracing::warn!(pod = %name, error = %e, "the pod status was refused");
+                } else {
+                    tracing::debug!(pod = %name, error = %e, "pod status update failed");
+                }
+                retry = Some(next_retry(retry));
+            }
+            Err(_) => retry = Some(next_retry(retry)),
+        }
+    }
+}
+
+fn next_retry(previous: Option<Duration>) -> Duration {
+    match previous {
+        Some(d) if !d.is_zero() => (d * 2).min(Duration::from_secs(1)),
+        _ => Duration::from_millis(100),
+    }
+}
+
+impl StatusCell {
+    /// Reads with mutable access but without scheduling a write (condition bookkeeping).
+    fn update_quietly<T>(&self, f: impl FnOnce(&mut PodStatus) -> T) -> T {
+        f(&mut lock(&self.model))
+    }
+}
+
+/// After the containers stopped: waits until the terminal status is written, then deletes
+/// the pod with grace 0 and its UID as precondition, retrying until the server answers.
+async fn final_delete(
+    shared: Arc<Shared>,
+    api: Api<Pod>,
+    name: String,
+    uid: String,
+    status: Arc<StatusCell>,
+    mut synced: watch::Receiver<u64>,
+    skip_status: bool,
+) {
+    if !skip_status {
+        let target = status.version();
+        if synced.wait_for(|v| *v >= target).await.is_err() {
+            return;
+        }
+    }
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let mut retry = None;
+    loop {
+        shared.gate().await;
+        match tokio::time::timeout(Duration::from_secs(5), api.delete(&name, &params)).await {
+            Ok(Ok(_)) => return,
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => return,
+            Ok(Err(e)) => tracing::warn!(pod = %name, error = %e, "the final pod delete failed"),
+            Err(_) => {}
+        }
+        let d = next_retry(retry);
+        retry = Some(d);
+        tokio::time::sleep(d).await;
+    }
+}

@@ -1,0 +1,365 @@
+//! Container probes (startup, readiness, liveness): `httpGet` with a minimal HTTP/1.1
+//! client and `tcpSocket`, on the kubelet's schedule of initial delay, period, timeout and
+//! success/failure thresholds.
+//!
+//! # Caveats
+//! `exec` and `grpc` probes are not run; they always succeed.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::mpsc;
+
+/// Why one probe attempt failed (the message lands in the container's events and logs).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The port is a name no container port has.
+    #[error("port {0:?} is not a named port of the container")]
+    NoSuchPort(String),
+    /// The port number is out of range.
+    #[error("port {0} is out of range")]
+    BadPort(i32),
+    /// The host is not an IPv4 address.
+    #[error("host {0:?} is not an ipv4 address")]
+    BadHost(String),
+    /// No connection could be made.
+    #[error("dial tcp {addr}: connect failed")]
+    Connect {
+        /// Where.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading or writing the connection failed.
+    #[error("get http://{addr}{path}: i/o failed")]
+    Io {
+        /// Where.
+        addr: SocketAddr,
+        /// The path.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No answer within timeoutSeconds.
+    #[error(
+        "get http://{addr}{path}: context deadline exceeded (client timeout exceeded while awaiting headers)"
+    )]
+    Timeout {
+        /// Where.
+        addr: SocketAddr,
+        /// The path.
+        path: String,
+    },
+    /// The answer was not HTTP.
+    #[error("get http://{addr}{path}: malformed http response")]
+    Malformed {
+        /// Where.
+        addr: SocketAddr,
+        /// The path.
+        path: String,
+    },
+    /// An HTTP status outside 200–399.
+    #[error("http probe failed with statuscode: {0}")]
+    Status(u16),
+}
+
+/// Which probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// startupProbe: gates the others; failure restarts the container.
+    Startup,
+    /// readinessProbe: decides the container's `ready`.
+    Readiness,
+    /// livenessProbe: failure restarts the container.
+    Liveness,
+}
+
+/// A change of a probe's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Which probe.
+    pub kind: Kind,
+    /// Whether it now passes.
+    pub success: bool,
+    /// The last failure's message.
+    pub message: String,
+}
+
+/// Where probes connect: the pod's IP (unless the probe names a host) from the node's IP.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// The pod IP.
+    pub pod_ip: Ipv4Addr,
+    /// The source address (the node).
+    pub node_ip: Ipv4Addr,
+}
+
+fn resolve_port(port: &IntOrString, container: &Container) -> Result<u16, ProbeError> {
+    let number = match port {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(name) => match name.parse::<i32>() {
+            Ok(n) => n,
+            Err(_) => container
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .map(|p| p.container_port)
+                .ok_or_else(|| ProbeError::NoSuchPort(name.clone()))?,
+        },
+    };
+    u16::try_from(number)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or(ProbeError::BadPort(number))
+}
+
+async fn connect(target: Target, addr: SocketAddr) -> Result<TcpStream, ProbeError> {
+    let socket = TcpSocket::new_v4().map_err(|source| ProbeError::Connect { addr, source })?;
+    // From the node's address, as the real kubelet probes from the host network; fall back
+    // to any source if that address cannot be bound.
+    let _ = socket.bind(SocketAddr::new(IpAddr::V4(target.node_ip), 0));
+    socket
+        .connect(addr)
+        .await
+        .map_err(|source| ProbeError::Connect { addr, source })
+}
+
+/// Runs one attempt of `probe` against `target` (no timeout: the caller adds it).
+///
+/// # Errors
+/// Whatever makes the attempt fail.
+pub async fn attempt(
+    probe: &Probe,
+    container: &Container,
+    target: Target,
+) -> Result<(), ProbeError> {
+    if let Some(http) = &probe.http_get {
+        let port = resolve_port(&http.port, container)?;
+        let host = match http.host.as_deref().filter(|h| !h.is_empty()) {
+            Some(h) => h
+                .parse::<Ipv4Addr>()
+                .map_err(|_| ProbeError::BadHost(h.to_string()))?,
+            None => target.pod_ip,
+        };
+        let addr = SocketAddr::new(IpAddr::V4(host), port);
+        let path = http.path.clone().unwrap_or_else(|| "/".into());
+        let path = if path.starts_with('/') {
+            path
+        } else {
+            format!("/{path}")
+        };
+        let mut request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.32\r\nAccept: */*\r\nConnection: close\r\n"
+        );
+        for h in http.http_headers.iter().flatten() {
+            request.push_str(&format!("{}: {}\r\n", h.name, h.value));
+        }
+        request.push_str("\r\n");
+        let mut stream = connect(target, addr).await?;
+        let io = |source| ProbeError::Io {
+            addr,
+            path: path.clone(),
+            source,
+        };
+        stream.write_all(request.as_bytes()).await.map_err(io)?;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 8192 {
+            let n = stream
+                .read(&mut buf)
+                .await
+                .map_err(|source| ProbeError::Io {
+                    addr,
+                    path: path.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        let line = String::from_utf8_lossy(&head);
+        let code = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse::<u16>().ok())
+            .filter(|_| line.starts_with("HTTP/"))
+            .ok_or(ProbeError::Malformed { addr, path })?;
+        return if (200..400).contains(&code) {
+            Ok(())
+        } else {
+            Err(ProbeError::Status(code))
+        };
+    }
+    if let Some(tcp) = &probe.tcp_socket {
+        let port = resolve_port(&tcp.port, container)?;
+        let host = match tcp.host.as_deref().filter(|h| !h.is_empty()) {
+            Some(h) => h
+                .parse::<Ipv4Addr>()
+                .map_err(|_| ProbeError::BadHost(h.to_string()))?,
+            None => target.pod_ip,
+        };
+        connect(target, SocketAddr::new(IpAddr::V4(host), port)).await?;
+        return Ok(());
+    }
+    Ok(())
+}
+
+fn timeout_error(probe: &Probe, target: Target) -> ProbeError {
+    let (port, path) = match &probe.http_get {
+        Some(h) => (
+            match &h.port {
+                IntOrString::Int(n) => u16::try_from(*n).unwrap_or_default(),
+                IntOrString::String(_) => 0,
+            },
+            h.path.clone().unwrap_or_else(|| "/".into()),
+        ),
+        None => (0, String::new()),
+    };
+    ProbeError::Timeout {
+        addr: SocketAddr::new(IpAddr::V4(target.pod_ip), port),
+        path,
+    }
+}
+
+fn seconds(v: Option<i32>, default: i32, min: i32) -> Duration {
+    Duration::from_secs(v.unwrap_or(default).max(min) as u64)
+}
+
+/// Probes until the receiver goes away, sending a [`Verdict`] whenever the verdict
+/// changes (a probe starts as failing for readiness and startup, passing for liveness).
+/// Waits for `gate` before each attempt (a held node probes nothing).
+pub async fn run(
+    kind: Kind,
+    probe: Probe,
+    container: Container,
+    target: Target,
+    verdicts: mpsc::UnboundedSender<Verdict>,
+    gate: impl Fn() -> futures::future::BoxFuture<'static, ()>,
+) {
+    let initial = seconds(probe.initial_delay_seconds, 0, 0);
+    let period = seconds(probe.period_seconds, 10, 1);
+    let timeout = seconds(probe.timeout_seconds, 1, 1);
+    let failure_threshold = probe.failure_threshold.unwrap_or(3).max(1);
+    let success_threshold = match kind {
+        Kind::Readiness => probe.success_threshold.unwrap_or(1).max(1),
+        _ => 1,
+    };
+    let mut passing = kind == Kind::Liveness;
+    let (mut successes, mut failures) = (0, 0);
+    tokio::time::sleep(initial).await;
+    loop {
+        gate().await;
+        let outcome = match tokio::time::timeout(timeout, attempt(&probe, &container, target)).await
+        {
+            Ok(r) => r,
+            Err(_) => Err(timeout_error(&probe, target)),
+        };
+        match outcome {
+            Ok(()) => {
+                successes += 1;
+                failures = 0;
+                if !passing && successes >= success_threshold {
+                    passing = true;
+                    let v = Verdict {
+                        kind,
+                        success: true,
+                        message: String::new(),
+                    };
+                    if verdicts.send(v).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                successes = 0;
+                if (passing || kind != Kind::Readiness) && failures >= failure_threshold {
+                    passing = false;
+                    failures = 0;
+                    let v = Verdict {
+                        kind,
+                        success: false,
+                        message: e.to_string(),
+                    };
+                    if verdicts.send(v).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        if kind == Kind::Startup && passing {
+            return;
+        }
+        if verdicts.is_closed() {
+            return;
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tokio::net::TcpListener;
+
+    async fn server(status: &'static str) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+                    .await;
+            }
+        });
+        addr
+    }
+
+    fn container() -> Container {
+        serde_json::from_value(
+            json!({"name": "c", "ports": [{"name": "http", "containerPort": 8080}]}),
+        )
+        .unwrap()
+    }
+
+    fn http_probe(port: serde_json::Value) -> Probe {
+        serde_json::from_value(json!({"httpGet": {"path": "/healthz", "port": port}})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn http_probes_pass_on_2xx_and_3xx_and_fail_otherwise() {
+        let target = Target {
+            pod_ip: Ipv4Addr::LOCALHOST,
+            node_ip: Ipv4Addr::LOCALHOST,
+        };
+        for (status, ok) in [("200 OK", true), ("302 Found", true), ("500 Oops", false)] {
+            let addr = server(status).await;
+            let r = attempt(&http_probe(json!(addr.port())), &container(), target).await;
+            assert_eq!(r.is_ok(), ok, "{status}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn named_ports_resolve_through_the_container_ports() {
+        assert_eq!(
+            resolve_port(&IntOrString::String("http".into()), &container()).unwrap(),
+            8080
+        );
+        assert!(resolve_port(&IntOrString::String("nope".into()), &container()).is_err());
+        assert_eq!(
+            resolve_port(&IntOrString::Int(81), &container()).unwrap(),
+            81
+        );
+    }
+}

@@ -1,0 +1,441 @@
+//! Container processes: each instance runs in a process group of its own, guarded by a
+//! watchdog so that it dies with the process that owns the kubelet; signals to the group
+//! (SIGTERM, SIGKILL, SIGSTOP, SIGCONT); reaping; output captured into the container log.
+//!
+//! # Guarantees
+//! Every process group is led by a tiny watchdog shell started first (`process_group(0)`),
+//! which the container process then joins. The watchdog ignores SIGTERM, SIGINT, SIGHUP and
+//! SIGQUIT and blocks reading a pipe whose only writer is this process. When this process
+//! ends for any reason — normal exit, panic, SIGINT, SIGKILL — the kernel closes the pipe,
+//! the watchdog's `read` returns and it SIGKILLs its whole group, itself included. Because
+//! the watchdog leads the group and is only reaped after the group has been killed, the
+//! group id can never be reused by an unrelated process while this code may signal it.
+//! Dropping an [`Instance`] SIGKILLs its group at once.
+//!
+//! # Caveats
+//! A container process that moves itself to another process group or session (a
+//! daemonizing program) escapes the group and with it these guarantees.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::task::JoinHandle;
+
+use super::logs::ContainerLog;
+
+/// Errors of container processes.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The watchdog shell could not be started.
+    #[error("cannot start the watchdog of a container process group")]
+    Watchdog(#[source] std::io::Error),
+    /// The container's executable could not be started.
+    #[error("cannot start {program}")]
+    Spawn {
+        /// The executable.
+        program: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A signal could not be delivered.
+    #[error("cannot send {signal} to process group {pgid}")]
+    Signal {
+        /// The signal.
+        signal: Signal,
+        /// The group.
+        pgid: i32,
+        /// The cause.
+        #[source]
+        source: nix::Error,
+    },
+}
+
+/// The watchdog: ignore polite signals, learn the container's pid (for libfaketime's
+/// shared memory), wait for the owner's pipe to close, clean up and kill the group.
+const WATCHDOG: &str = "trap '' TERM INT HUP QUIT; read pid; read _; \
+     rm -f /dev/shm/faketime_shm_$pid /dev/shm/sem.faketime_sem_$pid; kill -9 0";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The executable.
+    pub program: PathBuf,
+    /// argv after the executable.
+    pub args: Vec<String>,
+    /// The complete environment (nothing is inherited).
+    pub env: Vec<(String, String)>,
+    /// The working directory.
+    pub cwd: PathBuf,
+}
+
+/// How a container process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// The exit code as Kubernetes reports it: the code, or 128 + the signal number.
+    pub code: i32,
+    /// The signal that killed it, if any.
+    pub signal: Option<i32>,
+}
+
+/// A running process group, as far as signals are concerned (cheap to copy and share).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Group {
+    /// The process group id (the watchdog's pid).
+    pub pgid: i32,
+    /// The container process.
+    pub pid: u32,
+}
+
+impl Group {
+    /// Sends `signal` to every process of the group (the watchdog ignores SIGTERM).
+    ///
+    /// # Errors
+    /// When the group no longer exists or the signal cannot be sent.
+    pub fn signal(&self, signal: Signal) -> Result<(), ProcessError> {
+        killpg(Pid::from_raw(self.pgid), signal).map_err(|source| ProcessError::Signal {
+            signal,
+            pgid: self.pgid,
+            source,
+        })
+    }
+
+    /// Freezes the container's processes (SIGSTOP), leaving the watchdog running.
+    ///
+    /// # Errors
+    /// When the group no longer exists.
+    pub fn stop(&self) -> Result<(), ProcessError> {
+        self.signal(Signal::SIGSTOP)?;
+        // The watchdog must stay able to kill a frozen group when the owner dies.
+        let _ = kill(Pid::from_raw(self.pgid), Signal::SIGCONT);
+        Ok(())
+    }
+
+    /// Thaws the group (SIGCONT).
+    ///
+    /// # Errors
+    /// When the group no longer exists.
+    pub fn resume(&self) -> Result<(), ProcessError> {
+        self.signal(Signal::SIGCONT)
+    }
+}
+
+/// One running container instance: its process group, watchdog and output readers.
+pub struct Instance {
+    group: Group,
+    leader: Child,
+    watchdog: Child,
+    pipe: Option<ChildStdin>,
+    readers: Vec<JoinHandle<()>>,
+    finished: bool,
+}
+
+fn path_env() -> String {
+    std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
+}
+
+impl Instance {
+    /// Starts `spec` in a new watched process group; stdout and stderr go to `log`.
+    ///
+    /// # Errors
+    /// When the watchdog or the executable cannot be started.
+    pub async fn spawn(spec: &Spec, log: Arc<ContainerLog>) -> Result<Self, ProcessError> {
+        let mut watchdog = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .env_clear()
+            .env("PATH", path_env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(ProcessError::Watchdog)?;
+        let mut pipe = watchdog.stdin.take();
+        let Some(pgid) = watchdog.id() else {
+            return Err(ProcessError::Watchdog(std::io::Error::other(
+                "the watchdog exited at once",
+            )));
+        };
+        let pgid = pgid as i32;
+        let spawned = Command::new(&spec.program)
+            .args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&spec.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(pgid)
+            .spawn();
+        let mut leader = match spawned {
+            Ok(child) => child,
+            Err(source) => {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                drop(pipe);
+                let _ = watchdog.wait().await;
+                return Err(ProcessError::Spawn {
+                    program: spec.program.display().to_string(),
+                    source,
+                });
+            }
+        };
+        let pid = leader.id().unwrap_or_default();
+        if let Some(p) = pipe.as_mut() {
+            // If this fails the watchdog is gone; the group is then killed on finish.
+            let _ = p.write_all(format!("{pid}\n").as_bytes()).await;
+            let _ = p.flush().await;
+        }
+        let mut readers = Vec::new();
+        if let Some(out) = leader.stdout.take() {
+            readers.push(tokio::spawn(copy_output(out, log.clone())));
+        }
+        if let Some(err) = leader.stderr.take() {
+            readers.push(tokio::spawn(copy_output(err, log)));
+        }
+        Ok(Self {
+            group: Group { pgid, pid },
+            leader,
+            watchdog,
+            pipe,
+            readers,
+            finished: false,
+        })
+    }
+
+    /// The group, for signals.
+    pub fn group(&self) -> Group {
+        self.group
+    }
+
+    /// Waits for the container process to exit (cancel-safe).
+    pub async fn wait(&mut self) -> Exit {
+        match self.leader.wait().await {
+            Ok(status) => Exit {
+                code: status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+                signal: status.signal(),
+            },
+            // Waiting can only fail if the child was already reaped: report it killed.
+            Err(_) => Exit {
+                code: 137,
+                signal: Some(9),
+            },
+        }
+    }
+
+    /// After the container process exited: kills what is left of the group (and the
+    /// watchdog), reaps it and waits (briefly) for the output to drain.
+    pub async fn finish(mut self) {
+        let _ = killpg(Pid::from_raw(self.group.pgid), Signal::SIGKILL);
+        let _ = self.leader.wait().await;
+        let _ = self.watchdog.wait().await;
+        self.finished = true;
+        self.pipe = None;
+        for reader in std::mem::take(&mut self.readers) {
+            let abort = reader.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(1), reader)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        remove_faketime_shm(self.group.pid);
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = killpg(Pid::from_raw(self.group.pgid), Signal::SIGKILL);
+            remove_faketime_shm(self.group.pid);
+            for reader in &self.readers {
+                reader.abort();
+            }
+        }
+    }
+}
+
+/// libfaketime leaves its shared memory behind when a process does not exit normally;
+/// a stale segment makes a later process with the same pid fail to start.
+fn remove_faketime_shm(pid: u32) {
+    for name in [
+        format!("/dev/shm/faketime_shm_{pid}"),
+        format!("/dev/shm/sem.faketime_sem_{pid}"),
+    ] {
+        let _ = std::fs::remove_file(name);
+    }
+}
+
+async fn copy_output(mut from: impl tokio::io::AsyncRead + Unpin, log: Arc<ContainerLog>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => log.append(&buf[..n]),
+        }
+    }
+}
+
+/// The processes (pid) currently in any of `groups`, from `/proc`.
+pub fn group_members(groups: &[i32]) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(pgid) = process_group_of(pid)
+            && groups.contains(&pgid)
+        {
+            pids.push(pid);
+        }
+    }
+    pids.sort_unstable();
+    pids
+}
+
+/// The process group of `pid`, from `/proc/PID/stat`.
+pub fn process_group_of(pid: u32) -> Option<i32> {
+    let stat =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
+    // The command name may contain spaces and parentheses; fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let _state = fields.next()?;
+    let _ppid = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alive(pid: u32) -> bool {
+        // A zombie is dead for our purposes.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rfind(')')
+                    .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
+            })
+            .is_some_and(|state| state != "Z")
+    }
+
+    async fn eventually_dead(pids: &[u32]) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while pids.iter().any(|p| alive(*p)) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "processes {pids:?} survive"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn spec(dir: &Path, script: &str) -> Spec {
+        Spec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), path_env())],
+            cwd: dir.to_path_buf(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_process_runs_in_its_own_group_and_its_output_is_captured() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(ContainerLog::new(dir.path().join("log"), 1024));
+        let mut instance =
+            Instance::spawn(&spec(dir.path(), "echo hello; pwd; exit 3"), log.clone())
+                .await
+                .unwrap();
+        let group = instance.group();
+        assert_ne!(group.pgid, std::process::id() as i32);
+        let exit = instance.wait().await;
+        assert_eq!(
+            exit,
+            Exit {
+                code: 3,
+                signal: None
+            }
+        );
+        instance.finish().await;
+        let text = log.text(false).unwrap();
+        assert!(text.starts_with("hello\n"), "{text}");
+        assert!(text.contains(dir.path().to_str().unwrap()), "{text}");
+        eventually_dead(&[group.pid, group.pgid as u32]).await;
+    }
+
+    #[tokio::test]
+    async fn sigkill_reports_137_and_kills_grandchildren() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(ContainerLog::new(dir.path().join("log"), 1024));
+        let mut instance =
+            Instance::spawn(&spec(dir.path(), "sleep 30 & echo $!; wait"), log.clone())
+                .await
+                .unwrap();
+        let group = instance.group();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let grandchild: u32 = loop {
+            if let Some(pid) = log.text(false).and_then(|t| t.trim().parse().ok()) {
+                break pid;
+            }
+            assert!(tokio::time::Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(process_group_of(grandchild), Some(group.pgid));
+        group.signal(Signal::SIGKILL).unwrap();
+        assert_eq!(
+            instance.wait().await,
+            Exit {
+                code: 137,
+                signal: Some(9)
+            }
+        );
+        instance.finish().await;
+        eventually_dead(&[grandchild, group.pid, group.pgid as u32]).await;
+    }
+
+    #[tokio::test]
+    async fn sigterm_spares_the_watchdog_and_dropping_kills_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(ContainerLog::new(dir.path().join("log"), 1024));
+        let instance = Instance::spawn(
+            &spec(
+                dir.path(),
+                "trap '' TERM; echo ready; while :; do sleep 0.05; done",
+            ),
+            log.clone(),
+        )
+        .await
+        .unwrap();
+        let group = instance.group();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !log.text(false).unwrap_or_default().contains("ready") {
+            assert!(tokio::time::Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        group.signal(Signal::SIGTERM).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(alive(group.pgid as u32), "the watchdog died of SIGTERM");
+        assert!(alive(group.pid));
+        drop(instance);
+        eventually_dead(&[group.pid, group.pgid as u32]).await;
+    }
+}

@@ -1,0 +1,536 @@
+//! The pod status the kubelet reports: a small model of each container's state, from which
+//! the phase, the conditions (with stable transition times) and the `status` JSON follow.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Value, json};
+
+/// Condition types the kubelet owns; others (DisruptionTarget, readiness gates) are kept.
+pub const KUBELET_CONDITIONS: &[&str] = &[
+    "PodReadyToStartContainers",
+    "Initialized",
+    "ContainersReady",
+    "Ready",
+    "PodScheduled",
+];
+
+/// Kubernetes' timestamp format (RFC 3339, seconds).
+pub fn time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// A container that has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Terminated {
+    /// Exit code (128 + signal when killed).
+    pub exit_code: i32,
+    /// The signal, if killed by one.
+    pub signal: Option<i32>,
+    /// `Completed`, `Error`, `StartError`, …
+    pub reason: String,
+    /// A message (e.g. why it could not start).
+    pub message: Option<String>,
+    /// When it started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it ended.
+    pub finished_at: DateTime<Utc>,
+    /// Its container id.
+    pub container_id: Option<String>,
+}
+
+impl Terminated {
+    fn to_json(&self) -> Value {
+        let mut t = json!({
+            "exitCode": self.exit_code,
+            "reason": self.reason,
+            "startedAt": self.started_at.map(time),
+            "finishedAt": time(self.finished_at),
+        });
+        if let Some(s) = self.signal {
+            t["signal"] = json!(s);
+        }
+        if let Some(m) = &self.message {
+            t["message"] = json!(m);
+        }
+        if let Some(id) = &self.container_id {
+            t["containerID"] = json!(id);
+        }
+        t
+    }
+}
+
+/// A container's current state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Not running: `ContainerCreating`, `PodInitializing`, `CrashLoopBackOff`, `CreateContainerConfigError`.
+    Waiting {
+        /// The reason.
+        reason: String,
+        /// A message.
+        message: Option<String>,
+    },
+    /// Running since.
+    Running {
+        /// When it started.
+        started_at: DateTime<Utc>,
+    },
+    /// Ended.
+    Terminated(Terminated),
+}
+
+impl State {
+    fn to_json(&self) -> Value {
+        match self {
+            Self::Waiting { reason, message } => {
+                let mut w = json!({"reason": reason});
+                if let Some(m) = message {
+                    w["message"] = json!(m);
+                }
+                json!({"waiting": w})
+            }
+            Self::Running { started_at } => json!({"running": {"startedAt": time(*started_at)}}),
+            Self::Terminated(t) => json!({"terminated": t.to_json()}),
+        }
+    }
+}
+
+/// One container's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerStatus {
+    /// Container name.
+    pub name: String,
+    /// Its image.
+    pub image: String,
+    /// What the image resolved to.
+    pub image_id: String,
+    /// The current instance's id.
+    pub container_id: Option<String>,
+    /// Current state.
+    pub state: State,
+    /// The previous instance's end.
+    pub last_state: Option<Terminated>,
+    /// Whether it passes readiness.
+    pub ready: bool,
+    /// Whether it passed its startup probe (or has none) and runs.
+    pub started: bool,
+    /// How often it was restarted.
+    pub restart_count: i32,
+    /// Whether it will never run again (policy says so, or the pod is terminating).
+    pub done: bool,
+    /// Whether it ever started (a first instance ran).
+    pub ever_started: bool,
+}
+
+impl ContainerStatus {
+    /// A container that has not started yet.
+    pub fn waiting(name: &str, image: &str, reason: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            image: image.to_string(),
+            image_id: String::new(),
+            container_id: None,
+            state: State::Waiting {
+                reason: reason.to_string(),
+                message: None,
+            },
+            last_state: None,
+            ready: false,
+            started: false,
+            restart_count: 0,
+            done: false,
+            ever_started: false,
+        }
+    }
+
+    fn succeeded(&self) -> bool {
+        matches!(&self.state, State::Terminated(t) if t.exit_code == 0)
+    }
+
+    fn to_json(&self) -> Value {
+        let mut c = json!({
+            "name": self.name,
+            "image": self.image,
+            "imageID": self.image_id,
+            "state": self.state.to_json(),
+            "lastState": self.last_state.as_ref().map_or(json!({}), |t| json!({"terminated": t.to_json()})),
+            "ready": self.ready,
+            "restartCount": self.restart_count,
+            "started": self.started,
+        });
+        if let Some(id) = &self.container_id {
+            c["containerID"] = json!(id);
+        }
+        c
+    }
+}
+
+/// What the kubelet knows about one pod's status.
+#[derive(Debug, Clone)]
+pub struct PodStatus {
+    /// The pod IP.
+    pub pod_ip: String,
+    /// The node IP.
+    pub host_ip: String,
+    /// When the kubelet accepted the pod.
+    pub start_time: DateTime<Utc>,
+    /// Init containers, in order.
+    pub init_containers: Vec<ContainerStatus>,
+    /// App containers.
+    pub containers: Vec<ContainerStatus>,
+    /// Whether the sandbox (IP, proxy, files) is set up.
+    pub sandbox_ready: bool,
+    /// The pod's readiness gates (condition types that must also be True for Ready).
+    pub readiness_gates: Vec<String>,
+    /// The QoS class.
+    pub qos_class: String,
+    /// Condition type → (status, lastTransitionTime), kept stable across updates.
+    transitions: BTreeMap<String, (String, String)>,
+}
+
+impl PodStatus {
+    /// A fresh status for a pod just accepted.
+    pub fn new(pod_ip: String, host_ip: String) -> Self {
+        Self {
+            pod_ip,
+            host_ip,
+            start_time: Utc::now(),
+            init_containers: Vec::new(),
+            containers: Vec::new(),
+            sandbox_ready: false,
+            readiness_gates: Vec::new(),
+            qos_class: "BestEffort".into(),
+            transitions: BTreeMap::new(),
+        }
+    }
+
+    /// Whether every init container has completed.
+    pub fn initialized(&self) -> bool {
+        self.init_containers.iter().all(|c| c.done && c.succeeded())
+    }
+
+    /// The pod phase.
+    pub fn phase(&self) -> &'static str {
+        let init_failed = self
+            .init_containers
+            .iter()
+            .any(|c| c.done && !c.succeeded());
+        if init_failed {
+            return "Failed";
+        }
+        if !self.initialized() {
+            return "Pending";
+        }
+        if !self.containers.is_empty() && self.containers.iter().all(|c| c.done) {
+            return if self.containers.iter().all(ContainerStatus::succeeded) {
+                "Succeeded"
+            } else {
+                "Failed"
+            };
+        }
+        if self.containers.iter().all(|c| c.ever_started) && !self.containers.is_empty() {
+            "Running"
+        } else {
+            "Pending"
+        }
+    }
+
+    /// Whether the pod has reached Succeeded or Failed.
+    pub fn terminal(&self) -> bool {
+        matches!(self.phase(), "Succeeded" | "Failed")
+    }
+
+    fn unready(&self) -> Vec<&str> {
+        self.containers
+            .iter()
+            .filter(|c| !c.ready)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
+    /// The conditions this kubelet owns, with stable transition times. `others` are the
+    /// pod's other conditions (for readiness gates); `scheduled_at` is PodScheduled's
+    /// transition time when the scheduler set one.
+    pub fn conditions(&mut self, others: &[Value], scheduled_at: Option<String>) -> Vec<Value> {
+        let now = time(Utc::now());
+        let phase = self.phase();
+        let terminal = matches!(phase, "Succeeded" | "Failed");
+        let unready = self.unready();
+        let containers_ready = unready.is_empty() && !terminal;
+        let gates_ok = self.readiness_gates.iter().all(|gate| {
+            others
+                .iter()
+                .any(|c| c["type"] == gate.as_str() && c["status"] == "True")
+        });
+        let not_ready = |what: &str| -> (Option<String>, Option<String>) {
+            if terminal {
+                (Some("PodCompleted".into()), None)
+            } else if unready.is_empty() {
+                (
+                    Some("ReadinessGatesNotReady".into()),
+                    Some("corresponding condition of pod readiness gate is not true".into()),
+                )
+            } else {
+                (
+                    Some(format!("{what}NotReady")),
+                    Some(format!(
+                        "containers with unready status: [{}]",
+                        unready.join(" ")
+                    )),
+                )
+            }
+        };
+        let uninitialized: Vec<&str> = self
+            .init_containers
+            .iter()
+            .filter(|c| !(c.done && c.succeeded()))
+            .map(|c| c.name.as_str())
+            .collect();
+        let mut wanted: Vec<(&str, bool, Option<String>, Option<String>)> = vec![
+            (
+                "PodReadyToStartContainers",
+                self.sandbox_ready && !terminal,
+                None,
+                None,
+            ),
+            (
+                "Initialized",
+                self.initialized(),
+                (!self.initialized()).then(|| "ContainersNotInitialized".to_string()),
+                (!self.initialized()).then(|| {
+                    format!(
+                        "containers with incomplete status: [{}]",
+                        uninitialized.join(" ")
+                    )
+                }),
+            ),
+        ];
+        let (reason, message) = if containers_ready {
+            (None, None)
+        } else {
+            not_ready("Containers")
+        };
+        wanted.push(("ContainersReady", containers_ready, reason, message));
+        let ready = containers_ready && gates_ok;
+        let (reason, message) = if ready {
+            (None, None)
+        } else if containers_ready {
+            not_ready("")
+        } else {
+            not_ready("Containers")
+        };
+        wanted.push(("Ready", ready, reason, message));
+        wanted.push(("PodScheduled", true, None, None));
+        wanted
+            .into_iter()
+            .map(|(kind, ok, reason, message)| {
+                let status = if ok { "True" } else { "False" };
+                let transition = match self.transitions.get(kind) {
+                    Some((s, t)) if s == status => t.clone(),
+                    _ => match (kind, &scheduled_at) {
+                        ("PodScheduled", Some(t)) => t.clone(),
+                        _ => now.clone(),
+                    },
+                };
+                self.transitions
+                    .insert(kind.to_string(), (status.to_string(), transition.clone()));
+                let mut c = json!({"type": kind, "status": status,
+                                   "lastProbeTime": null, "lastTransitionTime": transition});
+                if let Some(r) = reason {
+                    c["reason"] = json!(r);
+                }
+                if let Some(m) = message {
+                    c["message"] = json!(m);
+                }
+                c
+            })
+            .collect()
+    }
+
+    /// The pod's `status` as JSON. `current` is the pod's current status (its other
+    /// conditions are kept).
+    pub fn to_json(&mut self, current: &Value) -> Value {
+        let others: Vec<Value> = current["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                !c["type"]
+                    .as_str()
+                    .is_some_and(|t| KUBELET_CONDITIONS.contains(&t))
+            })
+            .cloned()
+            .collect();
+        let scheduled_at = current["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled" && c["status"] == "True")
+            .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string));
+        let mut conditions = self.conditions(&others, scheduled_at);
+        conditions.extend(others);
+        let mut status = json!({
+            "phase": self.phase(),
+            "conditions": conditions,
+            "hostIP": self.host_ip,
+            "hostIPs": [{"ip": self.host_ip}],
+            "startTime": time(self.start_time),
+            "containerStatuses": self.containers.iter().map(ContainerStatus::to_json).collect::<Vec<_>>(),
+            "qosClass": self.qos_class,
+        });
+        if !self.pod_ip.is_empty() {
+            status["podIP"] = json!(self.pod_ip);
+            status["podIPs"] = json!([{"ip": self.pod_ip}]);
+        }
+        if !self.init_containers.is_empty() {
+            status["initContainerStatuses"] = json!(
+                self.init_containers
+                    .iter()
+                    .map(ContainerStatus::to_json)
+                    .collect::<Vec<_>>()
+            );
+        }
+        for key in ["nominatedNodeName", "resize", "resourceClaimStatuses"] {
+            if let Some(v) = current.get(key) {
+                status[key] = v.clone();
+            }
+        }
+        status
+    }
+}
+
+/// The QoS class of a pod spec (Guaranteed, Burstable or BestEffort).
+pub fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| spec[*k].as_array().into_iter().flatten())
+        .collect();
+    let has = |c: &Value, kind: &str| {
+        c["resources"][kind]
+            .as_object()
+            .is_some_and(|m| m.contains_key("cpu") || m.contains_key("memory"))
+    };
+    if containers
+        .iter()
+        .all(|c| !has(c, "requests") && !has(c, "limits"))
+    {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| {
+            let limit = &c["resources"]["limits"][*r];
+            let request = &c["resources"]["requests"][*r];
+            !limit.is_null() && (request.is_null() || request == limit)
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(name: &str) -> ContainerStatus {
+        let mut c = ContainerStatus::waiting(name, "img", "ContainerCreating");
+        c.state = State::Running {
+            started_at: Utc::now(),
+        };
+        c.ever_started = true;
+        c.started = true;
+        c
+    }
+
+    fn terminated(name: &str, code: i32) -> ContainerStatus {
+        let mut c = running(name);
+        c.state = State::Terminated(Terminated {
+            exit_code: code,
+            signal: None,
+            reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            message: None,
+            started_at: None,
+            finished_at: Utc::now(),
+            container_id: None,
+        });
+        c.done = true;
+        c
+    }
+
+    #[test]
+    fn the_phase_follows_the_containers() {
+        let mut s = PodStatus::new("127.101.0.1".into(), "127.0.10.1".into());
+        s.containers = vec![ContainerStatus::waiting("a", "img", "ContainerCreating")];
+        assert_eq!(s.phase(), "Pending");
+        s.containers = vec![running("a"), terminated("b", 0)];
+        assert_eq!(s.phase(), "Running");
+        s.containers = vec![terminated("a", 0), terminated("b", 0)];
+        assert_eq!(s.phase(), "Succeeded");
+        s.containers = vec![terminated("a", 0), terminated("b", 2)];
+        assert_eq!(s.phase(), "Failed");
+        s.init_containers = vec![ContainerStatus::waiting("i", "img", "PodInitializing")];
+        s.containers = vec![ContainerStatus::waiting("a", "img", "PodInitializing")];
+        assert_eq!(s.phase(), "Pending");
+        s.init_containers = vec![terminated("i", 1)];
+        assert_eq!(s.phase(), "Failed");
+    }
+
+    #[test]
+    fn readiness_conditions_name_the_unready_containers_and_keep_transition_times() {
+        let mut s = PodStatus::new("127.101.0.1".into(), "127.0.10.1".into());
+        s.sandbox_ready = true;
+        let mut a = running("a");
+        a.ready = true;
+        s.containers = vec![a, running("b")];
+        let first = s.to_json(&json!({}));
+        let ready = |v: &Value| {
+            v["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(ready(&first)["status"], "False");
+        assert_eq!(
+            ready(&first)["message"],
+            "containers with unready status: [b]"
+        );
+        let again = s.to_json(&json!({}));
+        assert_eq!(
+            ready(&first)["lastTransitionTime"],
+            ready(&again)["lastTransitionTime"]
+        );
+        s.containers[1].ready = true;
+        let other = json!({"conditions": [{"type": "DisruptionTarget", "status": "True"}]});
+        let now = s.to_json(&other);
+        assert_eq!(ready(&now)["status"], "True");
+        assert!(
+            now["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "DisruptionTarget")
+        );
+        assert_eq!(now["phase"], "Running");
+        assert_eq!(now["podIP"], "127.101.0.1");
+    }
+
+    #[test]
+    fn qos_classes_follow_requests_and_limits() {
+        assert_eq!(qos_class(&json!({"containers": [{}]})), "BestEffort");
+        assert_eq!(
+            qos_class(&json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]})),
+            "Burstable"
+        );
+        assert_eq!(
+            qos_class(
+                &json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]})
+            ),
+            "Guaranteed"
+        );
+    }
+}
