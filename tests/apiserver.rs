@@ -1165,7 +1165,7 @@ async fn the_audit_attributes_every_request_to_its_user_with_verb_resource_and_c
     let events = server.state().audit.events();
     let create = events
         .iter()
-        .find(|e| e.verb == "create" && e.name.is_empty() && e.resource == "configmaps")
+        .find(|e| e.verb == "create" && e.name == "audited" && e.resource == "configmaps")
         .expect("create audited");
     assert_eq!(
         (create.user.as_str(), create.code, create.namespace.as_str()),
@@ -1295,5 +1295,20 @@ async fn a_built_in_status_write_keeps_metadata_changes_but_not_spec_changes() {
         d.metadata.generation,
         Some(1),
         "status writes never bump generation"
+    );
+}
+
+#[tokio::test]
+async fn the_audit_names_the_object_a_create_made() {
+    let (server, client) = server().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &cm("named", &[]))
+        .await
+        .unwrap();
+    let events = server.state().audit.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.verb == "create" && e.resource == "configmaps" && e.name == "named")
     );
 }

@@ -129,8 +129,10 @@ async fn a_deployment_of_an_executable_runs_scales_down_gracefully_and_replaces_
             .then_some(())
     })
     .await;
-    let processes_of_three = cluster.pids().len();
-    assert!(processes_of_three >= 3, "every container runs as processes");
+    assert!(
+        cluster.pids().len() >= 3,
+        "every container runs as processes"
+    );
 
     // Scale to 1: two pods get SIGTERM and go away.
     deployments
@@ -161,7 +163,8 @@ async fn a_deployment_of_an_executable_runs_scales_down_gracefully_and_replaces_
     .await;
     until(
         "the processes of the two stopped pods to be gone",
-        || async { (cluster.pids().len() * 3 == processes_of_three).then_some(()) },
+        // One pod is left: its shell and at most one short-lived `sleep` child.
+        || async { (cluster.pids().len() <= 2).then_some(()) },
     )
     .await;
 

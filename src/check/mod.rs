@@ -240,6 +240,17 @@ pub fn transitions_never_decrease(history: &History) -> Verdict {
     const NAME: &str = "lease transitions never decrease";
     let mut last: HashMap<String, (i64, Entry)> = HashMap::new();
     for e in history.entries() {
+        // A deleted lock starts over: a new Lease counts its transitions from 0.
+        if let Observation::Lock {
+            lock,
+            holder: None,
+            transitions: None,
+            ..
+        } = &e.observation
+        {
+            last.remove(lock);
+            continue;
+        }
         if let Observation::Lock {
             lock,
             transitions: Some(t),
@@ -495,6 +506,23 @@ mod tests {
         lock(&mut h, 0, Some("a"), 2);
         lock(&mut h, 10, Some("b"), 1);
         assert!(!transitions_never_decrease(&h).passed);
+    }
+
+    #[test]
+    fn a_recreated_lease_may_start_its_transitions_again() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 2);
+        h.push(
+            at(5),
+            Observation::Lock {
+                lock: "lock".into(),
+                holder: None,
+                transitions: None,
+                resource_version: String::new(),
+            },
+        );
+        lock(&mut h, 10, Some("b"), 0);
+        assert!(transitions_never_decrease(&h).passed);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub mod recorder;
+
 /// One observation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
@@ -34,7 +36,7 @@ pub enum Observation {
     Pod {
         /// Pod name.
         name: String,
-        /// Phase.
+        /// Phase (`Deleted` once the pod is gone).
         phase: String,
         /// Ready condition.
         ready: bool,

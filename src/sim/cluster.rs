@@ -221,59 +221,51 @@ impl SimCluster {
             kubelets: Mutex::new(kubelets),
         });
         handle.state().set_fault_target(nodes.clone());
+        // The controllers (the scheduler above all) start from a view with every node Ready.
+        wait_for_ready_nodes(&server, config.nodes as usize).await?;
         let controllers = Controllers::start(handle.clone(), config.controllers.clone())
             .await
             .map_err(ClusterError::Controllers)?;
-        let cluster = Self {
+        Ok(Self {
             server,
             nodes,
             controllers: Some(controllers),
             _dir: dir,
-            ready_after: Duration::ZERO,
-        };
-        let ready_after = cluster
-            .wait_for_ready_nodes(config.nodes as usize, begin)
-            .await?;
-        Ok(Self {
-            ready_after,
-            ..cluster
+            ready_after: begin.elapsed(),
         })
     }
+}
 
-    async fn wait_for_ready_nodes(
-        &self,
-        wanted: usize,
-        begin: Instant,
-    ) -> Result<Duration, ClusterError> {
-        let within = Duration::from_secs(30);
-        let client = self
-            .server
-            .admin_client()
+async fn wait_for_ready_nodes(server: &ApiServer, wanted: usize) -> Result<(), ClusterError> {
+    let within = Duration::from_secs(30);
+    let client = server
+        .admin_client()
+        .await
+        .map_err(ClusterError::ApiServer)?;
+    let nodes: Api<Node> = Api::all(client);
+    let deadline = tokio::time::Instant::now() + within;
+    let mut ticker = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        ticker.tick().await;
+        let ready = nodes
+            .list(&ListParams::default())
             .await
-            .map_err(ClusterError::ApiServer)?;
-        let nodes: Api<Node> = Api::all(client);
-        let deadline = tokio::time::Instant::now() + within;
-        let mut ticker = tokio::time::interval(Duration::from_millis(10));
-        loop {
-            ticker.tick().await;
-            let ready = nodes
-                .list(&ListParams::default())
-                .await
-                .map(|l| l.items.iter().filter(|n| is_ready(n)).count())
-                .unwrap_or(0);
-            if ready >= wanted {
-                return Ok(begin.elapsed());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(ClusterError::NodesNotReady {
-                    ready,
-                    wanted,
-                    within,
-                });
-            }
+            .map(|l| l.items.iter().filter(|n| is_ready(n)).count())
+            .unwrap_or(0);
+        if ready >= wanted {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(ClusterError::NodesNotReady {
+                ready,
+                wanted,
+                within,
+            });
         }
     }
+}
 
+impl SimCluster {
     /// The API server.
     pub fn server(&self) -> &ApiServer {
         &self.server

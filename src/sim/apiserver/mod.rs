@@ -465,6 +465,8 @@ async fn handle(
         .unwrap_or_default()
         .to_string();
     let mut audited_user = UserInfo::anonymous();
+    // A create names its object only in the body: the audit names it from the response.
+    let mut created_name = String::new();
     let mut impersonated_by = None;
     let outcome: Outcome = async {
         let token = parts
@@ -592,7 +594,15 @@ async fn handle(
         }
         match call.serve() {
             Ok((code, Value::String(text))) => full(code, "text/plain", text.into_bytes()).into(),
-            Ok((code, value)) => json_response(code, &value, &parts.headers).into(),
+            Ok((code, value)) => {
+                if info.verb == "create" && info.name.is_empty() {
+                    created_name = value["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                }
+                json_response(code, &value, &parts.headers).into()
+            }
             Err(e) => error_response(&e, &parts.headers).into(),
         }
     }
@@ -611,7 +621,11 @@ async fn handle(
         resource: info.resource.clone(),
         subresource: info.subresource.clone(),
         namespace: info.namespace.clone(),
-        name: info.name.clone(),
+        name: if info.name.is_empty() {
+            created_name
+        } else {
+            info.name.clone()
+        },
         request_uri: parts
             .uri
             .path_and_query()

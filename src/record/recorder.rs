@@ -1,0 +1,1121 @@
+//! The recorder: watches the lock objects and the operator's pods, scrapes every replica's
+//! `/metrics`, follows the audit of writes and the fault log, and turns all of it into a
+//! [`History`] with timestamps from one clock.
+//!
+//! What it records:
+//! - [`Observation::Lock`] from watches of both a `coordination.k8s.io/v1` Lease and a `v1`
+//!   ConfigMap named after the lock: changes of holder or transitions only, not renewals;
+//! - [`Observation::Pod`] from a watch of the pods matching the selector: changes of phase,
+//!   readiness or termination (and `Deleted` once a pod is gone);
+//! - [`Observation::Gauge`] (every sample) and [`Observation::Reconciles`] (changes only)
+//!   from a scrape of `http://<podIP>:<port>/metrics` of every known pod;
+//! - [`Observation::Write`] from the audit feed: writes sent from the operator's pods;
+//! - [`Observation::Fault`] from the fault log, merged in when a snapshot is taken;
+//! - [`Observation::Note`] from [`Recorder::note`].
+//!
+//! Watch, scrape and note entries are stamped with `chrono::Utc::now()` when observed, audit
+//! entries with the audit event's own time and faults with the fault's time; on the
+//! simulator all of them read the same clock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Debug;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::Api;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
+use kube::{Client, Resource, ResourceExt as _};
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::record::{Entry, History, Observation};
+use crate::sim::apiserver::audit::AuditEvent;
+use crate::sim::faults::Faults;
+
+/// How long one scrape of a replica's `/metrics` may take, connection included.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// The largest `/metrics` response read; longer ones are a failed scrape.
+const MAX_RESPONSE: usize = 4 * 1024 * 1024;
+
+/// How long [`Recorder::stop`] waits for each task to end before aborting it.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How far before the lock was seen created its creating request may lie (see
+/// [`Recorder::snapshot`]).
+const CREATE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The gauge of the leader election, as controller-runtime names it.
+const LEADER_GAUGE: &str = "leader_election_master_status";
+
+/// The reconcile counter, as controller-runtime names it.
+const RECONCILE_TOTAL: &str = "controller_runtime_reconcile_total";
+
+/// Errors of the recorder (failed scrapes; they are logged, never recorded).
+#[derive(Debug, thiserror::Error)]
+pub enum RecorderError {
+    /// The replica's metrics port could not be reached.
+    #[error("cannot connect to {addr}")]
+    Connect {
+        /// The address scraped.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Sending the request or reading the response failed.
+    #[error("cannot read /metrics from {addr}")]
+    Io {
+        /// The address scraped.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No complete response within the timeout (a frozen or overloaded replica).
+    #[error("no answer from {addr} within {timeout:?}")]
+    Timeout {
+        /// The address scraped.
+        addr: SocketAddr,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The response was not `200 OK`.
+    #[error("{addr} answered /metrics with status {status}")]
+    Status {
+        /// The address scraped.
+        addr: SocketAddr,
+        /// The status code.
+        status: u16,
+    },
+    /// The response was not HTTP as expected.
+    #[error("malformed response from {addr}: {reason}")]
+    Malformed {
+        /// The address scraped.
+        addr: SocketAddr,
+        /// What was wrong.
+        reason: &'static str,
+    },
+}
+
+/// What to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecorderConfig {
+    /// The operator's namespace.
+    pub namespace: String,
+    /// The name of the lock (a Lease or ConfigMap of that name), e.g. `memcached-operator-lock`.
+    pub lock_name: String,
+    /// The label selector of the operator's pods, e.g. `app.kubernetes.io/name=memcached-operator`.
+    pub pod_selector: String,
+    /// The port of each replica's `/metrics` on its pod IP (8080).
+    pub metrics_port: u16,
+    /// How often each replica is scraped (e.g. 100 ms).
+    pub scrape_interval: Duration,
+}
+
+/// Where the recorder gets the audit of writes and the fault log (the simulator gives
+/// both; other providers may give none).
+#[derive(Debug, Default)]
+pub struct Feeds {
+    /// The live audit of the API server.
+    pub audit: Option<broadcast::Receiver<AuditEvent>>,
+    /// The cluster's faults, whose log is merged into every snapshot.
+    pub faults: Option<Arc<Faults>>,
+}
+
+/// A running recorder. Dropping it stops its tasks (without a final snapshot).
+///
+/// # Guarantees
+/// - Watches are retried after errors with a short backoff (100 ms doubling to 2 s); a
+///   re-list that no longer shows an object records it as gone.
+/// - Scrapes run concurrently with [`SCRAPE_TIMEOUT`] each, at most one in flight per
+///   replica: a frozen replica delays none of the others. A failed scrape records nothing.
+/// - Snapshots are rebuilt from what was observed, so faults and writes appear once
+///   however many snapshots are taken.
+///
+/// # Caveats
+/// - Pod IPs must be reachable from the test process for scrapes to succeed (they are on
+///   the simulator; on other clusters scrapes may record nothing).
+/// - Audit events missed because the recorder fell behind the feed are reported as a
+///   [`Observation::Note`], not recovered.
+/// - A Lease and a ConfigMap of the lock's name are both recorded under that name; an
+///   operator uses one or the other.
+pub struct Recorder {
+    shared: Arc<Shared>,
+    faults: Option<Arc<Faults>>,
+    config: RecorderConfig,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Recorder {
+    /// Starts recording at once: spawns the lock and pod watches, the scrape loop and the
+    /// audit follower.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (it spawns tasks).
+    pub fn start(client: Client, config: RecorderConfig, feeds: Feeds) -> Recorder {
+        let shared = Arc::new(Shared::default());
+        let (shutdown, stop_rx) = watch::channel(false);
+        let ns = config.namespace.as_str();
+        let by_name =
+            watcher::Config::default().fields(&format!("metadata.name={}", config.lock_name));
+        let mut tasks = vec![
+            tokio::spawn(watch_lock(
+                Api::<Lease>::namespaced(client.clone(), ns),
+                by_name.clone(),
+                LockWatch {
+                    lock: config.lock_name.clone(),
+                    resource: "leases",
+                    state_of: lease_state,
+                },
+                shared.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(watch_lock(
+                Api::<ConfigMap>::namespaced(client.clone(), ns),
+                by_name,
+                LockWatch {
+                    lock: config.lock_name.clone(),
+                    resource: "configmaps",
+                    state_of: config_map_state,
+                },
+                shared.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(watch_pods(
+                Api::<Pod>::namespaced(client, ns),
+                watcher::Config::default().labels(&config.pod_selector),
+                shared.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(scrape_loop(
+                shared.clone(),
+                config.lock_name.clone(),
+                config.metrics_port,
+                config.scrape_interval,
+                stop_rx.clone(),
+            )),
+        ];
+        if let Some(audit) = feeds.audit {
+            tasks.push(tokio::spawn(follow_audit(
+                audit,
+                config.namespace.clone(),
+                shared.clone(),
+                stop_rx,
+            )));
+        }
+        Recorder {
+            shared,
+            faults: feeds.faults,
+            config,
+            shutdown,
+            tasks,
+        }
+    }
+
+    /// Adds a [`Observation::Note`] stamped now.
+    pub fn note(&self, text: &str) {
+        self.shared.record(
+            Utc::now(),
+            Observation::Note {
+                text: text.to_string(),
+            },
+        );
+    }
+
+    /// Everything recorded so far, with the fault log and the writes of the operator's pods
+    /// merged in time order.
+    ///
+    /// A write counts as election traffic when it touched the lock (a Lease or ConfigMap of
+    /// the lock's name in the namespace) or an Event. The audit does not name the object of
+    /// a `create`; such a create of a Lease or ConfigMap counts as election traffic when it
+    /// failed with 409 (the lock existed) or when it is the first successful one by the
+    /// replica the lock was then seen created for, at most 2 s earlier.
+    pub fn snapshot(&self) -> History {
+        let mut all: Vec<Entry> = {
+            let inner = self.shared.lock();
+            let mut all = inner.entries.clone();
+            let mut used = HashSet::new();
+            let creates: HashSet<u64> = inner
+                .created
+                .iter()
+                .filter_map(|c| {
+                    let seq = lock_create_of(c, &inner.writes, &self.config, &used)?;
+                    used.insert(seq);
+                    Some(seq)
+                })
+                .collect();
+            all.extend(inner.writes.iter().filter_map(|ev| {
+                let pod = ev.pod.as_ref()?;
+                if !inner.seen.contains(&pod.name) {
+                    return None;
+                }
+                Some(Entry {
+                    time: ev.time,
+                    observation: Observation::Write {
+                        replica: pod.name.clone(),
+                        verb: ev.verb.clone(),
+                        resource: if ev.subresource.is_empty() {
+                            ev.resource.clone()
+                        } else {
+                            format!("{}/{}", ev.resource, ev.subresource)
+                        },
+                        namespace: ev.namespace.clone(),
+                        name: ev.name.clone(),
+                        code: ev.code,
+                        election: is_election(ev, &self.config) || creates.contains(&ev.seq),
+                    },
+                })
+            }));
+            all
+        };
+        if let Some(faults) = &self.faults {
+            all.extend(faults.log().into_iter().map(|f| Entry {
+                time: f.time,
+                observation: Observation::Fault {
+                    verb: f.verb,
+                    target: f.target,
+                    detail: f.detail,
+                },
+            }));
+        }
+        all.sort_by_key(|e| e.time);
+        let mut history = History::new();
+        for e in all {
+            history.push(e.time, e.observation);
+        }
+        history
+    }
+
+    /// Stops every task (the audit follower first takes what is already queued) and returns
+    /// the final snapshot. A task that does not end within 2 s is aborted.
+    pub async fn stop(mut self) -> History {
+        let _ = self.shutdown.send(true);
+        for task in std::mem::take(&mut self.tasks) {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
+                abort.abort();
+            }
+        }
+        self.snapshot()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("config", &self.config)
+            .field("entries", &self.shared.lock().entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The replica named by a lease's `holderIdentity` (`<POD_NAME>_<uuid>`): everything before
+/// the last `_`, the whole identity when it has none; `None` for an empty identity.
+pub fn holder_of_identity(identity: &str) -> Option<String> {
+    if identity.is_empty() {
+        return None;
+    }
+    let replica = identity.rsplit_once('_').map_or(identity, |(pod, _)| pod);
+    Some(replica.to_string())
+}
+
+/// What one scrape of `/metrics` says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scrape {
+    /// `leader_election_master_status{name="<lock>"}`: 1 is leader, 0 standby; `None` when absent.
+    pub leader: Option<bool>,
+    /// `controller_runtime_reconcile_total` by `result`, summed over controllers.
+    pub reconciles: BTreeMap<String, u64>,
+}
+
+/// Reads the leader gauge of `lock` and the reconcile counters from a Prometheus text
+/// exposition. Lines it does not understand are skipped.
+pub fn parse_metrics(text: &str, lock: &str) -> Scrape {
+    let mut scrape = Scrape::default();
+    for line in text.lines() {
+        let Some(Sample {
+            name,
+            labels,
+            value,
+        }) = parse_sample(line)
+        else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        match name {
+            LEADER_GAUGE if label("name") == Some(lock) => scrape.leader = Some(value >= 0.5),
+            RECONCILE_TOTAL if value >= 0.0 => {
+                if let Some(result) = label("result") {
+                    *scrape.reconciles.entry(result.to_string()).or_insert(0) += value as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+    scrape
+}
+
+/// One sample of a Prometheus text exposition.
+#[derive(Debug, PartialEq)]
+struct Sample<'a> {
+    name: &'a str,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+/// One sample line (a trailing timestamp is ignored); `None` for comments and garbage.
+fn parse_sample(line: &str) -> Option<Sample<'_>> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+    let name = &line[..name_end];
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(body) = rest.strip_prefix('{') {
+        let mut chars = body.char_indices();
+        let mut key = String::new();
+        let close = loop {
+            let (i, c) = chars.next()?;
+            match c {
+                '}' => break i,
+                ',' | ' ' => {}
+                '=' => {
+                    if chars.next()?.1 != '"' {
+                        return None;
+                    }
+                    let mut value = String::new();
+                    loop {
+                        match chars.next()?.1 {
+                            '"' => break,
+                            '\\' => match chars.next()?.1 {
+                                'n' => value.push('\n'),
+                                other => value.push(other),
+                            },
+                            other => value.push(other),
+                        }
+                    }
+                    labels.push((std::mem::take(&mut key).trim().to_string(), value));
+                }
+                other => key.push(other),
+            }
+        };
+        rest = &body[close + 1..];
+    }
+    let value = rest.split_whitespace().next()?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
+}
+
+/// GETs `http://<addr>/metrics` with a minimal HTTP/1.1 client and returns the body.
+///
+/// # Errors
+/// When the connection fails, the whole exchange takes longer than `timeout`, the status is
+/// not 200 or the response is not HTTP.
+pub async fn get_metrics(addr: SocketAddr, timeout: Duration) -> Result<String, RecorderError> {
+    match tokio::time::timeout(timeout, exchange(addr)).await {
+        Ok(result) => result,
+        Err(_) => Err(RecorderError::Timeout { addr, timeout }),
+    }
+}
+
+async fn exchange(addr: SocketAddr) -> Result<String, RecorderError> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|source| RecorderError::Connect { addr, source })?;
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\nUser-Agent: opconform-recorder\r\nConnection: close\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|source| RecorderError::Io { addr, source })?;
+    let mut buf = Vec::with_capacity(8 * 1024);
+    let mut chunk = [0u8; 8 * 1024];
+    loop {
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|source| RecorderError::Io { addr, source })?;
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > MAX_RESPONSE {
+            return Err(RecorderError::Malformed {
+                addr,
+                reason: "response too large",
+            });
+        }
+        let malformed = |reason| RecorderError::Malformed { addr, reason };
+        if let Some((status, body)) = parse_response(&buf, n == 0).map_err(malformed)? {
+            if status != 200 {
+                return Err(RecorderError::Status { addr, status });
+            }
+            return String::from_utf8(body).map_err(|_| malformed("body is not UTF-8"));
+        }
+    }
+}
+
+/// Parses an HTTP/1.1 response: `Ok(None)` while incomplete, the status and decoded body
+/// (content-length, chunked, or up to the end of the stream) once complete.
+fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, &'static str> {
+    let Some(head_end) = find(buf, b"\r\n\r\n") else {
+        return if eof {
+            Err("truncated headers")
+        } else {
+            Ok(None)
+        };
+    };
+    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| "headers are not UTF-8")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.split_whitespace();
+    if !parts.next().is_some_and(|v| v.starts_with("HTTP/1.")) {
+        return Err("not an HTTP/1 status line");
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or("no status code")?;
+    let mut length = None;
+    let mut chunked = false;
+    for line in lines {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if key.eq_ignore_ascii_case("content-length") {
+            length = Some(value.parse::<usize>().map_err(|_| "bad content-length")?);
+        } else if key.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.to_ascii_lowercase().contains("chunked");
+        }
+    }
+    let body = &buf[head_end + 4..];
+    if chunked {
+        return match decode_chunked(body)? {
+            Some(decoded) => Ok(Some((status, decoded))),
+            None if eof => Err("truncated chunked body"),
+            None => Ok(None),
+        };
+    }
+    match length {
+        Some(n) if body.len() >= n => Ok(Some((status, body[..n].to_vec()))),
+        Some(_) if eof => Err("truncated body"),
+        Some(_) => Ok(None),
+        None if eof => Ok(Some((status, body.to_vec()))),
+        None => Ok(None),
+    }
+}
+
+/// Decodes a complete chunked body (`Ok(None)` while incomplete); trailers are ignored.
+fn decode_chunked(mut body: &[u8]) -> Result<Option<Vec<u8>>, &'static str> {
+    let mut out = Vec::new();
+    loop {
+        let Some(line_end) = find(body, b"\r\n") else {
+            return Ok(None);
+        };
+        let size_line = std::str::from_utf8(&body[..line_end]).map_err(|_| "bad chunk size")?;
+        let size_hex = size_line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_hex, 16).map_err(|_| "bad chunk size")?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Ok(Some(out));
+        }
+        if body.len() < size + 2 {
+            return Ok(None);
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// What the recorder has seen, shared by its tasks.
+#[derive(Default)]
+struct Shared {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Lock, pod, gauge, reconcile and note entries, in the order recorded.
+    entries: Vec<Entry>,
+    /// Writes from pods in the namespace; attributed at snapshot time to the pods seen.
+    writes: Vec<AuditEvent>,
+    /// The operator's pods now.
+    pods: BTreeMap<String, PodState>,
+    /// Every pod that ever matched the selector.
+    seen: BTreeSet<String>,
+    /// When the lock was seen appearing, and for whom.
+    created: Vec<Creation>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, time: DateTime<Utc>, observation: Observation) {
+        self.lock().entries.push(Entry { time, observation });
+    }
+
+    /// The pods to scrape: every known pod with an IP, terminating ones included.
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        self.lock()
+            .pods
+            .iter()
+            .filter_map(|(name, p)| Some((name.clone(), p.ip?)))
+            .collect()
+    }
+}
+
+/// The lock appeared (absent before) held by `holder`.
+#[derive(Debug, Clone)]
+struct Creation {
+    time: DateTime<Utc>,
+    resource: &'static str,
+    holder: String,
+}
+
+/// The audit `seq` of the request that created the lock for `c`, if one is found.
+fn lock_create_of(
+    c: &Creation,
+    writes: &[AuditEvent],
+    config: &RecorderConfig,
+    used: &HashSet<u64>,
+) -> Option<u64> {
+    let window = chrono::Duration::from_std(CREATE_WINDOW).unwrap_or_default();
+    writes
+        .iter()
+        .filter(|ev| {
+            ev.verb == "create"
+                && ev.resource == c.resource
+                && ev.subresource.is_empty()
+                && ev.name.is_empty()
+                && ev.namespace == config.namespace
+                && (200..300).contains(&ev.code)
+                && ev.pod.as_ref().is_some_and(|p| p.name == c.holder)
+                && ev.time <= c.time
+                && ev.time >= c.time - window
+                && !used.contains(&ev.seq)
+        })
+        .min_by_key(|ev| (ev.time, ev.seq))
+        .map(|ev| ev.seq)
+}
+
+/// Whether a write is election traffic by what the audit names: the lock, an Event, or a
+/// create of a Lease or ConfigMap that failed because it existed.
+fn is_election(ev: &AuditEvent, config: &RecorderConfig) -> bool {
+    let events = ev.resource == "events" && matches!(ev.api_group.as_str(), "" | "events.k8s.io");
+    let lock_kind = (ev.resource == "leases" && ev.api_group == "coordination.k8s.io")
+        || (ev.resource == "configmaps" && ev.api_group.is_empty());
+    let lock = lock_kind
+        && ev.namespace == config.namespace
+        && (ev.name == config.lock_name
+            || (ev.name.is_empty() && ev.verb == "create" && ev.code == 409));
+    events || lock
+}
+
+/// Who holds a lock object, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LockState {
+    holder: Option<String>,
+    transitions: Option<i64>,
+}
+
+fn lease_state(lease: &Lease) -> LockState {
+    let spec = lease.spec.as_ref();
+    LockState {
+        holder: spec
+            .and_then(|s| s.holder_identity.as_deref())
+            .and_then(holder_of_identity),
+        transitions: spec.and_then(|s| s.lease_transitions).map(i64::from),
+    }
+}
+
+fn config_map_state(cm: &ConfigMap) -> LockState {
+    LockState {
+        holder: cm
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "Pod")
+            .map(|o| o.name.clone()),
+        transitions: None,
+    }
+}
+
+struct LockWatch<K> {
+    lock: String,
+    resource: &'static str,
+    state_of: fn(&K) -> LockState,
+}
+
+/// A watch stream retried with a short backoff.
+fn retried<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = watcher::Result<Event<K>>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watch_stream(api, config).backoff(RetryBackoff::default())
+}
+
+async fn watch_lock<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    spec: LockWatch<K>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let stream = retried(api, config);
+    futures::pin_mut!(stream);
+    // `None`: the lock does not exist (as far as this watch knows).
+    let mut last: Option<LockState> = None;
+    let mut listed = false;
+    // Records a change of (holder, transitions), and when the lock appears held, a creation
+    // (seen in the first list too: the recorder may start just before the lock is made).
+    let change = |state: Option<LockState>, rv: String, last: &mut Option<LockState>| {
+        if state == *last {
+            return;
+        }
+        let now = Utc::now();
+        let mut inner = shared.lock();
+        if last.is_none()
+            && let Some(LockState {
+                holder: Some(h), ..
+            }) = &state
+        {
+            inner.created.push(Creation {
+                time: now,
+                resource: spec.resource,
+                holder: h.clone(),
+            });
+        }
+        let (holder, transitions) = state
+            .clone()
+            .map_or((None, None), |s| (s.holder, s.transitions));
+        inner.entries.push(Entry {
+            time: now,
+            observation: Observation::Lock {
+                lock: spec.lock.clone(),
+                holder,
+                transitions,
+                resource_version: rv,
+            },
+        });
+        *last = state;
+    };
+    let applied = |obj: &K| {
+        (
+            Some((spec.state_of)(obj)),
+            obj.resource_version().unwrap_or_default(),
+        )
+    };
+    loop {
+        let event = tokio::select! {
+            _ = stop.changed() => break,
+            event = stream.next() => event,
+        };
+        match event {
+            None => break,
+            Some(Err(e)) => {
+                tracing::warn!(lock = %spec.lock, resource = spec.resource, error = %e, "lock watch failed; retrying");
+            }
+            Some(Ok(Event::Apply(obj))) => {
+                let (state, rv) = applied(&obj);
+                change(state, rv, &mut last);
+            }
+            // The deleted object's resourceVersion is kept with the change.
+            Some(Ok(Event::Delete(obj))) => {
+                change(None, obj.resource_version().unwrap_or_default(), &mut last);
+            }
+            Some(Ok(Event::Init)) => listed = false,
+            Some(Ok(Event::InitApply(obj))) => {
+                listed = true;
+                let (state, rv) = applied(&obj);
+                change(state, rv, &mut last);
+            }
+            // A re-list without the lock: it was deleted while the watch was down.
+            Some(Ok(Event::InitDone)) => {
+                if !listed {
+                    change(None, String::new(), &mut last);
+                }
+            }
+        }
+    }
+}
+
+/// A pod as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PodState {
+    phase: String,
+    ready: bool,
+    terminating: bool,
+    ip: Option<IpAddr>,
+}
+
+impl PodState {
+    fn of(pod: &Pod) -> Self {
+        let status = pod.status.as_ref();
+        PodState {
+            phase: status
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| "Pending".into()),
+            ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            ip: status
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse().ok()),
+        }
+    }
+
+    fn observation(&self, name: &str) -> Observation {
+        Observation::Pod {
+            name: name.to_string(),
+            phase: self.phase.clone(),
+            ready: self.ready,
+            terminating: self.terminating,
+        }
+    }
+}
+
+fn pod_seen(shared: &Shared, pod: &Pod) {
+    let name = pod.name_any();
+    let state = PodState::of(pod);
+    let mut inner = shared.lock();
+    inner.seen.insert(name.clone());
+    let changed = inner.pods.get(&name).is_none_or(|p| {
+        (&p.phase, p.ready, p.terminating) != (&state.phase, state.ready, state.terminating)
+    });
+    if changed {
+        let observation = state.observation(&name);
+        inner.entries.push(Entry {
+            time: Utc::now(),
+            observation,
+        });
+    }
+    inner.pods.insert(name, state);
+}
+
+fn pod_gone(shared: &Shared, name: &str) {
+    let mut inner = shared.lock();
+    if inner.pods.remove(name).is_some() {
+        inner.entries.push(Entry {
+            time: Utc::now(),
+            observation: Observation::Pod {
+                name: name.to_string(),
+                phase: "Deleted".into(),
+                ready: false,
+                terminating: true,
+            },
+        });
+    }
+}
+
+async fn watch_pods(
+    api: Api<Pod>,
+    config: watcher::Config,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let stream = retried(api, config);
+    futures::pin_mut!(stream);
+    let mut listed = HashSet::new();
+    loop {
+        let event = tokio::select! {
+            _ = stop.changed() => break,
+            event = stream.next() => event,
+        };
+        match event {
+            None => break,
+            Some(Err(e)) => tracing::warn!(error = %e, "pod watch failed; retrying"),
+            Some(Ok(Event::Apply(pod))) => pod_seen(&shared, &pod),
+            Some(Ok(Event::Delete(pod))) => pod_gone(&shared, &pod.name_any()),
+            Some(Ok(Event::Init)) => listed.clear(),
+            Some(Ok(Event::InitApply(pod))) => {
+                listed.insert(pod.name_any());
+                pod_seen(&shared, &pod);
+            }
+            Some(Ok(Event::InitDone)) => {
+                let gone: Vec<String> = shared
+                    .lock()
+                    .pods
+                    .keys()
+                    .filter(|n| !listed.contains(*n))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    pod_gone(&shared, &name);
+                }
+            }
+        }
+    }
+}
+
+async fn scrape_loop(
+    shared: Arc<Shared>,
+    lock: String,
+    port: u16,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut in_flight = FuturesUnordered::new();
+    let mut busy: HashSet<String> = HashSet::new();
+    let mut counters: HashMap<(String, String), u64> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = ticker.tick() => {
+                for (name, ip) in shared.targets() {
+                    if busy.insert(name.clone()) {
+                        let addr = SocketAddr::new(ip, port);
+                        in_flight.push(async move { (name, get_metrics(addr, SCRAPE_TIMEOUT).await) });
+                    }
+                }
+            }
+            Some((name, result)) = in_flight.next(), if !in_flight.is_empty() => {
+                busy.remove(&name);
+                match result {
+                    Ok(text) => record_scrape(&shared, &name, &parse_metrics(&text, &lock), &mut counters),
+                    Err(e) => tracing::debug!(replica = %name, error = %e, "scrape failed"),
+                }
+            }
+        }
+    }
+}
+
+fn record_scrape(
+    shared: &Shared,
+    replica: &str,
+    scrape: &Scrape,
+    counters: &mut HashMap<(String, String), u64>,
+) {
+    let time = Utc::now();
+    let mut inner = shared.lock();
+    if let Some(leader) = scrape.leader {
+        inner.entries.push(Entry {
+            time,
+            observation: Observation::Gauge {
+                replica: replica.to_string(),
+                leader,
+            },
+        });
+    }
+    for (result, count) in &scrape.reconciles {
+        let key = (replica.to_string(), result.clone());
+        if counters.insert(key, *count) != Some(*count) {
+            inner.entries.push(Entry {
+                time,
+                observation: Observation::Reconciles {
+                    replica: replica.to_string(),
+                    result: result.clone(),
+                    count: *count,
+                },
+            });
+        }
+    }
+}
+
+async fn follow_audit(
+    mut audit: broadcast::Receiver<AuditEvent>,
+    namespace: String,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let keep = |ev: AuditEvent| {
+        if ev.is_write() && ev.pod.as_ref().is_some_and(|p| p.namespace == namespace) {
+            shared.lock().writes.push(ev);
+        }
+    };
+    let lagged = |missed: u64| {
+        shared.record(
+            Utc::now(),
+            Observation::Note {
+                text: format!(
+                    "recorder: fell behind the audit feed, {missed} request(s) not recorded"
+                ),
+            },
+        );
+    };
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            received = audit.recv() => match received {
+                Ok(ev) => keep(ev),
+                Err(broadcast::error::RecvError::Lagged(missed)) => lagged(missed),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        }
+    }
+    // Take what was audited before the stop.
+    loop {
+        match audit.try_recv() {
+            Ok(ev) => keep(ev),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => lagged(missed),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Watch retries: 100 ms doubling to 2 s, reset once a watch works again.
+#[derive(Debug, Clone)]
+struct RetryBackoff {
+    next: Duration,
+}
+
+impl RetryBackoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(2);
+}
+
+impl Default for RetryBackoff {
+    fn default() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Iterator for RetryBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (now * 2).min(Self::MAX);
+        Some(now)
+    }
+}
+
+impl Backoff for RetryBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_is_the_identity_up_to_its_last_underscore() {
+        assert_eq!(
+            holder_of_identity("op-a_1234-uuid").as_deref(),
+            Some("op-a")
+        );
+        assert_eq!(holder_of_identity("a_b_c").as_deref(), Some("a_b"));
+        assert_eq!(holder_of_identity("plain").as_deref(), Some("plain"));
+        assert_eq!(holder_of_identity(""), None);
+    }
+
+    #[test]
+    fn the_gauge_of_the_lock_and_reconcile_counts_are_read_from_prometheus_text() {
+        let text = "\
+# HELP leader_election_master_status Gauge\n\
+# TYPE leader_election_master_status gauge\n\
+leader_election_master_status{name=\"other\"} 0\n\
+leader_election_master_status{name=\"lock\"} 1\n\
+controller_runtime_reconcile_total{controller=\"memcached\",result=\"success\"} 7\n\
+controller_runtime_reconcile_total{controller=\"memcached\",result=\"error\"} 2 1700000000000\n\
+controller_runtime_reconcile_total{controller=\"other\",result=\"success\"} 1\n\
+controller_runtime_reconcile_errors_total{controller=\"memcached\"} 2\n\
+weird_label{a=\"x\\\"}y\"} 3\n\
+garbage line\n";
+        let scrape = parse_metrics(text, "lock");
+        assert_eq!(scrape.leader, Some(true));
+        assert_eq!(scrape.reconciles.get("success"), Some(&8));
+        assert_eq!(scrape.reconciles.get("error"), Some(&2));
+        assert_eq!(scrape.reconciles.len(), 2);
+        assert_eq!(parse_metrics(text, "missing").leader, None);
+        assert_eq!(
+            parse_metrics("leader_election_master_status{name=\"lock\"} 0", "lock").leader,
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn a_label_value_may_hold_escaped_quotes_and_braces() {
+        let sample = parse_sample("m{a=\"x\\\"}y\",b=\"z\"} 3").unwrap();
+        assert_eq!(
+            sample,
+            Sample {
+                name: "m",
+                labels: vec![("a".into(), "x\"}y".into()), ("b".into(), "z".into())],
+                value: 3.0,
+            }
+        );
+    }
+
+    #[test]
+    fn a_response_is_complete_by_length_by_chunks_or_at_the_end_of_stream() {
+        let by_length = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+        assert_eq!(
+            parse_response(by_length, false).unwrap(),
+            Some((200, b"hello".to_vec()))
+        );
+        assert_eq!(parse_response(&by_length[..40], false).unwrap(), None);
+        assert!(parse_response(&by_length[..40], true).is_err());
+
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2;x=y\r\nlo\r\n0\r\n\r\n";
+        assert_eq!(
+            parse_response(chunked, false).unwrap(),
+            Some((200, b"hello".to_vec()))
+        );
+        assert_eq!(parse_response(&chunked[..60], false).unwrap(), None);
+
+        let to_end = b"HTTP/1.0 503 Unavailable\r\n\r\nbusy";
+        assert_eq!(parse_response(to_end, false).unwrap(), None);
+        assert_eq!(
+            parse_response(to_end, true).unwrap(),
+            Some((503, b"busy".to_vec()))
+        );
+        assert!(parse_response(b"SSH-2.0\r\n\r\n", false).is_err());
+    }
+
+    #[test]
+    fn the_retry_backoff_doubles_to_two_seconds_and_resets() {
+        let mut b = RetryBackoff::default();
+        let first: Vec<u128> = b.by_ref().take(6).map(|d| d.as_millis()).collect();
+        assert_eq!(first, vec![100, 200, 400, 800, 1600, 2000]);
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
+}

@@ -1,0 +1,98 @@
+//! Steps that inject faults into the leader (or any pod) and undo them.
+
+use std::time::Duration;
+
+use cucumber::when;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+
+use super::operator::OPERATOR_NAMESPACE;
+use super::{Dur, World};
+use crate::sim::faults::{Cut, PodFault};
+
+fn leader(world: &World) -> String {
+    world
+        .leader
+        .clone()
+        .expect("a step saw a leader before this fault")
+}
+
+fn pod_fault(world: &World, pod: &str, fault: PodFault) {
+    world
+        .cluster()
+        .expect("cluster")
+        .pod_fault(OPERATOR_NAMESPACE, pod, &fault)
+        .unwrap_or_else(|e| panic!("{} on pod {pod} failed: {}", fault.verb(), super::chain(&e)));
+}
+
+#[when("the leader pod is force deleted")]
+async fn force_delete(world: &mut World) {
+    let pod = leader(world);
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), OPERATOR_NAMESPACE);
+    world
+        .cluster()
+        .expect("cluster")
+        .server()
+        .state()
+        .faults
+        .record(
+            "delete",
+            &format!("pod {OPERATOR_NAMESPACE}/{pod}"),
+            "force, grace 0",
+        );
+    pods.delete(
+        &pod,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("force deleting {pod} failed: {e}"));
+}
+
+#[when("the leader pod is deleted")]
+async fn delete(world: &mut World) {
+    let pod = leader(world);
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), OPERATOR_NAMESPACE);
+    world
+        .cluster()
+        .expect("cluster")
+        .server()
+        .state()
+        .faults
+        .record(
+            "delete",
+            &format!("pod {OPERATOR_NAMESPACE}/{pod}"),
+            "graceful",
+        );
+    pods.delete(&pod, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting {pod} failed: {e}"));
+}
+
+#[when(expr = "the leader is frozen for {duration}")]
+async fn frozen_for(world: &mut World, span: Dur) {
+    let pod = leader(world);
+    pod_fault(world, &pod, PodFault::Hold);
+    // The step's meaning is "for this long": the one place a plain sleep belongs.
+    tokio::time::sleep(span.0).await;
+    pod_fault(world, &pod, PodFault::Release);
+}
+
+#[when("the leader's container crashes")]
+async fn crashes(world: &mut World) {
+    let pod = leader(world);
+    pod_fault(world, &pod, PodFault::Crash { container: None });
+}
+
+#[when(expr = "the leader is cut off from the API server for {duration}")]
+async fn cut_off_for(world: &mut World, span: Dur) {
+    let pod = leader(world);
+    pod_fault(world, &pod, PodFault::Partition { cut: Cut::Drop });
+    tokio::time::sleep(span.0).await;
+    pod_fault(world, &pod, PodFault::Repair);
+}
+
+/// How long a step may wait for a pod to be gone.
+pub const POD_GONE: Duration = Duration::from_secs(30);

@@ -1,0 +1,72 @@
+//! Steps that check the recorded history: never two leaders, single writer, failover time.
+
+use cucumber::then;
+
+use super::{Dur, World};
+use crate::check;
+
+fn origin(world: &World) -> chrono::DateTime<chrono::Utc> {
+    world
+        .history()
+        .entries()
+        .first()
+        .map(|e| e.time)
+        .unwrap_or_default()
+}
+
+#[then("there was never more than one leader")]
+async fn never_two_leaders(world: &mut World) {
+    let v = check::single_leader(&world.history());
+    assert!(v.passed, "{}", v.explain(origin(world)));
+}
+
+#[then("no replica wrote after losing leadership")]
+async fn single_writer(world: &mut World) {
+    let v = check::single_writer(&world.history());
+    assert!(v.passed, "{}", v.explain(origin(world)));
+}
+
+#[then("the lease transitions never decreased")]
+async fn transitions(world: &mut World) {
+    let v = check::transitions_never_decrease(&world.history());
+    assert!(v.passed, "{}", v.explain(origin(world)));
+}
+
+#[then(expr = "the failover after the {word} took at most {duration}")]
+async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
+    let history = world.history();
+    let f = check::failover(&history, &verb)
+        .unwrap_or_else(|| panic!("no {verb} fault in the history"));
+    let took = f
+        .to_lock
+        .unwrap_or_else(|| panic!("no new leader took the lock after the {verb}"));
+    println!(
+        "failover after {verb}: {} → {} took {} ms to the lock{}",
+        f.old_leader.as_deref().unwrap_or("?"),
+        f.new_leader.as_deref().unwrap_or("?"),
+        took.as_millis(),
+        f.to_first_write
+            .map(|w| format!(", {} ms to its first write", w.as_millis()))
+            .unwrap_or_default()
+    );
+    assert!(
+        took <= bound.0,
+        "the failover took {took:?}, more than {:?}",
+        bound.0
+    );
+}
+
+#[then(expr = "the failover after the {word} took at least {duration}")]
+async fn failover_at_least(world: &mut World, verb: String, bound: Dur) {
+    let history = world.history();
+    let f = check::failover(&history, &verb)
+        .unwrap_or_else(|| panic!("no {verb} fault in the history"));
+    let took = f
+        .to_lock
+        .unwrap_or_else(|| panic!("no new leader took the lock after the {verb}"));
+    assert!(
+        took >= bound.0,
+        "the failover took {took:?}, less than {:?}",
+        bound.0
+    );
+}
