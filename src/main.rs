@@ -14,13 +14,7 @@ async fn main() -> std::process::ExitCode {
     match opconform::cli::run(opconform::cli::Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let mut message = format!("error: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                message.push_str(&format!(": {cause}"));
-                source = cause.source();
-            }
-            eprintln!("{message}");
+            eprintln!("error: {}", opconform::sim::error_chain(&e));
             std::process::ExitCode::from(1)
         }
     }

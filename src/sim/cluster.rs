@@ -110,19 +110,8 @@ impl Nodes {
             .ok_or_else(|| {
                 FaultError::NoTarget(format!("pod {namespace}/{pod} is not running on any node"))
             })?;
-        act(kubelet).map_err(|e| FaultError::Unsupported(error_chain(&e)))
+        act(kubelet).map_err(|e| FaultError::Unsupported(super::error_chain(&e)))
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 fn mode(cut: Cut) -> Mode {

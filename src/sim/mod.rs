@@ -15,3 +15,15 @@ pub mod controllers;
 pub mod faults;
 pub mod kubelet;
 pub mod proxy;
+
+/// An error and its causes on one line (`a: b: c`), for logs and failure messages.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}

@@ -1,7 +1,5 @@
 //! Steps that inject faults into the leader (or any pod) and undo them.
 
-use std::time::Duration;
-
 use cucumber::when;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
@@ -25,8 +23,8 @@ fn pod_fault(world: &World, pod: &str, fault: PodFault) {
         .unwrap_or_else(|e| panic!("{} on pod {pod} failed: {}", fault.verb(), super::chain(&e)));
 }
 
-#[when("the leader pod is force deleted")]
-async fn force_delete(world: &mut World) {
+/// Deletes the leader's Pod with `params`, recording the deletion as a fault first.
+async fn delete_leader(world: &World, params: DeleteParams, detail: &str) {
     let pod = leader(world);
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), OPERATOR_NAMESPACE);
     world
@@ -35,40 +33,24 @@ async fn force_delete(world: &mut World) {
         .server()
         .state()
         .faults
-        .record(
-            "delete",
-            &format!("pod {OPERATOR_NAMESPACE}/{pod}"),
-            "force, grace 0",
-        );
-    pods.delete(
-        &pod,
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("force deleting {pod} failed: {e}"));
+        .record("delete", &format!("pod {OPERATOR_NAMESPACE}/{pod}"), detail);
+    pods.delete(&pod, &params)
+        .await
+        .unwrap_or_else(|e| panic!("deleting {pod} ({detail}) failed: {e}"));
+}
+
+#[when("the leader pod is force deleted")]
+async fn force_delete(world: &mut World) {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    delete_leader(world, params, "force, grace 0").await;
 }
 
 #[when("the leader pod is deleted")]
 async fn delete(world: &mut World) {
-    let pod = leader(world);
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), OPERATOR_NAMESPACE);
-    world
-        .cluster()
-        .expect("cluster")
-        .server()
-        .state()
-        .faults
-        .record(
-            "delete",
-            &format!("pod {OPERATOR_NAMESPACE}/{pod}"),
-            "graceful",
-        );
-    pods.delete(&pod, &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("deleting {pod} failed: {e}"));
+    delete_leader(world, DeleteParams::default(), "graceful").await;
 }
 
 #[when(expr = "the leader is frozen for {duration}")]
@@ -93,6 +75,3 @@ async fn cut_off_for(world: &mut World, span: Dur) {
     tokio::time::sleep(span.0).await;
     pod_fault(world, &pod, PodFault::Repair);
 }
-
-/// How long a step may wait for a pod to be gone.
-pub const POD_GONE: Duration = Duration::from_secs(30);

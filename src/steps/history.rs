@@ -32,11 +32,12 @@ async fn transitions(world: &mut World) {
     assert!(v.passed, "{}", v.explain(origin(world)));
 }
 
-#[then(expr = "the failover after the {word} took at most {duration}")]
-async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
+/// The failover after the first `verb` fault: fault → new lock holder, printed for the
+/// scenario output.
+fn measured_failover(world: &World, verb: &str) -> std::time::Duration {
     let history = world.history();
-    let f = check::failover(&history, &verb)
-        .unwrap_or_else(|| panic!("no {verb} fault in the history"));
+    let f =
+        check::failover(&history, verb).unwrap_or_else(|| panic!("no {verb} fault in the history"));
     let took = f
         .to_lock
         .unwrap_or_else(|| panic!("no new leader took the lock after the {verb}"));
@@ -49,6 +50,12 @@ async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
             .map(|w| format!(", {} ms to its first write", w.as_millis()))
             .unwrap_or_default()
     );
+    took
+}
+
+#[then(expr = "the failover after the {word} took at most {duration}")]
+async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
+    let took = measured_failover(world, &verb);
     assert!(
         took <= bound.0,
         "the failover took {took:?}, more than {:?}",
@@ -58,12 +65,7 @@ async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
 
 #[then(expr = "the failover after the {word} took at least {duration}")]
 async fn failover_at_least(world: &mut World, verb: String, bound: Dur) {
-    let history = world.history();
-    let f = check::failover(&history, &verb)
-        .unwrap_or_else(|| panic!("no {verb} fault in the history"));
-    let took = f
-        .to_lock
-        .unwrap_or_else(|| panic!("no new leader took the lock after the {verb}"));
+    let took = measured_failover(world, &verb);
     assert!(
         took >= bound.0,
         "the failover took {took:?}, less than {:?}",

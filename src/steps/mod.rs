@@ -72,16 +72,7 @@ impl FromStr for Dur {
 }
 
 /// The error and its causes on one line.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
+pub use crate::sim::error_chain as chain;
 
 /// The state of one scenario.
 #[derive(Default, cucumber::World)]

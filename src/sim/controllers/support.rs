@@ -31,16 +31,7 @@ pub(crate) fn is_conflict(error: &kube::Error) -> bool {
 }
 
 /// An error with its causes, for logs.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
+pub(crate) use crate::sim::error_chain;
 
 /// Now, truncated to whole seconds as metav1.Time is written (so that a time set here
 /// compares equal to the same time read back from the server).
