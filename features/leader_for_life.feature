@@ -20,3 +20,9 @@ Feature: Leader for life
     Then within 45s another replica leads
     And there was never more than one leader
     And no replica wrote after losing leadership
+
+  Scenario: A leader whose container crashes keeps leadership in the same Pod
+    Given within 30s exactly one replica leads
+    When the leader's container crashes
+    Then within 30s the same replica leads again
+    And there was never more than one leader

@@ -24,3 +24,10 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
     And the lease transitions never decreased
+
+  Scenario: A leader frozen for twice its lease is replaced and leads no more
+    Given within 30s exactly one replica leads
+    When the leader is frozen for 8s
+    Then within 20s another replica leads
+    And there was never more than one leader
+    And no replica wrote after losing leadership

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use crate::leader::HealthzAdaptor;
+use crate::leader::{HealthzAdaptor, Leadership, WriteGuard};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -27,6 +27,39 @@ pub enum Error {
     },
 }
 
+/// The leadership gauge as the write guard sees it.
+///
+/// With the write guard on, a lease leader whose last renewal was confirmed longer ago
+/// than RenewDeadline reports 0 at once — e.g. right after waking from a freeze, before
+/// its renew loop notices — so the gauge never claims what the guard would refuse. With
+/// the guard off the gauge follows the elector alone, as client-go's does.
+#[derive(Clone)]
+pub struct LeaderGauge {
+    /// This replica's leadership.
+    pub leadership: Leadership,
+    /// The guard reconcile writes go through.
+    pub guard: WriteGuard,
+}
+
+impl std::fmt::Debug for LeaderGauge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderGauge")
+            .field("leadership", &self.leadership)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderGauge {
+    /// Whether to report this replica as the leader now.
+    pub fn leading(&self) -> bool {
+        if self.guard.is_off() {
+            self.leadership.is_leading()
+        } else {
+            self.guard.check().is_ok()
+        }
+    }
+}
+
 /// What the handlers read.
 #[derive(Clone, Debug)]
 pub struct Endpoints {
@@ -34,9 +67,15 @@ pub struct Endpoints {
     pub metrics: Metrics,
     /// Consulted by /healthz.
     pub healthz: HealthzAdaptor,
+    /// Refreshes `leader_election_master_status` before each render (none without election).
+    pub leader: Option<LeaderGauge>,
 }
 
 async fn metrics(State(e): State<Endpoints>) -> impl IntoResponse {
+    if let Some(gauge) = &e.leader {
+        e.metrics
+            .set_leader(gauge.leadership.name(), gauge.leading());
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -154,6 +193,39 @@ mod tests {
         out
     }
 
+    #[test]
+    fn a_lease_leader_past_its_renew_deadline_reports_the_gauge_as_zero_unless_the_guard_is_off() {
+        let metrics = Metrics::new();
+        let fake = FakeClock::new();
+        let leadership = Leadership::new("lock", metrics.clone());
+        leadership.start(fake.now());
+        let clock: Arc<dyn Clock> = Arc::new(fake.clone());
+        let guarded = LeaderGauge {
+            leadership: leadership.clone(),
+            guard: WriteGuard::leading(
+                leadership.clone(),
+                clock.clone(),
+                Some(Duration::from_secs(3)),
+            ),
+        };
+        let unguarded = LeaderGauge {
+            leadership: leadership.clone(),
+            guard: WriteGuard::off(),
+        };
+        assert!(guarded.leading() && unguarded.leading());
+        fake.advance(Duration::from_secs(4));
+        assert!(
+            !guarded.leading(),
+            "stale: the guard would refuse its writes"
+        );
+        assert!(
+            unguarded.leading(),
+            "guard off: the elector alone decides, as client-go"
+        );
+        leadership.confirm(clock.now());
+        assert!(guarded.leading(), "a renewal confirms it again");
+    }
+
     #[tokio::test]
     async fn a_replica_serves_metrics_healthz_and_readyz_and_a_stale_leader_fails_healthz() {
         let metrics = Metrics::new();
@@ -169,7 +241,11 @@ mod tests {
         let servers = Servers::bind(
             loopback,
             "127.0.0.1:0".parse().unwrap(),
-            Endpoints { metrics, healthz },
+            Endpoints {
+                metrics,
+                healthz,
+                leader: None,
+            },
         )
         .await
         .unwrap();

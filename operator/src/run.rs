@@ -282,6 +282,12 @@ pub async fn run(
         Endpoints {
             metrics: metrics.clone(),
             healthz,
+            leader: leadership
+                .clone()
+                .map(|leadership| crate::http::LeaderGauge {
+                    leadership,
+                    guard: guard.clone(),
+                }),
         },
     )
     .await

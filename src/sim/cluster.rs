@@ -92,6 +92,21 @@ impl SimClusterConfig {
     }
 }
 
+/// A process-wide id for each simulated cluster, 1..=250, starting at a random point so
+/// that two processes on one machine rarely pick the same; it becomes the third octet of
+/// every pod IP of the cluster (two clusters with the same pod IPs would share ports).
+fn next_cluster_id() -> u8 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        rand::random::<u32>() % 250,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    (NEXT.fetch_add(1, Ordering::SeqCst) % 250 + 1) as u8
+}
+
 struct Nodes {
     kubelets: Mutex<Vec<Kubelet>>,
 }
@@ -188,6 +203,7 @@ impl SimCluster {
                 (Some(dir), path)
             }
         };
+        let cluster_id = next_cluster_id();
         let server = ApiServer::start(config.apiserver.clone())
             .await
             .map_err(ClusterError::ApiServer)?;
@@ -195,6 +211,8 @@ impl SimCluster {
         let starts = (1..=config.nodes).map(|index| {
             let name = format!("worker-{index}");
             let mut kc = KubeletConfig::new(&name, index, work_dir.join(&name));
+            // Pod IPs 127.<100+node>.<cluster>.N: clusters in one process never share one.
+            kc.pod_ip_prefix = [100 + index, cluster_id];
             kc.images = config.images.clone();
             kc.heartbeat_interval = config.heartbeat_interval;
             kc.faketime_library = config.faketime_library.clone();

@@ -85,6 +85,14 @@ async fn another_leads(world: &mut World, within: Dur) {
     world.leader = Some(leader);
 }
 
+#[then(expr = "within {duration} the same replica leads again")]
+async fn same_leads_again(world: &mut World, within: Dur) {
+    let old = world.leader.clone().expect("a leader was seen before");
+    let leader = wait_for_leader(world, within.0, None).await;
+    assert_eq!(leader, old, "another replica took over instead of {old}");
+    world.note(&format!("{leader} leads again"));
+}
+
 #[then(expr = "the leader keeps leading for {duration}")]
 async fn keeps_leading(world: &mut World, span: Dur) {
     let leader = world.leader.clone().expect("a leader was seen before");

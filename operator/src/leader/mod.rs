@@ -349,6 +349,12 @@ impl WriteGuard {
         }
     }
 
+    /// Whether this guard lets every write through (`--write-guard off`).
+    #[must_use]
+    pub fn is_off(&self) -> bool {
+        matches!(self.kind, GuardKind::Off)
+    }
+
     /// Allows or refuses a write now.
     ///
     /// # Errors
