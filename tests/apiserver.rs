@@ -1312,3 +1312,73 @@ async fn the_audit_names_the_object_a_create_made() {
             .any(|e| e.verb == "create" && e.resource == "configmaps" && e.name == "named")
     );
 }
+
+#[tokio::test]
+async fn a_dry_run_validates_and_answers_but_stores_nothing() {
+    let (server, client) = server().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let revision = server.state().store.revision();
+    let would_be = api.create(&dry, &cm("dry", &[("k", "v")])).await.unwrap();
+    assert_eq!(would_be.data.unwrap()["k"], "v");
+    assert!(would_be.metadata.uid.is_some());
+    assert_eq!(api_error(api.get("dry").await.unwrap_err()).0, 404);
+    // Validation still runs.
+    assert_eq!(
+        api_error(api.create(&dry, &cm("Bad_Name", &[])).await.unwrap_err()).0,
+        422
+    );
+    let real = api
+        .create(&PostParams::default(), &cm("real", &[]))
+        .await
+        .unwrap();
+    let patched = api
+        .patch(
+            "real",
+            &PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"data": {"x": "1"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["x"], "1");
+    assert_eq!(
+        patched.metadata.resource_version,
+        real.metadata.resource_version
+    );
+    assert!(
+        !api.get("real")
+            .await
+            .unwrap()
+            .data
+            .unwrap_or_default()
+            .contains_key("x"),
+        "the dry-run patch was not stored"
+    );
+    api.delete(
+        "real",
+        &DeleteParams {
+            dry_run: true,
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(api.get("real").await.is_ok());
+    // Only the real create moved the revision.
+    assert_eq!(server.state().store.revision(), revision + 1);
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps?dryRun=Some",
+        "application/json",
+        serde_json::to_vec(&json!({"metadata": {"name": "x"}})).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+}

@@ -247,6 +247,16 @@ fn kubectl_creates_a_crd_waits_for_it_and_applies_resources_client_and_server_si
 #[test]
 fn kubectl_replace_with_a_stale_resource_version_fails_with_the_real_conflict() {
     let sim = Sim::start();
+    // A server-side dry run answers but stores nothing.
+    let dry = sim.ok(&[
+        "create",
+        "configmap",
+        "cfg",
+        "--from-literal=a=1",
+        "--dry-run=server",
+    ]);
+    assert!(dry.contains("created (server dry run)"), "{dry}");
+    assert!(!sim.run(&["get", "configmap", "cfg"]).status.success());
     sim.ok(&["create", "configmap", "cfg", "--from-literal=a=1"]);
     let current = sim.ok(&["get", "configmap", "cfg", "-o", "yaml"]);
     sim.ok(&[

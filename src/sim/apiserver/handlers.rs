@@ -393,7 +393,44 @@ fn namespace_blocked(rt: &ResourceType, obj: &Value) -> bool {
             .is_some_and(|f| !f.is_empty())
 }
 
+/// Whether a request asks for a dry run (`dryRun=All` in the query or DeleteOptions).
+///
+/// # Errors
+/// A 400 for any other dryRun value, as the real server answers.
+fn dry_run_requested(query_value: Option<&str>, body: &Value) -> Result<bool, ApiError> {
+    let mut values: Vec<String> = query_value.map(|v| vec![v.to_string()]).unwrap_or_default();
+    if let Some(list) = body["dryRun"].as_array() {
+        values.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
+    }
+    for v in &values {
+        if v != "All" {
+            return Err(ApiError::BadRequest(format!(
+                "dryRun: Unsupported value: {v:?}: supported values: \"All\""
+            )));
+        }
+    }
+    Ok(!values.is_empty())
+}
+
 impl<'a> Call<'a> {
+    /// Writes through the state, or only computes the write for `dryRun=All`.
+    fn write(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, ApiError> {
+        let dry_run = dry_run_requested(self.query.get("dryRun"), &Value::Null)?;
+        let gr = if rt.group == "events.k8s.io" {
+            GroupResource::new("", "events")
+        } else {
+            rt.gr()
+        };
+        self.state
+            .store_write_as(&gr, namespace, name, dry_run, decide)
+    }
+
     fn rt(&self) -> Result<ResourceType, ApiError> {
         let registry = self.state.registry();
         let rt = registry
@@ -621,7 +658,7 @@ impl<'a> Call<'a> {
             from_view(rt, obj),
             &self.manager,
         )?;
-        let written = self.state.write(rt, &self.ns(rt), &name, |current| {
+        let written = self.write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
                 return Err(ApiError::already_exists(&rt.gr(), &name));
             }
@@ -656,7 +693,7 @@ impl<'a> Call<'a> {
         let rv = meta_str(&obj, "resourceVersion").to_string();
         let new = from_view(rt, obj);
         let name = self.info.name.clone();
-        let written = self.state.write(rt, &self.ns(rt), &name, |current| {
+        let written = self.write(rt, &self.ns(rt), &name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
             if rv.is_empty() && !rt.allow_unconditional_update {
                 return Err(ApiError::invalid(
@@ -759,7 +796,7 @@ impl<'a> Call<'a> {
         let ns = self.ns(rt);
         let subresource = (part == Part::Status).then_some("status");
         let mut created = false;
-        let written = self.state.write(rt, &ns, &name, |current| {
+        let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
                 if !is_apply || part == Part::Status {
                     return Err(ApiError::not_found(&rt.gr(), &name));
@@ -853,6 +890,11 @@ impl<'a> Call<'a> {
             return Err(ApiError::BadRequest(
                 "DeleteOptions must be an object".into(),
             ));
+        }
+        if let Some(v) = self.query.get("dryRun") {
+            let mut list = opts["dryRun"].as_array().cloned().unwrap_or_default();
+            list.push(json!(v));
+            opts["dryRun"] = Value::Array(list);
         }
         for key in [
             "gracePeriodSeconds",
@@ -987,7 +1029,7 @@ impl<'a> Call<'a> {
         let name = self.info.name.clone();
         let ns = self.ns(rt);
         let version = self.info.version.clone();
-        let written = self.state.write(rt, &ns, &name, |current| {
+        let written = self.write(rt, &ns, &name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
             let view = to_view(rt, &version, current.clone());
             let scale = objects::scale_of(rt, &view);
@@ -1045,7 +1087,7 @@ impl<'a> Call<'a> {
     fn finalize_namespace(&self, rt: &ResourceType) -> Reply {
         let body = body_object(self)?;
         let name = self.info.name.clone();
-        let written = self.state.write(rt, "", &name, |current| {
+        let written = self.write(rt, "", &name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
             let mut new = current.clone();
             new["spec"]["finalizers"] = body["spec"]["finalizers"].clone();
@@ -1075,7 +1117,7 @@ impl<'a> Call<'a> {
             ));
         }
         let name = self.info.name.clone();
-        self.state.write(rt, &self.ns(rt), &name, |current| {
+        self.write(rt, &self.ns(rt), &name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
             if is_deleting(current) {
                 return Err(ApiError::conflict(&rt.gr(), &name, format!("pod {name} is being deleted, cannot be assigned to a host")));
@@ -1247,7 +1289,8 @@ pub fn delete_object(
     } else {
         gr.clone()
     };
-    let written = state.store_write(rt, &storage_gr, namespace, name, |current| {
+    let dry_run = dry_run_requested(None, opts)?;
+    let written = state.store_write_as(&storage_gr, namespace, name, dry_run, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&gr, name))?;
         let pre = &opts["preconditions"];
         if let Some(uid) = pre["uid"].as_str() {

@@ -163,6 +163,25 @@ impl State {
         name: &str,
         decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
     ) -> Result<Written, ApiError> {
+        self.store_write_as(gr, namespace, name, false, decide)
+    }
+
+    /// Writes, or with `dry_run` only computes the write (`dryRun=All`: validation,
+    /// defaulting and admission run; nothing is stored, no event, no hook).
+    ///
+    /// # Errors
+    /// Whatever `decide` returns.
+    pub fn store_write_as(
+        &self,
+        gr: &GroupResource,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, ApiError> {
+        if dry_run {
+            return self.store.preview(gr, namespace, name, decide);
+        }
         let written = self.store.write(gr, namespace, name, decide)?;
         if let Some(event) = &written.event {
             self.after_write(event);

@@ -264,6 +264,45 @@ impl Store {
         })
     }
 
+    /// Like [`Store::write`] but changes nothing (`dryRun=All`): returns what the object
+    /// would be after the write — a new object without a resourceVersion, an updated one
+    /// with its current resourceVersion, a deleted one as it is — and no event.
+    ///
+    /// # Errors
+    /// Whatever `decide` returns.
+    pub fn preview<E>(
+        &self,
+        gr: &GroupResource,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, E>,
+    ) -> Result<Written, E> {
+        let inner = self.lock();
+        let key = (namespace.to_string(), name.to_string());
+        let current = inner.objects.get(gr).and_then(|m| m.get(&key));
+        let object = match decide(current)? {
+            Write::Keep | Write::Delete => current.cloned(),
+            Write::Put(mut object) => {
+                match current {
+                    Some(c) => {
+                        object["metadata"]["resourceVersion"] =
+                            c["metadata"]["resourceVersion"].clone()
+                    }
+                    None => {
+                        if let Some(m) = object["metadata"].as_object_mut() {
+                            m.remove("resourceVersion");
+                        }
+                    }
+                }
+                Some(object)
+            }
+        };
+        Ok(Written {
+            object,
+            event: None,
+        })
+    }
+
     /// Starts a watch after `from`: the logged events newer than `from`, and a receiver of
     /// all later ones. `None` starts at the current revision.
     ///
