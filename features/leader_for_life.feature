@@ -6,7 +6,7 @@ Feature: Leader for life
   that is gone.
 
   Background:
-    Given a simulated cluster
+    Given a cluster
     And the memcached operator is deployed with 3 replicas in for-life mode
 
   Scenario: Exactly one of three replicas owns the lock
@@ -14,6 +14,7 @@ Feature: Leader for life
     And the leader keeps leading for 3s
     And there was never more than one leader
 
+  @audit
   Scenario: Deleting the leader Pod hands leadership to a standby after the lock is collected
     Given within 30s exactly one replica leads
     When the leader pod is deleted
@@ -21,6 +22,7 @@ Feature: Leader for life
     And there was never more than one leader
     And no replica wrote after losing leadership
 
+  @node-access
   Scenario: A leader whose container crashes keeps leadership in the same Pod
     Given within 30s exactly one replica leads
     When the leader's container crashes

@@ -6,7 +6,7 @@ Feature: Leader with lease
   periods — and that a replica that lost the lease writes nothing more.
 
   Background:
-    Given a simulated cluster
+    Given a cluster
     And the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
 
   Scenario: Exactly one of three replicas holds the lease
@@ -15,6 +15,7 @@ Feature: Leader with lease
     And there was never more than one leader
     And the lease transitions never decreased
 
+  @audit
   Scenario: A leader killed without releasing is replaced once its lease expires
     Given within 30s exactly one replica leads
     When the leader pod is force deleted
@@ -25,6 +26,7 @@ Feature: Leader with lease
     And no replica wrote after losing leadership
     And the lease transitions never decreased
 
+  @node-access @audit
   Scenario: A leader frozen for twice its lease is replaced and leads no more
     Given within 30s exactly one replica leads
     When the leader is frozen for 8s

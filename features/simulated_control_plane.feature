@@ -1,3 +1,4 @@
+@sim-only
 Feature: The simulated control plane answers like kube-apiserver
   Every conformance feature runs by default against the embedded simulated control plane,
   so it must answer real clients as kube-apiserver does: one resource version for all

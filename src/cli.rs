@@ -379,12 +379,14 @@ async fn sim(args: SimArgs) -> Result<(), CliError> {
             .write_to(path)
             .map_err(CliError::Audit)?;
     }
-    std::fs::write(&args.kubeconfig, server.admin_kubeconfig()).map_err(|source| {
-        CliError::Kubeconfig {
+    // Written whole or not at all: whoever waits for the file never reads half of it.
+    let partial = args.kubeconfig.with_extension("partial");
+    std::fs::write(&partial, server.admin_kubeconfig())
+        .and_then(|()| std::fs::rename(&partial, &args.kubeconfig))
+        .map_err(|source| CliError::Kubeconfig {
             path: args.kubeconfig.clone(),
             source,
-        }
-    })?;
+        })?;
     println!(
         "opconform sim: serving {} with {} node(s) ready (started in {} ms)",
         server.url(),

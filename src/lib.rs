@@ -7,6 +7,7 @@
 //!
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
+//! - [`cluster`]: the providers a scenario runs on (sim, kubeconfig, kind) behind one trait.
 //! - [`deploy`]: apply manifests through the API and wait for rollouts.
 //! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
 //! - [`report`]: timelines (HTML + SVG) and the scenario index.
@@ -15,6 +16,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod deploy;
 pub mod record;
 pub mod report;

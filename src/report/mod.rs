@@ -312,7 +312,7 @@ tr.pass td:first-child {{ color: #059669; }} tr.fail td:first-child {{ color: #d
 }
 
 /// One line of the index page.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ScenarioSummary {
     /// Scenario name.
     pub name: String,

@@ -19,16 +19,25 @@ fn config_map(name: &str) -> ConfigMap {
     }
 }
 
-#[given("a simulated cluster")]
-async fn a_simulated_cluster(world: &mut World) {
+#[given("a cluster")]
+async fn a_cluster(world: &mut World) {
     world
         .start_cluster()
         .await
-        .expect("the simulated cluster starts");
+        .unwrap_or_else(|e| panic!("the cluster does not start: {}", super::chain(&e)));
+}
+
+#[given("a simulated cluster")]
+async fn a_simulated_cluster(world: &mut World) {
+    world
+        .start_simulated_cluster()
+        .await
+        .unwrap_or_else(|e| panic!("the simulated cluster does not start: {}", super::chain(&e)));
 }
 
 #[given(expr = "a ConfigMap {string} in namespace {string}")]
 async fn a_config_map(world: &mut World, name: String, namespace: String) {
+    let namespace = world.ensure_namespace(&namespace).await;
     let api: Api<ConfigMap> = Api::namespaced(world.client().expect("cluster"), &namespace);
     let created = api
         .create(&PostParams::default(), &config_map(&name))
@@ -68,6 +77,7 @@ async fn refused_with(world: &mut World, reason: String) {
 
 #[when(expr = "{int} more ConfigMaps are created in namespace {string}")]
 async fn more_config_maps(world: &mut World, count: usize, namespace: String) {
+    let namespace = world.ensure_namespace(&namespace).await;
     let api: Api<ConfigMap> = Api::namespaced(world.client().expect("cluster"), &namespace);
     for i in 0..count {
         api.create(&PostParams::default(), &config_map(&format!("more-{i}")))

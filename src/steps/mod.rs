@@ -2,6 +2,7 @@
 //! (cluster, operator, leadership, faults, history). Users write new features with these
 //! steps; `tests/e2e.rs` only runs them.
 
+pub mod artifacts;
 pub mod cluster;
 pub mod faults;
 pub mod history;
@@ -14,6 +15,9 @@ use std::time::Duration;
 
 use kube::Client;
 
+use crate::cluster::kubeconfig::{KubeconfigOptions, KubeconfigProvider};
+use crate::cluster::sim::SimProvider;
+use crate::cluster::{Capability, Provider, ProviderError, ProviderKind};
 use crate::record::History;
 use crate::record::recorder::{Feeds, Recorder, RecorderConfig};
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
@@ -23,22 +27,14 @@ use crate::sim::kubelet::ImageMap;
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
     /// A step needs a cluster and the scenario has none yet.
-    #[error("no cluster: start the scenario with \"Given a simulated cluster\"")]
+    #[error("no cluster: start the scenario with \"Given a cluster\"")]
     NoCluster,
-    /// The simulated cluster could not be started.
-    #[error("cannot start the simulated cluster")]
-    Start(#[source] Box<crate::sim::cluster::ClusterError>),
-    /// The client could not be built.
-    #[error("cannot build a client for the cluster")]
-    Client(#[source] crate::sim::apiserver::ApiServerError),
-    /// OPCONFORM_PROVIDER names no provider.
-    #[error(
-        "OPCONFORM_PROVIDER={0:?} is not a provider: expected sim (the default), kubeconfig or kind"
-    )]
-    UnknownProvider(String),
-    /// The provider exists but cannot run features yet.
-    #[error("OPCONFORM_PROVIDER={0}: this provider cannot run the features yet; use sim")]
-    ProviderUnavailable(String),
+    /// A step needs the simulated cluster and the scenario runs elsewhere.
+    #[error("this step needs the simulated cluster; the scenario runs on the {0} provider")]
+    NotSimulated(&'static str),
+    /// The provider could not start, connect or act.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
     /// The operator binary could not be found or built.
     #[error(transparent)]
     Operator(#[from] operator::OperatorError),
@@ -80,8 +76,9 @@ pub use crate::sim::error_chain as chain;
 pub struct World {
     /// The scenario's name (set before it runs).
     pub scenario: String,
-    cluster: Option<SimCluster>,
-    client: Option<Client>,
+    /// The feature's name (set before it runs).
+    pub feature: String,
+    provider: Option<Box<dyn Provider>>,
     recorder: Option<Recorder>,
     /// How the operator was deployed, once it was.
     pub operator: Option<operator::OperatorSetup>,
@@ -97,21 +94,9 @@ impl std::fmt::Debug for World {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("World")
             .field("scenario", &self.scenario)
-            .field("cluster", &self.cluster.as_ref().map(|c| c.server().url()))
+            .field("provider", &self.provider.as_ref().map(|p| p.name()))
             .field("leader", &self.leader)
             .finish()
-    }
-}
-
-/// The provider named by `OPCONFORM_PROVIDER` (default `sim`).
-///
-/// # Errors
-/// An unknown name, or a provider that cannot run features yet.
-pub fn provider() -> Result<&'static str, StepError> {
-    match std::env::var("OPCONFORM_PROVIDER").as_deref() {
-        Err(_) | Ok("") | Ok("sim") => Ok("sim"),
-        Ok(p @ ("kubeconfig" | "kind")) => Err(StepError::ProviderUnavailable(p.to_string())),
-        Ok(other) => Err(StepError::UnknownProvider(other.to_string())),
     }
 }
 
@@ -120,30 +105,51 @@ impl World {
         Self::default()
     }
 
+    /// Starts (sim) or connects to (kubeconfig, kind) the scenario's cluster, as
+    /// `OPCONFORM_PROVIDER` says.
+    ///
+    /// # Errors
+    /// When the provider is unknown or cannot start.
+    pub async fn start_cluster(&mut self) -> Result<(), StepError> {
+        let suite = suite();
+        match suite.provider {
+            ProviderKind::Sim => self.start_simulated_cluster().await,
+            ProviderKind::Kubeconfig => {
+                let provider = KubeconfigProvider::connect(suite.kubeconfig.clone()).await?;
+                self.provider = Some(Box::new(provider));
+                Ok(())
+            }
+            ProviderKind::Kind => Err(ProviderError::Unsupported {
+                provider: "kind",
+                what: "run features yet".into(),
+                hint: "use sim or kubeconfig",
+            }
+            .into()),
+        }
+    }
+
     /// Starts this scenario's own simulated cluster, with the operator image mapped to
     /// the built operator binary.
     ///
     /// # Errors
     /// When it cannot start.
-    pub async fn start_cluster(&mut self) -> Result<(), StepError> {
-        provider()?;
+    pub async fn start_simulated_cluster(&mut self) -> Result<(), StepError> {
         let mut images = ImageMap::new();
         images.insert(operator::OPERATOR_IMAGE, operator::operator_binary()?);
         let config = SimClusterConfig {
             images,
             ..SimClusterConfig::fast()
         };
-        let cluster = SimCluster::start(config)
-            .await
-            .map_err(|e| StepError::Start(Box::new(e)))?;
-        let client = cluster
-            .server()
-            .admin_client()
-            .await
-            .map_err(StepError::Client)?;
-        self.client = Some(client);
-        self.cluster = Some(cluster);
+        self.provider = Some(Box::new(SimProvider::start(config).await?));
         Ok(())
+    }
+
+    /// The scenario's provider.
+    ///
+    /// # Errors
+    /// [`StepError::NoCluster`] before a cluster was started.
+    pub fn provider(&self) -> Result<&dyn Provider, StepError> {
+        self.provider.as_deref().ok_or(StepError::NoCluster)
     }
 
     /// The admin client of the scenario's cluster.
@@ -151,15 +157,61 @@ impl World {
     /// # Errors
     /// [`StepError::NoCluster`] before a cluster was started.
     pub fn client(&self) -> Result<Client, StepError> {
-        self.client.clone().ok_or(StepError::NoCluster)
+        Ok(self.provider()?.client())
     }
 
     /// The scenario's simulated cluster.
     ///
     /// # Errors
-    /// [`StepError::NoCluster`] before a cluster was started.
+    /// [`StepError::NoCluster`] before a cluster was started,
+    /// [`StepError::NotSimulated`] on another provider.
     pub fn cluster(&self) -> Result<&SimCluster, StepError> {
-        self.cluster.as_ref().ok_or(StepError::NoCluster)
+        let provider = self.provider()?;
+        provider
+            .simulated()
+            .ok_or(StepError::NotSimulated(provider.name()))
+    }
+
+    /// The operator's namespace in this scenario.
+    ///
+    /// # Errors
+    /// [`StepError::NoCluster`] before a cluster was started.
+    pub fn operator_namespace(&self) -> Result<String, StepError> {
+        Ok(self.provider()?.placement().namespace)
+    }
+
+    /// The name a feature's namespace has in this scenario's cluster.
+    ///
+    /// # Errors
+    /// [`StepError::NoCluster`] before a cluster was started.
+    pub fn namespace(&self, logical: &str) -> Result<String, StepError> {
+        Ok(self.provider()?.namespace(logical))
+    }
+
+    /// The name a feature's namespace has in this scenario's cluster, created (with the
+    /// scenario's labels) when it does not exist yet.
+    ///
+    /// # Panics
+    /// When there is no cluster or the namespace cannot be created.
+    pub async fn ensure_namespace(&self, logical: &str) -> String {
+        use k8s_openapi::api::core::v1::Namespace;
+        let provider = self.provider().expect("a cluster");
+        let name = provider.namespace(logical);
+        let api: kube::Api<Namespace> = kube::Api::all(provider.client());
+        let namespace = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(provider.placement().labels),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&Default::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("cannot create namespace {name}: {e}"),
+        }
+        name
     }
 
     /// Starts recording the operator's namespace (once).
@@ -167,22 +219,21 @@ impl World {
         if self.recorder.is_some() {
             return;
         }
-        let (Some(cluster), Some(client)) = (&self.cluster, &self.client) else {
+        let Some(provider) = &self.provider else {
             return;
         };
-        let state = cluster.server().state();
         self.recorder = Some(Recorder::start(
-            client.clone(),
+            provider.client(),
             RecorderConfig {
-                namespace: operator::OPERATOR_NAMESPACE.into(),
+                namespace: provider.placement().namespace,
                 lock_name: operator::LOCK_NAME.into(),
                 pod_selector: "app.kubernetes.io/name=memcached-operator".into(),
                 metrics_port: 8080,
                 scrape_interval: Duration::from_millis(100),
             },
             Feeds {
-                audit: Some(state.audit.subscribe()),
-                faults: Some(state.faults.clone()),
+                audit: provider.audit(),
+                faults: Some(provider.faults()),
             },
         ));
     }
@@ -219,70 +270,342 @@ impl World {
             .filter(|p| !p.is_empty())
             .collect::<Vec<_>>()
             .join("-");
-        operator::repository_root()
-            .join("target/opconform")
-            .join(if slug.is_empty() {
-                "scenario".into()
-            } else {
-                slug
-            })
+        suite().reports.join(if slug.is_empty() {
+            "scenario".into()
+        } else {
+            slug
+        })
     }
 
-    /// Writes the scenario's history and timeline, then stops everything it started.
-    pub async fn finish(&mut self, failed: bool) {
+    /// Writes the scenario's history and timeline; for a failed scenario also keeps the
+    /// operator pods' logs, the events and the lock objects; then removes everything the
+    /// scenario started. Returns the scenario's line of the index page.
+    pub async fn finish(&mut self, failed: bool) -> crate::report::ScenarioSummary {
+        let dir = self.report_dir();
+        let mut summary = crate::report::ScenarioSummary {
+            name: self.scenario.clone(),
+            link: format!(
+                "{}/timeline.html",
+                dir.file_name().unwrap_or_default().to_string_lossy()
+            ),
+            passed: !failed,
+            failovers: Vec::new(),
+        };
         let history = match self.recorder.take() {
             Some(r) => Some(r.stop().await),
             None => None,
         };
         if let Some(history) = history.filter(|h| !h.entries().is_empty()) {
-            let dir = self.report_dir();
             let verdicts = vec![
                 crate::check::single_leader(&history),
                 crate::check::single_writer(&history),
                 crate::check::transitions_never_decrease(&history),
             ];
-            let failovers: Vec<_> = ["crash", "delete", "hold", "partition"]
+            let failovers: Vec<_> = FAULT_VERBS
                 .iter()
                 .filter_map(|v| crate::check::failover(&history, v))
+                .collect();
+            summary.failovers = FAULT_VERBS
+                .iter()
+                .filter_map(|v| crate::check::failover(&history, v).map(|f| (v, f)))
+                .filter_map(|(v, f)| f.to_lock.map(|d| format!("{v}: {} ms", d.as_millis())))
                 .collect();
             let html =
                 crate::report::timeline_html(&self.scenario, &history, &verdicts, &failovers);
             let _ = crate::report::write(&dir.join("timeline.html"), &html);
             let _ = crate::report::write(&dir.join("history.jsonl"), &history.to_json_lines());
-            if failed {
-                eprintln!(
-                    "opconform: history and timeline of the failed scenario in {}",
-                    dir.display()
-                );
-            }
+        } else {
+            summary.link.clear();
         }
-        if let Some(cluster) = self.cluster.take() {
-            cluster.shutdown().await;
+        if failed {
+            self.keep_artifacts(&dir).await;
+            eprintln!(
+                "opconform: history, timeline, pod logs, events and locks of the failed scenario in {}",
+                dir.display()
+            );
+        }
+        if let Some(provider) = self.provider.take() {
+            provider.teardown().await;
+        }
+        summary
+    }
+
+    /// Keeps the operator pods' logs, the operator namespace's events and the lock objects
+    /// in `dir`, then what the provider keeps.
+    async fn keep_artifacts(&self, dir: &std::path::Path) {
+        let Ok(provider) = self.provider() else {
+            return;
+        };
+        let client = provider.client();
+        let namespace = provider.placement().namespace;
+        if let Err(e) = artifacts::keep(&client, &namespace, dir).await {
+            eprintln!(
+                "opconform: keeping the artifacts of {:?}: {}",
+                self.scenario,
+                chain(&e)
+            );
+        }
+        provider.keep_artifacts(dir).await;
+    }
+}
+
+/// The fault verbs a failover is measured after.
+pub const FAULT_VERBS: [&str; 5] = ["crash", "delete", "hold", "partition", "reject"];
+
+/// Options of a run beyond cucumber's own (`--name`, `--tags`, …).
+#[derive(Debug, Clone, Default, cucumber::cli::Args)]
+pub struct RunOptions {
+    /// Also write a JUnit XML report here (or set OPCONFORM_JUNIT).
+    #[arg(long, env = "OPCONFORM_JUNIT", value_name = "PATH")]
+    pub junit: Option<PathBuf>,
+    /// Also write cucumber's JSON report here (or set OPCONFORM_JSON).
+    #[arg(long, env = "OPCONFORM_JSON", value_name = "PATH")]
+    pub json: Option<PathBuf>,
+}
+
+fn report_file(path: Option<&PathBuf>, what: &str) -> Box<dyn std::io::Write> {
+    let Some(path) = path else {
+        return Box::new(std::io::sink());
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match std::fs::File::create(path) {
+        Ok(file) => Box::new(file),
+        Err(e) => {
+            eprintln!(
+                "opconform: cannot write the {what} report {}: {e}",
+                path.display()
+            );
+            std::process::exit(2);
         }
     }
 }
 
-/// Runs the features under `features` with the step library: fails on skipped (undefined)
-/// steps, accepts cucumber's command line (`-- --tags @lease`, `--name …`), keeps each
-/// scenario's history and timeline in `target/opconform/<scenario>/`, and always cleans up.
+/// How a run of the features is set up: the provider and its settings, and where the
+/// reports go.
+#[derive(Debug, Clone)]
+pub struct Suite {
+    /// The provider.
+    pub provider: ProviderKind,
+    /// Settings of the kubeconfig provider.
+    pub kubeconfig: KubeconfigOptions,
+    /// Where reports go (`target/opconform`).
+    pub reports: PathBuf,
+}
+
+impl Suite {
+    /// From `OPCONFORM_PROVIDER` and the provider's own variables; reports in
+    /// `target/opconform`.
+    ///
+    /// # Errors
+    /// An unknown provider.
+    pub fn from_env() -> Result<Self, ProviderError> {
+        Ok(Self {
+            provider: ProviderKind::from_env()?,
+            kubeconfig: KubeconfigOptions::from_env(),
+            reports: operator::repository_root().join("target/opconform"),
+        })
+    }
+
+    /// Whether scenarios tagged with `capability`'s tag can run.
+    pub fn supports(&self, capability: Capability) -> bool {
+        match (self.provider, capability) {
+            (ProviderKind::Sim, _) => true,
+            (ProviderKind::Kind, c) => c != Capability::SimOnly,
+            (ProviderKind::Kubeconfig, Capability::Audit) => self.kubeconfig.audit_log.is_some(),
+            (ProviderKind::Kubeconfig, _) => false,
+        }
+    }
+
+    /// The tags of scenarios the provider cannot run, with the reason.
+    pub fn excluded_tags(&self) -> Vec<(&'static str, String)> {
+        Capability::ALL
+            .into_iter()
+            .filter(|c| !self.supports(*c))
+            .map(|c| {
+                (
+                    c.tag(),
+                    format!(
+                        "the {} provider cannot {}",
+                        self.provider.name(),
+                        c.describe()
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+static SUITE: std::sync::OnceLock<Suite> = std::sync::OnceLock::new();
+
+/// The run's set-up: what [`run_suite`] was given, else read from the environment.
+fn suite() -> &'static Suite {
+    SUITE.get_or_init(|| {
+        Suite::from_env().unwrap_or_else(|e| {
+            eprintln!("opconform: {e}");
+            std::process::exit(2);
+        })
+    })
+}
+
+/// What a run of the features came to.
+#[derive(Debug, Clone)]
+pub struct SuiteOutcome {
+    /// Whether any scenario failed (or a step was undefined).
+    pub failed: bool,
+    /// One line per scenario run.
+    pub scenarios: Vec<crate::report::ScenarioSummary>,
+    /// Wall time of the run.
+    pub wall: Duration,
+}
+
+/// Runs the features under `features` on the provider `OPCONFORM_PROVIDER` names and
+/// exits non-zero when a scenario failed (see [`run_suite`]).
 pub async fn run(features: impl AsRef<std::path::Path>) {
+    let suite = Suite::from_env().unwrap_or_else(|e| {
+        eprintln!("opconform: {e}");
+        std::process::exit(2);
+    });
+    let outcome = run_suite(features, suite).await;
+    if outcome.failed {
+        std::process::exit(1);
+    }
+}
+
+/// Runs the features under `features` with the step library on `suite`'s provider: fails
+/// on skipped (undefined) steps, accepts cucumber's command line (`-- --tags @lease`,
+/// `--name …`) plus `--junit PATH` and `--json PATH`, leaves out scenarios tagged with
+/// what the provider cannot do, runs `@serial` scenarios alone (and `@disruptive` ones on
+/// shared clusters), keeps each scenario's history and timeline under the reports
+/// directory with an index page and `suite.json`, and always cleans up.
+///
+/// One run per process: the set-up is fixed by the first call.
+pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> SuiteOutcome {
     use cucumber::World as _;
-    World::cucumber()
+    use cucumber::writer::Stats as _;
+    use cucumber::{WriterExt as _, writer};
+
+    let _ = SUITE.set(suite);
+    let suite = self::suite();
+    let kind = suite.provider;
+    let cli = cucumber::cli::Opts::<_, _, _, RunOptions>::parsed();
+    let junit = report_file(cli.custom.junit.as_ref(), "JUnit");
+    let json = report_file(cli.custom.json.as_ref(), "JSON");
+    let excluded = suite.excluded_tags();
+    for (tag, why) in &excluded {
+        eprintln!("opconform: leaving out scenarios tagged @{tag}: {why}");
+    }
+    let summaries: std::sync::Arc<std::sync::Mutex<Vec<crate::report::ScenarioSummary>>> =
+        Default::default();
+    let collected = summaries.clone();
+    let shared = kind.shared();
+    let begin = std::time::Instant::now();
+    let writer = World::cucumber()
         .max_concurrent_scenarios(2)
-        .before(|_feature, _rule, scenario, world| {
+        .which_scenario(move |feature, rule, scenario| {
+            let tagged = |name: &str| {
+                feature
+                    .tags
+                    .iter()
+                    .chain(rule.iter().flat_map(|r| r.tags.iter()))
+                    .chain(scenario.tags.iter())
+                    .any(|t| t == name)
+            };
+            if tagged("serial") || (shared && tagged("disruptive")) {
+                cucumber::runner::ScenarioType::Serial
+            } else {
+                cucumber::runner::ScenarioType::Concurrent
+            }
+        })
+        .before(|feature, _rule, scenario, world| {
             Box::pin(async move {
                 world.scenario = scenario.name.clone();
+                world.feature = feature.name.clone();
             })
         })
-        .after(|_feature, _rule, _scenario, event, world| {
+        .after(move |_feature, _rule, _scenario, event, world| {
+            let summaries = collected.clone();
             Box::pin(async move {
                 let failed = matches!(event, cucumber::event::ScenarioFinished::StepFailed(..));
                 if let Some(world) = world {
-                    world.finish(failed).await;
+                    let summary = world.finish(failed).await;
+                    summaries
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(summary);
                 }
             })
         })
+        .with_writer(
+            writer::Basic::stdout()
+                .summarized()
+                .tee::<World, _>(writer::JUnit::for_tee(junit, 0))
+                .tee::<World, _>(writer::Json::for_tee(json))
+                .normalized(),
+        )
         .fail_on_skipped()
-        .run_and_exit(features.as_ref().to_path_buf())
+        .with_cli(cli)
+        .filter_run(
+            features.as_ref().to_path_buf(),
+            move |feature, rule, scenario| {
+                let tags = feature
+                    .tags
+                    .iter()
+                    .chain(rule.iter().flat_map(|r| r.tags.iter()))
+                    .chain(scenario.tags.iter());
+                !tags
+                    .into_iter()
+                    .any(|t| excluded.iter().any(|(tag, _)| t == tag))
+            },
+        )
         .await;
+    let mut summaries = std::mem::take(&mut *summaries.lock().unwrap_or_else(|p| p.into_inner()));
+    summaries.sort_by(|a, b| a.name.cmp(&b.name));
+    let wall = begin.elapsed();
+    write_suite_reports(&summaries, wall, suite);
+    let failed = writer.execution_has_failed();
+    if failed {
+        eprintln!(
+            "opconform: the run failed; the timelines are indexed in {}",
+            suite.reports.join("index.html").display()
+        );
+    }
+    SuiteOutcome {
+        failed,
+        scenarios: summaries,
+        wall,
+    }
+}
+
+/// The index page and `suite.json` (wall time, counts, each scenario's figures).
+fn write_suite_reports(
+    summaries: &[crate::report::ScenarioSummary],
+    wall: Duration,
+    suite: &Suite,
+) {
+    let kind = suite.provider;
+    let root = &suite.reports;
+    let index = crate::report::index_html(summaries);
+    if let Err(e) = crate::report::write(&root.join("index.html"), &index) {
+        eprintln!("opconform: {}", chain(&e));
+    }
+    let suite = serde_json::json!({
+        "provider": kind.name(),
+        "wallSeconds": wall.as_secs_f64(),
+        "scenarios": summaries.len(),
+        "passed": summaries.iter().filter(|s| s.passed).count(),
+        "results": summaries,
+    });
+    let text = serde_json::to_string_pretty(&suite).unwrap_or_default();
+    if let Err(e) = crate::report::write(&root.join("suite.json"), &text) {
+        eprintln!("opconform: {}", chain(&e));
+    }
+    eprintln!(
+        "opconform: {} scenario(s) on {} in {:.1}s; timelines indexed in {}",
+        summaries.len(),
+        kind.name(),
+        wall.as_secs_f64(),
+        root.join("index.html").display()
+    );
 }

@@ -9,12 +9,13 @@ use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::{Dur, World};
+use crate::cluster::Placement;
 use crate::deploy::{Manifest, apply_all, read_manifests};
 
 /// The image the manifests name; the simulator runs it as the built operator binary.
-pub const OPERATOR_IMAGE: &str = "memcached-operator:dev";
+pub const OPERATOR_IMAGE: &str = crate::cluster::DEFAULT_OPERATOR_IMAGE;
 /// The operator's namespace in its manifests.
-pub const OPERATOR_NAMESPACE: &str = "memcached-operator-system";
+pub const OPERATOR_NAMESPACE: &str = crate::cluster::sim::OPERATOR_NAMESPACE;
 /// The leader-election id in its manifests.
 pub const LOCK_NAME: &str = "memcached-operator-lock";
 
@@ -98,13 +99,15 @@ pub struct OperatorSetup {
     pub args: Vec<String>,
 }
 
-/// The manifests to apply, in dependency order (CRD, RBAC, manager), with the manager
-/// Deployment's replicas and election flags set for this scenario.
+/// The manifests to apply, in dependency order (CRD, Namespace, RBAC, manager), placed
+/// where the provider says (namespace, cluster-scoped names, image, labels) and with the
+/// manager Deployment's replicas and flags set for this scenario.
 ///
 /// # Errors
 /// When `operator/config` cannot be read.
 pub fn operator_manifests(
     setup: &OperatorSetup,
+    placement: &Placement,
 ) -> Result<Vec<Manifest>, crate::deploy::DeployError> {
     let config = repository_root().join("operator/config");
     let mut manifests = Vec::new();
@@ -112,34 +115,71 @@ pub fn operator_manifests(
         manifests.extend(read_manifests(&config.join(dir))?);
     }
     // The Namespace first, so the RBAC and the Deployment have somewhere to go.
-    manifests.sort_by_key(|m| {
-        m.object
-            .types
-            .as_ref()
-            .map(|t| match t.kind.as_str() {
-                "CustomResourceDefinition" => 0,
-                "Namespace" => 1,
-                "Deployment" => 3,
-                _ => 2,
-            })
-            .unwrap_or(2)
+    manifests.sort_by_key(|m| match kind_of(&m.object) {
+        "CustomResourceDefinition" => 0,
+        "Namespace" => 1,
+        "Deployment" => 3,
+        _ => 2,
     });
     for m in &mut manifests {
-        if m.object
-            .types
-            .as_ref()
-            .is_some_and(|t| t.kind == "Deployment")
-        {
-            set_manager(&mut m.object, setup);
+        place(&mut m.object, placement);
+        if kind_of(&m.object) == "Deployment" {
+            set_manager(&mut m.object, setup, placement);
         }
     }
     Ok(manifests)
 }
 
-fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup) {
+fn kind_of(object: &DynamicObject) -> &str {
+    object.types.as_ref().map_or("", |t| t.kind.as_str())
+}
+
+/// Moves an object of the manifests to the placement's namespace and names.
+fn place(object: &mut DynamicObject, placement: &Placement) {
+    let kind = kind_of(object).to_string();
+    if kind == "CustomResourceDefinition" {
+        // Cluster-wide and the same for every scenario.
+        return;
+    }
+    let meta = &mut object.metadata;
+    if meta.namespace.as_deref() == Some(OPERATOR_NAMESPACE) {
+        meta.namespace = Some(placement.namespace.clone());
+    }
+    if kind == "Namespace" && meta.name.as_deref() == Some(OPERATOR_NAMESPACE) {
+        meta.name = Some(placement.namespace.clone());
+    }
+    if let (true, Some(name)) = (
+        matches!(kind.as_str(), "ClusterRole" | "ClusterRoleBinding"),
+        &mut meta.name,
+    ) {
+        name.push_str(&placement.suffix);
+    }
+    if !placement.labels.is_empty() {
+        meta.labels
+            .get_or_insert_with(Default::default)
+            .extend(placement.labels.clone());
+    }
+    let role_ref = &mut object.data["roleRef"];
+    if let (true, Some(name)) = (
+        kind == "ClusterRoleBinding" && role_ref["kind"] == "ClusterRole",
+        role_ref["name"].as_str().map(str::to_string),
+    ) {
+        role_ref["name"] = json!(format!("{name}{}", placement.suffix));
+    }
+    if let Some(subjects) = object.data["subjects"].as_array_mut() {
+        for subject in subjects {
+            if subject["namespace"] == OPERATOR_NAMESPACE {
+                subject["namespace"] = json!(placement.namespace);
+            }
+        }
+    }
+}
+
+fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement: &Placement) {
     let spec = &mut deployment.data["spec"];
     spec["replicas"] = json!(setup.replicas);
     let container = &mut spec["template"]["spec"]["containers"][0];
+    container["image"] = json!(placement.image);
     let mut args: Vec<String> = container["args"]
         .as_array()
         .map(|a| {
@@ -148,10 +188,18 @@ fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup) {
                 .collect()
         })
         .unwrap_or_default();
-    for flag in &setup.args {
-        let name = flag.split('=').next().unwrap_or(flag);
-        args.retain(|a| a.split('=').next() != Some(name));
-        args.push(flag.clone());
+    let mut flags = Vec::new();
+    if !placement.watch_namespaces.is_empty() {
+        flags.push(format!(
+            "--watch-namespace={}",
+            placement.watch_namespaces.join(",")
+        ));
+    }
+    flags.extend(setup.args.iter().cloned());
+    for flag in flags {
+        let name = flag.split('=').next().unwrap_or(&flag).to_string();
+        args.retain(|a| a.split('=').next() != Some(name.as_str()));
+        args.push(flag);
     }
     container["args"] = json!(args);
 }
@@ -162,7 +210,8 @@ fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup) {
 /// When the manifests cannot be read or applied (the step fails with the reason).
 pub async fn deploy(world: &mut World, setup: OperatorSetup) {
     world.start_recorder();
-    let manifests = operator_manifests(&setup).expect("operator/config is readable");
+    let placement = world.provider().expect("cluster").placement();
+    let manifests = operator_manifests(&setup, &placement).expect("operator/config is readable");
     let client = world.client().expect("cluster");
     apply_all(&client, &manifests, None)
         .await
@@ -231,7 +280,14 @@ mod tests {
             replicas: 3,
             args: vec!["--leader-election=lease".into(), "--retry-period=1s".into()],
         };
-        let manifests = operator_manifests(&setup).unwrap();
+        let sim = Placement {
+            namespace: OPERATOR_NAMESPACE.into(),
+            suffix: String::new(),
+            image: OPERATOR_IMAGE.into(),
+            watch_namespaces: Vec::new(),
+            labels: Default::default(),
+        };
+        let manifests = operator_manifests(&setup, &sim).unwrap();
         let kinds: Vec<String> = manifests
             .iter()
             .map(|m| m.object.types.as_ref().unwrap().kind.clone())
@@ -250,5 +306,52 @@ mod tests {
         assert!(args.contains(&json!("--leader-election=lease")));
         assert!(!args.contains(&json!("--leader-election=for-life")));
         assert!(args.contains(&json!("--metrics-bind-address=$(POD_IP):8080")));
+    }
+
+    #[test]
+    fn on_a_shared_cluster_every_object_moves_to_the_scenarios_namespace_and_names() {
+        let setup = OperatorSetup {
+            replicas: 2,
+            args: vec![],
+        };
+        let placement = crate::cluster::kubeconfig::shared_placement("opconform-x1", "op:1");
+        let manifests = operator_manifests(&setup, &placement).unwrap();
+        for m in &manifests {
+            let o = &m.object;
+            let text = serde_json::to_string(o).unwrap();
+            assert!(
+                !text.contains(OPERATOR_NAMESPACE),
+                "{} still names {OPERATOR_NAMESPACE}: {text}",
+                kind_of(o)
+            );
+            match kind_of(o) {
+                "CustomResourceDefinition" => {}
+                "ClusterRole" | "ClusterRoleBinding" => {
+                    assert!(o.metadata.name.as_ref().unwrap().ends_with("-opconform-x1"));
+                    assert_eq!(
+                        o.metadata.labels.as_ref().unwrap()["opconform.io/scenario"],
+                        "opconform-x1"
+                    );
+                }
+                _ => assert_eq!(
+                    o.metadata.labels.as_ref().unwrap()["opconform.io/scenario"],
+                    "opconform-x1"
+                ),
+            }
+            if kind_of(o) == "ClusterRoleBinding" {
+                assert!(
+                    o.data["roleRef"]["name"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("-opconform-x1")
+                );
+            }
+        }
+        let deployment = &manifests.last().unwrap().object;
+        let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "op:1");
+        assert!(container["args"].as_array().unwrap().contains(&json!(
+            "--watch-namespace=opconform-x1-default,opconform-x1-team-a,opconform-x1-team-b"
+        )));
     }
 }

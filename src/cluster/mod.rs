@@ -1,0 +1,270 @@
+//! Providers: where a scenario's cluster comes from, and how faults are carried out there.
+//!
+//! Every provider gives the step library the same things — an admin client, the namespace
+//! the operator runs in, the image to deploy, a fault log, the audit of writes when it has
+//! one — and carries out the fault vocabulary by its own means. What a provider cannot do
+//! it refuses with [`ProviderError::Unsupported`], naming the provider and the fault, and
+//! scenarios that need it carry a tag ([`Capability::tag`]) that the provider excludes.
+//!
+//! - [`sim`]: a fresh embedded simulated cluster per scenario (the default).
+//! - [`kubeconfig`]: any running cluster reachable through a kubeconfig.
+
+pub mod audit;
+pub mod kubeconfig;
+pub mod sim;
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use kube::Client;
+use tokio::sync::broadcast;
+
+use crate::sim::apiserver::audit::AuditEvent;
+use crate::sim::faults::{FaultError, Faults, NodeFault, PodFault, RequestMatch};
+
+/// The image the operator manifests name.
+pub const DEFAULT_OPERATOR_IMAGE: &str = "memcached-operator:dev";
+
+/// Errors of the providers.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// `OPCONFORM_PROVIDER` names no provider.
+    #[error(
+        "OPCONFORM_PROVIDER={0:?} is not a provider: expected sim (the default), kubeconfig or kind"
+    )]
+    Unknown(String),
+    /// The provider cannot do what a step asks.
+    #[error("the {provider} provider cannot {what}: {hint}")]
+    Unsupported {
+        /// The provider.
+        provider: &'static str,
+        /// What was asked.
+        what: String,
+        /// Where it can be done instead.
+        hint: &'static str,
+    },
+    /// The simulated cluster did not start.
+    #[error("cannot start the simulated cluster")]
+    SimStart(#[source] Box<crate::sim::cluster::ClusterError>),
+    /// A client could not be built.
+    #[error("cannot build a client for the cluster")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The simulated cluster refused a fault.
+    #[error("the fault was not applied")]
+    Fault(#[from] FaultError),
+    /// A request to the cluster failed.
+    #[error("{action} failed")]
+    Api {
+        /// What was being done.
+        action: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A file of the provider could not be read or written.
+    #[error("{action} {path}")]
+    File {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a scenario may need beyond deploying and deleting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Capability {
+    /// crash, hold/release and partition/repair of pods and nodes: access to the nodes.
+    NodeAccess,
+    /// reject/allow of chosen API requests.
+    ApiFaults,
+    /// delay and skew: only the simulator can do them soundly.
+    SimOnly,
+    /// The audit of writes by pod, for the single-writer check.
+    Audit,
+}
+
+impl Capability {
+    /// Every capability.
+    pub const ALL: [Capability; 4] = [
+        Capability::NodeAccess,
+        Capability::ApiFaults,
+        Capability::SimOnly,
+        Capability::Audit,
+    ];
+
+    /// What it lets a scenario do, as in "the provider cannot …".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::NodeAccess => "crash, freeze or cut off pods and nodes (no access to the nodes)",
+            Self::ApiFaults => "make the API server reject chosen requests",
+            Self::SimOnly => "delay API traffic or skew clocks",
+            Self::Audit => {
+                "follow the audit of writes (set OPCONFORM_AUDIT_LOG to the API server's audit log)"
+            }
+        }
+    }
+
+    /// The tag scenarios needing it carry (without `@`).
+    pub fn tag(self) -> &'static str {
+        match self {
+            Self::NodeAccess => "node-access",
+            Self::ApiFaults => "api-faults",
+            Self::SimOnly => "sim-only",
+            Self::Audit => "audit",
+        }
+    }
+}
+
+/// Where the operator goes in a scenario, and under what names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The operator's namespace.
+    pub namespace: String,
+    /// Appended to cluster-scoped names (ClusterRole, ClusterRoleBinding); empty on a
+    /// cluster of the scenario's own.
+    pub suffix: String,
+    /// The operator image.
+    pub image: String,
+    /// Namespaces the operator watches; empty for all.
+    pub watch_namespaces: Vec<String>,
+    /// Labels put on every object of the operator (so teardown finds them).
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+/// A cluster a scenario runs on.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// `sim`, `kubeconfig` or `kind`.
+    fn name(&self) -> &'static str;
+    /// An admin client.
+    fn client(&self) -> Client;
+    /// The name a feature's namespace has in this cluster (its own on a cluster of the
+    /// scenario's own, prefixed on a shared one).
+    fn namespace(&self, logical: &str) -> String;
+    /// Where the operator goes.
+    fn placement(&self) -> Placement;
+    /// The log of faults applied (the recorder follows it).
+    fn faults(&self) -> std::sync::Arc<Faults>;
+    /// A live feed of the audit, when the provider has one.
+    fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>>;
+    /// Applies a fault to a pod and logs it.
+    async fn pod_fault(
+        &self,
+        namespace: &str,
+        pod: &str,
+        fault: &PodFault,
+    ) -> Result<(), ProviderError>;
+    /// Applies a fault to a node and logs it.
+    async fn node_fault(&self, node: &str, fault: &NodeFault) -> Result<(), ProviderError>;
+    /// Makes the API server refuse matching requests with `code`; returns the rule's id.
+    async fn reject(
+        &self,
+        matches: RequestMatch,
+        code: u16,
+        message: &str,
+    ) -> Result<u64, ProviderError>;
+    /// Removes a reject rule (undoes [`Provider::reject`]).
+    async fn allow(&self, id: u64) -> Result<(), ProviderError>;
+    /// Keeps what the provider knows of a failed scenario in `dir` (cluster logs…).
+    async fn keep_artifacts(&self, dir: &Path);
+    /// The simulated cluster, when the provider is the simulator.
+    fn simulated(&self) -> Option<&crate::sim::cluster::SimCluster> {
+        None
+    }
+    /// Removes everything the scenario created, whatever happened.
+    async fn teardown(self: Box<Self>);
+}
+
+/// Which provider `OPCONFORM_PROVIDER` names (default `sim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// The embedded simulated cluster.
+    Sim,
+    /// Any cluster through `KUBECONFIG`.
+    Kubeconfig,
+    /// A kind cluster.
+    Kind,
+}
+
+impl ProviderKind {
+    /// Reads `OPCONFORM_PROVIDER`.
+    ///
+    /// # Errors
+    /// [`ProviderError::Unknown`] for a name that is no provider.
+    pub fn from_env() -> Result<Self, ProviderError> {
+        Self::parse(std::env::var("OPCONFORM_PROVIDER").ok().as_deref())
+    }
+
+    /// Parses a provider name (`None` or empty is `sim`).
+    ///
+    /// # Errors
+    /// [`ProviderError::Unknown`] for a name that is no provider.
+    pub fn parse(name: Option<&str>) -> Result<Self, ProviderError> {
+        match name.map(str::trim) {
+            None | Some("") | Some("sim") => Ok(Self::Sim),
+            Some("kubeconfig") => Ok(Self::Kubeconfig),
+            Some("kind") => Ok(Self::Kind),
+            Some(other) => Err(ProviderError::Unknown(other.to_string())),
+        }
+    }
+
+    /// The provider's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sim => "sim",
+            Self::Kubeconfig => "kubeconfig",
+            Self::Kind => "kind",
+        }
+    }
+
+    /// Whether scenarios share one cluster (and so need their own namespaces, and
+    /// `@disruptive` ones run alone).
+    pub fn shared(self) -> bool {
+        !matches!(self, Self::Sim)
+    }
+}
+
+/// A random lowercase name `prefix-xxxxxx` valid as a namespace.
+pub fn random_name(prefix: &str) -> String {
+    use rand::Rng as _;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let tail: String = (0..6)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}-{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_provider_defaults_to_sim_and_an_unknown_name_lists_the_valid_ones() {
+        assert_eq!(ProviderKind::parse(None).unwrap(), ProviderKind::Sim);
+        assert_eq!(ProviderKind::parse(Some("")).unwrap(), ProviderKind::Sim);
+        assert_eq!(
+            ProviderKind::parse(Some("kind")).unwrap(),
+            ProviderKind::Kind
+        );
+        let e = ProviderKind::parse(Some("minikube"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"minikube\""), "{e}");
+        assert!(e.contains("sim (the default), kubeconfig or kind"), "{e}");
+    }
+
+    #[test]
+    fn random_names_are_valid_namespace_names() {
+        let n = random_name("opconform");
+        assert!(n.starts_with("opconform-") && n.len() == "opconform-".len() + 6);
+        assert!(
+            n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+    }
+}
