@@ -333,6 +333,54 @@ pub fn failover(history: &History, verb: &str) -> Option<Failover> {
     })
 }
 
+/// The old leader's last successful renewal before the lock changed hands after the
+/// first `verb` fault, and how long after it the new holder was seen: a lease must not be
+/// taken sooner than its duration after the last renewal.
+pub fn takeover_after_last_renewal(history: &History, verb: &str) -> Option<Duration> {
+    let f = failover(history, verb)?;
+    let old = f.old_leader.as_ref()?;
+    let new = f.new_leader.as_ref()?;
+    let taken_at = history
+        .entries()
+        .iter()
+        .find_map(|e| match &e.observation {
+            Observation::Lock {
+                holder: Some(h), ..
+            } if e.time >= f.fault.time && h == new => Some(e.time),
+            _ => None,
+        })?;
+    let renewed_at = history
+        .entries()
+        .iter()
+        .filter(|e| e.time <= taken_at)
+        .filter_map(|e| match &e.observation {
+            Observation::Write {
+                replica,
+                election: true,
+                resource,
+                code,
+                ..
+            } if replica == old && resource == "leases" && *code < 400 => Some(e.time),
+            _ => None,
+        })
+        .next_back()?;
+    (taken_at - renewed_at).to_std().ok()
+}
+
+/// How long after the first `verb` fault the replica that led then stopped saying it
+/// leads (its gauge); `None` when it never did in the history.
+pub fn step_down_after(history: &History, verb: &str) -> Option<Duration> {
+    let f = failover(history, verb)?;
+    let old = f.old_leader.as_ref()?;
+    history.entries().iter().find_map(|e| match &e.observation {
+        Observation::Gauge {
+            replica,
+            leader: false,
+        } if e.time >= f.fault.time && replica == old => (e.time - f.fault.time).to_std().ok(),
+        _ => None,
+    })
+}
+
 /// Reconcile results by kind, summed over replicas (the last scraped value of each counter).
 pub fn reconcile_counts(history: &History) -> BTreeMap<String, u64> {
     let mut last: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -546,5 +594,61 @@ mod tests {
         let counts = reconcile_counts(&h);
         assert_eq!(counts["success"], 5);
         assert_eq!(counts["error"], 1);
+    }
+
+    fn fault(h: &mut History, ms: i64, verb: &str) {
+        h.push(
+            at(ms),
+            Observation::Fault {
+                verb: verb.into(),
+                target: "pod ns/a".into(),
+                detail: String::new(),
+            },
+        );
+    }
+
+    fn renewal(h: &mut History, ms: i64, replica: &str) {
+        h.push(
+            at(ms),
+            Observation::Write {
+                replica: replica.into(),
+                verb: "update".into(),
+                resource: "leases".into(),
+                namespace: "ns".into(),
+                name: "lock".into(),
+                code: 200,
+                election: true,
+            },
+        );
+    }
+
+    #[test]
+    fn a_takeover_is_measured_from_the_old_leaders_last_successful_renewal() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        renewal(&mut h, 1000, "a");
+        renewal(&mut h, 2000, "a");
+        fault(&mut h, 2500, "delete");
+        renewal(&mut h, 2600, "b");
+        lock(&mut h, 6100, Some("b"), 1);
+        assert_eq!(
+            takeover_after_last_renewal(&h, "delete"),
+            Some(Duration::from_millis(4100))
+        );
+        assert_eq!(takeover_after_last_renewal(&h, "crash"), None);
+    }
+
+    #[test]
+    fn the_step_down_is_the_old_leaders_first_not_leading_gauge_after_the_fault() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        gauge(&mut h, 100, "a", true);
+        fault(&mut h, 1000, "partition");
+        gauge(&mut h, 1100, "b", false);
+        gauge(&mut h, 3900, "a", false);
+        assert_eq!(
+            step_down_after(&h, "partition"),
+            Some(Duration::from_millis(2900))
+        );
     }
 }

@@ -472,7 +472,7 @@ pub enum PodFault {
         /// Milliseconds.
         millis: u64,
     },
-    /// Offset the pod's clocks (wall and monotonic) by this many seconds (0 undoes it).
+    /// Offset the pod's wall clock by this many seconds (0 undoes it; monotonic time is real).
     Skew {
         /// Seconds, may be negative.
         seconds: i64,

@@ -1,11 +1,15 @@
 //! Steps that inject faults into the leader (or any pod) and undo them.
 
-use cucumber::when;
+use cucumber::{then, when};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::operator::LOCK_NAME;
 use super::{Dur, World};
-use crate::sim::faults::{Cut, PodFault};
+use crate::sim::faults::{Cut, NodeFault, PodFault, RequestMatch};
 
 fn leader(world: &World) -> String {
     world
@@ -74,4 +78,152 @@ async fn cut_off_for(world: &mut World, span: Dur) {
     pod_fault(world, &pod, PodFault::Partition { cut: Cut::Drop }).await;
     tokio::time::sleep(span.0).await;
     pod_fault(world, &pod, PodFault::Repair).await;
+}
+
+#[when(expr = "the API server rejects the leader's lease updates for {duration}")]
+async fn reject_lease_updates(world: &mut World, span: Dur) {
+    let pod = leader(world);
+    let namespace = world.operator_namespace().expect("cluster");
+    let provider = world.provider().expect("cluster");
+    let rule = RequestMatch {
+        verbs: vec!["update".into()],
+        group: Some("coordination.k8s.io".into()),
+        resource: Some("leases".into()),
+        namespace: Some(namespace.clone()),
+        pod: Some(format!("{namespace}/{pod}")),
+        ..RequestMatch::default()
+    };
+    let id = provider
+        .reject(rule, 500, "lease updates rejected by opconform")
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "rejecting {pod}'s lease updates failed: {}",
+                super::chain(&e)
+            )
+        });
+    // The step's meaning is "for this long".
+    tokio::time::sleep(span.0).await;
+    provider.allow(id).await.unwrap_or_else(|e| {
+        panic!(
+            "allowing {pod}'s lease updates failed: {}",
+            super::chain(&e)
+        )
+    });
+}
+
+#[when(expr = "a standby's clock runs {int}s ahead")]
+async fn standby_clock_ahead(world: &mut World, seconds: i64) {
+    let leader = leader(world);
+    let standby = super::leadership::leading_candidates(&world.history())
+        .into_iter()
+        .find(|r| *r != leader)
+        .expect("a standby replica was seen");
+    pod_fault(world, &standby, PodFault::Skew { seconds }).await;
+    world.remembered.insert("skewed".into(), standby);
+}
+
+#[when("the lock is deleted by hand")]
+async fn lock_deleted(world: &mut World) {
+    let namespace = world.operator_namespace().expect("cluster");
+    let client = world.client().expect("cluster");
+    world.provider().expect("cluster").faults().record(
+        "delete",
+        &format!("lock {namespace}/{LOCK_NAME}"),
+        "by hand",
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let dp = DeleteParams::default();
+    let lease = leases.delete(LOCK_NAME, &dp).await.is_ok();
+    let map = maps.delete(LOCK_NAME, &dp).await.is_ok();
+    assert!(
+        lease || map,
+        "there was no lock {namespace}/{LOCK_NAME} to delete"
+    );
+}
+
+#[when("the leader's node is cut off from the API server")]
+async fn node_cut_off(world: &mut World) {
+    let pod = leader(world);
+    let namespace = world.operator_namespace().expect("cluster");
+    let node = Api::<Pod>::namespaced(world.client().expect("cluster"), &namespace)
+        .get(&pod)
+        .await
+        .ok()
+        .and_then(|p| p.spec.and_then(|s| s.node_name))
+        .unwrap_or_else(|| panic!("the leader's Pod {pod} has no node"));
+    world
+        .provider()
+        .expect("cluster")
+        .node_fault(&node, &NodeFault::Partition { cut: Cut::Drop })
+        .await
+        .unwrap_or_else(|e| panic!("partitioning node {node} failed: {}", super::chain(&e)));
+    world.remembered.insert("partitioned node".into(), node);
+}
+
+#[when("the leader's node is reconnected")]
+async fn node_repaired(world: &mut World) {
+    let node = world
+        .remembered
+        .get("partitioned node")
+        .cloned()
+        .expect("a node was cut off before");
+    world
+        .provider()
+        .expect("cluster")
+        .node_fault(&node, &NodeFault::Repair)
+        .await
+        .unwrap_or_else(|e| panic!("repairing node {node} failed: {}", super::chain(&e)));
+}
+
+#[then(expr = "within {duration} the old leader's Pod is terminating")]
+async fn old_pod_terminating(world: &mut World, within: Dur) {
+    let pod = leader(world);
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let deadline = tokio::time::Instant::now() + within.0;
+    loop {
+        let p = pods.get_opt(&pod).await.expect("reading the leader's Pod");
+        match p {
+            Some(p) if p.metadata.deletion_timestamp.is_some() => return,
+            Some(_) => {}
+            None => panic!("the leader's Pod {pod} is gone: expected it to stay Terminating"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{pod} was not evicted within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[then(expr = "the old leader's Pod stays terminating and the lock stays its own for {duration}")]
+async fn stays_terminating(world: &mut World, span: Dur) {
+    let pod = leader(world);
+    let namespace = world.operator_namespace().expect("cluster");
+    let client = world.client().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let deadline = tokio::time::Instant::now() + span.0;
+    while tokio::time::Instant::now() < deadline {
+        let p = pods.get_opt(&pod).await.expect("reading the leader's Pod");
+        assert!(
+            p.as_ref()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
+            "{pod} is no longer Terminating"
+        );
+        let owner = maps
+            .get_opt(LOCK_NAME)
+            .await
+            .expect("reading the lock")
+            .and_then(|m| m.metadata.owner_references)
+            .and_then(|o| o.first().map(|o| o.name.clone()));
+        assert_eq!(
+            owner.as_deref(),
+            Some(pod.as_str()),
+            "the lock changed owner"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

@@ -2,7 +2,7 @@
 
 use cucumber::then;
 
-use super::{Dur, World};
+use super::{Dur, FAULT_VERBS, World};
 use crate::check;
 
 fn origin(world: &World) -> chrono::DateTime<chrono::Utc> {
@@ -70,5 +70,41 @@ async fn failover_at_least(world: &mut World, verb: String, bound: Dur) {
         took >= bound.0,
         "the failover took {took:?}, less than {:?}",
         bound.0
+    );
+}
+
+#[then(expr = "the old leader stopped leading at most {duration} after the {word}")]
+async fn stepped_down_within(world: &mut World, bound: Dur, verb: String) {
+    let took = check::step_down_after(&world.history(), &verb)
+        .unwrap_or_else(|| panic!("the leader at the {verb} never stopped saying it leads"));
+    println!(
+        "the old leader stepped down {} ms after the {verb}",
+        took.as_millis()
+    );
+    assert!(
+        took <= bound.0,
+        "it stepped down after {took:?}, more than {:?}",
+        bound.0
+    );
+}
+
+#[then(
+    expr = "the new leader took over between {duration} and {duration} after the old leader's last renewal"
+)]
+async fn takeover_window(world: &mut World, at_least: Dur, at_most: Dur) {
+    let history = world.history();
+    let took = FAULT_VERBS
+        .iter()
+        .find_map(|v| check::takeover_after_last_renewal(&history, v))
+        .expect("a takeover after a fault, and the old leader's renewals, in the history");
+    println!(
+        "the new leader took over {} ms after the old leader's last renewal",
+        took.as_millis()
+    );
+    assert!(
+        took >= at_least.0 && took <= at_most.0,
+        "the takeover came {took:?} after the last renewal, outside [{:?}, {:?}]",
+        at_least.0,
+        at_most.0
     );
 }

@@ -3,7 +3,11 @@
 use std::time::Duration;
 
 use cucumber::{given, then};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::Api;
 
+use super::operator::LOCK_NAME;
 use super::{Dur, World};
 use crate::record::{History, Observation};
 
@@ -74,7 +78,266 @@ async fn wait_for_leader(world: &World, within: Duration, unlike: Option<&str>) 
 async fn exactly_one_leads(world: &mut World, within: Dur) {
     let leader = wait_for_leader(world, within.0, None).await;
     world.note(&format!("{leader} leads"));
+    if let Some(t) = lock_transitions(&world.history()) {
+        world.remembered.insert("transitions".into(), t.to_string());
+    }
     world.leader = Some(leader);
+}
+
+/// The lock's latest `leaseTransitions` in the history.
+fn lock_transitions(history: &History) -> Option<i64> {
+    history
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.observation {
+            Observation::Lock { transitions, .. } => *transitions,
+            _ => None,
+        })
+        .next_back()
+}
+
+fn leader(world: &World) -> String {
+    world
+        .leader
+        .clone()
+        .expect("a step saw a leader before this one")
+}
+
+async fn lease(world: &World) -> Lease {
+    let namespace = world.operator_namespace().expect("cluster");
+    let leases: Api<Lease> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    leases
+        .get(LOCK_NAME)
+        .await
+        .unwrap_or_else(|e| panic!("reading Lease {namespace}/{LOCK_NAME} failed: {e}"))
+}
+
+#[then("the lock names the leader's Pod")]
+async fn lock_names_leader(world: &mut World) {
+    let leader = leader(world);
+    let namespace = world.operator_namespace().expect("cluster");
+    let client = world.client().expect("cluster");
+    let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
+        .get(&leader)
+        .await
+        .unwrap_or_else(|e| panic!("reading the leader's Pod {leader} failed: {e}"));
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    if let Some(lease) = leases.get_opt(LOCK_NAME).await.expect("reading the Lease") {
+        let holder = lease
+            .spec
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default();
+        assert_eq!(
+            crate::record::recorder::holder_of_identity(&holder).as_deref(),
+            Some(leader.as_str()),
+            "the Lease's holderIdentity {holder:?} does not name the leader's Pod"
+        );
+        return;
+    }
+    let lock = Api::<ConfigMap>::namespaced(client, &namespace)
+        .get(LOCK_NAME)
+        .await
+        .unwrap_or_else(|e| panic!("neither a Lease nor a ConfigMap {LOCK_NAME}: {e}"));
+    let owners = lock.metadata.owner_references.unwrap_or_default();
+    assert!(
+        owners.len() == 1 && owners[0].kind == "Pod",
+        "the lock ConfigMap must have exactly one Pod owner, has {owners:?}"
+    );
+    assert_eq!(
+        (owners[0].name.as_str(), Some(owners[0].uid.as_str())),
+        (leader.as_str(), pod.metadata.uid.as_deref()),
+        "the lock is not owned by the leader's Pod (name and uid)"
+    );
+}
+
+/// Replicas other than `leader` that are not Ready or say they lead, and how many are
+/// ready standbys.
+fn standbys(history: &History, leader: &str) -> (usize, Vec<String>) {
+    let mut latest: std::collections::BTreeMap<String, (bool, bool, bool)> = Default::default();
+    for e in history.entries() {
+        match &e.observation {
+            Observation::Pod {
+                name,
+                ready,
+                terminating,
+                ..
+            } => {
+                let entry = latest.entry(name.clone()).or_default();
+                entry.0 = *ready;
+                entry.1 = *terminating;
+            }
+            Observation::Gauge { replica, leader } => {
+                latest.entry(replica.clone()).or_default().2 = *leader;
+            }
+            _ => {}
+        }
+    }
+    let mut ready = 0;
+    let mut problems = Vec::new();
+    for (name, (is_ready, terminating, leads)) in latest {
+        if name == leader || terminating {
+            continue;
+        }
+        match (is_ready, leads) {
+            (true, false) => ready += 1,
+            (false, _) => problems.push(format!("{name} is not Ready")),
+            (true, true) => problems.push(format!("{name} says it leads")),
+        }
+    }
+    (ready, problems)
+}
+
+#[then(expr = "within {duration} the other replicas are ready standbys")]
+async fn others_are_standbys(world: &mut World, within: Dur) {
+    let leader = leader(world);
+    let wanted = world.operator.as_ref().map_or(0, |o| o.replicas as usize) - 1;
+    let deadline = tokio::time::Instant::now() + within.0;
+    loop {
+        let (ready, problems) = standbys(&world.history(), &leader);
+        if ready == wanted && problems.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "expected {wanted} ready standbys within {within:?}, saw {ready}: {problems:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[then(expr = "the lease is renewed within {duration}")]
+async fn lease_renewed(world: &mut World, within: Dur) {
+    let first = lease(world).await.spec.and_then(|s| s.renew_time);
+    let deadline = tokio::time::Instant::now() + within.0;
+    loop {
+        let now = lease(world).await.spec.and_then(|s| s.renew_time);
+        if now.is_some() && now != first {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "renewTime stayed {first:?} for {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[then(expr = "the lease duration is {int}s")]
+async fn lease_duration_is(world: &mut World, seconds: i32) {
+    let got = lease(world)
+        .await
+        .spec
+        .and_then(|s| s.lease_duration_seconds);
+    assert_eq!(got, Some(seconds), "spec.leaseDurationSeconds");
+}
+
+/// Every live replica that reports a gauge (leaders and standbys).
+pub fn leading_candidates(history: &History) -> Vec<String> {
+    let mut replicas: std::collections::BTreeSet<String> = Default::default();
+    let mut gone: std::collections::BTreeSet<String> = Default::default();
+    for e in history.entries() {
+        match &e.observation {
+            Observation::Gauge { replica, .. } => {
+                replicas.insert(replica.clone());
+            }
+            Observation::Pod {
+                name,
+                terminating: true,
+                ..
+            } => {
+                gone.insert(name.clone());
+            }
+            _ => {}
+        }
+    }
+    replicas.into_iter().filter(|r| !gone.contains(r)).collect()
+}
+
+/// The replicas whose latest gauge sample says they lead, leaving out Pods that are
+/// terminating or gone.
+pub fn leading_now(history: &History) -> Vec<String> {
+    let mut latest: std::collections::BTreeMap<String, bool> = Default::default();
+    let mut gone: std::collections::BTreeSet<String> = Default::default();
+    for e in history.entries() {
+        match &e.observation {
+            Observation::Gauge { replica, leader } => {
+                latest.insert(replica.clone(), *leader);
+            }
+            Observation::Pod {
+                name,
+                terminating: true,
+                ..
+            } => {
+                gone.insert(name.clone());
+            }
+            _ => {}
+        }
+    }
+    latest
+        .into_iter()
+        .filter(|(r, leads)| *leads && !gone.contains(r))
+        .map(|(r, _)| r)
+        .collect()
+}
+
+#[then("the leader gauges sum to 1")]
+async fn gauges_sum_to_one(world: &mut World) {
+    let leading = leading_now(&world.history());
+    assert_eq!(
+        leading.len(),
+        1,
+        "live replicas whose gauge says leader: {leading:?}"
+    );
+}
+
+#[then(expr = "the lease transitions grew by exactly {int}")]
+async fn transitions_grew_by(world: &mut World, by: i64) {
+    let before: i64 = world
+        .remembered
+        .get("transitions")
+        .and_then(|t| t.parse().ok())
+        .expect("the lease's transitions were seen when the first leader was");
+    let now = lease(world)
+        .await
+        .spec
+        .and_then(|s| s.lease_transitions)
+        .map(i64::from)
+        .unwrap_or_default();
+    assert_eq!(
+        now - before,
+        by,
+        "leaseTransitions went from {before} to {now}"
+    );
+}
+
+#[then(expr = "no replica leads for {duration}")]
+async fn nobody_leads_for(world: &mut World, span: Dur) {
+    let deadline = tokio::time::Instant::now() + span.0;
+    while tokio::time::Instant::now() < deadline {
+        let leading = leading_now(&world.history());
+        assert!(leading.is_empty(), "{leading:?} leads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[then(expr = "within {duration} the old leader no longer leads")]
+async fn old_leader_stops(world: &mut World, within: Dur) {
+    let old = world
+        .remembered
+        .get("old leader")
+        .cloned()
+        .expect("a leader was replaced before this step");
+    let deadline = tokio::time::Instant::now() + within.0;
+    loop {
+        if !leading_now(&world.history()).contains(&old) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{old} still says it leads after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[then(expr = "within {duration} another replica leads")]
@@ -82,6 +345,7 @@ async fn another_leads(world: &mut World, within: Dur) {
     let old = world.leader.clone().expect("a leader was seen before");
     let leader = wait_for_leader(world, within.0, Some(&old)).await;
     world.note(&format!("{leader} leads after {old}"));
+    world.remembered.insert("old leader".into(), old);
     world.leader = Some(leader);
 }
 

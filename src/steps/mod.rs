@@ -282,6 +282,8 @@ impl World {
     /// scenario started. Returns the scenario's line of the index page.
     pub async fn finish(&mut self, failed: bool) -> crate::report::ScenarioSummary {
         let dir = self.report_dir();
+        // What an earlier run of this scenario left there does not belong to this one.
+        let _ = std::fs::remove_dir_all(&dir);
         let mut summary = crate::report::ScenarioSummary {
             name: self.scenario.clone(),
             link: format!(

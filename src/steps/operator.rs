@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cucumber::given;
-use kube::api::DynamicObject;
+use cucumber::{given, then, when};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, LogParams};
 use serde_json::json;
 
 use super::{Dur, World};
@@ -16,6 +17,8 @@ use crate::deploy::{Manifest, apply_all, read_manifests};
 pub const OPERATOR_IMAGE: &str = crate::cluster::DEFAULT_OPERATOR_IMAGE;
 /// The operator's namespace in its manifests.
 pub const OPERATOR_NAMESPACE: &str = crate::cluster::sim::OPERATOR_NAMESPACE;
+/// The label selector of the operator's pods.
+pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=memcached-operator";
 /// The leader-election id in its manifests.
 pub const LOCK_NAME: &str = "memcached-operator-lock";
 
@@ -32,39 +35,46 @@ pub fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The operator binary for the simulator: `$OPCONFORM_OPERATOR_BIN`, else the one next to
-/// the running test executable's profile directory, building it when missing.
+/// The operator binary for the simulator: `$OPCONFORM_OPERATOR_BIN`, else the one in the
+/// running test executable's profile directory, brought up to date with `cargo build`
+/// once per process (a no-op when nothing changed), so a scenario never runs a stale
+/// operator.
 ///
 /// # Errors
-/// When it is missing and cannot be built.
+/// When it cannot be built.
 pub fn operator_binary() -> Result<PathBuf, OperatorError> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     if let Some(path) = std::env::var_os("OPCONFORM_OPERATOR_BIN") {
         return Ok(PathBuf::from(path));
     }
-    // target/<profile>/deps/e2e-… → target/<profile>/memcached-operator
-    let exe = std::env::current_exe().map_err(|e| OperatorError::Build(e.to_string()))?;
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| {
-            if deps.file_name().is_some_and(|n| n == "deps") {
-                deps.parent()
-            } else {
-                Some(deps)
-            }
+    BUILT
+        .get_or_init(|| {
+            // target/<profile>/deps/e2e-… → target/<profile>/memcached-operator
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let profile_dir = exe
+                .parent()
+                .and_then(|deps| {
+                    if deps.file_name().is_some_and(|n| n == "deps") {
+                        deps.parent()
+                    } else {
+                        Some(deps)
+                    }
+                })
+                .map(Path::to_path_buf)
+                .ok_or_else(|| "cannot locate the target directory".to_string())?;
+            build_operator(&profile_dir).map_err(|e| e.to_string())?;
+            Ok(profile_dir.join("memcached-operator"))
         })
-        .map(Path::to_path_buf)
-        .ok_or_else(|| OperatorError::Build("cannot locate the target directory".into()))?;
-    let binary = profile_dir.join("memcached-operator");
-    if !binary.is_file() {
-        build_operator(&profile_dir)?;
-    }
-    Ok(binary)
+        .clone()
+        .map_err(OperatorError::Build)
 }
 
 fn build_operator(profile_dir: &Path) -> Result<(), OperatorError> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    eprintln!("opconform: building the operator binary (cargo build -p memcached-operator)…");
+    eprintln!(
+        "opconform: bringing the operator binary up to date (cargo build -p memcached-operator)…"
+    );
     let mut cmd = Command::new(cargo);
     cmd.args([
         "build",
@@ -97,6 +107,42 @@ pub struct OperatorSetup {
     pub replicas: i32,
     /// Flags after the manifest's own (they win): election mode, timings, …
     pub args: Vec<String>,
+}
+
+impl OperatorSetup {
+    /// Lease mode with `timings` written `LEASE/RENEW/RETRY` (e.g. `4s/3s/1s`) and
+    /// `extra` flags after them.
+    ///
+    /// # Panics
+    /// When the timings are not three durations.
+    pub fn lease(replicas: i32, timings: &str, extra: &str) -> Self {
+        let parts: Vec<&str> = timings.split('/').collect();
+        assert_eq!(
+            parts.len(),
+            3,
+            "timings are LEASE/RENEW/RETRY, e.g. 4s/3s/1s: {timings}"
+        );
+        for p in &parts {
+            p.parse::<Dur>().unwrap_or_else(|e| panic!("{e}"));
+        }
+        let mut args = vec![
+            "--leader-election=lease".to_string(),
+            format!("--lease-duration={}", parts[0]),
+            format!("--renew-deadline={}", parts[1]),
+            format!("--retry-period={}", parts[2]),
+        ];
+        args.extend(extra.split_whitespace().map(str::to_string));
+        Self { replicas, args }
+    }
+
+    /// The configured lease duration, when the flags set one.
+    pub fn lease_duration(&self) -> Option<std::time::Duration> {
+        self.args.iter().find_map(|a| {
+            a.strip_prefix("--lease-duration=")
+                .and_then(|d| d.parse::<Dur>().ok())
+                .map(|d| d.0)
+        })
+    }
 }
 
 /// The manifests to apply, in dependency order (CRD, Namespace, RBAC, manager), placed
@@ -230,35 +276,239 @@ pub async fn deploy(world: &mut World, setup: OperatorSetup) {
 }
 
 #[given(
-    expr = "the memcached operator is deployed with {int} replicas in lease mode with timings {word}"
+    expr = "the memcached operator is deployed with {int} replica(s) in lease mode with timings {word}"
 )]
 async fn deployed_lease(world: &mut World, replicas: i32, timings: String) {
-    let parts: Vec<&str> = timings.split('/').collect();
-    assert_eq!(
-        parts.len(),
-        3,
-        "timings are LEASE/RENEW/RETRY, e.g. 4s/3s/1s: {timings}"
-    );
-    for p in &parts {
-        p.parse::<Dur>().unwrap_or_else(|e| panic!("{e}"));
-    }
-    deploy(
-        world,
-        OperatorSetup {
-            replicas,
-            args: vec![
-                "--leader-election=lease".into(),
-                format!("--lease-duration={}", parts[0]),
-                format!("--renew-deadline={}", parts[1]),
-                format!("--retry-period={}", parts[2]),
-            ],
-        },
-    )
-    .await;
-    world.lease_duration = parts[0].parse::<Dur>().ok().map(|d| d.0);
+    let setup = OperatorSetup::lease(replicas, &timings, "");
+    world.lease_duration = setup.lease_duration();
+    deploy(world, setup).await;
 }
 
-#[given(expr = "the memcached operator is deployed with {int} replicas in for-life mode")]
+#[given(
+    expr = "the memcached operator is deployed with {int} replica(s) in lease mode with timings {word} and flags {string}"
+)]
+async fn deployed_lease_with_flags(
+    world: &mut World,
+    replicas: i32,
+    timings: String,
+    flags: String,
+) {
+    let setup = OperatorSetup::lease(replicas, &timings, &flags);
+    world.lease_duration = setup.lease_duration();
+    deploy(world, setup).await;
+}
+
+#[given(
+    expr = "the memcached operator is deployed with {int} replica(s) in lease mode with timings {word} and no right to leases"
+)]
+async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) {
+    world.start_recorder();
+    let setup = OperatorSetup::lease(replicas, &timings, "");
+    let placement = world.provider().expect("cluster").placement();
+    let mut manifests =
+        operator_manifests(&setup, &placement).expect("operator/config is readable");
+    for m in &mut manifests {
+        if kind_of(&m.object) == "Role"
+            && let Some(rules) = m.object.data["rules"].as_array_mut()
+        {
+            rules.retain(|r| r["apiGroups"] != json!(["coordination.k8s.io"]));
+        }
+    }
+    apply(world, &manifests).await;
+    world.note("deployed memcached-operator without rights to leases");
+    world.lease_duration = setup.lease_duration();
+    world.operator = Some(setup);
+}
+
+#[when("the operator's Role is given its rights to leases")]
+async fn lease_rights_restored(world: &mut World) {
+    let setup = world.operator.clone().expect("the operator was deployed");
+    let placement = world.provider().expect("cluster").placement();
+    let roles: Vec<Manifest> = operator_manifests(&setup, &placement)
+        .expect("operator/config is readable")
+        .into_iter()
+        .filter(|m| kind_of(&m.object) == "Role")
+        .collect();
+    apply(world, &roles).await;
+    world.note("the operator's Role has its rights to leases again");
+}
+
+#[given(
+    expr = "a second operator {string} is deployed with {int} replica(s) in lease mode with timings {word} and the same lock"
+)]
+async fn second_operator(world: &mut World, instance: String, replicas: i32, timings: String) {
+    let setup = OperatorSetup::lease(replicas, &timings, "");
+    let placement = world.provider().expect("cluster").placement();
+    let mut deployment = operator_manifests(&setup, &placement)
+        .expect("operator/config is readable")
+        .into_iter()
+        .find(|m| kind_of(&m.object) == "Deployment")
+        .expect("operator/config has the manager Deployment");
+    let object = &mut deployment.object;
+    let name = format!(
+        "{}-{instance}",
+        object.metadata.name.clone().unwrap_or_default()
+    );
+    object.metadata.name = Some(name.clone());
+    let spec = &mut object.data["spec"];
+    spec["selector"]["matchLabels"]["app.kubernetes.io/instance"] = json!(instance);
+    spec["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] = json!(instance);
+    apply(world, &[deployment]).await;
+    world.note(&format!(
+        "deployed a second operator {name} with the same lock"
+    ));
+}
+
+async fn apply(world: &World, manifests: &[Manifest]) {
+    let client = world.client().expect("cluster");
+    apply_all(&client, manifests, None)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "applying operator/config failed: {}",
+                crate::steps::chain(&e)
+            )
+        });
+}
+
+#[then(expr = "within {duration} every operator pod has failed with {string}")]
+async fn pods_fail_with(world: &mut World, within: Dur, message: String) {
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let deadline = tokio::time::Instant::now() + within.0;
+    loop {
+        let list = pods
+            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+            .await
+            .expect("listing the operator pods");
+        let mut failed = 0;
+        let mut seen = Vec::new();
+        for pod in &list.items {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let restarted = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.restart_count > 0
+                            || c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+                    })
+                });
+            let mut log = pods
+                .logs(&name, &LogParams::default())
+                .await
+                .unwrap_or_default();
+            if restarted && !log.contains(&message) {
+                let previous = LogParams {
+                    previous: true,
+                    ..LogParams::default()
+                };
+                log = pods.logs(&name, &previous).await.unwrap_or_default();
+            }
+            if restarted && log.contains(&message) {
+                failed += 1;
+            }
+            seen.push(format!(
+                "{name} (exited: {restarted}): {}",
+                log.lines().last().unwrap_or("")
+            ));
+        }
+        if !list.items.is_empty() && failed == list.items.len() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every operator pod failed with {message:?} within {within:?}: {seen:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[then(expr = "within {duration} an operator pod logs {string}")]
+async fn pod_logs(world: &mut World, within: Dur, text: String) {
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let deadline = tokio::time::Instant::now() + within.0;
+    loop {
+        let list = pods
+            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+            .await
+            .expect("listing the operator pods");
+        for pod in &list.items {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let log = pods
+                .logs(&name, &LogParams::default())
+                .await
+                .unwrap_or_default();
+            if log.contains(&text) {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no operator pod logged {text:?} within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[then("there is no lease")]
+async fn no_lease(world: &mut World) {
+    let namespace = world.operator_namespace().expect("cluster");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(world.client().expect("cluster"), &namespace);
+    let list = leases
+        .list(&ListParams::default())
+        .await
+        .expect("listing leases");
+    assert!(
+        list.items.is_empty(),
+        "expected no Lease in {namespace}, found {:?}",
+        list.items
+            .iter()
+            .map(|l| l.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[when("the operator Deployment is rolled out again")]
+async fn rolled_out_again(world: &mut World) {
+    let namespace = world.operator_namespace().expect("cluster");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(world.client().expect("cluster"), &namespace);
+    let patch = json!({"spec": {"template": {"metadata": {"annotations": {
+        "opconform.io/restartedAt": chrono::Utc::now().to_rfc3339()
+    }}}}});
+    world.provider().expect("cluster").faults().record(
+        "rollout",
+        &format!("deployment {namespace}/memcached-operator"),
+        "",
+    );
+    deployments
+        .patch(
+            "memcached-operator",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("restarting the operator Deployment failed: {e}"));
+}
+
+#[then(expr = "within {duration} the operator Deployment is rolled out")]
+async fn rolled_out(world: &mut World, within: Dur) {
+    let namespace = world.operator_namespace().expect("cluster");
+    crate::deploy::wait_for_rollout(
+        &world.client().expect("cluster"),
+        &namespace,
+        "memcached-operator",
+        within.0,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", crate::steps::chain(&e)));
+}
+
+#[given(expr = "the memcached operator is deployed with {int} replica(s) in for-life mode")]
 async fn deployed_for_life(world: &mut World, replicas: i32) {
     deploy(
         world,

@@ -56,6 +56,9 @@ struct State<T> {
     unavailable: bool,
     hang: bool,
     watchers: Vec<mpsc::UnboundedSender<LockEvent<T>>>,
+    /// Runs while a GET is in flight, after the object was read (e.g. a clock advancing:
+    /// a slow answer).
+    during_get: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 /// One lock object with resourceVersion semantics, injectable failures and an op log.
@@ -82,6 +85,7 @@ impl<T: Resource + Clone + Send + Sync + 'static> FakeLock<T> {
                 unavailable: false,
                 hang: false,
                 watchers: Vec::new(),
+                during_get: None,
             })),
         }
     }
@@ -118,6 +122,11 @@ impl<T: Resource + Clone + Send + Sync + 'static> FakeLock<T> {
     }
 
     /// Makes every request hang forever (`true`) or answer again (`false`).
+    /// Runs `f` during every later GET, after the object was read.
+    pub(crate) fn during_get(&self, f: impl Fn() + Send + Sync + 'static) {
+        lock(&self.state).during_get = Some(Arc::new(f));
+    }
+
     pub(crate) fn set_hang(&self, on: bool) {
         lock(&self.state).hang = on;
     }
@@ -172,11 +181,17 @@ impl<T: Resource + Clone + Send + Sync + 'static> LockBackend<T> for FakeLock<T>
         if self.hangs() {
             std::future::pending::<()>().await;
         }
-        let mut s = lock(&self.state);
-        if let Some(e) = Self::take_failure(&mut s, Op::Get, "get") {
-            return Err(e);
+        let (obj, during) = {
+            let mut s = lock(&self.state);
+            if let Some(e) = Self::take_failure(&mut s, Op::Get, "get") {
+                return Err(e);
+            }
+            (s.obj.clone(), s.during_get.clone())
+        };
+        if let Some(during) = during {
+            during();
         }
-        Ok(s.obj.clone())
+        Ok(obj)
     }
 
     async fn create(&self, obj: &T) -> Result<T, kube::Error> {

@@ -358,7 +358,9 @@ impl<B: LockBackend<Lease>, C: Clock> LeaseElector<B, C> {
             return Ok(true);
         };
 
-        self.observe(current.clone(), now);
+        // Another holder's record counts from when its answer arrived, never from before
+        // the request: the holder may have renewed while the GET was on its way.
+        self.observe(current.clone(), self.clock.now());
         let holder = holder_of(&current).to_owned();
         let mine = holder == self.cfg.identity;
         if !holder.is_empty() && !mine && self.observed_valid(now) {

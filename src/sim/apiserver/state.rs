@@ -209,8 +209,12 @@ impl State {
                 .as_str()
                 .and_then(|s| s.parse::<IpAddr>().ok())
         };
+        // A deleted pod keeps its address until another pod is given it: its processes
+        // may still be running (a force delete, a partitioned node) and what they send
+        // must still be attributed to it.
         if let Some(old_ip) = event.previous.as_ref().and_then(ip_of)
-            && (event.kind == EventType::Deleted || ip_of(&event.object) != Some(old_ip))
+            && event.kind != EventType::Deleted
+            && ip_of(&event.object) != Some(old_ip)
         {
             self.audit.set_pod_ip(old_ip, None);
         }

@@ -425,6 +425,9 @@ impl ContainerTask {
                 dir.join("faketime").display().to_string(),
             ));
             vars.push(("FAKETIME_CACHE_DURATION".into(), "1".into()));
+            // A skewed clock is a wall-clock matter (NTP drift, a wrong RTC): the
+            // monotonic clock keeps counting real time, as it does on a real machine.
+            vars.push(("DONT_FAKE_MONOTONIC".into(), "1".into()));
         }
         Ok(Launch::Process(Spec {
             program,

@@ -468,7 +468,8 @@ impl Kubelet {
         Ok(())
     }
 
-    /// Offsets the pod's wall and monotonic clocks by `offset` (zero removes the skew),
+    /// Offsets the pod's wall clock by `offset` (zero removes the skew; the monotonic clock
+    /// keeps real time, as on a machine whose wall clock is wrong),
     /// through libfaketime preloaded into its processes. Running processes follow within
     /// about a second (libfaketime re-reads its offset file once a second).
     ///

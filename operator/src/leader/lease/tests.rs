@@ -156,6 +156,25 @@ async fn a_held_lease_is_not_acquired_until_its_own_duration_has_passed_since_it
 }
 
 #[tokio::test]
+async fn another_holders_record_counts_from_when_the_answer_arrived_not_from_the_request() {
+    // The holder renewed while our GET was on its way: its lease runs from at least then,
+    // so ours must count from the answer, or we take over early by the GET's latency.
+    let mut s = setup(FakeLock::with(
+        LeaseBuilder::new().held_by("bing", 3).build(),
+    ));
+    let clock = s.clock.clone();
+    s.lock
+        .during_get(move || clock.advance(Duration::from_millis(500)));
+    assert!(!s.elector.try_acquire_or_renew().await.unwrap());
+    // 3 s after the request was sent, but only 2.5 s after the answer: still held.
+    s.clock.advance(Duration::from_millis(2_500));
+    assert!(
+        !s.elector.try_acquire_or_renew().await.unwrap(),
+        "took the lease before its duration had passed since it was seen"
+    );
+}
+
+#[tokio::test]
 async fn dont_acquire_a_held_lease_that_was_just_observed() {
     let mut s = setup(FakeLock::with(
         LeaseBuilder::new().held_by("bing", 10).build(),
