@@ -3,7 +3,8 @@ Feature: Leader for life
   An operator that elects its leader for life (operator-sdk's default) promises exactly one
   leader: the lock ConfigMap is owned by the leader's Pod and lives exactly as long as that
   Pod, so a standby leads only after the garbage collector has removed the lock of a Pod
-  that is gone.
+  that is gone — never while the leader's Pod still exists, however long it is frozen or
+  cut off.
 
   Background:
     Given a cluster
@@ -11,6 +12,9 @@ Feature: Leader for life
 
   Scenario: Exactly one of three replicas owns the lock
     Then within 30s exactly one replica leads
+    And the lock names the leader's Pod
+    And within 15s the other replicas are ready standbys
+    And the leader gauges sum to 1
     And the leader keeps leading for 3s
     And there was never more than one leader
 
@@ -19,6 +23,7 @@ Feature: Leader for life
     Given within 30s exactly one replica leads
     When the leader pod is deleted
     Then within 45s another replica leads
+    And the lock names the leader's Pod
     And there was never more than one leader
     And no replica wrote after losing leadership
 
@@ -27,4 +32,39 @@ Feature: Leader for life
     Given within 30s exactly one replica leads
     When the leader's container crashes
     Then within 30s the same replica leads again
+    And the lock names the leader's Pod
+    And there was never more than one leader
+
+  @node-access @audit
+  Scenario: A leader frozen for 20s keeps the lock and no standby takes over
+    Given within 30s exactly one replica leads
+    When the leader is frozen for 20s
+    Then within 10s the same replica leads again
+    And the lock names the leader's Pod
+    And there was never more than one leader
+    And no replica wrote after losing leadership
+
+  @node-access @audit @disruptive
+  Scenario: A leader cut off from the API server keeps the lock until its Pod is force deleted
+    Given within 30s exactly one replica leads
+    When the leader's node is cut off from the API server
+    Then within 30s the old leader's Pod is terminating
+    And the old leader's Pod stays terminating and the lock stays its own for 3s
+    When the leader pod is force deleted
+    Then within 45s another replica leads
+    And no replica wrote after losing leadership
+
+  Scenario: Deleting the lock by hand stops the old leader and exactly one leader follows
+    Given within 30s exactly one replica leads
+    When the lock is deleted by hand
+    Then within 30s the old leader no longer leads
+    And within 30s exactly one replica leads
+    And there was never more than one leader
+
+  Scenario: A rolling update moves leadership to a new Pod with at most one leader at a time
+    Given within 30s exactly one replica leads
+    When the operator Deployment is rolled out again
+    Then within 60s the operator Deployment is rolled out
+    And within 45s another replica leads
+    And the failover after the rollout took at most 60s
     And there was never more than one leader

@@ -322,11 +322,13 @@ async fn nobody_leads_for(world: &mut World, span: Dur) {
 
 #[then(expr = "within {duration} the old leader no longer leads")]
 async fn old_leader_stops(world: &mut World, within: Dur) {
+    // The leader replaced by an earlier step, else the one seen last.
     let old = world
         .remembered
         .get("old leader")
         .cloned()
-        .expect("a leader was replaced before this step");
+        .or_else(|| world.leader.clone())
+        .expect("a step saw a leader before this one");
     let deadline = tokio::time::Instant::now() + within.0;
     loop {
         if !leading_now(&world.history()).contains(&old) {

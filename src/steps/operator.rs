@@ -17,6 +17,8 @@ use crate::deploy::{Manifest, apply_all, read_manifests};
 pub const OPERATOR_IMAGE: &str = crate::cluster::DEFAULT_OPERATOR_IMAGE;
 /// The operator's namespace in its manifests.
 pub const OPERATOR_NAMESPACE: &str = crate::cluster::sim::OPERATOR_NAMESPACE;
+/// How long the operator's pods tolerate a NotReady or unreachable node before eviction.
+pub const NODE_TOLERATION_SECONDS: i64 = 5;
 /// The label selector of the operator's pods.
 pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=memcached-operator";
 /// The leader-election id in its manifests.
@@ -36,9 +38,9 @@ pub fn repository_root() -> PathBuf {
 }
 
 /// The operator binary for the simulator: `$OPCONFORM_OPERATOR_BIN`, else the one in the
-/// running test executable's profile directory, brought up to date with `cargo build`
-/// once per process (a no-op when nothing changed), so a scenario never runs a stale
-/// operator.
+/// running test executable's profile directory, built with `cargo build` (once per
+/// process) when it is missing or older than the operator's sources, so a scenario never
+/// runs a stale operator.
 ///
 /// # Errors
 /// When it cannot be built.
@@ -62,11 +64,38 @@ pub fn operator_binary() -> Result<PathBuf, OperatorError> {
                 })
                 .map(Path::to_path_buf)
                 .ok_or_else(|| "cannot locate the target directory".to_string())?;
-            build_operator(&profile_dir).map_err(|e| e.to_string())?;
-            Ok(profile_dir.join("memcached-operator"))
+            let binary = profile_dir.join("memcached-operator");
+            if is_stale(&binary) {
+                build_operator(&profile_dir).map_err(|e| e.to_string())?;
+            }
+            Ok(binary)
         })
         .clone()
         .map_err(OperatorError::Build)
+}
+
+/// Whether `binary` is missing or older than a source it is built from (the operator's
+/// sources and manifest, or the lock file).
+fn is_stale(binary: &Path) -> bool {
+    fn newest(path: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_dir() {
+            return meta.modified().ok();
+        }
+        std::fs::read_dir(path)
+            .ok()?
+            .filter_map(Result::ok)
+            .filter_map(|e| newest(&e.path()))
+            .max()
+    }
+    let Some(built) = std::fs::metadata(binary).and_then(|m| m.modified()).ok() else {
+        return true;
+    };
+    let root = repository_root();
+    ["operator/src", "operator/Cargo.toml", "Cargo.lock"]
+        .iter()
+        .filter_map(|p| newest(&root.join(p)))
+        .any(|changed| changed > built)
 }
 
 fn build_operator(profile_dir: &Path) -> Result<(), OperatorError> {
@@ -224,6 +253,23 @@ fn place(object: &mut DynamicObject, placement: &Placement) {
 fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement: &Placement) {
     let spec = &mut deployment.data["spec"];
     spec["replicas"] = json!(setup.replicas);
+    // Evicted 5 s after their node goes NotReady or unreachable, instead of the API
+    // server's default 300 s, so that node scenarios take seconds.
+    let pod_spec = &mut spec["template"]["spec"];
+    let mut tolerations = pod_spec["tolerations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        tolerations.retain(|t| t["key"] != key);
+        tolerations.push(json!({
+            "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_TOLERATION_SECONDS
+        }));
+    }
+    pod_spec["tolerations"] = json!(tolerations);
     let container = &mut spec["template"]["spec"]["containers"][0];
     container["image"] = json!(placement.image);
     let mut args: Vec<String> = container["args"]
