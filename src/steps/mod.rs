@@ -8,6 +8,7 @@ pub mod faults;
 pub mod history;
 pub mod leadership;
 pub mod operator;
+pub mod vocabulary;
 
 use std::path::PathBuf;
 use std::str::FromStr;
