@@ -93,10 +93,51 @@ pub fn gauge_intervals(history: &History) -> Vec<Interval> {
     done
 }
 
-/// Never more than one leader: the gauge intervals of different replicas never overlap.
+/// Spans in which replicas that never report a leader gauge (no election at all) acted as
+/// leaders: from their first to their last successful non-election write.
+pub fn ungauged_writer_intervals(history: &History) -> Vec<Interval> {
+    let gauged: std::collections::BTreeSet<&str> = history
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.observation {
+            Observation::Gauge { replica, .. } => Some(replica.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut spans: BTreeMap<String, Interval> = BTreeMap::new();
+    for e in history.entries() {
+        let Observation::Write {
+            replica,
+            election: false,
+            code,
+            ..
+        } = &e.observation
+        else {
+            continue;
+        };
+        if *code >= 400 || gauged.contains(replica.as_str()) {
+            continue;
+        }
+        spans
+            .entry(replica.clone())
+            .and_modify(|i| i.to = e.time)
+            .or_insert(Interval {
+                replica: replica.clone(),
+                from: e.time,
+                to: e.time,
+            });
+    }
+    spans.into_values().collect()
+}
+
+/// Never more than one leader: the leadership intervals of different replicas never
+/// overlap — from their gauges, and, for replicas that report no gauge (no election), the
+/// span in which they wrote.
 pub fn single_leader(history: &History) -> Verdict {
     const NAME: &str = "single leader";
-    let intervals = gauge_intervals(history);
+    let mut intervals = gauge_intervals(history);
+    intervals.extend(ungauged_writer_intervals(history));
+    intervals.sort_by_key(|i| i.from);
     for (i, a) in intervals.iter().enumerate() {
         for b in &intervals[i + 1..] {
             if a.replica != b.replica && b.from <= a.to && a.from <= b.to {
@@ -114,6 +155,10 @@ pub fn single_leader(history: &History) -> Verdict {
                             Observation::Gauge { .. }
                                 | Observation::Lock { .. }
                                 | Observation::Fault { .. }
+                                | Observation::Write {
+                                    election: false,
+                                    ..
+                                }
                         )
                     })
                     .collect();
@@ -650,5 +695,28 @@ mod tests {
             step_down_after(&h, "partition"),
             Some(Duration::from_millis(2900))
         );
+    }
+
+    #[test]
+    fn replicas_without_an_election_that_write_at_the_same_time_are_two_leaders() {
+        let mut h = History::new();
+        write(&mut h, 0, "a");
+        write(&mut h, 100, "b");
+        write(&mut h, 200, "a");
+        let v = single_leader(&h);
+        assert!(!v.passed, "{}", v.summary);
+        assert!(v.summary.contains("a and b"), "{}", v.summary);
+    }
+
+    #[test]
+    fn the_writes_of_a_replica_with_a_gauge_do_not_make_it_a_leader_by_themselves() {
+        let mut h = History::new();
+        gauge(&mut h, 0, "a", true);
+        write(&mut h, 50, "a");
+        gauge(&mut h, 100, "a", false);
+        gauge(&mut h, 150, "b", true);
+        write(&mut h, 160, "b");
+        write(&mut h, 170, "a");
+        assert!(single_leader(&h).passed);
     }
 }
