@@ -2,14 +2,19 @@
 //! one (a running `opconform sim --audit-log`, or kube-apiserver's log on kind), turned
 //! into the same live feed the embedded simulator gives.
 
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
 
 use tokio::sync::broadcast;
 
 use super::ProviderError;
-use crate::sim::apiserver::audit::AuditEvent;
+use crate::sim::apiserver::audit::{AuditEvent, PodRef};
 
 /// How often the file is read for new lines.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -22,6 +27,159 @@ pub fn parse_sim_line(line: &str) -> Option<AuditEvent> {
     serde_json::from_str(line).ok()
 }
 
+/// Pods by IP address (as text), for attributing requests by their source address.
+pub type PodsByIp = Arc<RwLock<HashMap<String, PodRef>>>;
+
+/// The `user.extra` key kube-apiserver gives a ServiceAccount token bound to a pod.
+pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+/// The `user.extra` key with that pod's UID.
+pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+
+/// One line of kube-apiserver's JSON audit log (`audit.k8s.io/v1` `Event`), the fields
+/// the feed needs.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KubeAuditEvent {
+    api_version: String,
+    kind: String,
+    stage: String,
+    #[serde(rename = "requestURI")]
+    request_uri: String,
+    verb: String,
+    user: KubeUser,
+    #[serde(default)]
+    impersonated_user: Option<KubeUser>,
+    #[serde(default, rename = "sourceIPs")]
+    source_ips: Vec<String>,
+    #[serde(default)]
+    user_agent: String,
+    #[serde(default)]
+    object_ref: Option<KubeObjectRef>,
+    #[serde(default)]
+    response_status: Option<KubeStatus>,
+    request_received_timestamp: DateTime<Utc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct KubeUser {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    groups: Vec<String>,
+    #[serde(default)]
+    extra: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct KubeObjectRef {
+    resource: String,
+    namespace: String,
+    name: String,
+    api_group: String,
+    subresource: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct KubeStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+/// The pod a ServiceAccount token was bound to, from the user's extra claims: name and
+/// UID from the claims, namespace from `system:serviceaccount:<namespace>:<name>`.
+fn pod_of_token(user: &KubeUser) -> Option<PodRef> {
+    let first = |key: &str| user.extra.get(key).and_then(|v| v.first()).cloned();
+    let name = first(POD_NAME_EXTRA)?;
+    let namespace = user
+        .username
+        .strip_prefix("system:serviceaccount:")?
+        .split(':')
+        .next()?
+        .to_string();
+    Some(PodRef {
+        namespace,
+        name,
+        uid: first(POD_UID_EXTRA).unwrap_or_default(),
+    })
+}
+
+/// Parses one line of kube-apiserver's audit log into an event numbered `seq`.
+///
+/// Only the `ResponseComplete` and `Panic` stages become events (one per request, with
+/// its response code). The requesting pod is the one its ServiceAccount token was bound
+/// to (`authentication.kubernetes.io/pod-name` in the user's extra), else the pod in
+/// `pods_by_ip` with the request's first source address.
+///
+/// # Caveats
+/// On kind, traffic from pods to the API server is masqueraded to the node's address by
+/// the CNI, so the source address names a node, not a pod, unless the pod's token says
+/// which pod it is (bound tokens, the default since Kubernetes 1.22).
+pub fn parse_kube_apiserver_line(
+    line: &str,
+    seq: u64,
+    pods_by_ip: &HashMap<String, PodRef>,
+) -> Option<AuditEvent> {
+    let ev: KubeAuditEvent = serde_json::from_str(line).ok()?;
+    if ev.kind != "Event"
+        || !ev.api_version.starts_with("audit.k8s.io/")
+        || !matches!(ev.stage.as_str(), "ResponseComplete" | "Panic")
+    {
+        return None;
+    }
+    let source_ip = ev.source_ips.first().cloned().unwrap_or_default();
+    let (effective, impersonated_by) = match ev.impersonated_user {
+        Some(as_user) => (as_user, Some(ev.user.username.clone())),
+        None => (ev.user, None),
+    };
+    let pod = pod_of_token(&effective).or_else(|| pods_by_ip.get(&source_ip).cloned());
+    let object = ev.object_ref.unwrap_or_default();
+    Some(AuditEvent {
+        time: ev.request_received_timestamp,
+        seq,
+        user: effective.username,
+        groups: effective.groups,
+        impersonated_by,
+        source_ip,
+        pod,
+        verb: ev.verb,
+        api_group: object.api_group,
+        resource: object.resource,
+        subresource: object.subresource,
+        namespace: object.namespace,
+        name: object.name,
+        request_uri: ev.request_uri,
+        user_agent: ev.user_agent,
+        code: ev.response_status.map_or(0, |s| s.code),
+    })
+}
+
+/// A parser of kube-apiserver audit lines for [`follow_file`]: numbers the events from 1
+/// and attributes them to pods (see [`parse_kube_apiserver_line`]).
+pub fn kube_apiserver_lines(pods_by_ip: PodsByIp) -> impl FnMut(&str) -> Option<AuditEvent> {
+    let mut seq = 0;
+    move |line| {
+        let pods = pods_by_ip.read().unwrap_or_else(|p| p.into_inner());
+        let ev = parse_kube_apiserver_line(line, seq + 1, &pods)?;
+        seq += 1;
+        Some(ev)
+    }
+}
+
+/// A parser for [`follow_file`] of either format, line by line: kube-apiserver's audit
+/// events (numbered from 1, pods from their tokens) and `opconform sim --audit-log`
+/// lines.
+pub fn any_format_lines() -> impl FnMut(&str) -> Option<AuditEvent> {
+    let mut kube = kube_apiserver_lines(PodsByIp::default());
+    move |line| {
+        if line.contains("\"audit.k8s.io/") {
+            kube(line)
+        } else {
+            parse_sim_line(line)
+        }
+    }
+}
+
 /// Follows `path` from its current end: every complete line appended later is parsed
 /// and sent on the returned feed. The follower stops when every receiver is dropped.
 ///
@@ -29,7 +187,7 @@ pub fn parse_sim_line(line: &str) -> Option<AuditEvent> {
 /// When the file cannot be opened.
 pub fn follow_file(
     path: &Path,
-    parse: LineParser,
+    mut parse: impl FnMut(&str) -> Option<AuditEvent> + Send + 'static,
 ) -> Result<broadcast::Receiver<AuditEvent>, ProviderError> {
     let file_error = |source| ProviderError::File {
         action: "cannot follow the audit log",
@@ -117,6 +275,98 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((first.seq, next.seq), (2, 3));
+    }
+
+    /// A line as kube-apiserver writes it (Metadata level).
+    fn kube_line(stage: &str, extra: &str) -> String {
+        format!(
+            r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"6c1f","stage":"{stage}","requestURI":"/apis/coordination.k8s.io/v1/namespaces/ops/leases/lock","verb":"update","user":{{"username":"system:serviceaccount:ops:op","uid":"u1","groups":["system:serviceaccounts","system:authenticated"]{extra}}},"sourceIPs":["172.18.0.3"],"userAgent":"memcached-operator","objectRef":{{"resource":"leases","namespace":"ops","name":"lock","apiGroup":"coordination.k8s.io","apiVersion":"v1"}},"responseStatus":{{"metadata":{{}},"code":200}},"requestReceivedTimestamp":"2026-01-01T00:00:01.123456Z","stageTimestamp":"2026-01-01T00:00:01.125000Z"}}"#
+        )
+    }
+
+    const POD_EXTRA: &str = r#","extra":{"authentication.kubernetes.io/pod-name":["op-1"],"authentication.kubernetes.io/pod-uid":["uid-1"]}"#;
+
+    #[test]
+    fn a_kube_apiserver_event_names_its_pod_from_the_bound_token() {
+        let ev = parse_kube_apiserver_line(
+            &kube_line("ResponseComplete", POD_EXTRA),
+            7,
+            &HashMap::new(),
+        )
+        .unwrap();
+        assert_eq!(ev.seq, 7);
+        assert_eq!(ev.user, "system:serviceaccount:ops:op");
+        assert_eq!(ev.source_ip, "172.18.0.3");
+        assert_eq!(
+            ev.pod,
+            Some(PodRef {
+                namespace: "ops".into(),
+                name: "op-1".into(),
+                uid: "uid-1".into()
+            })
+        );
+        assert_eq!(
+            (
+                ev.verb.as_str(),
+                ev.api_group.as_str(),
+                ev.resource.as_str()
+            ),
+            ("update", "coordination.k8s.io", "leases")
+        );
+        assert_eq!(
+            (ev.namespace.as_str(), ev.name.as_str(), ev.code),
+            ("ops", "lock", 200)
+        );
+        assert!(ev.is_write());
+        assert_eq!(ev.time.to_rfc3339(), "2026-01-01T00:00:01.123456+00:00");
+    }
+
+    #[test]
+    fn without_token_claims_the_source_address_names_the_pod_and_only_completed_requests_count() {
+        let pod = PodRef {
+            namespace: "ops".into(),
+            name: "op-2".into(),
+            uid: "uid-2".into(),
+        };
+        let by_ip: HashMap<String, PodRef> = [("172.18.0.3".to_string(), pod.clone())].into();
+        let ev = parse_kube_apiserver_line(&kube_line("ResponseComplete", ""), 1, &by_ip).unwrap();
+        assert_eq!(ev.pod, Some(pod));
+        assert!(parse_kube_apiserver_line(&kube_line("RequestReceived", ""), 1, &by_ip).is_none());
+        assert!(parse_kube_apiserver_line(&kube_line("ResponseStarted", ""), 1, &by_ip).is_none());
+        assert!(parse_kube_apiserver_line("{}", 1, &by_ip).is_none());
+    }
+
+    #[test]
+    fn an_impersonated_request_is_the_impersonated_users() {
+        let line = kube_line("ResponseComplete", "").replace(
+            r#""sourceIPs""#,
+            r#""impersonatedUser":{"username":"alice","groups":["devs"]},"sourceIPs""#,
+        );
+        let ev = parse_kube_apiserver_line(&line, 1, &HashMap::new()).unwrap();
+        assert_eq!(ev.user, "alice");
+        assert_eq!(ev.groups, ["devs"]);
+        assert_eq!(
+            ev.impersonated_by.as_deref(),
+            Some("system:serviceaccount:ops:op")
+        );
+    }
+
+    #[test]
+    fn either_format_is_read_and_kube_apiserver_events_are_numbered_from_one() {
+        let mut parse = any_format_lines();
+        assert_eq!(
+            parse(&kube_line("RequestReceived", "")).map(|e| e.seq),
+            None
+        );
+        assert_eq!(
+            parse(&kube_line("ResponseComplete", "")).map(|e| e.seq),
+            Some(1)
+        );
+        assert_eq!(parse(&line(40)).map(|e| e.seq), Some(40));
+        assert_eq!(
+            parse(&kube_line("ResponseComplete", "")).map(|e| e.seq),
+            Some(2)
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! It needs nothing but a kubeconfig: the operator image must already be pullable there
 //! (`OPCONFORM_IMAGE`, default `memcached-operator:dev`). It has no access to nodes, so
 //! crash, hold and partition are refused; the audit of writes is followed when
-//! `OPCONFORM_AUDIT_LOG` names the API server's audit log file.
+//! `OPCONFORM_AUDIT_LOG` names the API server's audit log file (kube-apiserver's JSON
+//! audit log, or the one `opconform sim --audit-log` writes).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
 use tokio::sync::broadcast;
 
-use super::audit::{follow_file, parse_sim_line};
+use super::audit::{any_format_lines, follow_file};
 use super::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError, random_name};
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::faults::{Faults, NodeFault, PodFault, RequestMatch};
@@ -138,23 +139,33 @@ fn no_node_access(what: String) -> ProviderError {
     }
 }
 
+/// Deletes every cluster-scoped `K` (namespaces delete what is in them) carrying
+/// `label=value`; `what` names them in the message of an error, which is reported, not
+/// returned: teardown goes on.
+pub async fn delete_all_labelled<K>(client: &Client, label: &str, value: &str, what: &str)
+where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let selector = ListParams::default().labels(&format!("{label}={value}"));
+    let api: Api<K> = Api::all(client.clone());
+    if let Err(e) = api
+        .delete_collection(&DeleteParams::background(), &selector)
+        .await
+    {
+        eprintln!("opconform: deleting the {what} of {value} failed: {e}");
+    }
+}
+
 /// Deletes what carries `label=value`: namespaces (and so everything in them), then the
 /// cluster-scoped RBAC objects. Errors are reported, not returned: teardown goes on.
 pub async fn delete_labelled(client: &Client, label: &str, value: &str) {
-    let selector = ListParams::default().labels(&format!("{label}={value}"));
-    let dp = DeleteParams::background();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if let Err(e) = namespaces.delete_collection(&dp, &selector).await {
-        eprintln!("opconform: deleting the namespaces of {value} failed: {e}");
-    }
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    if let Err(e) = roles.delete_collection(&dp, &selector).await {
-        eprintln!("opconform: deleting the ClusterRoles of {value} failed: {e}");
-    }
-    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
-    if let Err(e) = bindings.delete_collection(&dp, &selector).await {
-        eprintln!("opconform: deleting the ClusterRoleBindings of {value} failed: {e}");
-    }
+    delete_all_labelled::<Namespace>(client, label, value, "namespaces").await;
+    delete_all_labelled::<ClusterRole>(client, label, value, "ClusterRoles").await;
+    delete_all_labelled::<ClusterRoleBinding>(client, label, value, "ClusterRoleBindings").await;
 }
 
 /// The placement of a scenario on a shared cluster.
@@ -195,7 +206,7 @@ impl Provider for KubeconfigProvider {
 
     fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>> {
         let path = self.audit_log.as_ref()?;
-        match follow_file(path, parse_sim_line) {
+        match follow_file(path, any_format_lines()) {
             Ok(feed) => Some(feed),
             Err(e) => {
                 eprintln!("opconform: {}", crate::sim::error_chain(&e));

@@ -8,8 +8,11 @@
 //!
 //! - [`sim`]: a fresh embedded simulated cluster per scenario (the default).
 //! - [`kubeconfig`]: any running cluster reachable through a kubeconfig.
+//! - [`kind`]: one kind cluster for the run, created (or reused) and deleted by it.
 
+pub mod admission;
 pub mod audit;
+pub mod kind;
 pub mod kubeconfig;
 pub mod sim;
 
@@ -61,6 +64,9 @@ pub enum ProviderError {
         #[source]
         source: kube::Error,
     },
+    /// The kind provider failed (a tool, the cluster's set-up, a fault's command).
+    #[error(transparent)]
+    Kind(Box<kind::KindError>),
     /// A file of the provider could not be read or written.
     #[error("{action} {path}")]
     File {

@@ -94,7 +94,7 @@ async fn reject_lease_updates(world: &mut World, span: Dur) {
         ..RequestMatch::default()
     };
     let id = provider
-        .reject(rule, 500, "lease updates rejected by opconform")
+        .reject(rule, 403, "lease updates rejected by opconform")
         .await
         .unwrap_or_else(|e| {
             panic!(

@@ -120,12 +120,11 @@ impl World {
                 self.provider = Some(Box::new(provider));
                 Ok(())
             }
-            ProviderKind::Kind => Err(ProviderError::Unsupported {
-                provider: "kind",
-                what: "run features yet".into(),
-                hint: "use sim or kubeconfig",
+            ProviderKind::Kind => {
+                let provider = crate::cluster::kind::KindRun::global().provider().await?;
+                self.provider = Some(Box::new(provider));
+                Ok(())
             }
-            .into()),
         }
     }
 
@@ -499,6 +498,9 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     for (tag, why) in &excluded {
         eprintln!("opconform: leaving out scenarios tagged @{tag}: {why}");
     }
+    if kind == ProviderKind::Kind {
+        crate::cluster::kind::spawn_interrupt_handler(crate::cluster::kind::KindRun::global());
+    }
     let summaries: std::sync::Arc<std::sync::Mutex<Vec<crate::report::ScenarioSummary>>> =
         Default::default();
     let collected = summaries.clone();
@@ -568,6 +570,10 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let wall = begin.elapsed();
     write_suite_reports(&summaries, wall, suite);
     let failed = writer.execution_has_failed();
+    if kind == ProviderKind::Kind {
+        // The run's cluster goes whatever happened (its logs first when the run failed).
+        crate::cluster::kind::KindRun::global().finish(failed).await;
+    }
     if failed {
         eprintln!(
             "opconform: the run failed; the timelines are indexed in {}",

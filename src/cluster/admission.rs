@@ -1,0 +1,420 @@
+//! `reject`/`allow` on a real API server: a ValidatingAdmissionPolicy and its binding
+//! (`admissionregistration.k8s.io/v1`, Kubernetes 1.30 and later) that deny the requests a
+//! [`RequestMatch`] describes, with the status the scenario names where admission can
+//! give it.
+//!
+//! # What differs from the simulator
+//! - Admission sees writes only: `get`, `list` and `watch` cannot be rejected.
+//! - Admission sees operations, not verbs: `update` and `patch` are both `UPDATE`, so a
+//!   rule for either rejects both; `deletecollection` is rejected object by object as
+//!   `DELETE`.
+//! - Only four statuses can be given: 401 Unauthorized, 403 Forbidden, 413
+//!   RequestEntityTooLarge and 422 Invalid (what the policy's `reason` allows); 500, 503
+//!   and the rest need the simulator.
+//! - The message comes back wrapped: `ValidatingAdmissionPolicy '<name>' with binding
+//!   '<name>' denied request: <message>`.
+//! - A policy takes effect once the API server has seen it, usually well under a
+//!   second after it is created; nothing here waits for that.
+//! - Requests from a pod are recognised by the claims of its bound ServiceAccount token
+//!   (`authentication.kubernetes.io/pod-name`), as every pod has by default.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
+};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+
+use crate::sim::faults::RequestMatch;
+
+/// Errors of turning a reject rule into an admission policy.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    /// The rule names a read, which admission never sees.
+    #[error(
+        "admission policies cannot reject {verb} requests: only writes (create, update, patch, delete, deletecollection) pass through admission; reads need the simulator"
+    )]
+    Read {
+        /// The verb.
+        verb: String,
+    },
+    /// The rule names a verb that is not a Kubernetes verb.
+    #[error("{verb:?} is not a verb admission knows")]
+    UnknownVerb {
+        /// The verb.
+        verb: String,
+    },
+    /// The status code is one a ValidatingAdmissionPolicy cannot answer with.
+    #[error(
+        "a ValidatingAdmissionPolicy cannot answer with {code}: it can only give 401 Unauthorized, 403 Forbidden, 413 RequestEntityTooLarge or 422 Invalid; other codes need the simulator"
+    )]
+    Code {
+        /// The code asked for.
+        code: u16,
+    },
+}
+
+/// The `reason` a policy gives to answer with `code`.
+///
+/// # Errors
+/// [`AdmissionError::Code`] for a code admission cannot give.
+pub fn reason_for_code(code: u16) -> Result<&'static str, AdmissionError> {
+    match code {
+        401 => Ok("Unauthorized"),
+        403 => Ok("Forbidden"),
+        413 => Ok("RequestEntityTooLarge"),
+        422 => Ok("Invalid"),
+        _ => Err(AdmissionError::Code { code }),
+    }
+}
+
+/// The admission operations of RBAC verbs (all writes when `verbs` is empty).
+///
+/// # Errors
+/// [`AdmissionError::Read`] for get, list or watch; [`AdmissionError::UnknownVerb`] for
+/// anything else that is no write.
+pub fn operations(verbs: &[String]) -> Result<Vec<String>, AdmissionError> {
+    if verbs.is_empty() {
+        return Ok(vec!["CREATE".into(), "UPDATE".into(), "DELETE".into()]);
+    }
+    let mut operations: Vec<String> = Vec::new();
+    for verb in verbs {
+        let operation = match verb.as_str() {
+            "create" => "CREATE",
+            "update" | "patch" => "UPDATE",
+            "delete" | "deletecollection" => "DELETE",
+            "get" | "list" | "watch" => {
+                return Err(AdmissionError::Read { verb: verb.clone() });
+            }
+            _ => return Err(AdmissionError::UnknownVerb { verb: verb.clone() }),
+        };
+        if !operations.iter().any(|o| o == operation) {
+            operations.push(operation.to_string());
+        }
+    }
+    Ok(operations)
+}
+
+/// A CEL string literal of `text`.
+fn cel_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str(r"\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str(r"\n"),
+            '\r' => out.push_str(r"\r"),
+            _ => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The `resources` of a rule: the main resource and its subresources unless the match
+/// names a subresource (`Some("")` is the main resource only).
+fn resources(matches: &RequestMatch) -> Vec<String> {
+    let resource = matches.resource.as_deref().unwrap_or("*");
+    match matches.subresource.as_deref() {
+        None => vec![resource.to_string(), format!("{resource}/*")],
+        Some("") => vec![resource.to_string()],
+        Some(sub) => vec![format!("{resource}/{sub}")],
+    }
+}
+
+/// What the policy matches beyond resources and names, as CEL match conditions.
+fn match_conditions(matches: &RequestMatch) -> Vec<MatchCondition> {
+    let mut conditions = Vec::new();
+    if let Some(namespace) = &matches.namespace {
+        conditions.push(MatchCondition {
+            name: "namespace".into(),
+            expression: format!("request.namespace == {}", cel_string(namespace)),
+        });
+    }
+    if let Some(user) = &matches.user {
+        conditions.push(MatchCondition {
+            name: "user".into(),
+            expression: format!("request.userInfo.username == {}", cel_string(user)),
+        });
+    }
+    if let Some(pod) = &matches.pod {
+        let (namespace, name) = pod.split_once('/').unwrap_or(("", pod));
+        let key = cel_string(crate::cluster::audit::POD_NAME_EXTRA);
+        conditions.push(MatchCondition {
+            name: "pod".into(),
+            expression: format!(
+                "request.userInfo.username.startsWith({}) && {key} in request.userInfo.extra && request.userInfo.extra[{key}].exists(n, n == {})",
+                cel_string(&format!("system:serviceaccount:{namespace}:")),
+                cel_string(name),
+            ),
+        });
+    }
+    conditions
+}
+
+/// A policy and the binding that puts it in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RejectPolicy {
+    /// The policy: matches the requests and denies them.
+    pub policy: ValidatingAdmissionPolicy,
+    /// Its binding, with the `Deny` action.
+    pub binding: ValidatingAdmissionPolicyBinding,
+}
+
+/// The policy and binding named `name` (both cluster-scoped, both carrying `labels`) that
+/// deny requests matching `matches` with `code` and `message`.
+///
+/// # Errors
+/// A read verb, a verb that is none, or a code admission cannot give.
+pub fn reject_policy(
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    matches: &RequestMatch,
+    code: u16,
+    message: &str,
+) -> Result<RejectPolicy, AdmissionError> {
+    let reason = reason_for_code(code)?;
+    let rule = NamedRuleWithOperations {
+        api_groups: Some(vec![matches.group.clone().unwrap_or_else(|| "*".into())]),
+        api_versions: Some(vec!["*".into()]),
+        operations: Some(operations(&matches.verbs)?),
+        resources: Some(resources(matches)),
+        resource_names: matches.name.clone().map(|n| vec![n]),
+        scope: Some("*".into()),
+    };
+    let conditions = match_conditions(matches);
+    let metadata = ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some(labels.clone()),
+        ..ObjectMeta::default()
+    };
+    let policy = ValidatingAdmissionPolicy {
+        metadata: metadata.clone(),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![rule]),
+                ..MatchResources::default()
+            }),
+            match_conditions: (!conditions.is_empty()).then_some(conditions),
+            validations: Some(vec![Validation {
+                expression: "false".into(),
+                // A validation message may not span lines.
+                message: Some(message.replace(['\n', '\r'], " ")),
+                reason: Some(reason.into()),
+                ..Validation::default()
+            }]),
+            ..ValidatingAdmissionPolicySpec::default()
+        }),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata,
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(name.to_string()),
+            validation_actions: Some(vec!["Deny".into()]),
+            ..ValidatingAdmissionPolicyBindingSpec::default()
+        }),
+    };
+    Ok(RejectPolicy { policy, binding })
+}
+
+/// Creates the policy, then its binding (removing the policy again when the binding
+/// cannot be made).
+///
+/// # Errors
+/// What the API server answers.
+pub async fn apply(client: &Client, reject: &RejectPolicy) -> Result<(), kube::Error> {
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let pp = PostParams::default();
+    policies.create(&pp, &reject.policy).await?;
+    if let Err(e) = bindings.create(&pp, &reject.binding).await {
+        let name = reject.policy.metadata.name.clone().unwrap_or_default();
+        let _ = policies.delete(&name, &DeleteParams::default()).await;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Deletes the binding, then the policy, named `name` (what is already gone is fine).
+///
+/// # Errors
+/// What the API server answers, but NotFound.
+pub async fn remove(client: &Client, name: &str) -> Result<(), kube::Error> {
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let dp = DeleteParams::default();
+    match bindings.delete(name, &dp).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        other => drop(other?),
+    }
+    match policies.delete(name, &dp).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Deletes every binding and policy labelled `label=value`. Errors are reported, not
+/// returned: teardown goes on.
+pub async fn remove_labelled(client: &Client, label: &str, value: &str) {
+    use crate::cluster::kubeconfig::delete_all_labelled;
+    delete_all_labelled::<ValidatingAdmissionPolicyBinding>(
+        client,
+        label,
+        value,
+        "admission policy bindings",
+    )
+    .await;
+    delete_all_labelled::<ValidatingAdmissionPolicy>(client, label, value, "admission policies")
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels() -> BTreeMap<String, String> {
+        [(
+            "opconform.io/scenario".to_string(),
+            "opconform-abc123".to_string(),
+        )]
+        .into()
+    }
+
+    #[test]
+    fn a_lease_update_by_one_pod_becomes_a_policy_and_a_deny_binding() {
+        let m = RequestMatch {
+            verbs: vec!["update".into(), "patch".into()],
+            group: Some("coordination.k8s.io".into()),
+            resource: Some("leases".into()),
+            namespace: Some("ops".into()),
+            name: Some("lock".into()),
+            pod: Some("ops/op-1".into()),
+            ..RequestMatch::default()
+        };
+        let r = reject_policy("opconform-abc123-reject-1", &labels(), &m, 403, "no\nway").unwrap();
+        let policy = serde_json::to_value(&r.policy).unwrap();
+        assert_eq!(
+            policy,
+            serde_json::json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {
+                    "name": "opconform-abc123-reject-1",
+                    "labels": {"opconform.io/scenario": "opconform-abc123"}
+                },
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {"resourceRules": [{
+                        "apiGroups": ["coordination.k8s.io"],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": ["leases", "leases/*"],
+                        "resourceNames": ["lock"],
+                        "scope": "*"
+                    }]},
+                    "matchConditions": [
+                        {"name": "namespace", "expression": "request.namespace == \"ops\""},
+                        {"name": "pod", "expression": "request.userInfo.username.startsWith(\"system:serviceaccount:ops:\") && \"authentication.kubernetes.io/pod-name\" in request.userInfo.extra && request.userInfo.extra[\"authentication.kubernetes.io/pod-name\"].exists(n, n == \"op-1\")"}
+                    ],
+                    "validations": [{"expression": "false", "message": "no way", "reason": "Forbidden"}]
+                }
+            })
+        );
+        let binding = serde_json::to_value(&r.binding).unwrap();
+        assert_eq!(
+            binding,
+            serde_json::json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {
+                    "name": "opconform-abc123-reject-1",
+                    "labels": {"opconform.io/scenario": "opconform-abc123"}
+                },
+                "spec": {
+                    "policyName": "opconform-abc123-reject-1",
+                    "validationActions": ["Deny"]
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn an_empty_match_denies_every_write_of_every_resource() {
+        let r = reject_policy("p", &labels(), &RequestMatch::default(), 422, "x").unwrap();
+        let spec = r.policy.spec.unwrap();
+        let rule = &spec.match_constraints.unwrap().resource_rules.unwrap()[0];
+        assert_eq!(
+            rule.operations.as_deref().unwrap(),
+            ["CREATE", "UPDATE", "DELETE"]
+        );
+        assert_eq!(rule.resources.as_deref().unwrap(), ["*", "*/*"]);
+        assert_eq!(rule.api_groups.as_deref().unwrap(), ["*"]);
+        assert_eq!(rule.resource_names, None);
+        assert_eq!(spec.match_conditions, None);
+        assert_eq!(
+            spec.validations.unwrap()[0].reason.as_deref(),
+            Some("Invalid")
+        );
+    }
+
+    #[test]
+    fn a_subresource_and_the_main_resource_alone_are_told_apart() {
+        let status = RequestMatch {
+            resource: Some("memcacheds".into()),
+            subresource: Some("status".into()),
+            ..RequestMatch::default()
+        };
+        assert_eq!(resources(&status), ["memcacheds/status"]);
+        let main = RequestMatch {
+            subresource: Some(String::new()),
+            ..status
+        };
+        assert_eq!(resources(&main), ["memcacheds"]);
+    }
+
+    #[test]
+    fn reads_and_codes_admission_cannot_give_are_refused_saying_why() {
+        let read = RequestMatch {
+            verbs: vec!["create".into(), "watch".into()],
+            ..RequestMatch::default()
+        };
+        let e = reject_policy("p", &labels(), &read, 403, "x").unwrap_err();
+        assert!(
+            e.to_string().contains("cannot reject watch requests"),
+            "{e}"
+        );
+        for code in [500, 503, 409, 429] {
+            let e = reject_policy("p", &labels(), &RequestMatch::default(), code, "x")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("cannot answer with {code}")), "{e}");
+            assert!(e.contains("403 Forbidden"), "{e}");
+        }
+        for (code, reason) in [
+            (401, "Unauthorized"),
+            (403, "Forbidden"),
+            (413, "RequestEntityTooLarge"),
+            (422, "Invalid"),
+        ] {
+            assert_eq!(reason_for_code(code).unwrap(), reason);
+        }
+    }
+
+    #[test]
+    fn user_names_are_quoted_for_cel() {
+        let m = RequestMatch {
+            user: Some("a\"b\\c".into()),
+            ..RequestMatch::default()
+        };
+        assert_eq!(
+            match_conditions(&m)[0].expression,
+            r#"request.userInfo.username == "a\"b\\c""#
+        );
+    }
+}

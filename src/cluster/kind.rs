@@ -1,0 +1,787 @@
+//! The kind provider: one kind cluster for the whole run (created, or an existing one
+//! reused), the operator image built and loaded into it, and each scenario a share of it
+//! with namespaces and cluster-scoped names of its own, as on any shared cluster
+//! ([`super::kubeconfig`]). Faults are carried out by real means on the nodes (Docker
+//! containers) and through admission policies (see [`provider`] for the mapping).
+//!
+//! # The run
+//! [`KindRun::cluster`] sets the cluster up once, on the first scenario that needs it:
+//! 1. `docker`, `kind` and `kubectl` must be on the search path (a missing one is named
+//!    with how to install it), and `docker info` must reach the engine;
+//! 2. the operator image is built (`docker build -f operator/Dockerfile -t
+//!    memcached-operator:dev .`), unless `OPCONFORM_IMAGE` names a prebuilt one;
+//! 3. `kind create cluster --name opconform-<random> --config <kind-config.yaml made
+//!    absolute> --wait 5m`, unless `OPCONFORM_KIND_CLUSTER` names a cluster to reuse;
+//! 4. the kubeconfig from `kind get kubeconfig`, then `kubectl wait` until every node is
+//!    Ready, then `kind load docker-image`.
+//!
+//! [`KindRun::finish`] ends it: `kind export logs` into `target/opconform/kind-logs` when
+//! the run failed, then `kind delete cluster` — never for a reused cluster. A failure
+//! while setting up deletes what was created at once, and [`KindRun::interrupt`] (what
+//! ctrl-c and SIGTERM run, see [`spawn_interrupt_handler`]) kills the commands in flight
+//! and deletes the cluster.
+//!
+//! # Caveats
+//! This provider has been exercised only through its exact command sequences against
+//! stand-in `kind`, `docker` and `kubectl` executables, never against a real kind cluster.
+
+pub mod command;
+pub mod config;
+pub mod node;
+pub mod provider;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+
+pub use command::{CommandError, Output, Tools};
+pub use provider::KindProvider;
+
+use super::admission::AdmissionError;
+use super::kubeconfig::client_from_kubeconfig;
+use super::{DEFAULT_OPERATOR_IMAGE, ProviderError, random_name};
+
+/// The tools the provider needs.
+pub const REQUIRED_TOOLS: [&str; 3] = ["docker", "kind", "kubectl"];
+
+/// Errors of the kind provider.
+#[derive(Debug, thiserror::Error)]
+pub enum KindError {
+    /// A tool is missing, failed, or took too long.
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// `docker info` failed: there is no engine to run kind on.
+    #[error(
+        "the Docker engine does not answer; start it (kind runs its nodes as Docker containers)"
+    )]
+    NoEngine(#[source] CommandError),
+    /// The kind configuration is unusable.
+    #[error("cannot use the kind configuration {path}: {why}")]
+    Config {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// `OPCONFORM_KIND_CLUSTER` names no existing cluster.
+    #[error(
+        "OPCONFORM_KIND_CLUSTER={name}, but kind has no such cluster (`kind get clusters`: {listed})"
+    )]
+    NoSuchCluster {
+        /// The name asked for.
+        name: String,
+        /// What kind listed.
+        listed: String,
+    },
+    /// A file of the run could not be written.
+    #[error(transparent)]
+    File(Box<ProviderError>),
+    /// The kubeconfig kind gave does not make a client.
+    #[error("the kubeconfig of kind cluster {name} is unusable")]
+    Kubeconfig {
+        /// The cluster.
+        name: String,
+        /// The cause.
+        #[source]
+        source: Box<ProviderError>,
+    },
+    /// A tool answered something that cannot be read.
+    #[error("cannot read {what} from the answer of `{line}`: {output:?}")]
+    Unexpected {
+        /// What was looked for.
+        what: &'static str,
+        /// The command line.
+        line: String,
+        /// What it printed.
+        output: String,
+    },
+    /// The pod a fault targets is not running on a node.
+    #[error("pod {pod} cannot be faulted: {why}")]
+    Pod {
+        /// `namespace/name`.
+        pod: String,
+        /// Why.
+        why: String,
+    },
+    /// The node a fault targets is not one this provider may fault.
+    #[error("node {node} cannot be faulted: {why}")]
+    Node {
+        /// The node.
+        node: String,
+        /// Why.
+        why: String,
+    },
+    /// A node came back on the kind network at another address.
+    #[error(
+        "node {node} came back on the kind network at {now}, not at {before}: its kubelet and the routes to its pods may not recover"
+    )]
+    AddressChanged {
+        /// The node.
+        node: String,
+        /// Its address before the partition.
+        before: String,
+        /// Its address now.
+        now: String,
+    },
+    /// A reject rule cannot be an admission policy.
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+    /// Setting up the run's cluster failed earlier (every scenario sees the same cause).
+    #[error("the run's kind cluster is not available: {0}")]
+    Unavailable(String),
+}
+
+impl From<KindError> for ProviderError {
+    fn from(e: KindError) -> Self {
+        ProviderError::Kind(Box::new(e))
+    }
+}
+
+impl From<CommandError> for ProviderError {
+    fn from(e: CommandError) -> Self {
+        KindError::Command(e).into()
+    }
+}
+
+/// How long each kind of command may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Queries and faults (`docker exec`, `docker inspect`, `kind get …`).
+    pub command: Duration,
+    /// `kind create cluster --wait` (the command itself gets two minutes more).
+    pub create: Duration,
+    /// `kubectl wait` for the nodes to be Ready.
+    pub nodes_ready: Duration,
+    /// `docker build` of the operator image.
+    pub build: Duration,
+    /// `kind load docker-image`.
+    pub load: Duration,
+    /// `kind delete cluster` and `kind export logs`.
+    pub teardown: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            command: Duration::from_secs(60),
+            create: Duration::from_secs(300),
+            nodes_ready: Duration::from_secs(180),
+            build: Duration::from_secs(1800),
+            load: Duration::from_secs(600),
+            teardown: Duration::from_secs(180),
+        }
+    }
+}
+
+/// Settings of the kind provider.
+#[derive(Debug, Clone)]
+pub struct KindOptions {
+    /// Where `docker`, `kind` and `kubectl` are found (default: `PATH`).
+    pub tools: Tools,
+    /// An existing cluster to use and never delete (`OPCONFORM_KIND_CLUSTER`).
+    pub existing: Option<String>,
+    /// A prebuilt operator image to use instead of building one (`OPCONFORM_IMAGE`).
+    pub image: Option<String>,
+    /// The node image (`OPCONFORM_KIND_NODE_IMAGE`), else kind's default.
+    pub node_image: Option<String>,
+    /// The kind configuration (`OPCONFORM_KIND_CONFIG`, default `kind-config.yaml`).
+    pub config: PathBuf,
+    /// The build context of the operator image (the repository root).
+    pub repository: PathBuf,
+    /// Where each cluster's files go (its configuration, kubeconfig and audit log):
+    /// `target/opconform/kind/<cluster>`.
+    pub workdir: PathBuf,
+    /// Where `kind export logs` puts the logs of a failed run.
+    pub logs: PathBuf,
+    /// The Docker network of kind's nodes (`KIND_EXPERIMENTAL_DOCKER_NETWORK`, default
+    /// `kind`).
+    pub network: String,
+    /// Time limits.
+    pub timeouts: Timeouts,
+}
+
+impl KindOptions {
+    /// Defaults for a repository at `repository`: tools from `PATH`, a new cluster, the
+    /// image built from `operator/Dockerfile`, files under `target/opconform`.
+    pub fn new(repository: impl Into<PathBuf>) -> Self {
+        let repository = repository.into();
+        Self {
+            tools: Tools::from_env(),
+            existing: None,
+            image: None,
+            node_image: None,
+            config: repository.join("kind-config.yaml"),
+            workdir: repository.join("target/opconform/kind"),
+            logs: repository.join("target/opconform/kind-logs"),
+            repository,
+            network: "kind".into(),
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// [`KindOptions::new`] for this repository, with `OPCONFORM_KIND_CLUSTER`,
+    /// `OPCONFORM_IMAGE`, `OPCONFORM_KIND_NODE_IMAGE`, `OPCONFORM_KIND_CONFIG` and
+    /// `KIND_EXPERIMENTAL_DOCKER_NETWORK` applied.
+    pub fn from_env() -> Self {
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        let mut options = Self::new(env!("CARGO_MANIFEST_DIR"));
+        options.existing = var("OPCONFORM_KIND_CLUSTER");
+        options.image = var("OPCONFORM_IMAGE");
+        options.node_image = var("OPCONFORM_KIND_NODE_IMAGE");
+        if let Some(config) = var("OPCONFORM_KIND_CONFIG") {
+            options.config = config.into();
+        }
+        if let Some(network) = var("KIND_EXPERIMENTAL_DOCKER_NETWORK") {
+            options.network = network;
+        }
+        options
+    }
+
+    /// The operator image scenarios deploy.
+    pub fn operator_image(&self) -> &str {
+        self.image.as_deref().unwrap_or(DEFAULT_OPERATOR_IMAGE)
+    }
+}
+
+/// A line of progress on stderr (the slow steps say how long they may take).
+fn progress(message: &str) {
+    eprintln!("opconform: {message}");
+}
+
+fn minutes(d: Duration) -> String {
+    match d.as_secs() {
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn file_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> KindError {
+    let path = path.display().to_string();
+    move |source| {
+        KindError::File(Box::new(ProviderError::File {
+            action,
+            path,
+            source,
+        }))
+    }
+}
+
+/// The run's kind cluster, ready for scenarios.
+pub struct KindCluster {
+    name: String,
+    owned: bool,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    audit_log: Option<PathBuf>,
+    client: Client,
+    image: String,
+    tools: Tools,
+    network: String,
+    timeouts: Timeouts,
+}
+
+impl std::fmt::Debug for KindCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KindCluster")
+            .field("name", &self.name)
+            .field("owned", &self.owned)
+            .field("kubeconfig", &self.kubeconfig)
+            .field("audit_log", &self.audit_log)
+            .finish()
+    }
+}
+
+impl KindCluster {
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the run created it (and so deletes it).
+    pub fn owned(&self) -> bool {
+        self.owned
+    }
+
+    /// The kubeconfig file.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's audit log on this machine, when it can be followed.
+    pub fn audit_log(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The operator image loaded into it.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// The tools.
+    pub fn tools(&self) -> &Tools {
+        &self.tools
+    }
+
+    /// The Docker network of its nodes.
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// Time limits.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+}
+
+/// One run on kind: sets the cluster up once, hands out scenario shares, and always
+/// ends it.
+pub struct KindRun {
+    options: KindOptions,
+    cluster: tokio::sync::OnceCell<Result<Arc<KindCluster>, String>>,
+    /// The cluster this run created and has not deleted yet, from the moment its creation
+    /// starts: what an interrupt deletes.
+    to_delete: Mutex<Option<String>>,
+}
+
+impl KindRun {
+    /// A run with `options` (nothing is done yet).
+    pub fn new(options: KindOptions) -> Self {
+        Self {
+            options,
+            cluster: tokio::sync::OnceCell::new(),
+            to_delete: Mutex::new(None),
+        }
+    }
+
+    /// The run of this process, with [`KindOptions::from_env`].
+    pub fn global() -> &'static KindRun {
+        static RUN: std::sync::OnceLock<KindRun> = std::sync::OnceLock::new();
+        RUN.get_or_init(|| KindRun::new(KindOptions::from_env()))
+    }
+
+    /// The options.
+    pub fn options(&self) -> &KindOptions {
+        &self.options
+    }
+
+    /// The run's cluster, set up on the first call (later calls wait for it, and get the
+    /// same error when it failed).
+    ///
+    /// # Errors
+    /// [`KindError`] from the set-up, or [`KindError::Unavailable`] after it failed.
+    pub async fn cluster(&self) -> Result<Arc<KindCluster>, ProviderError> {
+        let mut fresh = false;
+        let cached = self
+            .cluster
+            .get_or_init(|| async {
+                fresh = true;
+                self.set_up()
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| crate::sim::error_chain(&e))
+            })
+            .await;
+        match cached {
+            Ok(cluster) => Ok(cluster.clone()),
+            Err(e) if fresh => Err(KindError::Unavailable(e.clone()).into()),
+            Err(e) => Err(KindError::Unavailable(format!("(set-up failed earlier) {e}")).into()),
+        }
+    }
+
+    /// A scenario's share of the run's cluster.
+    ///
+    /// # Errors
+    /// When the cluster cannot be set up.
+    pub async fn provider(&self) -> Result<KindProvider, ProviderError> {
+        Ok(KindProvider::new(self.cluster().await?))
+    }
+
+    async fn set_up(&self) -> Result<KindCluster, KindError> {
+        let o = &self.options;
+        let tools = &o.tools;
+        let t = o.timeouts;
+        tools.require(&REQUIRED_TOOLS)?;
+        tools
+            .run(
+                "docker",
+                &["info", "--format", "{{.ServerVersion}}"],
+                t.command,
+            )
+            .await
+            .map_err(KindError::NoEngine)?;
+        if let Some(name) = &o.existing {
+            let out = tools.run("kind", &["get", "clusters"], t.command).await?;
+            if !out.stdout.lines().any(|l| l.trim() == name) {
+                let listed: Vec<&str> = out.stdout.split_whitespace().collect();
+                return Err(KindError::NoSuchCluster {
+                    name: name.clone(),
+                    listed: if listed.is_empty() {
+                        "no clusters".into()
+                    } else {
+                        listed.join(", ")
+                    },
+                });
+            }
+        }
+        let image = self.image().await?;
+        let (name, owned) = match &o.existing {
+            Some(name) => (name.clone(), false),
+            None => (random_name("opconform"), true),
+        };
+        let dir = o.workdir.join(&name);
+        std::fs::create_dir_all(&dir).map_err(file_error("cannot create", &dir))?;
+        if !owned {
+            progress(&format!(
+                "using the existing kind cluster {name} (OPCONFORM_KIND_CLUSTER; it is not deleted)"
+            ));
+            return self.ready(name, false, dir, image).await;
+        }
+        *self.lock() = Some(name.clone());
+        let made = async {
+            self.create(&name, &dir).await?;
+            self.ready(name.clone(), true, dir.clone(), image).await
+        }
+        .await;
+        if made.is_err() {
+            // Whatever part of the cluster exists goes at once.
+            self.delete_owned().await;
+        }
+        made
+    }
+
+    /// Builds the operator image, or checks for the prebuilt one; returns its name.
+    async fn image(&self) -> Result<String, KindError> {
+        let o = &self.options;
+        let image = o.operator_image().to_string();
+        if o.image.is_some() {
+            return Ok(image);
+        }
+        let dockerfile = o.repository.join("operator/Dockerfile");
+        progress(&format!(
+            "building {image} from operator/Dockerfile (up to {}; the first build compiles the operator)…",
+            minutes(o.timeouts.build)
+        ));
+        let dockerfile = dockerfile.display().to_string();
+        let context = o.repository.display().to_string();
+        o.tools
+            .output(
+                "docker",
+                &["build", "--file", &dockerfile, "--tag", &image, &context],
+                // The Dockerfile's cache mounts need BuildKit; without it, say so plainly.
+                &[("DOCKER_BUILDKIT", "1")],
+                o.timeouts.build,
+            )
+            .await?
+            .check()?;
+        Ok(image)
+    }
+
+    async fn create(&self, name: &str, dir: &Path) -> Result<(), KindError> {
+        let o = &self.options;
+        let audit_dir = dir.join("audit");
+        std::fs::create_dir_all(&audit_dir).map_err(file_error("cannot create", &audit_dir))?;
+        // The API server appends to the file made here, so it stays readable by this user.
+        let log = audit_dir.join(config::AUDIT_LOG_FILE);
+        std::fs::write(&log, "").map_err(file_error("cannot create", &log))?;
+        let generated = config::cluster_config(&o.config, &audit_dir)?;
+        let config_file = dir.join("kind-config.yaml");
+        std::fs::write(&config_file, &generated.yaml)
+            .map_err(file_error("cannot write", &config_file))?;
+        let wait = format!("{}s", o.timeouts.create.as_secs());
+        let config_arg = config_file.display().to_string();
+        let mut args = vec![
+            "create",
+            "cluster",
+            "--name",
+            name,
+            "--config",
+            &config_arg,
+            "--wait",
+            &wait,
+        ];
+        if let Some(node_image) = &o.node_image {
+            args.extend(["--image", node_image.as_str()]);
+        }
+        progress(&format!(
+            "creating kind cluster {name} (up to {})…",
+            minutes(o.timeouts.create)
+        ));
+        o.tools
+            .run("kind", &args, o.timeouts.create + Duration::from_secs(120))
+            .await?;
+        Ok(())
+    }
+
+    /// Kubeconfig, Ready nodes, the image loaded, a client, the audit log found.
+    async fn ready(
+        &self,
+        name: String,
+        owned: bool,
+        dir: PathBuf,
+        image: String,
+    ) -> Result<KindCluster, KindError> {
+        let o = &self.options;
+        let tools = &o.tools;
+        let t = o.timeouts;
+        let out = tools
+            .run("kind", &["get", "kubeconfig", "--name", &name], t.command)
+            .await?;
+        let kubeconfig = dir.join("kubeconfig");
+        write_private(&kubeconfig, &out.stdout)?;
+        let kubeconfig_arg = kubeconfig.display().to_string();
+        let ready_timeout = format!("--timeout={}s", t.nodes_ready.as_secs());
+        progress(&format!(
+            "waiting for the nodes of {name} to be Ready (up to {})…",
+            minutes(t.nodes_ready)
+        ));
+        tools
+            .run(
+                "kubectl",
+                &[
+                    "--kubeconfig",
+                    &kubeconfig_arg,
+                    "wait",
+                    "--for=condition=Ready",
+                    "nodes",
+                    "--all",
+                    &ready_timeout,
+                ],
+                t.nodes_ready + Duration::from_secs(30),
+            )
+            .await?;
+        self.load(&name, &image).await?;
+        let client = client_from_kubeconfig(Some(&kubeconfig), None)
+            .await
+            .map_err(|e| KindError::Kubeconfig {
+                name: name.clone(),
+                source: Box::new(e),
+            })?;
+        let audit_log = if owned {
+            Some(dir.join("audit").join(config::AUDIT_LOG_FILE))
+        } else {
+            self.existing_audit_log(&name).await?
+        };
+        let audit_log = audit_log.filter(|log| {
+            let usable = std::fs::File::open(log).is_ok();
+            if !usable {
+                progress(&format!(
+                    "the audit log of {name} is not readable at {}: scenarios run without the audit of writes",
+                    log.display()
+                ));
+            }
+            usable
+        });
+        Ok(KindCluster {
+            name,
+            owned,
+            dir,
+            kubeconfig,
+            audit_log,
+            client,
+            image,
+            tools: tools.clone(),
+            network: o.network.clone(),
+            timeouts: t,
+        })
+    }
+
+    async fn load(&self, name: &str, image: &str) -> Result<(), KindError> {
+        let o = &self.options;
+        if o.image.is_some() {
+            let local = o
+                .tools
+                .output(
+                    "docker",
+                    &["image", "inspect", "--format", "{{.Id}}", image],
+                    &[],
+                    o.timeouts.command,
+                )
+                .await?;
+            if !local.success() {
+                progress(&format!(
+                    "{image} is not in the local Docker engine: the nodes will pull it"
+                ));
+                return Ok(());
+            }
+        }
+        progress(&format!(
+            "loading {image} into kind cluster {name} (up to {})…",
+            minutes(o.timeouts.load)
+        ));
+        o.tools
+            .run(
+                "kind",
+                &["load", "docker-image", image, "--name", name],
+                o.timeouts.load,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The host directory an existing cluster's control plane mounts at
+    /// [`config::AUDIT_DIR_IN_NODE`], with the log file in it.
+    async fn existing_audit_log(&self, name: &str) -> Result<Option<PathBuf>, KindError> {
+        #[derive(serde::Deserialize)]
+        struct Mount {
+            #[serde(rename = "Source", default)]
+            source: String,
+            #[serde(rename = "Destination", default)]
+            destination: String,
+        }
+        let o = &self.options;
+        let node = format!("{name}-control-plane");
+        let out = o
+            .tools
+            .run(
+                "docker",
+                &["inspect", "--format", "{{json .Mounts}}", &node],
+                o.timeouts.command,
+            )
+            .await?;
+        let mounts: Vec<Mount> =
+            serde_json::from_str(out.stdout.trim()).map_err(|_| KindError::Unexpected {
+                what: "the control plane's mounts",
+                line: out.line.clone(),
+                output: out.stdout.clone(),
+            })?;
+        let found = mounts
+            .into_iter()
+            .find(|m| m.destination == config::AUDIT_DIR_IN_NODE)
+            .map(|m| PathBuf::from(m.source).join(config::AUDIT_LOG_FILE));
+        if found.is_none() {
+            progress(&format!(
+                "{node} mounts no {} from this machine (create the cluster with kind-config.yaml): scenarios run without the audit of writes",
+                config::AUDIT_DIR_IN_NODE
+            ));
+        }
+        Ok(found)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.to_delete.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Deletes the cluster this run created, once.
+    async fn delete_owned(&self) {
+        let Some(name) = self.lock().take() else {
+            return;
+        };
+        let o = &self.options;
+        progress(&format!("deleting kind cluster {name}…"));
+        if let Err(e) = o
+            .tools
+            .run(
+                "kind",
+                &["delete", "cluster", "--name", &name],
+                o.timeouts.teardown,
+            )
+            .await
+        {
+            eprintln!(
+                "opconform: {}; delete it with `kind delete cluster --name {name}`",
+                crate::sim::error_chain(&e)
+            );
+        }
+    }
+
+    /// Ends the run: when it `failed`, exports the cluster's logs to
+    /// [`KindOptions::logs`] and keeps its audit log; deletes the cluster the run created
+    /// (never a reused one). Safe to call more than once.
+    pub async fn finish(&self, failed: bool) {
+        let cluster = self.cluster.get().and_then(|c| c.as_ref().ok()).cloned();
+        if let Some(cluster) = &cluster {
+            if failed {
+                self.export_logs(&cluster.name).await;
+            }
+            let _ = std::fs::remove_file(&cluster.kubeconfig);
+        }
+        self.delete_owned().await;
+        if let Some(cluster) = &cluster {
+            if failed {
+                if let Some(log) = &cluster.audit_log {
+                    progress(&format!(
+                        "the API server's audit log is kept in {}",
+                        log.display()
+                    ));
+                }
+            } else {
+                let _ = std::fs::remove_dir_all(&cluster.dir);
+            }
+        }
+    }
+
+    async fn export_logs(&self, name: &str) {
+        let o = &self.options;
+        let dir = o.logs.display().to_string();
+        progress(&format!(
+            "exporting the logs of kind cluster {name} to {dir} (up to {})…",
+            minutes(o.timeouts.teardown)
+        ));
+        if let Err(e) = o
+            .tools
+            .run(
+                "kind",
+                &["export", "logs", &dir, "--name", name],
+                o.timeouts.teardown,
+            )
+            .await
+        {
+            eprintln!("opconform: {}", crate::sim::error_chain(&e));
+        }
+    }
+
+    /// What an interrupt does: kills the commands still running (a `kind create`, a
+    /// build) and deletes the cluster the run created, even half made. Safe to call more
+    /// than once, and before or after [`KindRun::finish`].
+    pub async fn interrupt(&self) {
+        self.options.tools.kill_in_flight();
+        self.delete_owned().await;
+    }
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), KindError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(file_error("cannot write", path))?;
+    file.write_all(text.as_bytes())
+        .map_err(file_error("cannot write", path))
+}
+
+/// On ctrl-c or SIGTERM: says so, runs [`KindRun::interrupt`] on `run`, and exits with
+/// status 130.
+pub fn spawn_interrupt_handler(run: &'static KindRun) {
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminated => {}
+        }
+        progress(
+            "interrupted: stopping the kind commands in flight and deleting the run's cluster…",
+        );
+        run.interrupt().await;
+        std::process::exit(130);
+    });
+}
