@@ -128,3 +128,39 @@ async fn takeover_window(world: &mut World, at_least: Dur, at_most: Dur) {
         at_most.0
     );
 }
+
+/// Waits until `checker` fails over the history: for scenarios that break a guarantee on
+/// purpose, to show the harness detects it.
+async fn wait_for_violation(
+    world: &World,
+    within: Dur,
+    name: &str,
+    checker: fn(&crate::record::History) -> check::Verdict,
+) {
+    let deadline = tokio::time::Instant::now() + within.0;
+    loop {
+        let v = checker(&world.history());
+        if !v.passed {
+            println!("detected, as expected: {}", v.summary);
+            world.note(&format!("the {name} check detected: {}", v.summary));
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the {name} check found no violation within {:?}; it last said: {}",
+            within.0,
+            v.summary
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[then(expr = "within {duration} the single-leader check reports two leaders")]
+async fn two_leaders_detected(world: &mut World, within: Dur) {
+    wait_for_violation(world, within, "single-leader", check::single_leader).await;
+}
+
+#[then(expr = "within {duration} the single-writer check reports a stale writer")]
+async fn stale_writer_detected(world: &mut World, within: Dur) {
+    wait_for_violation(world, within, "single-writer", check::single_writer).await;
+}
