@@ -32,6 +32,7 @@ fn config(metrics_port: u16) -> RecorderConfig {
         lock_name: "lock".into(),
         pod_selector: SELECTOR.into(),
         metrics_port,
+        scrape_through_api: false,
         scrape_interval: Duration::from_millis(50),
     }
 }

@@ -34,20 +34,18 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
 use kube::{Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::record::{Entry, History, Observation};
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::faults::Faults;
+use crate::sim::plain_http::{self, PlainHttpError};
 
 /// How long one scrape of a replica's `/metrics` may take, connection included.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// The largest `/metrics` response read; longer ones are a failed scrape.
-const MAX_RESPONSE: usize = 4 * 1024 * 1024;
 
 /// How long [`Recorder::stop`] waits for each task to end before aborting it.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -62,53 +60,6 @@ const LEADER_GAUGE: &str = "leader_election_master_status";
 /// The reconcile counter, as controller-runtime names it.
 const RECONCILE_TOTAL: &str = "controller_runtime_reconcile_total";
 
-/// Errors of the recorder (failed scrapes; they are logged, never recorded).
-#[derive(Debug, thiserror::Error)]
-pub enum RecorderError {
-    /// The replica's metrics port could not be reached.
-    #[error("cannot connect to {addr}")]
-    Connect {
-        /// The address scraped.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Sending the request or reading the response failed.
-    #[error("cannot read /metrics from {addr}")]
-    Io {
-        /// The address scraped.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// No complete response within the timeout (a frozen or overloaded replica).
-    #[error("no answer from {addr} within {timeout:?}")]
-    Timeout {
-        /// The address scraped.
-        addr: SocketAddr,
-        /// The timeout.
-        timeout: Duration,
-    },
-    /// The response was not `200 OK`.
-    #[error("{addr} answered /metrics with status {status}")]
-    Status {
-        /// The address scraped.
-        addr: SocketAddr,
-        /// The status code.
-        status: u16,
-    },
-    /// The response was not HTTP as expected.
-    #[error("malformed response from {addr}: {reason}")]
-    Malformed {
-        /// The address scraped.
-        addr: SocketAddr,
-        /// What was wrong.
-        reason: &'static str,
-    },
-}
-
 /// What to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecorderConfig {
@@ -120,6 +71,8 @@ pub struct RecorderConfig {
     pub pod_selector: String,
     /// The port of each replica's `/metrics` on its pod IP (8080).
     pub metrics_port: u16,
+    /// Scrape through the API server's `pods/proxy` instead of the pod IP directly.
+    pub scrape_through_api: bool,
     /// How often each replica is scraped (e.g. 100 ms).
     pub scrape_interval: Duration,
 }
@@ -145,8 +98,9 @@ pub struct Feeds {
 ///   however many snapshots are taken.
 ///
 /// # Caveats
-/// - Pod IPs must be reachable from the test process for scrapes to succeed (they are on
-///   the simulator; on other clusters scrapes may record nothing).
+/// - Direct scrapes need the pod IPs reachable from the test process (they are on the
+///   simulator); [`RecorderConfig::scrape_through_api`] goes through the API server's
+///   `pods/proxy` instead, as on kind or any cluster.
 /// - Audit events missed because the recorder fell behind the feed are reported as a
 ///   [`Observation::Note`], not recovered.
 /// - A Lease and a ConfigMap of the lock's name are both recorded under that name; an
@@ -195,7 +149,7 @@ impl Recorder {
                 stop_rx.clone(),
             )),
             tokio::spawn(watch_pods(
-                Api::<Pod>::namespaced(client, ns),
+                Api::<Pod>::namespaced(client.clone(), ns),
                 watcher::Config::default().labels(&config.pod_selector),
                 shared.clone(),
                 stop_rx.clone(),
@@ -203,7 +157,17 @@ impl Recorder {
             tokio::spawn(scrape_loop(
                 shared.clone(),
                 config.lock_name.clone(),
-                config.metrics_port,
+                if config.scrape_through_api {
+                    Scraper::ApiServer {
+                        client: client.clone(),
+                        namespace: config.namespace.clone(),
+                        port: config.metrics_port,
+                    }
+                } else {
+                    Scraper::Direct {
+                        port: config.metrics_port,
+                    }
+                },
                 config.scrape_interval,
                 stop_rx.clone(),
             )),
@@ -443,128 +407,12 @@ fn parse_sample(line: &str) -> Option<Sample<'_>> {
     })
 }
 
-/// GETs `http://<addr>/metrics` with a minimal HTTP/1.1 client and returns the body.
+/// GETs `http://<addr>/metrics` and returns the body (see [`plain_http::get`]).
 ///
 /// # Errors
-/// When the connection fails, the whole exchange takes longer than `timeout`, the status is
-/// not 200 or the response is not HTTP.
-pub async fn get_metrics(addr: SocketAddr, timeout: Duration) -> Result<String, RecorderError> {
-    match tokio::time::timeout(timeout, exchange(addr)).await {
-        Ok(result) => result,
-        Err(_) => Err(RecorderError::Timeout { addr, timeout }),
-    }
-}
-
-async fn exchange(addr: SocketAddr) -> Result<String, RecorderError> {
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .map_err(|source| RecorderError::Connect { addr, source })?;
-    let request = format!(
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\nUser-Agent: opconform-recorder\r\nConnection: close\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|source| RecorderError::Io { addr, source })?;
-    let mut buf = Vec::with_capacity(8 * 1024);
-    let mut chunk = [0u8; 8 * 1024];
-    loop {
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|source| RecorderError::Io { addr, source })?;
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.len() > MAX_RESPONSE {
-            return Err(RecorderError::Malformed {
-                addr,
-                reason: "response too large",
-            });
-        }
-        let malformed = |reason| RecorderError::Malformed { addr, reason };
-        if let Some((status, body)) = parse_response(&buf, n == 0).map_err(malformed)? {
-            if status != 200 {
-                return Err(RecorderError::Status { addr, status });
-            }
-            return String::from_utf8(body).map_err(|_| malformed("body is not UTF-8"));
-        }
-    }
-}
-
-/// Parses an HTTP/1.1 response: `Ok(None)` while incomplete, the status and decoded body
-/// (content-length, chunked, or up to the end of the stream) once complete.
-fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, &'static str> {
-    let Some(head_end) = find(buf, b"\r\n\r\n") else {
-        return if eof {
-            Err("truncated headers")
-        } else {
-            Ok(None)
-        };
-    };
-    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| "headers are not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.split_whitespace();
-    if !parts.next().is_some_and(|v| v.starts_with("HTTP/1.")) {
-        return Err("not an HTTP/1 status line");
-    }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or("no status code")?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if key.eq_ignore_ascii_case("content-length") {
-            length = Some(value.parse::<usize>().map_err(|_| "bad content-length")?);
-        } else if key.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        }
-    }
-    let body = &buf[head_end + 4..];
-    if chunked {
-        return match decode_chunked(body)? {
-            Some(decoded) => Ok(Some((status, decoded))),
-            None if eof => Err("truncated chunked body"),
-            None => Ok(None),
-        };
-    }
-    match length {
-        Some(n) if body.len() >= n => Ok(Some((status, body[..n].to_vec()))),
-        Some(_) if eof => Err("truncated body"),
-        Some(_) => Ok(None),
-        None if eof => Ok(Some((status, body.to_vec()))),
-        None => Ok(None),
-    }
-}
-
-/// Decodes a complete chunked body (`Ok(None)` while incomplete); trailers are ignored.
-fn decode_chunked(mut body: &[u8]) -> Result<Option<Vec<u8>>, &'static str> {
-    let mut out = Vec::new();
-    loop {
-        let Some(line_end) = find(body, b"\r\n") else {
-            return Ok(None);
-        };
-        let size_line = std::str::from_utf8(&body[..line_end]).map_err(|_| "bad chunk size")?;
-        let size_hex = size_line.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_hex, 16).map_err(|_| "bad chunk size")?;
-        body = &body[line_end + 2..];
-        if size == 0 {
-            return Ok(Some(out));
-        }
-        if body.len() < size + 2 {
-            return Ok(None);
-        }
-        out.extend_from_slice(&body[..size]);
-        body = &body[size + 2..];
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+/// What [`plain_http::get`] reports, or a status other than 200.
+pub async fn get_metrics(addr: SocketAddr, timeout: Duration) -> Result<String, PlainHttpError> {
+    plain_http::get_text(addr, "/metrics", timeout).await
 }
 
 /// What the recorder has seen, shared by its tasks.
@@ -891,10 +739,48 @@ async fn watch_pods(
     }
 }
 
+/// How a replica's `/metrics` is read.
+#[derive(Clone)]
+enum Scraper {
+    /// `http://<pod IP>:<port>/metrics` from the test process.
+    Direct { port: u16 },
+    /// `GET /api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy/metrics` through the API server.
+    ApiServer {
+        client: Client,
+        namespace: String,
+        port: u16,
+    },
+}
+
+impl Scraper {
+    async fn scrape(self, name: String, ip: IpAddr) -> Result<String, String> {
+        match self {
+            Self::Direct { port } => get_metrics(SocketAddr::new(ip, port), SCRAPE_TIMEOUT)
+                .await
+                .map_err(|e| crate::sim::error_chain(&e)),
+            Self::ApiServer {
+                client,
+                namespace,
+                port,
+            } => {
+                let request = http::Request::get(format!(
+                    "/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/metrics"
+                ))
+                .body(Vec::new())
+                .map_err(|e| e.to_string())?;
+                tokio::time::timeout(SCRAPE_TIMEOUT, client.request_text(request))
+                    .await
+                    .map_err(|_| format!("no answer within {SCRAPE_TIMEOUT:?}"))?
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
 async fn scrape_loop(
     shared: Arc<Shared>,
     lock: String,
-    port: u16,
+    scraper: Scraper,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -909,8 +795,8 @@ async fn scrape_loop(
             _ = ticker.tick() => {
                 for (name, ip) in shared.targets() {
                     if busy.insert(name.clone()) {
-                        let addr = SocketAddr::new(ip, port);
-                        in_flight.push(async move { (name, get_metrics(addr, SCRAPE_TIMEOUT).await) });
+                        let scrape = scraper.clone().scrape(name.clone(), ip);
+                        in_flight.push(async move { (name, scrape.await) });
                     }
                 }
             }
@@ -1084,31 +970,6 @@ garbage line\n";
         );
     }
 
-    #[test]
-    fn a_response_is_complete_by_length_by_chunks_or_at_the_end_of_stream() {
-        let by_length = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
-        assert_eq!(
-            parse_response(by_length, false).unwrap(),
-            Some((200, b"hello".to_vec()))
-        );
-        assert_eq!(parse_response(&by_length[..40], false).unwrap(), None);
-        assert!(parse_response(&by_length[..40], true).is_err());
-
-        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2;x=y\r\nlo\r\n0\r\n\r\n";
-        assert_eq!(
-            parse_response(chunked, false).unwrap(),
-            Some((200, b"hello".to_vec()))
-        );
-        assert_eq!(parse_response(&chunked[..60], false).unwrap(), None);
-
-        let to_end = b"HTTP/1.0 503 Unavailable\r\n\r\nbusy";
-        assert_eq!(parse_response(to_end, false).unwrap(), None);
-        assert_eq!(
-            parse_response(to_end, true).unwrap(),
-            Some((503, b"busy".to_vec()))
-        );
-        assert!(parse_response(b"SSH-2.0\r\n\r\n", false).is_err());
-    }
 
     #[test]
     fn the_retry_backoff_doubles_to_two_seconds_and_resets() {

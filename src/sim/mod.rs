@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod faults;
 pub mod kubelet;
+pub mod plain_http;
 pub mod proxy;
 
 /// An error and its causes on one line (`a: b: c`), for logs and failure messages.

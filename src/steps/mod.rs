@@ -229,6 +229,8 @@ impl World {
                 lock_name: operator::LOCK_NAME.into(),
                 pod_selector: "app.kubernetes.io/name=memcached-operator".into(),
                 metrics_port: 8080,
+                // Pod IPs are reachable only on the simulator.
+                scrape_through_api: provider.simulated().is_none(),
                 scrape_interval: Duration::from_millis(100),
             },
             Feeds {

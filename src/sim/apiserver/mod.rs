@@ -592,6 +592,12 @@ async fn handle(
         if info.verb == "watch" {
             return watch_response(&state, &call, &parts.headers, shutdown).into();
         }
+        if info.resource == "pods" && info.subresource == "proxy" {
+            return match pod_proxy(&state, &info).await {
+                Ok((code, body)) => full(code, "text/plain", body).into(),
+                Err(e) => error_response(&e, &parts.headers).into(),
+            };
+        }
         match call.serve() {
             Ok((code, Value::String(text))) => full(code, "text/plain", text.into_bytes()).into(),
             Ok((code, value)) => {
@@ -702,4 +708,45 @@ fn non_resource(
         Some(v) => json_response(200, &v, headers),
         None => error_response(&ApiError::NoSuchResource, headers),
     }
+}
+
+/// `GET pods/{name[:port]}/proxy/{path}`: the answer of the pod's own HTTP server (plain
+/// HTTP only, port 80 unless named), as kube-apiserver relays it.
+async fn pod_proxy(state: &State, info: &RequestInfo) -> Result<(u16, Vec<u8>), ApiError> {
+    if info.verb != "get" {
+        return Err(ApiError::MethodNotSupported);
+    }
+    let (name, port) = match info.name.split_once(':') {
+        Some((name, port)) => (
+            name,
+            port.parse::<u16>().map_err(|_| {
+                ApiError::BadRequest(format!("invalid port {port:?} in {:?}", info.name))
+            })?,
+        ),
+        None => (info.name.as_str(), 80),
+    };
+    let gr = self::status::GroupResource::new("", "pods");
+    let pod = state
+        .store
+        .get(&gr, &info.namespace, name)
+        .ok_or_else(|| ApiError::not_found(&gr, name))?;
+    let ip: std::net::IpAddr = pod["status"]["podIP"]
+        .as_str()
+        .and_then(|ip| ip.parse().ok())
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("pod {name} has no IP address yet: no proxy to it"))
+        })?;
+    crate::sim::plain_http::get(
+        std::net::SocketAddr::new(ip, port),
+        &info.proxy_path,
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .map_err(|e| {
+        ApiError::Custom {
+            code: 503,
+            reason: "ServiceUnavailable".into(),
+            message: format!("error trying to reach service: {}", crate::sim::error_chain(&e)),
+        }
+    })
 }

@@ -26,6 +26,8 @@ pub struct RequestInfo {
     pub subresource: String,
     /// The path.
     pub path: String,
+    /// For `pods/proxy`: the path on the pod (`/metrics`), from the segments after `proxy`.
+    pub proxy_path: String,
 }
 
 /// Query parameters (the last value of each wins, as in url.Values.Get).
@@ -105,8 +107,10 @@ pub fn parse(method: &Method, path: &str, query: &Query) -> RequestInfo {
     info.resource = rest.first().unwrap_or(&"").to_string();
     info.name = rest.get(1).unwrap_or(&"").to_string();
     info.subresource = rest.get(2).unwrap_or(&"").to_string();
-    if rest.len() > 3 {
-        // Deeper paths (proxy) are not served; keep the remainder visible in the name.
+    if info.subresource == "proxy" {
+        info.proxy_path = format!("/{}", rest.get(3..).unwrap_or_default().join("/"));
+    } else if rest.len() > 3 {
+        // Deeper paths are not served; keep the remainder visible in the subresource.
         info.subresource = rest[2..].join("/");
     }
     info.verb = match *method {
@@ -186,5 +190,24 @@ mod tests {
     fn discovery_paths_are_not_resource_requests() {
         assert!(!p(Method::GET, "/apis/apps/v1", "").resource_request);
         assert!(!p(Method::GET, "/version", "").resource_request);
+    }
+
+    #[test]
+    fn a_pod_proxy_path_keeps_the_path_on_the_pod() {
+        let i = parse(
+            &Method::GET,
+            "/api/v1/namespaces/ns/pods/web-1:8080/proxy/metrics",
+            &Query::default(),
+        );
+        assert_eq!(
+            (
+                i.resource.as_str(),
+                i.name.as_str(),
+                i.subresource.as_str(),
+                i.proxy_path.as_str(),
+                i.verb.as_str()
+            ),
+            ("pods", "web-1:8080", "proxy", "/metrics", "get")
+        );
     }
 }
