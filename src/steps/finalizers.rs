@@ -231,6 +231,7 @@ fn registry_match(world: &World, configmap: &str) -> RequestMatch {
 }
 
 #[given(expr = "the API server rejects changes to ConfigMap {string} in the operator's namespace")]
+#[when(expr = "the API server rejects changes to ConfigMap {string} in the operator's namespace")]
 async fn rejects_changes(world: &mut World, configmap: String) {
     let matches = registry_match(world, &configmap);
     refuse(world, &format!("changes to ConfigMap {configmap}"), matches).await;

@@ -66,7 +66,7 @@ where
 
 /// Checks `probe` again and again for `span` (the step's meaning is "for this long"); the
 /// step fails at the first answer that is not `Ok`, with `what` was expected and what was
-/// observed.
+/// observed, or when a look gets no answer within the span (at least 5 s).
 ///
 /// # Panics
 /// At the first violation.
@@ -76,12 +76,18 @@ where
     Fut: Future<Output = Result<(), String>>,
 {
     let begin = Instant::now();
+    let patience = span.max(Duration::from_secs(5));
     loop {
-        if let Err(observed) = probe().await {
-            panic!(
+        match tokio::time::timeout(patience, probe()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(observed)) => panic!(
                 "expected for {span:?}: {what}; after {:?} observed: {observed}",
                 begin.elapsed()
-            );
+            ),
+            Err(_) => panic!(
+                "expected for {span:?}: {what}; after {:?} a look got no answer within {patience:?}",
+                begin.elapsed()
+            ),
         }
         if begin.elapsed() >= span {
             return;

@@ -2,6 +2,7 @@
 //! object's reconciles (from the operator's log), API requests refused on purpose and the
 //! intervals of their retries (from the audit), periodic resyncs, and quiet once an object
 //! is gone.
+
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -43,8 +44,9 @@ impl FromStr for Results {
     }
 }
 
-/// The label of the operator's pods (and its Deployment's name).
+/// The label selector of the operator's pods.
 const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=memcached-operator";
+/// The operator's Deployment.
 const OPERATOR_DEPLOYMENT: &str = "memcached-operator";
 
 #[given(expr = "the memcached operator is deployed with {int} replica(s) and the flags {string}")]
@@ -145,6 +147,7 @@ fn request_match(verb: &str, resource: &str, namespace: String) -> RequestMatch 
 }
 
 #[given(expr = "the API server rejects requests to {word} {word} in namespace {string}")]
+#[when(expr = "the API server rejects requests to {word} {word} in namespace {string}")]
 async fn rejects(world: &mut World, verb: String, resource: String, namespace: String) {
     let real = world.ensure_namespace(&namespace).await;
     let key = format!("{verb} {resource} in {namespace}");
