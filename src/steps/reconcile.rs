@@ -292,15 +292,24 @@ async fn results_were(world: &mut World, within: Dur, name: String, expected: Re
     let seen = eventually(within.0, &what, || async {
         let seen = reconciles_of(world, &name).await?;
         let results = collapse(seen.iter().map(|r| r.result.as_str()));
-        if results == expected {
-            Ok(seen)
-        } else {
-            Err(format!(
+        let observed = || {
+            format!(
                 "results {}:\n{}",
                 results.join(", then "),
                 describe(&seen, origin)
-            ))
+            )
+        };
+        if results == expected {
+            return Ok(seen);
         }
+        // Results only ever get added: once they leave the expected course, no later
+        // reconcile brings them back.
+        assert!(
+            expected.starts_with(&results),
+            "expected {what}; they took another course: {}",
+            observed()
+        );
+        Err(observed())
     })
     .await;
     world.note(&format!(
