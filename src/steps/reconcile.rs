@@ -19,8 +19,9 @@ use crate::check::reconcile::{Reconcile, backing_off, collapse, parse_log, perio
 use crate::record::{Entry, History, Observation};
 use crate::sim::faults::RequestMatch;
 
-/// The status code the API server answers refused requests with.
-pub const REFUSAL_CODE: u16 = 500;
+/// The status code the API server answers refused requests with: 403 Forbidden, which
+/// every provider can give (on kind an admission policy answers).
+pub const REFUSAL_CODE: u16 = 403;
 
 /// Reconcile results in order as features write them: `requeue, then success`; each is a
 /// result label of `controller_runtime_reconcile_total`.
