@@ -2,6 +2,8 @@
 //! lease transitions that never decrease, reconcile counts. Each returns a [`Verdict`]
 //! that, on failure, carries the slice of history that breaks the rule.
 
+pub mod reconcile;
+
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 

@@ -5,9 +5,12 @@
 pub mod artifacts;
 pub mod cluster;
 pub mod faults;
+pub mod finalizers;
 pub mod history;
 pub mod leadership;
+pub mod memcached;
 pub mod operator;
+pub mod reconcile;
 pub mod vocabulary;
 
 use std::path::PathBuf;

@@ -1,0 +1,324 @@
+//! Steps about finalizers: the finalizer on a Memcached, an object held Terminating by it,
+//! the cleanup it guards (the operator's registry entry and its `Finalized` Event), and
+//! namespace deletion.
+//!
+//! The registry is the bundled operator's state that owner references cannot clean up:
+//! the ConfigMap `memcached-registry` in the operator's namespace, one key
+//! `<namespace>.<name>` per Memcached.
+
+use cucumber::{given, then, when};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
+use kube::api::{Api, DeleteParams, ListParams};
+
+use super::memcached::{bulk, eventually, get, namespace_of, throughout};
+use super::reconcile::{accept, origin, refuse};
+use super::{Dur, World};
+use crate::record::Observation;
+use crate::sim::faults::RequestMatch;
+
+/// The registry ConfigMap's name.
+pub const REGISTRY: &str = "memcached-registry";
+
+/// The registry key of a Memcached.
+fn key(world: &World, name: &str) -> String {
+    format!("{}.{name}", namespace_of(world, name))
+}
+
+/// The registry's keys (none when it does not exist).
+async fn registry_keys(world: &World) -> Result<Vec<String>, String> {
+    let namespace = world.operator_namespace().expect("cluster");
+    let cm = Api::<ConfigMap>::namespaced(world.client().expect("cluster"), &namespace)
+        .get_opt(REGISTRY)
+        .await
+        .map_err(|e| format!("reading ConfigMap {namespace}/{REGISTRY}: {e}"))?;
+    Ok(cm
+        .and_then(|c| c.data)
+        .map(|d| d.into_keys().collect())
+        .unwrap_or_default())
+}
+
+async fn registry_has(world: &World, names: &[String]) -> Result<(), String> {
+    let keys = registry_keys(world).await?;
+    let missing: Vec<String> = names
+        .iter()
+        .map(|n| key(world, n))
+        .filter(|k| !keys.contains(k))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the registry lacks {missing:?}; it holds {keys:?}"))
+    }
+}
+
+async fn registry_lacks(world: &World, names: &[String]) {
+    let keys = registry_keys(world).await.unwrap_or_else(|e| panic!("{e}"));
+    let left: Vec<String> = names
+        .iter()
+        .map(|n| key(world, n))
+        .filter(|k| keys.contains(k))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "expected no registry entry for {names:?}; the registry still holds {left:?} (all keys: {keys:?})"
+    );
+}
+
+#[given(expr = "within {duration} the registry holds an entry for memcached {string}")]
+#[then(expr = "within {duration} the registry holds an entry for memcached {string}")]
+async fn registry_holds(world: &mut World, within: Dur, name: String) {
+    let what = format!("the registry holds the key {}", key(world, &name));
+    eventually(within.0, &what, || {
+        registry_has(world, std::slice::from_ref(&name))
+    })
+    .await;
+}
+
+#[given(expr = "within {duration} the registry holds an entry for each of the Memcached objects")]
+#[then(expr = "within {duration} the registry holds an entry for each of the Memcached objects")]
+async fn registry_holds_all(world: &mut World, within: Dur) {
+    let names = bulk(world);
+    let what = format!("the registry holds a key for each of {names:?}");
+    eventually(within.0, &what, || registry_has(world, &names)).await;
+}
+
+#[then(expr = "the registry still holds an entry for memcached {string}")]
+async fn registry_still_holds(world: &mut World, name: String) {
+    registry_has(world, std::slice::from_ref(&name))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[then(expr = "the registry holds no entry for memcached {string}")]
+async fn registry_holds_none(world: &mut World, name: String) {
+    registry_lacks(world, &[name]).await;
+}
+
+#[then(expr = "the registry holds no entry for any of the Memcached objects")]
+async fn registry_holds_none_of_all(world: &mut World) {
+    registry_lacks(world, &bulk(world)).await;
+}
+
+fn finalizers(object: &kube::api::DynamicObject) -> Vec<String> {
+    object.metadata.finalizers.clone().unwrap_or_default()
+}
+
+#[then(expr = "within {duration} memcached {string} carries the finalizer {string}")]
+async fn carries_finalizer(world: &mut World, within: Dur, name: String, finalizer: String) {
+    let what = format!("memcached {name} carries the finalizer {finalizer}");
+    eventually(within.0, &what, || async {
+        let mc = get(world, &name)
+            .await?
+            .ok_or_else(|| format!("memcached {name} does not exist"))?;
+        if finalizers(&mc).contains(&finalizer) {
+            Ok(())
+        } else {
+            Err(format!("finalizers {:?}", finalizers(&mc)))
+        }
+    })
+    .await;
+}
+
+#[then(expr = "the finalizer was added to memcached {string} before its Deployment was created")]
+async fn finalizer_before_deployment(world: &mut World, name: String) {
+    let namespace = namespace_of(world, &name);
+    let history = world.history();
+    let writes: Vec<_> = history
+        .entries()
+        .iter()
+        .filter(|e| {
+            matches!(&e.observation, Observation::Write { namespace: ns, code, .. }
+                if *ns == namespace && (200..300).contains(code))
+        })
+        .cloned()
+        .collect();
+    let position = |what: &dyn Fn(&str, &str, &str) -> bool| {
+        writes.iter().position(|e| match &e.observation {
+            Observation::Write {
+                verb,
+                resource,
+                name,
+                ..
+            } => what(verb, resource, name),
+            _ => false,
+        })
+    };
+    let finalizer = position(&|verb, resource, object| {
+        matches!(verb, "update" | "patch") && resource == "memcacheds" && object == name
+    });
+    let created = position(&|verb, resource, _| verb == "create" && resource == "deployments");
+    let origin = origin(&history);
+    let shown = crate::record::describe(&writes, origin);
+    match (finalizer, created) {
+        (Some(f), Some(c)) if f < c => {}
+        (None, _) => panic!(
+            "the operator never updated memcached {name} (where the finalizer goes); its writes in {namespace}:\n{shown}"
+        ),
+        (_, None) => {
+            panic!("the operator never created a Deployment in {namespace}; its writes:\n{shown}")
+        }
+        (Some(_), Some(_)) => panic!(
+            "the Deployment of memcached {name} was created before the finalizer was added; the operator's writes in {namespace}:\n{shown}"
+        ),
+    }
+}
+
+#[then(expr = "memcached {string} stays Terminating with its finalizer for {duration}")]
+async fn stays_terminating(world: &mut World, name: String, span: Dur) {
+    let what = format!("memcached {name} exists, Terminating, with its finalizer");
+    throughout(span.0, &what, || async {
+        let mc = get(world, &name)
+            .await?
+            .ok_or_else(|| format!("memcached {name} is gone"))?;
+        if mc.metadata.deletion_timestamp.is_none() {
+            return Err("it is not Terminating (no deletionTimestamp)".into());
+        }
+        if finalizers(&mc).is_empty() {
+            return Err("it has no finalizer left".into());
+        }
+        Ok(())
+    })
+    .await;
+}
+
+#[then(expr = "an Event {string} was recorded for memcached {string}")]
+async fn event_recorded(world: &mut World, reason: String, name: String) {
+    let namespace = namespace_of(world, &name);
+    let uid = world
+        .remembered
+        .get(&format!("memcached {name} uid"))
+        .cloned();
+    let events = Api::<Event>::namespaced(world.client().expect("cluster"), &namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("listing the events of {namespace}: {e}"));
+    let about: Vec<&Event> = events
+        .items
+        .iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Memcached")
+                && e.involved_object.name.as_deref() == Some(name.as_str())
+                && (uid.is_none() || e.involved_object.uid == uid)
+        })
+        .collect();
+    if !about
+        .iter()
+        .any(|e| e.reason.as_deref() == Some(reason.as_str()))
+    {
+        let seen: Vec<String> = about
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} ({})",
+                    e.reason.clone().unwrap_or_default(),
+                    e.message.clone().unwrap_or_default()
+                )
+            })
+            .collect();
+        panic!("no Event {reason} about memcached {namespace}/{name}; its events: {seen:?}");
+    }
+}
+
+fn registry_match(world: &World, configmap: &str) -> RequestMatch {
+    RequestMatch {
+        verbs: ["update", "patch", "delete"].map(String::from).to_vec(),
+        resource: Some("configmaps".into()),
+        group: Some(String::new()),
+        namespace: Some(world.operator_namespace().expect("cluster")),
+        name: Some(configmap.to_string()),
+        ..RequestMatch::default()
+    }
+}
+
+#[given(expr = "the API server rejects changes to ConfigMap {string} in the operator's namespace")]
+#[when(expr = "the API server rejects changes to ConfigMap {string} in the operator's namespace")]
+async fn rejects_changes(world: &mut World, configmap: String) {
+    let matches = registry_match(world, &configmap);
+    refuse(world, &format!("changes to ConfigMap {configmap}"), matches).await;
+}
+
+#[when(
+    expr = "the API server accepts changes to ConfigMap {string} in the operator's namespace again"
+)]
+async fn accepts_changes(world: &mut World, configmap: String) {
+    accept(world, &format!("changes to ConfigMap {configmap}")).await;
+}
+
+#[then(expr = "the registry entry of memcached {string} was removed by the new leader")]
+async fn removed_by_new_leader(world: &mut World, name: String) {
+    let leader = world
+        .leader
+        .clone()
+        .expect("a step saw the new leader before");
+    let namespace = world.operator_namespace().expect("cluster");
+    let history = world.history();
+    let changes: Vec<_> = history
+        .entries()
+        .iter()
+        .filter(|e| {
+            matches!(&e.observation, Observation::Write { resource, namespace: ns, name: n, .. }
+                if resource == "configmaps" && *ns == namespace && n == REGISTRY)
+        })
+        .cloned()
+        .collect();
+    let by_leader = changes.iter().any(|e| {
+        matches!(&e.observation, Observation::Write { replica, code, verb, .. }
+            if *replica == leader && (200..300).contains(code) && verb != "create")
+    });
+    let origin = origin(&history);
+    assert!(
+        by_leader,
+        "the new leader {leader} never changed the registry; the changes of {REGISTRY} (memcached {name}):\n{}",
+        crate::record::describe(&changes, origin)
+    );
+}
+
+#[when(expr = "namespace {string} is deleted")]
+async fn namespace_deleted(world: &mut World, logical: String) {
+    let name = world.namespace(&logical).expect("cluster");
+    Api::<Namespace>::all(world.client().expect("cluster"))
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting namespace {name} failed: {e}"));
+    world.note(&format!("deleted namespace {name}"));
+}
+
+#[then(expr = "within {duration} namespace {string} is gone")]
+async fn namespace_gone(world: &mut World, within: Dur, logical: String) {
+    let name = world.namespace(&logical).expect("cluster");
+    let namespaces: Api<Namespace> = Api::all(world.client().expect("cluster"));
+    let memcacheds = super::memcached::api(world, &name);
+    let what = format!("namespace {name} no longer exists");
+    eventually(within.0, &what, || async {
+        let Some(ns) = namespaces
+            .get_opt(&name)
+            .await
+            .map_err(|e| format!("reading namespace {name}: {e}"))?
+        else {
+            return Ok(());
+        };
+        let left: Vec<String> = memcacheds
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|m| {
+                        format!(
+                            "{} (finalizers {:?})",
+                            m.metadata.name.clone().unwrap_or_default(),
+                            m.metadata.finalizers.clone().unwrap_or_default()
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Err(format!(
+            "it is {}; Memcached objects left in it: {left:?}",
+            ns.status
+                .and_then(|s| s.phase)
+                .unwrap_or_else(|| "there".into())
+        ))
+    })
+    .await;
+}

@@ -1,0 +1,703 @@
+//! Steps about Memcached objects and what they own: creating, scaling, deleting and
+//! submitting invalid ones; waiting for their Deployment, pods and status.
+//!
+//! A Memcached is named in features by its name alone; the step that created it
+//! remembers its namespace (a logical one, `default` unless stated, prefixed on shared
+//! clusters), so later steps find it.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use cucumber::{given, then, when};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use super::{Dur, World};
+
+/// The group of the Memcached resource.
+pub const GROUP: &str = "cache.example.com";
+/// The version of the Memcached resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// How often waiting steps look again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The Memcached resource (`cache.example.com/v1alpha1`, plural `memcacheds`).
+pub fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(GROUP, VERSION, "Memcached"),
+        "memcacheds",
+    )
+}
+
+/// The Memcached objects of `namespace`.
+pub fn api(world: &World, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(world.client().expect("cluster"), namespace, &resource())
+}
+
+/// Polls `probe` until it answers `Ok`, at most for `within`; on timeout the step fails
+/// with `what` was expected and the probe's last answer (what it observed).
+///
+/// # Panics
+/// On timeout.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + within;
+    let mut last = String::from("nothing yet: the first look did not finish");
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, probe()).await {
+            Ok(Ok(value)) => return value,
+            Ok(Err(observed)) => last = observed,
+            Err(_) => {}
+        }
+        if Instant::now() >= deadline {
+            panic!("expected within {within:?}: {what}; last observed: {last}");
+        }
+        tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
+    }
+}
+
+/// Checks `probe` again and again for `span` (the step's meaning is "for this long"); the
+/// step fails at the first answer that is not `Ok`, with `what` was expected and what was
+/// observed, or when a look gets no answer within the span (at least 5 s).
+///
+/// # Panics
+/// At the first violation.
+pub async fn throughout<F, Fut>(span: Duration, what: &str, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let begin = Instant::now();
+    let patience = span.max(Duration::from_secs(5));
+    loop {
+        match tokio::time::timeout(patience, probe()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(observed)) => panic!(
+                "expected for {span:?}: {what}; after {:?} observed: {observed}",
+                begin.elapsed()
+            ),
+            Err(_) => panic!(
+                "expected for {span:?}: {what}; after {:?} a look got no answer within {patience:?}",
+                begin.elapsed()
+            ),
+        }
+        if begin.elapsed() >= span {
+            return;
+        }
+        tokio::time::sleep(POLL.min(span.saturating_sub(begin.elapsed()))).await;
+    }
+}
+
+/// The (real) namespace of the Memcached the scenario created under `name`; `default`
+/// when no step created it.
+pub fn namespace_of(world: &World, name: &str) -> String {
+    world
+        .remembered
+        .get(&format!("memcached {name}"))
+        .cloned()
+        .unwrap_or_else(|| world.namespace("default").expect("cluster"))
+}
+
+/// The names of the Memcached objects the last bulk step created.
+pub fn bulk(world: &World) -> Vec<String> {
+    world
+        .remembered
+        .get("memcached bulk")
+        .map(|names| names.split(',').map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+fn memcached(name: &str, size: Value) -> DynamicObject {
+    let mut object = DynamicObject::new(name, &resource());
+    object.data = json!({ "spec": { "size": size } });
+    object
+}
+
+/// Reads a Memcached: `None` when it does not exist.
+///
+/// # Errors
+/// What went wrong reading it, as text for a step's "last observed".
+pub async fn get(world: &World, name: &str) -> Result<Option<DynamicObject>, String> {
+    let namespace = namespace_of(world, name);
+    api(world, &namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading memcached {namespace}/{name}: {e}"))
+}
+
+/// Reads the Deployment named after a Memcached: `None` when it does not exist.
+///
+/// # Errors
+/// What went wrong reading it.
+pub async fn deployment(world: &World, name: &str) -> Result<Option<Deployment>, String> {
+    let namespace = namespace_of(world, name);
+    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading deployment {namespace}/{name}: {e}"))
+}
+
+/// `spec.size` of a Memcached as stored (any JSON value).
+pub fn size_of(object: &DynamicObject) -> &Value {
+    &object.data["spec"]["size"]
+}
+
+/// `status.nodes` of a Memcached.
+pub fn nodes_of(object: &DynamicObject) -> Vec<String> {
+    object.data["status"]["nodes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the Deployment names `owner` (by uid) as its controlling owner.
+fn controlled_by(deployment: &Deployment, owner: &DynamicObject) -> bool {
+    let uid = owner.metadata.uid.as_deref();
+    deployment
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.kind == "Memcached" && Some(r.uid.as_str()) == uid)
+}
+
+fn owners(deployment: &Deployment) -> String {
+    let refs: Vec<String> = deployment
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|r| {
+            format!(
+                "{} {} (uid {}, controller {:?})",
+                r.kind, r.name, r.uid, r.controller
+            )
+        })
+        .collect();
+    if refs.is_empty() {
+        "no owner".into()
+    } else {
+        refs.join(", ")
+    }
+}
+
+/// The Deployment of Memcached `name` when it has `replicas` replicas and is controlled by
+/// it (and, with `unlike`, has another uid).
+async fn owned_deployment(
+    world: &World,
+    name: &str,
+    replicas: i32,
+    unlike: Option<&str>,
+) -> Result<Deployment, String> {
+    let mc = get(world, name)
+        .await?
+        .ok_or_else(|| format!("memcached {name} does not exist"))?;
+    let d = deployment(world, name)
+        .await?
+        .ok_or_else(|| format!("memcached {name} has no Deployment"))?;
+    let uid = d.metadata.uid.clone().unwrap_or_default();
+    let have = d.spec.as_ref().and_then(|s| s.replicas);
+    if unlike == Some(uid.as_str()) {
+        return Err(format!("the Deployment is still the old one (uid {uid})"));
+    }
+    if have != Some(replicas) {
+        return Err(format!("its Deployment has {have:?} replicas"));
+    }
+    if !controlled_by(&d, &mc) {
+        return Err(format!(
+            "its Deployment is owned by {}, not by memcached {name} (uid {})",
+            owners(&d),
+            mc.metadata.uid.unwrap_or_default()
+        ));
+    }
+    Ok(d)
+}
+
+/// The names of the pods the Deployment of Memcached `name` selects, sorted.
+async fn pods_of(world: &World, name: &str) -> Result<Vec<String>, String> {
+    let d = deployment(world, name)
+        .await?
+        .ok_or_else(|| format!("memcached {name} has no Deployment"))?;
+    let labels = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.clone())
+        .unwrap_or_default();
+    let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let namespace = namespace_of(world, name);
+    let pods = Api::<Pod>::namespaced(world.client().expect("cluster"), &namespace)
+        .list(&ListParams::default().labels(&selector.join(",")))
+        .await
+        .map_err(|e| format!("listing the pods of {namespace}/{name}: {e}"))?;
+    let mut names: Vec<String> = pods
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Whether `status.nodes` of Memcached `name` names exactly its `count` pods.
+async fn lists_its_pods(world: &World, name: &str, count: usize) -> Result<(), String> {
+    let mc = get(world, name)
+        .await?
+        .ok_or_else(|| format!("memcached {name} does not exist"))?;
+    let nodes = nodes_of(&mc);
+    let pods = pods_of(world, name).await?;
+    if pods.len() != count {
+        return Err(format!(
+            "its Deployment has {} pods {pods:?}; status.nodes is {nodes:?}",
+            pods.len()
+        ));
+    }
+    if nodes != pods {
+        return Err(format!("status.nodes is {nodes:?}, its pods are {pods:?}"));
+    }
+    Ok(())
+}
+
+async fn create(world: &mut World, name: &str, size: i64, logical_namespace: &str) {
+    let namespace = world.ensure_namespace(logical_namespace).await;
+    api(world, &namespace)
+        .create(&PostParams::default(), &memcached(name, json!(size)))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("creating memcached {namespace}/{name} of size {size} failed: {e}")
+        });
+    world
+        .remembered
+        .insert(format!("memcached {name}"), namespace.clone());
+    world.note(&format!(
+        "created memcached {namespace}/{name} of size {size}"
+    ));
+}
+
+#[given(expr = "a Memcached {string} of size {int}")]
+async fn a_memcached(world: &mut World, name: String, size: i64) {
+    create(world, &name, size, "default").await;
+}
+
+#[when(expr = "a Memcached {string} of size {int} is created")]
+async fn is_created(world: &mut World, name: String, size: i64) {
+    create(world, &name, size, "default").await;
+}
+
+#[given(expr = "a Memcached {string} of size {int} in namespace {string}")]
+async fn a_memcached_in(world: &mut World, name: String, size: i64, namespace: String) {
+    create(world, &name, size, &namespace).await;
+}
+
+#[given(expr = "{int} Memcached objects of size {int} in namespace {string}")]
+#[when(expr = "{int} Memcached objects of size {int} are created at once in namespace {string}")]
+async fn many_at_once(world: &mut World, count: usize, size: i64, logical: String) {
+    let namespace = world.ensure_namespace(&logical).await;
+    let api = api(world, &namespace);
+    let names: Vec<String> = (1..=count).map(|i| format!("memcached-{i}")).collect();
+    world.remembered.insert(
+        "memcached bulk started".into(),
+        chrono::Utc::now().to_rfc3339(),
+    );
+    let creates = names.iter().map(|name| {
+        let api = api.clone();
+        let object = memcached(name, json!(size));
+        async move {
+            api.create(&PostParams::default(), &object)
+                .await
+                .map_err(|e| format!("{name}: {e}"))
+        }
+    });
+    let failed: Vec<String> = futures::future::join_all(creates)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "creating {count} Memcached objects in {namespace} at once: {} failed: {}",
+        failed.len(),
+        failed.join("; ")
+    );
+    for name in &names {
+        world
+            .remembered
+            .insert(format!("memcached {name}"), namespace.clone());
+    }
+    world
+        .remembered
+        .insert("memcached bulk".into(), names.join(","));
+    world.note(&format!(
+        "created {count} memcached objects of size {size} in {namespace}"
+    ));
+}
+
+#[then(
+    expr = "within {duration} all the Memcached objects have their Deployment and list their pods"
+)]
+async fn all_reconciled(world: &mut World, within: Dur) {
+    let names = bulk(world);
+    assert!(
+        !names.is_empty(),
+        "no step created Memcached objects at once"
+    );
+    let namespace = namespace_of(world, &names[0]);
+    let client = world.client().expect("cluster");
+    let memcacheds = api(world, &namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client, &namespace);
+    let started = world
+        .remembered
+        .get("memcached bulk started")
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .unwrap_or_else(chrono::Utc::now);
+    let what = format!(
+        "all {} Memcached objects in {namespace} have a Deployment of their size owned by them and list that many pods in status.nodes",
+        names.len()
+    );
+    eventually(within.0, &what, || async {
+        let objects = memcacheds
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing memcacheds: {e}"))?;
+        let owned = deployments
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing deployments: {e}"))?;
+        let mut pending = Vec::new();
+        for name in &names {
+            let Some(mc) = objects
+                .items
+                .iter()
+                .find(|o| o.metadata.name.as_ref() == Some(name))
+            else {
+                pending.push(format!("{name}: gone"));
+                continue;
+            };
+            let size = size_of(mc).as_i64().unwrap_or(-1);
+            let has_deployment = owned.items.iter().any(|d| {
+                d.metadata.name.as_ref() == Some(name)
+                    && d.spec.as_ref().and_then(|s| s.replicas) == Some(size as i32)
+                    && controlled_by(d, mc)
+            });
+            let nodes = nodes_of(mc).len();
+            if !has_deployment || nodes as i64 != size {
+                pending.push(format!(
+                    "{name}: {} Deployment, {nodes} of {size} nodes",
+                    if has_deployment { "owned" } else { "no owned" }
+                ));
+            }
+        }
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {} not yet: {}",
+                pending.len(),
+                names.len(),
+                pending
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))
+        }
+    })
+    .await;
+    let took = (chrono::Utc::now() - started).num_milliseconds() as f64 / 1000.0;
+    println!(
+        "all {} Memcached objects reconciled {took:.1}s after they were created",
+        names.len()
+    );
+    world.note(&format!(
+        "all {} memcached objects reconciled in {took:.1}s",
+        names.len()
+    ));
+}
+
+#[when(expr = "memcached {string} is scaled to {int}")]
+async fn scaled_to(world: &mut World, name: String, size: i64) {
+    let namespace = namespace_of(world, &name);
+    api(world, &namespace)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "size": size } })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("scaling memcached {namespace}/{name} to {size} failed: {e}"));
+    world.note(&format!("scaled memcached {namespace}/{name} to {size}"));
+}
+
+#[when(expr = "memcached {string} is deleted")]
+async fn deleted(world: &mut World, name: String) {
+    let namespace = namespace_of(world, &name);
+    if let Ok(Some(mc)) = get(world, &name).await {
+        world.remembered.insert(
+            format!("memcached {name} uid"),
+            mc.metadata.uid.unwrap_or_default(),
+        );
+    }
+    api(world, &namespace)
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting memcached {namespace}/{name} failed: {e}"));
+    world.note(&format!("deleted memcached {namespace}/{name}"));
+}
+
+#[when(expr = "the Deployment of memcached {string} is deleted")]
+async fn deployment_deleted(world: &mut World, name: String) {
+    let namespace = namespace_of(world, &name);
+    let old = deployment(world, &name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("memcached {name} has no Deployment to delete"));
+    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap_or_else(|e| panic!("deleting deployment {namespace}/{name} failed: {e}"));
+    world.remembered.insert(
+        format!("deleted deployment {name}"),
+        old.metadata.uid.unwrap_or_default(),
+    );
+    world.note(&format!("deleted deployment {namespace}/{name}"));
+}
+
+#[given(
+    expr = "within {duration} memcached {string} has a Deployment of {int} replica(s) owned by it"
+)]
+#[then(
+    expr = "within {duration} memcached {string} has a Deployment of {int} replica(s) owned by it"
+)]
+async fn has_deployment(world: &mut World, within: Dur, name: String, replicas: i32) {
+    let what = format!("memcached {name} has a Deployment of {replicas} replicas it controls");
+    eventually(within.0, &what, || {
+        owned_deployment(world, &name, replicas, None)
+    })
+    .await;
+}
+
+#[then(
+    expr = "within {duration} memcached {string} has a new Deployment of {int} replica(s) owned by it"
+)]
+async fn has_new_deployment(world: &mut World, within: Dur, name: String, replicas: i32) {
+    let old = world
+        .remembered
+        .get(&format!("deleted deployment {name}"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no step deleted the Deployment of memcached {name}"));
+    let what = format!(
+        "memcached {name} has a new Deployment (not uid {old}) of {replicas} replicas it controls"
+    );
+    eventually(within.0, &what, || {
+        owned_deployment(world, &name, replicas, Some(&old))
+    })
+    .await;
+}
+
+#[given(expr = "within {duration} the status of memcached {string} lists its {int} pod(s)")]
+#[then(expr = "within {duration} the status of memcached {string} lists its {int} pod(s)")]
+async fn status_lists_pods(world: &mut World, within: Dur, name: String, count: usize) {
+    let what = format!("status.nodes of memcached {name} names its {count} pods");
+    eventually(within.0, &what, || lists_its_pods(world, &name, count)).await;
+}
+
+#[then(expr = "within {duration} memcached {string} is gone")]
+async fn is_gone(world: &mut World, within: Dur, name: String) {
+    let what = format!("memcached {name} no longer exists");
+    eventually(within.0, &what, || async {
+        match get(world, &name).await? {
+            None => Ok(()),
+            Some(mc) => Err(format!(
+                "it exists{}, finalizers {:?}",
+                if mc.metadata.deletion_timestamp.is_some() {
+                    ", Terminating"
+                } else {
+                    ""
+                },
+                mc.metadata.finalizers.unwrap_or_default()
+            )),
+        }
+    })
+    .await;
+    world.remembered.insert(
+        format!("memcached {name} gone at"),
+        chrono::Utc::now().to_rfc3339(),
+    );
+    world.note(&format!("memcached {name} is gone"));
+}
+
+#[then(expr = "within {duration} the Deployment of memcached {string} is gone")]
+async fn deployment_is_gone(world: &mut World, within: Dur, name: String) {
+    let what = format!("the Deployment of memcached {name} no longer exists");
+    eventually(within.0, &what, || async {
+        match deployment(world, &name).await? {
+            None => Ok(()),
+            Some(d) => Err(format!(
+                "it exists (uid {}), owned by {}",
+                d.metadata.uid.clone().unwrap_or_default(),
+                owners(&d)
+            )),
+        }
+    })
+    .await;
+}
+
+/// What the API server answered to the last submission: `Ok` or the refusal.
+fn remember_answer(world: &mut World, answer: Result<(), kube::Error>) {
+    let text = match answer {
+        Ok(()) => "accepted".to_string(),
+        Err(kube::Error::Api(s)) => json!({
+            "code": s.code,
+            "reason": s.reason,
+            "message": s.message,
+        })
+        .to_string(),
+        Err(other) => panic!("the request did not get an answer from the API server: {other}"),
+    };
+    world.remembered.insert("last answer".into(), text);
+}
+
+fn json_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+#[when(expr = "a Memcached {string} of size {word} is submitted")]
+async fn submitted(world: &mut World, name: String, size: String) {
+    let namespace = world.ensure_namespace("default").await;
+    world
+        .remembered
+        .insert(format!("memcached {name}"), namespace.clone());
+    let answer = api(world, &namespace)
+        .create(&PostParams::default(), &memcached(&name, json_value(&size)))
+        .await
+        .map(|_| ());
+    remember_answer(world, answer);
+}
+
+#[when(expr = "memcached {string} is changed to size {word}")]
+async fn changed_to(world: &mut World, name: String, size: String) {
+    let namespace = namespace_of(world, &name);
+    let answer = api(world, &namespace)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "size": json_value(&size) } })),
+        )
+        .await
+        .map(|_| ());
+    remember_answer(world, answer);
+}
+
+#[then(expr = "the API server refused it as {word}, naming the field {string}")]
+async fn refused_as(world: &mut World, reason: String, field: String) {
+    let answer = world
+        .remembered
+        .get("last answer")
+        .cloned()
+        .expect("a step submitted something before");
+    let status: Value = serde_json::from_str(&answer)
+        .unwrap_or_else(|_| panic!("the API server accepted it; expected a refusal as {reason}"));
+    assert_eq!(
+        status["reason"], reason,
+        "expected a refusal as {reason} naming {field}; the API server answered {answer}"
+    );
+    if reason == "Invalid" {
+        assert_eq!(status["code"], 422, "an Invalid refusal is a 422: {answer}");
+    }
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&field),
+        "the refusal does not name the field {field}: {message}"
+    );
+}
+
+#[then(expr = "memcached {string} does not exist")]
+async fn does_not_exist(world: &mut World, name: String) {
+    if let Some(mc) = get(world, &name).await.unwrap_or_else(|e| panic!("{e}")) {
+        panic!("memcached {name} exists with spec {}", mc.data["spec"]);
+    }
+    if let Some(d) = deployment(world, &name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
+        panic!(
+            "memcached {name} does not exist but a Deployment of its name does, owned by {}",
+            owners(&d)
+        );
+    }
+}
+
+#[then(
+    expr = "for {duration} memcached {string} keeps size {int} and a Deployment of {int} replica(s)"
+)]
+async fn keeps_size(world: &mut World, span: Dur, name: String, size: i64, replicas: i32) {
+    let generation = get(world, &name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("memcached {name} does not exist"))
+        .metadata
+        .generation;
+    let what = format!(
+        "memcached {name} keeps size {size} (generation {generation:?}) and its Deployment {replicas} replicas"
+    );
+    throughout(span.0, &what, || async {
+        let mc = get(world, &name)
+            .await?
+            .ok_or_else(|| format!("memcached {name} is gone"))?;
+        if size_of(&mc) != &json!(size) || mc.metadata.generation != generation {
+            return Err(format!(
+                "size {}, generation {:?}",
+                size_of(&mc),
+                mc.metadata.generation
+            ));
+        }
+        owned_deployment(world, &name, replicas, None)
+            .await
+            .map(|_| ())
+    })
+    .await;
+}
+
+/// The status of a condition of a Memcached (`True`, `False`, …), if it has it.
+pub fn condition(object: &DynamicObject, type_: &str) -> Option<String> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["status"].as_str().map(str::to_string))
+}
+
+#[given(expr = "within {duration} memcached {string} is available and no longer progressing")]
+#[then(expr = "within {duration} memcached {string} is available and no longer progressing")]
+async fn is_available(world: &mut World, within: Dur, name: String) {
+    let what = format!("memcached {name} has the conditions Available True and Progressing False");
+    eventually(within.0, &what, || async {
+        let mc = get(world, &name)
+            .await?
+            .ok_or_else(|| format!("memcached {name} does not exist"))?;
+        let available = condition(&mc, "Available");
+        let progressing = condition(&mc, "Progressing");
+        if available.as_deref() == Some("True") && progressing.as_deref() == Some("False") {
+            Ok(())
+        } else {
+            Err(format!(
+                "Available {available:?}, Progressing {progressing:?}; status {}",
+                mc.data["status"]
+            ))
+        }
+    })
+    .await;
+}

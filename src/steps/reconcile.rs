@@ -1,0 +1,392 @@
+//! Steps about reconciling: running the operator with chosen flags, the results of an
+//! object's reconciles (from the operator's log), API requests refused on purpose and the
+//! intervals of their retries (from the audit), periodic resyncs, and quiet once an object
+//! is gone.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use cucumber::{given, then, when};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::memcached::{eventually, namespace_of};
+use super::operator::{OperatorSetup, deploy};
+use super::{Dur, World};
+use crate::check::reconcile::{Reconcile, backing_off, collapse, parse_log, periodic};
+use crate::record::{Entry, History, Observation};
+use crate::sim::faults::RequestMatch;
+
+/// The status code the API server answers refused requests with: 403 Forbidden, which
+/// every provider can give (on kind an admission policy answers).
+pub const REFUSAL_CODE: u16 = 403;
+
+/// Reconcile results in order as features write them: `requeue, then success`; each is a
+/// result label of `controller_runtime_reconcile_total`.
+#[derive(Debug, Clone, PartialEq, Eq, cucumber::Parameter)]
+#[param(name = "results", regex = r"[a-z_]+(?:, then [a-z_]+)*")]
+pub struct Results(pub Vec<String>);
+
+impl FromStr for Results {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        const LABELS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
+        let results: Vec<String> = s.split(", then ").map(str::to_string).collect();
+        match results.iter().find(|r| !LABELS.contains(&r.as_str())) {
+            Some(bad) => Err(format!(
+                "{bad:?} is no reconcile result; the results are {}",
+                LABELS.join(", ")
+            )),
+            None => Ok(Self(results)),
+        }
+    }
+}
+
+/// The label selector of the operator's pods.
+const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=memcached-operator";
+/// The operator's Deployment.
+const OPERATOR_DEPLOYMENT: &str = "memcached-operator";
+
+#[given(expr = "the memcached operator is deployed with {int} replica(s) and the flags {string}")]
+async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) {
+    let args = flags.split_whitespace().map(str::to_string).collect();
+    deploy(world, OperatorSetup { replicas, args }).await;
+}
+
+#[when(expr = "the operator is scaled to {int} replica(s)")]
+async fn operator_scaled(world: &mut World, replicas: i32) {
+    let namespace = world.operator_namespace().expect("cluster");
+    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
+        .patch(
+            OPERATOR_DEPLOYMENT,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": replicas } })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("scaling the operator to {replicas} failed: {e}"));
+    world.note(&format!("scaled the operator to {replicas} replicas"));
+}
+
+#[then(expr = "within {duration} the operator has no pods")]
+async fn no_operator_pods(world: &mut World, within: Dur) {
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    eventually(within.0, "no operator pod exists", || async {
+        let list = pods
+            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+            .await
+            .map_err(|e| format!("listing the operator's pods: {e}"))?;
+        let names: Vec<String> = list
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        if names.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("pods {names:?}"))
+        }
+    })
+    .await;
+}
+
+/// Makes the API server refuse requests matching `matches` with [`REFUSAL_CODE`],
+/// remembered under `key` (for the undo) and as the scenario's latest refusal (for the
+/// checks of refused requests).
+pub async fn refuse(world: &mut World, key: &str, matches: RequestMatch) {
+    let id = world
+        .provider()
+        .expect("cluster")
+        .reject(matches.clone(), REFUSAL_CODE, "refused by the scenario")
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "making the API server refuse {key} failed: {}",
+                super::chain(&e)
+            )
+        });
+    world
+        .remembered
+        .insert(format!("refuse {key}"), id.to_string());
+    world.remembered.insert(
+        "refused requests".into(),
+        serde_json::to_string(&matches).unwrap_or_default(),
+    );
+}
+
+/// Undoes [`refuse`] for `key`.
+pub async fn accept(world: &mut World, key: &str) {
+    let id: u64 = world
+        .remembered
+        .remove(&format!("refuse {key}"))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no step made the API server refuse {key}"));
+    world
+        .provider()
+        .expect("cluster")
+        .allow(id)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "making the API server accept {key} again failed: {}",
+                super::chain(&e)
+            )
+        });
+}
+
+fn request_match(verb: &str, resource: &str, namespace: String) -> RequestMatch {
+    RequestMatch {
+        verbs: vec![verb.to_string()],
+        resource: Some(resource.to_string()),
+        subresource: Some(String::new()),
+        namespace: Some(namespace),
+        ..RequestMatch::default()
+    }
+}
+
+#[given(expr = "the API server rejects requests to {word} {word} in namespace {string}")]
+#[when(expr = "the API server rejects requests to {word} {word} in namespace {string}")]
+async fn rejects(world: &mut World, verb: String, resource: String, namespace: String) {
+    let real = world.ensure_namespace(&namespace).await;
+    let key = format!("{verb} {resource} in {namespace}");
+    refuse(world, &key, request_match(&verb, &resource, real)).await;
+}
+
+#[when(expr = "the API server accepts requests to {word} {word} in namespace {string} again")]
+async fn accepts(world: &mut World, verb: String, resource: String, namespace: String) {
+    accept(world, &format!("{verb} {resource} in {namespace}")).await;
+}
+
+/// Whether an audited write is one the remembered refusal matches.
+fn matched(rule: &RequestMatch, entry: &Entry) -> bool {
+    let Observation::Write {
+        verb,
+        resource,
+        namespace,
+        name,
+        ..
+    } = &entry.observation
+    else {
+        return false;
+    };
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+    let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+    (rule.verbs.is_empty() || rule.verbs.iter().any(|v| v == verb))
+        && eq(&rule.resource, resource)
+        && eq(&rule.subresource, subresource)
+        && eq(&rule.namespace, namespace)
+        && eq(&rule.name, name)
+}
+
+/// The operator's requests the scenario's latest refusal turned away, in time order.
+pub fn refused(world: &World) -> Vec<Entry> {
+    let rule: RequestMatch = world
+        .remembered
+        .get("refused requests")
+        .and_then(|m| serde_json::from_str(m).ok())
+        .expect("a step made the API server refuse requests before");
+    world
+        .history()
+        .entries()
+        .iter()
+        .filter(|e| {
+            matches!(e.observation, Observation::Write { code, .. } if code == REFUSAL_CODE)
+                && matched(&rule, e)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The time of a history's first entry: where failure messages count time from.
+pub fn origin(history: &History) -> DateTime<Utc> {
+    history
+        .entries()
+        .first()
+        .map(|e| e.time)
+        .unwrap_or_default()
+}
+
+#[then(expr = "within {duration} the API server refused the operator at least {int} times")]
+async fn refused_at_least(world: &mut World, within: Dur, times: usize) {
+    let what = format!("the operator's requests were refused at least {times} times");
+    eventually(within.0, &what, || async {
+        let refused = refused(world);
+        if refused.len() >= times {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} refusal(s):\n{}",
+                refused.len(),
+                crate::record::describe(&refused, origin(&world.history()))
+            ))
+        }
+    })
+    .await;
+}
+
+#[then(
+    expr = "the refused requests were retried at least {int} times at intervals that never shrank by more than {duration} and grew by at least {duration}"
+)]
+async fn retried_backing_off(world: &mut World, retries: usize, slack: Dur, growth: Dur) {
+    let verdict = backing_off(&refused(world), retries, slack.0, growth.0);
+    assert!(
+        verdict.passed,
+        "{}",
+        verdict.explain(origin(&world.history()))
+    );
+    println!("{}", verdict.summary);
+}
+
+/// Every reconcile the operator's pods logged, in time order.
+pub async fn reconciles(world: &World) -> Result<Vec<Reconcile>, String> {
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let list = pods
+        .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+        .await
+        .map_err(|e| format!("listing the operator's pods: {e}"))?;
+    let mut all = Vec::new();
+    for pod in list.items {
+        let name = pod.metadata.name.unwrap_or_default();
+        let log = pods
+            .logs(&name, &LogParams::default())
+            .await
+            .unwrap_or_default();
+        all.extend(parse_log(&name, &log));
+    }
+    all.sort_by_key(|r| r.at);
+    Ok(all)
+}
+
+/// The reconciles of Memcached `name`.
+async fn reconciles_of(world: &World, name: &str) -> Result<Vec<Reconcile>, String> {
+    let namespace = namespace_of(world, name);
+    Ok(reconciles(world)
+        .await?
+        .into_iter()
+        .filter(|r| r.namespace == namespace && r.name == name)
+        .collect())
+}
+
+fn describe(reconciles: &[Reconcile], origin: DateTime<Utc>) -> String {
+    if reconciles.is_empty() {
+        return "no reconcile".into();
+    }
+    reconciles
+        .iter()
+        .map(|r| r.describe(origin))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[then(expr = "within {duration} the reconcile results of memcached {string} were {results}")]
+async fn results_were(world: &mut World, within: Dur, name: String, expected: Results) {
+    let expected = expected.0;
+    let what = format!(
+        "the reconciles of memcached {name} ended in {} (repeats merged)",
+        expected.join(", then ")
+    );
+    let origin = origin(&world.history());
+    let seen = eventually(within.0, &what, || async {
+        let seen = reconciles_of(world, &name).await?;
+        let results = collapse(seen.iter().map(|r| r.result.as_str()));
+        let observed = || {
+            format!(
+                "results {}:\n{}",
+                results.join(", then "),
+                describe(&seen, origin)
+            )
+        };
+        if results == expected {
+            return Ok(seen);
+        }
+        // Results only ever get added: once they leave the expected course, no later
+        // reconcile brings them back.
+        assert!(
+            expected.starts_with(&results),
+            "expected {what}; they took another course: {}",
+            observed()
+        );
+        Err(observed())
+    })
+    .await;
+    world.note(&format!(
+        "memcached {name}: {} reconciles, {}",
+        seen.len(),
+        expected.join(" → ")
+    ));
+}
+
+#[then(
+    expr = "for {duration} memcached {string} is reconciled every {duration}, give or take {duration}, each time ending in {word} and writing nothing"
+)]
+async fn resynced(
+    world: &mut World,
+    span: Dur,
+    name: String,
+    period: Dur,
+    slack: Dur,
+    result: String,
+) {
+    let from = Utc::now();
+    // The step's meaning is "for this long": watch the window, then judge it.
+    tokio::time::sleep(span.0).await;
+    let to = Utc::now();
+    let seen = reconciles_of(world, &name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    match periodic(&seen, from, to, period.0, slack.0, &result) {
+        Ok(summary) => println!("{summary}"),
+        Err(why) => panic!(
+            "memcached {name} was not reconciled every {:?}: {why}",
+            period.0
+        ),
+    }
+    let writes: Vec<Entry> = world
+        .history()
+        .entries()
+        .iter()
+        .filter(|e| {
+            e.time >= from
+                && e.time <= to
+                && matches!(
+                    e.observation,
+                    Observation::Write {
+                        election: false,
+                        ..
+                    }
+                )
+        })
+        .cloned()
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the resyncs of memcached {name} were expected to change nothing, but the operator wrote:\n{}",
+        crate::record::describe(&writes, from)
+    );
+}
+
+#[then(expr = "memcached {string} is not reconciled again for {duration}")]
+async fn not_reconciled_again(world: &mut World, name: String, span: Dur) {
+    let from = Utc::now();
+    // The step's meaning is "for this long".
+    tokio::time::sleep(span.0).await;
+    let seen = reconciles_of(world, &name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let late: Vec<Reconcile> = seen
+        .iter()
+        .filter(|r| r.started() >= from)
+        .cloned()
+        .collect();
+    assert!(
+        late.is_empty(),
+        "memcached {name} was reconciled again within {:?} (times from the start of that window):\n{}\nall its reconciles:\n{}",
+        span.0,
+        describe(&late, from),
+        describe(&seen, from)
+    );
+}
