@@ -20,9 +20,13 @@ Feature: Leader for life
 
   @audit
   Scenario: Deleting the leader Pod hands leadership to a standby after the lock is collected
-    Given within 30s exactly one replica leads
+    Given a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    And within 30s exactly one replica leads
     When the leader pod is deleted
     Then within 45s another replica leads
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And the lock names the leader's Pod
     And there was never more than one leader
     And no replica wrote after losing leadership
@@ -37,21 +41,29 @@ Feature: Leader for life
 
   @node-access @audit
   Scenario: A leader frozen for 20s keeps the lock and no standby takes over
-    Given within 30s exactly one replica leads
+    Given a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    And within 30s exactly one replica leads
     When the leader is frozen for 20s
     Then within 10s the same replica leads again
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And the lock names the leader's Pod
     And there was never more than one leader
     And no replica wrote after losing leadership
 
   @node-access @audit @disruptive
   Scenario: A leader cut off from the API server keeps the lock until its Pod is force deleted
-    Given within 30s exactly one replica leads
+    Given a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    And within 30s exactly one replica leads
     When the leader's node is cut off from the API server
     Then within 30s the old leader's Pod is terminating
     And the old leader's Pod stays terminating and the lock stays its own for 3s
     When the leader pod is force deleted
     Then within 45s another replica leads
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And no replica wrote after losing leadership
 
   Scenario: Deleting the lock by hand stops the old leader and exactly one leader follows

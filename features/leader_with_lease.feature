@@ -24,9 +24,13 @@ Feature: Leader with lease
   @audit
   Scenario: A leader that releases its lease on shutdown hands over within one retry period
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--release-on-cancel"
+    And a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
     When the leader pod is deleted
     Then within 10s another replica leads
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And the failover after the delete took at most 1s
     And the lease transitions grew by exactly 1
     And there was never more than one leader
@@ -35,9 +39,13 @@ Feature: Leader with lease
   @audit
   Scenario: A leader killed without releasing is replaced once its lease expires
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
     When the leader pod is force deleted
     Then within 20s another replica leads
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And the new leader took over between 4s and 6s after the old leader's last renewal
     And there was never more than one leader
     And no replica wrote after losing leadership
@@ -46,9 +54,13 @@ Feature: Leader with lease
   @node-access @audit
   Scenario: A leader cut off from the API server steps down before a standby takes over
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
     When the leader is cut off from the API server for 8s
     Then within 20s another replica leads
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And the old leader stopped leading at most 3500ms after the partition
     And the new leader took over between 4s and 6s after the old leader's last renewal
     And there was never more than one leader
@@ -57,9 +69,13 @@ Feature: Leader with lease
   @node-access @audit
   Scenario: A leader frozen for twice its lease is replaced and leads no more
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
     When the leader is frozen for 8s
     Then within 20s another replica leads
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And within 5s the old leader no longer leads
     And there was never more than one leader
     And no replica wrote after losing leadership
@@ -113,9 +129,13 @@ Feature: Leader with lease
   @slow @audit
   Scenario: With the production timings a killed leader is replaced within the lease plus two retry periods
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 15s/10s/2s
+    And a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 40s exactly one replica leads
     When the leader pod is force deleted
     Then within 40s another replica leads
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And the new leader took over between 15s and 19s after the old leader's last renewal
     And there was never more than one leader
     And no replica wrote after losing leadership

@@ -23,9 +23,11 @@ use crate::cluster::kubeconfig::{KubeconfigOptions, KubeconfigProvider};
 use crate::cluster::sim::SimProvider;
 use crate::cluster::{Capability, Provider, ProviderError, ProviderKind};
 use crate::record::History;
+
 use crate::record::recorder::{Feeds, Recorder, RecorderConfig};
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::sim::kubelet::ImageMap;
+use cucumber::gherkin::tagexpr::TagOperation;
 
 /// Errors of the step library.
 #[derive(Debug, thiserror::Error)]
@@ -389,6 +391,20 @@ fn report_file(path: Option<&PathBuf>, what: &str) -> Box<dyn std::io::Write> {
     }
 }
 
+/// `user` (a tag expression, or none) and none of `excluded`.
+fn without_tags<'a>(
+    user: Option<TagOperation>,
+    excluded: impl IntoIterator<Item = &'a str>,
+) -> Option<TagOperation> {
+    excluded.into_iter().fold(user, |expr, tag| {
+        let not = TagOperation::Not(Box::new(TagOperation::Tag(tag.to_string())));
+        Some(match expr {
+            Some(expr) => TagOperation::And(Box::new(expr), Box::new(not)),
+            None => not,
+        })
+    })
+}
+
 /// How a run of the features is set up: the provider and its settings, and where the
 /// reports go.
 #[derive(Debug, Clone)]
@@ -496,10 +512,12 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let _ = SUITE.set(suite);
     let suite = self::suite();
     let kind = suite.provider;
-    let cli = cucumber::cli::Opts::<_, _, _, RunOptions>::parsed();
+    let mut cli = cucumber::cli::Opts::<_, _, _, RunOptions>::parsed();
     let junit = report_file(cli.custom.junit.as_ref(), "JUnit");
     let json = report_file(cli.custom.json.as_ref(), "JSON");
     let excluded = suite.excluded_tags();
+    // Joined to the user's own tag expression, so `--tags`/`--name` keep the exclusions.
+    cli.tags_filter = without_tags(cli.tags_filter.take(), excluded.iter().map(|(tag, _)| *tag));
     for (tag, why) in &excluded {
         eprintln!("opconform: leaving out scenarios tagged @{tag}: {why}");
     }
@@ -556,19 +574,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
         )
         .fail_on_skipped()
         .with_cli(cli)
-        .filter_run(
-            features.as_ref().to_path_buf(),
-            move |feature, rule, scenario| {
-                let tags = feature
-                    .tags
-                    .iter()
-                    .chain(rule.iter().flat_map(|r| r.tags.iter()))
-                    .chain(scenario.tags.iter());
-                !tags
-                    .into_iter()
-                    .any(|t| excluded.iter().any(|(tag, _)| t == tag))
-            },
-        )
+        .run(features.as_ref().to_path_buf())
         .await;
     let mut summaries = std::mem::take(&mut *summaries.lock().unwrap_or_else(|p| p.into_inner()));
     summaries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -622,4 +628,23 @@ fn write_suite_reports(
         wall.as_secs_f64(),
         root.join("index.html").display()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cucumber::tag::Ext as _;
+
+    #[test]
+    fn the_providers_exclusions_join_the_users_tag_expression() {
+        let user: TagOperation = "@lease or @for-life".parse().unwrap();
+        let expr = without_tags(Some(user), ["node-access", "sim-only"]).unwrap();
+        assert!(expr.eval(["lease"]));
+        assert!(!expr.eval(["lease", "node-access"]));
+        assert!(!expr.eval(["reconcile"]));
+        let only = without_tags(None, ["node-access"]).unwrap();
+        assert!(only.eval(["reconcile"]));
+        assert!(!only.eval(["reconcile", "node-access"]));
+        assert!(without_tags(None, []).is_none());
+    }
 }

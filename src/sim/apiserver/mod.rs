@@ -742,11 +742,12 @@ async fn pod_proxy(state: &State, info: &RequestInfo) -> Result<(u16, Vec<u8>), 
         std::time::Duration::from_secs(5),
     )
     .await
-    .map_err(|e| {
-        ApiError::Custom {
-            code: 503,
-            reason: "ServiceUnavailable".into(),
-            message: format!("error trying to reach service: {}", crate::sim::error_chain(&e)),
-        }
+    .map_err(|e| ApiError::Custom {
+        code: 503,
+        reason: "ServiceUnavailable".into(),
+        message: format!(
+            "error trying to reach service: {}",
+            crate::sim::error_chain(&e)
+        ),
     })
 }
