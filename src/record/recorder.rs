@@ -45,7 +45,6 @@ use crate::sim::plain_http::{self, PlainHttpError};
 /// How long one scrape of a replica's `/metrics` may take, connection included.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_millis(300);
 
-
 /// How long [`Recorder::stop`] waits for each task to end before aborting it.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
