@@ -6,12 +6,7 @@ use super::{Dur, FAULT_VERBS, World};
 use crate::check;
 
 fn origin(world: &World) -> chrono::DateTime<chrono::Utc> {
-    world
-        .history()
-        .entries()
-        .first()
-        .map(|e| e.time)
-        .unwrap_or_default()
+    super::reconcile::origin(&world.history())
 }
 
 #[then("there was never more than one leader")]

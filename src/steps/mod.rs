@@ -1,6 +1,6 @@
 //! The cucumber step library: the [`World`] of a scenario and the steps grouped by domain
-//! (cluster, operator, leadership, faults, history). Users write new features with these
-//! steps; `tests/e2e.rs` only runs them.
+//! (cluster, operator, leadership, faults, memcached, reconcile, finalizers, history). Users
+//! write new features with these steps; `tests/e2e.rs` only runs them.
 
 pub mod artifacts;
 pub mod cluster;

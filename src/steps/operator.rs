@@ -5,8 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cucumber::{given, then, when};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, LogParams};
+use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams};
+
+use super::memcached::eventually;
 use serde_json::json;
 
 use super::{Dur, World};
@@ -19,6 +22,8 @@ pub const OPERATOR_IMAGE: &str = crate::cluster::DEFAULT_OPERATOR_IMAGE;
 pub const OPERATOR_NAMESPACE: &str = crate::cluster::sim::OPERATOR_NAMESPACE;
 /// How long the operator's pods tolerate a NotReady or unreachable node before eviction.
 pub const NODE_TOLERATION_SECONDS: i64 = 5;
+/// The operator's Deployment in its manifests.
+pub const OPERATOR_DEPLOYMENT: &str = "memcached-operator";
 /// The label selector of the operator's pods.
 pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=memcached-operator";
 /// The leader-election id in its manifests.
@@ -552,6 +557,49 @@ async fn rolled_out(world: &mut World, within: Dur) {
     )
     .await
     .unwrap_or_else(|e| panic!("{}", crate::steps::chain(&e)));
+}
+
+#[given(expr = "the memcached operator is deployed with {int} replica(s) and the flags {string}")]
+async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) {
+    let args = flags.split_whitespace().map(str::to_string).collect();
+    deploy(world, OperatorSetup { replicas, args }).await;
+}
+
+#[when(expr = "the operator is scaled to {int} replica(s)")]
+async fn operator_scaled(world: &mut World, replicas: i32) {
+    let namespace = world.operator_namespace().expect("cluster");
+    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
+        .patch(
+            OPERATOR_DEPLOYMENT,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": replicas } })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("scaling the operator to {replicas} failed: {e}"));
+    world.note(&format!("scaled the operator to {replicas} replicas"));
+}
+
+#[then(expr = "within {duration} the operator has no pods")]
+async fn no_operator_pods(world: &mut World, within: Dur) {
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    eventually(within.0, "no operator pod exists", || async {
+        let list = pods
+            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+            .await
+            .map_err(|e| format!("listing the operator's pods: {e}"))?;
+        let names: Vec<String> = list
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        if names.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("pods {names:?}"))
+        }
+    })
+    .await;
 }
 
 #[given(expr = "the memcached operator is deployed with {int} replica(s) in for-life mode")]

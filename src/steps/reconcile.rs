@@ -7,13 +7,11 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use cucumber::{given, then, when};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, ListParams, LogParams};
 
 use super::memcached::{eventually, namespace_of};
-use super::operator::{OperatorSetup, deploy};
+use super::operator::OPERATOR_SELECTOR;
 use super::{Dur, World};
 use crate::check::reconcile::{Reconcile, backing_off, collapse, parse_log, periodic};
 use crate::record::{Entry, History, Observation};
@@ -43,54 +41,6 @@ impl FromStr for Results {
             None => Ok(Self(results)),
         }
     }
-}
-
-/// The label selector of the operator's pods.
-const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=memcached-operator";
-/// The operator's Deployment.
-const OPERATOR_DEPLOYMENT: &str = "memcached-operator";
-
-#[given(expr = "the memcached operator is deployed with {int} replica(s) and the flags {string}")]
-async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) {
-    let args = flags.split_whitespace().map(str::to_string).collect();
-    deploy(world, OperatorSetup { replicas, args }).await;
-}
-
-#[when(expr = "the operator is scaled to {int} replica(s)")]
-async fn operator_scaled(world: &mut World, replicas: i32) {
-    let namespace = world.operator_namespace().expect("cluster");
-    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
-        .patch(
-            OPERATOR_DEPLOYMENT,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "replicas": replicas } })),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("scaling the operator to {replicas} failed: {e}"));
-    world.note(&format!("scaled the operator to {replicas} replicas"));
-}
-
-#[then(expr = "within {duration} the operator has no pods")]
-async fn no_operator_pods(world: &mut World, within: Dur) {
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
-    eventually(within.0, "no operator pod exists", || async {
-        let list = pods
-            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
-            .await
-            .map_err(|e| format!("listing the operator's pods: {e}"))?;
-        let names: Vec<String> = list
-            .items
-            .into_iter()
-            .filter_map(|p| p.metadata.name)
-            .collect();
-        if names.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("pods {names:?}"))
-        }
-    })
-    .await;
 }
 
 /// Makes the API server refuse requests matching `matches` with [`REFUSAL_CODE`],
