@@ -42,6 +42,9 @@ pub enum CliError {
     /// Waiting for a signal failed.
     #[error("cannot wait for ctrl-c")]
     Signal(#[source] std::io::Error),
+    /// A benchmark failed or was interrupted.
+    #[error("the benchmark failed")]
+    Bench(#[source] Box<crate::bench::BenchError>),
 }
 
 /// End-to-end conformance harness for Kubernetes operators.
@@ -60,6 +63,39 @@ pub enum Command {
     Sim(SimArgs),
     /// Inject or undo a fault in a running `opconform sim`.
     Fault(FaultArgs),
+    /// Measure handoff times, API load and memory of the bundled operator, ours
+    /// (`--standby watch`) beside the anchors' behaviour (`--standby poll`).
+    Bench(BenchArgs),
+}
+
+/// Arguments of `opconform bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Runs per row and behaviour (and memory samples, and cluster starts).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
+    /// Also write the report, with every sample, as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Where the table, the JSON and the SVG chart go [default: target/opconform/bench].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Only these rows (several after one --only, or --only repeated).
+    #[arg(long, value_enum, num_args = 1..)]
+    pub only: Vec<crate::bench::RowGroup>,
+    /// Memcached objects the leader reconciles before the API and memory window.
+    #[arg(long, default_value_t = 100)]
+    pub objects: usize,
+    /// Length of the API and memory window: 500ms, 5s, 2m.
+    #[arg(long, default_value = "60s", value_parser = parse_window)]
+    pub window: std::time::Duration,
+    /// The feature suite's timing file [default: target/opconform/suite.json].
+    #[arg(long)]
+    pub suite: Option<PathBuf>,
+}
+
+fn parse_window(s: &str) -> Result<std::time::Duration, String> {
+    s.parse::<crate::steps::Dur>().map(|d| d.0)
 }
 
 /// Arguments of `opconform fault`.
@@ -202,6 +238,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Sim(args) => sim(args).await,
         Command::Fault(args) => fault(args).await,
+        Command::Bench(args) => bench(args).await,
     }
 }
 
@@ -402,6 +439,42 @@ async fn sim(args: SimArgs) -> Result<(), CliError> {
     wait_for_interrupt().await?;
     cluster.shutdown().await;
     println!("opconform sim: stopped");
+    Ok(())
+}
+
+async fn bench(args: BenchArgs) -> Result<(), CliError> {
+    use crate::bench::{BenchError, Options, default_out_dir, default_suite_file, run};
+    let failed = |e: BenchError| CliError::Bench(Box::new(e));
+    let (interrupt, interrupted) = tokio::sync::watch::channel(false);
+    let options = Options {
+        runs: args.runs as usize,
+        only: args.only,
+        objects: args.objects,
+        window: args.window,
+        suite_file: args.suite.unwrap_or_else(default_suite_file),
+        progress: true,
+        interrupt: Some(interrupted),
+    };
+    // On ctrl-c or SIGTERM the run is told to stop; it shuts its clusters down (killing
+    // every pod process it started) before it returns.
+    let measuring = run(&options);
+    tokio::pin!(measuring);
+    let report = tokio::select! {
+        report = &mut measuring => report,
+        signal = wait_for_interrupt() => {
+            signal?;
+            eprintln!("bench: interrupted; stopping the simulated clusters");
+            let _ = interrupt.send(true);
+            measuring.await
+        }
+    }
+    .map_err(failed)?;
+    let out = args.out.unwrap_or_else(default_out_dir);
+    let written = report.write(&out, args.json.as_deref()).map_err(failed)?;
+    print!("{}", report.table());
+    for path in written {
+        eprintln!("bench: wrote {}", path.display());
+    }
     Ok(())
 }
 

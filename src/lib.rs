@@ -12,8 +12,10 @@
 //! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
 //! - [`report`]: timelines (HTML + SVG) and the scenario index.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
+//! - [`bench`]: `opconform bench`, the operator's handoffs, API load and memory beside the anchors'.
 //! - [`cli`]: the `opconform` command line.
 
+pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod cluster;

@@ -1,0 +1,770 @@
+//! `opconform bench`: the bundled operator's failover times, API load and memory, measured
+//! side by side with the anchors' behaviour — the same binary with `--standby watch` (ours)
+//! and `--standby poll` (client-go's and operator-lib's timing) — on the embedded control
+//! plane, plus the simulated cluster's start time and the feature suite's wall time.
+//!
+//! # How each row is measured
+//! Every time comes from the API server's audit (when it received the request), never
+//! from the harness's sleeps or the operator's own claims:
+//! - **lease handoff after graceful release**: from the graceful delete of the leader's
+//!   pod (the kubelet sends SIGTERM; the leader runs with `--release-on-cancel`) to the
+//!   first successful write of the Lease by another pod (its acquisition);
+//! - **lease takeover after kill**: the leader's pod is deleted with grace 0 (SIGKILL, no
+//!   release); from that delete, and from the lease's expiry as observable (the leader's
+//!   last successful write of the Lease + LeaseDuration), to the acquisition;
+//! - **for-life takeover**: from the garbage collector's delete of the lock ConfigMap
+//!   (after a graceful delete of the leader's pod) to another pod's create of the lock;
+//! - **API requests per minute**: every request each replica sent during a window, in
+//!   lease mode with controller-runtime's default timings (15 s / 10 s / 2 s), after the
+//!   leader reconciled the Memcached objects;
+//! - **RSS**: VmRSS of the leader's and the standby's process, sampled during that window;
+//! - **cluster start**: a fresh simulated cluster (3 nodes) to the first request it served
+//!   and to all nodes Ready;
+//! - **feature suite**: read from the file the suite's runner writes
+//!   ([`default_suite_file`]), never re-run here.
+//!
+//! The handoff rows reuse one cluster and one operator Deployment (one replica) per
+//! election and behaviour. Before each run the leader is taken out of its ReplicaSet by
+//! relabelling, so the ReplicaSet starts a replacement at once; the fault comes once the
+//! replacement is Ready and has asked for the lock, at a random moment within the next
+//! 1.2 s (so that it falls anywhere in a polling standby's cycle). Every fault thus finds
+//! exactly one standby and no pod starting — in the simulator a pod starts in a fraction
+//! of a second and would otherwise race the standby for a lock freed by the fault.
+//!
+//! # Caveats
+//! - The anchors' for-life standbys are young (about a second), so their backoff is still
+//!   short (1 s, 2 s, 4 s, …); a standby that has waited a minute polls only every
+//!   16–19.2 s. The anchor's for-life figures are a lower bound.
+//! - The manager's readiness probe is shortened (first at once, then every second) so
+//!   that runs do not wait five seconds for each replacement; nothing measured depends
+//!   on readiness.
+
+mod audit;
+mod chart;
+mod handoff;
+mod stage;
+pub mod stats;
+mod steady;
+mod table;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub use stage::LeaseTimings;
+pub use stats::Stats;
+
+use crate::steps::operator::repository_root;
+
+/// Errors of the benchmarks.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The operator binary could not be found or built.
+    #[error("cannot find or build the operator binary")]
+    Operator(#[source] crate::steps::operator::OperatorError),
+    /// A simulated cluster did not start.
+    #[error("cannot start a simulated cluster")]
+    Cluster(#[source] Box<crate::sim::cluster::ClusterError>),
+    /// No client could be built for a simulated cluster.
+    #[error("cannot build a client for the simulated cluster")]
+    Client(#[source] crate::sim::apiserver::ApiServerError),
+    /// The operator's manifests could not be read or applied.
+    #[error("cannot deploy the operator")]
+    Deploy(#[source] Box<crate::deploy::DeployError>),
+    /// A request of the harness failed.
+    #[error("{what} failed")]
+    Api {
+        /// What the harness was doing.
+        what: String,
+        /// The cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Something awaited did not happen within its bound.
+    #[error("timed out after {within:?} waiting for {what}; last seen: {last}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// The bound.
+        within: Duration,
+        /// What was last observed.
+        last: String,
+    },
+    /// A measurement saw something that makes it meaningless.
+    #[error("{0}")]
+    Unsound(String),
+    /// An output file could not be written.
+    #[error("cannot write {path}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The run was interrupted (ctrl-c or SIGTERM).
+    #[error("interrupted; every simulated cluster and pod process was stopped")]
+    Interrupted,
+}
+
+/// Groups of rows, as `--only` names them (rows in a group are measured together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RowGroup {
+    /// Lease handoff after graceful release.
+    LeaseRelease,
+    /// Lease takeover after a kill, from the kill and from the expiry.
+    LeaseKill,
+    /// Leader-for-life takeover after the garbage collector deletes the lock.
+    ForLife,
+    /// API requests per minute of a standby and of the leader.
+    Api,
+    /// Resident memory of a standby and of the leader.
+    Rss,
+    /// Simulated cluster start.
+    ClusterStart,
+    /// The feature suite's wall time (read from a file).
+    Suite,
+}
+
+/// The two behaviours compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// `--standby watch`: standbys watch the lock.
+    Ours,
+    /// `--standby poll`: client-go's and operator-lib's polling.
+    Anchor,
+}
+
+impl Behaviour {
+    /// Both, ours first.
+    pub const BOTH: [Behaviour; 2] = [Behaviour::Ours, Behaviour::Anchor];
+
+    /// The operator's `--standby` value.
+    pub fn standby_flag(self) -> &'static str {
+        match self {
+            Behaviour::Ours => "watch",
+            Behaviour::Anchor => "poll",
+        }
+    }
+
+    /// `ours (watch)` / `anchor (poll)`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Behaviour::Ours => "ours (watch)",
+            Behaviour::Anchor => "anchor (poll)",
+        }
+    }
+}
+
+impl std::fmt::Display for Behaviour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Runs (or memory samples) per row and behaviour.
+    pub runs: usize,
+    /// Only these groups (all when empty).
+    pub only: Vec<RowGroup>,
+    /// Memcached objects the leader reconciles before the API and memory window.
+    pub objects: usize,
+    /// Length of the API and memory window.
+    pub window: Duration,
+    /// Where the feature suite's runner wrote its wall time.
+    pub suite_file: PathBuf,
+    /// Print a line per run on stderr.
+    pub progress: bool,
+    /// Stop early (with [`BenchError::Interrupted`]) once this becomes `true`; every
+    /// cluster started is shut down first.
+    pub interrupt: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            runs: 20,
+            only: Vec::new(),
+            objects: 100,
+            window: Duration::from_secs(60),
+            suite_file: default_suite_file(),
+            progress: false,
+            interrupt: None,
+        }
+    }
+}
+
+impl Options {
+    /// Whether `group` is to be measured.
+    pub fn wants(&self, group: RowGroup) -> bool {
+        self.only.is_empty() || self.only.contains(&group)
+    }
+
+    /// Runs `work` unless or until the run is interrupted.
+    async fn unless_interrupted<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, BenchError>>,
+    ) -> Result<T, BenchError> {
+        let Some(mut interrupt) = self.interrupt.clone() else {
+            return work.await;
+        };
+        tokio::select! {
+            result = work => result,
+            _ = interrupt.wait_for(|stop| *stop) => Err(BenchError::Interrupted),
+        }
+    }
+
+    /// [`BenchError::Interrupted`] once the run is interrupted.
+    fn check_interrupt(&self) -> Result<(), BenchError> {
+        match &self.interrupt {
+            Some(interrupt) if *interrupt.borrow() => Err(BenchError::Interrupted),
+            _ => Ok(()),
+        }
+    }
+
+    fn say(&self, line: &str) {
+        if self.progress {
+            eprintln!("bench: {line}");
+        }
+    }
+}
+
+/// `target/opconform/bench` of the repository: where the table, JSON and chart go.
+pub fn default_out_dir() -> PathBuf {
+    repository_root().join("target/opconform/bench")
+}
+
+/// `target/opconform/suite.json` of the repository: where the feature suite's runner
+/// records its wall time, as `{"wallSeconds": 93.4, ...}`.
+pub fn default_suite_file() -> PathBuf {
+    repository_root().join("target/opconform/suite.json")
+}
+
+/// One handoff as measured: its two ends in the audit and who held the lock.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Detail {
+    /// 1-based run number.
+    pub run: usize,
+    /// The start (server time).
+    pub from: DateTime<Utc>,
+    /// The end (server time).
+    pub to: DateTime<Utc>,
+    /// The leader before.
+    pub old_leader: String,
+    /// The pod that took the lock.
+    pub new_leader: String,
+    /// Anything else worth knowing about this run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The samples of one behaviour on one row, with their summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Series {
+    /// What ran: `watch`, `poll`, `sim`, `suite`, or `none` (no anchor behaviour).
+    pub behaviour: String,
+    /// The summary (absent when nothing was measured).
+    #[serde(flatten)]
+    pub stats: Option<Stats>,
+    /// Every sample, in run order.
+    pub samples: Vec<f64>,
+    /// Per-run details (handoff rows).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<Detail>,
+    /// Why there are no samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_measured: Option<String>,
+}
+
+impl Series {
+    /// Measured samples.
+    pub fn measured(behaviour: &str, samples: Vec<f64>, details: Vec<Detail>) -> Self {
+        Self {
+            behaviour: behaviour.to_string(),
+            stats: Stats::of(&samples),
+            samples,
+            details,
+            not_measured: None,
+        }
+    }
+
+    /// Nothing measured, and why.
+    pub fn not_measured(behaviour: &str, why: &str) -> Self {
+        Self {
+            behaviour: behaviour.to_string(),
+            stats: None,
+            samples: Vec::new(),
+            details: Vec::new(),
+            not_measured: Some(why.to_string()),
+        }
+    }
+
+    fn of(behaviour: Behaviour, samples: Vec<f64>, details: Vec<Detail>) -> Self {
+        Self::measured(behaviour.standby_flag(), samples, details)
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    /// Stable id, e.g. `lease-release`.
+    pub id: &'static str,
+    /// The `--only` group it belongs to.
+    pub group: RowGroup,
+    /// What it measures.
+    pub title: String,
+    /// Unit of every number: `ms`, `req/min`, `MiB`, `s`.
+    pub unit: &'static str,
+    /// The performance target.
+    pub target: &'static str,
+    /// What the anchor is known to do.
+    pub reference: &'static str,
+    /// Ours (`--standby watch`, or the simulator itself).
+    pub ours: Series,
+    /// The anchor (`--standby poll`), or why there is none.
+    pub anchor: Series,
+    /// Ours over the anchor's, at the median.
+    pub ratio: Option<f64>,
+}
+
+/// The machine the figures come from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    /// Logical CPUs available.
+    pub cpus: usize,
+    /// CPU model from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// `release` or `debug` build of opconform.
+    pub profile: &'static str,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn this() -> Self {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("model name"))
+                    .map(|l| l.trim_start_matches([' ', '\t', ':']).trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown cpu".into());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        Self {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model,
+            kernel,
+            profile: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
+        }
+    }
+
+    /// `2 cores, <model>, Linux <release>, release build`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} cores, {}, Linux {}, {} build",
+            self.cpus, self.cpu_model, self.kernel, self.profile
+        )
+    }
+}
+
+/// Everything a bench run measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Where it ran.
+    pub machine: Machine,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// How long the whole run took, in seconds.
+    pub wall_seconds: f64,
+    /// Runs per row and behaviour.
+    pub runs: usize,
+    /// Memcached objects during the API and memory window.
+    pub objects: usize,
+    /// The API and memory window, in seconds.
+    pub window_seconds: f64,
+    /// Lease timings of the handoff rows (LeaseDuration/RenewDeadline/RetryPeriod).
+    pub handoff_lease: String,
+    /// Lease timings of the API and memory rows.
+    pub steady_lease: String,
+    /// The rows measured, in table order.
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    /// The table printed on stdout.
+    pub fn table(&self) -> String {
+        table::render(self)
+    }
+
+    /// The SVG bar chart of the handoff distributions.
+    pub fn svg(&self) -> String {
+        chart::render(self)
+    }
+
+    /// The report as pretty JSON.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Writes `table.txt`, `bench.json` and `handoffs.svg` into `dir` (created when
+    /// missing), and the JSON also to `json` when given; returns the files written.
+    ///
+    /// # Errors
+    /// [`BenchError::Write`] naming the file.
+    pub fn write(&self, dir: &Path, json: Option<&Path>) -> Result<Vec<PathBuf>, BenchError> {
+        let write = |path: PathBuf, content: &str| {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|source| BenchError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+            std::fs::write(&path, content)
+                .map(|()| path.clone())
+                .map_err(|source| BenchError::Write { path, source })
+        };
+        let json_text = self.json();
+        let mut written = vec![
+            write(dir.join("table.txt"), &self.table())?,
+            write(dir.join("bench.json"), &json_text)?,
+            write(dir.join("handoffs.svg"), &self.svg())?,
+        ];
+        if let Some(path) = json {
+            written.push(write(path.to_path_buf(), &json_text)?);
+        }
+        Ok(written)
+    }
+}
+
+/// What a row is, before it is measured.
+struct Spec {
+    id: &'static str,
+    group: RowGroup,
+    title: &'static str,
+    unit: &'static str,
+    target: &'static str,
+    reference: &'static str,
+}
+
+const SPECS: [Spec; 11] = [
+    Spec {
+        id: "lease-release",
+        group: RowGroup::LeaseRelease,
+        title: "lease handoff after graceful release",
+        unit: "ms",
+        target: "p50 <= 50 ms",
+        reference: "client-go: next poll, RetryPeriod x [1, 2.2)",
+    },
+    Spec {
+        id: "lease-kill",
+        group: RowGroup::LeaseKill,
+        title: "lease takeover after kill, from the kill",
+        unit: "ms",
+        target: "<= lease + 100 ms",
+        reference: "client-go: LeaseDuration + up to 2.2 x RetryPeriod",
+    },
+    Spec {
+        id: "lease-kill-expiry",
+        group: RowGroup::LeaseKill,
+        title: "lease takeover after kill, from expiry",
+        unit: "ms",
+        target: "<= 100 ms",
+        reference: "client-go: a poll to see the last renewal, expiry from then, a poll to act",
+    },
+    Spec {
+        id: "for-life",
+        group: RowGroup::ForLife,
+        title: "for-life takeover after GC of the lock",
+        unit: "ms",
+        target: "<= 100 ms",
+        reference: "operator-lib: backoff 1 s doubling to 16 s, +20% jitter",
+    },
+    Spec {
+        id: "api-standby",
+        group: RowGroup::Api,
+        title: "API requests per standby per minute",
+        unit: "req/min",
+        target: "<= 2",
+        reference: "client-go: 30 per minute at RetryPeriod 2 s",
+    },
+    Spec {
+        id: "api-leader",
+        group: RowGroup::Api,
+        title: "API requests per leader per minute",
+        unit: "req/min",
+        target: "-",
+        reference: "client-go: a renewal every RetryPeriod",
+    },
+    Spec {
+        id: "rss-standby",
+        group: RowGroup::Rss,
+        title: "RSS of a standby",
+        unit: "MiB",
+        target: "<= 15 MiB",
+        reference: "Go operators: 30-80 MiB",
+    },
+    Spec {
+        id: "rss-leader",
+        group: RowGroup::Rss,
+        title: "RSS of the leader",
+        unit: "MiB",
+        target: "<= 25 MiB",
+        reference: "Go operators: 30-80 MiB",
+    },
+    Spec {
+        id: "start-first-request",
+        group: RowGroup::ClusterStart,
+        title: "sim cluster start to first served request",
+        unit: "ms",
+        target: "-",
+        reference: "kind: about 60 s; envtest: seconds",
+    },
+    Spec {
+        id: "start-nodes-ready",
+        group: RowGroup::ClusterStart,
+        title: "sim cluster start to 3 nodes Ready",
+        unit: "ms",
+        target: "<= 300 ms",
+        reference: "kind: about 60 s; envtest: seconds",
+    },
+    Spec {
+        id: "suite",
+        group: RowGroup::Suite,
+        title: "feature suite wall time",
+        unit: "s",
+        target: "<= 180 s",
+        reference: "kind suites: many minutes",
+    },
+];
+
+/// How long one settle (one leader; every other pod Ready and campaigning) may take.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// How long one handoff may take (the anchor's for-life backoff reaches 19.2 s).
+const HANDOFF: Duration = Duration::from_secs(60);
+
+/// Runs every wanted row and returns the report. Starts and stops its own simulated
+/// clusters: nothing is left running when it returns, whether it succeeded, failed or was
+/// interrupted through [`Options::interrupt`]. (Dropping the future instead leaves pod
+/// processes running until this process ends: use the interrupt.)
+///
+/// # Errors
+/// The first failure, with its cause: the operator binary missing and not buildable, a
+/// cluster that does not start, a handoff or settle that does not happen in its bound.
+pub async fn run(options: &Options) -> Result<Report, BenchError> {
+    let started_at = Utc::now();
+    let begin = std::time::Instant::now();
+    let runs = options.runs.max(1);
+    let options = &Options {
+        runs,
+        ..options.clone()
+    };
+    let needs_operator = [
+        RowGroup::LeaseRelease,
+        RowGroup::LeaseKill,
+        RowGroup::ForLife,
+        RowGroup::Api,
+        RowGroup::Rss,
+    ]
+    .iter()
+    .any(|g| options.wants(*g));
+    let binary = if needs_operator {
+        Some(crate::steps::operator::operator_binary().map_err(BenchError::Operator)?)
+    } else {
+        None
+    };
+    let mut measured: Vec<(&'static str, Series, Series)> = Vec::new();
+
+    if let Some(binary) = &binary {
+        let (release, kill) = (
+            options.wants(RowGroup::LeaseRelease),
+            options.wants(RowGroup::LeaseKill),
+        );
+        if release || kill {
+            let mut by_behaviour = Vec::new();
+            for behaviour in Behaviour::BOTH {
+                by_behaviour.push(handoff::lease(options, binary, behaviour, release, kill).await?);
+            }
+            let [ours, anchor] = <[handoff::LeaseSeries; 2]>::try_from(by_behaviour)
+                .map_err(|_| BenchError::Unsound("two behaviours expected".into()))?;
+            measured.push(("lease-release", ours.release, anchor.release));
+            measured.push(("lease-kill", ours.kill, anchor.kill));
+            measured.push(("lease-kill-expiry", ours.expiry, anchor.expiry));
+        }
+        if options.wants(RowGroup::ForLife) {
+            let ours = handoff::for_life(options, binary, Behaviour::Ours).await?;
+            let anchor = handoff::for_life(options, binary, Behaviour::Anchor).await?;
+            measured.push(("for-life", ours, anchor));
+        }
+        if options.wants(RowGroup::Api) || options.wants(RowGroup::Rss) {
+            // Both at once (nothing measured here depends on timing); each stops its own
+            // cluster whatever happens to the other.
+            let (ours, anchor) = tokio::join!(
+                steady::measure(options, binary, Behaviour::Ours),
+                steady::measure(options, binary, Behaviour::Anchor),
+            );
+            let (ours, anchor) = (ours?, anchor?);
+            measured.push(("api-standby", ours.standby_rate, anchor.standby_rate));
+            measured.push(("api-leader", ours.leader_rate, anchor.leader_rate));
+            measured.push(("rss-standby", ours.standby_memory, anchor.standby_memory));
+            measured.push(("rss-leader", ours.leader_memory, anchor.leader_memory));
+        }
+    }
+    if options.wants(RowGroup::ClusterStart) {
+        let (first, ready) = steady::cluster_start(options).await?;
+        let none = || Series::not_measured("none", "the same simulator for both behaviours");
+        measured.push(("start-first-request", first, none()));
+        measured.push(("start-nodes-ready", ready, none()));
+    }
+    if options.wants(RowGroup::Suite) {
+        measured.push((
+            "suite",
+            read_suite(&options.suite_file),
+            Series::not_measured("none", "the same suite for both behaviours"),
+        ));
+    }
+
+    let rows = SPECS
+        .iter()
+        .filter(|s| options.wants(s.group))
+        .filter_map(|spec| {
+            let (_, ours, anchor) = measured.iter().find(|(id, ..)| *id == spec.id)?.clone();
+            let ratio = match (&ours.stats, &anchor.stats) {
+                (Some(o), Some(a)) => stats::ratio(o, a),
+                _ => None,
+            };
+            let title = match spec.group {
+                RowGroup::Rss => format!("{} with {} Memcached", spec.title, options.objects),
+                _ => spec.title.to_string(),
+            };
+            Some(Row {
+                id: spec.id,
+                group: spec.group,
+                title,
+                unit: spec.unit,
+                target: spec.target,
+                reference: spec.reference,
+                ours,
+                anchor,
+                ratio,
+            })
+        })
+        .collect();
+    Ok(Report {
+        machine: Machine::this(),
+        started_at,
+        wall_seconds: begin.elapsed().as_secs_f64(),
+        runs,
+        objects: options.objects,
+        window_seconds: options.window.as_secs_f64(),
+        handoff_lease: LeaseTimings::HANDOFF.describe(),
+        steady_lease: LeaseTimings::DEFAULTS.describe(),
+        rows,
+    })
+}
+
+/// What the feature suite's runner writes about its last run.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SuiteRun {
+    wall_seconds: f64,
+}
+
+/// The suite's wall time from `path`, or why there is none.
+fn read_suite(path: &Path) -> Series {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Series::not_measured(
+                "suite",
+                &format!(
+                    "not measured: run `cargo test --test e2e` first (no {})",
+                    path.display()
+                ),
+            );
+        }
+        Err(e) => {
+            return Series::not_measured(
+                "suite",
+                &format!("not measured: cannot read {}: {e}", path.display()),
+            );
+        }
+    };
+    match serde_json::from_str::<SuiteRun>(&text) {
+        Ok(run) => Series::measured("suite", vec![run.wall_seconds], Vec::new()),
+        Err(e) => Series::not_measured(
+            "suite",
+            &format!("not measured: {} has no wallSeconds: {e}", path.display()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_group_has_a_row_and_ids_are_unique() {
+        use clap::ValueEnum as _;
+        for group in RowGroup::value_variants() {
+            assert!(SPECS.iter().any(|s| s.group == *group), "{group:?}");
+        }
+        let mut ids: Vec<_> = SPECS.iter().map(|s| s.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), SPECS.len());
+    }
+
+    #[test]
+    fn the_suite_time_is_read_from_its_file_or_said_to_be_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suite.json");
+        let missing = read_suite(&path);
+        assert!(
+            missing
+                .not_measured
+                .as_deref()
+                .unwrap()
+                .starts_with("not measured: run `cargo test --test e2e` first")
+        );
+        std::fs::write(&path, r#"{"wallSeconds": 93.5, "scenarios": 12}"#).unwrap();
+        let read = read_suite(&path);
+        assert_eq!(read.samples, vec![93.5]);
+        std::fs::write(&path, "{}").unwrap();
+        assert!(
+            read_suite(&path)
+                .not_measured
+                .unwrap()
+                .contains("wallSeconds")
+        );
+    }
+
+    #[test]
+    fn only_restricts_the_groups() {
+        let options = Options {
+            only: vec![RowGroup::Api],
+            ..Options::default()
+        };
+        assert!(options.wants(RowGroup::Api));
+        assert!(!options.wants(RowGroup::Rss));
+        assert!(Options::default().wants(RowGroup::Suite));
+    }
+}

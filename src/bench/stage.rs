@@ -1,0 +1,530 @@
+//! One stage of a benchmark: a simulated cluster with the operator deployed in one election
+//! mode and one standby behaviour, its audit tapped, and the moves a benchmark makes on it —
+//! wait until one replica leads while every other is Ready and campaigning, delete a pod,
+//! read each pod's memory.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt as _};
+
+use super::audit::{AuditTap, first_lock_request, pod_deleted};
+use super::{Behaviour, BenchError, Options};
+use crate::cluster::Placement;
+use crate::deploy::{Manifest, apply_all};
+use crate::record::recorder::holder_of_identity;
+use crate::sim::cluster::{SimCluster, SimClusterConfig};
+use crate::sim::kubelet::ImageMap;
+use crate::steps::operator::{
+    LOCK_NAME, OPERATOR_IMAGE, OPERATOR_NAMESPACE, OperatorSetup, operator_manifests,
+};
+
+/// The label the operator's Deployment selects its pods by.
+const SELECTED_LABEL: &str = "app.kubernetes.io/name";
+
+/// Its value on a pod taken out of the Deployment (see [`Stage::detach`]).
+const DETACHED: &str = "memcached-operator-detached";
+
+/// How often [`Stage::settle`] looks.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+
+/// Lease timings as the operator's flags take them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTimings {
+    /// `--lease-duration`.
+    pub lease_duration: Duration,
+    /// `--renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--retry-period`.
+    pub retry_period: Duration,
+}
+
+impl LeaseTimings {
+    /// Short timings for the handoff rows, so that many runs finish fast.
+    pub const HANDOFF: LeaseTimings = LeaseTimings {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(500),
+    };
+
+    /// controller-runtime's defaults (15 s / 10 s / 2 s), for the API load rows: what
+    /// operators run with.
+    pub const DEFAULTS: LeaseTimings = LeaseTimings {
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+
+    /// `2s/1.5s/0.5s`: LeaseDuration/RenewDeadline/RetryPeriod.
+    pub fn describe(&self) -> String {
+        [self.lease_duration, self.renew_deadline, self.retry_period]
+            .map(|d| format!("{}s", d.as_secs_f64()))
+            .join("/")
+    }
+}
+
+/// A duration as the operator's flags take it (`2s`, `1500ms`).
+fn flag_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The election a stage runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Election {
+    /// Leader-with-lease with these timings, releasing the Lease on SIGTERM or not.
+    Lease {
+        /// The timings.
+        timings: LeaseTimings,
+        /// `--release-on-cancel`.
+        release_on_cancel: bool,
+    },
+    /// Leader-for-life.
+    ForLife,
+}
+
+impl Election {
+    fn args(&self, behaviour: Behaviour) -> Vec<String> {
+        let mut args = match self {
+            Election::Lease {
+                timings,
+                release_on_cancel,
+            } => vec![
+                "--leader-election=lease".to_string(),
+                format!("--lease-duration={}", flag_duration(timings.lease_duration)),
+                format!("--renew-deadline={}", flag_duration(timings.renew_deadline)),
+                format!("--retry-period={}", flag_duration(timings.retry_period)),
+                format!("--release-on-cancel={release_on_cancel}"),
+            ],
+            Election::ForLife => vec!["--leader-election=for-life".to_string()],
+        };
+        args.push(format!("--standby={}", behaviour.standby_flag()));
+        args
+    }
+
+    /// The lock's resource: `leases` or `configmaps`.
+    pub(crate) fn lock_resource(&self) -> &'static str {
+        match self {
+            Election::Lease { .. } => "leases",
+            Election::ForLife => "configmaps",
+        }
+    }
+}
+
+/// Who leads and who stands by, once settled.
+#[derive(Debug, Clone)]
+pub(crate) struct Roles {
+    /// The lock's holder.
+    pub leader: String,
+    /// The other replicas, each Ready and campaigning.
+    pub standbys: Vec<String>,
+    /// When each standby first asked the API server about the lock.
+    pub campaigning_since: BTreeMap<String, DateTime<Utc>>,
+}
+
+/// A simulated cluster with the operator deployed.
+///
+/// # Caveats
+/// The manager's readiness probe is shortened (first probe at once, then every second)
+/// so that a replacement pod is Ready about a second after it starts instead of five:
+/// nothing measured depends on readiness, but every run waits for it.
+pub(crate) struct Stage {
+    cluster: SimCluster,
+    client: Client,
+    tap: AuditTap,
+    election: Election,
+    replicas: usize,
+}
+
+impl Stage {
+    /// Starts a simulated cluster (3 nodes, fast node timings) that runs `binary` for the
+    /// operator's image, and deploys `operator/config` with `replicas` replicas, the
+    /// election and the standby behaviour. Does not wait for the rollout.
+    ///
+    /// # Errors
+    /// When the cluster does not start or the manifests cannot be applied; the cluster is
+    /// stopped before returning.
+    async fn start(
+        binary: &Path,
+        election: Election,
+        behaviour: Behaviour,
+        replicas: usize,
+    ) -> Result<Stage, BenchError> {
+        let mut images = ImageMap::new();
+        images.insert(OPERATOR_IMAGE, binary);
+        let cluster = SimCluster::start(SimClusterConfig {
+            images,
+            ..SimClusterConfig::fast()
+        })
+        .await
+        .map_err(|e| BenchError::Cluster(Box::new(e)))?;
+        let client = match cluster.server().admin_client().await {
+            Ok(client) => client,
+            Err(e) => {
+                cluster.shutdown().await;
+                return Err(BenchError::Client(e));
+            }
+        };
+        let stage = Stage {
+            tap: AuditTap::start(cluster.handle(), OPERATOR_NAMESPACE),
+            cluster,
+            client,
+            election,
+            replicas,
+        };
+        match stage.deploy(behaviour).await {
+            Ok(()) => Ok(stage),
+            Err(e) => {
+                stage.shutdown().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts a stage, runs `work` on it unless the run is interrupted, and shuts the stage
+    /// down whatever the outcome.
+    ///
+    /// # Errors
+    /// The stage's failure to start, `work`'s error, or [`BenchError::Interrupted`].
+    pub(crate) async fn run<T>(
+        options: &Options,
+        binary: &Path,
+        (election, behaviour, replicas): (Election, Behaviour, usize),
+        work: impl AsyncFnOnce(&Stage) -> Result<T, BenchError>,
+    ) -> Result<T, BenchError> {
+        options.check_interrupt()?;
+        let stage = Stage::start(binary, election, behaviour, replicas).await?;
+        let result = options.unless_interrupted(work(&stage)).await;
+        stage.shutdown().await;
+        result
+    }
+
+    async fn deploy(&self, behaviour: Behaviour) -> Result<(), BenchError> {
+        let setup = OperatorSetup {
+            replicas: i32::try_from(self.replicas).unwrap_or(i32::MAX),
+            args: self.election.args(behaviour),
+        };
+        let mut manifests = operator_manifests(&setup, &placement())
+            .map_err(|e| BenchError::Deploy(Box::new(e)))?;
+        quick_readiness(&mut manifests);
+        apply_all(&self.client, &manifests, None)
+            .await
+            .map_err(|e| BenchError::Deploy(Box::new(e)))?;
+        Ok(())
+    }
+
+    /// The admin client.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The audit tap.
+    pub(crate) fn tap(&self) -> &AuditTap {
+        &self.tap
+    }
+
+    /// Stops the cluster and every pod process.
+    pub(crate) async fn shutdown(self) {
+        self.cluster.shutdown().await;
+    }
+
+    /// Waits until exactly `pods` operator pods run (none terminating, detached ones
+    /// included), all Ready, one of them holds the lock and every other has asked the API
+    /// server about it.
+    ///
+    /// # Errors
+    /// [`BenchError::Timeout`] with what was last missing.
+    pub(crate) async fn settle(&self, pods: usize, within: Duration) -> Result<Roles, BenchError> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let last = match self.roles(pods).await {
+                Ok(roles) => return Ok(roles),
+                Err(why) => why,
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(BenchError::Timeout {
+                    what: format!(
+                        "{pods} operator pods: one leader, every other Ready and campaigning"
+                    ),
+                    within,
+                    last,
+                });
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    async fn roles(&self, expected: usize) -> Result<Roles, String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+        let pods = pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("cannot list the operator's pods: {e}"))?
+            .items;
+        let terminating = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .count();
+        if pods.len() != expected || terminating > 0 {
+            return Err(format!(
+                "{} pods ({terminating} terminating), waiting for {expected} running",
+                pods.len(),
+            ));
+        }
+        if let Some(p) = pods.iter().find(|p| !is_ready(p)) {
+            return Err(format!("pod {} is not Ready", p.name_any()));
+        }
+        let holder = self.holder(&pods).await?;
+        let leader = holder.ok_or("nobody holds the lock")?;
+        let mut standbys = Vec::new();
+        let mut campaigning_since = BTreeMap::new();
+        for pod in pods.iter().map(|p| p.name_any()).filter(|p| *p != leader) {
+            let since = self.tap.query(|events| {
+                first_lock_request(
+                    events,
+                    OPERATOR_NAMESPACE,
+                    self.election.lock_resource(),
+                    LOCK_NAME,
+                    &pod,
+                )
+                .map(|e| e.time)
+            });
+            let since = since.ok_or_else(|| format!("pod {pod} has not asked for the lock yet"))?;
+            campaigning_since.insert(pod.clone(), since);
+            standbys.push(pod);
+        }
+        Ok(Roles {
+            leader,
+            standbys,
+            campaigning_since,
+        })
+    }
+
+    /// Takes a pod out of its ReplicaSet by changing the label the selector matches: the
+    /// ReplicaSet starts a replacement now, and nothing replaces the pod once it is
+    /// deleted. The pod itself runs on untouched.
+    ///
+    /// # Errors
+    /// When the API server refuses the patch.
+    pub(crate) async fn detach(&self, pod: &str) -> Result<(), BenchError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+        let patch = serde_json::json!({"metadata": {"labels": {SELECTED_LABEL: DETACHED}}});
+        pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| BenchError::Api {
+                what: format!("detaching pod {pod} from its ReplicaSet"),
+                source: Box::new(source),
+            })?;
+        Ok(())
+    }
+
+    /// The running pod that holds the lock, if any.
+    async fn holder(&self, pods: &[Pod]) -> Result<Option<String>, String> {
+        let unreadable = |e: kube::Error| format!("cannot read the lock: {e}");
+        let holder = match self.election {
+            Election::Lease { .. } => {
+                let leases: Api<Lease> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+                leases
+                    .get_opt(LOCK_NAME)
+                    .await
+                    .map_err(unreadable)?
+                    .and_then(|l| l.spec?.holder_identity)
+                    .and_then(|id| holder_of_identity(&id))
+                    .and_then(|name| pods.iter().find(|p| p.name_any() == name))
+            }
+            Election::ForLife => {
+                let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+                let owner = maps
+                    .get_opt(LOCK_NAME)
+                    .await
+                    .map_err(unreadable)?
+                    .and_then(|c| c.metadata.owner_references?.into_iter().next());
+                owner.and_then(|o| {
+                    pods.iter()
+                        .find(|p| p.name_any() == o.name && p.metadata.uid.as_ref() == Some(&o.uid))
+                })
+            }
+        };
+        Ok(holder.map(|p| p.name_any()))
+    }
+
+    /// Deletes an operator pod — gracefully (SIGTERM, then the pod's grace period) or with
+    /// grace 0 (killed at once) — logs it in the cluster's fault log, and returns the
+    /// audit of the deletion: its time is the fault's.
+    ///
+    /// # Errors
+    /// When the API server refuses, or its audit of the deletion does not appear.
+    pub(crate) async fn delete_pod(
+        &self,
+        name: &str,
+        grace_seconds: Option<u32>,
+    ) -> Result<crate::sim::apiserver::audit::AuditEvent, BenchError> {
+        let detail = match grace_seconds {
+            Some(0) => "force, grace 0".to_string(),
+            Some(g) => format!("grace {g}s"),
+            None => "graceful".to_string(),
+        };
+        self.cluster.server().state().faults.record(
+            "delete",
+            &format!("pod {OPERATOR_NAMESPACE}/{name}"),
+            &detail,
+        );
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+        let sent = Utc::now();
+        let params = DeleteParams {
+            grace_period_seconds: grace_seconds,
+            ..DeleteParams::default()
+        };
+        pods.delete(name, &params)
+            .await
+            .map_err(|source| BenchError::Api {
+                what: format!("deleting pod {name}"),
+                source: Box::new(source),
+            })?;
+        self.tap
+            .wait_for(
+                &format!("the audit of the deletion of pod {name}"),
+                Duration::from_secs(10),
+                |events| pod_deleted(events, OPERATOR_NAMESPACE, name, sent).cloned(),
+            )
+            .await
+    }
+
+    /// The resident memory (VmRSS, MiB) of each operator pod's processes, by pod name.
+    pub(crate) fn memory_by_pod(&self) -> BTreeMap<String, f64> {
+        let mut memory = BTreeMap::new();
+        for pid in self.cluster.pids() {
+            if let (Some(pod), Some(kib)) = (pod_name_of(pid), vm_rss_kib(pid)) {
+                *memory.entry(pod).or_insert(0.0) += kib as f64 / 1024.0;
+            }
+        }
+        memory
+    }
+}
+
+/// Where the operator goes: its own namespace, watching all (as on the simulator provider).
+fn placement() -> Placement {
+    Placement {
+        namespace: OPERATOR_NAMESPACE.into(),
+        suffix: String::new(),
+        image: OPERATOR_IMAGE.into(),
+        watch_namespaces: Vec::new(),
+        labels: BTreeMap::new(),
+    }
+}
+
+/// The manager's readiness probe: first at once, then every second.
+fn quick_readiness(manifests: &mut [Manifest]) {
+    for m in manifests {
+        if m.object
+            .types
+            .as_ref()
+            .is_some_and(|t| t.kind == "Deployment")
+        {
+            let probe =
+                &mut m.object.data["spec"]["template"]["spec"]["containers"][0]["readinessProbe"];
+            if probe.is_object() {
+                probe["initialDelaySeconds"] = 0.into();
+                probe["periodSeconds"] = 1.into();
+            }
+        }
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The `POD_NAME` in a process's environment (every operator pod has it).
+fn pod_name_of(pid: u32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|b| *b == 0)
+        .find_map(|var| var.strip_prefix(b"POD_NAME="))
+        .map(|name| String::from_utf8_lossy(name).into_owned())
+}
+
+/// `VmRSS` of a process, in KiB.
+fn vm_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_vm_rss(&status)
+}
+
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::steps::operator::operator_manifests;
+
+    #[test]
+    fn lease_timings_are_written_as_the_operator_parses_them() {
+        let args = Election::Lease {
+            timings: LeaseTimings::HANDOFF,
+            release_on_cancel: true,
+        }
+        .args(Behaviour::Anchor);
+        assert_eq!(
+            args,
+            [
+                "--leader-election=lease",
+                "--lease-duration=2s",
+                "--renew-deadline=1500ms",
+                "--retry-period=500ms",
+                "--release-on-cancel=true",
+                "--standby=poll",
+            ]
+        );
+        assert_eq!(LeaseTimings::HANDOFF.describe(), "2s/1.5s/0.5s");
+        assert_eq!(LeaseTimings::DEFAULTS.describe(), "15s/10s/2s");
+    }
+
+    #[test]
+    fn only_the_readiness_probe_is_shortened() {
+        let setup = OperatorSetup {
+            replicas: 2,
+            args: vec![],
+        };
+        let mut manifests = operator_manifests(&setup, &placement()).unwrap();
+        quick_readiness(&mut manifests);
+        let deployment = manifests
+            .iter()
+            .find(|m| m.object.types.as_ref().unwrap().kind == "Deployment")
+            .unwrap();
+        let container = &deployment.object.data["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["readinessProbe"]["initialDelaySeconds"], 0);
+        assert_eq!(container["readinessProbe"]["periodSeconds"], 1);
+        assert_eq!(container["livenessProbe"]["initialDelaySeconds"], 15);
+    }
+
+    #[test]
+    fn vm_rss_is_read_in_kib() {
+        let status = "Name:\tmemcached-operator\nVmPeak:\t  20000 kB\nVmRSS:\t    9216 kB\n";
+        assert_eq!(parse_vm_rss(status), Some(9216));
+        assert_eq!(parse_vm_rss("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn this_process_has_a_resident_size() {
+        assert!(vm_rss_kib(std::process::id()).is_some_and(|k| k > 0));
+    }
+}

@@ -1,0 +1,236 @@
+//! The bench table as printed: a header naming the machine and the timings, two lines per
+//! row (ours, the anchor) with n / min / p50 / p90 / max and ours over the anchor's, then
+//! what the anchors are known to do.
+
+use std::fmt::Write as _;
+
+use super::{Report, Series};
+
+/// A number with three significant digits (at least no decimals): `3.42`, `720`, `2010`.
+pub(crate) fn sig3(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{v:.decimals$}")
+}
+
+const HEADINGS: [&str; 10] = [
+    "row",
+    "unit",
+    "behaviour",
+    "n",
+    "min",
+    "p50",
+    "p90",
+    "max",
+    "ours/anchor",
+    "target",
+];
+
+fn cells(series: &Series) -> Vec<String> {
+    match (&series.stats, &series.not_measured) {
+        (Some(s), _) => vec![
+            s.n.to_string(),
+            sig3(s.min),
+            sig3(s.p50),
+            sig3(s.p90),
+            sig3(s.max),
+        ],
+        (None, why) => vec![
+            "-".into(),
+            why.clone().unwrap_or_else(|| "no samples".into()),
+        ],
+    }
+}
+
+fn label(series: &Series, ours: bool) -> String {
+    let side = if ours { "ours" } else { "anchor" };
+    match series.behaviour.as_str() {
+        "none" => format!("{side} (n/a)"),
+        b => format!("{side} ({b})"),
+    }
+}
+
+/// Renders the report's table.
+pub(crate) fn render(report: &Report) -> String {
+    let mut lines: Vec<Vec<String>> = vec![HEADINGS.iter().map(|h| h.to_string()).collect()];
+    for row in &report.rows {
+        for (ours, series) in [(true, &row.ours), (false, &row.anchor)] {
+            let mut line = if ours {
+                vec![row.title.clone(), row.unit.to_string()]
+            } else {
+                vec![String::new(), String::new()]
+            };
+            line.push(label(series, ours));
+            let measured = cells(series);
+            let full = measured.len() == 5;
+            line.extend(measured);
+            if full {
+                line.push(if ours {
+                    row.ratio.map(sig3).unwrap_or_else(|| "-".into())
+                } else {
+                    String::new()
+                });
+                line.push(if ours {
+                    row.target.to_string()
+                } else {
+                    String::new()
+                });
+            }
+            lines.push(line);
+        }
+    }
+    // Column widths from the fully measured lines; a "not measured" reason runs on.
+    let mut widths = [0usize; HEADINGS.len()];
+    for line in lines.iter().filter(|l| l.len() == HEADINGS.len()) {
+        for (w, cell) in widths.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "opconform bench: {} runs per row and behaviour; {}",
+        report.runs,
+        report.machine.describe()
+    );
+    let _ = writeln!(
+        out,
+        "handoffs: lease {} (LeaseDuration/RenewDeadline/RetryPeriod), one leader and one standby, times from the API server's audit",
+        report.handoff_lease
+    );
+    let _ = writeln!(
+        out,
+        "API and memory: lease {}, 2 replicas, {} Memcached objects reconciled, {} s window",
+        report.steady_lease,
+        report.objects,
+        sig3(report.window_seconds)
+    );
+    let _ = writeln!(
+        out,
+        "ours = --standby watch; anchor = --standby poll (client-go and operator-lib timing); ours/anchor compares p50\n"
+    );
+    for line in &lines {
+        let mut text = String::new();
+        for (i, cell) in line.iter().enumerate() {
+            let numeric = (3..=8).contains(&i) && line.len() == HEADINGS.len();
+            let width = widths[i.min(HEADINGS.len() - 1)];
+            if i + 1 == line.len() {
+                if numeric {
+                    let _ = write!(text, "{cell:>width$}");
+                } else {
+                    text.push_str(cell);
+                }
+            } else if numeric {
+                let _ = write!(text, "{cell:>width$}  ");
+            } else {
+                let _ = write!(text, "{cell:<width$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    }
+    let _ = writeln!(out, "\nwhat the anchors do:");
+    for row in &report.rows {
+        let _ = writeln!(out, "  {}: {}", row.title, row.reference);
+    }
+    if report.rows.iter().any(|r| r.id == "for-life") {
+        let _ = writeln!(
+            out,
+            "  (the anchor's for-life standbys had campaigned only seconds, so their backoff was still short: a lower bound)"
+        );
+    }
+    let _ = writeln!(out, "\nmeasured in {:.0} s", report.wall_seconds);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{Machine, Row, RowGroup};
+
+    fn report() -> Report {
+        Report {
+            machine: Machine {
+                cpus: 2,
+                cpu_model: "Test CPU".into(),
+                kernel: "6.1".into(),
+                profile: "release",
+            },
+            started_at: chrono::Utc::now(),
+            wall_seconds: 12.0,
+            runs: 2,
+            objects: 100,
+            window_seconds: 60.0,
+            handoff_lease: "2s/1.5s/0.5s".into(),
+            steady_lease: "15s/10s/2s".into(),
+            rows: vec![
+                Row {
+                    id: "lease-release",
+                    group: RowGroup::LeaseRelease,
+                    title: "lease handoff after graceful release".into(),
+                    unit: "ms",
+                    target: "p50 <= 50 ms",
+                    reference: "client-go: next poll",
+                    ours: Series::measured("watch", vec![3.0, 5.0], vec![]),
+                    anchor: Series::measured("poll", vec![600.0, 900.0], vec![]),
+                    ratio: Some(0.005),
+                },
+                Row {
+                    id: "suite",
+                    group: RowGroup::Suite,
+                    title: "feature suite wall time".into(),
+                    unit: "s",
+                    target: "<= 180 s",
+                    reference: "kind suites: many minutes",
+                    ours: Series::not_measured(
+                        "suite",
+                        "not measured: run `cargo test --test e2e` first",
+                    ),
+                    anchor: Series::not_measured("none", "the same suite for both behaviours"),
+                    ratio: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn numbers_keep_three_significant_digits() {
+        assert_eq!(sig3(3.4178), "3.42");
+        assert_eq!(sig3(720.4), "720");
+        assert_eq!(sig3(2010.0), "2010");
+        assert_eq!(sig3(0.004123), "0.00412");
+        assert_eq!(sig3(0.0), "0");
+        assert_eq!(sig3(-12.34), "-12.3");
+    }
+
+    #[test]
+    fn each_row_has_a_line_for_ours_and_one_for_the_anchor() {
+        let table = render(&report());
+        let line = |start: &str| {
+            table
+                .lines()
+                .find(|l| l.contains(start))
+                .unwrap_or_else(|| panic!("no line with {start:?} in\n{table}"))
+                .to_string()
+        };
+        let ours = line("lease handoff after graceful release");
+        assert!(ours.contains("ours (watch)"), "{ours}");
+        assert!(ours.contains("0.00500"), "{ours}");
+        assert!(ours.ends_with("p50 <= 50 ms"), "{ours}");
+        let anchor = line("anchor (poll)");
+        assert!(anchor.contains("600") && anchor.contains("900"), "{anchor}");
+        assert!(line("feature suite wall time").contains("not measured: run `cargo test"));
+        assert!(line("anchor (n/a)").contains("the same suite"));
+        assert!(table.contains("2 cores, Test CPU, Linux 6.1, release build"));
+    }
+
+    #[test]
+    fn stats_line_up_under_their_headings() {
+        let table = render(&report());
+        let heading = table.lines().find(|l| l.starts_with("row")).unwrap();
+        let ours = table.lines().find(|l| l.contains("ours (watch)")).unwrap();
+        let end = |l: &str, word: &str| l.rfind(word).unwrap() + word.len();
+        assert_eq!(end(heading, "max"), end(ours, "5.00"));
+    }
+}
