@@ -11,8 +11,12 @@ pub(crate) fn sig3(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
     }
-    let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
-    format!("{v:.decimals$}")
+    let decimals = |magnitude: f64| (2 - magnitude.log10().floor() as i32).clamp(0, 6) as usize;
+    let first = decimals(v.abs());
+    // Rounding may carry into a new digit (0.9996 → 1.000): count from the rounded value.
+    let rounded: f64 = format!("{v:.first$}").parse().unwrap_or(v);
+    let d = decimals(rounded.abs().max(f64::MIN_POSITIVE)).min(first);
+    format!("{v:.d$}")
 }
 
 const HEADINGS: [&str; 10] = [
@@ -202,6 +206,8 @@ mod tests {
         assert_eq!(sig3(0.004123), "0.00412");
         assert_eq!(sig3(0.0), "0");
         assert_eq!(sig3(-12.34), "-12.3");
+        assert_eq!(sig3(0.99996), "1.00");
+        assert_eq!(sig3(99.96), "100");
     }
 
     #[test]
