@@ -10,8 +10,9 @@ use cucumber::{given, then, when};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
 use kube::api::{Api, DeleteParams, ListParams};
 
-use super::memcached::{bulk, eventually, get, namespace_of, throughout};
+use super::memcached::{bulk, get, namespace_of};
 use super::reconcile::{accept, origin, refuse};
+use super::wait::{eventually, throughout};
 use super::{Dur, World};
 use crate::record::Observation;
 use crate::sim::faults::RequestMatch;

@@ -2,6 +2,7 @@
 
 use cucumber::then;
 
+use super::wait::eventually;
 use super::{Dur, FAULT_VERBS, World};
 use crate::check;
 
@@ -132,22 +133,20 @@ async fn wait_for_violation(
     name: &str,
     checker: fn(&crate::record::History) -> check::Verdict,
 ) {
-    let deadline = tokio::time::Instant::now() + within.0;
-    loop {
+    let what = format!("the {name} check to report a violation");
+    let summary = eventually(within.0, &what, || {
         let v = checker(&world.history());
-        if !v.passed {
-            println!("detected, as expected: {}", v.summary);
-            world.note(&format!("the {name} check detected: {}", v.summary));
-            return;
+        async move {
+            if v.passed {
+                Err(format!("it says: {}", v.summary))
+            } else {
+                Ok(v.summary)
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the {name} check found no violation within {:?}; it last said: {}",
-            within.0,
-            v.summary
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    println!("detected, as expected: {summary}");
+    world.note(&format!("the {name} check detected: {summary}"));
 }
 
 #[then(expr = "within {duration} the single-leader check reports two leaders")]

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
 
 use super::operator::LOCK_NAME;
+use super::wait::{eventually, throughout};
 use super::{Dur, World};
 use crate::record::{History, Observation};
 
@@ -191,35 +192,32 @@ fn standbys(history: &History, leader: &str) -> (usize, Vec<String>) {
 async fn others_are_standbys(world: &mut World, within: Dur) {
     let leader = leader(world);
     let wanted = world.operator.as_ref().map_or(0, |o| o.replicas as usize) - 1;
-    let deadline = tokio::time::Instant::now() + within.0;
-    loop {
+    let what = format!("{wanted} ready standbys beside {leader}");
+    eventually(within.0, &what, || {
         let (ready, problems) = standbys(&world.history(), &leader);
-        if ready == wanted && problems.is_empty() {
-            return;
+        async move {
+            if ready == wanted && problems.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{ready} ready standbys; {problems:?}"))
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "expected {wanted} ready standbys within {within:?}, saw {ready}: {problems:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[then(expr = "the lease is renewed within {duration}")]
 async fn lease_renewed(world: &mut World, within: Dur) {
     let first = lease(world).await.spec.and_then(|s| s.renew_time);
-    let deadline = tokio::time::Instant::now() + within.0;
-    loop {
+    eventually(within.0, "renewTime to advance", || async {
         let now = lease(world).await.spec.and_then(|s| s.renew_time);
         if now.is_some() && now != first {
-            return;
+            Ok(())
+        } else {
+            Err(format!("renewTime {now:?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "renewTime stayed {first:?} for {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[then(expr = "the lease duration is {int}s")]
@@ -312,12 +310,17 @@ async fn transitions_grew_by(world: &mut World, by: i64) {
 
 #[then(expr = "no replica leads for {duration}")]
 async fn nobody_leads_for(world: &mut World, span: Dur) {
-    let deadline = tokio::time::Instant::now() + span.0;
-    while tokio::time::Instant::now() < deadline {
+    throughout(span.0, "no replica leads", || {
         let leading = leading_now(&world.history());
-        assert!(leading.is_empty(), "{leading:?} leads");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        async move {
+            if leading.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{leading:?} leads"))
+            }
+        }
+    })
+    .await;
 }
 
 #[then(expr = "within {duration} the old leader no longer leads")]
@@ -329,17 +332,18 @@ async fn old_leader_stops(world: &mut World, within: Dur) {
         .cloned()
         .or_else(|| world.leader.clone())
         .expect("a step saw a leader before this one");
-    let deadline = tokio::time::Instant::now() + within.0;
-    loop {
-        if !leading_now(&world.history()).contains(&old) {
-            return;
+    let what = format!("{old} no longer says it leads");
+    eventually(within.0, &what, || {
+        let still = leading_now(&world.history()).contains(&old);
+        async move {
+            if still {
+                Err("its gauge still says leader".to_string())
+            } else {
+                Ok(())
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{old} still says it leads after {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[then(expr = "within {duration} another replica leads")]

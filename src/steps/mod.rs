@@ -12,6 +12,7 @@ pub mod memcached;
 pub mod operator;
 pub mod reconcile;
 pub mod vocabulary;
+pub mod wait;
 
 use std::path::PathBuf;
 use std::str::FromStr;

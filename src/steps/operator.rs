@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams};
 
-use super::memcached::eventually;
+use super::wait::eventually;
 use serde_json::json;
 
 use super::{Dur, World};

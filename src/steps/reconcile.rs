@@ -10,8 +10,9 @@ use cucumber::{given, then, when};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 
-use super::memcached::{eventually, namespace_of};
+use super::memcached::namespace_of;
 use super::operator::OPERATOR_SELECTOR;
+use super::wait::eventually;
 use super::{Dur, World};
 use crate::check::reconcile::{Reconcile, backing_off, collapse, parse_log, periodic};
 use crate::record::{Entry, History, Observation};
