@@ -98,7 +98,7 @@ Feature: Leader with lease
     And the old leader stopped leading at most 3500ms after the reject
     And there was never more than one leader
 
-  @sim-only
+  @sim-only @clock-skew
   Scenario: A standby whose clock runs ahead does not take a live lease
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And within 30s exactly one replica leads

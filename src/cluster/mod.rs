@@ -91,15 +91,18 @@ pub enum Capability {
     SimOnly,
     /// The audit of writes by pod, for the single-writer check.
     Audit,
+    /// Skewing a pod's wall clock: libfaketime (Debian package `faketime`) on the simulator.
+    ClockSkew,
 }
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 4] = [
+    pub const ALL: [Capability; 5] = [
         Capability::NodeAccess,
         Capability::ApiFaults,
         Capability::SimOnly,
         Capability::Audit,
+        Capability::ClockSkew,
     ];
 
     /// What it lets a scenario do, as in "the provider cannot …".
@@ -111,6 +114,9 @@ impl Capability {
             Self::Audit => {
                 "follow the audit of writes (set OPCONFORM_AUDIT_LOG to the API server's audit log)"
             }
+            Self::ClockSkew => {
+                "skew clocks here (on the simulator it needs libfaketime: apt-get install faketime)"
+            }
         }
     }
 
@@ -121,6 +127,7 @@ impl Capability {
             Self::ApiFaults => "api-faults",
             Self::SimOnly => "sim-only",
             Self::Audit => "audit",
+            Self::ClockSkew => "clock-skew",
         }
     }
 }

@@ -435,8 +435,11 @@ impl Suite {
     /// Whether scenarios tagged with `capability`'s tag can run.
     pub fn supports(&self, capability: Capability) -> bool {
         match (self.provider, capability) {
+            (ProviderKind::Sim, Capability::ClockSkew) => {
+                crate::sim::kubelet::find_faketime().is_some()
+            }
             (ProviderKind::Sim, _) => true,
-            (ProviderKind::Kind, c) => c != Capability::SimOnly,
+            (ProviderKind::Kind, c) => !matches!(c, Capability::SimOnly | Capability::ClockSkew),
             (ProviderKind::Kubeconfig, Capability::Audit) => self.kubeconfig.audit_log.is_some(),
             (ProviderKind::Kubeconfig, _) => false,
         }
