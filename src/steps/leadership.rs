@@ -15,32 +15,16 @@ use crate::record::{History, Observation};
 /// The replica that leads now, judged from the history: the lock's latest holder, whose
 /// latest gauge sample says "leader", while every other replica's latest sample says not.
 pub fn current_leader(history: &History) -> Option<String> {
-    let mut holder = None;
-    let mut gauges: std::collections::BTreeMap<String, bool> = Default::default();
-    let mut gone: std::collections::BTreeSet<String> = Default::default();
-    for e in history.entries() {
-        match &e.observation {
-            Observation::Lock { holder: h, .. } => holder = h.clone(),
-            Observation::Gauge { replica, leader } => {
-                gauges.insert(replica.clone(), *leader);
-            }
-            Observation::Pod {
-                name,
-                terminating: true,
-                ..
-            } => {
-                gone.insert(name.clone());
-            }
-            _ => {}
-        }
-    }
-    let holder = holder?;
-    let leaders: Vec<&String> = gauges
+    let holder = history
+        .entries()
         .iter()
-        .filter(|(r, leader)| **leader && !gone.contains(*r))
-        .map(|(r, _)| r)
-        .collect();
-    (leaders.len() == 1 && *leaders[0] == holder).then_some(holder)
+        .filter_map(|e| match &e.observation {
+            Observation::Lock { holder, .. } => Some(holder.clone()),
+            _ => None,
+        })
+        .next_back()??;
+    let leaders = leading_now(history);
+    (leaders == [holder.as_str()]).then_some(holder)
 }
 
 async fn wait_for_leader(world: &World, within: Duration, unlike: Option<&str>) -> String {
