@@ -4,7 +4,8 @@ Feature: Leader with lease
   most one replica leads at any moment, that a standby takes over once the leader stops
   renewing — no sooner than the lease allows and no later than the lease plus two retry
   periods — that a leader which cannot renew steps down before anyone else may take over,
-  and that a replica that lost the lease writes nothing more.
+  and that a replica that lost the lease writes nothing more: its write guard refuses, and
+  without the guard the harness catches the split brain.
 
   Background:
     Given a cluster
@@ -79,6 +80,33 @@ Feature: Leader with lease
     And within 5s the old leader no longer leads
     And there was never more than one leader
     And no replica wrote after losing leadership
+
+  @sim-only @audit
+  Scenario: A leader frozen in the middle of a reconcile wakes after the takeover and its write guard refuses the stale write
+    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    And within 30s exactly one replica leads
+    When the leader is frozen for 8s at its next read of the Deployment of memcached "cache"
+    And memcached "cache" is scaled to 2
+    Then within 20s another replica leads
+    And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    And within 20s the old leader logs "write refused"
+    And there was never more than one leader
+    And no replica wrote after losing leadership
+
+  @sim-only @audit
+  Scenario: Without the write guard the same frozen leader writes after the takeover, and the checkers report the split brain
+    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--write-guard off"
+    And a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    And within 30s exactly one replica leads
+    When the leader is frozen for 8s at its next read of the Deployment of memcached "cache"
+    And memcached "cache" is scaled to 2
+    Then within 20s another replica leads
+    And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    And within 30s the single-writer check reports a stale writer
+    And within 30s the single-leader check reports two leaders
 
   @api-faults
   Scenario: Lease updates rejected for less than the renew deadline keep the leader

@@ -37,6 +37,13 @@ pub const COMPONENT: &str = "memcached-operator";
 pub const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long in-flight reconciles may finish after SIGTERM before the process moves on.
 pub const CONTROLLER_GRACE: Duration = Duration::from_secs(20);
+/// How long in-flight reconciles may finish after leadership is lost before they are cut.
+///
+/// A lost leader takes no new work but lets the reconciles already running end, as after
+/// SIGTERM: with the write guard on they can no longer write (the guard refuses once
+/// leadership is stale), so ending them cleanly is safe; with `--write-guard off` their
+/// writes land after the takeover — the split brain the guard exists to prevent.
+pub const LOST_GRACE: Duration = Duration::from_secs(5);
 
 /// A bad flag or environment (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -226,6 +233,8 @@ pub fn plan(args: &Args, env: &Env) -> Result<Plan, ConfigError> {
 /// Runs the operator until `shutdown` (clean: `Ok`) or a failure.
 ///
 /// Serves HTTP at once (standbys included), then elects, then reconciles while leading.
+/// Once leadership ends — shutdown or loss — no new reconcile starts and the running ones
+/// may end ([`CONTROLLER_GRACE`], [`LOST_GRACE`]), their writes subject to the write guard.
 ///
 /// # Errors
 /// See [`Error`]; lost leadership is [`Error::LeaseLost`] / [`Error::ForLifeLost`].
@@ -348,11 +357,12 @@ pub async fn run(
             match stop {
                 for_life::Stop::Cancelled => {
                     stop_tx.trigger();
-                    finish(task).await;
+                    finish(task, CONTROLLER_GRACE).await;
                     Ok(())
                 }
                 for_life::Stop::Lost(why) => {
-                    task.abort();
+                    stop_tx.trigger();
+                    finish(task, LOST_GRACE).await;
                     Err(Error::ForLifeLost(why))
                 }
             }
@@ -380,14 +390,18 @@ pub async fn run(
             let result = match stop {
                 lease::Stop::Cancelled => {
                     stop_tx.trigger();
-                    finish(task).await;
+                    finish(task, CONTROLLER_GRACE).await;
                     Ok(())
                 }
                 lease::Stop::Lost(why) => {
-                    task.abort();
+                    stop_tx.trigger();
+                    finish(task, LOST_GRACE).await;
                     Err(Error::LeaseLost(why))
                 }
             };
+            // The gauge goes to 0 before the lease is given up, never after (as client-go's
+            // leaderOff precedes its release): nobody can see two replicas claiming to lead.
+            elector.stopped_leading().await;
             if args.release_on_cancel {
                 match tokio::time::timeout(renew_deadline, elector.release()).await {
                     Ok(Ok(true)) | Ok(Ok(false)) => {}
@@ -395,7 +409,6 @@ pub async fn run(
                     Err(_) => tracing::warn!("releasing the lease timed out"),
                 }
             }
-            elector.stopped_leading().await;
             result
         }
     }
@@ -428,7 +441,7 @@ impl Leader {
         tokio::select! {
             () = shutdown.wait() => {
                 stop_tx.trigger();
-                finish(task).await;
+                finish(task, CONTROLLER_GRACE).await;
                 Ok(())
             }
             _ = &mut task => Err(Error::ControllerStopped),
@@ -436,12 +449,9 @@ impl Leader {
     }
 }
 
-/// Waits for in-flight reconciles after a graceful stop, at most [`CONTROLLER_GRACE`].
-async fn finish(mut task: tokio::task::JoinHandle<()>) {
-    if tokio::time::timeout(CONTROLLER_GRACE, &mut task)
-        .await
-        .is_err()
-    {
+/// Waits for in-flight reconciles after a graceful stop, at most `grace`.
+async fn finish(mut task: tokio::task::JoinHandle<()>, grace: Duration) {
+    if tokio::time::timeout(grace, &mut task).await.is_err() {
         tracing::warn!("reconciles did not finish within the grace period; stopping them");
         task.abort();
     }

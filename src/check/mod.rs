@@ -95,17 +95,22 @@ pub fn gauge_intervals(history: &History) -> Vec<Interval> {
     done
 }
 
-/// Spans in which replicas that never report a leader gauge (no election at all) acted as
-/// leaders: from their first to their last successful non-election write.
-pub fn ungauged_writer_intervals(history: &History) -> Vec<Interval> {
-    let gauged: std::collections::BTreeSet<&str> = history
+/// The replicas that reported a leader gauge at least once.
+fn gauged_replicas(history: &History) -> std::collections::BTreeSet<&str> {
+    history
         .entries()
         .iter()
         .filter_map(|e| match &e.observation {
             Observation::Gauge { replica, .. } => Some(replica.as_str()),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// Spans in which replicas that never report a leader gauge (no election at all) acted as
+/// leaders: from their first to their last successful non-election write.
+pub fn ungauged_writer_intervals(history: &History) -> Vec<Interval> {
+    let gauged = gauged_replicas(history);
     let mut spans: BTreeMap<String, Interval> = BTreeMap::new();
     for e in history.entries() {
         let Observation::Write {
@@ -132,52 +137,90 @@ pub fn ungauged_writer_intervals(history: &History) -> Vec<Interval> {
     spans.into_values().collect()
 }
 
+/// Writes that replicas with a leader gauge made outside their own leadership runs, each as
+/// an instant: a write is an act of leadership whatever the gauge says.
+pub fn writes_outside_leadership(history: &History, runs: &[Interval]) -> Vec<Interval> {
+    let gauged = gauged_replicas(history);
+    history
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.observation {
+            Observation::Write {
+                replica,
+                election: false,
+                code,
+                ..
+            } if *code < 400
+                && gauged.contains(replica.as_str())
+                && !runs
+                    .iter()
+                    .any(|r| r.replica == *replica && r.from <= e.time && e.time <= r.to) =>
+            {
+                Some(Interval {
+                    replica: replica.clone(),
+                    from: e.time,
+                    to: e.time,
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Never more than one leader: the leadership intervals of different replicas never
-/// overlap — from their gauges, and, for replicas that report no gauge (no election), the
-/// span in which they wrote.
+/// overlap — from their gauges, extended by the writes a replica made outside them, and,
+/// for replicas that report no gauge (no election), the span in which they wrote.
 pub fn single_leader(history: &History) -> Verdict {
     const NAME: &str = "single leader";
     let mut intervals = gauge_intervals(history);
+    let outside = writes_outside_leadership(history, &intervals);
+    intervals.extend(outside);
     intervals.extend(ungauged_writer_intervals(history));
     intervals.sort_by_key(|i| i.from);
+    // Of all overlaps, the longest tells the story best (the earliest among equals).
+    let mut worst: Option<(&Interval, &Interval, DateTime<Utc>, DateTime<Utc>)> = None;
     for (i, a) in intervals.iter().enumerate() {
         for b in &intervals[i + 1..] {
             if a.replica != b.replica && b.from <= a.to && a.from <= b.to {
-                let from = a.from.max(b.from);
-                let to = a.to.min(b.to);
-                let evidence = history
-                    .slice(
-                        from - chrono::Duration::seconds(2),
-                        to + chrono::Duration::seconds(2),
-                    )
-                    .into_iter()
-                    .filter(|e| {
-                        matches!(
-                            e.observation,
-                            Observation::Gauge { .. }
-                                | Observation::Lock { .. }
-                                | Observation::Fault { .. }
-                                | Observation::Write {
-                                    election: false,
-                                    ..
-                                }
-                        )
-                    })
-                    .collect();
-                return Verdict {
-                    checker: NAME,
-                    passed: false,
-                    summary: format!(
-                        "{} and {} both claimed leadership between {} and {}",
-                        a.replica,
-                        b.replica,
-                        from.format("%H:%M:%S%.3f"),
-                        to.format("%H:%M:%S%.3f")
-                    ),
-                    evidence,
-                };
+                let (from, to) = (a.from.max(b.from), a.to.min(b.to));
+                if worst.is_none_or(|(_, _, f, t)| to - from > t - f) {
+                    worst = Some((a, b, from, to));
+                }
             }
         }
+    }
+    if let Some((a, b, from, to)) = worst {
+        let evidence = history
+            .slice(
+                from - chrono::Duration::seconds(2),
+                to + chrono::Duration::seconds(2),
+            )
+            .into_iter()
+            .filter(|e| {
+                matches!(
+                    e.observation,
+                    Observation::Gauge { .. }
+                        | Observation::Lock { .. }
+                        | Observation::Fault { .. }
+                        | Observation::Write {
+                            election: false,
+                            ..
+                        }
+                )
+            })
+            .collect();
+        return Verdict {
+            checker: NAME,
+            passed: false,
+            summary: format!(
+                "{} and {} both claimed leadership between {} and {}",
+                a.replica,
+                b.replica,
+                from.format("%H:%M:%S%.3f"),
+                to.format("%H:%M:%S%.3f")
+            ),
+            evidence,
+        };
     }
     Verdict::pass(
         NAME,
@@ -514,6 +557,56 @@ mod tests {
         assert!(!v.passed);
         assert!(v.summary.starts_with("a and b both claimed leadership"));
         assert_eq!(v.evidence.len(), 3);
+    }
+
+    #[test]
+    fn a_replica_writing_after_its_gauge_dropped_while_another_leads_is_a_second_leader() {
+        let mut h = History::new();
+        gauge(&mut h, 0, "a", true);
+        write(&mut h, 50, "a");
+        gauge(&mut h, 100, "a", false);
+        gauge(&mut h, 200, "b", true);
+        write(&mut h, 250, "a");
+        gauge(&mut h, 300, "b", true);
+        let v = single_leader(&h);
+        assert!(!v.passed, "{}", v.summary);
+        assert!(
+            v.summary.starts_with("b and a both claimed leadership"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn of_several_overlaps_the_longest_is_reported() {
+        let mut h = History::new();
+        gauge(&mut h, 0, "a", true);
+        write(&mut h, 400, "b");
+        gauge(&mut h, 500, "b", true);
+        gauge(&mut h, 1000, "a", true);
+        gauge(&mut h, 1500, "b", true);
+        let v = single_leader(&h);
+        let (from, to) = (
+            at(500).format("%H:%M:%S%.3f"),
+            at(1000).format("%H:%M:%S%.3f"),
+        );
+        assert!(
+            v.summary.ends_with(&format!("between {from} and {to}")),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn a_leader_writing_just_before_its_first_gauge_sample_is_no_second_leader() {
+        let mut h = History::new();
+        gauge(&mut h, 0, "a", true);
+        gauge(&mut h, 100, "a", false);
+        write(&mut h, 150, "b");
+        gauge(&mut h, 200, "b", true);
+        gauge(&mut h, 300, "b", true);
+        let v = single_leader(&h);
+        assert!(v.passed, "{}", v.summary);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Faults of the simulated cluster: the API server's request rules (`reject`/`allow`,
-//! `delay`), evaluated in order with the first non-pass verdict winning, and the log of
-//! every fault applied and undone (process and network faults are carried out by the
-//! kubelets; they are logged here too), so a history can show when each was in force.
+//! `delay`, and the one-shot `hold` of the pod that sends a matching request), evaluated
+//! in order with the first non-pass verdict winning, and the log of every fault applied
+//! and undone (process and network faults are carried out by the kubelets; they are logged
+//! here too), so a history can show when each was in force.
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -108,6 +109,14 @@ pub enum RuleAction {
         /// The latency in milliseconds.
         millis: u64,
     },
+    /// Freeze the pod that sent the request (SIGSTOP) before serving it, and thaw it this
+    /// long after: the pod wakes to a response it asked for before the freeze, in the middle
+    /// of whatever it was doing. Fires once, at the first matching request sent from a pod,
+    /// and is removed.
+    Hold {
+        /// How long the pod stays frozen, in milliseconds.
+        millis: u64,
+    },
 }
 
 /// One rule.
@@ -139,6 +148,8 @@ pub enum Verdict {
     },
     /// Serve after a delay.
     Delay(Duration),
+    /// Freeze the requesting pod for this long, then serve (see [`RuleAction::Hold`]).
+    Hold(Duration),
 }
 
 /// One fault applied or undone, as the history shows it.
@@ -202,6 +213,7 @@ impl Faults {
         let (verb, detail) = match &action {
             RuleAction::Reject { code, reason, .. } => ("reject", format!("{code} {reason}")),
             RuleAction::Delay { millis } => ("delay", format!("{millis}ms")),
+            RuleAction::Hold { millis } => ("arm", format!("hold the sender for {millis}ms")),
         };
         self.record(verb, &format!("rule {id}: {}", describe(&matches)), &detail);
         self.rules
@@ -249,7 +261,51 @@ impl Faults {
         )
     }
 
-    /// Removes a rule (the undo of `reject` and `delay`).
+    /// Freezes the pod that next sends a matching request for `span`, before that request
+    /// is served (a one-shot rule, removed when it fires); returns the rule id, which
+    /// [`Faults::allow`] takes to disarm it before it fires.
+    pub fn hold_sender(&self, matches: RequestMatch, span: Duration) -> u64 {
+        self.add(
+            matches,
+            RuleAction::Hold {
+                millis: span.as_millis() as u64,
+            },
+        )
+    }
+
+    /// Carries out a [`Verdict::Hold`] for the request of `pod` described by `what`:
+    /// freezes the pod now and spawns its release after `span`, logging both.
+    ///
+    /// # Errors
+    /// When the pod cannot be frozen (it is not running on any node).
+    pub fn hold_for(
+        self: &Arc<Self>,
+        target: Arc<dyn FaultTarget>,
+        pod: &PodRef,
+        span: Duration,
+        what: &str,
+    ) -> Result<(), FaultError> {
+        let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+        target.pod(&namespace, &name, &PodFault::Hold)?;
+        let subject = format!("pod {namespace}/{name}");
+        self.record(
+            "hold",
+            &subject,
+            &format!("at its {what}, for {}ms", span.as_millis()),
+        );
+        let faults = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(span).await;
+            match target.pod(&namespace, &name, &PodFault::Release) {
+                Ok(()) => faults.record("release", &subject, ""),
+                // Gone meanwhile (deleted, node removed): nothing is left to thaw.
+                Err(e) => faults.record("release", &subject, &e.to_string()),
+            }
+        });
+        Ok(())
+    }
+
+    /// Removes a rule (the undo of `reject` and `delay`, or disarms a `hold` not yet fired).
     ///
     /// # Errors
     /// When no rule has this id.
@@ -265,6 +321,7 @@ impl Faults {
         let verb = match removed.action {
             RuleAction::Reject { .. } => "allow",
             RuleAction::Delay { .. } => "undelay",
+            RuleAction::Hold { .. } => "disarm",
         };
         self.record(
             verb,
@@ -274,24 +331,53 @@ impl Faults {
         Ok(removed)
     }
 
-    /// The verdict for a request: the first rule that matches decides.
+    /// The verdict for a request: the first rule that matches decides. A `hold` rule
+    /// matches only requests sent from a pod, and is removed as it fires.
     pub fn verdict(&self, facts: &RequestFacts<'_>) -> Verdict {
-        let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
-        match rules.iter().find(|r| r.matches.matches(facts)) {
-            None => Verdict::Pass,
-            Some(rule) => match &rule.action {
-                RuleAction::Reject {
-                    code,
-                    reason,
-                    message,
-                } => Verdict::Reject {
-                    code: *code,
-                    reason: reason.clone(),
-                    message: message.clone(),
-                },
-                RuleAction::Delay { millis } => Verdict::Delay(Duration::from_millis(*millis)),
-            },
+        let (id, verdict) = {
+            let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
+            let applies = |r: &&Rule| {
+                r.matches.matches(facts)
+                    && (facts.pod.is_some() || !matches!(r.action, RuleAction::Hold { .. }))
+            };
+            match rules.iter().find(applies) {
+                None => return Verdict::Pass,
+                Some(rule) => (
+                    rule.id,
+                    match &rule.action {
+                        RuleAction::Reject {
+                            code,
+                            reason,
+                            message,
+                        } => Verdict::Reject {
+                            code: *code,
+                            reason: reason.clone(),
+                            message: message.clone(),
+                        },
+                        RuleAction::Delay { millis } => {
+                            Verdict::Delay(Duration::from_millis(*millis))
+                        }
+                        RuleAction::Hold { millis } => {
+                            Verdict::Hold(Duration::from_millis(*millis))
+                        }
+                    },
+                ),
+            }
+        };
+        if matches!(verdict, Verdict::Hold(_)) {
+            let mut rules = self.rules.write().unwrap_or_else(|p| p.into_inner());
+            match rules.iter().position(|r| r.id == id) {
+                Some(index) => {
+                    rules.remove(index);
+                }
+                // Another request fired it first: this one is judged by the rules left.
+                None => {
+                    drop(rules);
+                    return self.verdict(facts);
+                }
+            }
         }
+        verdict
     }
 }
 
@@ -402,6 +488,35 @@ mod tests {
             Verdict::Pass
         );
         assert_eq!(f.verdict(&facts("update", "leases", None)), Verdict::Pass);
+    }
+
+    #[test]
+    fn a_hold_fires_once_and_only_at_a_request_sent_from_a_pod() {
+        let f = Faults::new();
+        let id = f.hold_sender(
+            RequestMatch {
+                verbs: vec!["get".into()],
+                resource: Some("deployments".into()),
+                ..Default::default()
+            },
+            Duration::from_secs(8),
+        );
+        let op1 = PodRef {
+            namespace: "ops".into(),
+            name: "op-1".into(),
+            uid: "u".into(),
+        };
+        assert_eq!(f.verdict(&facts("get", "deployments", None)), Verdict::Pass);
+        assert_eq!(
+            f.verdict(&facts("get", "deployments", Some(&op1))),
+            Verdict::Hold(Duration::from_secs(8))
+        );
+        assert_eq!(
+            f.verdict(&facts("get", "deployments", Some(&op1))),
+            Verdict::Pass
+        );
+        assert!(f.rules().is_empty());
+        assert!(matches!(f.allow(id), Err(FaultError::NoRule(_))));
     }
 
     #[test]

@@ -66,6 +66,38 @@ async fn frozen_for(world: &mut World, span: Dur) {
     pod_fault(world, &pod, PodFault::Release).await;
 }
 
+#[when(
+    expr = "the leader is frozen for {duration} at its next read of the Deployment of memcached {string}"
+)]
+async fn frozen_at_next_read(world: &mut World, span: Dur, name: String) {
+    let pod = leader(world);
+    let operator_namespace = world.operator_namespace().expect("cluster");
+    let namespace = super::memcached::namespace_of(world, &name);
+    let provider = world.provider().expect("cluster");
+    let cluster = provider.simulated().unwrap_or_else(|| {
+        panic!(
+            "freezing a pod at one of its requests needs the simulated API server; \
+             the {} provider cannot (tag the scenario @sim-only)",
+            provider.name()
+        )
+    });
+    // The pod is frozen as its request arrives, before the answer goes back: it wakes in
+    // the middle of its reconcile, holding what it read before the takeover.
+    cluster.server().state().faults.hold_sender(
+        RequestMatch {
+            verbs: vec!["get".into()],
+            group: Some("apps".into()),
+            resource: Some("deployments".into()),
+            subresource: Some(String::new()),
+            namespace: Some(namespace),
+            name: Some(name),
+            pod: Some(format!("{operator_namespace}/{pod}")),
+            ..RequestMatch::default()
+        },
+        span.0,
+    );
+}
+
 #[when("the leader's container crashes")]
 async fn crashes(world: &mut World) {
     let pod = leader(world);

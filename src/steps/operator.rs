@@ -476,32 +476,69 @@ async fn pods_fail_with(world: &mut World, within: Dur, message: String) {
     }
 }
 
+/// The logs of `pod`: its previous container's (when it restarted) and its current one's.
+async fn logs_of(pods: &Api<Pod>, pod: &str) -> String {
+    let previous = LogParams {
+        previous: true,
+        ..LogParams::default()
+    };
+    let before = pods.logs(pod, &previous).await.unwrap_or_default();
+    let now = pods
+        .logs(pod, &LogParams::default())
+        .await
+        .unwrap_or_default();
+    before + &now
+}
+
 #[then(expr = "within {duration} an operator pod logs {string}")]
 async fn pod_logs(world: &mut World, within: Dur, text: String) {
     let namespace = world.operator_namespace().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
-    let deadline = tokio::time::Instant::now() + within.0;
-    loop {
-        let list = pods
-            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
-            .await
-            .expect("listing the operator pods");
-        for pod in &list.items {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let log = pods
-                .logs(&name, &LogParams::default())
+    let what = format!("an operator pod logs {text:?}");
+    eventually(within.0, &what, || {
+        let (pods, text) = (&pods, &text);
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels(OPERATOR_SELECTOR))
                 .await
-                .unwrap_or_default();
-            if log.contains(&text) {
-                return;
+                .map_err(|e| format!("listing the operator pods: {e}"))?;
+            let mut names = Vec::new();
+            for pod in &list.items {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                if logs_of(pods, &name).await.contains(text.as_str()) {
+                    return Ok(());
+                }
+                names.push(name);
+            }
+            Err(format!("not in the logs of {names:?}"))
+        }
+    })
+    .await;
+}
+
+#[then(expr = "within {duration} the old leader logs {string}")]
+async fn old_leader_logs(world: &mut World, within: Dur, text: String) {
+    let old = world
+        .remembered
+        .get("old leader")
+        .cloned()
+        .expect("a step saw another replica take over before this one");
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let what = format!("{old} logs {text:?}");
+    eventually(within.0, &what, || {
+        let (pods, old, text) = (&pods, &old, &text);
+        async move {
+            let log = logs_of(pods, old).await;
+            if log.contains(text.as_str()) {
+                Ok(())
+            } else {
+                let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                Err(format!("its last lines: {tail:?}"))
             }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no operator pod logged {text:?} within {within:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 }
 
 #[then("there is no lease")]

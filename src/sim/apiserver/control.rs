@@ -74,7 +74,7 @@ pub fn serve(
         )),
         (&Method::POST, ["rules"]) => {
             let rule: NewRule = serde_json::from_slice(body).map_err(|e| {
-                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\", ...}}", e)
+                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\", ...}}", e)
             })?;
             let id = match rule.action {
                 RuleAction::Reject {
@@ -88,6 +88,9 @@ pub fn serve(
                 RuleAction::Delay { millis } => state
                     .faults
                     .delay(rule.matches, std::time::Duration::from_millis(millis)),
+                RuleAction::Hold { millis } => state
+                    .faults
+                    .hold_sender(rule.matches, std::time::Duration::from_millis(millis)),
             };
             Ok((201, json!({"id": id})))
         }

@@ -517,6 +517,14 @@ async fn handle(
         match state.faults.verdict(&facts) {
             crate::sim::faults::Verdict::Pass => {}
             crate::sim::faults::Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+            crate::sim::faults::Verdict::Hold(span) => {
+                if let (Some(pod), Some(target)) = (pod.as_ref(), state.fault_target()) {
+                    let what = info.summary();
+                    if let Err(e) = state.faults.hold_for(target, pod, span, &what) {
+                        tracing::warn!(error = %e, "holding the sender of {what} failed");
+                    }
+                }
+            }
             crate::sim::faults::Verdict::Reject {
                 code,
                 reason,

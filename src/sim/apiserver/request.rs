@@ -30,6 +30,25 @@ pub struct RequestInfo {
     pub proxy_path: String,
 }
 
+impl RequestInfo {
+    /// The request as a fault log reads it: `get deployments default/cache`.
+    pub fn summary(&self) -> String {
+        let resource = if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        };
+        let object = match (self.namespace.as_str(), self.name.as_str()) {
+            ("", name) => name.to_string(),
+            (ns, "") => format!("in {ns}"),
+            (ns, name) => format!("{ns}/{name}"),
+        };
+        format!("{} {resource} {object}", self.verb)
+            .trim_end()
+            .to_string()
+    }
+}
+
 /// Query parameters (the last value of each wins, as in url.Values.Get).
 #[derive(Debug, Clone, Default)]
 pub struct Query {
@@ -149,6 +168,22 @@ mod tests {
             ),
             ("get", "ns", "pods", "p", "status")
         );
+    }
+
+    #[test]
+    fn a_request_summary_names_the_verb_resource_and_object() {
+        let get = p(
+            Method::GET,
+            "/apis/apps/v1/namespaces/ns/deployments/web",
+            "",
+        );
+        assert_eq!(get.summary(), "get deployments ns/web");
+        let status = p(Method::PATCH, "/api/v1/namespaces/ns/pods/p/status", "");
+        assert_eq!(status.summary(), "patch pods/status ns/p");
+        let list = p(Method::GET, "/api/v1/namespaces/ns/pods", "");
+        assert_eq!(list.summary(), "list pods in ns");
+        let nodes = p(Method::GET, "/api/v1/nodes", "");
+        assert_eq!(nodes.summary(), "list nodes");
     }
 
     #[test]

@@ -107,7 +107,9 @@ impl Group {
         })
     }
 
-    /// Freezes the container's processes (SIGSTOP), leaving the watchdog running.
+    /// Freezes the container's processes (SIGSTOP), leaving the watchdog running, and
+    /// returns once every thread of the container process has stopped (bounded by
+    /// [`STOP_WAIT`]): whatever reaches the process afterwards waits until it is thawed.
     ///
     /// # Errors
     /// When the group no longer exists.
@@ -115,6 +117,10 @@ impl Group {
         self.signal(Signal::SIGSTOP)?;
         // The watchdog must stay able to kill a frozen group when the owner dies.
         let _ = kill(Pid::from_raw(self.pgid), Signal::SIGCONT);
+        let begin = std::time::Instant::now();
+        while !all_threads_stopped(self.pid) && begin.elapsed() < STOP_WAIT {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Ok(())
     }
 
@@ -125,6 +131,26 @@ impl Group {
     pub fn resume(&self) -> Result<(), ProcessError> {
         self.signal(Signal::SIGCONT)
     }
+}
+
+/// How long [`Group::stop`] waits for a signalled process to actually stop.
+pub const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether every thread of `pid` is stopped (or gone): the state letter of each
+/// `/proc/<pid>/task/<tid>/stat`. Without procfs there is nothing to wait for.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+            // The state follows the command name, which is in parentheses and may hold any byte.
+            let state = stat
+                .rfind(')')
+                .and_then(|end| stat[end + 1..].trim_start().chars().next());
+            matches!(state, Some('T' | 't' | 'Z' | 'X') | None)
+        })
+    })
 }
 
 /// One running container instance: its process group, watchdog and output readers.
@@ -379,6 +405,32 @@ mod tests {
         let text = log.text(false).unwrap();
         assert!(text.starts_with("hello\n"), "{text}");
         assert!(text.contains(dir.path().to_str().unwrap()), "{text}");
+        eventually_dead(&[group.pid, group.pgid as u32]).await;
+    }
+
+    #[tokio::test]
+    async fn stop_returns_once_the_process_is_stopped_and_resume_runs_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(ContainerLog::new(dir.path().join("log"), 1024));
+        let instance = Instance::spawn(&spec(dir.path(), "while :; do :; done"), log)
+            .await
+            .unwrap();
+        let group = instance.group();
+        group.stop().unwrap();
+        assert!(
+            all_threads_stopped(group.pid),
+            "a busy process was still running when stop returned"
+        );
+        group.resume().unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while all_threads_stopped(group.pid) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the process stayed stopped after resume"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(instance);
         eventually_dead(&[group.pid, group.pgid as u32]).await;
     }
 
