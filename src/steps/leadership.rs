@@ -350,16 +350,18 @@ async fn same_leads_again(world: &mut World, within: Dur) {
 #[then(expr = "the leader keeps leading for {duration}")]
 async fn keeps_leading(world: &mut World, span: Dur) {
     let leader = world.leader.clone().expect("a leader was seen before");
-    let deadline = tokio::time::Instant::now() + span.0;
-    while tokio::time::Instant::now() < deadline {
+    let what = format!("{leader} keeps leading");
+    throughout(span.0, &what, || {
         let now = current_leader(&world.history());
-        assert!(
-            now.as_deref().is_none_or(|l| l == leader),
-            "{} took over while {leader} was expected to keep leading",
-            now.unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let leader = &leader;
+        async move {
+            match now {
+                Some(other) if other != *leader => Err(format!("{other} took over")),
+                _ => Ok(()),
+            }
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

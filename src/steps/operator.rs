@@ -426,54 +426,45 @@ async fn apply(world: &World, manifests: &[Manifest]) {
 async fn pods_fail_with(world: &mut World, within: Dur, message: String) {
     let namespace = world.operator_namespace().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
-    let deadline = tokio::time::Instant::now() + within.0;
-    loop {
-        let list = pods
-            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
-            .await
-            .expect("listing the operator pods");
-        let mut failed = 0;
-        let mut seen = Vec::new();
-        for pod in &list.items {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let restarted = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c.restart_count > 0
-                            || c.state.as_ref().is_some_and(|s| s.terminated.is_some())
-                    })
-                });
-            let mut log = pods
-                .logs(&name, &LogParams::default())
+    let what = format!("every operator pod exited with {message:?} in its log");
+    eventually(within.0, &what, || {
+        let (pods, message) = (&pods, &message);
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels(OPERATOR_SELECTOR))
                 .await
-                .unwrap_or_default();
-            if restarted && !log.contains(&message) {
-                let previous = LogParams {
-                    previous: true,
-                    ..LogParams::default()
-                };
-                log = pods.logs(&name, &previous).await.unwrap_or_default();
+                .map_err(|e| format!("listing the operator pods: {e}"))?;
+            let mut failed = 0;
+            let mut seen = Vec::new();
+            for pod in &list.items {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let exited = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.restart_count > 0
+                                || c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+                        })
+                    });
+                let log = logs_of(pods, &name).await;
+                if exited && log.contains(message.as_str()) {
+                    failed += 1;
+                }
+                seen.push(format!(
+                    "{name} (exited: {exited}): {}",
+                    log.lines().last().unwrap_or("")
+                ));
             }
-            if restarted && log.contains(&message) {
-                failed += 1;
+            if !list.items.is_empty() && failed == list.items.len() {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
             }
-            seen.push(format!(
-                "{name} (exited: {restarted}): {}",
-                log.lines().last().unwrap_or("")
-            ));
         }
-        if !list.items.is_empty() && failed == list.items.len() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not every operator pod failed with {message:?} within {within:?}: {seen:#?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 }
 
 /// The logs of `pod`: its previous container's (when it restarted) and its current one's.
