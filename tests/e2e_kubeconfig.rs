@@ -11,13 +11,14 @@ use opconform::cluster::ProviderKind;
 use opconform::cluster::kubeconfig::KubeconfigOptions;
 use opconform::steps::{Suite, run_suite};
 
-/// The `opconform sim` child, killed whatever happens.
+mod support;
+
+/// The `opconform sim` child, stopped whatever happens.
 struct Sim(Child);
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        support::stop_child(&mut self.0);
     }
 }
 

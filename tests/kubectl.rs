@@ -8,9 +8,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod support;
+
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A running `opconform sim`, killed on drop.
+/// A running `opconform sim`, stopped on drop.
 struct Sim {
     child: Child,
     dir: tempfile::TempDir,
@@ -18,8 +20,7 @@ struct Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        support::stop_child(&mut self.child);
     }
 }
 

@@ -79,3 +79,23 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Stops a child process the way a user would, with SIGTERM, so that it can clean up
+/// (an `opconform sim` shuts its cluster down and removes its work directory); SIGKILL only
+/// when it is still running after 10 s.
+pub fn stop_child(child: &mut std::process::Child) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
