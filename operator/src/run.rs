@@ -356,13 +356,11 @@ pub async fn run(
             };
             match stop {
                 for_life::Stop::Cancelled => {
-                    stop_tx.trigger();
-                    finish(task, CONTROLLER_GRACE).await;
+                    finish(&stop_tx, task, CONTROLLER_GRACE).await;
                     Ok(())
                 }
                 for_life::Stop::Lost(why) => {
-                    stop_tx.trigger();
-                    finish(task, LOST_GRACE).await;
+                    finish(&stop_tx, task, LOST_GRACE).await;
                     Err(Error::ForLifeLost(why))
                 }
             }
@@ -389,13 +387,11 @@ pub async fn run(
             };
             let result = match stop {
                 lease::Stop::Cancelled => {
-                    stop_tx.trigger();
-                    finish(task, CONTROLLER_GRACE).await;
+                    finish(&stop_tx, task, CONTROLLER_GRACE).await;
                     Ok(())
                 }
                 lease::Stop::Lost(why) => {
-                    stop_tx.trigger();
-                    finish(task, LOST_GRACE).await;
+                    finish(&stop_tx, task, LOST_GRACE).await;
                     Err(Error::LeaseLost(why))
                 }
             };
@@ -440,8 +436,7 @@ impl Leader {
         let mut task = self.spawn(stop_rx);
         tokio::select! {
             () = shutdown.wait() => {
-                stop_tx.trigger();
-                finish(task, CONTROLLER_GRACE).await;
+                finish(&stop_tx, task, CONTROLLER_GRACE).await;
                 Ok(())
             }
             _ = &mut task => Err(Error::ControllerStopped),
@@ -449,8 +444,14 @@ impl Leader {
     }
 }
 
-/// Waits for in-flight reconciles after a graceful stop, at most `grace`.
-async fn finish(mut task: tokio::task::JoinHandle<()>, grace: Duration) {
+/// Stops the controller gracefully: no new reconcile starts, and the running ones may end
+/// within `grace` before they are cut.
+async fn finish(
+    stop: &shutdown::ShutdownTrigger,
+    mut task: tokio::task::JoinHandle<()>,
+    grace: Duration,
+) {
+    stop.trigger();
     if tokio::time::timeout(grace, &mut task).await.is_err() {
         tracing::warn!("reconciles did not finish within the grace period; stopping them");
         task.abort();

@@ -111,36 +111,23 @@ fn gauged_replicas(history: &History) -> std::collections::BTreeSet<&str> {
 /// leaders: from their first to their last successful non-election write.
 pub fn ungauged_writer_intervals(history: &History) -> Vec<Interval> {
     let gauged = gauged_replicas(history);
-    let mut spans: BTreeMap<String, Interval> = BTreeMap::new();
-    for e in history.entries() {
-        let Observation::Write {
-            replica,
-            election: false,
-            code,
-            ..
-        } = &e.observation
-        else {
-            continue;
-        };
-        if *code >= 400 || gauged.contains(replica.as_str()) {
-            continue;
-        }
+    let mut spans: BTreeMap<&str, Interval> = BTreeMap::new();
+    for (time, replica) in work_writes(history).filter(|(_, r)| !gauged.contains(r)) {
         spans
-            .entry(replica.clone())
-            .and_modify(|i| i.to = e.time)
+            .entry(replica)
+            .and_modify(|i| i.to = time)
             .or_insert(Interval {
-                replica: replica.clone(),
-                from: e.time,
-                to: e.time,
+                replica: replica.to_string(),
+                from: time,
+                to: time,
             });
     }
     spans.into_values().collect()
 }
 
-/// Writes that replicas with a leader gauge made outside their own leadership runs, each as
-/// an instant: a write is an act of leadership whatever the gauge says.
-pub fn writes_outside_leadership(history: &History, runs: &[Interval]) -> Vec<Interval> {
-    let gauged = gauged_replicas(history);
+/// The successful writes that are the operator's work — not election traffic, not Events —
+/// in time order, with the replica that sent each.
+fn work_writes(history: &History) -> impl Iterator<Item = (DateTime<Utc>, &str)> {
     history
         .entries()
         .iter()
@@ -150,19 +137,26 @@ pub fn writes_outside_leadership(history: &History, runs: &[Interval]) -> Vec<In
                 election: false,
                 code,
                 ..
-            } if *code < 400
-                && gauged.contains(replica.as_str())
+            } if *code < 400 => Some((e.time, replica.as_str())),
+            _ => None,
+        })
+}
+
+/// Writes that replicas with a leader gauge made outside their own leadership runs, each as
+/// an instant: a write is an act of leadership whatever the gauge says.
+pub fn writes_outside_leadership(history: &History, runs: &[Interval]) -> Vec<Interval> {
+    let gauged = gauged_replicas(history);
+    work_writes(history)
+        .filter(|(time, replica)| {
+            gauged.contains(replica)
                 && !runs
                     .iter()
-                    .any(|r| r.replica == *replica && r.from <= e.time && e.time <= r.to) =>
-            {
-                Some(Interval {
-                    replica: replica.clone(),
-                    from: e.time,
-                    to: e.time,
-                })
-            }
-            _ => None,
+                    .any(|r| r.replica == *replica && r.from <= *time && *time <= r.to)
+        })
+        .map(|(time, replica)| Interval {
+            replica: replica.to_string(),
+            from: time,
+            to: time,
         })
         .collect()
 }
@@ -265,28 +259,16 @@ pub fn single_writer(history: &History) -> Verdict {
     let mut superseded: HashMap<String, (DateTime<Utc>, String)> = HashMap::new();
     let mut writes = 0;
     let mut writers = Vec::<String>::new();
-    for e in history.entries() {
-        let Observation::Write {
-            replica,
-            election: false,
-            code,
-            ..
-        } = &e.observation
-        else {
-            continue;
-        };
-        if *code >= 400 {
-            continue;
-        }
+    for (time, replica) in work_writes(history) {
         writes += 1;
         match &current {
-            Some((r, _)) if r == replica => continue,
+            Some((r, _)) if r.as_str() == replica => continue,
             Some((r, _)) => {
                 if let Some((at, by)) = superseded.get(replica)
-                    && !reacquired(replica, *at, e.time)
+                    && !reacquired(replica, *at, time)
                 {
                     let evidence = history
-                        .slice(*at - chrono::Duration::seconds(1), e.time)
+                        .slice(*at - chrono::Duration::seconds(1), time)
                         .into_iter()
                         .filter(|x| {
                             !matches!(
@@ -300,19 +282,19 @@ pub fn single_writer(history: &History) -> Verdict {
                         passed: false,
                         summary: format!(
                             "{replica} wrote at {} after {by} had taken over writing at {}",
-                            e.time.format("%H:%M:%S%.3f"),
+                            time.format("%H:%M:%S%.3f"),
                             at.format("%H:%M:%S%.3f")
                         ),
                         evidence,
                     };
                 }
-                superseded.insert(r.clone(), (e.time, replica.clone()));
+                superseded.insert(r.clone(), (time, replica.to_string()));
             }
             None => {}
         }
-        current = Some((replica.clone(), e.time));
-        if !writers.contains(replica) {
-            writers.push(replica.clone());
+        current = Some((replica.to_string(), time));
+        if !writers.iter().any(|w| w == replica) {
+            writers.push(replica.to_string());
         }
     }
     Verdict::pass(
