@@ -4,7 +4,8 @@ Feature: Leader for life
   leader: the lock ConfigMap is owned by the leader's Pod and lives exactly as long as that
   Pod, so a standby leads only after the garbage collector has removed the lock of a Pod
   that is gone — never while the leader's Pod still exists, however long it is frozen or
-  cut off.
+  cut off. A leader Pod its kubelet evicted will never run again, so a standby deletes it
+  to free the lock.
 
   Background:
     Given a cluster
@@ -64,6 +65,20 @@ Feature: Leader for life
     Then within 45s another replica leads
     When memcached "cache" is scaled to 2
     Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    And no replica wrote after losing leadership
+
+  @sim-only @audit
+  Scenario: An evicted leader Pod is deleted by a standby, which then leads
+    Given a Memcached "cache" of size 1
+    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    And within 30s exactly one replica leads
+    When the leader pod is evicted by its kubelet
+    Then within 90s the evicted Pod is gone, deleted by a standby
+    And within 10s another replica leads
+    And the lock names the leader's Pod
+    When memcached "cache" is scaled to 2
+    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    And there was never more than one leader
     And no replica wrote after losing leadership
 
   Scenario: Deleting the lock by hand stops the old leader and exactly one leader follows

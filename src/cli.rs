@@ -176,7 +176,7 @@ pub enum FaultCommand {
     Pod {
         /// NAMESPACE/NAME.
         pod: String,
-        /// crash | hold | release | partition | repair | delay | skew.
+        /// crash | evict | hold | release | partition | repair | delay | skew.
         verb: String,
         /// partition: drop (errors) | hang (timeouts) | hang-responses (one way).
         #[arg(long, default_value = "drop")]
@@ -190,6 +190,9 @@ pub enum FaultCommand {
         /// crash: one container only.
         #[arg(long)]
         container: Option<String>,
+        /// evict: the pod's status message.
+        #[arg(long, default_value = crate::sim::faults::LOW_ON_MEMORY)]
+        message: String,
     },
     /// A fault on one node (its kubelet and every pod on it).
     Node {
@@ -306,12 +309,14 @@ pub fn fault_request(
             millis,
             seconds,
             container,
+            message,
         } => {
             let (namespace, name) = pod
                 .split_once('/')
                 .ok_or_else(|| CliError::Usage(format!("pod {pod:?} must be NAMESPACE/NAME")))?;
             let fault = match verb.as_str() {
                 "crash" => PodFault::Crash { container },
+                "evict" => PodFault::Evict { message },
                 "hold" => PodFault::Hold,
                 "release" => PodFault::Release,
                 "partition" => PodFault::Partition { cut: cut(&how)? },
@@ -320,7 +325,7 @@ pub fn fault_request(
                 "skew" => PodFault::Skew { seconds },
                 other => {
                     return Err(CliError::Usage(format!(
-                        "unknown pod fault {other:?}: expected crash, hold, release, partition, repair, delay or skew"
+                        "unknown pod fault {other:?}: expected crash, evict, hold, release, partition, repair, delay or skew"
                     )));
                 }
             };

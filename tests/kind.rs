@@ -17,7 +17,7 @@ use opconform::cluster::kind::node::SIGNAL_SCRIPT;
 use opconform::cluster::kind::{KindOptions, KindProvider, KindRun, Timeouts, Tools};
 use opconform::cluster::{Provider, ProviderError};
 use opconform::sim::apiserver::{ApiServer, ApiServerConfig};
-use opconform::sim::faults::{Cut, NodeFault, PodFault, RequestMatch};
+use opconform::sim::faults::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 use serde_json::json;
 
 fn repository() -> PathBuf {
@@ -670,7 +670,7 @@ async fn a_node_docker_will_not_pin_comes_back_where_docker_puts_it_and_must_be_
 }
 
 #[tokio::test]
-async fn delay_skew_hanging_node_cuts_and_the_control_plane_are_refused_naming_kind() {
+async fn delay_skew_eviction_hanging_node_cuts_and_the_control_plane_are_refused_naming_kind() {
     let fake = Fake::new().await;
     let (_run, provider, name) = scenario(&fake).await;
     fake.pod("ops", "op-1", &format!("{name}-worker"), "10.244.1.5")
@@ -678,6 +678,9 @@ async fn delay_skew_hanging_node_cuts_and_the_control_plane_are_refused_naming_k
     for fault in [
         PodFault::Delay { millis: 200 },
         PodFault::Skew { seconds: 30 },
+        PodFault::Evict {
+            message: LOW_ON_MEMORY.into(),
+        },
     ] {
         let e = provider
             .pod_fault("ops", "op-1", &fault)

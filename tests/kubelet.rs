@@ -644,6 +644,147 @@ async fn a_crashed_container_restarts_in_the_same_pod() {
     assert!(c.kubelet().crash("default", "nobody", None).is_err());
 }
 
+const LOW_ON_MEMORY: &str = "The node was low on resource: memory.";
+
+fn status(p: &Pod) -> Value {
+    serde_json::to_value(p).unwrap()["status"].clone()
+}
+
+fn condition_of(p: &Pod, kind: &str) -> Value {
+    status(p)["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn evicted(p: &Pod) -> bool {
+    phase(p) == "Failed" && status(p)["reason"] == "Evicted"
+}
+
+#[tokio::test]
+async fn an_evicted_pod_is_killed_reported_failed_and_never_restarted() {
+    let c = Cluster::start(24).await;
+    let mut pod = c.pod("evictee", &["run"]);
+    pod["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "cache", "image": "memcached:1.6"}));
+    c.create(pod).await;
+    let running = c.running("evictee").await;
+    c.heartbeat_advances("evictee").await;
+    let pid = pid_of(&running);
+    c.kubelet()
+        .evict_pod("default", "evictee", LOW_ON_MEMORY)
+        .unwrap();
+    all_dead("the evicted pod's process to die", &[pid]).await;
+    let failed = c.wait("evictee", "failed as evicted", evicted).await;
+    assert_eq!(status(&failed)["message"], LOW_ON_MEMORY);
+    assert_eq!(failed.metadata.uid, running.metadata.uid, "the same pod");
+    assert!(failed.metadata.deletion_timestamp.is_none(), "not deleted");
+    let ready = condition_of(&failed, "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("PodCompleted"))
+    );
+    let disruption = condition_of(&failed, "DisruptionTarget");
+    assert_eq!(disruption["status"], "True");
+    assert_eq!(disruption["reason"], "TerminationByKubelet");
+    assert_eq!(disruption["message"], LOW_ON_MEMORY);
+    // Both containers, the process and the stand-in, were killed and stay so.
+    for c in status(&failed)["containerStatuses"].as_array().unwrap() {
+        assert_eq!(c["state"]["terminated"]["exitCode"], 137, "{c}");
+        assert_eq!(c["state"]["terminated"]["signal"], 9, "{c}");
+        assert_eq!(
+            (&c["ready"], &c["restartCount"]),
+            (&json!(false), &json!(0)),
+            "{c}"
+        );
+    }
+    // restartPolicy Always would restart a crashed container at once (no back-off before
+    // the first restart): several back-offs later the evicted one still has not run again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let later = c.pods().get("evictee").await.unwrap();
+    assert!(evicted(&later), "{}", status(&later));
+    assert_eq!(container(&later)["restartCount"], 0);
+    let starts = std::fs::read_to_string(c.dir("evictee").join("starts")).unwrap();
+    assert_eq!(starts.lines().count(), 1, "started again: {starts}");
+    assert!(c.kubelet().pids().is_empty());
+    // Nothing more to evict or crash.
+    let again = c.kubelet().evict_pod("default", "evictee", LOW_ON_MEMORY);
+    assert!(again.unwrap_err().to_string().contains("evicted already"));
+    assert!(c.kubelet().crash("default", "evictee", None).is_err());
+    // The Pod stays until deleted; then it goes as any ended pod does.
+    c.pods()
+        .delete("evictee", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.gone("evictee").await;
+    eventually("the kubelet to forget the pod", || async {
+        c.kubelet()
+            .pod_ip("default", "evictee")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_evicted_pod_deleted_before_its_status_landed_gets_the_kubelets_final_delete() {
+    let c = Cluster::start(25).await;
+    let running = c.running_after_create("cut-off").await;
+    let pid = pid_of(&running);
+    let mut watch = c
+        .pods()
+        .watch(&WatchParams::default().fields("metadata.name=cut-off"), "0")
+        .await
+        .unwrap()
+        .boxed();
+    // The node cannot report the eviction, so the API still sees a running pod and
+    // deletes it gracefully.
+    c.kubelet().partition_node(Mode::Drop);
+    c.kubelet()
+        .evict_pod("default", "cut-off", LOW_ON_MEMORY)
+        .unwrap();
+    all_dead("the evicted pod's process to die", &[pid]).await;
+    c.pods()
+        .delete("cut-off", &DeleteParams::default())
+        .await
+        .unwrap();
+    let terminating = c.pods().get("cut-off").await.unwrap();
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(phase(&terminating), "Running");
+    c.kubelet().partition_node(Mode::Pass);
+    let mut last_before_delete = None;
+    tokio::time::timeout(WAIT, async {
+        while let Some(event) = watch.next().await {
+            match event.unwrap() {
+                WatchEvent::Modified(p) => last_before_delete = Some(p),
+                WatchEvent::Deleted(_) => return,
+                _ => {}
+            }
+        }
+        panic!("the watch ended")
+    })
+    .await
+    .expect("the pod is deleted");
+    let last = last_before_delete.expect("a status update before the delete");
+    assert!(evicted(&last), "{}", status(&last));
+    assert_eq!(container(&last)["state"]["terminated"]["exitCode"], 137);
+    let kubelet_delete = c.server.state().audit.events().into_iter().find(|e| {
+        e.verb == "delete"
+            && e.resource == "pods"
+            && e.name == "cut-off"
+            && e.user == "system:node:worker-25"
+    });
+    assert_eq!(
+        kubelet_delete.expect("the kubelet's final delete").code,
+        200
+    );
+}
+
 impl Cluster {
     async fn running_after_create(&self, name: &str) -> Pod {
         self.create(self.pod(name, &["run"])).await;

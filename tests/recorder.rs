@@ -575,6 +575,7 @@ async fn writes_from_the_operators_pods_are_recorded_with_their_replica_and_elec
     let (ip_a, ip_other) = (IpAddr::from([127, 0, 58, 1]), IpAddr::from([127, 0, 58, 2]));
     running_pod(&client, "op-a", ip_a, true).await;
     running_pod(&client, "other", ip_other, false).await;
+    running_pod(&client, "op-b", IpAddr::from([127, 0, 58, 3]), true).await;
     let recorder = Recorder::start(
         client.clone(),
         config(1),
@@ -632,6 +633,21 @@ async fn writes_from_the_operators_pods_are_recorded_with_their_replica_and_elec
             .is_err()
     );
     deployments.get("web").await.unwrap();
+    // Deleting another replica's Pod (a for-life standby freeing an evicted leader's lock)
+    // is election traffic; deleting any other pod is not.
+    recorded(&recorder, "op-b seen", |h| {
+        (!pods(h, "op-b").is_empty()).then_some(())
+    })
+    .await;
+    let pods_of_a: Api<Pod> = Api::namespaced(op_a.clone(), NS);
+    pods_of_a
+        .delete("op-b", &DeleteParams::default())
+        .await
+        .unwrap();
+    pods_of_a
+        .delete("other", &DeleteParams::default())
+        .await
+        .unwrap();
     // Not the operator's: another pod in the namespace, and the admin (no pod).
     Api::<ConfigMap>::namespaced(other, NS)
         .create(
@@ -645,8 +661,8 @@ async fn writes_from_the_operators_pods_are_recorded_with_their_replica_and_elec
         .await
         .unwrap();
 
-    let history = recorded(&recorder, "seven writes by op-a and the lock held", |h| {
-        (writes(h).len() >= 7 && !holders(h).is_empty()).then(|| h.clone())
+    let history = recorded(&recorder, "nine writes by op-a and the lock held", |h| {
+        (writes(h).len() >= 9 && !holders(h).is_empty()).then(|| h.clone())
     })
     .await;
     recorder.stop().await;
@@ -679,6 +695,8 @@ async fn writes_from_the_operators_pods_are_recorded_with_their_replica_and_elec
             w("create", "configmaps", "registry", 201, false),
             w("create", "deployments", "web", 201, false),
             w("create", "deployments", "", 409, false),
+            w("delete", "pods", "op-b", 200, true),
+            w("delete", "pods", "other", 200, false),
         ]
     );
     let verdict = check::single_writer(&history);

@@ -221,10 +221,15 @@ impl Provider for KubeconfigProvider {
         pod: &str,
         fault: &PodFault,
     ) -> Result<(), ProviderError> {
-        Err(no_node_access(format!(
-            "{} pod {namespace}/{pod}",
-            fault.verb()
-        )))
+        let what = format!("{} pod {namespace}/{pod}", fault.verb());
+        match fault {
+            PodFault::Evict { .. } => Err(ProviderError::Unsupported {
+                provider: "kubeconfig",
+                what,
+                hint: "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim (tag it @sim-only)",
+            }),
+            _ => Err(no_node_access(what)),
+        }
     }
 
     async fn node_fault(&self, node: &str, fault: &NodeFault) -> Result<(), ProviderError> {
@@ -277,5 +282,35 @@ mod tests {
                 "opconform-abc123-team-b"
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn an_eviction_is_refused_as_a_fault_only_the_simulator_can_do() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let provider = KubeconfigProvider::with_client(client, KubeconfigOptions::default());
+        let evict = PodFault::Evict {
+            message: crate::sim::faults::LOW_ON_MEMORY.into(),
+        };
+        let e = provider
+            .pod_fault("ops", "op-1", &evict)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("the kubeconfig provider cannot evict pod ops/op-1"),
+            "{e}"
+        );
+        assert!(
+            e.contains("run the scenario on sim (tag it @sim-only)"),
+            "{e}"
+        );
+        let e = provider
+            .pod_fault("ops", "op-1", &PodFault::Hold)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no access to the nodes"), "{e}");
+        assert!(provider.faults().log().is_empty());
     }
 }

@@ -67,7 +67,8 @@ pub enum Observation {
         name: String,
         /// Response code.
         code: u16,
-        /// Whether it is election traffic (the lock) or an Event.
+        /// Whether it is election traffic (the lock, an Event, or the delete of one of the
+        /// operator's Pods) rather than the work of a leader.
         election: bool,
     },
     /// A replica's reconcile counter as scraped.

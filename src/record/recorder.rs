@@ -201,7 +201,8 @@ impl Recorder {
     /// merged in time order.
     ///
     /// A write counts as election traffic when it touched the lock (a Lease or ConfigMap of
-    /// the lock's name in the namespace) or an Event. The audit does not name the object of
+    /// the lock's name in the namespace) or an Event, or deleted one of the operator's Pods
+    /// (a standby freeing the lock of an evicted leader). The audit does not name the object of
     /// a `create`; such a create of a Lease or ConfigMap counts as election traffic when it
     /// failed with 409 (the lock existed) or when it is the first successful one by the
     /// replica the lock was then seen created for, at most 2 s earlier.
@@ -237,7 +238,9 @@ impl Recorder {
                         namespace: ev.namespace.clone(),
                         name: ev.name.clone(),
                         code: ev.code,
-                        election: is_election(ev, &self.config) || creates.contains(&ev.seq),
+                        election: is_election(ev, &self.config)
+                            || creates.contains(&ev.seq)
+                            || deletes_replica(ev, &self.config, &inner.seen),
                     },
                 })
             }));
@@ -497,6 +500,18 @@ fn is_election(ev: &AuditEvent, config: &RecorderConfig) -> bool {
         && (ev.name == config.lock_name
             || (ev.name.is_empty() && ev.verb == "create" && ev.code == 409));
     events || lock
+}
+
+/// Whether a write deletes a Pod of the operator (one that matched the selector): a
+/// standby under leader-for-life deleting an evicted or preempted leader's Pod so that the
+/// lock it owns is collected, which is election traffic, not the work of a leader.
+fn deletes_replica(ev: &AuditEvent, config: &RecorderConfig, replicas: &BTreeSet<String>) -> bool {
+    ev.verb == "delete"
+        && ev.resource == "pods"
+        && ev.api_group.is_empty()
+        && ev.subresource.is_empty()
+        && ev.namespace == config.namespace
+        && replicas.contains(&ev.name)
 }
 
 /// Who holds a lock object, as recorded.

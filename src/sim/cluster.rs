@@ -141,6 +141,7 @@ impl FaultTarget for Nodes {
     fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError> {
         self.with_pod(namespace, pod, |k| match fault {
             PodFault::Crash { container } => k.crash(namespace, pod, container.as_deref()),
+            PodFault::Evict { message } => k.evict_pod(namespace, pod, message),
             PodFault::Hold => k.hold_pod(namespace, pod),
             PodFault::Release => k.release_pod(namespace, pod),
             PodFault::Partition { cut } => k.partition_pod(namespace, pod, mode(*cut)),

@@ -158,7 +158,7 @@ pub enum Verdict {
 pub struct FaultEvent {
     /// When.
     pub time: DateTime<Utc>,
-    /// The verb: `reject`, `allow`, `delay`, `crash`, `hold`, `release`, `partition`, `repair`, `skew`, …
+    /// The verb: `reject`, `allow`, `delay`, `crash`, `evict`, `hold`, `release`, `partition`, `repair`, `skew`, …
     pub verb: String,
     /// What it acted on (`pod ns/name`, `node worker-1`, `rule 3: create deployments`).
     pub target: String,
@@ -490,6 +490,36 @@ mod tests {
         assert_eq!(f.verdict(&facts("update", "leases", None)), Verdict::Pass);
     }
 
+    struct Accepts;
+
+    impl FaultTarget for Accepts {
+        fn pod(&self, _: &str, _: &str, _: &PodFault) -> Result<(), FaultError> {
+            Ok(())
+        }
+        fn node(&self, _: &str, _: &NodeFault) -> Result<(), FaultError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_eviction_without_a_message_says_the_node_was_low_on_memory() {
+        let fault: PodFault = serde_json::from_str(r#"{"verb": "evict"}"#).unwrap();
+        assert_eq!(
+            fault,
+            PodFault::Evict {
+                message: LOW_ON_MEMORY.into()
+            }
+        );
+        let f = Faults::new();
+        f.apply_pod(&Accepts, "ops", "op-1", &fault).unwrap();
+        let logged = f.log();
+        assert_eq!(
+            (logged[0].verb.as_str(), logged[0].target.as_str()),
+            ("evict", "pod ops/op-1")
+        );
+        assert_eq!(logged[0].detail, LOW_ON_MEMORY);
+    }
+
     #[test]
     fn a_hold_fires_once_and_only_at_a_request_sent_from_a_pod() {
         let f = Faults::new();
@@ -560,6 +590,14 @@ pub enum Cut {
     HangResponses,
 }
 
+/// The message of a pod evicted because its node ran short of memory, as the kubelet
+/// words it (without its figures).
+pub const LOW_ON_MEMORY: &str = "The node was low on resource: memory.";
+
+fn low_on_memory() -> String {
+    LOW_ON_MEMORY.to_string()
+}
+
 /// A fault on one pod, carried out by the kubelet running it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "verb")]
@@ -569,6 +607,14 @@ pub enum PodFault {
         /// One container, or all.
         #[serde(default)]
         container: Option<String>,
+    },
+    /// Evict the pod as the kubelet does under node pressure: SIGKILL its containers and
+    /// mark them terminated, set the phase `Failed` with reason `Evicted` and this message,
+    /// and never run them again. The Pod object stays until someone deletes it (the undo).
+    Evict {
+        /// The pod's `status.message`, naming the resource the node was low on.
+        #[serde(default = "low_on_memory")]
+        message: String,
     },
     /// SIGSTOP the pod's processes.
     Hold,
@@ -599,6 +645,7 @@ impl PodFault {
     pub fn verb(&self) -> &'static str {
         match self {
             Self::Crash { .. } => "crash",
+            Self::Evict { .. } => "evict",
             Self::Hold => "hold",
             Self::Release => "release",
             Self::Partition { .. } => "partition",
@@ -611,6 +658,7 @@ impl PodFault {
     fn detail(&self) -> String {
         match self {
             Self::Crash { container: Some(c) } => format!("container {c}"),
+            Self::Evict { message } => message.clone(),
             Self::Partition { cut } => format!("{cut:?}").to_lowercase(),
             Self::Delay { millis } => format!("{millis}ms"),
             Self::Skew { seconds } => format!("{seconds:+}s"),

@@ -8,8 +8,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::operator::LOCK_NAME;
+use super::wait::eventually;
 use super::{Dur, World};
-use crate::sim::faults::{Cut, NodeFault, PodFault, RequestMatch};
+use crate::record::Observation;
+use crate::sim::faults::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 
 fn leader(world: &World) -> String {
     world
@@ -102,6 +104,25 @@ async fn frozen_at_next_read(world: &mut World, span: Dur, name: String) {
 async fn crashes(world: &mut World) {
     let pod = leader(world);
     pod_fault(world, &pod, PodFault::Crash { container: None }).await;
+}
+
+#[when("the leader pod is evicted by its kubelet")]
+async fn evicted(world: &mut World) {
+    let pod = leader(world);
+    let namespace = world.operator_namespace().expect("cluster");
+    let uid = Api::<Pod>::namespaced(world.client().expect("cluster"), &namespace)
+        .get(&pod)
+        .await
+        .unwrap_or_else(|e| panic!("reading the leader's Pod {pod} failed: {e}"))
+        .metadata
+        .uid
+        .unwrap_or_else(|| panic!("the leader's Pod {pod} has no uid"));
+    let fault = PodFault::Evict {
+        message: LOW_ON_MEMORY.into(),
+    };
+    pod_fault(world, &pod, fault).await;
+    world.remembered.insert("evicted".into(), pod);
+    world.remembered.insert("evicted uid".into(), uid);
 }
 
 #[when(expr = "the leader is cut off from the API server for {duration}")]
@@ -291,4 +312,58 @@ async fn stays_terminating(world: &mut World, span: Dur) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+#[then(expr = "within {duration} the evicted Pod is gone, deleted by a standby")]
+async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) {
+    let (Some(pod), Some(uid)) = (
+        world.remembered.get("evicted").cloned(),
+        world.remembered.get("evicted uid").cloned(),
+    ) else {
+        panic!("no pod was evicted before this step");
+    };
+    let namespace = world.operator_namespace().expect("cluster");
+    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let what = format!("{pod} (uid {uid}) gone, deleted by another replica of the operator");
+    let by = eventually(within.0, &what, || async {
+        let now = pods
+            .get_opt(&pod)
+            .await
+            .map_err(|e| format!("reading {pod}: {e}"))?;
+        if let Some(p) = now.filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str())) {
+            let status = p.status.unwrap_or_default();
+            return Err(format!(
+                "{pod} still exists: phase {:?}, reason {:?}",
+                status.phase.unwrap_or_default(),
+                status.reason.unwrap_or_default()
+            ));
+        }
+        let deletes: Vec<(String, u16)> = world
+            .history()
+            .entries()
+            .iter()
+            .filter_map(|e| match &e.observation {
+                Observation::Write {
+                    replica,
+                    verb,
+                    resource,
+                    name,
+                    code,
+                    ..
+                } if verb == "delete" && resource == "pods" && *name == pod => {
+                    Some((replica.clone(), *code))
+                }
+                _ => None,
+            })
+            .collect();
+        deletes
+            .iter()
+            .find(|(replica, code)| *replica != pod && (200..300).contains(code))
+            .map(|(replica, _)| replica.clone())
+            .ok_or_else(|| {
+                format!("{pod} is gone, but no replica's successful delete of it was audited; deletes of it by replicas: {deletes:?}")
+            })
+    })
+    .await;
+    world.note(&format!("{by} deleted the evicted {pod}"));
 }

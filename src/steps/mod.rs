@@ -360,7 +360,7 @@ impl World {
 }
 
 /// The fault verbs a failover is measured after.
-pub const FAULT_VERBS: [&str; 5] = ["crash", "delete", "hold", "partition", "reject"];
+pub const FAULT_VERBS: [&str; 6] = ["crash", "delete", "evict", "hold", "partition", "reject"];
 
 /// Options of a run beyond cucumber's own (`--name`, `--tags`, …).
 #[derive(Debug, Clone, Default, cucumber::cli::Args)]

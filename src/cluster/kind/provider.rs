@@ -9,9 +9,9 @@
 //! | node partition (drop) | `docker network disconnect kind <node>` | repair: `docker network connect` at the same address |
 //! | reject | a ValidatingAdmissionPolicy and binding ([`crate::cluster::admission`]) | allow: both deleted |
 //!
-//! Refused with [`ProviderError::Unsupported`]: delay and skew of a pod, a partition that
-//! drops only responses, a node partition that hangs, and any fault of the control-plane
-//! node (the harness talks to its API server). Every fault applied and undone is recorded
+//! Refused with [`ProviderError::Unsupported`]: delay, skew and eviction of a pod, a
+//! partition that drops only responses, a node partition that hangs, and any fault of the
+//! control-plane node (the harness talks to its API server). Every fault applied and undone is recorded
 //! in the scenario's fault log. Teardown undoes the node and network faults still in
 //! force, so the next scenario gets a whole cluster.
 
@@ -413,6 +413,12 @@ impl Provider for KindProvider {
                     Some(c) => format!("SIGKILL, container {c} on {node_name}"),
                     None => format!("SIGKILL on {node_name}"),
                 }
+            }
+            PodFault::Evict { .. } => {
+                return Err(self.unsupported(
+                    format!("evict pod {target}"),
+                    "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim (tag it @sim-only)",
+                ));
             }
             PodFault::Hold => {
                 let node_name = self.signal_pod(namespace, pod, "STOP", None).await?;

@@ -70,6 +70,8 @@ pub enum StopState {
     Graceful(Instant),
     /// Stop at once with SIGKILL (force deletion, shutdown).
     Kill,
+    /// Evicted: SIGKILL at once, report the containers terminated, never restart them.
+    Evict,
 }
 
 /// One container as the faults see it: its current process group or stand-in, its log.
@@ -634,7 +636,7 @@ impl ContainerTask {
                         }
                         kill_at = Some(kill_at.map_or(deadline, |k| k.min(deadline)));
                     }
-                    StopState::Kill => {
+                    StopState::Kill | StopState::Evict => {
                         kill(&running, &mut stand_in_exit);
                         killed = true;
                         kill_at = None;

@@ -124,6 +124,14 @@ pub enum KubeletError {
         /// The container.
         container: String,
     },
+    /// The pod has ended, is being deleted, or was evicted already: nothing to evict.
+    #[error("pod {namespace}/{pod} has ended, is being deleted or was evicted already")]
+    Ended {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+    },
     /// Clock skew needs libfaketime, which is not installed.
     #[error(
         "clock skew needs libfaketime, which is not installed: apt-get install faketime (Debian/Ubuntu package `faketime`)"
@@ -388,6 +396,19 @@ impl Kubelet {
         container: Option<&str>,
     ) -> Result<(), KubeletError> {
         self.pod(namespace, pod)?.crash(container)
+    }
+
+    /// Evicts a pod as node-pressure eviction does: its containers are SIGKILLed (stand-ins
+    /// end the same way) and reported terminated, the pod becomes `Failed` with reason
+    /// `Evicted`, `message` and a `DisruptionTarget` condition, and its containers never run
+    /// again whatever its restartPolicy. The Pod object stays; deleting it then goes as for
+    /// any ended pod (the kubelet makes the final delete, or the API server deletes it at
+    /// once).
+    ///
+    /// # Errors
+    /// When the pod is unknown, has ended, is being deleted, or was evicted already.
+    pub fn evict_pod(&self, namespace: &str, pod: &str, message: &str) -> Result<(), KubeletError> {
+        self.pod(namespace, pod)?.evict(message)
     }
 
     /// Freezes the pod's processes (SIGSTOP); containers started while held start frozen.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use super::Shared;
 use super::container::{ContainerRuntime, ContainerTask, StopState};
 use super::process::Group;
-use super::status::{ContainerStatus, PodStatus, State, Terminated, qos_class};
+use super::status::{ContainerStatus, Eviction, PodStatus, State, Terminated, qos_class};
 use super::{KubeletError, lock};
 use crate::sim::apiserver::audit::PodRef;
 use crate::sim::proxy::{Mode, Proxy, ProxyError};
@@ -67,6 +67,12 @@ pub struct PodRuntime {
     pub containers: Vec<Arc<ContainerRuntime>>,
     held: AtomicBool,
     node_held: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Whether the pod had ended before this kubelet saw it (nothing runs; no status).
+    terminal_on_arrival: bool,
+    /// What the containers are told: run, stop, be killed, be evicted.
+    stop: watch::Sender<StopState>,
+    /// The status the kubelet reports.
+    status: Arc<StatusCell>,
 }
 
 impl PodRuntime {
@@ -106,6 +112,40 @@ impl PodRuntime {
                 container: c.name.clone(),
             })
         }
+    }
+
+    /// Evicts the pod: from now on it is `Failed` with reason `Evicted` and `message` (once
+    /// its containers have stopped), its containers are SIGKILLed and never started again.
+    pub(crate) fn evict(&self, message: &str) -> Result<(), KubeletError> {
+        let ended = || KubeletError::Ended {
+            namespace: self.namespace.clone(),
+            pod: self.name.clone(),
+        };
+        if self.terminal_on_arrival || self.status.read(PodStatus::terminal) {
+            return Err(ended());
+        }
+        let mut evicted = false;
+        // The eviction is noted while the containers are still told to run, so none of them
+        // can end (and be reported) before the pod's status knows why.
+        self.stop.send_if_modified(|state| {
+            if *state != StopState::Run {
+                return false;
+            }
+            self.status.update(|s| {
+                s.eviction = Some(Eviction {
+                    message: message.to_string(),
+                    at: chrono::Utc::now(),
+                });
+            });
+            *state = StopState::Evict;
+            evicted = true;
+            true
+        });
+        if !evicted {
+            return Err(ended());
+        }
+        self.kill_all();
+        Ok(())
     }
 
     pub(crate) fn hold(&self) {
@@ -376,6 +416,7 @@ async fn setup(
             )));
         }
     }
+    let status = initial_status(pod, &spec, ip, shared.config.node_ip.to_string());
     let weak = Arc::downgrade(shared);
     Ok(Arc::new(PodRuntime {
         namespace,
@@ -388,7 +429,54 @@ async fn setup(
         containers,
         held: AtomicBool::new(false),
         node_held: Arc::new(move || weak.upgrade().is_some_and(|s| s.node_held())),
+        terminal_on_arrival: is_terminal(pod),
+        stop: watch::channel(StopState::Run).0,
+        status: Arc::new(StatusCell::new(status)),
     }))
+}
+
+/// The status of a pod just admitted: its containers waiting to be created.
+fn initial_status(pod: &Pod, spec: &PodSpec, ip: Ipv4Addr, host_ip: String) -> PodStatus {
+    let mut model = PodStatus::new(ip.to_string(), host_ip);
+    if let Some(t) = pod.status.as_ref().and_then(|s| s.start_time.as_ref())
+        && let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(&t.0.to_string())
+    {
+        model.start_time = parsed.with_timezone(&chrono::Utc);
+    }
+    model.sandbox_ready = true;
+    model.readiness_gates = spec
+        .readiness_gates
+        .iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .collect();
+    model.qos_class = qos_class(&serde_json::to_value(spec).unwrap_or_default()).to_string();
+    let has_init = spec.init_containers.as_ref().is_some_and(|l| !l.is_empty());
+    model.init_containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            ContainerStatus::waiting(
+                &c.name,
+                c.image.as_deref().unwrap_or_default(),
+                "PodInitializing",
+            )
+        })
+        .collect();
+    let app_reason = if has_init {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
+    model.containers = spec
+        .containers
+        .iter()
+        .map(|c| {
+            ContainerStatus::waiting(&c.name, c.image.as_deref().unwrap_or_default(), app_reason)
+        })
+        .collect();
+    model
 }
 
 /// One pod's life on this node.
@@ -424,7 +512,7 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
     };
     shared.register(runtime.clone());
     let spec = pod.spec.clone().unwrap_or_default();
-    let terminal_on_arrival = is_terminal(&pod);
+    let terminal_on_arrival = runtime.terminal_on_arrival;
     if !terminal_on_arrival {
         // Attribute the pod's requests from its first one on, before a status write lands.
         shared.server.state().audit.set_pod_ip(
@@ -437,50 +525,11 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
         );
     }
 
-    let mut model = PodStatus::new(runtime.ip.to_string(), shared.config.node_ip.to_string());
-    if let Some(t) = pod.status.as_ref().and_then(|s| s.start_time.as_ref())
-        && let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(&t.0.to_string())
-    {
-        model.start_time = parsed.with_timezone(&chrono::Utc);
-    }
-    model.sandbox_ready = true;
-    model.readiness_gates = spec
-        .readiness_gates
-        .iter()
-        .flatten()
-        .map(|g| g.condition_type.clone())
-        .collect();
-    model.qos_class = qos_class(&serde_json::to_value(&spec).unwrap_or_default()).to_string();
-    let has_init = spec.init_containers.as_ref().is_some_and(|l| !l.is_empty());
-    model.init_containers = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| {
-            ContainerStatus::waiting(
-                &c.name,
-                c.image.as_deref().unwrap_or_default(),
-                "PodInitializing",
-            )
-        })
-        .collect();
-    let app_reason = if has_init {
-        "PodInitializing"
-    } else {
-        "ContainerCreating"
-    };
-    model.containers = spec
-        .containers
-        .iter()
-        .map(|c| {
-            ContainerStatus::waiting(&c.name, c.image.as_deref().unwrap_or_default(), app_reason)
-        })
-        .collect();
-    let status = Arc::new(StatusCell::new(model));
-
+    let status = runtime.status.clone();
     let (latest_tx, latest_rx) = watch::channel(pod.clone());
     let (synced_tx, synced_rx) = watch::channel(0u64);
-    let (stop_tx, stop_rx) = watch::channel(StopState::Run);
+    let stop_tx = &runtime.stop;
+    let stop_rx = stop_tx.subscribe();
     let mut sync = None;
     let mut pipeline = None;
     if !terminal_on_arrival {
@@ -514,7 +563,8 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
         let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
         stop_tx.send_if_modified(|state| match state {
             StopState::Graceful(current) if *current <= deadline => false,
-            StopState::Kill => false,
+            // An evicted pod's containers are stopped already.
+            StopState::Kill | StopState::Evict => false,
             _ => {
                 *state = StopState::Graceful(deadline);
                 true

@@ -165,6 +165,18 @@ impl ContainerStatus {
     }
 }
 
+/// Why and when the kubelet evicted a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// The pod's `status.message` (e.g. "The node was low on resource: memory.").
+    pub message: String,
+    /// When it was evicted.
+    pub at: DateTime<Utc>,
+}
+
+/// The condition the kubelet adds to a pod it evicts, as `(type, reason)`.
+pub const EVICTED_CONDITION: (&str, &str) = ("DisruptionTarget", "TerminationByKubelet");
+
 /// What the kubelet knows about one pod's status.
 #[derive(Debug, Clone)]
 pub struct PodStatus {
@@ -184,6 +196,9 @@ pub struct PodStatus {
     pub readiness_gates: Vec<String>,
     /// The QoS class.
     pub qos_class: String,
+    /// Set when the pod was evicted: the phase is `Failed` with reason `Evicted` once its
+    /// containers have stopped.
+    pub eviction: Option<Eviction>,
     /// Condition type → (status, lastTransitionTime), kept stable across updates.
     transitions: BTreeMap<String, (String, String)>,
 }
@@ -200,6 +215,7 @@ impl PodStatus {
             sandbox_ready: false,
             readiness_gates: Vec::new(),
             qos_class: "BestEffort".into(),
+            eviction: None,
             transitions: BTreeMap::new(),
         }
     }
@@ -209,8 +225,25 @@ impl PodStatus {
         self.init_containers.iter().all(|c| c.done && c.succeeded())
     }
 
+    /// Whether every container, init containers included, will never run again.
+    fn all_done(&self) -> bool {
+        self.init_containers
+            .iter()
+            .chain(&self.containers)
+            .all(|c| c.done)
+    }
+
+    /// The eviction, once the containers of an evicted pod have all stopped: from then on
+    /// the pod is `Failed` with reason `Evicted`.
+    fn evicted(&self) -> Option<&Eviction> {
+        self.eviction.as_ref().filter(|_| self.all_done())
+    }
+
     /// The pod phase.
     pub fn phase(&self) -> &'static str {
+        if self.evicted().is_some() {
+            return "Failed";
+        }
         let init_failed = self
             .init_containers
             .iter()
@@ -368,7 +401,19 @@ impl PodStatus {
             .find(|c| c["type"] == "PodScheduled" && c["status"] == "True")
             .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string));
         let mut conditions = self.conditions(&others, scheduled_at);
-        conditions.extend(others);
+        let evicted = self.evicted().cloned();
+        if let Some(e) = &evicted {
+            let (kind, reason) = EVICTED_CONDITION;
+            conditions.push(json!({
+                "type": kind, "status": "True", "reason": reason, "message": e.message,
+                "lastProbeTime": null, "lastTransitionTime": time(e.at),
+            }));
+        }
+        conditions.extend(
+            others
+                .into_iter()
+                .filter(|c| evicted.is_none() || c["type"] != EVICTED_CONDITION.0),
+        );
         let mut status = json!({
             "phase": self.phase(),
             "conditions": conditions,
@@ -378,6 +423,10 @@ impl PodStatus {
             "containerStatuses": self.containers.iter().map(ContainerStatus::to_json).collect::<Vec<_>>(),
             "qosClass": self.qos_class,
         });
+        if let Some(e) = &evicted {
+            status["reason"] = json!("Evicted");
+            status["message"] = json!(e.message);
+        }
         if !self.pod_ip.is_empty() {
             status["podIP"] = json!(self.pod_ip);
             status["podIPs"] = json!([{"ip": self.pod_ip}]);
@@ -517,6 +566,44 @@ mod tests {
         );
         assert_eq!(now["phase"], "Running");
         assert_eq!(now["podIP"], "127.101.0.1");
+    }
+
+    #[test]
+    fn an_evicted_pod_is_failed_with_reason_evicted_once_its_containers_stopped() {
+        let mut s = PodStatus::new("127.101.0.1".into(), "127.0.10.1".into());
+        s.sandbox_ready = true;
+        let mut a = running("a");
+        a.ready = true;
+        s.containers = vec![a];
+        s.eviction = Some(Eviction {
+            message: "The node was low on resource: memory.".into(),
+            at: Utc::now(),
+        });
+        let stopping = s.to_json(&json!({}));
+        assert_eq!(stopping["phase"], "Running", "its container still runs");
+        assert!(stopping.get("reason").is_none());
+        // Failed, not Succeeded, even when its containers exited 0 on their way out.
+        s.containers = vec![terminated("a", 0)];
+        let earlier = json!({"conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"},
+        ]});
+        let evicted = s.to_json(&earlier);
+        assert_eq!(evicted["phase"], "Failed");
+        assert_eq!(evicted["reason"], "Evicted");
+        assert_eq!(evicted["message"], "The node was low on resource: memory.");
+        let conditions = evicted["conditions"].as_array().unwrap();
+        let of = |kind: &str| -> Vec<&Value> {
+            conditions.iter().filter(|c| c["type"] == kind).collect()
+        };
+        assert_eq!(of("DisruptionTarget").len(), 1, "{conditions:?}");
+        assert_eq!(of("DisruptionTarget")[0]["status"], "True");
+        assert_eq!(
+            of("DisruptionTarget")[0]["message"],
+            "The node was low on resource: memory."
+        );
+        assert_eq!(of("Ready")[0]["status"], "False");
+        assert_eq!(of("Ready")[0]["reason"], "PodCompleted");
+        assert!(s.terminal());
     }
 
     #[test]
