@@ -4,8 +4,8 @@ Feature: Leader for life
   leader: the lock ConfigMap is owned by the leader's Pod and lives exactly as long as that
   Pod, so a standby leads only after the garbage collector has removed the lock of a Pod
   that is gone — never while the leader's Pod still exists, however long it is frozen or
-  cut off. A leader Pod its kubelet evicted will never run again, so a standby deletes it
-  to free the lock.
+  cut off. A leader Pod its kubelet evicted will never run again, so a standby — watching
+  the leader's Pod — deletes it at once to free the lock.
 
   Background:
     Given a cluster
@@ -73,9 +73,10 @@ Feature: Leader for life
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
     When the leader pod is evicted by its kubelet
-    Then within 90s the evicted Pod is gone, deleted by a standby
+    Then within 5s the evicted Pod is gone, deleted by a standby
     And within 10s another replica leads
     And the lock names the leader's Pod
+    And the failover after the evict took at most 3s
     When memcached "cache" is scaled to 2
     Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And there was never more than one leader

@@ -255,6 +255,7 @@ pub(crate) struct FakePods {
     pods: Arc<Mutex<HashMap<String, Pod>>>,
     ops: Arc<Mutex<Vec<String>>>,
     gc: Option<FakeLock<k8s_openapi::api::core::v1::ConfigMap>>,
+    watchers: Arc<Mutex<Vec<(String, mpsc::UnboundedSender<LockEvent<Pod>>)>>>,
 }
 
 impl FakePods {
@@ -267,6 +268,7 @@ impl FakePods {
             pods: Arc::new(Mutex::new(pods)),
             ops: Arc::default(),
             gc: None,
+            watchers: Arc::default(),
         }
     }
 
@@ -283,10 +285,15 @@ impl FakePods {
         lock(&self.ops).clone()
     }
 
-    /// Adds or replaces a pod (e.g. its status changed).
+    /// Adds or replaces a pod (e.g. its status changed), telling its watchers.
     pub(crate) fn put(&self, pod: Pod) {
         let name = pod.metadata.name.clone().unwrap_or_default();
-        lock(&self.pods).insert(name, pod);
+        lock(&self.pods).insert(name.clone(), pod.clone());
+        self.notify(&name, &LockEvent::Applied(pod));
+    }
+
+    fn notify(&self, name: &str, ev: &LockEvent<Pod>) {
+        lock(&self.watchers).retain(|(n, w)| n != name || w.send(ev.clone()).is_ok());
     }
 
     pub(crate) fn exists(&self, name: &str) -> bool {
@@ -310,6 +317,9 @@ impl PodBackend for FakePods {
                 None => return Err(api_error(404, "NotFound", "pod not found")),
             }
         };
+        if removed.is_some() {
+            self.notify(name, &LockEvent::Deleted);
+        }
         if let (Some(gc), Some(_)) = (&self.gc, removed) {
             let owned = gc.current().is_some_and(|cm| {
                 cm.metadata
@@ -323,5 +333,18 @@ impl PodBackend for FakePods {
             }
         }
         Ok(())
+    }
+
+    fn watch(&self, name: &str) -> BoxStream<'static, LockEvent<Pod>> {
+        lock(&self.ops).push(format!("watch pod {name}"));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let initial = lock(&self.pods)
+            .get(name)
+            .cloned()
+            .map_or(LockEvent::Deleted, LockEvent::Applied);
+        let _ = tx.send(initial);
+        lock(&self.watchers).push((name.to_owned(), tx));
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+            .boxed()
     }
 }

@@ -13,7 +13,8 @@
 //!   with reason `Evicted` or `Preempting` and not already being deleted → delete that
 //!   Pod (uid precondition), then wait for garbage collection; anything else → wait.
 //! - Waiting: [`StandbyMode::Watch`] (default) watches the lock and tries again the
-//!   moment it is deleted or changes owner, with a slow safety poll
+//!   moment it is deleted or changes owner, and watches the Pod that owns it and tries
+//!   again the moment that Pod is evicted or preempted, with a slow safety poll
 //!   ([`SAFETY_POLL`]); [`StandbyMode::Poll`] reproduces operator-lib exactly (1 s
 //!   doubling to 16 s, each wait +0–20 % jitter).
 //! - Once leading ([`ForLifeElector::hold`]) the lock stays watched: if it is deleted
@@ -32,8 +33,8 @@
 //! # Caveats
 //! - Succeeded, Unknown or otherwise stuck leader Pods keep the lock until someone
 //!   deletes them, as with operator-lib.
-//! - A standby notices an evicted leader Pod on its next safety poll, not at once
-//!   (the lock is watched, the owner Pod is not).
+//! - Watching the owner Pod needs `list` and `watch` on pods; without them the watch
+//!   retries with backoff and a standby notices an eviction on its safety poll.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -315,6 +316,9 @@ where
         let mut backoff = PollBackoff::default();
         let mut events: Option<BoxStream<'static, LockEvent<ConfigMap>>> =
             (self.cfg.standby == StandbyMode::Watch).then(|| self.lock.watch());
+        // The Pod that owns the lock, watched while we wait: its eviction leaves the lock as
+        // it is, so the lock's watch alone would only see it on the safety poll.
+        let mut owner: Option<OwnerWatch> = None;
         loop {
             if shutdown.is_triggered() {
                 return Ok(false);
@@ -355,6 +359,16 @@ where
                     None
                 }
             };
+            owner = match (&events, seen.as_ref().map(|cm| classify_lock(cm, &me))) {
+                (Some(_), Some(LockOwner::Other(o))) => match owner.take() {
+                    Some(w) if w.owner.uid == o.uid => Some(w),
+                    _ => Some(OwnerWatch {
+                        events: self.pods.watch(&o.name),
+                        owner: o,
+                    }),
+                },
+                _ => None,
+            };
             let woke = match (seen.is_some(), events.as_mut()) {
                 (false, _) | (true, None) => {
                     let d = jitter(backoff.next_base(), 0.2);
@@ -364,7 +378,7 @@ where
                     }
                 }
                 (true, Some(stream)) => {
-                    match wait_for_change(stream, seen.as_ref(), shutdown).await {
+                    match wait_for_change(stream, seen.as_ref(), owner.as_mut(), shutdown).await {
                         Some(w) => w,
                         None => {
                             tracing::warn!(
@@ -520,17 +534,32 @@ fn same_lock(a: &ConfigMap, b: &ConfigMap) -> bool {
     a.metadata.uid == b.metadata.uid && a.metadata.owner_references == b.metadata.owner_references
 }
 
-/// Waits until the watched lock differs from `seen` (deleted, replaced, new owner), the safety poll, or shutdown.
+/// The watch of the Pod that owns the lock.
+struct OwnerWatch {
+    owner: OwnerReference,
+    events: BoxStream<'static, LockEvent<Pod>>,
+}
+
+/// Waits until the watched lock differs from `seen` (deleted, replaced, new owner), its
+/// owner Pod was evicted or preempted, the safety poll, or shutdown.
 ///
-/// `None` when the stream ended.
+/// `None` when the lock's stream ended. When the owner's stream ends, the lock's watch and
+/// the safety poll are left.
 async fn wait_for_change(
     stream: &mut BoxStream<'static, LockEvent<ConfigMap>>,
     seen: Option<&ConfigMap>,
+    mut owner: Option<&mut OwnerWatch>,
     shutdown: &mut Shutdown,
 ) -> Option<Woke> {
     let poll = tokio::time::sleep(SAFETY_POLL);
     tokio::pin!(poll);
     loop {
+        let owner_event = async {
+            match owner.as_deref_mut() {
+                Some(w) => w.events.next().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = &mut poll => return Some(Woke::SafetyPoll),
             () = shutdown.wait() => return Some(Woke::Shutdown),
@@ -542,6 +571,22 @@ async fn wait_for_change(
                         return Some(Woke::Retry);
                     }
                 }
+            },
+            ev = owner_event => match ev {
+                Some(LockEvent::Applied(pod)) => {
+                    let failed = owner.as_deref().is_some_and(|w| {
+                        matches!(
+                            owner_state(&w.owner, Some(&pod)),
+                            OwnerState::Evicted | OwnerState::Preempted
+                        )
+                    });
+                    if failed {
+                        return Some(Woke::Retry);
+                    }
+                }
+                // Gone: the garbage collector deletes the lock next, and its watch says so.
+                Some(LockEvent::Deleted) => {}
+                None => owner = None,
             },
         }
     }

@@ -118,36 +118,46 @@ where
     }
 
     fn watch(&self) -> BoxStream<'static, LockEvent<T>> {
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
-        let name = self.name.clone();
-        watcher(self.api.clone(), config)
-            .default_backoff()
-            .scan(false, move |seen, ev| {
-                let out = match ev {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                        *seen = true;
-                        Some(LockEvent::Applied(o))
-                    }
-                    Ok(watcher::Event::Delete(_)) => Some(LockEvent::Deleted),
-                    Ok(watcher::Event::Init) => {
-                        *seen = false;
-                        None
-                    }
-                    Ok(watcher::Event::InitDone) => (!*seen).then_some(LockEvent::Deleted),
-                    Err(error) => {
-                        tracing::warn!(
-                            lock = %name,
-                            error = %error,
-                            "watch of the lock failed; retrying",
-                        );
-                        None
-                    }
-                };
-                std::future::ready(Some(out))
-            })
-            .filter_map(std::future::ready)
-            .boxed()
+        watch_named(self.api.clone(), &self.name, "the lock")
     }
+}
+
+/// Changes to the one object `name` reachable through `api`, starting with its current
+/// state ([`LockEvent::Deleted`] when absent); failures are logged as of `what` and retried
+/// with backoff.
+fn watch_named<T>(api: Api<T>, name: &str, what: &'static str) -> BoxStream<'static, LockEvent<T>>
+where
+    T: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let name = name.to_owned();
+    watcher(api, config)
+        .default_backoff()
+        .scan(false, move |seen, ev| {
+            let out = match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    *seen = true;
+                    Some(LockEvent::Applied(o))
+                }
+                Ok(watcher::Event::Delete(_)) => Some(LockEvent::Deleted),
+                Ok(watcher::Event::Init) => {
+                    *seen = false;
+                    None
+                }
+                Ok(watcher::Event::InitDone) => (!*seen).then_some(LockEvent::Deleted),
+                Err(error) => {
+                    tracing::warn!(
+                        object = %name,
+                        error = %error,
+                        "watch of {what} failed; retrying",
+                    );
+                    None
+                }
+            };
+            std::future::ready(Some(out))
+        })
+        .filter_map(std::future::ready)
+        .boxed()
 }
 
 /// The pod operations leader-for-life needs besides the lock.
@@ -157,6 +167,8 @@ pub trait PodBackend: Send + Sync + 'static {
     /// Deletes a pod, only if it still has `uid`.
     fn delete(&self, name: &str, uid: &str)
     -> impl Future<Output = Result<(), kube::Error>> + Send;
+    /// A stream of changes to one pod, starting with its current state.
+    fn watch(&self, name: &str) -> BoxStream<'static, LockEvent<Pod>>;
 }
 
 /// A [`PodBackend`] over the Kubernetes API.
@@ -195,6 +207,10 @@ impl PodBackend for KubePods {
             ..DeleteParams::default()
         };
         async move { api.delete(&name, &dp).await.map(|_| ()) }
+    }
+
+    fn watch(&self, name: &str) -> BoxStream<'static, LockEvent<Pod>> {
+        watch_named(self.api.clone(), name, "the leader pod")
     }
 }
 

@@ -286,7 +286,7 @@ async fn a_lock_without_exactly_one_pod_owner_is_waited_on() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_watching_standby_notices_a_leader_evicted_later_on_its_safety_poll() {
+async fn a_watching_standby_notices_a_leader_evicted_later_at_once() {
     let lock = FakeLock::with(lock_owned_by(&[owner("op-b", "uid-b")]));
     let mut s = setup(
         lock,
@@ -301,10 +301,34 @@ async fn a_watching_standby_notices_a_leader_evicted_later_on_its_safety_poll() 
     let t = Instant::now();
     assert!(become_within(&mut s, Duration::from_secs(120)).await);
     evict.await.unwrap();
-    assert_eq!(t.elapsed(), SAFETY_POLL);
+    assert_eq!(t.elapsed(), Duration::from_secs(10));
+    assert!(
+        s.pods.ops().contains(&"watch pod op-b".to_string()),
+        "{:?}",
+        s.pods.ops()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_pod_that_changes_but_keeps_running_does_not_wake_a_watching_standby() {
+    let lock = FakeLock::with(lock_owned_by(&[owner("op-b", "uid-b")]));
+    let mut s = setup(
+        lock,
+        [me(), PodBuilder::new("op-b", "uid-b").build()],
+        StandbyMode::Watch,
+    );
+    let pods = s.pods.clone();
+    let changes = tokio::spawn(async move {
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            pods.put(PodBuilder::new("op-b", "uid-b").build());
+        }
+    });
+    assert!(!become_within(&mut s, Duration::from_secs(30)).await);
+    changes.await.unwrap();
     assert_eq!(
         s.lock.ops().iter().filter(|op| *op == "get").count(),
-        3,
+        1,
         "{:?}",
         s.lock.ops()
     );
