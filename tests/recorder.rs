@@ -34,6 +34,7 @@ fn config(metrics_port: u16) -> RecorderConfig {
         metrics_port,
         scrape_through_api: false,
         scrape_interval: Duration::from_millis(50),
+        workload_namespaces: Vec::new(),
     }
 }
 
@@ -763,4 +764,360 @@ async fn faults_appear_once_each_however_many_snapshots_are_taken() {
     ));
     let times: Vec<_> = history.entries().iter().map(|e| e.time).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]));
+}
+
+/// Objects and events as recorded: `(kind, namespace, name or involved, what)`.
+fn workload(h: &History) -> Vec<(String, String, String, String)> {
+    h.entries()
+        .iter()
+        .filter_map(|e| {
+            let (kind, namespace, name) = match &e.observation {
+                Observation::Memcached {
+                    namespace, name, ..
+                } => ("memcached", namespace, name),
+                Observation::Deployment {
+                    namespace, name, ..
+                } => ("deployment", namespace, name),
+                Observation::Event {
+                    namespace,
+                    involved,
+                    ..
+                } => ("event", namespace, involved),
+                _ => return None,
+            };
+            Some((
+                kind.to_string(),
+                namespace.clone(),
+                name.clone(),
+                e.observation.to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memcached_created_scaled_and_deleted_is_recorded_with_its_deployment_and_events() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    use opconform::record::Change;
+    use opconform::sim::cluster::{SimCluster, SimClusterConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = SimCluster::start(SimClusterConfig {
+        work_dir: Some(dir.path().join("cluster")),
+        ..SimClusterConfig::fast()
+    })
+    .await
+    .expect("the cluster starts");
+    let client = cluster.server().admin_client().await.unwrap();
+    for ns in [NS, "elsewhere"] {
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &object(json!({"metadata": {"name": ns}})),
+            )
+            .await
+            .unwrap();
+    }
+    let crd = opconform::deploy::read_manifests(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("operator/config/crd"),
+    )
+    .unwrap();
+    opconform::deploy::apply_all(&client, &crd, None)
+        .await
+        .unwrap();
+    // As on the simulator: every namespace; as on a shared cluster: the scenario's own.
+    let everywhere = Recorder::start(client.clone(), config(1), Feeds::default());
+    let scoped = Recorder::start(
+        client.clone(),
+        RecorderConfig {
+            workload_namespaces: vec!["default".into()],
+            ..config(1)
+        },
+        Feeds::default(),
+    );
+
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "Memcached"),
+        "memcacheds",
+    );
+    let memcacheds: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let memcached = |name: &str, size: i64| -> DynamicObject {
+        object(json!({
+            "apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+            "metadata": {"name": name}, "spec": {"size": size},
+        }))
+    };
+    let elsewhere: Api<DynamicObject> = Api::namespaced_with(client.clone(), "elsewhere", &ar);
+    support::eventually("the Memcached type to be served", || async {
+        elsewhere
+            .create(&PostParams::default(), &memcached("far", 1))
+            .await
+            .ok()
+    })
+    .await;
+    let merge = |value: Value| Patch::Merge(value);
+    let pp = PatchParams::default();
+    let events = |ns: &str| Api::<CoreEvent>::namespaced(client.clone(), ns);
+    let event = |name: &str, about: (&str, &str), reason: &str, message: &str| -> CoreEvent {
+        object(json!({
+            "metadata": {"name": name},
+            "involvedObject": {"kind": about.0, "name": about.1},
+            "type": "Normal", "reason": reason, "message": message, "count": 1,
+            "reportingComponent": "memcached-operator", "reportingInstance": "op-a",
+        }))
+    };
+    let election = event("lock.1", ("Lease", "lock"), "LeaderElection", "op-a leads");
+    events(NS)
+        .create(&PostParams::default(), &election)
+        .await
+        .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), "elsewhere")
+        .create(&PostParams::default(), &deployment("web"))
+        .await
+        .unwrap();
+    let mc = memcacheds
+        .create(&PostParams::default(), &memcached("cache", 2))
+        .await
+        .unwrap();
+    // Every watch is under way before anything changes.
+    let has = |h: &History, kind: &str, name: &str| {
+        workload(h)
+            .iter()
+            .any(|(k, _, n, _)| k == kind && n == name)
+    };
+    recorded(&everywhere, "far, web, cache and the election", |h| {
+        (has(h, "memcached", "far")
+            && has(h, "deployment", "web")
+            && has(h, "memcached", "cache")
+            && has(h, "event", "Lease/lock"))
+        .then_some(())
+    })
+    .await;
+    recorded(&scoped, "cache and the election", |h| {
+        (has(h, "memcached", "cache") && has(h, "event", "Lease/lock")).then_some(())
+    })
+    .await;
+    memcacheds
+        .patch(
+            "cache",
+            &pp,
+            &merge(json!({"metadata": {"finalizers": ["cache.example.com/finalizer"]}})),
+        )
+        .await
+        .unwrap();
+    // The Deployment the operator would create, owned by the Memcached.
+    let mut owned = deployment("cache");
+    owned.spec.as_mut().unwrap().replicas = Some(2);
+    owned.metadata.owner_references = Some(vec![object(json!({
+        "apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "cache",
+        "uid": mc.metadata.uid.clone().unwrap(), "controller": true, "blockOwnerDeletion": true,
+    }))]);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    deployments
+        .create(&PostParams::default(), &owned)
+        .await
+        .unwrap();
+    // The operator's own Deployment is not recorded (its pods are).
+    Api::<Deployment>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &deployment("memcached-operator"))
+        .await
+        .unwrap();
+    let created = event(
+        "cache.1",
+        ("Memcached", "cache"),
+        "Created",
+        "created deployment cache",
+    );
+    events("default")
+        .create(&PostParams::default(), &created)
+        .await
+        .unwrap();
+    // The same Event again: its count grows; a new timestamp alone is nothing new.
+    events("default")
+        .patch("cache.1", &pp, &merge(json!({"count": 2})))
+        .await
+        .unwrap();
+    events("default")
+        .patch(
+            "cache.1",
+            &pp,
+            &merge(json!({"lastTimestamp": "2030-01-01T00:00:00Z"})),
+        )
+        .await
+        .unwrap();
+    let ready = |replicas: i32| {
+        let deployments = deployments.clone();
+        async move {
+            support::eventually("the Deployment to be ready", || async {
+                let d = deployments.get("cache").await.ok()?;
+                let status = d.status?;
+                (status.ready_replicas == Some(replicas)).then_some(())
+            })
+            .await
+        }
+    };
+    ready(2).await;
+    memcacheds
+        .patch_status(
+            "cache",
+            &pp,
+            &merge(json!({"status": {"nodes": ["cache-a", "cache-b"]}})),
+        )
+        .await
+        .unwrap();
+    // Scaled to 3.
+    memcacheds
+        .patch("cache", &pp, &merge(json!({"spec": {"size": 3}})))
+        .await
+        .unwrap();
+    deployments
+        .patch("cache", &pp, &merge(json!({"spec": {"replicas": 3}})))
+        .await
+        .unwrap();
+    ready(3).await;
+    // Deleted: Terminating until the finalizer goes, then gone, and its Deployment collected.
+    memcacheds
+        .delete("cache", &DeleteParams::default())
+        .await
+        .unwrap();
+    events("default")
+        .create(
+            &PostParams::default(),
+            &event(
+                "cache.2",
+                ("Memcached", "cache"),
+                "Finalized",
+                "removed default.cache",
+            ),
+        )
+        .await
+        .unwrap();
+    memcacheds
+        .patch(
+            "cache",
+            &pp,
+            &merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+
+    let deployment_gone = |h: &History| {
+        h.entries().iter().any(|e| {
+            matches!(&e.observation, Observation::Deployment { name, change: Change::Deleted, .. } if name == "cache")
+        })
+    };
+    let history = recorded(&everywhere, "the Deployment collected", |h| {
+        deployment_gone(h).then(|| h.clone())
+    })
+    .await;
+    let shared = recorded(&scoped, "the Deployment collected", |h| {
+        deployment_gone(h).then(|| h.clone())
+    })
+    .await;
+    everywhere.stop().await;
+    scoped.stop().await;
+    cluster.shutdown().await;
+
+    let all = workload(&history);
+    let of = |kind: &str, name: &str| -> Vec<String> {
+        all.iter()
+            .filter(|(k, _, n, _)| k == kind && n == name)
+            .map(|(_, _, _, what)| what.clone())
+            .collect()
+    };
+    let shown = all
+        .iter()
+        .map(|(.., what)| what.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Each change of the Memcached once, in order; the generation moves with the spec.
+    let memcached_changes: Vec<(Change, Option<i64>, bool, bool, usize)> = history
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.observation {
+            Observation::Memcached {
+                name,
+                change,
+                size,
+                finalizer,
+                terminating,
+                nodes,
+                ..
+            } if name == "cache" => Some((*change, *size, *finalizer, *terminating, *nodes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        memcached_changes,
+        vec![
+            (Change::Added, Some(2), false, false, 0),
+            (Change::Modified, Some(2), true, false, 0),
+            (Change::Modified, Some(2), true, false, 2),
+            (Change::Modified, Some(3), true, false, 2),
+            (Change::Modified, Some(3), true, true, 2),
+            // As last stored: the update that took the last finalizer deleted it instead.
+            (Change::Deleted, Some(3), true, true, 2),
+        ],
+        "{shown}"
+    );
+    assert!(
+        of("memcached", "cache")[3].contains("generation 2"),
+        "{shown}"
+    );
+    // The Deployment: added owned by the Memcached, ready at 2, scaled and ready at 3,
+    // collected; never the same state twice in a row.
+    let deployment = of("deployment", "cache");
+    assert!(
+        deployment[0].contains("added: 2 replica(s), 0 ready")
+            && deployment[0].contains("owned by Memcached/cache"),
+        "{shown}"
+    );
+    assert!(
+        deployment
+            .iter()
+            .any(|d| d.contains("2 replica(s), 2 ready, 2 available")),
+        "{shown}"
+    );
+    assert!(
+        deployment
+            .iter()
+            .any(|d| d.contains("3 replica(s), 3 ready, 3 available")),
+        "{shown}"
+    );
+    assert!(deployment.last().unwrap().contains("deleted"), "{shown}");
+    assert!(deployment.windows(2).all(|w| w[0] != w[1]), "{shown}");
+    assert!(of("deployment", "memcached-operator").is_empty(), "{shown}");
+    // Events: once each, again when the count grew; the operator's namespace included.
+    assert_eq!(
+        of("event", "Memcached/cache"),
+        [
+            "event    default Memcached/cache Normal Created: created deployment cache (by memcached-operator op-a)",
+            "event    default Memcached/cache Normal Created: created deployment cache (by memcached-operator op-a, 2 times)",
+            "event    default Memcached/cache Normal Finalized: removed default.cache (by memcached-operator op-a)",
+        ],
+        "{shown}"
+    );
+    assert_eq!(of("event", "Lease/lock").len(), 1, "{shown}");
+    assert_eq!(of("memcached", "far").len(), 1, "{shown}");
+    // On a shared cluster only the scenario's namespaces are recorded.
+    let scoped_all = workload(&shared);
+    assert!(
+        scoped_all
+            .iter()
+            .all(|(_, ns, ..)| ns == "default" || ns == NS),
+        "{scoped_all:?}"
+    );
+    assert!(
+        scoped_all
+            .iter()
+            .any(|(k, ns, ..)| k == "event" && ns == NS)
+    );
+    assert_eq!(
+        scoped_all.iter().filter(|(k, ..)| k == "memcached").count(),
+        memcached_changes.len()
+    );
+    let verdict = check::single_writer(&history);
+    assert!(verdict.passed, "{}", verdict.summary);
+    assert!(history.replicas().is_empty(), "{:?}", history.replicas());
 }

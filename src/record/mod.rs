@@ -1,7 +1,8 @@
 //! The history of a scenario, Jepsen style: timestamped observations from one clock —
-//! each replica's leadership gauge, the lock's holder as watched, pod phases, faults as
-//! applied and undone, and the audit of writes attributed to replicas. Checkers
-//! ([`crate::check`]) decide pass or fail over it afterwards.
+//! each replica's leadership gauge, the lock's holder as watched, pod phases, the
+//! Memcached objects, their Deployments and the Events as watched, faults as applied and
+//! undone, and the audit of writes attributed to replicas. Checkers ([`crate::check`])
+//! decide pass or fail over it afterwards.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -10,7 +11,11 @@ pub mod recorder;
 
 /// One observation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "kind"
+)]
 pub enum Observation {
     /// A scrape of a replica's `leader_election_master_status` gauge.
     Gauge {
@@ -85,6 +90,91 @@ pub enum Observation {
         /// The text.
         text: String,
     },
+    /// A Memcached object as watched: what it asks for and how far it got. Recorded when
+    /// it appears, when one of these fields changes, and when it is gone.
+    Memcached {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Added, modified or deleted.
+        change: Change,
+        /// `spec.size` (`None` when it is not a whole number).
+        size: Option<i64>,
+        /// `metadata.generation`.
+        generation: i64,
+        /// Whether it carries any finalizer.
+        finalizer: bool,
+        /// Whether it has a deletionTimestamp.
+        terminating: bool,
+        /// How many pods `status.nodes` lists.
+        nodes: usize,
+    },
+    /// A Deployment as watched (the operator's own is left out: its pods are recorded).
+    /// Recorded when it appears, when one of these fields changes, and when it is gone.
+    Deployment {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Added, modified or deleted.
+        change: Change,
+        /// `spec.replicas` (1 when unset).
+        replicas: i32,
+        /// `status.readyReplicas`.
+        ready: i32,
+        /// `status.availableReplicas`.
+        available: i32,
+        /// The controlling owner as `Kind/name` (`Memcached/cache`), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
+        /// Whether it has a deletionTimestamp.
+        terminating: bool,
+    },
+    /// A core `v1` Event as watched: each one once, and again when its count grows.
+    Event {
+        /// Namespace.
+        namespace: String,
+        /// The object it is about, as `Kind/name`.
+        involved: String,
+        /// `Normal` or `Warning`.
+        #[serde(rename = "type")]
+        type_: String,
+        /// CamelCase reason (`Created`, `Finalized`, `LeaderElection`, …).
+        reason: String,
+        /// The message.
+        message: String,
+        /// The component that reported it (`reportingComponent`, else `source.component`).
+        reporter: String,
+        /// The instance of the reporter (`reportingInstance`, else `source.host`): for the
+        /// operator's Events, the replica's pod.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        instance: String,
+        /// How many times it happened (`count`, else `series.count`, else 1).
+        count: i32,
+    },
+}
+
+/// What happened to a watched object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Change {
+    /// First seen.
+    Added,
+    /// Something recorded of it changed.
+    Modified,
+    /// Gone.
+    Deleted,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Change::Added => "added",
+            Change::Modified => "modified",
+            Change::Deleted => "deleted",
+        })
+    }
 }
 
 /// One entry of the history.
@@ -166,61 +256,261 @@ pub fn describe(entries: &[Entry], origin: DateTime<Utc>) -> String {
         .iter()
         .map(|e| {
             let t = (e.time - origin).num_microseconds().unwrap_or(0) as f64 / 1e6;
-            let what = match &e.observation {
-                Observation::Gauge { replica, leader } => {
-                    format!(
-                        "gauge    {replica} {}",
-                        if *leader { "leader" } else { "standby" }
-                    )
-                }
-                Observation::Lock {
-                    lock,
-                    holder,
-                    transitions,
-                    ..
-                } => format!(
-                    "lock     {lock} held by {}{}",
-                    holder.as_deref().unwrap_or("nobody"),
-                    transitions
-                        .map(|t| format!(" (transitions {t})"))
-                        .unwrap_or_default()
-                ),
-                Observation::Pod {
-                    name,
-                    phase,
-                    ready,
-                    terminating,
-                } => format!(
-                    "pod      {name} {phase}{}{}",
-                    if *ready { " ready" } else { "" },
-                    if *terminating { " terminating" } else { "" }
-                ),
-                Observation::Fault {
-                    verb,
-                    target,
-                    detail,
-                } => format!("fault    {verb} {target} {detail}"),
-                Observation::Write {
-                    replica,
-                    verb,
-                    resource,
-                    namespace,
-                    name,
-                    code,
-                    election,
-                } => format!(
-                    "write    {replica} {verb} {resource} {namespace}/{name} -> {code}{}",
-                    if *election { " (election)" } else { "" }
-                ),
-                Observation::Reconciles {
-                    replica,
-                    result,
-                    count,
-                } => format!("reconcile {replica} {result}={count}"),
-                Observation::Note { text } => format!("note     {text}"),
-            };
-            format!("{t:+10.3}s  {what}")
+            format!("{t:+10.3}s  {}", e.observation)
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// One line per observation, as [`describe`] shows it: `gauge    op-1 leader`.
+impl std::fmt::Display for Observation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self {
+            Observation::Gauge { replica, leader } => {
+                format!(
+                    "gauge    {replica} {}",
+                    if *leader { "leader" } else { "standby" }
+                )
+            }
+            Observation::Lock {
+                lock,
+                holder,
+                transitions,
+                ..
+            } => format!(
+                "lock     {lock} held by {}{}",
+                holder.as_deref().unwrap_or("nobody"),
+                transitions
+                    .map(|t| format!(" (transitions {t})"))
+                    .unwrap_or_default()
+            ),
+            Observation::Pod {
+                name,
+                phase,
+                ready,
+                terminating,
+            } => format!(
+                "pod      {name} {phase}{}{}",
+                if *ready { " ready" } else { "" },
+                if *terminating { " terminating" } else { "" }
+            ),
+            Observation::Fault {
+                verb,
+                target,
+                detail,
+            } => format!("fault    {verb} {target} {detail}"),
+            Observation::Write {
+                replica,
+                verb,
+                resource,
+                namespace,
+                name,
+                code,
+                election,
+            } => format!(
+                "write    {replica} {verb} {resource} {namespace}/{name} -> {code}{}",
+                if *election { " (election)" } else { "" }
+            ),
+            Observation::Reconciles {
+                replica,
+                result,
+                count,
+            } => format!("reconcile {replica} {result}={count}"),
+            Observation::Note { text } => format!("note     {text}"),
+            Observation::Memcached {
+                namespace,
+                name,
+                change,
+                size,
+                generation,
+                finalizer,
+                terminating,
+                nodes,
+            } => format!(
+                "memcached {namespace}/{name} {change}: size {}, generation {generation}, {nodes} node(s){}{}",
+                size.map_or_else(|| "?".to_string(), |s| s.to_string()),
+                if *finalizer { ", finalizer" } else { "" },
+                if *terminating { ", terminating" } else { "" }
+            ),
+            Observation::Deployment {
+                namespace,
+                name,
+                change,
+                replicas,
+                ready,
+                available,
+                owner,
+                terminating,
+            } => format!(
+                "deploy   {namespace}/{name} {change}: {replicas} replica(s), {ready} ready, {available} available{}{}",
+                owner
+                    .as_ref()
+                    .map(|o| format!(", owned by {o}"))
+                    .unwrap_or_default(),
+                if *terminating { ", terminating" } else { "" }
+            ),
+            Observation::Event {
+                namespace,
+                involved,
+                type_,
+                reason,
+                message,
+                reporter,
+                instance,
+                count,
+            } => format!(
+                "event    {namespace} {involved} {type_} {reason}: {message} (by {reporter}{}{})",
+                if instance.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {instance}")
+                },
+                if *count > 1 {
+                    format!(", {count} times")
+                } else {
+                    String::new()
+                }
+            ),
+        };
+        f.write_str(&what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
+    }
+
+    #[test]
+    fn objects_and_events_are_json_lines_in_camel_case_tagged_by_kind() {
+        let mut h = History::new();
+        h.push(
+            at(0),
+            Observation::Memcached {
+                namespace: "default".into(),
+                name: "cache".into(),
+                change: Change::Added,
+                size: Some(3),
+                generation: 1,
+                finalizer: false,
+                terminating: false,
+                nodes: 0,
+            },
+        );
+        h.push(
+            at(5),
+            Observation::Deployment {
+                namespace: "default".into(),
+                name: "cache".into(),
+                change: Change::Modified,
+                replicas: 3,
+                ready: 2,
+                available: 2,
+                owner: Some("Memcached/cache".into()),
+                terminating: false,
+            },
+        );
+        h.push(
+            at(9),
+            Observation::Event {
+                namespace: "default".into(),
+                involved: "Memcached/cache".into(),
+                type_: "Normal".into(),
+                reason: "Created".into(),
+                message: "created deployment cache".into(),
+                reporter: "memcached-operator".into(),
+                instance: "op-a".into(),
+                count: 1,
+            },
+        );
+        h.push(
+            at(12),
+            Observation::Lock {
+                lock: "lock".into(),
+                holder: None,
+                transitions: None,
+                resource_version: "42".into(),
+            },
+        );
+        let lines: Vec<serde_json::Value> = h
+            .to_json_lines()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["kind"], "memcached");
+        assert_eq!(lines[0]["change"], "added");
+        assert_eq!(lines[1]["kind"], "deployment");
+        assert_eq!(lines[1]["owner"], "Memcached/cache");
+        assert_eq!(lines[2]["kind"], "event");
+        assert_eq!(lines[2]["type"], "Normal");
+        assert_eq!(lines[2]["reporter"], "memcached-operator");
+        assert_eq!(lines[3]["resourceVersion"], "42");
+        for (line, entry) in lines.iter().zip(h.entries()) {
+            let back: Entry = serde_json::from_value(line.clone()).unwrap();
+            assert_eq!(&back, entry);
+        }
+        assert!(
+            h.replicas().is_empty(),
+            "objects and events name no replica"
+        );
+    }
+
+    #[test]
+    fn objects_and_events_read_as_one_line_each() {
+        let mut h = History::new();
+        h.push(
+            at(0),
+            Observation::Memcached {
+                namespace: "default".into(),
+                name: "cache".into(),
+                change: Change::Modified,
+                size: Some(3),
+                generation: 2,
+                finalizer: true,
+                terminating: true,
+                nodes: 3,
+            },
+        );
+        h.push(
+            at(1500),
+            Observation::Deployment {
+                namespace: "default".into(),
+                name: "cache".into(),
+                change: Change::Deleted,
+                replicas: 3,
+                ready: 3,
+                available: 3,
+                owner: Some("Memcached/cache".into()),
+                terminating: true,
+            },
+        );
+        h.push(
+            at(2000),
+            Observation::Event {
+                namespace: "default".into(),
+                involved: "Memcached/cache".into(),
+                type_: "Warning".into(),
+                reason: "ReconcileError".into(),
+                message: "boom".into(),
+                reporter: "memcached-operator".into(),
+                instance: String::new(),
+                count: 4,
+            },
+        );
+        let lines: Vec<String> = describe(h.entries(), at(0))
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "+0.000s  memcached default/cache modified: size 3, generation 2, 3 node(s), finalizer, terminating",
+                "+1.500s  deploy   default/cache deleted: 3 replica(s), 3 ready, 3 available, owned by Memcached/cache, terminating",
+                "+2.000s  event    default Memcached/cache Warning ReconcileError: boom (by memcached-operator, 4 times)",
+            ]
+        );
+    }
 }

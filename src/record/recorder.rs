@@ -1,12 +1,22 @@
-//! The recorder: watches the lock objects and the operator's pods, scrapes every replica's
-//! `/metrics`, follows the audit of writes and the fault log, and turns all of it into a
-//! [`History`] with timestamps from one clock.
+//! The recorder: watches the lock objects, the operator's pods, the Memcached objects, their
+//! Deployments and the Events, scrapes every replica's `/metrics`, follows the audit of
+//! writes and the fault log, and turns all of it into a [`History`] with timestamps from
+//! one clock.
 //!
 //! What it records:
 //! - [`Observation::Lock`] from watches of both a `coordination.k8s.io/v1` Lease and a `v1`
 //!   ConfigMap named after the lock: changes of holder or transitions only, not renewals;
 //! - [`Observation::Pod`] from a watch of the pods matching the selector: changes of phase,
 //!   readiness or termination (and `Deleted` once a pod is gone);
+//! - [`Observation::Memcached`] from a watch of the Memcached objects of the workload
+//!   namespaces: when one appears, when its size, generation, finalizer, termination or
+//!   number of listed nodes changes, and when it is gone;
+//! - [`Observation::Deployment`] likewise from a watch of the Deployments of the workload
+//!   namespaces (replicas, ready, available, owner, termination), the operator's own
+//!   namespace left out;
+//! - [`Observation::Event`] from a watch of the core `v1` Events (the API the operator's
+//!   event recorder writes) of the operator's and the workload namespaces: each Event once,
+//!   again when its count grows;
 //! - [`Observation::Gauge`] (every sample) and [`Observation::Reconciles`] (changes only)
 //!   from a scrape of `http://<podIP>:<port>/metrics` of every known pod;
 //! - [`Observation::Write`] from the audit feed: writes sent from the operator's pods;
@@ -26,9 +36,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
@@ -37,7 +48,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::record::{Entry, History, Observation};
+use crate::record::{Change, Entry, History, Observation};
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::faults::Faults;
 use crate::sim::plain_http::{self, PlainHttpError};
@@ -73,6 +84,40 @@ pub struct RecorderConfig {
     pub scrape_through_api: bool,
     /// How often each replica is scraped (e.g. 100 ms).
     pub scrape_interval: Duration,
+    /// The namespaces whose Memcached objects, Deployments and Events are recorded (the
+    /// operator's namespace adds its Events; its Deployments, the operator's own, are left
+    /// out); empty for every namespace, as on a cluster of the scenario's own.
+    pub workload_namespaces: Vec<String>,
+}
+
+impl RecorderConfig {
+    /// Where Memcached objects and Deployments are watched: each workload namespace, or
+    /// `None` (all namespaces) when there are none.
+    fn workload_scopes(&self) -> Vec<Option<String>> {
+        if self.workload_namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.workload_namespaces.iter().cloned().map(Some).collect()
+        }
+    }
+
+    /// Where Events are watched: the workload namespaces and the operator's, or all
+    /// namespaces when there are no workload namespaces.
+    fn event_scopes(&self) -> Vec<Option<String>> {
+        let mut scopes = self.workload_scopes();
+        if !scopes.contains(&None) && !scopes.contains(&Some(self.namespace.clone())) {
+            scopes.push(Some(self.namespace.clone()));
+        }
+        scopes
+    }
+}
+
+/// The Memcached resource (`cache.example.com/v1alpha1`, plural `memcacheds`).
+pub fn memcached_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "Memcached"),
+        "memcacheds",
+    )
 }
 
 /// Where the recorder gets the audit of writes and the fault log (the simulator gives
@@ -103,6 +148,10 @@ pub struct Feeds {
 ///   [`Observation::Note`], not recovered.
 /// - A Lease and a ConfigMap of the lock's name are both recorded under that name; an
 ///   operator uses one or the other.
+/// - Until the Memcached CRD is served its watch fails and is retried: a Memcached made
+///   meanwhile is stamped when the watch first lists it.
+/// - A deletion carries the object as the API server last stored it: a Memcached let go by
+///   the update that removed its last finalizer is recorded deleted with that finalizer.
 pub struct Recorder {
     shared: Arc<Shared>,
     faults: Option<Arc<Faults>>,
@@ -112,8 +161,8 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts recording at once: spawns the lock and pod watches, the scrape loop and the
-    /// audit follower.
+    /// Starts recording at once: spawns the lock, pod, Memcached, Deployment and Event
+    /// watches, the scrape loop and the audit follower.
     ///
     /// # Panics
     /// Outside a Tokio runtime (it spawns tasks).
@@ -170,6 +219,33 @@ impl Recorder {
                 stop_rx.clone(),
             )),
         ];
+        for scope in config.workload_scopes() {
+            let memcacheds = match &scope {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &memcached_resource()),
+                None => Api::all_with(client.clone(), &memcached_resource()),
+            };
+            tasks.push(tokio::spawn(watch_objects::<MemcachedState>(
+                memcacheds,
+                None,
+                shared.clone(),
+                stop_rx.clone(),
+            )));
+            tasks.push(tokio::spawn(watch_objects::<DeploymentState>(
+                scoped(&client, scope.as_deref()),
+                // The operator's own Deployment: its pods are recorded.
+                Some(config.namespace.clone()),
+                shared.clone(),
+                stop_rx.clone(),
+            )));
+        }
+        for scope in config.event_scopes() {
+            tasks.push(tokio::spawn(watch_objects::<EventState>(
+                scoped(&client, scope.as_deref()),
+                None,
+                shared.clone(),
+                stop_rx.clone(),
+            )));
+        }
         if let Some(audit) = feeds.audit {
             tasks.push(tokio::spawn(follow_audit(
                 audit,
@@ -752,6 +828,294 @@ async fn watch_pods(
     }
 }
 
+/// An `Api` of `K` in `namespace`, or in every namespace.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// What the history keeps of a watched object, and how a change of it is recorded.
+trait Tracked: Clone + PartialEq + Debug + Send + 'static {
+    /// The watched type.
+    type Object: Resource + Clone + DeserializeOwned + Debug + Send + 'static;
+    /// The resource, for log lines.
+    const RESOURCE: &'static str;
+    /// What is recorded of an object.
+    fn of(object: &Self::Object) -> Self;
+    /// The entry for a change of the object `namespace/name`; `None` when such a change is
+    /// not recorded.
+    fn observation(&self, namespace: &str, name: &str, change: Change) -> Option<Observation>;
+}
+
+/// What is recorded of a Memcached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MemcachedState {
+    size: Option<i64>,
+    generation: i64,
+    finalizer: bool,
+    terminating: bool,
+    nodes: usize,
+}
+
+impl Tracked for MemcachedState {
+    type Object = DynamicObject;
+    const RESOURCE: &'static str = "memcacheds";
+
+    fn of(mc: &DynamicObject) -> Self {
+        MemcachedState {
+            size: mc.data["spec"]["size"].as_i64(),
+            generation: mc.metadata.generation.unwrap_or(0),
+            finalizer: !mc.finalizers().is_empty(),
+            terminating: mc.metadata.deletion_timestamp.is_some(),
+            nodes: mc.data["status"]["nodes"]
+                .as_array()
+                .map_or(0, |nodes| nodes.len()),
+        }
+    }
+
+    fn observation(&self, namespace: &str, name: &str, change: Change) -> Option<Observation> {
+        Some(Observation::Memcached {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            change,
+            size: self.size,
+            generation: self.generation,
+            finalizer: self.finalizer,
+            terminating: self.terminating,
+            nodes: self.nodes,
+        })
+    }
+}
+
+/// What is recorded of a Deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DeploymentState {
+    replicas: i32,
+    ready: i32,
+    available: i32,
+    owner: Option<String>,
+    terminating: bool,
+}
+
+impl Tracked for DeploymentState {
+    type Object = Deployment;
+    const RESOURCE: &'static str = "deployments";
+
+    fn of(d: &Deployment) -> Self {
+        let status = d.status.as_ref();
+        let owners = d.owner_references();
+        DeploymentState {
+            replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+            available: status.and_then(|s| s.available_replicas).unwrap_or(0),
+            owner: owners
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .or(owners.first())
+                .map(|o| format!("{}/{}", o.kind, o.name)),
+            terminating: d.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    fn observation(&self, namespace: &str, name: &str, change: Change) -> Option<Observation> {
+        Some(Observation::Deployment {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            change,
+            replicas: self.replicas,
+            ready: self.ready,
+            available: self.available,
+            owner: self.owner.clone(),
+            terminating: self.terminating,
+        })
+    }
+}
+
+/// What is recorded of an Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct EventState {
+    involved: String,
+    type_: String,
+    reason: String,
+    message: String,
+    reporter: String,
+    instance: String,
+    count: i32,
+}
+
+impl Tracked for EventState {
+    type Object = CoreEvent;
+    const RESOURCE: &'static str = "events";
+
+    fn of(ev: &CoreEvent) -> Self {
+        let given = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+        let source = ev.source.as_ref();
+        let about = &ev.involved_object;
+        EventState {
+            involved: format!(
+                "{}/{}",
+                about.kind.as_deref().unwrap_or_default(),
+                about.name.as_deref().unwrap_or_default()
+            ),
+            type_: ev.type_.clone().unwrap_or_default(),
+            reason: ev.reason.clone().unwrap_or_default(),
+            message: ev.message.clone().unwrap_or_default(),
+            reporter: given(&ev.reporting_component)
+                .or_else(|| source.and_then(|s| given(&s.component)))
+                .unwrap_or_default(),
+            instance: given(&ev.reporting_instance)
+                .or_else(|| source.and_then(|s| given(&s.host)))
+                .unwrap_or_default(),
+            count: ev
+                .count
+                .or_else(|| ev.series.as_ref().and_then(|s| s.count))
+                .unwrap_or(1),
+        }
+    }
+
+    /// Events expire on their own: a deletion is not recorded.
+    fn observation(&self, namespace: &str, _name: &str, change: Change) -> Option<Observation> {
+        (change != Change::Deleted).then(|| Observation::Event {
+            namespace: namespace.to_string(),
+            involved: self.involved.clone(),
+            type_: self.type_.clone(),
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            reporter: self.reporter.clone(),
+            instance: self.instance.clone(),
+            count: self.count,
+        })
+    }
+}
+
+/// A watched object's namespace and name.
+type Key = (String, String);
+
+/// The objects of one watch as last recorded, with their uid: decides which changes are
+/// worth an entry.
+#[derive(Debug)]
+struct Tracker<S> {
+    known: BTreeMap<Key, (String, S)>,
+}
+
+impl<S> Default for Tracker<S> {
+    fn default() -> Self {
+        Self {
+            known: BTreeMap::new(),
+        }
+    }
+}
+
+impl<S: Tracked> Tracker<S> {
+    /// An object as seen (listed or watched): `Added` the first time, `Modified` when what
+    /// is recorded of it changed, nothing otherwise, and `Deleted` then `Added` when a new
+    /// object (another uid) took the name.
+    fn seen(&mut self, key: Key, uid: String, state: S) -> Vec<(Change, S)> {
+        match self.known.insert(key, (uid.clone(), state.clone())) {
+            None => vec![(Change::Added, state)],
+            Some((was, old)) if was != uid => {
+                vec![(Change::Deleted, old), (Change::Added, state)]
+            }
+            Some((_, old)) if old == state => Vec::new(),
+            Some(_) => vec![(Change::Modified, state)],
+        }
+    }
+
+    /// An object deleted, as last seen (`last`, else as last recorded); nothing for an
+    /// object never recorded.
+    fn gone(&mut self, key: &Key, last: Option<S>) -> Option<(Change, S)> {
+        let (_, known) = self.known.remove(key)?;
+        Some((Change::Deleted, last.unwrap_or(known)))
+    }
+
+    /// After a re-list: the objects it did not show were deleted while the watch was down.
+    fn relisted(&mut self, listed: &HashSet<Key>) -> Vec<(Key, Change, S)> {
+        let missing: Vec<Key> = self
+            .known
+            .keys()
+            .filter(|k| !listed.contains(*k))
+            .cloned()
+            .collect();
+        missing
+            .into_iter()
+            .filter_map(|key| {
+                let (change, state) = self.gone(&key, None)?;
+                Some((key, change, state))
+            })
+            .collect()
+    }
+}
+
+/// Records the changes of the objects an `api` watches; objects in `skip_namespace` are
+/// left out.
+async fn watch_objects<S: Tracked>(
+    api: Api<S::Object>,
+    skip_namespace: Option<String>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let stream = retried(api, watcher::Config::default());
+    futures::pin_mut!(stream);
+    let mut tracker = Tracker::<S>::default();
+    let mut listed: HashSet<Key> = HashSet::new();
+    let record = |key: &Key, changes: Vec<(Change, S)>| {
+        let now = Utc::now();
+        let mut inner = shared.lock();
+        for (change, state) in changes {
+            if let Some(observation) = state.observation(&key.0, &key.1, change) {
+                inner.entries.push(Entry {
+                    time: now,
+                    observation,
+                });
+            }
+        }
+    };
+    let key_of = |o: &S::Object| (o.namespace().unwrap_or_default(), o.name_any());
+    let skipped = |key: &Key| skip_namespace.as_deref() == Some(key.0.as_str());
+    loop {
+        let event = tokio::select! {
+            _ = stop.changed() => break,
+            event = stream.next() => event,
+        };
+        match event {
+            None => break,
+            Some(Err(e)) => {
+                tracing::warn!(resource = S::RESOURCE, error = %e, "watch failed; retrying");
+            }
+            Some(Ok(Event::Apply(o) | Event::InitApply(o))) if skipped(&key_of(&o)) => {}
+            Some(Ok(Event::Apply(o))) => {
+                let key = key_of(&o);
+                let changes = tracker.seen(key.clone(), o.uid().unwrap_or_default(), S::of(&o));
+                record(&key, changes);
+            }
+            Some(Ok(Event::InitApply(o))) => {
+                let key = key_of(&o);
+                listed.insert(key.clone());
+                let changes = tracker.seen(key.clone(), o.uid().unwrap_or_default(), S::of(&o));
+                record(&key, changes);
+            }
+            Some(Ok(Event::Delete(o))) => {
+                let key = key_of(&o);
+                if let Some(change) = tracker.gone(&key, Some(S::of(&o))) {
+                    record(&key, vec![change]);
+                }
+            }
+            Some(Ok(Event::Init)) => listed.clear(),
+            Some(Ok(Event::InitDone)) => {
+                for (key, change, state) in tracker.relisted(&listed) {
+                    record(&key, vec![(change, state)]);
+                }
+            }
+        }
+    }
+}
+
 /// How a replica's `/metrics` is read.
 #[derive(Clone)]
 enum Scraper {
@@ -981,6 +1345,236 @@ garbage line\n";
                 value: 3.0,
             }
         );
+    }
+
+    fn from_json<K: DeserializeOwned>(value: serde_json::Value) -> K {
+        serde_json::from_value(value).expect("a valid object")
+    }
+
+    fn memcached(
+        rv: &str,
+        size: i64,
+        nodes: &[&str],
+        finalizer: bool,
+        deleting: bool,
+    ) -> DynamicObject {
+        let mut metadata = serde_json::json!({
+            "name": "cache", "namespace": "default", "uid": "u1", "generation": size,
+            "resourceVersion": rv,
+        });
+        if finalizer {
+            metadata["finalizers"] = serde_json::json!(["cache.example.com/finalizer"]);
+        }
+        if deleting {
+            metadata["deletionTimestamp"] = serde_json::json!("2030-01-01T00:00:00Z");
+        }
+        from_json(serde_json::json!({
+            "apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+            "metadata": metadata,
+            "spec": {"size": size},
+            "status": {"nodes": nodes, "conditions": [{"type": "Available", "status": "False"}]},
+        }))
+    }
+
+    #[test]
+    fn a_memcached_is_recorded_by_its_size_generation_finalizer_termination_and_nodes() {
+        let state = MemcachedState::of(&memcached("7", 3, &["a", "b"], true, true));
+        assert_eq!(
+            state.observation("default", "cache", Change::Modified),
+            Some(Observation::Memcached {
+                namespace: "default".into(),
+                name: "cache".into(),
+                change: Change::Modified,
+                size: Some(3),
+                generation: 3,
+                finalizer: true,
+                terminating: true,
+                nodes: 2,
+            })
+        );
+        let bare: DynamicObject = from_json(serde_json::json!({
+            "apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+            "metadata": {"name": "bare"}, "spec": {"size": "three"},
+        }));
+        assert_eq!(
+            MemcachedState::of(&bare),
+            MemcachedState {
+                size: None,
+                generation: 0,
+                finalizer: false,
+                terminating: false,
+                nodes: 0,
+            }
+        );
+    }
+
+    #[test]
+    fn a_deployment_is_recorded_by_its_replicas_readiness_and_controlling_owner() {
+        let d: Deployment = from_json(serde_json::json!({
+            "metadata": {"name": "cache", "namespace": "default", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "x"},
+                {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "cache",
+                 "uid": "u1", "controller": true},
+            ]},
+            "spec": {"replicas": 3, "selector": {}, "template": {}},
+            "status": {"replicas": 3, "readyReplicas": 2, "availableReplicas": 1, "observedGeneration": 4},
+        }));
+        assert_eq!(
+            DeploymentState::of(&d),
+            DeploymentState {
+                replicas: 3,
+                ready: 2,
+                available: 1,
+                owner: Some("Memcached/cache".into()),
+                terminating: false,
+            }
+        );
+        let bare: Deployment = from_json(serde_json::json!({"metadata": {"name": "web"}}));
+        let state = DeploymentState::of(&bare);
+        assert_eq!((state.replicas, state.ready, state.owner), (1, 0, None));
+    }
+
+    #[test]
+    fn an_event_names_its_object_reporter_and_count_from_whichever_fields_are_set() {
+        let written: CoreEvent = from_json(serde_json::json!({
+            "metadata": {"name": "cache.1", "namespace": "default"},
+            "involvedObject": {"kind": "Memcached", "name": "cache", "namespace": "default"},
+            "type": "Warning", "reason": "ReconcileError", "message": "boom",
+            "reportingComponent": "memcached-operator", "reportingInstance": "op-a",
+            "source": {"component": "ignored"}, "count": 2,
+        }));
+        assert_eq!(
+            EventState::of(&written).observation("default", "cache.1", Change::Added),
+            Some(Observation::Event {
+                namespace: "default".into(),
+                involved: "Memcached/cache".into(),
+                type_: "Warning".into(),
+                reason: "ReconcileError".into(),
+                message: "boom".into(),
+                reporter: "memcached-operator".into(),
+                instance: "op-a".into(),
+                count: 2,
+            })
+        );
+        let legacy: CoreEvent = from_json(serde_json::json!({
+            "metadata": {"name": "p.1", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "name": "p"},
+            "reason": "Started", "reportingComponent": "",
+            "source": {"component": "kubelet", "host": "node-1"},
+            "series": {"count": 5, "lastObservedTime": "2030-01-01T00:00:00.000000Z"},
+        }));
+        let state = EventState::of(&legacy);
+        assert_eq!(
+            (
+                state.reporter.as_str(),
+                state.instance.as_str(),
+                state.count
+            ),
+            ("kubelet", "node-1", 5)
+        );
+        // Events expire on their own: their deletion is not history.
+        assert_eq!(state.observation("default", "p.1", Change::Deleted), None);
+    }
+
+    #[test]
+    fn only_changes_of_what_is_recorded_are_entries_and_a_new_uid_is_a_new_object() {
+        let key = ("default".to_string(), "cache".to_string());
+        let of = |rv: &str, size: i64, nodes: &[&str], finalizer: bool, deleting: bool| {
+            MemcachedState::of(&memcached(rv, size, nodes, finalizer, deleting))
+        };
+        let changes = |c: Vec<(Change, MemcachedState)>| -> Vec<Change> {
+            c.into_iter().map(|(c, _)| c).collect()
+        };
+        let mut t = Tracker::<MemcachedState>::default();
+        assert_eq!(
+            changes(t.seen(key.clone(), "u1".into(), of("1", 3, &[], false, false))),
+            [Change::Added]
+        );
+        // A new resourceVersion (a condition changed) that changes nothing recorded.
+        assert!(
+            t.seen(key.clone(), "u1".into(), of("2", 3, &[], false, false))
+                .is_empty()
+        );
+        assert_eq!(
+            changes(t.seen(key.clone(), "u1".into(), of("3", 3, &[], true, false))),
+            [Change::Modified]
+        );
+        assert_eq!(
+            changes(t.seen(
+                key.clone(),
+                "u1".into(),
+                of("4", 3, &["a", "b", "c"], true, false)
+            )),
+            [Change::Modified]
+        );
+        // Deleted and created again under the same name while the watch was down.
+        assert_eq!(
+            changes(t.seen(key.clone(), "u2".into(), of("9", 1, &[], false, false))),
+            [Change::Deleted, Change::Added]
+        );
+        let (change, last) = t
+            .gone(&key, Some(of("10", 1, &[], false, true)))
+            .expect("a known object");
+        assert_eq!(change, Change::Deleted);
+        assert!(
+            last.terminating,
+            "the deletion carries the object as last seen"
+        );
+        assert_eq!(t.gone(&key, None), None, "gone only once");
+    }
+
+    #[test]
+    fn a_relist_without_an_object_records_it_gone_as_last_recorded() {
+        let mut t = Tracker::<MemcachedState>::default();
+        let a = ("default".to_string(), "a".to_string());
+        let b = ("default".to_string(), "b".to_string());
+        t.seen(
+            a.clone(),
+            "ua".into(),
+            MemcachedState::of(&memcached("1", 2, &[], true, false)),
+        );
+        t.seen(
+            b.clone(),
+            "ub".into(),
+            MemcachedState::of(&memcached("2", 1, &[], false, false)),
+        );
+        let gone = t.relisted(&HashSet::from([b.clone()]));
+        assert_eq!(gone.len(), 1);
+        let (key, change, state) = &gone[0];
+        assert_eq!(
+            (key, *change, state.size, state.finalizer),
+            (&a, Change::Deleted, Some(2), true)
+        );
+        assert!(t.relisted(&HashSet::from([b])).is_empty());
+    }
+
+    #[test]
+    fn workloads_are_watched_in_their_namespaces_and_events_in_the_operators_too() {
+        let mut config = RecorderConfig {
+            namespace: "op-system".into(),
+            lock_name: "lock".into(),
+            pod_selector: "app=op".into(),
+            metrics_port: 8080,
+            scrape_through_api: false,
+            scrape_interval: Duration::from_millis(100),
+            workload_namespaces: Vec::new(),
+        };
+        assert_eq!(config.workload_scopes(), [None]);
+        assert_eq!(config.event_scopes(), [None]);
+        config.workload_namespaces = vec!["x-default".into(), "x-team-a".into()];
+        let some = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| Some(n.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(config.workload_scopes(), some(&["x-default", "x-team-a"]));
+        assert_eq!(
+            config.event_scopes(),
+            some(&["x-default", "x-team-a", "op-system"])
+        );
+        config.workload_namespaces = vec!["op-system".into()];
+        assert_eq!(config.event_scopes(), some(&["op-system"]));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Reports: a timeline per scenario (self-contained HTML with inline SVG: one lane per
-//! replica, leadership bars, fault spans, writes as ticks, failover annotated) and an index
-//! page listing scenarios with their verdicts and failover figures.
+//! replica, leadership bars, fault spans, writes as ticks, failover annotated; a lane per
+//! Memcached with its changes and its Deployment's, or one summary lane when there are
+//! many; Events as markers, a row per kind of object they are about) and an index page
+//! listing scenarios with their verdicts and failover figures.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -8,7 +10,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 
 use crate::check::{Failover, Verdict, gauge_intervals};
-use crate::record::{History, Observation, describe};
+use crate::record::{Change, Entry, History, Observation, describe};
 
 /// Errors of report writing.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,15 @@ const LANE: f64 = 34.0;
 const LEFT: f64 = 280.0;
 const WIDTH: f64 = 1100.0;
 const TOP: f64 = 40.0;
+/// Up to this many Memcached objects get a lane each; more share one summary lane.
+const OBJECT_LANES: usize = 8;
+/// Up to this many kinds of objects Events are about get a row each; the rest share the
+/// last row.
+const EVENT_ROWS: usize = 8;
+/// The height of a row of Events (a line of reasons above the markers).
+const EVENT_ROW: f64 = 26.0;
+/// The height of the summary lane of many Memcached objects.
+const SUMMARY_LANE: f64 = LANE * 1.5;
 
 struct Scale {
     origin: DateTime<Utc>,
@@ -121,6 +132,418 @@ fn short(name: &str, max: usize) -> String {
     }
 }
 
+/// The changes drawn in one lane of the objects section: a Memcached and the Deployment it
+/// owns (or a Deployment owned by no Memcached).
+struct ObjectLane<'a> {
+    namespace: String,
+    name: String,
+    memcached: bool,
+    entries: Vec<&'a Entry>,
+}
+
+/// The Memcached and Deployment entries by object: a Deployment joins the lane of the
+/// Memcached that owns it, else the lane of its own name. Lanes in order of first change.
+fn object_lanes(history: &History) -> Vec<ObjectLane<'_>> {
+    let mut lanes: Vec<ObjectLane<'_>> = Vec::new();
+    for e in history.entries() {
+        let (namespace, name, memcached) = match &e.observation {
+            Observation::Memcached {
+                namespace, name, ..
+            } => (namespace, name.as_str(), true),
+            Observation::Deployment {
+                namespace,
+                name,
+                owner,
+                ..
+            } => (
+                namespace,
+                owner
+                    .as_deref()
+                    .and_then(|o| o.strip_prefix("Memcached/"))
+                    .unwrap_or(name),
+                false,
+            ),
+            _ => continue,
+        };
+        match lanes
+            .iter_mut()
+            .find(|l| l.namespace == *namespace && l.name == name)
+        {
+            Some(lane) => {
+                lane.memcached |= memcached;
+                lane.entries.push(e);
+            }
+            None => lanes.push(ObjectLane {
+                namespace: namespace.clone(),
+                name: name.to_string(),
+                memcached,
+                entries: vec![e],
+            }),
+        }
+    }
+    lanes
+}
+
+/// The Events by the kind of object they are about (`Memcached`, `Lease`, `Pod`, …), in
+/// order of first occurrence, so that the operator's Events and the cluster's stay apart;
+/// kinds beyond the first [`EVENT_ROWS`] − 1 share a last row `other` when there are more
+/// than [`EVENT_ROWS`].
+fn event_rows(history: &History) -> Vec<(String, Vec<&Entry>)> {
+    let mut rows: Vec<(String, Vec<&Entry>)> = Vec::new();
+    for e in history.entries() {
+        let Observation::Event { involved, .. } = &e.observation else {
+            continue;
+        };
+        let kind = involved.split('/').next().unwrap_or_default();
+        match rows.iter_mut().find(|(k, _)| k == kind) {
+            Some((_, entries)) => entries.push(e),
+            None => rows.push((kind.to_string(), vec![e])),
+        }
+    }
+    if rows.len() > EVENT_ROWS {
+        let mut rest: Vec<&Entry> = rows
+            .drain(EVENT_ROWS - 1..)
+            .flat_map(|(_, entries)| entries)
+            .collect();
+        rest.sort_by_key(|e| e.time);
+        rows.push(("other".into(), rest));
+    }
+    rows
+}
+
+/// The tooltip of a Memcached, Deployment or Event entry: its time and its line of the
+/// history.
+fn tooltip(e: &Entry, scale: &Scale) -> String {
+    escape(&format!("{:.3}s {}", scale.secs(e.time), e.observation))
+}
+
+/// Draws one lane of a Memcached (and its Deployment) at `y`: the span it existed (red
+/// while terminating), its changes as violet ticks above the middle labelled with what
+/// changed most (see [`memcached_label`]), its Deployment's as cyan ticks below labelled
+/// with ready/replicas where they changed. Labels that would run into the previous one of
+/// their row are left out (the tooltip of every tick says all).
+fn draw_object_lane(
+    svg: &mut String,
+    lane: &ObjectLane<'_>,
+    y: f64,
+    scale: &Scale,
+    end: DateTime<Utc>,
+) {
+    let mid = y + LANE / 2.0;
+    let label = format!(
+        "{} {}/{}",
+        if lane.memcached {
+            "memcached"
+        } else {
+            "deployment"
+        },
+        lane.namespace,
+        lane.name
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="8" y="{:.1}" fill="#5b21b6">{}<title>{}</title></text><line x1="{LEFT}" y1="{mid:.1}" x2="{:.1}" y2="{mid:.1}" stroke="#ede9fe"/>"##,
+        mid + 4.0,
+        escape(&short(&label, 40)),
+        escape(&label),
+        WIDTH - 20.0,
+    );
+    // The span of the Memcached: from its first entry to its deletion (or the end).
+    let mut born = None;
+    let mut dying = None;
+    let mut spans = Vec::new();
+    for e in &lane.entries {
+        if let Observation::Memcached {
+            change,
+            terminating,
+            ..
+        } = &e.observation
+        {
+            born.get_or_insert(e.time);
+            if *terminating {
+                dying.get_or_insert(e.time);
+            }
+            if *change == Change::Deleted {
+                spans.push((born.take().unwrap_or(e.time), dying.take(), e.time));
+            }
+        }
+    }
+    if let Some(from) = born {
+        spans.push((from, dying, end));
+    }
+    for (from, dying, to) in spans {
+        let x1 = scale.x(from);
+        let x2 = scale.x(to).max(x1 + 2.0);
+        let _ = write!(
+            svg,
+            r##"<rect x="{x1:.1}" y="{:.1}" width="{:.1}" height="6" rx="2" fill="#ddd6fe"/>"##,
+            mid - 3.0,
+            x2 - x1
+        );
+        if let Some(t) = dying {
+            let xt = scale.x(t);
+            let _ = write!(
+                svg,
+                r##"<rect x="{xt:.1}" y="{:.1}" width="{:.1}" height="6" fill="#fca5a5"><title>terminating</title></rect>"##,
+                mid - 3.0,
+                (x2 - xt).max(2.0)
+            );
+        }
+    }
+    // Each tick is labelled with what changed most, unless that would run into the
+    // previous label of its row.
+    let mut previous: Option<(Option<i64>, bool, bool, usize)> = None;
+    let mut last_label: [(String, f64); 2] = [(String::new(), f64::MIN), (String::new(), f64::MIN)];
+    // Drawn after the ticks, on a white halo, so that a later tick does not hide them.
+    let mut labels = String::new();
+    for e in &lane.entries {
+        let x = scale.x(e.time);
+        let (row, color, label) = match &e.observation {
+            Observation::Memcached {
+                change,
+                size,
+                finalizer,
+                terminating,
+                nodes,
+                ..
+            } => {
+                let now = (*size, *finalizer, *terminating, *nodes);
+                let label = memcached_label(*change, previous, now);
+                previous = (*change != Change::Deleted).then_some(now);
+                (0, "#7c3aed", label)
+            }
+            Observation::Deployment {
+                ready,
+                replicas,
+                change,
+                ..
+            } => (
+                1,
+                "#0891b2",
+                if *change == Change::Deleted {
+                    "gone".to_string()
+                } else {
+                    format!("{ready}/{replicas}")
+                },
+            ),
+            _ => continue,
+        };
+        let (y1, y2) = if row == 0 {
+            (y + 3.0, mid - 1.0)
+        } else {
+            (mid + 1.0, y + LANE - 3.0)
+        };
+        let _ = write!(
+            svg,
+            r##"<line x1="{x:.1}" y1="{y1:.1}" x2="{x:.1}" y2="{y2:.1}" stroke="{color}" stroke-width="2"><title>{}</title></line>"##,
+            tooltip(e, scale)
+        );
+        let (shown, at) = &last_label[row];
+        let width = label.chars().count() as f64 * 5.5;
+        // Right of the tick, or left of it at the right edge.
+        let (lx, anchor) = if x + 3.0 + width < WIDTH {
+            (x + 3.0, "start")
+        } else {
+            (x - 3.0, "end")
+        };
+        let start = if anchor == "start" { lx } else { lx - width };
+        if label.is_empty() || *shown == label || start < at + 4.0 {
+            continue;
+        }
+        let _ = write!(
+            labels,
+            r##"<text x="{lx:.1}" y="{:.1}" fill="{color}" font-size="10" text-anchor="{anchor}" stroke="white" stroke-width="3" paint-order="stroke">{}</text>"##,
+            if row == 0 { y + 11.0 } else { y + LANE - 4.0 },
+            escape(&label)
+        );
+        last_label[row] = (label, start + width);
+    }
+    svg.push_str(&labels);
+}
+
+/// The label of a Memcached's change on its lane: what changed that matters most, given
+/// `(size, finalizer, terminating, nodes)` before and now; empty when only the generation
+/// did.
+fn memcached_label(
+    change: Change,
+    before: Option<(Option<i64>, bool, bool, usize)>,
+    (size, finalizer, terminating, nodes): (Option<i64>, bool, bool, usize),
+) -> String {
+    let size_text = || {
+        format!(
+            "size {}",
+            size.map_or_else(|| "?".into(), |s| s.to_string())
+        )
+    };
+    match before {
+        _ if change == Change::Deleted => "gone".into(),
+        None => size_text(),
+        Some((_, _, was, _)) if terminating && !was => "terminating".into(),
+        Some((was, ..)) if size != was => size_text(),
+        Some((.., was)) if nodes != was => {
+            format!("{nodes} node{}", if nodes == 1 { "" } else { "s" })
+        }
+        Some((_, was, ..)) if finalizer != was => if finalizer {
+            "+finalizer"
+        } else {
+            "−finalizer"
+        }
+        .into(),
+        Some(_) => String::new(),
+    }
+}
+
+/// Draws the one lane standing for many Memcached objects at `y`: every change as a faint
+/// tick, and step lines of how many exist (grey) and how many list as many pods as their
+/// size (green), with the counts at the end beside the lane's name.
+fn draw_summary_lane(
+    svg: &mut String,
+    lanes: &[ObjectLane<'_>],
+    y: f64,
+    scale: &Scale,
+    end: DateTime<Utc>,
+) {
+    let h = SUMMARY_LANE;
+    let memcacheds = lanes.iter().filter(|l| l.memcached).count();
+    let deployments = lanes.len() - memcacheds;
+    let label = if deployments == 0 {
+        format!("{memcacheds} Memcached")
+    } else {
+        format!("{memcacheds} Memcached, {deployments} other Deployment(s)")
+    };
+    let mut all: Vec<&Entry> = lanes
+        .iter()
+        .flat_map(|l| l.entries.iter().copied())
+        .collect();
+    all.sort_by_key(|e| e.time);
+    for e in &all {
+        let x = scale.x(e.time);
+        let (color, y1, y2) = match &e.observation {
+            Observation::Memcached { .. } => ("#7c3aed", y + 2.0, y + h / 2.0),
+            _ => ("#0891b2", y + h / 2.0, y + h - 2.0),
+        };
+        let _ = write!(
+            svg,
+            r##"<line x1="{x:.1}" y1="{y1:.1}" x2="{x:.1}" y2="{y2:.1}" stroke="{color}" stroke-width="1.5" opacity="0.35"><title>{}</title></line>"##,
+            tooltip(e, scale)
+        );
+    }
+    // Counts over time, from the Memcached entries.
+    let mut state: std::collections::BTreeMap<(&str, &str), bool> = Default::default();
+    let mut existing = vec![(scale.origin, 0usize)];
+    let mut converged = vec![(scale.origin, 0usize)];
+    for e in &all {
+        if let Observation::Memcached {
+            namespace,
+            name,
+            change,
+            size,
+            nodes,
+            ..
+        } = &e.observation
+        {
+            let key = (namespace.as_str(), name.as_str());
+            if *change == Change::Deleted {
+                state.remove(&key);
+            } else {
+                state.insert(key, *size == Some(*nodes as i64));
+            }
+            existing.push((e.time, state.len()));
+            converged.push((e.time, state.values().filter(|c| **c).count()));
+        }
+    }
+    let most = existing.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1) as f64;
+    let step_line = |points: &[(DateTime<Utc>, usize)], color: &str| {
+        let mut path = String::new();
+        let mut last_y = None;
+        for (t, n) in points {
+            let x = scale.x(*t);
+            let py = y + h - 3.0 - (*n as f64 / most) * (h - 6.0);
+            match last_y {
+                None => {
+                    let _ = write!(path, "M{x:.1},{py:.1}");
+                }
+                Some(ly) => {
+                    let _ = write!(path, " L{x:.1},{ly:.1} L{x:.1},{py:.1}");
+                }
+            }
+            last_y = Some(py);
+        }
+        if let Some(ly) = last_y {
+            let _ = write!(path, " L{:.1},{ly:.1}", scale.x(end));
+        }
+        format!(r##"<path d="{path}" fill="none" stroke="{color}" stroke-width="2"/>"##)
+    };
+    svg.push_str(&step_line(&existing, "#6b7280"));
+    svg.push_str(&step_line(&converged, "#059669"));
+    let (now_existing, now_converged) = (
+        existing.last().map_or(0, |(_, n)| *n),
+        converged.last().map_or(0, |(_, n)| *n),
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="8" y="{:.1}" fill="#5b21b6">{}</text><text x="8" y="{:.1}" fill="#6b7280" font-size="10">grey: existing, {now_existing} at the end</text><text x="8" y="{:.1}" fill="#059669" font-size="10">green: listing their pods, {now_converged} at the end</text>"##,
+        y + h / 2.0 - 8.0,
+        escape(&label),
+        y + h / 2.0 + 5.0,
+        y + h / 2.0 + 17.0,
+    );
+}
+
+/// Draws the Event rows from `y`: one row per kind of object, each Event a marker (a grey
+/// dot, a red diamond for a Warning) whose tooltip says what it was about and its message,
+/// labelled above with its reason where the reason changes and the label has room.
+fn draw_event_rows(svg: &mut String, rows: &[(String, Vec<&Entry>)], y: f64, scale: &Scale) {
+    for (i, (kind, entries)) in rows.iter().enumerate() {
+        let ry = y + i as f64 * EVENT_ROW;
+        let mid = ry + EVENT_ROW - 7.0;
+        let _ = write!(
+            svg,
+            r##"<text x="8" y="{:.1}" fill="#334155" font-size="11">events on {} ({})</text><line x1="{LEFT}" y1="{mid:.1}" x2="{:.1}" y2="{mid:.1}" stroke="#f1f5f9"/>"##,
+            mid + 4.0,
+            escape(&short(kind, 24)),
+            entries.len(),
+            WIDTH - 20.0,
+        );
+        let mut last_label: (&str, f64) = ("", f64::MIN);
+        for e in entries {
+            let Observation::Event { type_, reason, .. } = &e.observation else {
+                continue;
+            };
+            let x = scale.x(e.time);
+            let title = tooltip(e, scale);
+            if type_ == "Warning" {
+                let _ = write!(
+                    svg,
+                    r##"<path d="M{x:.1},{:.1} l4,4 l-4,4 l-4,-4 z" fill="#dc2626" opacity="0.85"><title>{title}</title></path>"##,
+                    mid - 4.0
+                );
+            } else {
+                let _ = write!(
+                    svg,
+                    r##"<circle cx="{x:.1}" cy="{mid:.1}" r="3.5" fill="#475569" opacity="0.75"><title>{title}</title></circle>"##
+                );
+            }
+            let width = reason.chars().count() as f64 * 5.0;
+            let lx = (x - 3.0).min(WIDTH - 20.0 - width);
+            if reason != last_label.0 && lx >= last_label.1 + 6.0 {
+                let _ = write!(
+                    svg,
+                    r##"<text x="{lx:.1}" y="{:.1}" fill="{}" font-size="9">{}</text>"##,
+                    mid - 6.0,
+                    if type_ == "Warning" {
+                        "#b91c1c"
+                    } else {
+                        "#475569"
+                    },
+                    escape(reason)
+                );
+                last_label = (reason, lx + width);
+            }
+        }
+    }
+}
+
 /// Renders the timeline of one scenario.
 pub fn timeline_html(
     scenario: &str,
@@ -136,8 +559,16 @@ pub fn timeline_html(
     let replicas = history.replicas();
     let faults = fault_spans(history);
     let fault_lane = replicas.len() as f64;
-    let height =
-        TOP + (replicas.len() as f64 + 1.0 + faults.len().min(8) as f64 * 0.5) * LANE + 40.0;
+    let objects = object_lanes(history);
+    let events = event_rows(history);
+    let objects_top = TOP + (replicas.len() as f64 + 1.0 + faults.len().min(8) as f64 * 0.5) * LANE;
+    let objects_height = if objects.len() > OBJECT_LANES {
+        SUMMARY_LANE
+    } else {
+        objects.len() as f64 * LANE
+    };
+    let events_top = objects_top + objects_height + if events.is_empty() { 0.0 } else { 6.0 };
+    let height = events_top + events.len() as f64 * EVENT_ROW + 40.0;
     let mut svg = String::new();
     let _ = write!(
         svg,
@@ -247,6 +678,14 @@ pub fn timeline_html(
             escape(&f.label)
         );
     }
+    if objects.len() > OBJECT_LANES {
+        draw_summary_lane(&mut svg, &objects, objects_top, &scale, end);
+    } else {
+        for (i, lane) in objects.iter().enumerate() {
+            draw_object_lane(&mut svg, lane, objects_top + i as f64 * LANE, &scale, end);
+        }
+    }
+    draw_event_rows(&mut svg, &events, events_top, &scale);
     for v in verdicts.iter().filter(|v| !v.passed) {
         if let (Some(first), Some(last)) = (v.evidence.first(), v.evidence.last()) {
             let x1 = scale.x(first.time);
@@ -300,7 +739,7 @@ td {{ padding: 4px 10px; border-bottom: 1px solid #e5e7eb; }} td:nth-child(2) {{
 tr.pass td:first-child {{ color: #059669; }} tr.fail td:first-child {{ color: #dc2626; }}
 .legend span {{ margin-right: 16px; }} pre {{ background: #f9fafb; padding: 12px; font-size: 12px; overflow-x: auto; }}
 </style></head><body><h1>{title}</h1>
-<div class="legend"><span style="color:#2563eb">■ leader</span><span style="color:#059669">| write</span><span style="color:#9ca3af">| election write</span><span style="color:#dc2626">| failed write</span><span style="color:#f59e0b">■ fault in force</span></div>
+<div class="legend"><span style="color:#2563eb">■ leader</span><span style="color:#059669">| write</span><span style="color:#9ca3af">| election write</span><span style="color:#dc2626">| failed write</span><span style="color:#f59e0b">■ fault in force</span><span style="color:#7c3aed">| Memcached</span><span style="color:#0891b2">| its Deployment (ready/replicas)</span><span style="color:#f87171">■ terminating</span><span style="color:#475569">● event</span><span style="color:#dc2626">◆ warning</span></div>
 {svg}
 <table>{verdict_rows}</table>
 <details><summary>history ({n} entries)</summary><pre>{log}</pre></details>
@@ -446,6 +885,135 @@ mod tests {
         assert!(html.contains("failover op-a → op-b: 500 ms"));
         assert!(html.contains("hold &lt;leader&gt;"), "names are escaped");
         assert_eq!(html.matches("<svg").count(), 1);
+    }
+
+    fn memcached(h: &mut History, ms: i64, name: &str, change: Change, size: i64, nodes: usize) {
+        let t0 = DateTime::from_timestamp_millis(1_800_000_000_000).unwrap();
+        h.push(
+            t0 + chrono::Duration::milliseconds(ms),
+            Observation::Memcached {
+                namespace: "default".into(),
+                name: name.into(),
+                change,
+                size: Some(size),
+                generation: 1,
+                finalizer: true,
+                terminating: change == Change::Deleted,
+                nodes,
+            },
+        );
+    }
+
+    fn deployment(h: &mut History, ms: i64, name: &str, ready: i32) {
+        let t0 = DateTime::from_timestamp_millis(1_800_000_000_000).unwrap();
+        h.push(
+            t0 + chrono::Duration::milliseconds(ms),
+            Observation::Deployment {
+                namespace: "default".into(),
+                name: name.into(),
+                change: Change::Modified,
+                replicas: 3,
+                ready,
+                available: ready,
+                owner: Some(format!("Memcached/{name}")),
+                terminating: false,
+            },
+        );
+    }
+
+    fn event(h: &mut History, ms: i64, reason: &str, type_: &str, message: &str) {
+        let t0 = DateTime::from_timestamp_millis(1_800_000_000_000).unwrap();
+        h.push(
+            t0 + chrono::Duration::milliseconds(ms),
+            Observation::Event {
+                namespace: "default".into(),
+                involved: "Memcached/cache".into(),
+                type_: type_.into(),
+                reason: reason.into(),
+                message: message.into(),
+                reporter: "memcached-operator".into(),
+                instance: "op-a".into(),
+                count: 1,
+            },
+        );
+    }
+
+    #[test]
+    fn a_memcached_gets_a_lane_with_its_deployment_and_events_a_row_per_kind_of_object() {
+        let mut h = sample();
+        memcached(&mut h, 100, "cache", Change::Added, 3, 0);
+        deployment(&mut h, 300, "cache", 0);
+        deployment(&mut h, 800, "cache", 3);
+        memcached(&mut h, 900, "cache", Change::Modified, 3, 3);
+        memcached(&mut h, 2900, "cache", Change::Deleted, 3, 3);
+        event(&mut h, 300, "Created", "Normal", "created deployment cache");
+        event(&mut h, 2800, "Finalized", "Normal", "removed default.cache");
+        event(&mut h, 1500, "ReconcileError", "Warning", "a <bad> thing");
+        let html = timeline_html("objects", &h, &[], &[]);
+        assert_eq!(html.matches(">memcached default/cache<title>").count(), 1);
+        assert!(html.contains(">size 3</text>") && html.contains(">3/3</text>"));
+        assert!(html.contains(">3 nodes</text>") && html.contains(">gone</text>"));
+        assert!(html.contains("events on Memcached (3)"));
+        assert!(html.contains(">Created</text>") && html.contains(">ReconcileError</text>"));
+        assert!(html.contains("Warning ReconcileError: a &lt;bad&gt; thing"));
+        assert!(html.contains("<title>terminating</title>"));
+        assert_eq!(html.matches("<circle").count(), 2, "two Normal events");
+        assert_eq!(
+            html.matches(r##"fill="#dc2626" opacity="0.85""##).count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_memcached_tick_is_labelled_with_what_changed_most() {
+        let was = Some((Some(3), true, false, 2));
+        assert_eq!(
+            memcached_label(Change::Added, None, (Some(3), false, false, 0)),
+            "size 3"
+        );
+        assert_eq!(
+            memcached_label(Change::Modified, was, (Some(4), true, false, 3)),
+            "size 4"
+        );
+        assert_eq!(
+            memcached_label(Change::Modified, was, (Some(3), true, false, 1)),
+            "1 node"
+        );
+        assert_eq!(
+            memcached_label(Change::Modified, was, (Some(3), true, true, 1)),
+            "terminating"
+        );
+        assert_eq!(
+            memcached_label(Change::Modified, was, (Some(3), false, false, 2)),
+            "−finalizer"
+        );
+        assert_eq!(
+            memcached_label(Change::Modified, was, (Some(3), true, false, 2)),
+            ""
+        );
+        assert_eq!(
+            memcached_label(Change::Deleted, was, (Some(3), true, true, 2)),
+            "gone"
+        );
+    }
+
+    #[test]
+    fn many_memcached_share_one_summary_lane() {
+        let mut h = sample();
+        for i in 0..50 {
+            let name = format!("cache-{i}");
+            memcached(&mut h, 100 + i, &name, Change::Added, 1, 0);
+            deployment(&mut h, 500 + i * 10, &name, 1);
+            memcached(&mut h, 1000 + i * 20, &name, Change::Modified, 1, 1);
+        }
+        let html = timeline_html("many", &h, &[], &[]);
+        assert!(!html.contains(">memcached default/cache-0<"));
+        assert!(html.contains(">50 Memcached<"));
+        assert!(
+            html.contains("existing, 50 at the end")
+                && html.contains("listing their pods, 50 at the end")
+        );
+        assert!(html.matches("<title>").count() >= 150);
     }
 
     #[test]

@@ -220,7 +220,7 @@ impl World {
         name
     }
 
-    /// Starts recording the operator's namespace (once).
+    /// Starts recording the operator's namespace and the workload namespaces (once).
     pub fn start_recorder(&mut self) {
         if self.recorder.is_some() {
             return;
@@ -228,16 +228,20 @@ impl World {
         let Some(provider) = &self.provider else {
             return;
         };
+        let placement = provider.placement();
         self.recorder = Some(Recorder::start(
             provider.client(),
             RecorderConfig {
-                namespace: provider.placement().namespace,
+                namespace: placement.namespace,
                 lock_name: operator::LOCK_NAME.into(),
                 pod_selector: "app.kubernetes.io/name=memcached-operator".into(),
                 metrics_port: 8080,
                 // Pod IPs are reachable only on the simulator.
                 scrape_through_api: provider.simulated().is_none(),
                 scrape_interval: Duration::from_millis(100),
+                // The namespaces the operator watches: the scenario's own on a shared
+                // cluster, every namespace on a cluster of its own.
+                workload_namespaces: placement.watch_namespaces,
             },
             Feeds {
                 audit: provider.audit(),
