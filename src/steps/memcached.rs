@@ -8,25 +8,16 @@
 use cucumber::{given, then, when};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::wait::{eventually, throughout};
 use super::{Dur, World};
 
-/// The group of the Memcached resource.
-pub const GROUP: &str = "cache.example.com";
-/// The version of the Memcached resource.
-pub const VERSION: &str = "v1alpha1";
-
-/// The Memcached resource (`cache.example.com/v1alpha1`, plural `memcacheds`).
-pub fn resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(GROUP, VERSION, "Memcached"),
-        "memcacheds",
-    )
-}
+/// The Memcached resource (`cache.example.com/v1alpha1`, plural `memcacheds`), as the
+/// recorder watches it.
+pub use crate::record::recorder::memcached_resource as resource;
 
 /// The Memcached objects of `namespace`.
 pub fn api(world: &World, namespace: &str) -> Api<DynamicObject> {
