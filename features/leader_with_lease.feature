@@ -87,8 +87,7 @@ Feature: Leader with lease
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
-    When the leader is frozen for 8s at its next read of the Deployment of memcached "cache"
-    And memcached "cache" is scaled to 2
+    When memcached "cache" is scaled to 2 while the leader is frozen for 8s as it reads the Deployment
     Then within 20s another replica leads
     And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And within 20s the old leader logs "write refused"
@@ -101,8 +100,7 @@ Feature: Leader with lease
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
-    When the leader is frozen for 8s at its next read of the Deployment of memcached "cache"
-    And memcached "cache" is scaled to 2
+    When memcached "cache" is scaled to 2 while the leader is frozen for 8s as it reads the Deployment
     Then within 20s another replica leads
     And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And within 30s the single-writer check reports a stale writer

@@ -1282,6 +1282,21 @@ async fn readiness_and_liveness_probes_decide_readiness_and_restarts() {
         previous.contains("got SIGTERM"),
         "the liveness kill is graceful: {previous}"
     );
+    let served = c
+        .pods()
+        .logs(
+            "probed",
+            &LogParams {
+                previous: true,
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("the previous instance's log through the API");
+    assert_eq!(
+        served, previous,
+        "logs?previous=true serves the instance before the restart"
+    );
     c.running("probed").await;
 }
 

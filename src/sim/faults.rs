@@ -130,6 +130,10 @@ pub struct Rule {
     pub matches: RequestMatch,
     /// What happens to them.
     pub action: RuleAction,
+    /// The rule applies only once a request matching this was served successfully (then
+    /// this is cleared): "the first read *after* the next change".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<RequestMatch>,
 }
 
 /// The verdict for one request.
@@ -205,6 +209,15 @@ impl Faults {
     }
 
     fn add(&self, matches: RequestMatch, action: RuleAction) -> u64 {
+        self.add_after(matches, action, None)
+    }
+
+    fn add_after(
+        &self,
+        matches: RequestMatch,
+        action: RuleAction,
+        after: Option<RequestMatch>,
+    ) -> u64 {
         let id = {
             let mut next = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
             *next += 1;
@@ -223,6 +236,7 @@ impl Faults {
                 id,
                 matches,
                 action,
+                after,
             });
         id
     }
@@ -264,13 +278,46 @@ impl Faults {
     /// Freezes the pod that next sends a matching request for `span`, before that request
     /// is served (a one-shot rule, removed when it fires); returns the rule id, which
     /// [`Faults::allow`] takes to disarm it before it fires.
-    pub fn hold_sender(&self, matches: RequestMatch, span: Duration) -> u64 {
-        self.add(
+    ///
+    /// With `after`, the rule waits until a request matching `after` was served: the pod is
+    /// held at its first matching request that follows that one.
+    pub fn hold_sender(
+        &self,
+        matches: RequestMatch,
+        span: Duration,
+        after: Option<RequestMatch>,
+    ) -> u64 {
+        self.add_after(
             matches,
             RuleAction::Hold {
                 millis: span.as_millis() as u64,
             },
+            after,
         )
+    }
+
+    /// Tells the rules that a request was served successfully: rules waiting for such a
+    /// request (their `after`) apply from now on.
+    pub fn served(&self, facts: &RequestFacts<'_>) {
+        let waiting = |r: &Rule| r.after.as_ref().is_some_and(|a| a.matches(facts));
+        if !self
+            .rules
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(waiting)
+        {
+            return;
+        }
+        for rule in self
+            .rules
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter_mut()
+            .filter(|r| waiting(r))
+        {
+            rule.after = None;
+        }
     }
 
     /// Carries out a [`Verdict::Hold`] for the request of `pod` described by `what`:
@@ -337,7 +384,8 @@ impl Faults {
         let (id, verdict) = {
             let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
             let applies = |r: &&Rule| {
-                r.matches.matches(facts)
+                r.after.is_none()
+                    && r.matches.matches(facts)
                     && (facts.pod.is_some() || !matches!(r.action, RuleAction::Hold { .. }))
             };
             match rules.iter().find(applies) {
@@ -530,6 +578,7 @@ mod tests {
                 ..Default::default()
             },
             Duration::from_secs(8),
+            None,
         );
         let op1 = PodRef {
             namespace: "ops".into(),
@@ -547,6 +596,35 @@ mod tests {
         );
         assert!(f.rules().is_empty());
         assert!(matches!(f.allow(id), Err(FaultError::NoRule(_))));
+    }
+
+    #[test]
+    fn a_rule_with_after_applies_only_once_such_a_request_was_served() {
+        let f = Faults::new();
+        let op1 = PodRef {
+            namespace: "ops".into(),
+            name: "op-1".into(),
+            uid: "u".into(),
+        };
+        f.hold_sender(
+            RequestMatch {
+                verbs: vec!["get".into()],
+                resource: Some("deployments".into()),
+                ..Default::default()
+            },
+            Duration::from_secs(8),
+            Some(RequestMatch {
+                verbs: vec!["patch".into()],
+                resource: Some("memcacheds".into()),
+                ..Default::default()
+            }),
+        );
+        let get = facts("get", "deployments", Some(&op1));
+        assert_eq!(f.verdict(&get), Verdict::Pass);
+        f.served(&facts("patch", "deployments", None));
+        assert_eq!(f.verdict(&get), Verdict::Pass);
+        f.served(&facts("patch", "memcacheds", None));
+        assert_eq!(f.verdict(&get), Verdict::Hold(Duration::from_secs(8)));
     }
 
     #[test]

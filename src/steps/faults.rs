@@ -69,9 +69,9 @@ async fn frozen_for(world: &mut World, span: Dur) {
 }
 
 #[when(
-    expr = "the leader is frozen for {duration} at its next read of the Deployment of memcached {string}"
+    expr = "memcached {string} is scaled to {int} while the leader is frozen for {duration} as it reads the Deployment"
 )]
-async fn frozen_at_next_read(world: &mut World, span: Dur, name: String) {
+async fn scaled_while_frozen_at_read(world: &mut World, name: String, size: i64, span: Dur) {
     let pod = leader(world);
     let operator_namespace = world.operator_namespace().expect("cluster");
     let namespace = super::memcached::namespace_of(world, &name);
@@ -83,21 +83,31 @@ async fn frozen_at_next_read(world: &mut World, span: Dur, name: String) {
             provider.name()
         )
     });
-    // The pod is frozen as its request arrives, before the answer goes back: it wakes in
-    // the middle of its reconcile, holding what it read before the takeover.
+    let object = |verbs: &[&str], group: &str, resource: &str| RequestMatch {
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        group: Some(group.into()),
+        resource: Some(resource.into()),
+        subresource: Some(String::new()),
+        namespace: Some(namespace.clone()),
+        name: Some(name.clone()),
+        ..RequestMatch::default()
+    };
+    // The leader is frozen as its first read of the Deployment after the change arrives,
+    // before the answer goes back: it wakes in the middle of the reconcile of that change,
+    // holding what it read before the takeover.
     cluster.server().state().faults.hold_sender(
         RequestMatch {
-            verbs: vec!["get".into()],
-            group: Some("apps".into()),
-            resource: Some("deployments".into()),
-            subresource: Some(String::new()),
-            namespace: Some(namespace),
-            name: Some(name),
             pod: Some(format!("{operator_namespace}/{pod}")),
-            ..RequestMatch::default()
+            ..object(&["get"], "apps", "deployments")
         },
         span.0,
+        Some(object(
+            &["patch", "update"],
+            "cache.example.com",
+            "memcacheds",
+        )),
     );
+    super::memcached::scale(world, &name, size).await;
 }
 
 #[when("the leader's container crashes")]

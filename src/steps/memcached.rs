@@ -357,10 +357,15 @@ async fn all_reconciled(world: &mut World, within: Dur) {
 
 #[when(expr = "memcached {string} is scaled to {int}")]
 async fn scaled_to(world: &mut World, name: String, size: i64) {
-    let namespace = namespace_of(world, &name);
+    scale(world, &name, size).await;
+}
+
+/// Sets the size of the Memcached the scenario created under `name`.
+pub async fn scale(world: &World, name: &str, size: i64) {
+    let namespace = namespace_of(world, name);
     api(world, &namespace)
         .patch(
-            &name,
+            name,
             &PatchParams::default(),
             &Patch::Merge(json!({ "spec": { "size": size } })),
         )

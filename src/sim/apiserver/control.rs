@@ -25,6 +25,9 @@ struct NewRule {
     #[serde(rename = "match", default)]
     matches: RequestMatch,
     action: RuleAction,
+    /// For a `hold`: apply only after a request matching this was served.
+    #[serde(default)]
+    after: Option<RequestMatch>,
 }
 
 fn bad_body(expected: &str, e: serde_json::Error) -> ApiError {
@@ -76,6 +79,11 @@ pub fn serve(
             let rule: NewRule = serde_json::from_slice(body).map_err(|e| {
                 bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\", ...}}", e)
             })?;
+            if rule.after.is_some() && !matches!(rule.action, RuleAction::Hold { .. }) {
+                return Err(ApiError::BadRequest(
+                    "\"after\" applies to hold rules only".into(),
+                ));
+            }
             let id = match rule.action {
                 RuleAction::Reject {
                     code,
@@ -88,9 +96,11 @@ pub fn serve(
                 RuleAction::Delay { millis } => state
                     .faults
                     .delay(rule.matches, std::time::Duration::from_millis(millis)),
-                RuleAction::Hold { millis } => state
-                    .faults
-                    .hold_sender(rule.matches, std::time::Duration::from_millis(millis)),
+                RuleAction::Hold { millis } => state.faults.hold_sender(
+                    rule.matches,
+                    std::time::Duration::from_millis(millis),
+                    rule.after,
+                ),
             };
             Ok((201, json!({"id": id})))
         }

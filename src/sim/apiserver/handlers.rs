@@ -1152,15 +1152,24 @@ impl<'a> Call<'a> {
             return Err(ApiError::not_found(&rt.gr(), &self.info.name));
         }
         let container = self.query.get("container");
+        let previous = self.query.get("previous") == Some("true");
         let log = self
             .state
-            .pod_log(&ns, &self.info.name, container)
+            .pod_log(&ns, &self.info.name, container, previous)
             .ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "container {:?} in pod {:?} is waiting to start: no log yet",
-                    container.unwrap_or_default(),
-                    self.info.name
-                ))
+                ApiError::BadRequest(if previous {
+                    format!(
+                        "previous terminated container {:?} in pod {:?} not found",
+                        container.unwrap_or_default(),
+                        self.info.name
+                    )
+                } else {
+                    format!(
+                        "container {:?} in pod {:?} is waiting to start: no log yet",
+                        container.unwrap_or_default(),
+                        self.info.name
+                    )
+                })
             })?;
         Ok((200, Value::String(log)))
     }

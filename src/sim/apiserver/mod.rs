@@ -606,7 +606,11 @@ async fn handle(
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
         }
-        match call.serve() {
+        let served = call.serve();
+        if served.as_ref().is_ok_and(|(code, _)| *code < 400) {
+            state.faults.served(&facts);
+        }
+        match served {
             Ok((code, Value::String(text))) => full(code, "text/plain", text.into_bytes()).into(),
             Ok((code, value)) => {
                 if info.verb == "create" && info.name.is_empty() {

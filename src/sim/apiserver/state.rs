@@ -44,8 +44,9 @@ impl Default for ApiServerConfig {
     }
 }
 
-/// Reads a container's log: `(namespace, pod, container) -> text`, `None` when unknown.
-pub type LogSource = Arc<dyn Fn(&str, &str, Option<&str>) -> Option<String> + Send + Sync>;
+/// Reads a container's log: `(namespace, pod, container, previous) -> text` (with
+/// `previous`, the instance before the last restart), `None` when unknown.
+pub type LogSource = Arc<dyn Fn(&str, &str, Option<&str>, bool) -> Option<String> + Send + Sync>;
 
 /// Everything the request handlers share.
 pub struct State {
@@ -118,13 +119,20 @@ impl State {
             .push(source);
     }
 
-    /// The log of a container, from whichever kubelet runs it.
-    pub fn pod_log(&self, namespace: &str, pod: &str, container: Option<&str>) -> Option<String> {
+    /// The log of a container (with `previous`, of its instance before the last restart),
+    /// from whichever kubelet runs it.
+    pub fn pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+        previous: bool,
+    ) -> Option<String> {
         self.log_sources
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .find_map(|source| source(namespace, pod, container))
+            .find_map(|source| source(namespace, pod, container, previous))
     }
 
     /// Whether garbage collection is on (see [`ApiServerConfig::garbage_collection`]).

@@ -350,10 +350,10 @@ impl Kubelet {
         });
         let weak: Weak<Shared> = Arc::downgrade(&shared);
         server.state().add_log_source(Arc::new(
-            move |namespace: &str, pod: &str, container: Option<&str>| {
+            move |namespace: &str, pod: &str, container: Option<&str>, previous: bool| {
                 let shared = weak.upgrade()?;
                 let pod = shared.find(namespace, pod)?;
-                pod.log_text(container, false)
+                pod.log_text(container, previous)
             },
         ));
         let tasks = vec![
