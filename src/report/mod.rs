@@ -686,7 +686,8 @@ pub fn timeline_html(
         }
     }
     draw_event_rows(&mut svg, &events, events_top, &scale);
-    for v in verdicts.iter().filter(|v| !v.passed) {
+    // Each failed check's label on a line of its own, from the bottom of the lanes up.
+    for (line, v) in verdicts.iter().filter(|v| !v.passed).enumerate() {
         if let (Some(first), Some(last)) = (v.evidence.first(), v.evidence.last()) {
             let x1 = scale.x(first.time);
             let x2 = scale.x(last.time).max(x1 + 4.0);
@@ -698,7 +699,7 @@ pub fn timeline_html(
                 replicas.len() as f64 * LANE + 4.0,
                 escape(v.checker),
                 escape(&v.summary),
-                TOP + replicas.len() as f64 * LANE - 4.0,
+                TOP + replicas.len() as f64 * LANE - 4.0 - line as f64 * 14.0,
                 escape(v.checker)
             );
         }

@@ -226,7 +226,7 @@ impl Faults {
         let (verb, detail) = match &action {
             RuleAction::Reject { code, reason, .. } => ("reject", format!("{code} {reason}")),
             RuleAction::Delay { millis } => ("delay", format!("{millis}ms")),
-            RuleAction::Hold { millis } => ("arm", format!("hold the sender for {millis}ms")),
+            RuleAction::Hold { millis } => ("arm", format!("hold {millis}ms")),
         };
         self.record(verb, &format!("rule {id}: {}", describe(&matches)), &detail);
         self.rules

@@ -249,13 +249,16 @@ impl<T: Resource + Clone + Send + Sync + 'static> LockBackend<T> for FakeLock<T>
     }
 }
 
+/// A watch of one pod, by name.
+type PodWatcher = (String, mpsc::UnboundedSender<LockEvent<Pod>>);
+
 /// Pods by name; deleting a pod also deletes the lock it owns (standing in for garbage collection).
 #[derive(Clone)]
 pub(crate) struct FakePods {
     pods: Arc<Mutex<HashMap<String, Pod>>>,
     ops: Arc<Mutex<Vec<String>>>,
     gc: Option<FakeLock<k8s_openapi::api::core::v1::ConfigMap>>,
-    watchers: Arc<Mutex<Vec<(String, mpsc::UnboundedSender<LockEvent<Pod>>)>>>,
+    watchers: Arc<Mutex<Vec<PodWatcher>>>,
 }
 
 impl FakePods {
