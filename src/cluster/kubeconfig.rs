@@ -222,12 +222,18 @@ impl Provider for KubeconfigProvider {
         fault: &PodFault,
     ) -> Result<(), ProviderError> {
         let what = format!("{} pod {namespace}/{pod}", fault.verb());
+        let sim_only = |hint| ProviderError::Unsupported {
+            provider: "kubeconfig",
+            what: what.clone(),
+            hint,
+        };
         match fault {
-            PodFault::Evict { .. } => Err(ProviderError::Unsupported {
-                provider: "kubeconfig",
-                what,
-                hint: "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim (tag it @sim-only)",
-            }),
+            PodFault::Evict { .. } => Err(sim_only(
+                "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim (tag it @sim-only)",
+            )),
+            PodFault::Delay { .. } | PodFault::Skew { .. } => Err(sim_only(
+                "only the simulator can slow one pod's API traffic or skew its clock; run the scenario on sim (tag it @sim-only)",
+            )),
             _ => Err(no_node_access(what)),
         }
     }
@@ -285,7 +291,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_eviction_is_refused_as_a_fault_only_the_simulator_can_do() {
+    async fn eviction_delay_and_skew_are_refused_as_faults_only_the_simulator_can_do() {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = Client::try_from(config).unwrap();
         let provider = KubeconfigProvider::with_client(client, KubeconfigOptions::default());
@@ -301,6 +307,15 @@ mod tests {
             e.starts_with("the kubeconfig provider cannot evict pod ops/op-1"),
             "{e}"
         );
+        assert!(
+            e.contains("run the scenario on sim (tag it @sim-only)"),
+            "{e}"
+        );
+        let e = provider
+            .pod_fault("ops", "op-1", &PodFault::Skew { seconds: 30 })
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("run the scenario on sim (tag it @sim-only)"),
             "{e}"

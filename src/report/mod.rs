@@ -557,11 +557,14 @@ pub fn timeline_html(
     let span = ((end - origin).num_milliseconds() as f64 / 1000.0).max(1.0);
     let scale = Scale { origin, span };
     let replicas = history.replicas();
+    // A line per failover above the lanes.
+    let annotated = failovers.iter().filter(|f| f.to_lock.is_some()).count();
+    let top = TOP + annotated.saturating_sub(1) as f64 * 14.0;
     let faults = fault_spans(history);
     let fault_lane = replicas.len() as f64;
     let objects = object_lanes(history);
     let events = event_rows(history);
-    let objects_top = TOP + (replicas.len() as f64 + 1.0 + faults.len().min(8) as f64 * 0.5) * LANE;
+    let objects_top = top + (replicas.len() as f64 + 1.0 + faults.len().min(8) as f64 * 0.5) * LANE;
     let objects_height = if objects.len() > OBJECT_LANES {
         SUMMARY_LANE
     } else {
@@ -585,14 +588,14 @@ pub fn timeline_html(
         let _ = write!(
             svg,
             r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#e5e7eb"/><text x="{x:.1}" y="{}" text-anchor="middle" fill="#6b7280">{t}s</text>"##,
-            TOP - 8.0,
+            top - 8.0,
             height - 30.0,
             height - 14.0
         );
         t += step;
     }
     for (i, replica) in replicas.iter().enumerate() {
-        let y = TOP + i as f64 * LANE;
+        let y = top + i as f64 * LANE;
         let _ = write!(
             svg,
             r##"<text x="8" y="{:.1}" fill="#111827">{}<title>{}</title></text><line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#d1d5db"/>"##,
@@ -607,7 +610,7 @@ pub fn timeline_html(
     let lane_of = |r: &str| replicas.iter().position(|x| x == r);
     for interval in gauge_intervals(history) {
         if let Some(i) = lane_of(&interval.replica) {
-            let y = TOP + i as f64 * LANE + 8.0;
+            let y = top + i as f64 * LANE + 8.0;
             let x1 = scale.x(interval.from);
             let x2 = scale.x(interval.to).max(x1 + 2.0);
             let _ = write!(
@@ -632,7 +635,7 @@ pub fn timeline_html(
         } = &e.observation
             && let Some(i) = lane_of(replica)
         {
-            let y = TOP + i as f64 * LANE;
+            let y = top + i as f64 * LANE;
             let x = scale.x(e.time);
             let color = match (*election, *code >= 400) {
                 (_, true) => "#dc2626",
@@ -652,7 +655,7 @@ pub fn timeline_html(
             );
         }
     }
-    let y0 = TOP + fault_lane * LANE;
+    let y0 = top + fault_lane * LANE;
     let _ = write!(
         svg,
         r##"<text x="8" y="{:.1}" fill="#b45309">faults</text>"##,
@@ -662,12 +665,18 @@ pub fn timeline_html(
         let y = y0 + 6.0 + (k % 8) as f64 * (LANE * 0.5);
         let x1 = scale.x(f.from);
         let x2 = scale.x(f.to.unwrap_or(end)).max(x1 + 3.0);
-        // The label goes right of the span when it fits, else inside it from the left.
-        let label_width = f.label.len() as f64 * 6.2;
-        let (label_x, anchor) = if x2 + 4.0 + label_width < WIDTH {
-            (x2 + 4.0, "start")
+        // The label goes right of the span when it fits, else inside it from the left,
+        // else it ends at the right edge (shortened to the lanes' width; the tooltip has it
+        // whole).
+        const CHAR: f64 = 6.2;
+        let label_width = f.label.chars().count() as f64 * CHAR;
+        let (label_x, anchor, text) = if x2 + 4.0 + label_width < WIDTH {
+            (x2 + 4.0, "start", f.label.clone())
+        } else if x1 + 4.0 + label_width < WIDTH {
+            (x1 + 4.0, "start", f.label.clone())
         } else {
-            (x1 + 4.0, "start")
+            let room = ((WIDTH - 4.0 - LEFT) / CHAR) as usize;
+            (WIDTH - 4.0, "end", short(&f.label, room))
         };
         let _ = write!(
             svg,
@@ -675,7 +684,7 @@ pub fn timeline_html(
             x2 - x1,
             escape(&f.label),
             y + 10.0,
-            escape(&f.label)
+            escape(&text)
         );
     }
     if objects.len() > OBJECT_LANES {
@@ -694,21 +703,21 @@ pub fn timeline_html(
             let _ = write!(
                 svg,
                 r##"<rect x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#dc2626" opacity="0.12"><title>{}: {}</title></rect><text x="{x2:.1}" y="{:.1}" fill="#dc2626" text-anchor="end" font-weight="bold">✘ {}</text>"##,
-                TOP - 4.0,
+                top - 4.0,
                 x2 - x1,
                 replicas.len() as f64 * LANE + 4.0,
                 escape(v.checker),
                 escape(&v.summary),
-                TOP + replicas.len() as f64 * LANE - 4.0 - line as f64 * 14.0,
+                top + replicas.len() as f64 * LANE - 4.0 - line as f64 * 14.0,
                 escape(v.checker)
             );
         }
     }
-    for f in failovers {
+    for (line, f) in failovers.iter().filter(|f| f.to_lock.is_some()).enumerate() {
         let x1 = scale.x(f.fault.time);
         if let Some(d) = f.to_lock {
             let x2 = scale.x(f.fault.time + chrono::Duration::from_std(d).unwrap_or_default());
-            let y = TOP - 22.0;
+            let y = top - 22.0 - line as f64 * 14.0;
             let _ = write!(
                 svg,
                 r##"<line x1="{x1:.1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="#7c3aed" stroke-width="2"/><text x="{x1:.1}" y="{:.1}" fill="#7c3aed">failover {} → {}: {} ms</text>"##,
@@ -886,6 +895,26 @@ mod tests {
         assert!(html.contains("failover op-a → op-b: 500 ms"));
         assert!(html.contains("hold &lt;leader&gt;"), "names are escaped");
         assert_eq!(html.matches("<svg").count(), 1);
+    }
+
+    #[test]
+    fn two_failovers_are_annotated_on_lines_of_their_own() {
+        let h = sample();
+        let f = failover(&h, "hold").unwrap();
+        let html = timeline_html("twice", &h, &[], &[f.clone(), f]);
+        let lines: Vec<&str> = html
+            .match_indices(r##"stroke="#7c3aed" stroke-width="2"/>"##)
+            .map(|(i, _)| {
+                let start = html[..i].rfind("<line").unwrap();
+                let y1 = html[start..].split("y1=\"").nth(1).unwrap();
+                y1.split('"').next().unwrap()
+            })
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_ne!(
+            lines[0], lines[1],
+            "the second failover is drawn over the first"
+        );
     }
 
     fn memcached(h: &mut History, ms: i64, name: &str, change: Change, size: i64, nodes: usize) {
