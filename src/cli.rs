@@ -45,6 +45,9 @@ pub enum CliError {
     /// A benchmark failed or was interrupted.
     #[error("the benchmark failed")]
     Bench(#[source] Box<crate::bench::BenchError>),
+    /// The real control plane did not start.
+    #[error("cannot start the real control plane")]
+    Local(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// End-to-end conformance harness for Kubernetes operators.
@@ -61,11 +64,27 @@ pub struct Cli {
 pub enum Command {
     /// Run the simulated control plane in the foreground until interrupted.
     Sim(SimArgs),
+    /// Run a real control plane (etcd, kube-apiserver, kube-controller-manager,
+    /// kube-scheduler) as local processes in the foreground until interrupted.
+    Local(LocalArgs),
     /// Inject or undo a fault in a running `opconform sim`.
     Fault(FaultArgs),
     /// Measure handoff times, API load and memory of the bundled operator, ours
     /// (`--standby watch`) beside the anchors' behaviour (`--standby poll`).
     Bench(BenchArgs),
+}
+
+/// Arguments of `opconform local`.
+#[derive(Debug, clap::Args)]
+pub struct LocalArgs {
+    /// Where to write the admin kubeconfig.
+    #[arg(long, default_value = "local.kubeconfig")]
+    pub kubeconfig: PathBuf,
+    /// The directory holding etcd, kube-apiserver and, when present,
+    /// kube-controller-manager and kube-scheduler [default: $KUBEBUILDER_ASSETS, else the
+    /// cache ci/kubernetes/build.sh fills].
+    #[arg(long)]
+    pub binaries: Option<PathBuf>,
 }
 
 /// Arguments of `opconform bench`.
@@ -240,6 +259,7 @@ pub struct SimArgs {
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Sim(args) => sim(args).await,
+        Command::Local(args) => local(args).await,
         Command::Fault(args) => fault(args).await,
         Command::Bench(args) => bench(args).await,
     }
@@ -444,6 +464,43 @@ async fn sim(args: SimArgs) -> Result<(), CliError> {
     wait_for_interrupt().await?;
     cluster.shutdown().await;
     println!("opconform sim: stopped");
+    Ok(())
+}
+
+async fn local(args: LocalArgs) -> Result<(), CliError> {
+    use crate::cluster::local::{Binaries, ControlPlane, ControlPlaneConfig};
+    let failed = |e: Box<dyn std::error::Error + Send + Sync>| CliError::Local(e);
+    let binaries = match &args.binaries {
+        Some(dir) => Binaries::in_dir(dir),
+        None => Binaries::find(),
+    }
+    .map_err(|e| failed(e.into()))?;
+    let plane = ControlPlane::start(ControlPlaneConfig::new(binaries))
+        .await
+        .map_err(|e| failed(e.into()))?;
+    let partial = args.kubeconfig.with_extension("partial");
+    std::fs::write(&partial, plane.admin_kubeconfig())
+        .and_then(|()| std::fs::rename(&partial, &args.kubeconfig))
+        .map_err(|source| CliError::Kubeconfig {
+            path: args.kubeconfig.clone(),
+            source,
+        })?;
+    println!(
+        "opconform local: serving {} with {} (started in {} ms)",
+        plane.url(),
+        plane.components().join(", "),
+        plane.started_in().as_millis()
+    );
+    println!("work directory: {}", plane.dir().display());
+    println!(
+        "kubeconfig: {}  (try: KUBECONFIG={} kubectl get namespaces)",
+        args.kubeconfig.display(),
+        args.kubeconfig.display()
+    );
+    println!("press ctrl-c to stop");
+    wait_for_interrupt().await?;
+    plane.shutdown().await;
+    println!("opconform local: stopped");
     Ok(())
 }
 

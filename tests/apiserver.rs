@@ -203,7 +203,7 @@ async fn leases_need_a_resource_version_to_be_replaced_and_are_validated() {
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
     assert_eq!(
         message,
-        "leases.coordination.k8s.io \"lock\" is invalid: metadata.resourceVersion: Invalid value: \"0x0\": must be specified for an update"
+        "leases.coordination.k8s.io \"lock\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update"
     );
     let mut renewed = created.clone();
     renewed.spec.as_mut().unwrap().holder_identity = Some("b".into());

@@ -1,4 +1,4 @@
-//! kubectl (v1.32), a real client, against a running `opconform sim`: CRDs, client-side and
+//! kubectl (v1.34, built by `ci/kubernetes/build.sh`), a real client, against a running `opconform sim`: CRDs, client-side and
 //! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
 //! on a finalizer, tokens and `auth can-i`.
 
@@ -25,13 +25,13 @@ impl Drop for Sim {
 }
 
 fn kubectl_available() {
-    let found = Command::new("kubectl")
+    let found = Command::new(opconform::cluster::local::binaries::kubectl())
         .args(["version", "--client"])
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(
         found,
-        "kubectl is not on PATH: these tests drive the simulator with a real kubectl (v1.32); install it to run them"
+        "kubectl was not found (neither built by ci/kubernetes/build.sh nor on PATH): these tests drive the simulator with a real kubectl; run ci/kubernetes/build.sh to build it"
     );
 }
 
@@ -66,7 +66,7 @@ impl Sim {
     }
 
     fn kubectl(&self) -> Command {
-        let mut cmd = Command::new("kubectl");
+        let mut cmd = Command::new(opconform::cluster::local::binaries::kubectl());
         cmd.env("KUBECONFIG", self.kubeconfig())
             .env("KUBECACHEDIR", self.dir.path().join("cache"))
             .env_remove("KUBECTL_EXTERNAL_DIFF");

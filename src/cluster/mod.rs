@@ -14,6 +14,7 @@ pub mod admission;
 pub mod audit;
 pub mod kind;
 pub mod kubeconfig;
+pub mod local;
 pub mod sim;
 
 use std::path::Path;

@@ -2,6 +2,12 @@
 //! apply), delete (preconditions, grace periods, finalizers, propagation) and
 //! deletecollection, plus the subresources (status, scale, binding, token, eviction,
 //! finalize), with kube-apiserver's semantics.
+//!
+//! An update (PUT) without a resourceVersion overwrites the latest version only where the
+//! type's strategy allows unconditional updates (everything but Leases, CRDs and custom
+//! resources) and is refused with the store's 422 elsewhere; a PUT of a missing object
+//! creates it where the strategy allows create on update (Leases, Services, Events, RBAC).
+//! Patches always apply to the live object and so are conditional on its version.
 
 use bytes::Bytes;
 use rand::Rng as _;
@@ -691,23 +697,46 @@ impl<'a> Call<'a> {
             ));
         }
         let rv = meta_str(&obj, "resourceVersion").to_string();
-        let new = from_view(rt, obj);
+        let mut new = from_view(rt, obj);
         let name = self.info.name.clone();
-        let written = self.write(rt, &self.ns(rt), &name, |current| {
-            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
-            if rv.is_empty() && !rt.allow_unconditional_update {
-                return Err(ApiError::invalid(
-                    &rt.gr().to_string(),
-                    "",
-                    &name,
-                    vec![objects::invalid(
-                        "metadata.resourceVersion",
-                        json!("0x0"),
-                        "must be specified for an update",
-                    )],
-                ));
-            }
-            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+        let ns = self.ns(rt);
+        // Only the main resource creates here. Of the types that allow it, only Services
+        // have a status subresource, whose strategy inherits AllowCreateOnUpdate: a PUT of
+        // services/status to a missing Service is answered 404 rather than creating it.
+        let may_create = part == Part::Main && rt.allow_create_on_update;
+        if may_create
+            && self
+                .state
+                .store
+                .get(&Self::storage_gr(rt), &ns, &name)
+                .is_none()
+        {
+            // The create admission (NamespaceLifecycle) runs for a PUT that creates.
+            self.ensure_namespace(rt, &name)?;
+        }
+        let mut created = false;
+        let written = self.write(rt, &ns, &name, |current| {
+            let Some(current) = current else {
+                if !may_create {
+                    return Err(ApiError::not_found(&rt.gr(), &name));
+                }
+                // The storage drops whatever resourceVersion the body carries and creates:
+                // a PUT that creates is never refused for lacking (or having) one.
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove("resourceVersion");
+                }
+                let stored = prepare_create(rt, &self.info.version, &ns, new, &self.manager)?;
+                created = true;
+                return Ok(Write::Put(stored));
+            };
+            let latest = meta_str(current, "resourceVersion");
+            if rv_unspecified(&rv) {
+                if !rt.allow_unconditional_update {
+                    return Err(resource_version_required(rt, &name));
+                }
+                // An unconditional update overwrites the latest version.
+                new["metadata"]["resourceVersion"] = json!(latest);
+            } else if rv != latest {
                 return Err(ApiError::modified(&rt.gr(), &name));
             }
             prepare_update(
@@ -720,7 +749,10 @@ impl<'a> Call<'a> {
                 false,
             )
         })?;
-        Ok((200, self.view_written(rt, written)))
+        Ok((
+            if created { 201 } else { 200 },
+            self.view_written(rt, written),
+        ))
     }
 
     fn patch(&self, rt: &ResourceType, part: Part) -> Reply {
@@ -1189,6 +1221,29 @@ impl<'a> Call<'a> {
     }
 }
 
+/// Whether an update body's resourceVersion leaves the update unconditional: the store
+/// reads it as an unsigned number, and absent, empty and `0` all read as 0.
+fn rv_unspecified(rv: &str) -> bool {
+    rv.bytes().all(|b| b == b'0')
+}
+
+/// The 422 of store.go's `Update` for an unconditional update of a type whose strategy
+/// refuses them: `NewInvalid` with the group and the plural *resource* as the kind, and
+/// `field.Invalid(metadata.resourceVersion, uint64(0), …)`, which apimachinery 1.34
+/// renders as JSON (`0`).
+fn resource_version_required(rt: &ResourceType, name: &str) -> ApiError {
+    ApiError::invalid(
+        &rt.resource,
+        &rt.group,
+        name,
+        vec![objects::invalid(
+            "metadata.resourceVersion",
+            json!(0),
+            "must be specified for an update",
+        )],
+    )
+}
+
 fn apply_error(e: apply::Error) -> ApiError {
     match e.conflicts() {
         Some(conflicts) => ApiError::ApplyConflict {
@@ -1396,4 +1451,349 @@ pub fn delete_object(
             Deleted::Gone(obj)
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::apiserver::auth::UserInfo;
+    use crate::sim::apiserver::request;
+    use crate::sim::apiserver::state::ApiServerConfig;
+    use hyper::Method;
+
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+    fn state() -> State {
+        State::new(ApiServerConfig::default(), String::new())
+    }
+
+    fn send(state: &State, method: Method, path: &str, content_type: &str, body: Value) -> Reply {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let query = Query::parse(Some(query));
+        let info = request::parse(&method, path, &query);
+        let user = UserInfo::admin();
+        Call {
+            state,
+            info: &info,
+            query: &query,
+            content_type: content_type.into(),
+            body: Bytes::from(body.to_string()),
+            manager: "test".into(),
+            user: &user,
+        }
+        .serve()
+    }
+
+    fn post(state: &State, path: &str, body: Value) -> Value {
+        let (code, obj) = send(state, Method::POST, path, "application/json", body).unwrap();
+        assert_eq!(code, 201);
+        obj
+    }
+
+    fn put(state: &State, path: &str, body: Value) -> Reply {
+        send(state, Method::PUT, path, "application/json", body)
+    }
+
+    fn lease(name: &str, holder: &str) -> Value {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}
+        })
+    }
+
+    fn configmap(name: &str, value: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name},
+            "data": {"k": value}
+        })
+    }
+
+    fn rv(obj: &Value) -> String {
+        meta_str(obj, "resourceVersion").to_string()
+    }
+
+    #[test]
+    fn a_lease_replaced_without_a_resource_version_is_refused_as_the_real_store_refuses_it() {
+        let state = state();
+        post(&state, LEASES, lease("lock", "a"));
+        let e = put(&state, &format!("{LEASES}/lock"), lease("lock", "b")).unwrap_err();
+        assert_eq!((e.code(), e.reason()), (422, "Invalid"));
+        assert_eq!(
+            e.to_string(),
+            "leases.coordination.k8s.io \"lock\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update"
+        );
+        assert_eq!(
+            e.to_status()["details"],
+            json!({
+                "name": "lock",
+                "group": "coordination.k8s.io",
+                "kind": "leases",
+                "causes": [{
+                    "reason": "FieldValueInvalid",
+                    "message": "Invalid value: 0: must be specified for an update",
+                    "field": "metadata.resourceVersion",
+                }],
+            })
+        );
+        let stored = state
+            .store
+            .get(
+                &GroupResource::new("coordination.k8s.io", "leases"),
+                "default",
+                "lock",
+            )
+            .unwrap();
+        assert_eq!(stored["spec"]["holderIdentity"], "a");
+    }
+
+    #[test]
+    fn a_lease_replaced_with_a_resource_version_of_zero_is_refused_too() {
+        let state = state();
+        post(&state, LEASES, lease("lock", "a"));
+        let mut body = lease("lock", "b");
+        body["metadata"]["resourceVersion"] = json!("0");
+        let e = put(&state, &format!("{LEASES}/lock"), body).unwrap_err();
+        assert_eq!(e.code(), 422);
+        assert!(
+            e.to_string()
+                .ends_with("Invalid value: 0: must be specified for an update")
+        );
+    }
+
+    #[test]
+    fn a_lease_replaced_with_its_current_resource_version_is_updated() {
+        let state = state();
+        let created = post(&state, LEASES, lease("lock", "a"));
+        let mut body = lease("lock", "b");
+        body["metadata"]["resourceVersion"] = json!(rv(&created));
+        let (code, updated) = put(&state, &format!("{LEASES}/lock"), body).unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(updated["spec"]["holderIdentity"], "b");
+    }
+
+    #[test]
+    fn a_configmap_replaced_without_a_resource_version_overwrites_the_latest_version() {
+        let state = state();
+        let created = post(&state, CONFIGMAPS, configmap("cm", "1"));
+        let mut second = configmap("cm", "2");
+        second["metadata"]["resourceVersion"] = json!(rv(&created));
+        let (_, second) = put(&state, &format!("{CONFIGMAPS}/cm"), second).unwrap();
+        let (code, third) = put(&state, &format!("{CONFIGMAPS}/cm"), configmap("cm", "3")).unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(third["data"]["k"], "3");
+        assert_ne!(rv(&third), rv(&second));
+        assert_eq!(third["metadata"]["uid"], created["metadata"]["uid"]);
+    }
+
+    #[test]
+    fn a_configmap_replaced_with_a_resource_version_of_zero_is_an_unconditional_update() {
+        let state = state();
+        post(&state, CONFIGMAPS, configmap("cm", "1"));
+        let mut body = configmap("cm", "2");
+        body["metadata"]["resourceVersion"] = json!("0");
+        let (code, updated) = put(&state, &format!("{CONFIGMAPS}/cm"), body).unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(updated["data"]["k"], "2");
+    }
+
+    #[test]
+    fn an_unconditional_update_that_changes_nothing_keeps_the_resource_version() {
+        let state = state();
+        let created = post(&state, CONFIGMAPS, configmap("cm", "1"));
+        let (_, same) = put(&state, &format!("{CONFIGMAPS}/cm"), configmap("cm", "1")).unwrap();
+        assert_eq!(rv(&same), rv(&created));
+    }
+
+    #[test]
+    fn a_configmap_replaced_with_a_stale_resource_version_is_a_conflict() {
+        let state = state();
+        let created = post(&state, CONFIGMAPS, configmap("cm", "1"));
+        put(&state, &format!("{CONFIGMAPS}/cm"), configmap("cm", "2")).unwrap();
+        let mut stale = configmap("cm", "3");
+        stale["metadata"]["resourceVersion"] = json!(rv(&created));
+        let e = put(&state, &format!("{CONFIGMAPS}/cm"), stale).unwrap_err();
+        assert_eq!(e.code(), 409);
+    }
+
+    #[test]
+    fn a_put_creates_a_lease_that_does_not_exist() {
+        let state = state();
+        let (code, created) = put(&state, &format!("{LEASES}/lock"), lease("lock", "a")).unwrap();
+        assert_eq!(code, 201);
+        assert_eq!(created["spec"]["holderIdentity"], "a");
+        assert_eq!(created["metadata"]["namespace"], "default");
+        assert!(!meta_str(&created, "uid").is_empty());
+        assert!(!meta_str(&created, "creationTimestamp").is_empty());
+        assert!(!rv(&created).is_empty());
+        let stored = state
+            .store
+            .get(
+                &GroupResource::new("coordination.k8s.io", "leases"),
+                "default",
+                "lock",
+            )
+            .unwrap();
+        assert_eq!(stored["metadata"]["uid"], created["metadata"]["uid"]);
+    }
+
+    #[test]
+    fn a_put_creates_a_missing_lease_whatever_resource_version_the_body_carries() {
+        let state = state();
+        let mut body = lease("lock", "a");
+        body["metadata"]["resourceVersion"] = json!("12345");
+        let (code, created) = put(&state, &format!("{LEASES}/lock"), body).unwrap();
+        assert_eq!(code, 201);
+        assert_ne!(rv(&created), "12345");
+    }
+
+    #[test]
+    fn a_put_of_a_missing_lease_in_a_missing_namespace_is_not_found() {
+        let state = state();
+        let e = put(
+            &state,
+            "/apis/coordination.k8s.io/v1/namespaces/nowhere/leases/lock",
+            lease("lock", "a"),
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), 404);
+        assert_eq!(e.to_string(), "namespaces \"nowhere\" not found");
+    }
+
+    #[test]
+    fn a_dry_run_put_of_a_missing_lease_answers_the_creation_and_stores_nothing() {
+        let state = state();
+        let (code, _) = put(
+            &state,
+            &format!("{LEASES}/lock?dryRun=All"),
+            lease("lock", "a"),
+        )
+        .unwrap();
+        assert_eq!(code, 201);
+        let gr = GroupResource::new("coordination.k8s.io", "leases");
+        assert!(state.store.get(&gr, "default", "lock").is_none());
+    }
+
+    #[test]
+    fn a_put_of_a_missing_configmap_is_not_found() {
+        let state = state();
+        let e = put(&state, &format!("{CONFIGMAPS}/cm"), configmap("cm", "1")).unwrap_err();
+        assert_eq!(e.code(), 404);
+        assert_eq!(e.to_string(), "configmaps \"cm\" not found");
+    }
+
+    #[test]
+    fn a_put_creates_a_role_that_does_not_exist() {
+        let state = state();
+        let role = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+        });
+        let (code, _) = put(
+            &state,
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/reader",
+            role,
+        )
+        .unwrap();
+        assert_eq!(code, 201);
+    }
+
+    #[test]
+    fn a_custom_resource_and_its_status_refuse_unconditional_updates() {
+        let state = state();
+        post(
+            &state,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "memcacheds.cache.example.com"},
+                "spec": {"group": "cache.example.com", "scope": "Namespaced",
+                    "names": {"plural": "memcacheds", "singular": "memcached",
+                              "kind": "Memcached", "listKind": "MemcachedList"},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "subresources": {"status": {}},
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true}}}]}
+            }),
+        );
+        let path = "/apis/cache.example.com/v1/namespaces/default/memcacheds";
+        let mc = json!({
+            "apiVersion": "cache.example.com/v1", "kind": "Memcached",
+            "metadata": {"name": "mc"}, "spec": {"size": 1}, "status": {"ready": 0}
+        });
+        post(&state, path, mc.clone());
+        let message = "memcacheds.cache.example.com \"mc\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update";
+        let e = put(&state, &format!("{path}/mc"), mc.clone()).unwrap_err();
+        assert_eq!((e.code(), e.to_string().as_str()), (422, message));
+        let e = put(&state, &format!("{path}/mc/status"), mc).unwrap_err();
+        assert_eq!((e.code(), e.to_string().as_str()), (422, message));
+    }
+
+    #[test]
+    fn a_crd_refuses_an_unconditional_update() {
+        let state = state();
+        let mut crd = post(
+            &state,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "things.example.com"},
+                "spec": {"group": "example.com", "scope": "Cluster",
+                    "names": {"plural": "things", "kind": "Thing"},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+            }),
+        );
+        if let Some(m) = crd["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        let e = put(
+            &state,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.example.com",
+            crd,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string().as_str()),
+            (
+                422,
+                "customresourcedefinitions.apiextensions.k8s.io \"things.example.com\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update"
+            )
+        );
+    }
+
+    #[test]
+    fn a_merge_patch_of_a_lease_stays_conditional_on_the_live_version() {
+        let state = state();
+        post(&state, LEASES, lease("lock", "a"));
+        let (code, patched) = send(
+            &state,
+            Method::PATCH,
+            &format!("{LEASES}/lock"),
+            "application/merge-patch+json",
+            json!({"spec": {"holderIdentity": "b"}}),
+        )
+        .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(patched["spec"]["holderIdentity"], "b");
+    }
+
+    #[test]
+    fn an_apply_of_a_lease_without_a_resource_version_updates_it() {
+        let state = state();
+        post(&state, LEASES, lease("lock", "a"));
+        let (code, applied) = send(
+            &state,
+            Method::PATCH,
+            &format!("{LEASES}/lock?fieldManager=elector&force=true"),
+            "application/apply-patch+yaml",
+            lease("lock", "b"),
+        )
+        .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(applied["spec"]["holderIdentity"], "b");
+    }
 }

@@ -1,6 +1,15 @@
 //! The resource types the server serves: built-in kinds and the custom resources of
 //! Established CRDs, with the per-type rules (scope, subresources, update strategy) that
 //! kube-apiserver's registry strategies encode.
+//!
+//! The two update rules follow the strategies of Kubernetes v1.34.4 (status subresources
+//! embed the main strategy and inherit both): `AllowUnconditionalUpdate` is false only for
+//! Leases (`pkg/registry/coordination/lease/strategy.go`), CustomResourceDefinitions and
+//! their status (`apiextensions-apiserver/pkg/registry/customresourcedefinition/strategy.go`)
+//! and custom resources and their status (`…/registry/customresource/strategy.go`,
+//! `status_strategy.go`); `AllowCreateOnUpdate` is true only for Leases, Services
+//! (`core/service`), Events of both groups (`core/event`, which `events.k8s.io` reuses) and
+//! the four RBAC kinds (`rbac/{role,rolebinding,clusterrole,clusterrolebinding}`).
 
 use std::collections::BTreeMap;
 
@@ -75,8 +84,12 @@ pub struct ResourceType {
     pub status: bool,
     /// The scale subresource, if any.
     pub scale: Option<ScalePaths>,
-    /// PUT without resourceVersion allowed.
+    /// PUT without a resourceVersion (or with `0`) overwrites the latest version
+    /// (the strategy's `AllowUnconditionalUpdate`); otherwise it is refused with a 422.
     pub allow_unconditional_update: bool,
+    /// PUT of an object that does not exist creates it (the strategy's
+    /// `AllowCreateOnUpdate`); otherwise it is a 404.
+    pub allow_create_on_update: bool,
     /// How generation moves.
     pub generation: GenerationRule,
     /// Field selectors supported beyond metadata.name and metadata.namespace.
@@ -152,6 +165,7 @@ struct Builtin {
     status: bool,
     scale: bool,
     unconditional: bool,
+    create_on_update: bool,
     generation: GenerationRule,
     fields: &'static [&'static str],
 }
@@ -176,6 +190,7 @@ const fn b(
         status: false,
         scale: false,
         unconditional: true,
+        create_on_update: false,
         generation: GenerationRule::None,
         fields: &[],
     }
@@ -244,11 +259,13 @@ fn builtins() -> Vec<Builtin> {
             short: &["svc"],
             all: true,
             status: true,
+            create_on_update: true,
             ..b("", "v1", "services", "service", "Service", true)
         },
         Builtin {
             short: &["ev"],
             fields: EVENT_FIELDS,
+            create_on_update: true,
             ..b("", "v1", "events", "event", "Event", true)
         },
         Builtin {
@@ -259,6 +276,7 @@ fn builtins() -> Vec<Builtin> {
         },
         Builtin {
             unconditional: false,
+            create_on_update: true,
             ..b(
                 "coordination.k8s.io",
                 "v1",
@@ -302,40 +320,53 @@ fn builtins() -> Vec<Builtin> {
         Builtin {
             short: &["ev"],
             fields: EVENT_FIELDS,
+            create_on_update: true,
             ..b("events.k8s.io", "v1", "events", "event", "Event", true)
         },
-        b(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "roles",
-            "role",
-            "Role",
-            true,
-        ),
-        b(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "clusterroles",
-            "clusterrole",
-            "ClusterRole",
-            false,
-        ),
-        b(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "rolebindings",
-            "rolebinding",
-            "RoleBinding",
-            true,
-        ),
-        b(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "clusterrolebindings",
-            "clusterrolebinding",
-            "ClusterRoleBinding",
-            false,
-        ),
+        Builtin {
+            create_on_update: true,
+            ..b(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "roles",
+                "role",
+                "Role",
+                true,
+            )
+        },
+        Builtin {
+            create_on_update: true,
+            ..b(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterroles",
+                "clusterrole",
+                "ClusterRole",
+                false,
+            )
+        },
+        Builtin {
+            create_on_update: true,
+            ..b(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "rolebindings",
+                "rolebinding",
+                "RoleBinding",
+                true,
+            )
+        },
+        Builtin {
+            create_on_update: true,
+            ..b(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterrolebindings",
+                "clusterrolebinding",
+                "ClusterRoleBinding",
+                false,
+            )
+        },
         Builtin {
             short: &["crd", "crds"],
             status: true,
@@ -377,6 +408,7 @@ fn virtuals() -> Vec<ResourceType> {
         status: false,
         scale: None,
         allow_unconditional_update: false,
+        allow_create_on_update: false,
         generation: GenerationRule::None,
         field_selectors: vec![],
         backing: Backing::Virtual,
@@ -417,6 +449,7 @@ impl Registry {
                     label_selector: None,
                 }),
                 allow_unconditional_update: t.unconditional,
+                allow_create_on_update: t.create_on_update,
                 generation: t.generation,
                 field_selectors: t.fields.to_vec(),
                 backing: Backing::Builtin,
@@ -567,6 +600,7 @@ pub fn custom_type(crd: &Value) -> Result<ResourceType, String> {
         status,
         scale,
         allow_unconditional_update: false,
+        allow_create_on_update: false,
         generation: GenerationRule::AllButMetadata,
         field_selectors: vec![],
         backing: Backing::Custom {
@@ -619,6 +653,68 @@ mod tests {
                 .unwrap()
                 .allow_unconditional_update
         );
+    }
+
+    #[test]
+    fn every_built_in_type_takes_its_update_rules_from_its_v1_34_strategy() {
+        // (group, resource, AllowUnconditionalUpdate, AllowCreateOnUpdate)
+        let mut expected = vec![
+            ("", "configmaps", true, false),
+            ("", "events", true, true),
+            ("", "namespaces", true, false),
+            ("", "nodes", true, false),
+            ("", "pods", true, false),
+            ("", "secrets", true, false),
+            ("", "serviceaccounts", true, false),
+            ("", "services", true, true),
+            (
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                false,
+                false,
+            ),
+            ("apps", "deployments", true, false),
+            ("apps", "replicasets", true, false),
+            ("coordination.k8s.io", "leases", false, true),
+            ("events.k8s.io", "events", true, true),
+            (
+                "rbac.authorization.k8s.io",
+                "clusterrolebindings",
+                true,
+                true,
+            ),
+            ("rbac.authorization.k8s.io", "clusterroles", true, true),
+            ("rbac.authorization.k8s.io", "rolebindings", true, true),
+            ("rbac.authorization.k8s.io", "roles", true, true),
+        ];
+        let registry = Registry::new();
+        let mut served: Vec<_> = registry
+            .all()
+            .filter(|t| matches!(t.backing, Backing::Builtin))
+            .map(|t| {
+                (
+                    t.group.as_str(),
+                    t.resource.as_str(),
+                    t.allow_unconditional_update,
+                    t.allow_create_on_update,
+                )
+            })
+            .collect();
+        expected.sort();
+        served.sort();
+        assert_eq!(served, expected);
+    }
+
+    #[test]
+    fn custom_resources_refuse_unconditional_updates_and_are_never_created_by_a_put() {
+        let crd = json!({
+            "metadata": {"name": "memcacheds.cache.example.com"},
+            "spec": {"group": "cache.example.com", "scope": "Namespaced",
+                "names": {"plural": "memcacheds", "kind": "Memcached"},
+                "versions": [{"name": "v1", "served": true, "storage": true}]}
+        });
+        let t = custom_type(&crd).unwrap();
+        assert!(!t.allow_unconditional_update && !t.allow_create_on_update);
     }
 
     #[test]

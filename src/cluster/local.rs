@@ -1,0 +1,8 @@
+//! The `local` provider's parts: the real Kubernetes binaries and a real control plane
+//! (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) run as local processes.
+
+pub mod binaries;
+pub mod control_plane;
+
+pub use binaries::{Binaries, BinariesError};
+pub use control_plane::{ControlPlane, ControlPlaneConfig, ControlPlaneError};

@@ -1,0 +1,193 @@
+//! A real control plane — etcd, kube-apiserver, kube-controller-manager and kube-scheduler,
+//! built by `ci/kubernetes/build.sh control-plane` (or setup-envtest's `KUBEBUILDER_ASSETS`)
+//! — started as local processes: it serves kube-rs, runs its controllers, writes the audit
+//! log, and leaves no process or directory behind, even when its owner is SIGKILLed.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use opconform::cluster::local::{Binaries, ControlPlane, ControlPlaneConfig, binaries};
+use tokio::io::AsyncBufReadExt as _;
+
+mod support;
+
+use support::eventually;
+
+fn found_binaries() -> Binaries {
+    Binaries::find().unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)))
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s[s.rfind(')')? + 1..]
+                .split_whitespace()
+                .next()
+                .map(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// Live processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+                && alive(*pid)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_real_control_plane_serves_kube_rs_runs_its_controllers_and_audits_writes() {
+    let plane = ControlPlane::start(ControlPlaneConfig::new(found_binaries()))
+        .await
+        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    assert_eq!(
+        plane.components(),
+        [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler"
+        ]
+    );
+    let client = plane.admin_client().await.unwrap();
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.git_version, binaries::kubernetes_version());
+
+    // The service-account controllers give a new namespace its default ServiceAccount.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("local-test".into());
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "local-test");
+    eventually("the default ServiceAccount of a new namespace", || {
+        let accounts = accounts.clone();
+        async move { accounts.get_opt("default").await.ok().flatten() }
+    })
+    .await;
+
+    // The garbage collector removes what an owner that is gone owned.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "local-test");
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("owner".into());
+    let owner = maps.create(&PostParams::default(), &owner).await.unwrap();
+    let mut owned = ConfigMap::default();
+    owned.metadata.name = Some("owned".into());
+    owned.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "owner".into(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            ..Default::default()
+        },
+    ]);
+    maps.create(&PostParams::default(), &owned).await.unwrap();
+    maps.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the owned ConfigMap to be collected", || {
+        let maps = maps.clone();
+        async move { matches!(maps.get_opt("owned").await, Ok(None)).then_some(()) }
+    })
+    .await;
+
+    // Writes are in the audit log, attributed to the admin.
+    let audit = plane.audit_log().to_path_buf();
+    eventually("the namespace's creation in the audit log", || {
+        let audit = audit.clone();
+        async move {
+            let text = std::fs::read_to_string(&audit).ok()?;
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|e| {
+                    e["verb"] == "create"
+                        && e["objectRef"]["resource"] == "namespaces"
+                        && e["objectRef"]["name"] == "local-test"
+                        && e["user"]["username"] == "opconform-admin"
+                        && e["responseStatus"]["code"] == 201
+                })
+        }
+    })
+    .await;
+
+    let dir = plane.dir().to_path_buf();
+    let pids = plane.pids();
+    plane.shutdown().await;
+    assert!(
+        pids.iter().all(|p| !alive(*p)),
+        "shutdown returned before every component died"
+    );
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+}
+
+#[tokio::test]
+async fn a_sigkilled_owner_leaves_no_control_plane_process_or_directory_behind() {
+    let out = tempfile::tempdir().unwrap();
+    let kubeconfig = out.path().join("kubeconfig");
+    let binaries = found_binaries();
+    let mut child = tokio::process::Command::new(assert_cmd::cargo::cargo_bin!("opconform"))
+        .arg("local")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--binaries")
+        .arg(&binaries.dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut serving, mut dir) = (None, None);
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("opconform local: serving") {
+                serving = Some(line);
+            } else if let Some(path) = line.strip_prefix("work directory: ") {
+                dir = Some(path.to_string());
+                return;
+            }
+        }
+        panic!("opconform local ended before it was serving")
+    })
+    .await
+    .expect("opconform local serves within 120 s");
+    let serving = serving.expect("it said it was serving");
+    assert!(
+        serving.contains("kube-controller-manager, kube-scheduler"),
+        "{serving}"
+    );
+    let dir = dir.unwrap();
+    assert!(kubeconfig.is_file());
+    let pids = processes_mentioning(&dir);
+    assert!(
+        pids.len() >= 4,
+        "expected etcd, kube-apiserver, kube-controller-manager and kube-scheduler under {dir}, found {pids:?}"
+    );
+
+    child.start_kill().unwrap(); // SIGKILL: no destructor, no handler runs in the child.
+    child.wait().await.unwrap();
+    let needle = dir.clone();
+    eventually("every control-plane process to die with its owner", || {
+        let needle = needle.clone();
+        async move { processes_mentioning(&needle).is_empty().then_some(()) }
+    })
+    .await;
+    let path = std::path::PathBuf::from(&dir);
+    eventually("the work directory to be removed", || {
+        let path = path.clone();
+        async move { (!path.exists()).then_some(()) }
+    })
+    .await;
+}
