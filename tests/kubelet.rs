@@ -107,7 +107,7 @@ impl Cluster {
         config.restart_backoff_base = Duration::from_millis(200);
         config.restart_backoff_cap = Duration::from_millis(1600);
         tweak(&mut config);
-        let kubelet = Kubelet::start(server.handle(), config)
+        let kubelet = Kubelet::start(std::sync::Arc::new(server.handle()), config)
             .await
             .expect("the kubelet starts");
         Self {

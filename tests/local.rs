@@ -191,3 +191,98 @@ async fn a_sigkilled_owner_leaves_no_control_plane_process_or_directory_behind()
     })
     .await;
 }
+
+#[tokio::test]
+async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_tokens_bound_to_each_pod() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use opconform::sim::kubelet::{Kubelet, KubeletConfig};
+    let mut config = ControlPlaneConfig::new(found_binaries());
+    config.nodes = vec!["worker-71".into()];
+    let plane = ControlPlane::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = KubeletConfig::new("worker-71", 71, dir.path().join("node"));
+    node.images.insert("example/sleeper:1", "/bin/sleep");
+    let kubelet = Kubelet::start(std::sync::Arc::new(plane.upstream()), node)
+        .await
+        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    let client = plane.admin_client().await.unwrap();
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually("the node to be Ready in the real API server", || {
+        let nodes = nodes.clone();
+        async move {
+            let node = nodes.get_opt("worker-71").await.ok()??;
+            node.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+
+    // Unscheduled: the real kube-scheduler binds it to our node.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
+        "spec": {"terminationGracePeriodSeconds": 5,
+                 "containers": [{"name": "main", "image": "example/sleeper:1", "args": ["300"]}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let running = eventually("the pod to run on our node", || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("sleeper").await.ok()?;
+            let status = pod.status.clone()?;
+            (status.phase.as_deref() == Some("Running")).then_some(pod)
+        }
+    })
+    .await;
+    assert_eq!(
+        running.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("worker-71")
+    );
+    let pod_ip = running.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    assert!(pod_ip.starts_with("127.171."), "{pod_ip}");
+    assert_eq!(kubelet.pids().len(), 1, "one process for the one container");
+
+    // Its ServiceAccount token came from a TokenRequest bound to the pod.
+    let pod_dir = kubelet.pod_dir("default", "sleeper").unwrap();
+    let token = std::fs::read_to_string(pod_dir.join("serviceaccount/token")).unwrap();
+    let claims = token.split('.').nth(1).expect("a JWT");
+    let claims: serde_json::Value = {
+        use base64::Engine as _;
+        serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(claims)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        claims["kubernetes.io"]["pod"]["name"], "sleeper",
+        "{claims}"
+    );
+    assert_eq!(
+        claims["kubernetes.io"]["pod"]["uid"],
+        running.metadata.uid.clone().unwrap().as_str()
+    );
+
+    // Graceful deletion: the kubelet stops the process and makes the final delete.
+    let pid = kubelet.pids()[0];
+    pods.delete("sleeper", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the pod to be gone", || {
+        let pods = pods.clone();
+        async move { matches!(pods.get_opt("sleeper").await, Ok(None)).then_some(()) }
+    })
+    .await;
+    assert!(!alive(pid), "the container process outlived its pod");
+
+    kubelet.shutdown().await;
+    plane.shutdown().await;
+}

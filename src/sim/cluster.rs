@@ -219,7 +219,7 @@ impl SimCluster {
             kc.faketime_library = config.faketime_library.clone();
             let handle = handle.clone();
             async move {
-                Kubelet::start(handle, kc)
+                Kubelet::start(Arc::new(handle), kc)
                     .await
                     .map_err(|source| ClusterError::Kubelet { node: name, source })
             }

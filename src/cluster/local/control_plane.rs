@@ -18,7 +18,7 @@
 //! Without kube-controller-manager (setup-envtest installs none) nothing runs the built-in
 //! controllers: the caller decides whether ours stand in ([`ControlPlane::has_controllers`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -120,10 +120,14 @@ pub struct ControlPlaneConfig {
     pub node_monitor_grace_period: Duration,
     /// Run kube-controller-manager and kube-scheduler when the binaries are present.
     pub controllers: bool,
+    /// Nodes that will register: each gets a static token as `system:node:<name>` in
+    /// `system:nodes` ([`ControlPlane::node_tokens`]).
+    pub nodes: Vec<String>,
 }
 
 impl ControlPlaneConfig {
-    /// Defaults for `binaries`: 60 s to become ready, a 20 s node grace period, controllers on.
+    /// Defaults for `binaries`: 60 s to become ready, a 20 s node grace period, controllers
+    /// on, no nodes.
     pub fn new(binaries: Binaries) -> Self {
         Self {
             binaries,
@@ -131,6 +135,7 @@ impl ControlPlaneConfig {
             ready_within: Duration::from_secs(60),
             node_monitor_grace_period: Duration::from_secs(20),
             controllers: true,
+            nodes: Vec::new(),
         }
     }
 }
@@ -148,6 +153,7 @@ pub struct ControlPlane {
     url: String,
     ca_pem: String,
     admin_token: String,
+    node_tokens: BTreeMap<String, String>,
     audit_log: PathBuf,
     pki: Pki,
     dir: PathBuf,
@@ -355,14 +361,19 @@ impl ControlPlane {
         let admin_token = token();
         let kcm_token = token();
         let scheduler_token = token();
-        write(
-            &dir.join("pki/tokens.csv"),
-            &format!(
-                "{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n\
-                 {kcm_token},system:kube-controller-manager,system:kube-controller-manager,\"\"\n\
-                 {scheduler_token},system:kube-scheduler,system:kube-scheduler,\"\"\n"
-            ),
-        )?;
+        let node_tokens: BTreeMap<String, String> =
+            config.nodes.iter().map(|n| (n.clone(), token())).collect();
+        let mut tokens = format!(
+            "{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n\
+             {kcm_token},system:kube-controller-manager,system:kube-controller-manager,\"\"\n\
+             {scheduler_token},system:kube-scheduler,system:kube-scheduler,\"\"\n"
+        );
+        for (node, token) in &node_tokens {
+            tokens.push_str(&format!(
+                "{token},system:node:{node},system:node:{node},\"system:nodes\"\n"
+            ));
+        }
+        write(&dir.join("pki/tokens.csv"), &tokens)?;
         write(&dir.join("audit/policy.yaml"), AUDIT_POLICY)?;
         let audit_log = dir.join("audit/audit.log");
         let mut plane = Self {
@@ -370,6 +381,7 @@ impl ControlPlane {
             url: String::new(),
             ca_pem: pki.ca_pem.clone(),
             admin_token,
+            node_tokens,
             audit_log,
             pki,
             dir: dir.clone(),
@@ -687,6 +699,29 @@ impl ControlPlane {
     /// The cluster CA, PEM.
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
+    }
+
+    /// The API server's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.url
+            .trim_start_matches("https://")
+            .parse()
+            .unwrap_or_else(|_| SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+    }
+
+    /// The static token of each node named in [`ControlPlaneConfig::nodes`].
+    pub fn node_tokens(&self) -> &BTreeMap<String, String> {
+        &self.node_tokens
+    }
+
+    /// The API server as a kubelet sees it (nodes named in [`ControlPlaneConfig::nodes`]).
+    pub fn upstream(&self) -> crate::sim::kubelet::upstream::RealApiServer {
+        crate::sim::kubelet::upstream::RealApiServer {
+            addr: self.addr(),
+            ca_pem: self.ca_pem.clone(),
+            cluster_name: "opconform-local".into(),
+            node_tokens: std::sync::Arc::new(self.node_tokens.clone()),
+        }
     }
 
     /// The admin kubeconfig (user [`ADMIN_USER`], in `system:masters`), as YAML.

@@ -29,16 +29,8 @@ use super::status::{ContainerStatus, State, Terminated};
 #[derive(Debug, thiserror::Error)]
 pub enum ContainerError {
     /// The pod's ServiceAccount token is not available.
-    #[error("cannot get the token of serviceaccount {namespace}/{name}")]
-    Token {
-        /// Namespace.
-        namespace: String,
-        /// ServiceAccount.
-        name: String,
-        /// The cause.
-        #[source]
-        source: crate::sim::apiserver::ApiServerError,
-    },
+    #[error(transparent)]
+    Token(Box<super::upstream::UpstreamError>),
     /// A file in the pod's directory could not be written.
     #[error("cannot write {path}")]
     File {
@@ -387,7 +379,7 @@ impl ContainerTask {
         else {
             return Ok(Launch::StandIn);
         };
-        self.write_credentials()?;
+        self.write_credentials().await?;
         let sources = self.fetch_sources().await?;
         let dir = &self.pod.dir;
         let port = self.pod.proxy.addr().port().to_string();
@@ -440,7 +432,7 @@ impl ContainerTask {
     }
 
     /// The ServiceAccount files and the kubeconfig (server = the pod's proxy).
-    fn write_credentials(&self) -> Result<(), ContainerError> {
+    async fn write_credentials(&self) -> Result<(), ContainerError> {
         let spec = self.pod_object.spec.as_ref();
         let namespace = &self.pod.namespace;
         let account = spec
@@ -448,14 +440,16 @@ impl ContainerTask {
             .unwrap_or_else(|| "default".into());
         let automount = spec.and_then(|s| s.automount_service_account_token) != Some(false);
         let token = if automount {
+            let pod = crate::sim::apiserver::audit::PodRef {
+                namespace: namespace.clone(),
+                name: self.pod.name.clone(),
+                uid: self.pod.uid.clone(),
+            };
             self.shared
                 .server
-                .service_account_token(namespace, &account)
-                .map_err(|source| ContainerError::Token {
-                    namespace: namespace.clone(),
-                    name: account.clone(),
-                    source,
-                })?
+                .service_account_token(&self.shared.client, &pod, &account)
+                .await
+                .map_err(|e| ContainerError::Token(Box::new(e)))?
         } else {
             String::new()
         };
@@ -475,12 +469,18 @@ impl ContainerTask {
         if automount {
             write(sa_dir.join("token"), &token)?;
         }
-        write(sa_dir.join("ca.crt"), self.shared.server.ca_pem())?;
+        write(sa_dir.join("ca.crt"), &self.shared.server.ca_pem())?;
         write(sa_dir.join("namespace"), namespace)?;
         let user = format!("system:serviceaccount:{namespace}:{account}");
         let server = format!("https://{}", self.pod.proxy.addr());
         let kubeconfig = with_namespace(
-            &self.shared.server.kubeconfig_for(&server, &user, &token),
+            &crate::sim::apiserver::kubeconfig(
+                &self.shared.server.cluster_name(),
+                &server,
+                &self.shared.server.ca_pem(),
+                &user,
+                &token,
+            ),
             namespace,
         );
         write(dir.join("kubeconfig"), &kubeconfig)

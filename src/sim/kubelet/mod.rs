@@ -37,6 +37,7 @@ pub mod pod;
 pub mod probe;
 pub mod process;
 pub mod status;
+pub mod upstream;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -52,7 +53,7 @@ use tokio::task::JoinHandle;
 pub use self::config::{ImageMap, ImageMapping, KubeletConfig, find_faketime};
 use self::node::NodeAgent;
 use self::pod::PodRuntime;
-use crate::sim::apiserver::{ApiServerError, ServerHandle};
+use self::upstream::{Upstream, UpstreamError};
 use crate::sim::proxy::{Mode, Proxy, ProxyError};
 
 /// Errors of the kubelet and its faults.
@@ -74,7 +75,7 @@ pub enum KubeletError {
         node: String,
         /// The cause.
         #[source]
-        source: ApiServerError,
+        source: UpstreamError,
     },
     /// The node's working directory could not be created.
     #[error("cannot create the work directory {path}")]
@@ -182,7 +183,7 @@ impl IpPool {
 /// What the kubelet's tasks share.
 pub(crate) struct Shared {
     pub(crate) config: KubeletConfig,
-    pub(crate) server: ServerHandle,
+    pub(crate) server: Arc<dyn Upstream>,
     pub(crate) client: kube::Client,
     proxy: Proxy,
     pods: Mutex<HashMap<String, Arc<PodRuntime>>>,
@@ -293,7 +294,7 @@ impl Kubelet {
     /// When the proxy, the client or the work directory cannot be set up, or the Node
     /// cannot be registered.
     pub async fn start(
-        server: ServerHandle,
+        server: Arc<dyn Upstream>,
         config: KubeletConfig,
     ) -> Result<Kubelet, KubeletError> {
         let node = config.node_name.clone();
@@ -314,11 +315,7 @@ impl Kubelet {
             source,
         })?;
         let client = server
-            .user_client(
-                &format!("https://{}", proxy.addr()),
-                &format!("system:node:{node}"),
-                &["system:nodes", "system:masters"],
-            )
+            .node_client(&format!("https://{}", proxy.addr()), &node)
             .await
             .map_err(|source| KubeletError::Client {
                 node: node.clone(),
@@ -349,7 +346,7 @@ impl Kubelet {
             sequence: AtomicU64::new(0),
         });
         let weak: Weak<Shared> = Arc::downgrade(&shared);
-        server.state().add_log_source(Arc::new(
+        server.add_log_source(Arc::new(
             move |namespace: &str, pod: &str, container: Option<&str>, previous: bool| {
                 let shared = weak.upgrade()?;
                 let pod = shared.find(namespace, pod)?;

@@ -515,7 +515,7 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
     let terminal_on_arrival = runtime.terminal_on_arrival;
     if !terminal_on_arrival {
         // Attribute the pod's requests from its first one on, before a status write lands.
-        shared.server.state().audit.set_pod_ip(
+        shared.server.attribute(
             IpAddr::V4(runtime.ip),
             Some(PodRef {
                 namespace: namespace.clone(),
