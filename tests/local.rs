@@ -193,7 +193,7 @@ async fn a_sigkilled_owner_leaves_no_control_plane_process_or_directory_behind()
 }
 
 #[tokio::test]
-async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_tokens_bound_to_each_pod() {
+async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_bound_tokens_and_serves_their_logs() {
     use k8s_openapi::api::core::v1::{Node, Pod};
     use opconform::sim::kubelet::{Kubelet, KubeletConfig};
     let mut config = ControlPlaneConfig::new(found_binaries());
@@ -203,7 +203,7 @@ async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_tokens_bound_to_eac
         .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
     let dir = tempfile::tempdir().unwrap();
     let mut node = KubeletConfig::new("worker-71", 71, dir.path().join("node"));
-    node.images.insert("example/sleeper:1", "/bin/sleep");
+    node.images.insert("example/shell:1", "/bin/sh");
     let kubelet = Kubelet::start(std::sync::Arc::new(plane.upstream()), node)
         .await
         .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
@@ -228,7 +228,8 @@ async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_tokens_bound_to_eac
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
         "spec": {"terminationGracePeriodSeconds": 5,
-                 "containers": [{"name": "main", "image": "example/sleeper:1", "args": ["300"]}]}
+                 "containers": [{"name": "main", "image": "example/shell:1",
+                                 "args": ["-c", "echo hello from $HOSTNAME; exec sleep 300"]}]}
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
@@ -270,6 +271,17 @@ async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_tokens_bound_to_eac
         claims["kubernetes.io"]["pod"]["uid"],
         running.metadata.uid.clone().unwrap().as_str()
     );
+
+    // The real API server reads its log from our kubelet's endpoint.
+    let log = eventually("the pod's log through the API server", || {
+        let pods = pods.clone();
+        async move {
+            let log = pods.logs("sleeper", &Default::default()).await.ok()?;
+            (!log.is_empty()).then_some(log)
+        }
+    })
+    .await;
+    assert_eq!(log, "hello from sleeper\n");
 
     // Graceful deletion: the kubelet stops the process and makes the final delete.
     let pid = kubelet.pids()[0];

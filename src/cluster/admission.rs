@@ -223,6 +223,29 @@ pub fn reject_policy(
     Ok(RejectPolicy { policy, binding })
 }
 
+/// A reject rule as the fault log shows it: what admission matches.
+pub fn describe(policy: &RejectPolicy) -> String {
+    let spec = policy.policy.spec.clone().unwrap_or_default();
+    let rule = spec
+        .match_constraints
+        .and_then(|m| m.resource_rules)
+        .and_then(|r| r.into_iter().next())
+        .unwrap_or_default();
+    let mut text = format!(
+        "{} {} in groups {}",
+        rule.operations.unwrap_or_default().join(","),
+        rule.resources.unwrap_or_default().join(","),
+        rule.api_groups.unwrap_or_default().join(","),
+    );
+    if let Some(names) = rule.resource_names {
+        text.push_str(&format!(" named {}", names.join(",")));
+    }
+    for condition in spec.match_conditions.unwrap_or_default() {
+        text.push_str(&format!(" when {}", condition.name));
+    }
+    text
+}
+
 /// Creates the policy, then its binding (removing the policy again when the binding
 /// cannot be made).
 ///

@@ -30,6 +30,44 @@ pub fn parse_sim_line(line: &str) -> Option<AuditEvent> {
 /// Pods by IP address (as text), for attributing requests by their source address.
 pub type PodsByIp = Arc<RwLock<HashMap<String, PodRef>>>;
 
+/// Keeps `pods` up to date with the address of every pod `api` lists, until the returned
+/// task is aborted.
+pub fn watch_pod_addresses(
+    api: kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pods: PodsByIp,
+) -> tokio::task::JoinHandle<()> {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { continue };
+            let mut map = pods.write().unwrap_or_else(|p| p.into_inner());
+            match event {
+                watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                    if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+                        map.insert(
+                            ip,
+                            PodRef {
+                                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                                name: pod.metadata.name.clone().unwrap_or_default(),
+                                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                            },
+                        );
+                    }
+                }
+                watcher::Event::Delete(pod) => {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    map.retain(|_, p| p.uid != uid);
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+        }
+    })
+}
+
 /// The `user.extra` key kube-apiserver gives a ServiceAccount token bound to a pod.
 pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
 /// The `user.extra` key with that pod's UID.

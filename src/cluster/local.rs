@@ -3,6 +3,8 @@
 
 pub mod binaries;
 pub mod control_plane;
+pub mod provider;
 
 pub use binaries::{Binaries, BinariesError};
 pub use control_plane::{ControlPlane, ControlPlaneConfig, ControlPlaneError};
+pub use provider::LocalProvider;

@@ -7,6 +7,8 @@
 //! scenarios that need it carry a tag ([`Capability::tag`]) that the provider excludes.
 //!
 //! - [`sim`]: a fresh embedded simulated cluster per scenario (the default).
+//! - [`local`]: a fresh real control plane per scenario (local processes), our kubelet
+//!   as its nodes.
 //! - [`kubeconfig`]: any running cluster reachable through a kubeconfig.
 //! - [`kind`]: one kind cluster for the run, created (or reused) and deleted by it.
 
@@ -34,7 +36,7 @@ pub const DEFAULT_OPERATOR_IMAGE: &str = "memcached-operator:dev";
 pub enum ProviderError {
     /// `OPCONFORM_PROVIDER` names no provider.
     #[error(
-        "OPCONFORM_PROVIDER={0:?} is not a provider: expected sim (the default), kubeconfig or kind"
+        "OPCONFORM_PROVIDER={0:?} is not a provider: expected sim (the default), local, kubeconfig or kind"
     )]
     Unknown(String),
     /// The provider cannot do what a step asks.
@@ -65,6 +67,9 @@ pub enum ProviderError {
         #[source]
         source: kube::Error,
     },
+    /// The local provider failed (its binaries, control plane or nodes).
+    #[error("the local provider failed")]
+    Local(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The kind provider failed (a tool, the cluster's set-up, a fault's command).
     #[error(transparent)]
     Kind(Box<kind::KindError>),
@@ -189,6 +194,11 @@ pub trait Provider: Send + Sync {
     fn simulated(&self) -> Option<&crate::sim::cluster::SimCluster> {
         None
     }
+    /// Whether pod IPs can be reached from the harness (pods run as local processes);
+    /// else the recorder goes through the API server's `pods/proxy`.
+    fn pod_ips_reachable(&self) -> bool {
+        self.simulated().is_some()
+    }
     /// Removes everything the scenario created, whatever happened.
     async fn teardown(self: Box<Self>);
 }
@@ -198,6 +208,8 @@ pub trait Provider: Send + Sync {
 pub enum ProviderKind {
     /// The embedded simulated cluster.
     Sim,
+    /// A real control plane as local processes, our kubelet as its nodes.
+    Local,
     /// Any cluster through `KUBECONFIG`.
     Kubeconfig,
     /// A kind cluster.
@@ -220,6 +232,7 @@ impl ProviderKind {
     pub fn parse(name: Option<&str>) -> Result<Self, ProviderError> {
         match name.map(str::trim) {
             None | Some("") | Some("sim") => Ok(Self::Sim),
+            Some("local") => Ok(Self::Local),
             Some("kubeconfig") => Ok(Self::Kubeconfig),
             Some("kind") => Ok(Self::Kind),
             Some(other) => Err(ProviderError::Unknown(other.to_string())),
@@ -230,6 +243,7 @@ impl ProviderKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Sim => "sim",
+            Self::Local => "local",
             Self::Kubeconfig => "kubeconfig",
             Self::Kind => "kind",
         }
@@ -238,7 +252,7 @@ impl ProviderKind {
     /// Whether scenarios share one cluster (and so need their own namespaces, and
     /// `@disruptive` ones run alone).
     pub fn shared(self) -> bool {
-        !matches!(self, Self::Sim)
+        !matches!(self, Self::Sim | Self::Local)
     }
 }
 
@@ -265,11 +279,18 @@ mod tests {
             ProviderKind::parse(Some("kind")).unwrap(),
             ProviderKind::Kind
         );
+        assert_eq!(
+            ProviderKind::parse(Some("local")).unwrap(),
+            ProviderKind::Local
+        );
         let e = ProviderKind::parse(Some("minikube"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"minikube\""), "{e}");
-        assert!(e.contains("sim (the default), kubeconfig or kind"), "{e}");
+        assert!(
+            e.contains("sim (the default), local, kubeconfig or kind"),
+            "{e}"
+        );
     }
 
     #[test]

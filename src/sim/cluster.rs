@@ -107,11 +107,49 @@ fn next_cluster_id() -> u8 {
     (NEXT.fetch_add(1, Ordering::SeqCst) % 250 + 1) as u8
 }
 
-struct Nodes {
+/// The kubelets of a cluster's nodes, the target of pod and node faults (crash, evict,
+/// hold/release, partition/repair, delay, skew) whichever API server they serve.
+pub struct Nodes {
     kubelets: Mutex<Vec<Kubelet>>,
 }
 
 impl Nodes {
+    /// The nodes these kubelets run.
+    pub fn new(kubelets: Vec<Kubelet>) -> Self {
+        Self {
+            kubelets: Mutex::new(kubelets),
+        }
+    }
+
+    /// Node names.
+    pub fn names(&self) -> Vec<String> {
+        self.kubelets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|k| k.node_name().to_string())
+            .collect()
+    }
+
+    /// Every live pod process on every node.
+    pub fn pids(&self) -> Vec<u32> {
+        self.kubelets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flat_map(Kubelet::pids)
+            .collect()
+    }
+
+    /// Stops every kubelet, killing every pod process.
+    pub async fn shutdown(&self) {
+        let kubelets =
+            std::mem::take(&mut *self.kubelets.lock().unwrap_or_else(|p| p.into_inner()));
+        for kubelet in kubelets {
+            kubelet.shutdown().await;
+        }
+    }
+
     fn with_pod<T>(
         &self,
         namespace: &str,
@@ -225,9 +263,7 @@ impl SimCluster {
             }
         });
         let kubelets = futures::future::try_join_all(starts).await?;
-        let nodes = Arc::new(Nodes {
-            kubelets: Mutex::new(kubelets),
-        });
+        let nodes = Arc::new(Nodes::new(kubelets));
         handle.state().set_fault_target(nodes.clone());
         // The controllers (the scheduler above all) start from a view with every node Ready.
         wait_for_ready_nodes(&server, config.nodes as usize).await?;
@@ -291,24 +327,12 @@ impl SimCluster {
 
     /// Node names.
     pub fn node_names(&self) -> Vec<String> {
-        self.nodes
-            .kubelets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|k| k.node_name().to_string())
-            .collect()
+        self.nodes.names()
     }
 
     /// Every live pod process on every node.
     pub fn pids(&self) -> Vec<u32> {
-        self.nodes
-            .kubelets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .flat_map(Kubelet::pids)
-            .collect()
+        self.nodes.pids()
     }
 
     /// Applies a pod fault and logs it in the cluster's fault log.
@@ -343,16 +367,7 @@ impl SimCluster {
         if let Some(controllers) = self.controllers.take() {
             controllers.shutdown().await;
         }
-        let kubelets = std::mem::take(
-            &mut *self
-                .nodes
-                .kubelets
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        for kubelet in kubelets {
-            kubelet.shutdown().await;
-        }
+        self.nodes.shutdown().await;
         self.server.shutdown();
     }
 }

@@ -131,6 +131,16 @@ impl World {
                 self.provider = Some(Box::new(provider));
                 Ok(())
             }
+            ProviderKind::Local => {
+                let binaries = crate::cluster::local::Binaries::find()
+                    .map_err(|e| ProviderError::Local(Box::new(e)))?;
+                let mut images = ImageMap::new();
+                images.insert(operator::OPERATOR_IMAGE, operator::operator_binary()?);
+                let provider =
+                    crate::cluster::local::LocalProvider::start(binaries, images).await?;
+                self.provider = Some(Box::new(provider));
+                Ok(())
+            }
         }
     }
 
@@ -236,8 +246,9 @@ impl World {
                 lock_name: operator::LOCK_NAME.into(),
                 pod_selector: "app.kubernetes.io/name=memcached-operator".into(),
                 metrics_port: 8080,
-                // Pod IPs are reachable only on the simulator.
-                scrape_through_api: provider.simulated().is_none(),
+                // Pod IPs are reachable where pods are local processes; kube-apiserver's
+                // pods/proxy refuses loopback addresses.
+                scrape_through_api: !provider.pod_ips_reachable(),
                 scrape_interval: Duration::from_millis(100),
                 // The namespaces the operator watches: the scenario's own on a shared
                 // cluster, every namespace on a cluster of its own.
@@ -443,6 +454,12 @@ impl Suite {
                 crate::sim::kubelet::find_faketime().is_some()
             }
             (ProviderKind::Sim, _) => true,
+            (ProviderKind::Local, Capability::ClockSkew) => {
+                crate::sim::kubelet::find_faketime().is_some()
+            }
+            // Our kubelet does the pod and node faults; admission policies the rejects; the
+            // hold-at-request rule and the simulator's own scenarios stay on sim.
+            (ProviderKind::Local, c) => c != Capability::SimOnly,
             (ProviderKind::Kind, c) => !matches!(c, Capability::SimOnly | Capability::ClockSkew),
             (ProviderKind::Kubeconfig, Capability::Audit) => self.kubeconfig.audit_log.is_some(),
             (ProviderKind::Kubeconfig, _) => false,

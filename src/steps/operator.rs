@@ -239,14 +239,20 @@ fn place(object: &mut DynamicObject, placement: &Placement) {
             .get_or_insert_with(Default::default)
             .extend(placement.labels.clone());
     }
-    let role_ref = &mut object.data["roleRef"];
-    if let (true, Some(name)) = (
-        kind == "ClusterRoleBinding" && role_ref["kind"] == "ClusterRole",
-        role_ref["name"].as_str().map(str::to_string),
-    ) {
+    // `get_mut`, not indexing: `data["x"]` on a missing key would insert `x: null`, a field
+    // kube-apiserver's server-side apply refuses ("field not declared in schema").
+    if kind == "ClusterRoleBinding"
+        && let Some(role_ref) = object.data.get_mut("roleRef")
+        && role_ref["kind"] == "ClusterRole"
+        && let Some(name) = role_ref["name"].as_str().map(str::to_string)
+    {
         role_ref["name"] = json!(format!("{name}{}", placement.suffix));
     }
-    if let Some(subjects) = object.data["subjects"].as_array_mut() {
+    if let Some(subjects) = object
+        .data
+        .get_mut("subjects")
+        .and_then(serde_json::Value::as_array_mut)
+    {
         for subject in subjects {
             if subject["namespace"] == OPERATOR_NAMESPACE {
                 subject["namespace"] = json!(placement.namespace);
@@ -710,6 +716,20 @@ mod tests {
                     "opconform-x1"
                 ),
             }
+            // Nothing the manifest does not have: server-side apply refuses unknown fields.
+            let fields = o.data.as_object().unwrap();
+            if !matches!(kind_of(o), "ClusterRoleBinding" | "RoleBinding") {
+                assert!(
+                    !fields.contains_key("roleRef") && !fields.contains_key("subjects"),
+                    "{} gained binding fields: {text}",
+                    kind_of(o)
+                );
+            }
+            assert!(
+                fields.values().all(|v| !v.is_null()),
+                "{} has a null field: {text}",
+                kind_of(o)
+            );
             if kind_of(o) == "ClusterRoleBinding" {
                 assert!(
                     o.data["roleRef"]["name"]

@@ -21,20 +21,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::sync::broadcast;
 
 use super::node::{self, Address};
 use super::{KindCluster, KindError};
 use crate::cluster::admission;
-use crate::cluster::audit::{PodsByIp, follow_file, kube_apiserver_lines};
+use crate::cluster::audit::{PodsByIp, follow_file, kube_apiserver_lines, watch_pod_addresses};
 use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::{Placement, Provider, ProviderError, random_name};
-use crate::sim::apiserver::audit::{AuditEvent, PodRef};
+use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::faults::{Cut, FaultError, Faults, NodeFault, PodFault, RequestMatch};
 
 /// Where a pod runs.
@@ -304,62 +302,12 @@ impl KindProvider {
     /// Follows the pods of `namespace` into `pods` (IP address → pod) until aborted.
     fn watch_pod_addresses(&self, namespace: &str, pods: PodsByIp) {
         let api: Api<Pod> = Api::namespaced(self.cluster.client(), namespace);
-        let task = tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            while let Some(event) = events.next().await {
-                let Ok(event) = event else { continue };
-                let mut map = pods.write().unwrap_or_else(|p| p.into_inner());
-                match event {
-                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                        if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
-                            map.insert(
-                                ip,
-                                PodRef {
-                                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                                    name: pod.metadata.name.clone().unwrap_or_default(),
-                                    uid: pod.metadata.uid.clone().unwrap_or_default(),
-                                },
-                            );
-                        }
-                    }
-                    watcher::Event::Delete(pod) => {
-                        let uid = pod.metadata.uid.clone().unwrap_or_default();
-                        map.retain(|_, p| p.uid != uid);
-                    }
-                    watcher::Event::Init | watcher::Event::InitDone => {}
-                }
-            }
-        });
+        let task = watch_pod_addresses(api, pods);
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(task.abort_handle());
     }
-}
-
-/// A reject rule as the fault log shows it: what admission matches.
-fn describe(policy: &admission::RejectPolicy) -> String {
-    let spec = policy.policy.spec.clone().unwrap_or_default();
-    let rule = spec
-        .match_constraints
-        .and_then(|m| m.resource_rules)
-        .and_then(|r| r.into_iter().next())
-        .unwrap_or_default();
-    let mut text = format!(
-        "{} {} in groups {}",
-        rule.operations.unwrap_or_default().join(","),
-        rule.resources.unwrap_or_default().join(","),
-        rule.api_groups.unwrap_or_default().join(","),
-    );
-    if let Some(names) = rule.resource_names {
-        text.push_str(&format!(" named {}", names.join(",")));
-    }
-    for condition in spec.match_conditions.unwrap_or_default() {
-        text.push_str(&format!(" when {}", condition.name));
-    }
-    text
 }
 
 #[async_trait]
@@ -534,7 +482,7 @@ impl Provider for KindProvider {
         let reason = admission::reason_for_code(code).unwrap_or_default();
         self.faults.record(
             "reject",
-            &format!("rule {id}: {}", describe(&policy)),
+            &format!("rule {id}: {}", admission::describe(&policy)),
             &format!("{code} {reason}, ValidatingAdmissionPolicy {name}"),
         );
         Ok(id)

@@ -569,6 +569,8 @@ impl ControlPlane {
                 // The kubernetes Service cannot point at a loopback address.
                 "--endpoint-reconciler-type=none".into(),
                 "--allow-privileged=true".into(),
+                // Our nodes' kubelet endpoints listen on their InternalIP (127.0.10.N).
+                "--kubelet-preferred-address-types=InternalIP".into(),
                 format!(
                     "--audit-policy-file={}",
                     self.dir.join("audit/policy.yaml").display()

@@ -160,6 +160,10 @@ pub struct KubeletConfig {
     pub restart_backoff_cap: Duration,
     /// How much of each container's output is kept in memory for `kubectl logs`.
     pub log_limit_bytes: usize,
+    /// The port the Node advertises for its kubelet endpoint
+    /// (`status.daemonEndpoints.kubeletEndpoint.Port`); set to the port actually bound when
+    /// the API server reads logs from kubelets.
+    pub kubelet_port: u16,
 }
 
 impl KubeletConfig {
@@ -180,6 +184,7 @@ impl KubeletConfig {
             restart_backoff_base: Duration::from_secs(10),
             restart_backoff_cap: Duration::from_secs(300),
             log_limit_bytes: 1024 * 1024,
+            kubelet_port: 10250,
         }
     }
 }

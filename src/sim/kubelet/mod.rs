@@ -36,6 +36,7 @@ pub mod node;
 pub mod pod;
 pub mod probe;
 pub mod process;
+pub mod server;
 pub mod status;
 pub mod upstream;
 
@@ -76,6 +77,15 @@ pub enum KubeletError {
         /// The cause.
         #[source]
         source: UpstreamError,
+    },
+    /// The kubelet's HTTPS endpoint (logs, for a real API server) could not be started.
+    #[error("cannot start the kubelet endpoint of node {node}")]
+    Endpoint {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: self::server::ServerError,
     },
     /// The node's working directory could not be created.
     #[error("cannot create the work directory {path}")]
@@ -321,6 +331,21 @@ impl Kubelet {
                 node: node.clone(),
                 source,
             })?;
+        let mut config = config;
+        let endpoint = if server.reads_logs_from_kubelets() {
+            let listener = self::server::bind(IpAddr::V4(config.node_ip))
+                .await
+                .map_err(|source| KubeletError::Endpoint {
+                    node: node.clone(),
+                    source,
+                })?;
+            if let Ok(addr) = listener.local_addr() {
+                config.kubelet_port = addr.port();
+            }
+            Some(listener)
+        } else {
+            None
+        };
         let mut agent = NodeAgent::new(config.clone(), client.clone());
         agent
             .register()
@@ -353,10 +378,28 @@ impl Kubelet {
                 pod.log_text(container, previous)
             },
         ));
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(heartbeats(shared.clone(), agent)),
             tokio::spawn(pod::pod_loop(shared.clone())),
         ];
+        if let Some(listener) = endpoint {
+            let served =
+                self::server::serve(listener, &node, Arc::downgrade(&shared)).map_err(|source| {
+                    KubeletError::Endpoint {
+                        node: node.clone(),
+                        source,
+                    }
+                });
+            match served {
+                Ok(task) => tasks.push(task),
+                Err(e) => {
+                    for task in &tasks {
+                        task.abort();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(Kubelet { shared, tasks })
     }
 

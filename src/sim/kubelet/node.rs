@@ -130,7 +130,7 @@ fn status(config: &KubeletConfig, previous: Option<&Value>) -> Value {
             {"type": "InternalIP", "address": config.node_ip.to_string()},
             {"type": "Hostname", "address": config.node_name},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": config.kubelet_port}},
         "nodeInfo": {
             "machineID": format!("opconform-{}", config.node_name),
             "systemUUID": format!("opconform-{}", config.node_name),

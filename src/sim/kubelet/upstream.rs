@@ -60,6 +60,11 @@ pub trait Upstream: Send + Sync {
         pod: &PodRef,
         account: &str,
     ) -> Result<String, UpstreamError>;
+    /// Whether the API server reads container logs from the kubelet's HTTPS endpoint
+    /// (a real kube-apiserver does; the simulated one reads them in-process).
+    fn reads_logs_from_kubelets(&self) -> bool {
+        false
+    }
     /// Where the API server reads this kubelet's container logs from (in-process servers).
     fn add_log_source(&self, _source: LogSource) {}
     /// Requests from `ip` come from `pod` (`None`: no longer) — for servers that attribute
@@ -146,6 +151,10 @@ impl Upstream for RealApiServer {
 
     fn cluster_name(&self) -> String {
         self.cluster_name.clone()
+    }
+
+    fn reads_logs_from_kubelets(&self) -> bool {
+        true
     }
 
     async fn node_client(&self, server: &str, node: &str) -> Result<kube::Client, UpstreamError> {
