@@ -298,3 +298,66 @@ async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_bound_tokens_and_se
     kubelet.shutdown().await;
     plane.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_reject_policy_refuses_exactly_its_requests_from_the_moment_its_probe_says_it_is_in_force()
+ {
+    use opconform::cluster::admission;
+    use opconform::sim::faults::RequestMatch;
+    let plane = ControlPlane::start(ControlPlaneConfig::new(found_binaries()))
+        .await
+        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    let client = plane.admin_client().await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["guarded", "other"] {
+        let mut map = ConfigMap::default();
+        map.metadata.name = Some(name.into());
+        maps.create(&PostParams::default(), &map).await.unwrap();
+    }
+    let rule = RequestMatch {
+        verbs: vec!["update".into()],
+        group: Some(String::new()),
+        resource: Some("configmaps".into()),
+        namespace: Some("default".into()),
+        name: Some("guarded".into()),
+        ..RequestMatch::default()
+    };
+    let policy =
+        admission::reject_policy("guard", &Default::default(), &rule, 403, "not now").unwrap();
+    admission::apply(&client, &policy).await.unwrap();
+    admission::wait_until_in_force(&client, "guard", true, admission::IN_FORCE_WITHIN)
+        .await
+        .unwrap();
+    let update = |name: &'static str| {
+        let maps = maps.clone();
+        async move {
+            let mut map = maps.get(name).await.unwrap();
+            map.data = Some([("k".to_string(), "v".to_string())].into());
+            maps.replace(name, &PostParams::default(), &map).await
+        }
+    };
+    match update("guarded").await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403);
+            assert!(status.message.contains("not now"), "{}", status.message);
+        }
+        other => panic!("the guarded update was not refused: {other:?}"),
+    }
+    update("other")
+        .await
+        .expect("an update of another ConfigMap is admitted");
+    let mut fresh = ConfigMap::default();
+    fresh.metadata.name = Some("fresh".into());
+    maps.create(&PostParams::default(), &fresh)
+        .await
+        .expect("a create is admitted: the probe's rule matches only the probe");
+
+    admission::remove(&client, "guard").await.unwrap();
+    admission::wait_until_in_force(&client, "guard", false, admission::IN_FORCE_WITHIN)
+        .await
+        .unwrap();
+    update("guarded")
+        .await
+        .expect("the update is admitted once the policy is gone");
+    plane.shutdown().await;
+}

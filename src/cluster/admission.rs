@@ -14,7 +14,8 @@
 //! - The message comes back wrapped: `ValidatingAdmissionPolicy '<name>' with binding
 //!   '<name>' denied request: <message>`.
 //! - A policy takes effect once the API server has seen it, usually well under a
-//!   second after it is created; nothing here waits for that.
+//!   second after it is created: [`wait_until_in_force`] waits for that with a probe — a
+//!   dry-run create of a ConfigMap that only this policy refuses.
 //! - Requests from a pod are recognised by the claims of its bound ServiceAccount token
 //!   (`authentication.kubernetes.io/pod-name`), as every pod has by default.
 
@@ -54,6 +55,21 @@ pub enum AdmissionError {
     Code {
         /// The code asked for.
         code: u16,
+    },
+    /// The API server did not put a policy in force (or take it out) in time.
+    #[error(
+        "the API server had not {} ValidatingAdmissionPolicy {name} within {within:?}: {last}",
+        if *in_force { "put in force" } else { "dropped" }
+    )]
+    NotInForce {
+        /// The policy.
+        name: String,
+        /// Whether it was to be in force.
+        in_force: bool,
+        /// The bound.
+        within: std::time::Duration,
+        /// What the last probe saw.
+        last: String,
     },
 }
 
@@ -126,6 +142,111 @@ fn resources(matches: &RequestMatch) -> Vec<String> {
     }
 }
 
+/// The ConfigMap a policy's probe creates (dry run) in [`PROBE_NAMESPACE`].
+pub fn probe_name(policy: &str) -> String {
+    format!("{policy}-probe")
+}
+
+/// How long a provider waits for a policy to be put in force or dropped.
+pub const IN_FORCE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Where probes are created (dry run: nothing is stored).
+pub const PROBE_NAMESPACE: &str = "default";
+
+/// CEL: the request is the policy's probe.
+fn probe_cel(policy: &str) -> String {
+    format!(
+        "(request.resource.group == \"\" && request.resource.resource == \"configmaps\" && request.operation == \"CREATE\" && request.namespace == {} && request.name == {})",
+        cel_string(PROBE_NAMESPACE),
+        cel_string(&probe_name(policy)),
+    )
+}
+
+/// CEL: the request is one `rule` (built from `matches`) matches — what the policy's match
+/// constraints say, restated so that the probe's rule matches nothing else.
+fn rule_cel(matches: &RequestMatch, rule: &NamedRuleWithOperations) -> String {
+    let operations: Vec<String> = rule
+        .operations
+        .iter()
+        .flatten()
+        .map(|o| cel_string(o))
+        .collect();
+    let mut parts = vec![format!("request.operation in [{}]", operations.join(", "))];
+    if let Some(group) = matches.group.as_deref().filter(|g| *g != "*") {
+        parts.push(format!("request.resource.group == {}", cel_string(group)));
+    }
+    if let Some(resource) = matches.resource.as_deref().filter(|r| *r != "*") {
+        parts.push(format!(
+            "request.resource.resource == {}",
+            cel_string(resource)
+        ));
+    }
+    match matches.subresource.as_deref() {
+        None | Some("*") => {}
+        Some(sub) => parts.push(format!("request.subResource == {}", cel_string(sub))),
+    }
+    if let Some(name) = &matches.name {
+        parts.push(format!("request.name == {}", cel_string(name)));
+    }
+    parts.join(" && ")
+}
+
+/// Waits until the API server's admission has the policy `name` in force (`true`) or no
+/// longer (`false`), bounded by `within`: a dry-run create of the policy's probe ConfigMap
+/// is refused by that policy exactly while it is in force. A policy takes effect only once
+/// the API server's informers have seen it and its binding, usually well under a second
+/// after they were created.
+///
+/// # Errors
+/// [`AdmissionError::NotInForce`] when it does not happen in time.
+pub async fn wait_until_in_force(
+    client: &Client,
+    name: &str,
+    in_force: bool,
+    within: std::time::Duration,
+) -> Result<(), AdmissionError> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
+    let mut probe = ConfigMap::default();
+    probe.metadata.name = Some(probe_name(name));
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let marker = format!("ValidatingAdmissionPolicy '{name}'");
+    let deadline = tokio::time::Instant::now() + within;
+    let mut last;
+    loop {
+        let refused = match api.create(&params, &probe).await {
+            Ok(_) => {
+                last = "the probe was admitted".to_string();
+                false
+            }
+            Err(kube::Error::Api(status)) if status.message.contains(&marker) => {
+                last = format!("the probe was refused: {}", status.message);
+                true
+            }
+            Err(e) => {
+                last = format!("the probe failed: {e}");
+                // Another refusal (the namespace is missing, …): not this policy's.
+                false
+            }
+        };
+        if refused == in_force {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(AdmissionError::NotInForce {
+                name: name.to_string(),
+                in_force,
+                within,
+                last,
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// What the policy matches beyond resources and names, as CEL match conditions.
 fn match_conditions(matches: &RequestMatch) -> Vec<MatchCondition> {
     let mut conditions = Vec::new();
@@ -186,7 +307,29 @@ pub fn reject_policy(
         resource_names: matches.name.clone().map(|n| vec![n]),
         scope: Some("*".into()),
     };
-    let conditions = match_conditions(matches);
+    // The probe (see wait_until_in_force): every condition lets it through, and a condition
+    // of its own keeps the probe's rule from matching anything but the probe.
+    let probe = probe_cel(name);
+    let mut conditions = vec![MatchCondition {
+        name: "rule-or-probe".into(),
+        expression: format!("{probe} || ({})", rule_cel(matches, &rule)),
+    }];
+    conditions.extend(
+        match_conditions(matches)
+            .into_iter()
+            .map(|c| MatchCondition {
+                name: c.name,
+                expression: format!("{probe} || ({})", c.expression),
+            }),
+    );
+    let probe_rule = NamedRuleWithOperations {
+        api_groups: Some(vec![String::new()]),
+        api_versions: Some(vec!["v1".into()]),
+        operations: Some(vec!["CREATE".into()]),
+        resources: Some(vec!["configmaps".into()]),
+        resource_names: None,
+        scope: Some("Namespaced".into()),
+    };
     let metadata = ObjectMeta {
         name: Some(name.to_string()),
         labels: Some(labels.clone()),
@@ -197,10 +340,10 @@ pub fn reject_policy(
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".into()),
             match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![rule]),
+                resource_rules: Some(vec![rule, probe_rule]),
                 ..MatchResources::default()
             }),
-            match_conditions: (!conditions.is_empty()).then_some(conditions),
+            match_conditions: Some(conditions),
             validations: Some(vec![Validation {
                 expression: "false".into(),
                 // A validation message may not span lines.

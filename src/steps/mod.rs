@@ -136,8 +136,11 @@ impl World {
                     .map_err(|e| ProviderError::Local(Box::new(e)))?;
                 let mut images = ImageMap::new();
                 images.insert(operator::OPERATOR_IMAGE, operator::operator_binary()?);
+                // The operator's CRDs are there before the controllers start, as on a
+                // cluster that has had them a while (see ControlPlaneConfig::crds).
+                let crds = operator::crd_manifests()?;
                 let provider =
-                    crate::cluster::local::LocalProvider::start(binaries, images).await?;
+                    crate::cluster::local::LocalProvider::start(binaries, images, crds).await?;
                 self.provider = Some(Box::new(provider));
                 Ok(())
             }

@@ -35,11 +35,42 @@ pub enum OperatorError {
     /// `cargo build -p memcached-operator` failed or could not run.
     #[error("cannot build the operator binary with `cargo build -p memcached-operator`: {0}")]
     Build(String),
+    /// A manifest of `operator/config` could not be read.
+    #[error("cannot read {path}")]
+    Manifest {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The repository root (where `operator/config` lives).
 pub fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The operator's CustomResourceDefinitions (`operator/config/crd/*.yaml`), as YAML.
+///
+/// # Errors
+/// When the directory or a file cannot be read.
+pub fn crd_manifests() -> Result<Vec<String>, OperatorError> {
+    let dir = repository_root().join("operator/config/crd");
+    let unreadable = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OperatorError::Manifest { path, source }
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(unreadable(&dir))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|path| std::fs::read_to_string(path).map_err(unreadable(path)))
+        .collect()
 }
 
 /// The operator binary for the simulator: `$OPCONFORM_OPERATOR_BIN`, else the one in the

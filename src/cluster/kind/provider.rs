@@ -478,6 +478,17 @@ impl Provider for KindProvider {
                 action: format!("creating ValidatingAdmissionPolicy {name} and its binding"),
                 source,
             })?;
+        if let Err(e) = admission::wait_until_in_force(
+            &self.cluster.client(),
+            &name,
+            true,
+            admission::IN_FORCE_WITHIN,
+        )
+        .await
+        {
+            let _ = admission::remove(&self.cluster.client(), &name).await;
+            return Err(KindError::from(e).into());
+        }
         self.in_force.lock().await.rules.insert(id, name.clone());
         let reason = admission::reason_for_code(code).unwrap_or_default();
         self.faults.record(
@@ -501,6 +512,14 @@ impl Provider for KindProvider {
                 action: format!("deleting ValidatingAdmissionPolicy {name} and its binding"),
                 source,
             })?;
+        admission::wait_until_in_force(
+            &self.cluster.client(),
+            &name,
+            false,
+            admission::IN_FORCE_WITHIN,
+        )
+        .await
+        .map_err(|e| -> ProviderError { KindError::from(e).into() })?;
         in_force.rules.remove(&id);
         drop(in_force);
         self.faults.record(

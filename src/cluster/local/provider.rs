@@ -64,17 +64,23 @@ fn failed(e: impl std::error::Error + Send + Sync + 'static) -> ProviderError {
 }
 
 impl LocalProvider {
-    /// Starts a control plane from `binaries` and three nodes whose kubelets run `images`
-    /// as local processes; returns once every node is Ready.
+    /// Starts a control plane from `binaries`, with the CustomResourceDefinitions `crds`
+    /// (YAML) installed before its controllers start, and three nodes whose kubelets run
+    /// `images` as local processes; returns once every node is Ready.
     ///
     /// # Errors
     /// When the control plane or a kubelet does not start, or the nodes are not Ready
     /// within 60 s.
-    pub async fn start(binaries: Binaries, images: ImageMap) -> Result<Self, ProviderError> {
+    pub async fn start(
+        binaries: Binaries,
+        images: ImageMap,
+        crds: Vec<String>,
+    ) -> Result<Self, ProviderError> {
         let names: Vec<String> = (1..=NODES).map(|i| format!("worker-{i}")).collect();
         let mut config = ControlPlaneConfig::new(binaries);
         config.nodes = names.clone();
         config.node_monitor_grace_period = NODE_GRACE;
+        config.crds = crds;
         let plane = ControlPlane::start(config).await.map_err(failed)?;
         match Self::with_plane(plane, &names, images).await {
             Ok(provider) => Ok(provider),
@@ -276,6 +282,13 @@ impl Provider for LocalProvider {
                 action: format!("creating ValidatingAdmissionPolicy {name} and its binding"),
                 source,
             })?;
+        if let Err(e) =
+            admission::wait_until_in_force(&self.client, &name, true, admission::IN_FORCE_WITHIN)
+                .await
+        {
+            let _ = admission::remove(&self.client, &name).await;
+            return Err(ProviderError::Local(Box::new(e)));
+        }
         self.rules.lock().await.insert(id, name.clone());
         let reason = admission::reason_for_code(code).unwrap_or_default();
         self.faults.record(
@@ -298,6 +311,9 @@ impl Provider for LocalProvider {
                 action: format!("deleting ValidatingAdmissionPolicy {name} and its binding"),
                 source,
             })?;
+        admission::wait_until_in_force(&self.client, &name, false, admission::IN_FORCE_WITHIN)
+            .await
+            .map_err(|e| -> ProviderError { ProviderError::Local(Box::new(e)) })?;
         rules.remove(&id);
         drop(rules);
         self.faults.record(
