@@ -158,59 +158,71 @@ async fn client_for(kubeconfig: &str) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
+/// Text that differs between any two clusters, and its placeholder.
+static VOLATILE_TEXT: std::sync::LazyLock<Vec<(regex::Regex, &'static str)>> =
+    std::sync::LazyLock::new(|| {
+        [
+            (
+                r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+                "<uid>",
+            ),
+            (
+                r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})",
+                "<time>",
+            ),
+            // The ServiceAccount admission plugin names the token volume with a random suffix.
+            (r"kube-api-access-[a-z0-9]{5}", "kube-api-access-<random>"),
+            // A precondition failure names the live resourceVersion.
+            (r"in record \(\d+\)", "in record (<volatile>)"),
+        ]
+        .into_iter()
+        .map(|(pattern, placeholder)| (regex::Regex::new(pattern).unwrap(), placeholder))
+        .collect()
+    });
+
+fn mask(text: &str) -> String {
+    VOLATILE_TEXT
+        .iter()
+        .fold(text.to_string(), |text, (pattern, placeholder)| {
+            pattern.replace_all(&text, *placeholder).into_owned()
+        })
+}
+
 /// Replaces what differs between any two clusters — uids, resourceVersions, timestamps,
-/// tokens — with placeholders, everywhere in a JSON answer.
+/// tokens, certificates — with placeholders, everywhere in a JSON answer.
 fn normalize(value: Value) -> Value {
-    let uid =
-        regex::Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap();
-    let time = regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
-        .unwrap();
-    let access = regex::Regex::new(r"kube-api-access-[a-z0-9]{5}").unwrap();
-    fn walk(v: Value, uid: &regex::Regex, time: &regex::Regex, access: &regex::Regex) -> Value {
-        match v {
-            Value::Object(map) => Value::Object(
-                map.into_iter()
-                    .map(|(k, v)| {
-                        // managedFields keys name list items by uid: k:{"uid":"…"}.
-                        let k = uid.replace_all(&k, "<uid>").into_owned();
-                        let v = match k.as_str() {
-                            "resourceVersion" | "token" if v.is_string() => json!("<volatile>"),
-                            "time"
-                            | "creationTimestamp"
-                            | "deletionTimestamp"
-                            | "renewTime"
-                            | "acquireTime"
-                            | "expirationTimestamp"
-                                if v.is_string() =>
-                            {
-                                json!("<time>")
-                            }
-                            _ => walk(v, uid, time, access),
-                        };
-                        (k, v)
-                    })
-                    .collect(),
-            ),
-            Value::Array(items) => Value::Array(
-                items
-                    .into_iter()
-                    .map(|v| walk(v, uid, time, access))
-                    .collect(),
-            ),
-            // Each cluster has its own CA (kube-root-ca.crt).
-            Value::String(s) if s.starts_with("-----BEGIN CERTIFICATE-----") => {
-                json!("<certificate>")
-            }
-            Value::String(s) => {
-                let s = uid.replace_all(&s, "<uid>");
-                // The ServiceAccount admission plugin names the token volume with a random suffix.
-                let s = access.replace_all(&s, "kube-api-access-<random>");
-                Value::String(time.replace_all(&s, "<time>").into_owned())
-            }
-            other => other,
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    // managedFields keys name list items by uid: k:{"uid":"…"}.
+                    let k = mask(&k);
+                    let v = match k.as_str() {
+                        "resourceVersion" | "token" if v.is_string() => json!("<volatile>"),
+                        "time"
+                        | "creationTimestamp"
+                        | "deletionTimestamp"
+                        | "renewTime"
+                        | "acquireTime"
+                        | "expirationTimestamp"
+                            if v.is_string() =>
+                        {
+                            json!("<time>")
+                        }
+                        _ => normalize(v),
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(normalize).collect()),
+        // Each cluster has its own CA (kube-root-ca.crt).
+        Value::String(s) if s.starts_with("-----BEGIN CERTIFICATE-----") => {
+            json!("<certificate>")
         }
+        Value::String(s) => Value::String(mask(&s)),
+        other => other,
     }
-    walk(value, &uid, &time, &access)
 }
 
 type Act = for<'a> fn(&'a Target) -> BoxFuture<'a, ()>;
@@ -603,7 +615,16 @@ fn interactions() -> Vec<Interaction> {
                     "POST",
                     &widgets,
                     JSON,
-                    widget("typed", json!({"size": "three", "mode": "medium"})),
+                    widget("typed", json!({"size": "three"})),
+                )
+                .await;
+                // One invalid field per object: kube-apiserver reports several in the order it
+                // walks a Go map, which is not fixed.
+                t.admin(
+                    "POST",
+                    &widgets,
+                    JSON,
+                    widget("moded", json!({"size": 2, "mode": "medium"})),
                 )
                 .await;
                 t.admin("POST", &widgets, JSON, widget("empty", json!({})))
@@ -883,37 +904,8 @@ fn differences(interaction: &'static str, sim: &[Answer], real: &[Answer]) -> Ve
 /// any disagreement not listed here, and on an entry that no longer disagrees: fixing the
 /// simulator means deleting its line.
 const KNOWN: &[(&str, &str)] = &[
-    // Fields the strategy sets (spec.finalizers, status.phase) are owned by nobody.
-    ("create the namespace", ".metadata.managedFields"),
-    // ownerReferences items are atomic: `k:{"uid":…}: {}` under a `.` entry.
-    (
-        "a lock ConfigMap owned by another object: created once, refused after",
-        ".metadata.managedFields",
-    ),
-    // A failed JSON-patch `test` is a 422 "the server rejected our request …" with empty details.
-    ("merge, JSON and strategic merge patches", ".details"),
-    ("merge, JSON and strategic merge patches", ".message"),
-    // ConfigMap keys are validated (`a b` is refused).
-    ("invalid objects", ""),
-    ("invalid objects", "code"),
-    // An empty map is dropped (omitempty) and so is its managedFields entry; precondition
-    // failures name the kind and word it as 1.34 does.
-    ("delete with preconditions", ".data"),
-    ("delete with preconditions", ".metadata.managedFields"),
-    ("delete with preconditions", ".details.kind"),
-    ("delete with preconditions", ".message"),
-    // A TokenRequest's answer carries the ServiceAccount's uid and a managedFields entry.
-    (
-        "RBAC: a ServiceAccount without rights is refused",
-        ".metadata.managedFields",
-    ),
-    (
-        "RBAC: a ServiceAccount without rights is refused",
-        ".metadata.uid",
-    ),
-    // The replay includes `bad-key`, which the simulator accepted (see "invalid objects"),
-    // `doomed` without its empty data, and kube-root-ca.crt written by the manager
-    // kube-controller-manager (its root-ca-certificate-publisher), not kube-apiserver.
+    // kube-root-ca.crt is written by the manager kube-controller-manager (its
+    // root-ca-certificate-publisher), not kube-apiserver.
     ("watch from a resourceVersion, and from the beginning", ""),
     // Lists of built-in types leave out each item's apiVersion and kind; an unsupported field
     // selector is `"data.n" is not a known field selector: only "metadata.name", "metadata.namespace"`.
@@ -929,36 +921,8 @@ const KNOWN: &[(&str, &str)] = &[
         "field selectors: supported, and one that is not",
         ".message",
     ),
-    // A CRD is defaulted (spec.conversion.strategy None) and answered with status
-    // (acceptedNames empty, storedVersions); custom resources' managedFields keep `.` entries.
-    (
-        "a CRD with a schema: valid, invalid and status updates of its objects",
-        ".metadata.managedFields",
-    ),
-    (
-        "a CRD with a schema: valid, invalid and status updates of its objects",
-        ".spec.conversion",
-    ),
-    (
-        "a CRD with a schema: valid, invalid and status updates of its objects",
-        ".status",
-    ),
-    // Empty data and atomic ownerReferences as above; an orphaned dependent loses the
-    // ownerReferences field altogether (not an empty list).
-    (
-        "garbage collection: foreground and orphan propagation",
-        ".data",
-    ),
-    (
-        "garbage collection: foreground and orphan propagation",
-        ".metadata.managedFields",
-    ),
-    (
-        "garbage collection: foreground and orphan propagation",
-        ".metadata.ownerReferences",
-    ),
-    // Admission adds the projected kube-api-access volume and its mount, preemptionPolicy and
-    // priority; pods have a generation (1, 2 after deletion starts); a second deletion with
+    // The ServiceAccount admission plugin adds the projected kube-api-access volume and its
+    // mount; pods have a generation (1, 2 once deletion starts); a second deletion with
     // grace 0 answers deletionGracePeriodSeconds 0.
     (
         "pods: defaults, graceful deletion on a node, and at once when unscheduled",
@@ -970,28 +934,15 @@ const KNOWN: &[(&str, &str)] = &[
     ),
     (
         "pods: defaults, graceful deletion on a node, and at once when unscheduled",
-        ".metadata.managedFields",
-    ),
-    (
-        "pods: defaults, graceful deletion on a node, and at once when unscheduled",
         ".spec.containers[0].volumeMounts",
-    ),
-    (
-        "pods: defaults, graceful deletion on a node, and at once when unscheduled",
-        ".spec.preemptionPolicy",
     ),
     (
         "pods: defaults, graceful deletion on a node, and at once when unscheduled",
         ".spec.volumes",
     ),
-    // A namespace's deletion answer has no deletionGracePeriodSeconds; a create in a
-    // terminating namespace is refused with the cause NamespaceTerminating on metadata.namespace.
+    // A create in a terminating namespace is refused with the cause NamespaceTerminating on
+    // metadata.namespace.
     ("deleting the namespace", ".details.causes"),
-    (
-        "deleting the namespace",
-        ".metadata.deletionGracePeriodSeconds",
-    ),
-    ("deleting the namespace", ".metadata.managedFields"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -464,6 +464,7 @@ mod tests {
             ..RequestMatch::default()
         };
         let r = reject_policy("opconform-abc123-reject-1", &labels(), &m, 403, "no\nway").unwrap();
+        const PROBE: &str = "(request.resource.group == \"\" && request.resource.resource == \"configmaps\" && request.operation == \"CREATE\" && request.namespace == \"default\" && request.name == \"opconform-abc123-reject-1-probe\")";
         let policy = serde_json::to_value(&r.policy).unwrap();
         assert_eq!(
             policy,
@@ -483,10 +484,18 @@ mod tests {
                         "resources": ["leases", "leases/*"],
                         "resourceNames": ["lock"],
                         "scope": "*"
+                    }, {
+                        // The probe: a dry-run create only this policy refuses.
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["configmaps"],
+                        "scope": "Namespaced"
                     }]},
                     "matchConditions": [
-                        {"name": "namespace", "expression": "request.namespace == \"ops\""},
-                        {"name": "pod", "expression": "request.userInfo.username.startsWith(\"system:serviceaccount:ops:\") && \"authentication.kubernetes.io/pod-name\" in request.userInfo.extra && request.userInfo.extra[\"authentication.kubernetes.io/pod-name\"].exists(n, n == \"op-1\")"}
+                        {"name": "rule-or-probe", "expression": format!("{PROBE} || (request.operation in [\"UPDATE\"] && request.resource.group == \"coordination.k8s.io\" && request.resource.resource == \"leases\" && request.name == \"lock\")")},
+                        {"name": "namespace", "expression": format!("{PROBE} || (request.namespace == \"ops\")")},
+                        {"name": "pod", "expression": format!("{PROBE} || (request.userInfo.username.startsWith(\"system:serviceaccount:ops:\") && \"authentication.kubernetes.io/pod-name\" in request.userInfo.extra && request.userInfo.extra[\"authentication.kubernetes.io/pod-name\"].exists(n, n == \"op-1\"))")}
                     ],
                     "validations": [{"expression": "false", "message": "no way", "reason": "Forbidden"}]
                 }
@@ -522,7 +531,16 @@ mod tests {
         assert_eq!(rule.resources.as_deref().unwrap(), ["*", "*/*"]);
         assert_eq!(rule.api_groups.as_deref().unwrap(), ["*"]);
         assert_eq!(rule.resource_names, None);
-        assert_eq!(spec.match_conditions, None);
+        // Only the condition that keeps the probe's rule to the probe.
+        let conditions = spec.match_conditions.unwrap();
+        assert_eq!(conditions.len(), 1);
+        assert!(
+            conditions[0]
+                .expression
+                .ends_with("|| (request.operation in [\"CREATE\", \"UPDATE\", \"DELETE\"])"),
+            "{}",
+            conditions[0].expression
+        );
         assert_eq!(
             spec.validations.unwrap()[0].reason.as_deref(),
             Some("Invalid")

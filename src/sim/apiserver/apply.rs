@@ -14,27 +14,40 @@
 //! clients see what a real server would show. Lists are identified as in the real schemas:
 //! associative lists use the strategic-merge keys of [`super::patch::list_strategy`] (container
 //! ports and service ports are keyed by port and protocol, spread constraints by topology key and
-//! `whenUnsatisfiable`), `metadata.finalizers` is a set, everything else is atomic. Custom
-//! resources have atomic lists unless [`Schema::with_list_types`] says otherwise.
+//! `whenUnsatisfiable`), corrected where the OpenAPI `x-kubernetes-list-type` of the built-in
+//! kinds says otherwise (a service account's `secrets`, a node's `podCIDRs`, ...),
+//! `metadata.finalizers` is a set, everything else is atomic. The `structType=atomic` structs
+//! of the built-in kinds (owner references, label selectors, object references, key selectors,
+//! role references) are owned whole. Custom resources have atomic lists unless
+//! [`Schema::with_list_types`] says otherwise.
+//!
+//! An update records what upstream's comparison of the old and the new object finds: a field
+//! the old object lacks is "added" together with every map and list in it, which gives each of
+//! them its `.` member, except a field that the kind's Go type always serializes (a struct held
+//! by value such as `spec`, `template` or an existing container's `resources`, or a list without
+//! `omitempty` such as `containers`), which exists as a zero value in the object a create starts
+//! from and in every stored object. A custom resource starts from an empty object, so its
+//! `spec` is "added" too.
 //!
 //! A live object without any `managedFields` is treated as the real server does: all its fields
 //! belong to an `Update` manager called `before-first-apply`.
 //!
 //! # Caveats
 //!
-//! - No schema: every JSON object is a granular map except a few known atomic maps (label
-//!   selectors of workloads, services and disruption budgets, pod `nodeSelector`); fields are not
-//!   validated against a type and unknown fields are kept.
+//! - No schema: every JSON object is a granular map except the known atomic structs and maps of
+//!   the built-in kinds (see above); fields are not validated against a type and unknown fields
+//!   are kept.
 //! - Unions (discriminated one-of fields, e.g. a deployment strategy's `type`) are not
 //!   normalized, and CRD schemas are only honoured as far as [`Schema::with_list_types`] passes
 //!   their list types on (`x-kubernetes-map-type: atomic` maps of CRDs are granular here).
 //! - Version conversion is not modelled: ownership is compared whatever the entry's `apiVersion`.
 //! - The real server caps `Update` entries at ten by folding the oldest into `ancient-changes`;
 //!   this module keeps them all.
-//! - The `.` marker of a newly created map in an `Update` entry depends on Go zero values
-//!   upstream (a struct held by value always exists, so it is never "created"); here every new
-//!   map gets it except the fields that are such structs in the common kinds (`metadata`, `spec`,
-//!   `status`, `template`, `strategy`, `resources`, ...).
+//! - The fields Go types always serialize are listed for the kinds the simulator serves (and
+//!   the pod templates of the other workloads); other built-in kinds may get a `.` upstream
+//!   would not record.
+//! - What `omitempty` drops before the field manager sees an object (empty maps and lists,
+//!   `null`s) is the caller's job ([`super::objects::omit_empty`]).
 //! - `null` in an applied configuration deletes the field instead of storing `null`.
 //! - Status and spec resets done by the registries (status dropped on main-resource writes, spec
 //!   dropped on `/status` writes) are the caller's job; this module tracks whatever changed.
@@ -771,6 +784,9 @@ impl Walker<'_> {
             ["metadata", "ownerReferences"] => return Keying::Map(vec![("uid".to_owned(), None)]),
             _ => {}
         }
+        if let Some(list_type) = built_in_list_type(self.schema.kind, &path) {
+            return Keying::from_list_type(list_type);
+        }
         let tcp = || Some(Value::String("TCP".to_owned()));
         match list_strategy(self.schema.kind, &path) {
             ListStrategy::Replace => Keying::Atomic,
@@ -788,29 +804,17 @@ impl Walker<'_> {
         }
     }
 
-    /// Maps owned as a whole: label selectors (`structType=atomic`) and `mapType=atomic` maps.
+    /// Maps owned as a whole: `structType=atomic` structs (label selectors, object references,
+    /// the items of `metadata.ownerReferences`, ...) and `mapType=atomic` maps, as the OpenAPI
+    /// schemas of the built-in kinds say. A list's items are looked up by the list's path.
     fn is_atomic_map(&self, names: &[String]) -> bool {
         let path = Self::names(names);
         let kind = self.schema.kind;
-        let built_in = list_strategy(kind, &["metadata", "finalizers"]) != ListStrategy::Replace;
-        if !built_in {
-            return false;
+        // Every kind's ObjectMeta, a custom resource's included.
+        if path.as_slice() == ["metadata", "ownerReferences"] {
+            return true;
         }
-        match path.as_slice() {
-            ["spec", "selector"] => matches!(
-                kind,
-                "Deployment"
-                    | "ReplicaSet"
-                    | "StatefulSet"
-                    | "DaemonSet"
-                    | "Job"
-                    | "PodDisruptionBudget"
-                    | "Service"
-                    | "ReplicationController"
-            ),
-            [.., "spec", "nodeSelector"] => true,
-            _ => false,
-        }
+        is_built_in(kind) && is_atomic_struct(kind, &path)
     }
 
     /// The FieldsV1 key of a list item, or why it has none.
@@ -968,12 +972,7 @@ impl Walker<'_> {
                     path.pop();
                     names.pop();
                 }
-                let counts = match nodes {
-                    Nodes::Leaves => false,
-                    Nodes::Created => !names.last().is_some_and(|name| is_struct_value(name)),
-                    Nodes::All => true,
-                };
-                if counts {
+                if nodes == Nodes::All {
                     set.insert(path);
                 }
             }
@@ -1020,7 +1019,7 @@ impl Walker<'_> {
     ) {
         match (old, new) {
             (None, None) => {}
-            (None, Some(new)) => self.collect(new, names, path, &mut out.added, Nodes::Created),
+            (None, Some(new)) => self.collect_added(new, names, path, &mut out.added),
             (Some(old), None) => self.collect(old, names, path, &mut out.removed, Nodes::All),
             (Some(old), Some(new)) => self.compare_present(old, new, names, path, out),
         }
@@ -1126,7 +1125,7 @@ impl Walker<'_> {
                 gone.remove(path);
                 out.removed.union_with(&gone);
                 let mut added = FieldSet::default();
-                self.collect(new, names, path, &mut added, Nodes::Created);
+                self.collect(new, names, path, &mut added, Nodes::All);
                 added.remove(path);
                 out.added.union_with(&added);
             }
@@ -1143,9 +1142,50 @@ impl Walker<'_> {
         set: &mut FieldSet,
     ) {
         if matches!(keying, Keying::Map(_)) {
-            self.collect(item, names, path, set, Nodes::Created);
+            self.collect(item, names, path, set, Nodes::All);
         }
         set.insert(path);
+    }
+
+    /// Adds a field of `new` that the old object lacks, below a parent both have, as upstream's
+    /// comparison sees it: the field and every map and list in it are added (and get their `.`),
+    /// unless the Go type always serializes the field, in which case the old object has it as
+    /// a zero value and only what is inside it is added.
+    fn collect_added(
+        &self,
+        value: &Value,
+        names: &mut Vec<String>,
+        path: &mut Vec<String>,
+        set: &mut FieldSet,
+    ) {
+        if !is_always_serialized(self.schema.kind, &Self::names(names)) {
+            self.collect(value, names, path, set, Nodes::All);
+            return;
+        }
+        match value {
+            // The zero value is an empty struct or a null list, which this equals.
+            Value::Object(map) if map.is_empty() => {}
+            Value::Object(map) if !self.is_atomic_map(names) => {
+                for (key, child) in map {
+                    names.push(key.clone());
+                    path.push(format!("f:{key}"));
+                    self.collect_added(child, names, path, set);
+                    path.pop();
+                    names.pop();
+                }
+            }
+            Value::Array(items) => match self.keyed(items, names) {
+                Some((keying, keyed)) => {
+                    for (key, item) in keyed {
+                        path.push(key);
+                        self.collect_item(item, &keying, names, path, set);
+                        path.pop();
+                    }
+                }
+                None => set.insert(path),
+            },
+            _ => set.insert(path),
+        }
     }
 
     /// `live` with `applied` merged in: applied values win, keyed lists merge by key, atomic values are replaced.
@@ -1275,10 +1315,9 @@ impl Walker<'_> {
     }
 
     fn remove_fields(&self, value: &mut Value, set: &FieldSet, names: &mut Vec<String>) {
-        if self.is_atomic_map(names) {
-            return;
-        }
         match value {
+            // An atomic map (a list's atomic items too) is removed whole or not at all.
+            Value::Object(_) if self.is_atomic_map(names) => {}
             Value::Object(map) => {
                 let keys: Vec<String> = map.keys().cloned().collect();
                 for key in keys {
@@ -1339,19 +1378,193 @@ fn remove_then_check_emptied(value: &mut Value, remove: impl FnOnce(&mut Value))
     !was_empty && is_empty(value)
 }
 
-/// Fields that the Go types of the common kinds hold as structs by value: they exist in an empty
-/// object, so an update never "creates" them and upstream records no `.` for them.
-fn is_struct_value(name: &str) -> bool {
+/// Whether `kind` is a built-in kind, a Go type (one whose lists the strategic-merge tables
+/// know, or one of the create-only kinds of subresources and reviews), not a custom resource.
+fn is_built_in(kind: &str) -> bool {
+    list_strategy(kind, &["metadata", "finalizers"]) != ListStrategy::Replace
+        || matches!(
+            kind,
+            "TokenRequest"
+                | "TokenReview"
+                | "Scale"
+                | "Eviction"
+                | "SelfSubjectAccessReview"
+                | "SubjectAccessReview"
+                | "LocalSubjectAccessReview"
+                | "SelfSubjectReview"
+        )
+}
+
+/// The part of `path` inside the kind's pod spec (`[]` for the pod spec itself), if it is there.
+fn pod_spec_rest<'p>(kind: &str, path: &'p [&'p str]) -> Option<&'p [&'p str]> {
+    let prefix: &[&str] = match kind {
+        "Pod" => &["spec"],
+        "Deployment"
+        | "ReplicaSet"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "Job"
+        | "ReplicationController" => &["spec", "template", "spec"],
+        "PodTemplate" => &["template", "spec"],
+        "CronJob" => &["spec", "jobTemplate", "spec", "template", "spec"],
+        _ => return None,
+    };
+    path.strip_prefix(prefix)
+}
+
+/// The `structType=atomic` structs and `mapType=atomic` maps of the built-in kinds' OpenAPI
+/// schemas (ObjectMeta's owner references, label and node selectors, object references, the
+/// key selectors of environment variables and volumes, role references), by path.
+fn is_atomic_struct(kind: &str, path: &[&str]) -> bool {
+    if matches!(path, [.., "metadata", "ownerReferences"]) {
+        return true;
+    }
+    match (kind, path) {
+        (_, ["spec", "selector"]) => matches!(
+            kind,
+            "Deployment"
+                | "ReplicaSet"
+                | "StatefulSet"
+                | "DaemonSet"
+                | "Job"
+                | "PodDisruptionBudget"
+                | "Service"
+                | "ReplicationController"
+        ),
+        ("Event", ["involvedObject" | "related" | "regarding"])
+        | ("RoleBinding" | "ClusterRoleBinding", ["roleRef" | "subjects"])
+        | ("ClusterRole", ["aggregationRule", "clusterRoleSelectors"])
+        | ("ServiceAccount", ["secrets" | "imagePullSecrets"]) => true,
+        _ => pod_spec_rest(kind, path).is_some_and(|rest| {
+            matches!(
+                rest,
+                ["nodeSelector" | "imagePullSecrets"]
+                    | [
+                        _,
+                        "env",
+                        "valueFrom",
+                        "configMapKeyRef"
+                            | "secretKeyRef"
+                            | "fieldRef"
+                            | "resourceFieldRef"
+                            | "fileKeyRef"
+                    ]
+                    | [
+                        "volumes",
+                        ..,
+                        "fieldRef" | "resourceFieldRef" | "labelSelector"
+                    ]
+                    | [
+                        "volumes",
+                        "cephfs"
+                            | "cinder"
+                            | "flexVolume"
+                            | "iscsi"
+                            | "rbd"
+                            | "scaleIO"
+                            | "storageos",
+                        "secretRef"
+                    ]
+                    | ["volumes", "csi", "nodePublishSecretRef"]
+                    | [
+                        "volumes",
+                        "ephemeral",
+                        "volumeClaimTemplate",
+                        "spec",
+                        "selector" | "dataSource"
+                    ]
+                    | [
+                        "affinity",
+                        ..,
+                        "labelSelector" | "namespaceSelector" | "preference"
+                    ]
+                    | [
+                        "affinity",
+                        "nodeAffinity",
+                        "requiredDuringSchedulingIgnoredDuringExecution"
+                    ]
+                    | ["topologySpreadConstraints", "labelSelector"]
+            )
+        }),
+    }
+}
+
+/// List types of the built-in kinds' OpenAPI schemas that their strategic-merge keys do not
+/// give (server-side apply follows `x-kubernetes-list-type`, not `patchMergeKey`).
+fn built_in_list_type(kind: &str, path: &[&str]) -> Option<ListType> {
+    if !is_built_in(kind) {
+        return None;
+    }
+    let by_name = || Some(ListType::Map(vec!["name".to_owned()]));
+    match (kind, path) {
+        // The ObjectMeta of templates, an ephemeral volume's claim template's included.
+        (_, [.., "metadata", "finalizers"]) => Some(ListType::Set),
+        (_, [.., "metadata", "ownerReferences"]) => Some(ListType::Map(vec!["uid".to_owned()])),
+        ("ServiceAccount", ["secrets"]) | ("Pod", ["status", "resourceClaimStatuses"]) => by_name(),
+        ("Node", ["spec", "podCIDRs"]) => Some(ListType::Set),
+        ("Pod", ["status", "hostIPs"]) => Some(ListType::Atomic),
+        _ => match pod_spec_rest(kind, path)? {
+            [
+                "containers" | "initContainers" | "ephemeralContainers",
+                "resources",
+                "claims",
+            ]
+            | ["resources", "claims"] => by_name(),
+            _ => None,
+        },
+    }
+}
+
+/// Whether the Go type of a built-in kind always serializes the field at `path` when its parent
+/// exists: a struct held by value (`spec`, `template`, a container's `resources`, ...) or a list
+/// without `omitempty` (`containers`, a role's `rules`). Such a field is in the zero value a
+/// create starts from and in every stored object, so a write never "creates" it and upstream
+/// records no `.` for it. Custom resources start from an empty object: nothing is.
+pub(super) fn is_always_serialized(kind: &str, path: &[&str]) -> bool {
+    if path == ["metadata"] {
+        return true;
+    }
+    if !is_built_in(kind) {
+        return false;
+    }
+    if let Some(rest) = pod_spec_rest(kind, path) {
+        return matches!(
+            rest,
+            [] | ["containers"]
+                | [
+                    "containers" | "initContainers" | "ephemeralContainers",
+                    "resources"
+                ]
+                | ["volumes", "projected", "sources"]
+                | ["volumes", "cephfs" | "rbd", "monitors"]
+        );
+    }
+    if kind == "CustomResourceDefinition" {
+        return matches!(
+            path,
+            ["spec" | "status"]
+                | ["spec", "names" | "versions"]
+                | ["spec", "conversion", "webhook", "conversionReviewVersions"]
+                | ["status", "acceptedNames" | "conditions" | "storedVersions"]
+        );
+    }
     matches!(
-        name,
-        "metadata"
-            | "spec"
-            | "status"
-            | "template"
-            | "jobTemplate"
-            | "strategy"
-            | "updateStrategy"
-            | "resources"
+        path,
+        ["spec" | "status"]
+            | [.., "template" | "jobTemplate"]
+            | [.., "template" | "jobTemplate", "metadata" | "spec"]
+            | ["spec", "strategy" | "updateStrategy"]
+            | ["status", "loadBalancer" | "nodeInfo" | "daemonEndpoints"]
+            | ["status", "daemonEndpoints", "kubeletEndpoint"]
+            | ["status", "images", "names"]
+            | [
+                "status",
+                "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses",
+                "state" | "lastState"
+            ]
+            | ["involvedObject" | "source" | "regarding" | "deprecatedSource" | "roleRef"]
+            | ["rules"]
+            | ["rules", "verbs"]
     )
 }
 
@@ -1360,9 +1573,7 @@ fn is_struct_value(name: &str) -> bool {
 enum Nodes {
     /// None (an applied configuration's field set).
     Leaves,
-    /// Maps below the top level (fields an update created).
-    Created,
-    /// Every map and list (fields an update removed).
+    /// Every map and list (fields an update created or removed).
     All,
 }
 
@@ -2249,6 +2460,213 @@ mod tests {
                 ".spec.containers[name=\"c\"]",
                 ".spec.containers[name=\"c\"].image"
             ]
+        );
+    }
+
+    fn created_fields(object: &Value, kind: &str) -> Value {
+        let mut created = object.clone();
+        record_update(&Value::Null, &mut created, "kubectl-create", kind, T1, None);
+        entry_of(&created, "kubectl-create")["fieldsV1"].clone()
+    }
+
+    #[test]
+    fn owner_references_are_owned_as_whole_items_of_a_created_list() {
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "lock", "namespace": "default", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "leader", "uid": "u-1"}]}});
+        assert_eq!(
+            created_fields(&config_map, "ConfigMap"),
+            json!({"f:metadata": {"f:ownerReferences": {".": {}, "k:{\"uid\":\"u-1\"}": {}}}})
+        );
+    }
+
+    #[test]
+    fn changing_an_owner_reference_gives_the_whole_item_to_the_writer() {
+        let owner = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": "u-1"}]}})
+        };
+        let mut live = owner("first");
+        record_update(&Value::Null, &mut live, "creator", "ConfigMap", T1, None);
+        let mut renamed = owner("second");
+        renamed["metadata"]["managedFields"] = live["metadata"]["managedFields"].clone();
+        record_update(&live, &mut renamed, "renamer", "ConfigMap", T2, None);
+        assert_eq!(
+            entry_of(&renamed, "creator")["fieldsV1"],
+            json!({"f:metadata": {"f:ownerReferences": {}}})
+        );
+        assert_eq!(
+            entry_of(&renamed, "renamer")["fieldsV1"],
+            json!({"f:metadata": {"f:ownerReferences": {"k:{\"uid\":\"u-1\"}": {}}}})
+        );
+    }
+
+    #[test]
+    fn applying_a_changed_owner_reference_replaces_the_item_whole() {
+        let applied = |extra: Value| {
+            let mut reference =
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u-1"});
+            if let (Some(reference), Some(extra)) = (reference.as_object_mut(), extra.as_object()) {
+                reference.extend(extra.clone());
+            }
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "default", "ownerReferences": [reference]}})
+        };
+        let first = apply(
+            None,
+            &applied(json!({"controller": true})),
+            "a",
+            false,
+            "ConfigMap",
+            T1,
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let second = apply(
+            Some(&first),
+            &applied(json!({})),
+            "a",
+            false,
+            "ConfigMap",
+            T2,
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            second["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u-1"}])
+        );
+        assert_eq!(
+            entry_of(&second, "a")["fieldsV1"],
+            json!({"f:metadata": {"f:ownerReferences": {"k:{\"uid\":\"u-1\"}": {}}}})
+        );
+    }
+
+    #[test]
+    fn a_created_pod_marks_new_lists_and_the_structs_inside_new_items() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "finalizers": ["example.com/x"]},
+        "spec": {
+            "containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}},
+                "ports": [{"containerPort": 80, "protocol": "TCP"}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "x"}}],
+            "imagePullSecrets": [{"name": "pull"}],
+            "securityContext": {}
+        }});
+        assert_eq!(
+            created_fields(&pod, "Pod"),
+            json!({
+                "f:metadata": {"f:finalizers": {".": {}, "v:\"example.com/x\"": {}}},
+                "f:spec": {
+                    "f:containers": {"k:{\"name\":\"c\"}": {
+                        ".": {}, "f:image": {}, "f:name": {},
+                        "f:ports": {".": {}, "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {
+                            ".": {}, "f:containerPort": {}, "f:protocol": {}}},
+                        "f:resources": {".": {}, "f:limits": {".": {}, "f:cpu": {}}}
+                    }},
+                    "f:imagePullSecrets": {".": {}, "k:{\"name\":\"pull\"}": {}},
+                    "f:securityContext": {},
+                    "f:volumes": {".": {}, "k:{\"name\":\"v\"}": {
+                        ".": {}, "f:configMap": {".": {}, "f:name": {}}, "f:name": {}}}
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn a_new_container_in_a_live_pod_owns_its_resources_but_a_live_one_does_not() {
+        let pod = |containers: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": containers}})
+        };
+        let live = pod(json!([{"name": "a", "image": "i", "resources": {}}]));
+        let mut edited = pod(json!([
+            {"name": "a", "image": "i", "resources": {"limits": {"cpu": "1"}}},
+            {"name": "b", "image": "i", "resources": {"limits": {"cpu": "1"}}}
+        ]));
+        record_update(&live, &mut edited, "editor", "Pod", T1, None);
+        assert_eq!(
+            entry_of(&edited, "editor")["fieldsV1"]["f:spec"]["f:containers"],
+            json!({
+                "k:{\"name\":\"a\"}": {"f:resources": {"f:limits": {".": {}, "f:cpu": {}}}},
+                "k:{\"name\":\"b\"}": {".": {}, "f:image": {}, "f:name": {},
+                    "f:resources": {".": {}, "f:limits": {".": {}, "f:cpu": {}}}}
+            })
+        );
+    }
+
+    #[test]
+    fn a_created_custom_resource_marks_its_spec_as_created() {
+        let widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {"size": 3, "nested": {"a": "x"}}});
+        assert_eq!(
+            created_fields(&widget, "Widget"),
+            json!({"f:spec": {".": {}, "f:nested": {".": {}, "f:a": {}}, "f:size": {}}})
+        );
+    }
+
+    #[test]
+    fn role_references_object_references_and_key_selectors_are_owned_whole() {
+        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "b"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "User", "name": "u"}]});
+        assert_eq!(
+            created_fields(&binding, "RoleBinding"),
+            json!({"f:roleRef": {}, "f:subjects": {}})
+        );
+        let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
+            "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R"});
+        assert_eq!(
+            created_fields(&event, "Event"),
+            json!({"f:involvedObject": {}, "f:reason": {}})
+        );
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "env": [
+                {"name": "E", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}]}]}}}});
+        assert_eq!(
+            created_fields(&deployment, "Deployment")["f:spec"]["f:template"]["f:spec"]["f:containers"],
+            json!({"k:{\"name\":\"c\"}": {".": {}, "f:name": {}, "f:env": {".": {}, "k:{\"name\":\"E\"}": {
+                ".": {}, "f:name": {}, "f:valueFrom": {".": {}, "f:fieldRef": {}}}}}})
+        );
+    }
+
+    #[test]
+    fn an_empty_struct_the_go_type_always_has_records_nothing() {
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "l"}, "spec": {}});
+        let mut created = lease.clone();
+        record_update(
+            &Value::Null,
+            &mut created,
+            "kubectl-create",
+            "Lease",
+            T1,
+            None,
+        );
+        assert_eq!(created, lease);
+    }
+
+    #[test]
+    fn a_role_s_rules_are_one_field_even_when_empty() {
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "r"}, "rules": []});
+        assert_eq!(created_fields(&role, "Role"), json!({"f:rules": {}}));
+    }
+
+    #[test]
+    fn lists_follow_the_openapi_list_types_where_patch_keys_differ() {
+        let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "a"},
+            "secrets": [{"name": "s"}], "imagePullSecrets": [{"name": "p"}]});
+        assert_eq!(
+            created_fields(&account, "ServiceAccount"),
+            json!({"f:imagePullSecrets": {}, "f:secrets": {".": {}, "k:{\"name\":\"s\"}": {}}})
+        );
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+            "spec": {"podCIDRs": ["10.0.0.0/24"]}});
+        assert_eq!(
+            created_fields(&node, "Node"),
+            json!({"f:spec": {"f:podCIDRs": {".": {}, "v:\"10.0.0.0/24\"": {}}}})
         );
     }
 }

@@ -167,8 +167,10 @@ fn checks(rt: &ResourceType, version: &str, obj: &mut Value, old: Option<&Value>
         *obj = from_view(rt, view);
         causes
     } else {
-        objects::apply_defaults(rt, obj, old.is_none());
-        objects::validate(rt, obj, old)
+        objects::apply_defaults(rt, obj);
+        let mut causes = objects::validate(rt, obj, old);
+        causes.extend(super::validation::validate(rt, obj));
+        causes
     }
 }
 
@@ -214,7 +216,10 @@ pub(super) fn prepare_create(
     if !causes.is_empty() {
         return Err(invalid(rt, &name, causes));
     }
+    // The field manager runs on the decoded (defaulted) object, before the strategy and the
+    // mutating admission plugins add what nobody owns (endpoints/handlers/create.go).
     apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
+    objects::prepare_for_create(rt, &mut obj);
     Ok(obj)
 }
 
@@ -720,6 +725,7 @@ impl<'a> Call<'a> {
                 if !may_create {
                     return Err(ApiError::not_found(&rt.gr(), &name));
                 }
+                check_update_uid(rt, &ns, &name, &new, None)?;
                 // The storage drops whatever resourceVersion the body carries and creates:
                 // a PUT that creates is never refused for lacking (or having) one.
                 if let Some(m) = new["metadata"].as_object_mut() {
@@ -729,6 +735,7 @@ impl<'a> Call<'a> {
                 created = true;
                 return Ok(Write::Put(stored));
             };
+            check_update_uid(rt, &ns, &name, &new, Some(current))?;
             let latest = meta_str(current, "resourceVersion");
             if rv_unspecified(&rv) {
                 if !rt.allow_unconditional_update {
@@ -856,23 +863,17 @@ impl<'a> Call<'a> {
             let patched = match kind {
                 "application/json-patch+json" => {
                     let mut target = live.clone();
-                    patch::json_patch(&mut target, &patch_doc)
-                        .map_err(|e| status_error(e.status_code(), e.to_string()))?;
+                    patch::json_patch(&mut target, &patch_doc)?;
                     target
                 }
                 "application/merge-patch+json" => {
-                    if !patch_doc.is_object() {
-                        return Err(ApiError::BadRequest(
-                            "invalid JSON merge patch: expected an object".into(),
-                        ));
-                    }
+                    patch::check_merge_patch(&patch_doc)?;
                     let mut target = live.clone();
                     patch::merge_patch(&mut target, &patch_doc);
                     target
                 }
                 "application/strategic-merge-patch+json" => {
-                    patch::strategic_merge_patch(&live, &patch_doc, &rt.kind)
-                        .map_err(|e| status_error(e.status_code(), e.to_string()))?
+                    patch::strategic_merge_patch(&live, &patch_doc, &rt.kind)?
                 }
                 _ => apply::apply(
                     Some(&live),
@@ -967,10 +968,16 @@ impl<'a> Call<'a> {
         let opts = self.delete_options()?;
         let name = self.info.name.clone();
         let ns = self.ns(rt);
-        if rt.group == "apiextensions.k8s.io" {
-            self.delete_custom_resources_of(&name);
-        }
+        // A CRD's custom resources go once its own delete is accepted (preconditions hold),
+        // and not at all on a dry run.
+        let crd = (rt.group == "apiextensions.k8s.io")
+            .then(|| self.state.store.get(&rt.gr(), "", &name))
+            .flatten();
+        let dry_run = dry_run_requested(None, &opts)?;
         let (code, obj) = delete_object(self.state, rt, &ns, &name, &opts)?;
+        if let Some(crd) = crd.filter(|_| !dry_run) {
+            self.delete_custom_resources_of(&crd);
+        }
         Ok((code, self.present_delete(rt, obj)))
     }
 
@@ -983,13 +990,7 @@ impl<'a> Call<'a> {
         }
     }
 
-    fn delete_custom_resources_of(&self, crd_name: &str) {
-        let crd = self.state.store.get(
-            &GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"),
-            "",
-            crd_name,
-        );
-        let Some(crd) = crd else { return };
+    fn delete_custom_resources_of(&self, crd: &Value) {
         let gr = GroupResource::new(
             crd["spec"]["group"].as_str().unwrap_or_default(),
             crd["spec"]["names"]["plural"].as_str().unwrap_or_default(),
@@ -1072,8 +1073,7 @@ impl<'a> Call<'a> {
                 match self.content_type.as_str() {
                     "application/json-patch+json" => {
                         let mut s = scale.clone();
-                        patch::json_patch(&mut s, &doc)
-                            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+                        patch::json_patch(&mut s, &doc)?;
                         s
                     }
                     _ => {
@@ -1324,6 +1324,126 @@ pub enum Deleted {
     Pending(Value),
 }
 
+/// Checks a delete's `preconditions` against the stored object.
+///
+/// Most types check them in `rest.BeforeDelete` (apiserver `pkg/registry/rest/delete.go`),
+/// naming the kind and group of the internal type (`ConfigMap`, `Lease.coordination.k8s.io`,
+/// `Event` for both event APIs); namespaces and CRDs check them in their own `Delete` with the
+/// storage layer's wording and their resource.
+///
+/// # Errors
+/// Conflict when the uid or resourceVersion differs.
+fn check_delete_preconditions(
+    rt: &ResourceType,
+    name: &str,
+    pre: &Value,
+    current: &Value,
+) -> Result<(), ApiError> {
+    let own_delete = matches!(
+        (rt.group.as_str(), rt.resource.as_str()),
+        ("", "namespaces") | ("apiextensions.k8s.io", "customresourcedefinitions")
+    );
+    let kind = if rt.group == "events.k8s.io" {
+        GroupResource::new("", &rt.kind)
+    } else {
+        GroupResource::new(&rt.group, &rt.kind)
+    };
+    if let Some(uid) = pre["uid"].as_str() {
+        let actual = meta_str(current, "uid");
+        if uid != actual {
+            return Err(if own_delete {
+                ApiError::conflict(
+                    &rt.gr(),
+                    name,
+                    format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                    ),
+                )
+            } else {
+                ApiError::conflict(
+                    &kind,
+                    name,
+                    format!(
+                        "the UID in the precondition ({uid}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"
+                    ),
+                )
+            });
+        }
+    }
+    if let Some(rv) = pre["resourceVersion"].as_str() {
+        let actual = meta_str(current, "resourceVersion");
+        if rv != actual {
+            return Err(if own_delete {
+                ApiError::conflict(
+                    &rt.gr(),
+                    name,
+                    format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                    ),
+                )
+            } else {
+                ApiError::conflict(
+                    &kind,
+                    name,
+                    format!(
+                        "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({actual}). The object might have been modified"
+                    ),
+                )
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The storage layer's key of an object (`/registry/…`, as the `StorageError`s of etcd3 name
+/// it): the resource's storage prefix, then the namespace and the name.
+fn storage_key(rt: &ResourceType, namespace: &str, name: &str) -> String {
+    let prefix = match (rt.group.as_str(), rt.resource.as_str()) {
+        ("", "services") => "services/specs".to_string(),
+        ("", "nodes") => "minions".to_string(),
+        ("", "replicationcontrollers") => "controllers".to_string(),
+        ("", "endpoints") => "services/endpoints".to_string(),
+        ("events.k8s.io", "events") => "events".to_string(),
+        ("networking.k8s.io", "ingresses") => "ingress".to_string(),
+        ("apiextensions.k8s.io", _) => format!("{}/{}", rt.group, rt.resource),
+        _ if rt.is_custom() => format!("{}/{}", rt.group, rt.resource),
+        _ => rt.resource.clone(),
+    };
+    if namespace.is_empty() {
+        format!("/registry/{prefix}/{name}")
+    } else {
+        format!("/registry/{prefix}/{namespace}/{name}")
+    }
+}
+
+/// The uid precondition of an update: a PUT whose body names a uid is conditional on it
+/// (`defaultUpdatedObjectInfo.Preconditions`), checked by the storage layer against the stored
+/// object (an empty one when a PUT creates) and answered with its raw `StorageError`.
+///
+/// # Errors
+/// Conflict when the uids differ.
+fn check_update_uid(
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+    new: &Value,
+    current: Option<&Value>,
+) -> Result<(), ApiError> {
+    let uid = meta_str(new, "uid");
+    let actual = current.map_or("", |c| meta_str(c, "uid"));
+    if uid.is_empty() || uid == actual {
+        return Ok(());
+    }
+    Err(ApiError::conflict(
+        &rt.gr(),
+        name,
+        format!(
+            "StorageError: invalid object, Code: 4, Key: {}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}",
+            storage_key(rt, namespace, name)
+        ),
+    ))
+}
+
 /// Deletes one object with kube-apiserver's semantics: preconditions, pod grace periods,
 /// finalizers, and the `orphan`/`foregroundDeletion` finalizers of the propagation policy.
 ///
@@ -1356,21 +1476,7 @@ pub fn delete_object(
     let dry_run = dry_run_requested(None, opts)?;
     let written = state.store_write_as(&storage_gr, namespace, name, dry_run, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&gr, name))?;
-        let pre = &opts["preconditions"];
-        if let Some(uid) = pre["uid"].as_str() {
-            let actual = meta_str(current, "uid");
-            if uid != actual {
-                return Err(ApiError::conflict(&gr, name, format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")));
-            }
-        }
-        if let Some(rv) = pre["resourceVersion"].as_str() {
-            let actual = meta_str(current, "resourceVersion");
-            if rv != actual {
-                return Err(ApiError::conflict(&gr, name, format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}")));
-            }
-        }
+        check_delete_preconditions(rt, name, &opts["preconditions"], current)?;
         let mut obj = current.clone();
         let mut fins = finalizers(&obj);
         if state.config_gc() {
@@ -1389,8 +1495,13 @@ pub fn delete_object(
         let now = objects::now();
         let mut grace = 0i64;
         if is_pod {
-            let scheduled = obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
-            let terminal = matches!(obj["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+            let scheduled = obj["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
+            let terminal = matches!(
+                obj["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            );
             grace = opts["gracePeriodSeconds"]
                 .as_i64()
                 .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
@@ -1402,13 +1513,17 @@ pub fn delete_object(
                 grace = 0;
             }
             if let Some(existing) = obj["metadata"]["deletionGracePeriodSeconds"].as_i64()
-                && is_deleting(&obj) && grace >= existing {
-                    // A second delete may only shorten the grace period.
-                    grace = existing;
-                }
+                && is_deleting(&obj)
+                && grace >= existing
+            {
+                // A second delete may only shorten the grace period.
+                grace = existing;
+            }
         }
         let namespace_finalizers = is_namespace
-            && obj["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+            && obj["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
         if fins.is_empty() && grace == 0 && !namespace_finalizers {
             return Ok(Write::Delete);
         }
@@ -1416,14 +1531,14 @@ pub fn delete_object(
         let first = !is_deleting(&obj);
         let unchanged = !first
             && fins == finalizers(current)
-            && obj["metadata"]["deletionGracePeriodSeconds"].as_i64() == Some(grace);
+            && (is_namespace
+                || obj["metadata"]["deletionGracePeriodSeconds"].as_i64() == Some(grace));
         if unchanged {
             return Ok(Write::Keep);
         }
-        if first
-            && let Some(g) = obj["metadata"]["generation"].as_i64().filter(|g| *g > 0) {
-                obj["metadata"]["generation"] = json!(g + 1);
-            }
+        if first && let Some(g) = obj["metadata"]["generation"].as_i64().filter(|g| *g > 0) {
+            obj["metadata"]["generation"] = json!(g + 1);
+        }
         let deadline = if grace > 0 {
             (chrono::Utc::now() + chrono::Duration::seconds(grace))
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -1433,7 +1548,10 @@ pub fn delete_object(
         if first || grace > 0 {
             obj["metadata"]["deletionTimestamp"] = json!(deadline);
         }
-        obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        // The namespace registry's own Delete sets the timestamp and the phase, not a grace period.
+        if !is_namespace {
+            obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        }
         if !fins.is_empty() {
             obj["metadata"]["finalizers"] = json!(fins);
         }
@@ -1795,5 +1913,288 @@ mod tests {
         .unwrap();
         assert_eq!(code, 200);
         assert_eq!(applied["spec"]["holderIdentity"], "b");
+    }
+
+    fn delete_with(state: &State, path: &str, preconditions: Value) -> Reply {
+        send(
+            state,
+            Method::DELETE,
+            path,
+            "application/json",
+            json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions}),
+        )
+    }
+
+    #[test]
+    fn a_failed_delete_precondition_names_the_kind_as_before_delete_does() {
+        let state = state();
+        let cm = post(&state, CONFIGMAPS, configmap("doomed", "x"));
+        let uid = meta_str(&cm, "uid").to_string();
+        let other = "00000000-0000-0000-0000-000000000002";
+        let e = delete_with(
+            &state,
+            &format!("{CONFIGMAPS}/doomed"),
+            json!({"uid": other}),
+        )
+        .err();
+        assert_eq!(
+            e.as_ref().map(ApiError::to_status),
+            Some(
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("Operation cannot be fulfilled on ConfigMap \"doomed\": the UID in the precondition ({other}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"),
+                "reason": "Conflict", "details": {"name": "doomed", "kind": "ConfigMap"}, "code": 409})
+            )
+        );
+        let e = delete_with(
+            &state,
+            &format!("{CONFIGMAPS}/doomed"),
+            json!({"resourceVersion": "1"}),
+        )
+        .err();
+        assert_eq!(
+            e.map(|e| e.to_string()),
+            Some(format!(
+                "Operation cannot be fulfilled on ConfigMap \"doomed\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record ({}). The object might have been modified",
+                rv(&cm)
+            ))
+        );
+        let matching = json!({"uid": uid, "resourceVersion": rv(&cm)});
+        assert!(delete_with(&state, &format!("{CONFIGMAPS}/doomed"), matching).is_ok());
+    }
+
+    #[test]
+    fn a_grouped_kind_names_its_group_and_namespaces_keep_the_storage_wording() {
+        let state = state();
+        post(&state, LEASES, lease("l", "a"));
+        let e = delete_with(
+            &state,
+            &format!("{LEASES}/l"),
+            json!({"resourceVersion": "1"}),
+        )
+        .err();
+        let status = e.map(|e| e.to_status()).unwrap_or_default();
+        assert!(
+            status["message"].as_str().is_some_and(|m| m.starts_with(
+                "Operation cannot be fulfilled on Lease.coordination.k8s.io \"l\": the ResourceVersion in the precondition (1)"
+            )),
+            "{status}"
+        );
+        assert_eq!(
+            status["details"],
+            json!({"name": "l", "group": "coordination.k8s.io", "kind": "Lease"})
+        );
+        let ns = post(
+            &state,
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gone"}}),
+        );
+        let e = delete_with(&state, "/api/v1/namespaces/gone", json!({"uid": "u"})).err();
+        assert_eq!(
+            e.map(|e| e.to_string()),
+            Some(format!(
+                "Operation cannot be fulfilled on namespaces \"gone\": Precondition failed: UID in precondition: u, UID in object meta: {}",
+                meta_str(&ns, "uid")
+            ))
+        );
+    }
+
+    #[test]
+    fn a_deleted_namespace_has_no_deletion_grace_period() {
+        let state = state();
+        post(
+            &state,
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gone"}}),
+        );
+        let (code, ns) = send(
+            &state,
+            Method::DELETE,
+            "/api/v1/namespaces/gone",
+            "application/json",
+            json!({}),
+        )
+        .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(ns["status"]["phase"], "Terminating");
+        assert!(ns["metadata"]["deletionTimestamp"].is_string());
+        assert_eq!(ns["metadata"].get("deletionGracePeriodSeconds"), None);
+        let (_, again) = send(
+            &state,
+            Method::DELETE,
+            "/api/v1/namespaces/gone",
+            "application/json",
+            json!({}),
+        )
+        .unwrap();
+        assert_eq!(rv(&again), rv(&ns), "a second delete changes nothing");
+    }
+
+    fn widget_crd() -> Value {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+    }
+
+    #[test]
+    fn a_refused_or_dry_run_crd_delete_keeps_the_custom_resources() {
+        let state = state();
+        let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+        post(&state, crds, widget_crd());
+        let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+        post(
+            &state,
+            widgets,
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+        );
+        let crd = format!("{crds}/widgets.example.com");
+        let e = delete_with(&state, &crd, json!({"resourceVersion": "1"})).err();
+        assert!(e.is_some_and(|e| {
+            e.to_string()
+                .contains("Precondition failed: ResourceVersion in precondition: 1")
+        }));
+        let dry = send(
+            &state,
+            Method::DELETE,
+            &format!("{crd}?dryRun=All"),
+            "application/json",
+            json!({}),
+        );
+        assert!(dry.is_ok(), "{dry:?}");
+        let listed = send(
+            &state,
+            Method::GET,
+            widgets,
+            "application/json",
+            Value::Null,
+        );
+        assert_eq!(
+            listed
+                .ok()
+                .map(|(_, l)| l["items"].as_array().map(Vec::len)),
+            Some(Some(1))
+        );
+    }
+
+    #[test]
+    fn a_put_naming_another_uid_fails_the_storage_precondition() {
+        let state = state();
+        let cm = post(&state, CONFIGMAPS, configmap("a", "1"));
+        let other = "00000000-0000-0000-0000-000000000002";
+        let mut body = configmap("a", "2");
+        body["metadata"]["uid"] = json!(other);
+        let e = put(&state, &format!("{CONFIGMAPS}/a"), body).err();
+        assert_eq!(
+            e.as_ref().map(ApiError::to_status),
+            Some(
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("Operation cannot be fulfilled on configmaps \"a\": StorageError: invalid object, Code: 4, Key: /registry/configmaps/default/a, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {other}, UID in object meta: {}", meta_str(&cm, "uid")),
+                "reason": "Conflict", "details": {"name": "a", "kind": "configmaps"}, "code": 409})
+            )
+        );
+        // Checked before the resourceVersion, and against an empty object when a PUT creates.
+        let mut created = lease("new", "a");
+        created["metadata"]["uid"] = json!(other);
+        let e = put(&state, &format!("{LEASES}/new"), created).err();
+        assert_eq!(
+            e.map(|e| e.to_string()),
+            Some(format!(
+                "Operation cannot be fulfilled on leases.coordination.k8s.io \"new\": StorageError: invalid object, Code: 4, Key: /registry/leases/default/new, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {other}, UID in object meta: "
+            ))
+        );
+        let mut same = configmap("a", "3");
+        same["metadata"]["uid"] = cm["metadata"]["uid"].clone();
+        assert!(put(&state, &format!("{CONFIGMAPS}/a"), same).is_ok());
+    }
+
+    #[test]
+    fn storage_keys_follow_the_registry_prefixes() {
+        let r = crate::sim::apiserver::registry::Registry::new();
+        let key = |group: &str, resource: &str, ns: &str| {
+            r.lookup(group, "v1", resource)
+                .map(|rt| storage_key(rt, ns, "x"))
+                .unwrap_or_default()
+        };
+        assert_eq!(key("", "services", "d"), "/registry/services/specs/d/x");
+        assert_eq!(key("", "nodes", ""), "/registry/minions/x");
+        assert_eq!(key("", "namespaces", ""), "/registry/namespaces/x");
+        assert_eq!(
+            key("rbac.authorization.k8s.io", "clusterroles", ""),
+            "/registry/clusterroles/x"
+        );
+        assert_eq!(key("events.k8s.io", "events", "d"), "/registry/events/d/x");
+        assert_eq!(
+            key("apiextensions.k8s.io", "customresourcedefinitions", ""),
+            "/registry/apiextensions.k8s.io/customresourcedefinitions/x"
+        );
+    }
+
+    #[test]
+    fn a_config_map_with_a_bad_key_is_refused_with_the_real_status() {
+        let state = state();
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bad-key"}, "data": {"a b": "x"}});
+        let e = send(&state, Method::POST, CONFIGMAPS, "application/json", body).err();
+        let msg = "Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+        assert_eq!(
+            e.map(|e| e.to_status()),
+            Some(
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("ConfigMap \"bad-key\" is invalid: data[a b]: {msg}"),
+                "reason": "Invalid", "code": 422,
+                "details": {"name": "bad-key", "kind": "ConfigMap",
+                    "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": "data[a b]"}]}})
+            )
+        );
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"c d": "x"}});
+        let e = send(
+            &state,
+            Method::POST,
+            "/api/v1/namespaces/default/secrets",
+            "application/json",
+            secret,
+        )
+        .err();
+        assert!(e.is_some_and(|e| {
+            e.to_string()
+                .starts_with("Secret \"s\" is invalid: data[c d]: Invalid value: \"c d\"")
+        }));
+    }
+
+    #[test]
+    fn a_json_patch_that_does_not_apply_is_the_generic_422() {
+        let state = state();
+        post(&state, CONFIGMAPS, configmap("a", "1"));
+        let e = send(
+            &state,
+            Method::PATCH,
+            &format!("{CONFIGMAPS}/a"),
+            "application/json-patch+json",
+            json!([{"op": "test", "path": "/data/k", "value": "other"}]),
+        )
+        .err();
+        assert_eq!(
+            e.map(|e| e.to_status()),
+            Some(
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server rejected our request due to an error in our request",
+                "reason": "Invalid", "details": {}, "code": 422})
+            )
+        );
+        let e = send(
+            &state,
+            Method::PATCH,
+            &format!("{CONFIGMAPS}/a"),
+            "application/merge-patch+json",
+            json!([1]),
+        )
+        .err();
+        assert_eq!(
+            e.map(|e| e.to_string()).as_deref(),
+            Some(
+                "error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}"
+            )
+        );
     }
 }

@@ -30,6 +30,7 @@ pub mod state;
 pub mod status;
 pub mod store;
 pub mod tls;
+pub mod validation;
 pub mod watch;
 
 use std::convert::Infallible;

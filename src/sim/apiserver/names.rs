@@ -1,9 +1,11 @@
 //! Object name, label and annotation validation with the kube-apiserver's own messages, and the
 //! field-error `Cause` every validator of the simulated apiserver reports.
 //!
-//! The messages are those of apimachinery 1.32 (`util/validation`, `api/validation`,
+//! The messages are those of apimachinery 1.34 (`util/validation`, `api/validation`,
 //! `apis/meta/v1/validation`), and `Cause`'s `Display` renders a `field.Error` exactly as
-//! `(*field.Error).Error()` does, including Go's `%q`, `%v` and `%#v` renderings of the bad value.
+//! `(*field.Error).Error()` of apimachinery v0.34 does (`util/validation/field/errors.go`): a
+//! string bad value with Go's `%q`, a number or bool with `%v`, anything else (`null`, lists,
+//! maps, structs) as the JSON `encoding/json` writes. See [`go_value`].
 
 use std::fmt;
 
@@ -128,18 +130,22 @@ impl Cause {
         Self::new(field, value, FIELD_VALUE_NOT_SUPPORTED, detail)
     }
 
-    /// `field.TooLong(field, _, max)`: `may not be more than N bytes`, or `value is too long` without a limit.
+    /// `field.TooLong(field, _, max)`: `may not be more than N bytes` (`1 byte`), or `value is
+    /// too long` without a limit.
     pub fn too_long(field: &str, max: Option<usize>) -> Self {
         let detail = match max {
+            Some(1) => "may not be more than 1 byte".to_string(),
             Some(n) => format!("may not be more than {n} bytes"),
             None => "value is too long".to_string(),
         };
         Self::new(field, Value::Null, FIELD_VALUE_TOO_LONG, detail)
     }
 
-    /// `field.TooMany(field, actual, max)`: `must have at most N items`, or `has too many items`.
+    /// `field.TooMany(field, actual, max)`: `must have at most N items` (`1 item`), or `has too
+    /// many items`.
     pub fn too_many(field: &str, actual: usize, max: Option<usize>) -> Self {
         let detail = match max {
+            Some(1) => "must have at most 1 item".to_string(),
             Some(n) => format!("must have at most {n} items"),
             None => "has too many items".to_string(),
         };
@@ -433,6 +439,38 @@ pub fn path_segment_name(name: &str) -> Vec<String> {
         .collect()
 }
 
+const CONFIG_MAP_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
+const CONFIG_MAP_KEY_MSG: &str =
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+
+/// `IsConfigMapKey`: the keys of ConfigMap and Secret data.
+pub fn config_map_key(key: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if key.len() > 253 {
+        errs.push(max_len_error(253));
+    }
+    let shaped = !key.is_empty()
+        && key
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'));
+    if !shaped {
+        errs.push(regex_error(
+            CONFIG_MAP_KEY_MSG,
+            CONFIG_MAP_KEY_FMT,
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    // hasChDirPrefix
+    if key == "." {
+        errs.push("must not be '.'".to_string());
+    } else if key == ".." {
+        errs.push("must not be '..'".to_string());
+    } else if key.starts_with("..") {
+        errs.push("must not start with '..'".to_string());
+    }
+    errs
+}
+
 /// `maskTrailingDash`: a generateName may end in `-` (the random suffix follows).
 fn mask_trailing_dash(name: &str) -> String {
     if name.len() > 1 && name.ends_with('-') {
@@ -622,7 +660,7 @@ fn validate_owner_references(refs: Option<&Value>, field: &str, causes: &mut Vec
             causes.push(Cause::invalid(
                 &format!("{field}.kind"),
                 Value::from(kind),
-                "kind must not be empty",
+                "must not be empty",
             ));
         }
         let name = str_at(r, "name");
@@ -630,7 +668,7 @@ fn validate_owner_references(refs: Option<&Value>, field: &str, causes: &mut Vec
             causes.push(Cause::invalid(
                 &format!("{field}.name"),
                 Value::from(name),
-                "name must not be empty",
+                "must not be empty",
             ));
         }
         let uid = str_at(r, "uid");
@@ -638,13 +676,13 @@ fn validate_owner_references(refs: Option<&Value>, field: &str, causes: &mut Vec
             causes.push(Cause::invalid(
                 &format!("{field}.uid"),
                 Value::from(uid),
-                "uid must not be empty",
+                "must not be empty",
             ));
         }
         if group.is_empty() && version == "v1" && kind == "Event" {
             causes.push(Cause::invalid(
                 field,
-                r.clone(),
+                typed_owner_reference(r),
                 "/v1, Kind=Event is disallowed from being an owner",
             ));
         }
@@ -653,7 +691,7 @@ fn validate_owner_references(refs: Option<&Value>, field: &str, causes: &mut Vec
             match &first_controller {
                 Some(first) => causes.push(Cause::invalid(
                     field,
-                    Value::Array(refs.clone()),
+                    Value::Array(refs.iter().map(typed_owner_reference).collect()),
                     format!(
                         "Only one reference can have Controller set to true. Found \"true\" in references for {first} and {current}"
                     ),
@@ -662,6 +700,21 @@ fn validate_owner_references(refs: Option<&Value>, field: &str, causes: &mut Vec
             }
         }
     }
+}
+
+/// An owner reference as the typed `metav1.OwnerReference` holds it: the four string fields
+/// always (empty when missing), `controller` and `blockOwnerDeletion` only when set.
+fn typed_owner_reference(r: &Value) -> Value {
+    let mut typed = Map::new();
+    for key in ["apiVersion", "kind", "name", "uid"] {
+        typed.insert(key.to_string(), Value::from(str_at(r, key)));
+    }
+    for key in ["controller", "blockOwnerDeletion"] {
+        if let Some(b) = r.get(key).and_then(Value::as_bool) {
+            typed.insert(key.to_string(), Value::Bool(b));
+        }
+    }
+    Value::Object(typed)
 }
 
 /// `ValidateFinalizers`.
@@ -688,15 +741,17 @@ fn validate_finalizers(finalizers: Option<&Value>, field: &str, causes: &mut Vec
 // Go value rendering, shared with the schema validator.
 // ---------------------------------------------------------------------------------------------
 
-/// How `ErrorBody` prints a bad value: `%v` for numbers and bools, `%q` for strings, `%#v`
-/// for maps and slices; `nil` becomes the string `"null"`.
+/// How `ErrorBody` (apimachinery v0.34) prints a bad value: a string with `%q`, a number or bool
+/// with `%v`, everything else — `null`, lists, maps, structs — as `json.Marshal` writes it.
+///
+/// Values decoded from JSON hold int64 or float64 numbers, both printed with `%v`. A Go `int`
+/// (a count, say) would be marshalled instead, which prints the same digits.
 pub fn go_value(v: &Value) -> String {
     match v {
-        Value::Null => go_quote("null"),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => go_number(n),
         Value::String(s) => go_quote(s),
-        Value::Array(_) | Value::Object(_) => go_sharp_v(v, 0),
+        Value::Null | Value::Array(_) | Value::Object(_) => go_json(v),
     }
 }
 
@@ -708,30 +763,155 @@ pub fn go_number(n: &serde_json::Number) -> String {
     }
 }
 
-/// `%#v` of an `interface{}` holding decoded JSON (maps sorted by key, as Go's fmt does).
-fn go_sharp_v(v: &Value, depth: usize) -> String {
+/// The fields of the Go structs validators pass as bad values, in declaration order: the
+/// required ones (always written), then all of them. `encoding/json` writes a struct's fields in
+/// that order but a map's keys sorted, and a `Value` cannot tell the two apart; an object with
+/// every required field and no other than the struct's is taken for that struct.
+const GO_STRUCTS: &[(&[&str], &[&str])] = &[
+    // metav1.OwnerReference
+    (
+        &["apiVersion", "kind", "name", "uid"],
+        &[
+            "apiVersion",
+            "kind",
+            "name",
+            "uid",
+            "controller",
+            "blockOwnerDeletion",
+        ],
+    ),
+];
+
+/// `json.Marshal` of decoded JSON (`encoding/json` of Go 1.24): map keys sorted, HTML characters
+/// and U+2028/U+2029 escaped, floats in the ES6 style (`1e-7`, `1e+21`, otherwise plain digits).
+pub fn go_json(v: &Value) -> String {
+    let mut out = String::new();
+    write_go_json(v, &mut out, 0);
+    out
+}
+
+fn write_go_json(v: &Value, out: &mut String, depth: usize) {
     if depth > 256 {
-        return "...".to_string();
+        out.push_str("null");
+        return;
     }
     match v {
-        Value::Null => "interface {}(nil)".to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => go_number(n),
-        Value::String(s) => go_quote(s),
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => out.push_str(&i.to_string()),
+            None => out.push_str(&go_json_float(n.as_f64().unwrap_or(0.0))),
+        },
+        Value::String(s) => write_go_json_string(s, out),
         Value::Array(items) => {
-            let inner: Vec<String> = items.iter().map(|i| go_sharp_v(i, depth + 1)).collect();
-            format!("[]interface {{}}{{{}}}", inner.join(", "))
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go_json(item, out, depth + 1);
+            }
+            out.push(']');
         }
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let inner: Vec<String> = keys
-                .into_iter()
-                .map(|k| format!("{}:{}", go_quote(k), go_sharp_v(&m[k.as_str()], depth + 1)))
-                .collect();
-            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
+            let struct_order = GO_STRUCTS.iter().find_map(|(required, all)| {
+                let fits = required.iter().all(|k| m.contains_key(*k))
+                    && m.keys().all(|k| all.contains(&k.as_str()));
+                fits.then_some(*all)
+            });
+            let keys: Vec<&str> = match struct_order {
+                Some(order) => order
+                    .iter()
+                    .copied()
+                    .filter(|k| m.contains_key(*k))
+                    .collect(),
+                // serde_json's map iterates in key order, which is Go's (bytewise) order.
+                None => m.keys().map(String::as_str).collect(),
+            };
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go_json_string(k, out);
+                out.push(':');
+                write_go_json(&m[k], out, depth + 1);
+            }
+            out.push('}');
         }
     }
+}
+
+/// `encoding/json`'s `appendString` with HTML escaping on.
+fn write_go_json_string(s: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{0}'..='\u{1f}' => {
+                let b = c as u32;
+                out.push_str("\\u00");
+                out.push(char::from(HEX[(b >> 4) as usize & 0xf]));
+                out.push(char::from(HEX[b as usize & 0xf]));
+            }
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `encoding/json`'s float64 encoder: `strconv.FormatFloat(f, 'f', -1, 64)`, or the `'e'` form
+/// below 1e-6 and from 1e21 on with a one-digit negative exponent (`1e-7`, not `1e-07`).
+fn go_json_float(f: f64) -> String {
+    if !f.is_finite() {
+        // json.Marshal refuses these; decoded JSON never holds them.
+        return go_float(f);
+    }
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let s = go_float(f);
+        // go_float writes the same shortest digits; only the exponent's padding differs.
+        return match s.find("e-0") {
+            Some(i) if s.len() == i + 4 => format!("{}e-{}", &s[..i], &s[i + 3..]),
+            _ => s,
+        };
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.to_string();
+    }
+    // Shortest round-tripping digits, written out without an exponent.
+    let e = format!("{:e}", abs);
+    let (mantissa, exp) = e.split_once('e').unwrap_or((e.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let nd = digits.len() as i32;
+    let dp = exp + 1;
+    let mut out = String::new();
+    if f < 0.0 {
+        out.push('-');
+    }
+    if dp <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', dp.unsigned_abs() as usize));
+        out.push_str(&digits);
+    } else if dp >= nd {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', (dp - nd) as usize));
+    } else {
+        out.push_str(&digits[..dp as usize]);
+        out.push('.');
+        out.push_str(&digits[dp as usize..]);
+    }
+    out
 }
 
 /// Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`): the shortest digits, in
@@ -1112,7 +1292,7 @@ mod tests {
         );
         assert_eq!(
             rendered[2],
-            "metadata.ownerReferences.kind: Invalid value: \"\": kind must not be empty"
+            "metadata.ownerReferences.kind: Invalid value: \"\": must not be empty"
         );
         assert!(rendered[5].ends_with(
             "Only one reference can have Controller set to true. Found \"true\" in references for Deployment/d and /"
@@ -1141,20 +1321,101 @@ mod tests {
     }
 
     #[test]
-    fn values_render_as_go_prints_them() {
+    fn scalars_render_with_go_percent_v_and_percent_q() {
         assert_eq!(go_value(&json!(-1)), "-1");
         assert_eq!(go_value(&json!(1.5)), "1.5");
+        assert_eq!(go_value(&json!(1e6)), "1e+06");
         assert_eq!(go_value(&json!(true)), "true");
-        assert_eq!(go_value(&Value::Null), "\"null\"");
         assert_eq!(go_value(&json!("a\"b\n")), "\"a\\\"b\\n\"");
+    }
+
+    #[test]
+    fn null_lists_and_maps_render_as_json_since_apimachinery_1_34() {
+        assert_eq!(go_value(&Value::Null), "null");
         assert_eq!(
             go_value(&json!({"b": 1, "a": "x"})),
-            "map[string]interface {}{\"a\":\"x\", \"b\":1}"
+            "{\"a\":\"x\",\"b\":1}"
+        );
+        assert_eq!(go_value(&json!(["a", null, 2.5])), "[\"a\",null,2.5]");
+        assert_eq!(go_value(&json!({})), "{}");
+        assert_eq!(
+            Cause::duplicate("spec.ports[1]", json!({"port": 80})).to_string(),
+            "spec.ports[1]: Duplicate value: {\"port\":80}"
         );
         assert_eq!(
-            go_value(&json!(["a", null, 2.5])),
-            "[]interface {}{\"a\", interface {}(nil), 2.5}"
+            Cause::invalid("spec.x", Value::Null, "must be set").to_string(),
+            "spec.x: Invalid value: null: must be set"
         );
+    }
+
+    #[test]
+    fn json_rendering_escapes_and_formats_like_encoding_json() {
+        assert_eq!(go_json(&json!("<a&b>")), "\"\\u003ca\\u0026b\\u003e\"");
+        assert_eq!(
+            go_json(&json!("\u{1}\u{8}\u{c}\n\r\t\u{2028}é")),
+            "\"\\u0001\\b\\f\\n\\r\\t\\u2028é\""
+        );
+        assert_eq!(
+            go_json(&json!([1e6, 1e20, 1e21, 1e-6, 1e-7, 0.000123, -2.5, 1.0])),
+            "[1000000,100000000000000000000,1e+21,0.000001,1e-7,0.000123,-2.5,1]"
+        );
+        assert_eq!(go_json(&json!(1.5e-300)), "1.5e-300");
+        assert_eq!(go_json(&json!(u64::MAX)), "18446744073709552000");
+    }
+
+    #[test]
+    fn owner_references_render_in_struct_field_order() {
+        let meta = json!({"name": "x", "ownerReferences": [
+            {"uid": "1", "name": "a", "kind": "Deployment", "apiVersion": "apps/v1", "controller": true},
+            {"uid": "2", "name": "b", "kind": "ReplicaSet", "apiVersion": "apps/v1", "controller": true, "bogus": 1}
+        ]});
+        let causes = validate_object_meta(&meta, NameRule::Subdomain);
+        assert_eq!(
+            causes[0].to_string(),
+            "metadata.ownerReferences: Invalid value: [{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"name\":\"a\",\"uid\":\"1\",\"controller\":true},{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"b\",\"uid\":\"2\",\"controller\":true}]: Only one reference can have Controller set to true. Found \"true\" in references for Deployment/a and ReplicaSet/b"
+        );
+        let event = json!({"name": "x", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "u"}
+        ]});
+        assert_eq!(
+            validate_object_meta(&event, NameRule::Subdomain)[0].to_string(),
+            "metadata.ownerReferences: Invalid value: {\"apiVersion\":\"v1\",\"kind\":\"Event\",\"name\":\"e\",\"uid\":\"u\"}: /v1, Kind=Event is disallowed from being an owner"
+        );
+    }
+
+    #[test]
+    fn limits_of_one_are_worded_in_the_singular() {
+        assert_eq!(
+            Cause::too_long("f", Some(1)).to_string(),
+            "f: Too long: may not be more than 1 byte"
+        );
+        assert_eq!(
+            Cause::too_many("f", 2, Some(1)).to_string(),
+            "f: Too many: 2: must have at most 1 item"
+        );
+    }
+
+    #[test]
+    fn config_map_keys_are_checked_like_is_config_map_key() {
+        assert!(config_map_key("key.name").is_empty());
+        assert!(config_map_key("KEY_NAME-1").is_empty());
+        assert!(config_map_key(".hidden").is_empty());
+        assert_eq!(
+            config_map_key("a b"),
+            vec!["a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')".to_string()]
+        );
+        assert_eq!(config_map_key("."), vec!["must not be '.'".to_string()]);
+        assert_eq!(config_map_key(".."), vec!["must not be '..'".to_string()]);
+        assert_eq!(
+            config_map_key("..a"),
+            vec!["must not start with '..'".to_string()]
+        );
+        assert_eq!(config_map_key("").len(), 1);
+        assert_eq!(
+            config_map_key(&"a".repeat(254)),
+            vec!["must be no more than 253 characters".to_string()]
+        );
+        assert_eq!(config_map_key("é").len(), 1);
     }
 
     #[test]

@@ -1,10 +1,21 @@
-//! Per-kind rules of the registry strategies: defaulting (including the admission plugins
-//! every cluster runs: ServiceAccount, DefaultTolerationSeconds), validation with the real
-//! messages, generation bumps, and the events.k8s.io view of core events.
+//! Per-kind rules of the registry strategies: defaulting, validation with the real messages,
+//! generation bumps, and the events.k8s.io view of core events.
+//!
+//! Defaulting comes in two steps, because the real server records field ownership between
+//! them (`endpoints/handlers/create.go` runs the field manager on the decoded object before
+//! mutating admission and `rest.BeforeCreate`):
+//!
+//! - [`apply_defaults`] is what decoding a request does: the `SetDefaults_*` functions of the
+//!   versioned types, then Go's `omitempty` dropping `null`s, empty lists and empty maps
+//!   ([`omit_empty`]). Fields it sets belong to the writer's `managedFields` entry.
+//! - [`prepare_for_create`] is what the strategy's `PrepareForCreate` and the admission
+//!   plugins every cluster runs (ServiceAccount, DefaultTolerationSeconds, Priority) add to a
+//!   new object afterwards: nobody owns those fields.
 
 use chrono::{SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
+use super::apply;
 use super::names::{self, Cause, NameRule};
 use super::registry::{Backing, GenerationRule, ResourceType};
 use super::selectors::LabelSelector;
@@ -69,9 +80,13 @@ fn obj_mut<'a>(v: &'a mut Value, key: &str) -> &'a mut Value {
     &mut v[key]
 }
 
+/// Sets `key` of an object when it is absent or `null` (values that are not objects, which
+/// validation refuses, are left alone).
 fn set_default(v: &mut Value, key: &str, default: Value) {
-    if v.get(key).is_none_or(Value::is_null) {
-        v[key] = default;
+    if let Some(map) = v.as_object_mut()
+        && map.get(key).is_none_or(Value::is_null)
+    {
+        map.insert(key.to_owned(), default);
     }
 }
 
@@ -101,21 +116,102 @@ fn default_container(c: &mut Value) {
             set_default(port, "protocol", json!("TCP"));
         }
     }
+    if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
+        for var in env {
+            // SetDefaults_ObjectFieldSelector.
+            if let Some(field_ref) = var
+                .get_mut("valueFrom")
+                .and_then(|from| from.get_mut("fieldRef"))
+                .filter(|field_ref| field_ref.is_object())
+            {
+                set_default_if_empty(field_ref, "apiVersion", json!("v1"));
+            }
+        }
+    }
     for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
         if let Some(p) = c.get_mut(probe).filter(|p| p.is_object()) {
             set_default(p, "timeoutSeconds", json!(1));
             set_default(p, "periodSeconds", json!(10));
             set_default(p, "successThreshold", json!(1));
             set_default(p, "failureThreshold", json!(3));
-            if let Some(h) = p.get_mut("httpGet").filter(|h| h.is_object()) {
-                set_default(h, "scheme", json!("HTTP"));
-                set_default(h, "path", json!("/"));
+            default_handler(p);
+            if let Some(grpc) = p.get_mut("grpc").filter(|grpc| grpc.is_object()) {
+                set_default(grpc, "service", json!(""));
+            }
+        }
+    }
+    if let Some(lifecycle) = c.get_mut("lifecycle").filter(|l| l.is_object()) {
+        for hook in ["postStart", "preStop"] {
+            if let Some(handler) = lifecycle.get_mut(hook).filter(|h| h.is_object()) {
+                default_handler(handler);
             }
         }
     }
 }
 
-/// SetDefaults_PodSpec for pods and pod templates.
+/// SetDefaults_HTTPGetAction on a probe's or a lifecycle hook's `httpGet`.
+fn default_handler(handler: &mut Value) {
+    if let Some(h) = handler.get_mut("httpGet").filter(|h| h.is_object()) {
+        set_default_if_empty(h, "scheme", json!("HTTP"));
+        set_default_if_empty(h, "path", json!("/"));
+    }
+}
+
+/// Sets `key` when it is absent, `null` or the empty string (a Go string's zero value).
+fn set_default_if_empty(v: &mut Value, key: &str, default: Value) {
+    if let Some(map) = v.as_object_mut()
+        && map.get(key).is_none_or(|x| x.is_null() || x == "")
+    {
+        map.insert(key.to_owned(), default);
+    }
+}
+
+/// The volume defaults: an `emptyDir` for a volume without a source, the file modes of
+/// secret, configMap, downwardAPI and projected volumes, a projected token's lifetime, and
+/// the field selectors' API version.
+fn default_volume(volume: &mut Value) {
+    let Some(map) = volume.as_object_mut() else {
+        return;
+    };
+    if map
+        .iter()
+        .all(|(key, value)| key == "name" || value.is_null())
+    {
+        map.insert("emptyDir".into(), json!({}));
+    }
+    for source in ["secret", "configMap", "downwardAPI", "projected"] {
+        if let Some(source) = volume.get_mut(source).filter(|s| s.is_object()) {
+            set_default(source, "defaultMode", json!(420));
+        }
+    }
+    default_field_refs(volume.pointer_mut("/downwardAPI/items"));
+    if let Some(sources) = volume
+        .pointer_mut("/projected/sources")
+        .and_then(Value::as_array_mut)
+    {
+        for source in sources {
+            if let Some(token) = source
+                .get_mut("serviceAccountToken")
+                .filter(|t| t.is_object())
+            {
+                set_default(token, "expirationSeconds", json!(3600));
+            }
+            default_field_refs(source.pointer_mut("/downwardAPI/items"));
+        }
+    }
+}
+
+/// SetDefaults_ObjectFieldSelector on the items of a downwardAPI volume or projection.
+fn default_field_refs(items: Option<&mut Value>) {
+    for item in items.and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(field_ref) = item.get_mut("fieldRef").filter(|f| f.is_object()) {
+            set_default_if_empty(field_ref, "apiVersion", json!("v1"));
+        }
+    }
+}
+
+/// SetDefaults_PodSpec for pods and pod templates, with the defaults of their containers and
+/// volumes.
 pub fn default_pod_spec(spec: &mut Value) {
     if !spec.is_object() {
         return;
@@ -125,21 +221,73 @@ pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "dnsPolicy", json!("ClusterFirst"));
     set_default(spec, "schedulerName", json!("default-scheduler"));
     set_default(spec, "securityContext", json!({}));
-    for list in ["containers", "initContainers"] {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
         if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
             cs.iter_mut().for_each(default_container);
         }
     }
+    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        volumes.iter_mut().for_each(default_volume);
+    }
 }
 
-/// What the admission plugins every cluster runs add to a new Pod.
+/// The containers of a pod spec's `containers` and `initContainers`.
+fn containers_mut(spec: &mut Value) -> impl Iterator<Item = &mut Value> {
+    let Some(spec) = spec.as_object_mut() else {
+        return Vec::new().into_iter();
+    };
+    let mut out = Vec::new();
+    for (key, list) in spec.iter_mut() {
+        if matches!(key.as_str(), "containers" | "initContainers")
+            && let Value::Array(items) = list
+        {
+            out.extend(items.iter_mut());
+        }
+    }
+    out.into_iter()
+}
+
+/// SetDefaults_Pod: what only a Pod gets, not a pod template (requests from limits, service
+/// links, host ports on the host network).
+fn default_pod(spec: &mut Value) {
+    let host_network = spec["hostNetwork"] == json!(true);
+    for c in containers_mut(spec) {
+        if let Some(resources) = c.get_mut("resources").filter(|r| r.is_object())
+            && let Some(limits) = resources["limits"].as_object().cloned()
+        {
+            let requests = obj_mut(resources, "requests");
+            for (key, value) in limits {
+                set_default(requests, &key, value);
+            }
+        }
+        if host_network {
+            for port in c
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let container_port = port["containerPort"].clone();
+                if let Some(port) = port.as_object_mut()
+                    && port.get("hostPort").is_none_or(|p| p.is_null() || p == 0)
+                {
+                    port.insert("hostPort".into(), container_port);
+                }
+            }
+        }
+    }
+    set_default(spec, "enableServiceLinks", json!(true));
+}
+
+/// What the admission plugins every cluster runs add to a new Pod (ServiceAccount,
+/// DefaultTolerationSeconds, Priority) and what its strategy sets (the pending status).
 fn admit_pod(pod: &mut Value) {
     let spec = obj_mut(pod, "spec");
     set_default(spec, "serviceAccountName", json!("default"));
     let sa = spec["serviceAccountName"].clone();
     set_default(spec, "serviceAccount", sa);
-    set_default(spec, "enableServiceLinks", json!(true));
     set_default(spec, "priority", json!(0));
+    set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     // DefaultTolerationSeconds.
     let mut tolerations = spec["tolerations"].as_array().cloned().unwrap_or_default();
     for key in [
@@ -159,14 +307,15 @@ fn admit_pod(pod: &mut Value) {
     set_default(status, "qosClass", json!("BestEffort"));
 }
 
-/// Applies the type's defaults to an object about to be written.
-pub fn apply_defaults(rt: &ResourceType, obj: &mut Value, creating: bool) {
+/// Applies the type's defaults to an object about to be written, as decoding the request does
+/// (the versioned types' `SetDefaults_*`), and drops what `omitempty` drops ([`omit_empty`]).
+/// What a create adds besides is [`prepare_for_create`]'s.
+pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
     match (rt.group.as_str(), rt.resource.as_str()) {
         ("", "pods") => {
-            default_pod_spec(obj_mut(obj, "spec"));
-            if creating {
-                admit_pod(obj);
-            }
+            let spec = obj_mut(obj, "spec");
+            default_pod_spec(spec);
+            default_pod(spec);
         }
         ("apps", "deployments") => {
             let spec = obj_mut(obj, "spec");
@@ -189,13 +338,9 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value, creating: bool) {
         }
         ("", "namespaces") => {
             let name = obj["metadata"]["name"].clone();
-            let labels = obj_mut(obj_mut(obj, "metadata"), "labels");
-            labels["kubernetes.io/metadata.name"] = name;
-            if creating {
-                let spec = obj_mut(obj, "spec");
-                set_default(spec, "finalizers", json!(["kubernetes"]));
-                let status = obj_mut(obj, "status");
-                set_default(status, "phase", json!("Active"));
+            if name.as_str().is_some_and(|name| !name.is_empty()) {
+                let labels = obj_mut(obj_mut(obj, "metadata"), "labels");
+                labels["kubernetes.io/metadata.name"] = name;
             }
         }
         ("", "secrets") => {
@@ -211,23 +356,207 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value, creating: bool) {
                 }
             }
         }
-        ("", "services") => {
-            let spec = obj_mut(obj, "spec");
-            set_default(spec, "type", json!("ClusterIP"));
-            set_default(spec, "sessionAffinity", json!("None"));
-            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
-                for p in ports {
-                    set_default(p, "protocol", json!("TCP"));
-                    let port = p["port"].clone();
-                    set_default(p, "targetPort", port);
+        ("", "services") => default_service(obj_mut(obj, "spec")),
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            const RBAC: &str = "rbac.authorization.k8s.io";
+            if let Some(role_ref) = obj.get_mut("roleRef").filter(|r| r.is_object()) {
+                set_default_if_empty(role_ref, "apiGroup", json!(RBAC));
+            }
+            for subject in obj
+                .get_mut("subjects")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if matches!(subject["kind"].as_str(), Some("User" | "Group")) {
+                    set_default_if_empty(subject, "apiGroup", json!(RBAC));
                 }
             }
         }
         ("", "nodes") => {
             obj_mut(obj, "spec");
         }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => default_crd_spec(obj),
         _ => {}
     }
+    omit_empty(rt, obj);
+}
+
+/// SetDefaults_CustomResourceDefinitionSpec and SetDefaults_ServiceReference.
+fn default_crd_spec(crd: &mut Value) {
+    let spec = obj_mut(crd, "spec");
+    if let Some(names) = spec.get_mut("names").filter(|n| n.is_object()) {
+        let kind = names["kind"].as_str().unwrap_or_default().to_owned();
+        set_default_if_empty(names, "singular", json!(kind.to_lowercase()));
+        if !kind.is_empty() {
+            set_default_if_empty(names, "listKind", json!(format!("{kind}List")));
+        }
+    }
+    set_default(spec, "conversion", json!({"strategy": "None"}));
+    if let Some(service) = spec
+        .pointer_mut("/conversion/webhook/clientConfig/service")
+        .filter(|s| s.is_object())
+    {
+        set_default(service, "port", json!(443));
+    }
+}
+
+/// SetDefaults_Service.
+fn default_service(spec: &mut Value) {
+    set_default_if_empty(spec, "sessionAffinity", json!("None"));
+    match spec["sessionAffinity"].as_str() {
+        Some("None") => {
+            if let Some(spec) = spec.as_object_mut() {
+                spec.remove("sessionAffinityConfig");
+            }
+        }
+        Some("ClientIP")
+            if spec
+                .pointer("/sessionAffinityConfig/clientIP/timeoutSeconds")
+                .is_none_or(Value::is_null) =>
+        {
+            spec["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 10800}});
+        }
+        _ => {}
+    }
+    set_default_if_empty(spec, "type", json!("ClusterIP"));
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            set_default_if_empty(p, "protocol", json!("TCP"));
+            let port = p["port"].clone();
+            if let Some(p) = p.as_object_mut()
+                && p.get("targetPort")
+                    .is_none_or(|t| t.is_null() || t == 0 || t == "")
+            {
+                p.insert("targetPort".into(), port);
+            }
+        }
+    }
+    let service_type = spec["type"].as_str().unwrap_or_default().to_owned();
+    let has_external_ips = spec["externalIPs"]
+        .as_array()
+        .is_some_and(|ips| !ips.is_empty());
+    let externally_accessible = matches!(service_type.as_str(), "LoadBalancer" | "NodePort")
+        || (service_type == "ClusterIP" && has_external_ips);
+    if externally_accessible {
+        set_default_if_empty(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if matches!(
+        service_type.as_str(),
+        "ClusterIP" | "NodePort" | "LoadBalancer"
+    ) {
+        set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if service_type == "LoadBalancer" {
+        set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+}
+
+/// What a new object gets after its field ownership is recorded: the strategy's
+/// `PrepareForCreate` (a namespace's `kubernetes` finalizer and phase) and the admission
+/// plugins' changes (a pod's service account, tolerations, priority and pending status).
+pub fn prepare_for_create(rt: &ResourceType, obj: &mut Value) {
+    match (rt.group.as_str(), rt.resource.as_str()) {
+        ("", "pods") => admit_pod(obj),
+        ("", "namespaces") => {
+            let spec = obj_mut(obj, "spec");
+            let mut finalizers = spec["finalizers"].as_array().cloned().unwrap_or_default();
+            if !finalizers.iter().any(|f| f == "kubernetes") {
+                finalizers.push(json!("kubernetes"));
+            }
+            spec["finalizers"] = Value::Array(finalizers);
+            obj_mut(obj, "status")["phase"] = json!("Active");
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            // A fresh status (the Go zero values of its names and conditions) with the
+            // storage version stored; the establishing controller fills in the rest.
+            let stored: Vec<Value> = obj["spec"]["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|v| v["storage"] == json!(true))
+                .take(1)
+                .map(|v| v["name"].clone())
+                .collect();
+            obj["status"] = json!({
+                "acceptedNames": {"kind": "", "plural": ""},
+                "conditions": null,
+                "storedVersions": stored,
+            });
+        }
+        _ => {}
+    }
+}
+
+/// Drops what Go's `omitempty` drops when the real server decodes a built-in object and
+/// encodes it again: `null` fields, empty lists (except the few without `omitempty`, e.g. a
+/// pod's `containers` and a role's `rules`), and empty maps of map-typed fields (`labels`,
+/// `annotations`, a ConfigMap's `data` and `binaryData`, `nodeSelector`, resource lists, ...).
+/// Empty structs stay (`securityContext: {}`), as Go encodes them. Custom resources and CRDs
+/// keep everything: they are not Go structs here.
+pub fn omit_empty(rt: &ResourceType, obj: &mut Value) {
+    if rt.is_custom() || rt.group == "apiextensions.k8s.io" {
+        return;
+    }
+    omit_empty_in(&rt.kind, obj, &mut Vec::new());
+}
+
+fn omit_empty_in(kind: &str, value: &mut Value, names: &mut Vec<String>) {
+    if names.as_slice() == ["metadata", "managedFields"] {
+        return;
+    }
+    match value {
+        Value::Object(map) if !is_go_map(kind, names) => {
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for key in keys {
+                let Some(child) = map.get_mut(&key) else {
+                    continue;
+                };
+                names.push(key);
+                omit_empty_in(kind, child, names);
+                let omitted = match child {
+                    Value::Null => true,
+                    Value::Array(items) => items.is_empty() && !is_always_serialized(kind, names),
+                    Value::Object(fields) => fields.is_empty() && is_go_map(kind, names),
+                    _ => false,
+                };
+                if let Some(key) = names.pop()
+                    && omitted
+                {
+                    map.remove(&key);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                omit_empty_in(kind, item, names);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether the field at `names` is a Go map (not a struct) in the built-in kinds' types.
+fn is_go_map(kind: &str, names: &[String]) -> bool {
+    let path: Vec<&str> = names.iter().map(String::as_str).collect();
+    match path.as_slice() {
+        ["data" | "binaryData" | "stringData"] => matches!(kind, "ConfigMap" | "Secret"),
+        ["spec", "selector"] => kind == "Service",
+        [.., "flexVolume", "options"] => true,
+        [
+            ..,
+            "labels" | "annotations" | "nodeSelector" | "matchLabels" | "limits" | "requests"
+            | "capacity" | "allocatable" | "allocatedResources" | "overhead" | "volumeAttributes",
+        ] => true,
+        _ => false,
+    }
+}
+
+/// Whether the Go types always encode the field at `names`, empty or not (see
+/// [`apply::is_always_serialized`]).
+fn is_always_serialized(kind: &str, names: &[String]) -> bool {
+    let path: Vec<&str> = names.iter().map(String::as_str).collect();
+    apply::is_always_serialized(kind, &path)
 }
 
 fn int_at(v: &Value, key: &str) -> Option<i64> {
@@ -594,7 +923,8 @@ mod tests {
         let r = Registry::new();
         let rt = r.lookup("", "v1", "pods").unwrap();
         let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "memcached:1.6"}]}});
-        apply_defaults(rt, &mut pod, true);
+        apply_defaults(rt, &mut pod);
+        prepare_for_create(rt, &mut pod);
         assert_eq!(pod["spec"]["serviceAccountName"], "default");
         assert_eq!(pod["spec"]["tolerations"].as_array().unwrap().len(), 2);
         assert_eq!(
@@ -636,5 +966,155 @@ mod tests {
         assert_eq!(v1["regarding"]["name"], "x");
         assert_eq!(v1["note"], "hi");
         assert_eq!(events_v1_to_core_event(v1), core);
+    }
+
+    /// POSTs `body` to `path` as the admin with the manager `kubectl-create`.
+    fn create(path: &str, body: Value) -> Value {
+        use crate::sim::apiserver::auth::UserInfo;
+        use crate::sim::apiserver::handlers::Call;
+        use crate::sim::apiserver::request::{self, Query};
+        use crate::sim::apiserver::state::{ApiServerConfig, State};
+        let state = State::new(ApiServerConfig::default(), String::new());
+        let query = Query::parse(None);
+        let info = request::parse(&hyper::Method::POST, path, &query);
+        let user = UserInfo::admin();
+        let call = Call {
+            state: &state,
+            info: &info,
+            query: &query,
+            content_type: "application/json".into(),
+            body: bytes::Bytes::from(body.to_string()),
+            manager: "kubectl-create".into(),
+            user: &user,
+        };
+        match call.serve() {
+            Ok((201, created)) => created,
+            Ok((code, answer)) => panic!("POST {path}: {code} {answer}"),
+            Err(error) => panic!("POST {path}: {error}"),
+        }
+    }
+
+    fn fields_of(object: &Value) -> Value {
+        let entries = object["metadata"]["managedFields"].as_array();
+        assert_eq!(entries.map(Vec::len), Some(1), "{object}");
+        object["metadata"]["managedFields"][0]["fieldsV1"].clone()
+    }
+
+    #[test]
+    fn a_created_namespace_owns_its_name_label_but_not_the_finalizer_or_phase_the_strategy_sets() {
+        let namespace = create(
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "owned"}}),
+        );
+        assert_eq!(namespace["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(namespace["status"]["phase"], "Active");
+        assert_eq!(
+            fields_of(&namespace),
+            json!({"f:metadata": {"f:labels": {".": {}, "f:kubernetes.io/metadata.name": {}}}})
+        );
+    }
+
+    #[test]
+    fn a_config_map_with_only_empty_maps_is_stored_without_them_and_without_managed_fields() {
+        let config_map = create(
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "empty", "labels": {}, "annotations": null, "finalizers": []},
+                "data": {}, "binaryData": {}}),
+        );
+        assert_eq!(config_map.get("data"), None);
+        assert_eq!(config_map.get("binaryData"), None);
+        let metadata = &config_map["metadata"];
+        for field in ["labels", "annotations", "finalizers", "managedFields"] {
+            assert_eq!(metadata.get(field), None, "{field} in {config_map}");
+        }
+    }
+
+    #[test]
+    fn a_created_pod_owns_its_decoded_defaults_but_not_what_admission_adds() {
+        let pod = create(
+            "/api/v1/namespaces/default/pods",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1",
+                    "resources": {"limits": {"cpu": "1"}}, "args": []}]}}),
+        );
+        assert_eq!(pod["spec"]["serviceAccountName"], "default");
+        assert_eq!(pod["spec"]["preemptionPolicy"], "PreemptLowerPriority");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["requests"],
+            json!({"cpu": "1"})
+        );
+        assert_eq!(pod["spec"]["containers"][0].get("args"), None);
+        assert_eq!(
+            fields_of(&pod),
+            json!({"f:spec": {
+                "f:containers": {"k:{\"name\":\"c\"}": {
+                    ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                    "f:resources": {".": {}, "f:limits": {".": {}, "f:cpu": {}}, "f:requests": {".": {}, "f:cpu": {}}},
+                    "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+                "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {},
+                "f:schedulerName": {}, "f:securityContext": {}, "f:terminationGracePeriodSeconds": {}
+            }})
+        );
+    }
+
+    #[test]
+    fn omitempty_drops_empty_lists_and_maps_but_keeps_empty_structs_and_lists_without_it() {
+        let r = Registry::new();
+        let rt = r.lookup("", "v1", "pods").unwrap();
+        let mut pod = json!({"metadata": {"name": "p", "labels": {}, "ownerReferences": []},
+            "spec": {"containers": [{"name": "c", "env": [], "resources": {"limits": {}}}],
+                "nodeSelector": {}, "tolerations": [], "securityContext": {}, "hostname": null}});
+        omit_empty(rt, &mut pod);
+        assert_eq!(
+            pod,
+            json!({"metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "resources": {}}], "securityContext": {}}})
+        );
+        let rt = r
+            .lookup("rbac.authorization.k8s.io", "v1", "roles")
+            .unwrap();
+        let mut role = json!({"metadata": {"name": "r"}, "rules": []});
+        omit_empty(rt, &mut role);
+        assert_eq!(role["rules"], json!([]));
+        let rt = r.lookup("", "v1", "services").unwrap();
+        let mut service = json!({"metadata": {"name": "s"}, "spec": {"selector": {}, "ports": []}});
+        omit_empty(rt, &mut service);
+        assert_eq!(service["spec"], json!({}));
+    }
+
+    #[test]
+    fn a_service_is_defaulted_as_the_versioned_type_is() {
+        let r = Registry::new();
+        let rt = r.lookup("", "v1", "services").unwrap();
+        let mut service = json!({"metadata": {"name": "s"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}], "sessionAffinityConfig": {}}});
+        apply_defaults(rt, &mut service);
+        assert_eq!(
+            service["spec"],
+            json!({"type": "NodePort", "sessionAffinity": "None", "externalTrafficPolicy": "Cluster",
+                "internalTrafficPolicy": "Cluster",
+                "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}]})
+        );
+    }
+
+    #[test]
+    fn volumes_and_field_references_get_their_defaults() {
+        let mut spec = json!({"containers": [{"name": "c", "image": "i",
+                "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}],
+            "volumes": [{"name": "scratch"}, {"name": "config", "configMap": {"name": "x"}},
+                {"name": "projected", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]});
+        default_pod_spec(&mut spec);
+        assert_eq!(
+            spec["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["apiVersion"],
+            "v1"
+        );
+        assert_eq!(spec["volumes"][0]["emptyDir"], json!({}));
+        assert_eq!(spec["volumes"][1]["configMap"]["defaultMode"], 420);
+        assert_eq!(spec["volumes"][2]["projected"]["defaultMode"], 420);
+        assert_eq!(
+            spec["volumes"][2]["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+            3600
+        );
     }
 }

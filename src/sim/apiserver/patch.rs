@@ -15,10 +15,29 @@
 //!   applied and its nulls dropped (upstream copies it as is and relies on decoding to drop them).
 //! - `$deleteFromPrimitiveList` on a list the original lacks is a no-op.
 //! - Integer and floating-point numbers count as one type when element types are compared.
+//!
+//! JSON patch is not RFC 6902 as written but what kube-apiserver runs, evanphx/json-patch
+//! v4.12.0 (`gopkg.in/evanphx/json-patch.v4`), behind the strict decoding of the default
+//! `fieldValidation=Warn` (apiserver `endpoints/handlers/patch.go`). Its departures from the RFC
+//! are kept: `replace` of a missing object key adds it, `copy` from a missing key copies `null`,
+//! a missing `value` is `null`, a missing key tests equal to `null`, negative array indices
+//! count from the end, and the text before a path's first `/` is ignored. Every operation that
+//! fails is answered with the same generic 422.
+//!
+//! Where that library dereferences a missing value (a `test` without `value` of a missing key,
+//! a `replace` of the whole document without `value`, a comparison with a `null` list item),
+//! the real server aborts the request and the client sees the connection reset; the simulator
+//! answers 500 instead ([`Error::JsonPatchAborted`]).
 
 use std::cmp::Ordering;
 
 use serde_json::{Map, Value};
+
+use super::names::go_quote;
+use super::status::ApiError;
+
+/// The most operations a JSON patch may have (`maxJSONPatchOperations`).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
 /// Which list merge strategy applies at a path inside an object of a built-in kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +91,8 @@ pub enum Error {
     #[error("invalid patch format of primitive list")]
     BadPrimitiveList,
     /// The patch list contains elements in an order that contradicts its `$setElementOrder` list.
-    #[error("the order in patch list:\n{patch}\n doesn't match $setElementOrder list:\n{order}\n")]
+    // Upstream's wording, capital letter included.
+    #[error("The order in patch list:\n{patch}\n doesn't match $setElementOrder list:\n{order}\n")]
     SetElementOrderMismatch {
         /// The patch list, printed the way Go prints it.
         patch: String,
@@ -106,36 +126,80 @@ pub enum Error {
         /// The Go type name of the elements.
         element: &'static str,
     },
-    /// The JSON patch body is not a list of valid operations.
-    #[error("the json patch is malformed: {source}")]
-    MalformedJsonPatch {
-        /// Why the body could not be read as RFC 6902 operations.
-        #[source]
-        source: serde_json::Error,
+    /// A JSON merge patch body that is not an object (`null` is refused by the library itself).
+    #[error(
+        "error decoding patch: json: cannot unmarshal {found} into Go value of type map[string]interface {{}}"
+    )]
+    MergePatchNotAnObject {
+        /// The JSON type of the body, as Go names it ("array", "string", "number", "bool").
+        found: &'static str,
     },
-    /// A JSON patch operation failed (a `test` that did not match, a path that does not exist, ...).
-    #[error("{message}")]
-    JsonPatchFailed {
-        /// What failed, worded like the real server's message.
-        message: String,
-        /// The failure reported by the json-patch crate.
-        #[source]
-        source: json_patch::PatchError,
-    },
+    /// A `null` JSON merge patch (`jsonpatch.ErrBadJSONPatch`).
+    #[error("Invalid JSON Patch")]
+    NullMergePatch,
+    /// The JSON patch body is not a list of operations with string `op`, `path` and `from`,
+    /// worded as Go's `encoding/json` words it.
+    #[error("error decoding patch: {0}")]
+    UndecodableJsonPatch(String),
+    /// More operations than [`MAX_JSON_PATCH_OPERATIONS`].
+    #[error(
+        "Request entity too large: The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {0}"
+    )]
+    TooManyJsonPatchOperations(usize),
+    /// A JSON patch operation failed: a `test` that did not match, a path that does not exist,
+    /// an unknown `op`, ... The message is the library's; clients only see a generic 422.
+    #[error("{0}")]
+    JsonPatchFailed(String),
+    /// The real server's json-patch library dereferences a missing value and the request is
+    /// aborted (see the module documentation).
+    #[error("json patch: {0}: kube-apiserver aborts this request")]
+    JsonPatchAborted(&'static str),
 }
 
 impl Error {
-    /// The HTTP status the real server answers for this error: 400 for bodies it cannot read, 422 otherwise.
+    /// The HTTP status the real server answers for this error (see [`ApiError::from`]).
     pub fn status_code(&self) -> u16 {
-        match self {
+        ApiError::from(self).code()
+    }
+}
+
+/// The `Status` the real server answers: strategic merge patch errors as
+/// `interpretStrategicMergePatchError` sorts them (400 for malformed patches, a generic 422 for
+/// lists of lists, and the rest, plain Go errors, 500 without a reason); JSON patch errors as
+/// `applyJSPatch` answers them.
+impl From<&Error> for ApiError {
+    fn from(e: &Error) -> Self {
+        match e {
             Error::PatchNotAnObject { .. }
             | Error::InvalidDocument
             | Error::BadRetainKeys
             | Error::BadSetElementOrder
             | Error::BadPrimitiveList
-            | Error::MalformedJsonPatch { .. } => 400,
-            _ => 422,
+            | Error::MergePatchNotAnObject { .. }
+            | Error::NullMergePatch
+            | Error::UndecodableJsonPatch(_) => ApiError::BadRequest(e.to_string()),
+            Error::ListOfLists | Error::JsonPatchFailed(_) => ApiError::Generic { code: 422 },
+            Error::TooManyJsonPatchOperations(_) => ApiError::Custom {
+                code: 413,
+                reason: "RequestEntityTooLarge".into(),
+                message: e.to_string(),
+            },
+            Error::JsonPatchAborted(_) => ApiError::Internal(e.to_string()),
+            Error::MissingMergeKey { .. }
+            | Error::UnknownPatchType { .. }
+            | Error::MergeDirectiveInList
+            | Error::SetElementOrderMismatch { .. }
+            | Error::ExpectedList { .. }
+            | Error::ExpectedMap { .. }
+            | Error::MixedElementTypes { .. }
+            | Error::NoMergeKey { .. } => ApiError::Unclassified(e.to_string()),
         }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError::from(&e)
     }
 }
 
@@ -292,53 +356,400 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
-/// Applies an RFC 6902 JSON patch. The operations apply all or nothing: on error `target` is left as it was.
+/// Checks a JSON merge patch body as the handler decodes it: an object, or refused.
+///
+/// # Errors
+/// [`Error::MergePatchNotAnObject`] or [`Error::NullMergePatch`] (HTTP 400).
+pub fn check_merge_patch(patch: &Value) -> Result<(), Error> {
+    match patch {
+        Value::Object(_) => Ok(()),
+        Value::Null => Err(Error::NullMergePatch),
+        other => Err(Error::MergePatchNotAnObject {
+            found: go_json_type(other),
+        }),
+    }
+}
+
+/// Applies a JSON patch as kube-apiserver does (see the module documentation). The operations
+/// apply all or nothing: on error `target` is left as it was. A `null` body is an empty patch.
 ///
 /// # Errors
 ///
-/// [`Error::MalformedJsonPatch`] when `patch` is not a list of operations (HTTP 400),
-/// [`Error::JsonPatchFailed`] when an operation fails (HTTP 422).
+/// [`Error::UndecodableJsonPatch`] for a body that is not a list of operations (HTTP 400),
+/// [`Error::TooManyJsonPatchOperations`] (413), [`Error::JsonPatchFailed`] when an operation
+/// fails (a generic 422), [`Error::JsonPatchAborted`] where the real server aborts.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), Error> {
-    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
-        .map_err(|source| Error::MalformedJsonPatch { source })?;
-    // Work on a copy and swap it in on success: no rollback of a half-applied patch is ever
-    // needed. (`patch_unsafe` is the crate's name for "no rollback", not Rust `unsafe`.)
-    let mut patched = target.clone();
-    json_patch::patch_unsafe(&mut patched, &operations).map_err(|source| {
-        let message = describe_json_patch_failure(&operations, &source);
-        Error::JsonPatchFailed { message, source }
-    })?;
-    *target = patched;
+    let operations: &[Value] = match patch {
+        Value::Null => &[],
+        Value::Array(items) => items,
+        other => {
+            return Err(Error::UndecodableJsonPatch(format!(
+                "json: cannot unmarshal {} into Go value of type []handlers.jsonPatchOp",
+                go_json_type(other)
+            )));
+        }
+    };
+    if let Some(message) = operations.iter().find_map(strict_decoding_error) {
+        return Err(Error::UndecodableJsonPatch(message));
+    }
+    if operations.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(Error::TooManyJsonPatchOperations(operations.len()));
+    }
+    // Work on a copy and swap it in on success: a failed patch changes nothing.
+    let mut doc = target.clone();
+    for op in operations {
+        apply_operation(&mut doc, op)?;
+    }
+    *target = doc;
     Ok(())
 }
 
-/// Words a failed JSON patch operation the way the real server (evanphx/json-patch) does.
-fn describe_json_patch_failure(
-    operations: &json_patch::Patch,
-    error: &json_patch::PatchError,
-) -> String {
-    use json_patch::{PatchErrorKind, PatchOperation};
-    let path = error.path.as_str();
-    match (operations.0.get(error.operation), &error.kind) {
-        (Some(PatchOperation::Test(_)), _) => format!("testing value {path} failed: test failed"),
-        (Some(PatchOperation::Remove(_)), PatchErrorKind::InvalidPointer) => {
-            format!("unable to remove nonexistent key: {path}: missing value")
+/// The first error of decoding one operation into the handler's `jsonPatchOp` struct (`op`,
+/// `path` and `from` are strings; `null` leaves a field empty), as `encoding/json` words it.
+fn strict_decoding_error(op: &Value) -> Option<String> {
+    let fields = match op {
+        Value::Null => return None,
+        Value::Object(fields) => fields,
+        other => {
+            return Some(format!(
+                "json: cannot unmarshal {} into Go value of type handlers.jsonPatchOp",
+                go_json_type(other)
+            ));
         }
-        (Some(PatchOperation::Replace(_)), PatchErrorKind::InvalidPointer) => {
-            format!("replace operation does not apply: doc is missing key: {path}: missing value")
+    };
+    ["from", "op", "path"]
+        .into_iter()
+        .find_map(|name| match fields.get(name) {
+            None | Some(Value::Null | Value::String(_)) => None,
+            Some(other) => Some(format!(
+                "json: cannot unmarshal {} into Go struct field jsonPatchOp.{name} of type string",
+                go_json_type(other)
+            )),
+        })
+}
+
+/// A string field of an operation (`Operation.Path`, `Operation.From`).
+fn op_string<'v>(op: &'v Value, field: &str, what: &str) -> Result<&'v str, Error> {
+    match op.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        _ => Err(Error::JsonPatchFailed(format!(
+            "{what} operation failed to decode {field}"
+        ))),
+    }
+}
+
+/// `Operation.value()`: a missing or `null` value is Go's nil node, `null` once written.
+fn op_value(op: &Value) -> Option<&Value> {
+    op.get("value")
+}
+
+fn apply_operation(doc: &mut Value, op: &Value) -> Result<(), Error> {
+    let kind = op.get("op").and_then(Value::as_str).unwrap_or("unknown");
+    match kind {
+        "add" => {
+            let path = op_string(op, "path", "add")?;
+            let value = op_value(op).cloned().unwrap_or(Value::Null);
+            let (container, key) = find_container(doc, path).ok_or_else(|| {
+                failed(format!(
+                    "add operation does not apply: doc is missing path: \"{path}\""
+                ))
+            })?;
+            container_add(container, &key, value)
+                .map_err(|e| failed(format!("error in add for path: '{path}': {e}")))
         }
-        (Some(PatchOperation::Add(_)), PatchErrorKind::InvalidPointer) => {
-            format!("add operation does not apply: doc is missing path: \"{path}\": missing value")
+        "remove" => {
+            let path = op_string(op, "path", "remove")?;
+            let (container, key) = find_container(doc, path).ok_or_else(|| {
+                failed(format!(
+                    "remove operation does not apply: doc is missing path: \"{path}\""
+                ))
+            })?;
+            container_remove(container, &key)
+                .map(drop)
+                .map_err(|e| failed(format!("error in remove for path: '{path}': {e}")))
         }
-        (Some(PatchOperation::Move(op)), PatchErrorKind::InvalidFromPointer) => format!(
-            "move operation does not apply: doc is missing from path: {}: missing value",
-            op.from.as_str()
-        ),
-        (Some(PatchOperation::Copy(op)), PatchErrorKind::InvalidFromPointer) => format!(
-            "copy operation does not apply: doc is missing from path: \"{}\": missing value",
-            op.from.as_str()
-        ),
-        _ => error.to_string(),
+        "replace" => {
+            let path = op_string(op, "path", "replace")?;
+            if path.is_empty() {
+                return match op_value(op) {
+                    None => Err(Error::JsonPatchAborted(
+                        "a replace of the document without a value",
+                    )),
+                    // An object or list replaces the document; a scalar or null is ignored
+                    // (the library wraps a nil error, which is no error at all).
+                    Some(v @ (Value::Object(_) | Value::Array(_))) => {
+                        *doc = v.clone();
+                        Ok(())
+                    }
+                    Some(_) => Ok(()),
+                };
+            }
+            let value = op_value(op).cloned().unwrap_or(Value::Null);
+            let (container, key) = find_container(doc, path).ok_or_else(|| {
+                failed(format!(
+                    "replace operation does not apply: doc is missing path: {path}"
+                ))
+            })?;
+            // An object never misses a key here: the library's get answers nil, and set adds it.
+            container_get(container, &key).map_err(|_| {
+                failed(format!(
+                    "replace operation does not apply: doc is missing key: {path}"
+                ))
+            })?;
+            container_set(container, &key, value);
+            Ok(())
+        }
+        "move" => {
+            let from = op_string(op, "from", "move")?;
+            let (container, key) = find_container(doc, from).ok_or_else(|| {
+                failed(format!(
+                    "move operation does not apply: doc is missing from path: {from}"
+                ))
+            })?;
+            container_get(container, &key)
+                .map_err(|e| failed(format!("error in move for path: '{key}': {e}")))?;
+            let value = container_remove(container, &key)
+                .map_err(|e| failed(format!("error in move for path: '{key}': {e}")))?;
+            let path = op_string(op, "path", "move")?;
+            let (container, key) = find_container(doc, path).ok_or_else(|| {
+                failed(format!(
+                    "move operation does not apply: doc is missing destination path: {path}"
+                ))
+            })?;
+            container_add(container, &key, value)
+                .map_err(|e| failed(format!("error in move for path: '{path}': {e}")))
+        }
+        "copy" => {
+            let from = op_string(op, "from", "copy")?;
+            let (container, key) = find_container(doc, from).ok_or_else(|| {
+                failed(format!(
+                    "copy operation does not apply: doc is missing from path: {from}"
+                ))
+            })?;
+            let value = container_get(container, &key)
+                .map_err(|e| failed(format!("error in copy for from: '{from}': {e}")))?
+                .cloned()
+                .unwrap_or(Value::Null);
+            let path = op_string(op, "path", "copy")?;
+            let (container, key) = find_container(doc, path).ok_or_else(|| {
+                failed(format!(
+                    "copy operation does not apply: doc is missing destination path: {path}"
+                ))
+            })?;
+            container_add(container, &key, value)
+                .map_err(|e| failed(format!("error while adding value during copy: {e}")))
+        }
+        "test" => {
+            let path = op_string(op, "path", "test")?;
+            let expected = op_value(op);
+            let matches = if path.is_empty() {
+                let expected = expected.ok_or(Error::JsonPatchAborted(
+                    "a test of the document without a value",
+                ))?;
+                lazy_equal(doc, expected)?
+            } else {
+                let (container, key) = find_container(doc, path).ok_or_else(|| {
+                    failed(format!(
+                        "test operation does not apply: is missing path: {path}"
+                    ))
+                })?;
+                let actual = container_get(container, &key)
+                    .map_err(|e| failed(format!("error in test for path: '{path}': {e}")))?;
+                match (actual, expected) {
+                    (None, None) => {
+                        return Err(Error::JsonPatchAborted(
+                            "a test of a missing value without a value",
+                        ));
+                    }
+                    (None, Some(expected)) => expected.is_null(),
+                    (Some(_), None) => false,
+                    (Some(actual), Some(expected)) => lazy_equal(actual, expected)?,
+                }
+            };
+            if matches {
+                Ok(())
+            } else {
+                Err(failed(format!("testing value {path} failed: test failed")))
+            }
+        }
+        other => Err(failed(format!("Unexpected kind: {other}"))),
+    }
+}
+
+fn failed(message: String) -> Error {
+    Error::JsonPatchFailed(message)
+}
+
+/// `lazyNode.equal`: structural equality of a document value (never `null`) with a patch value;
+/// a `null` list item met on the way is the library's nil dereference.
+fn lazy_equal(actual: &Value, expected: &Value) -> Result<bool, Error> {
+    const ABORT: Error = Error::JsonPatchAborted("a comparison with a null list item");
+    match (actual, expected) {
+        (Value::Object(a), Value::Object(b)) => {
+            if a.len() != b.len() {
+                return Ok(false);
+            }
+            for (k, v) in a {
+                let Some(w) = b.get(k) else {
+                    return Ok(false);
+                };
+                match (v.is_null(), w.is_null()) {
+                    (true, true) => {}
+                    (false, false) => {
+                        if !lazy_equal(v, w)? {
+                            return Ok(false);
+                        }
+                    }
+                    _ => return Ok(false),
+                }
+            }
+            Ok(true)
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            if a.len() != b.len() {
+                return Ok(false);
+            }
+            for (v, w) in a.iter().zip(b) {
+                if v.is_null() || w.is_null() {
+                    return Err(ABORT);
+                }
+                if !lazy_equal(v, w)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        (Value::Object(_) | Value::Array(_), _) => Ok(false),
+        // Scalars compare as compact JSON text: 1 and 1.0 differ, as their texts do.
+        (a, b) => Ok(!b.is_null() && a == b),
+    }
+}
+
+/// RFC 6901 unescaping (`~1` then `~0`).
+fn decode_patch_key(key: &str) -> String {
+    key.replace("~1", "/").replace("~0", "~")
+}
+
+/// `findObject`: the container holding a path's last segment, and that segment. The text before
+/// the first `/` is skipped; every segment between must lead to an object or a list.
+fn find_container<'v>(doc: &'v mut Value, path: &str) -> Option<(&'v mut Value, String)> {
+    let split: Vec<&str> = path.split('/').collect();
+    if split.len() < 2 {
+        return None;
+    }
+    let key = decode_patch_key(split[split.len() - 1]);
+    let mut current = doc;
+    for part in &split[1..split.len() - 1] {
+        let next = container_get(current, &decode_patch_key(part)).ok()??;
+        if !(next.is_object() || next.is_array()) {
+            return None;
+        }
+        current = next;
+    }
+    Some((current, key))
+}
+
+/// Go's `strconv.Atoi`.
+fn atoi(key: &str) -> Result<i64, String> {
+    let digits = key.strip_prefix(['+', '-']).unwrap_or(key);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "strconv.Atoi: parsing {}: invalid syntax",
+            go_quote(key)
+        ));
+    }
+    key.parse::<i64>().map_err(|_| {
+        format!(
+            "strconv.Atoi: parsing {}: value out of range",
+            go_quote(key)
+        )
+    })
+}
+
+fn invalid_index(idx: i64) -> String {
+    format!("Unable to access invalid index: {idx}: invalid index referenced")
+}
+
+/// A list index as `partialArray.get`/`remove` resolve it (negative counts from the end).
+fn resolve_index(key: &str, len: usize) -> Result<usize, String> {
+    let idx = atoi(key)?;
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    let resolved = if idx < 0 { idx + len } else { idx };
+    if idx < -len || resolved >= len {
+        return Err(invalid_index(idx));
+    }
+    usize::try_from(resolved).map_err(|_| invalid_index(idx))
+}
+
+/// `container.get`: an object's key (`None` when missing or `null`), a list's item.
+fn container_get<'v>(container: &'v mut Value, key: &str) -> Result<Option<&'v mut Value>, String> {
+    match container {
+        Value::Object(map) => Ok(map.get_mut(key).filter(|v| !v.is_null())),
+        Value::Array(items) => {
+            let i = resolve_index(key, items.len())?;
+            Ok(items.get_mut(i).filter(|v| !v.is_null()))
+        }
+        _ => Err("unknown object type".into()),
+    }
+}
+
+/// `container.set`, only called on a key `container_get` accepted.
+fn container_set(container: &mut Value, key: &str, value: Value) {
+    match container {
+        Value::Object(map) => {
+            map.insert(key.to_string(), value);
+        }
+        Value::Array(items) => {
+            if let Some(slot) = resolve_index(key, items.len())
+                .ok()
+                .and_then(|i| items.get_mut(i))
+            {
+                *slot = value;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `container.add`: sets an object's key; inserts into a list (`-` appends, negative counts
+/// from the end of the longer list).
+fn container_add(container: &mut Value, key: &str, value: Value) -> Result<(), String> {
+    match container {
+        Value::Object(map) => {
+            map.insert(key.to_string(), value);
+            Ok(())
+        }
+        Value::Array(items) => {
+            if key == "-" {
+                items.push(value);
+                return Ok(());
+            }
+            let idx = atoi(key)
+                .map_err(|e| format!("value was not a proper array index: '{key}': {e}"))?;
+            let size = i64::try_from(items.len()).unwrap_or(i64::MAX) + 1;
+            if idx >= size || idx < -size {
+                return Err(invalid_index(idx));
+            }
+            let at = if idx < 0 { idx + size } else { idx };
+            let at = usize::try_from(at).map_err(|_| invalid_index(idx))?;
+            items.insert(at, value);
+            Ok(())
+        }
+        _ => Err("unknown object type".into()),
+    }
+}
+
+/// `container.remove`: the removed value (`null` for a key that held it).
+fn container_remove(container: &mut Value, key: &str) -> Result<Value, String> {
+    match container {
+        Value::Object(map) => map
+            .remove(key)
+            .ok_or_else(|| format!("Unable to remove nonexistent key: {key}: missing value")),
+        Value::Array(items) => {
+            let i = resolve_index(key, items.len())?;
+            Ok(items.remove(i))
+        }
+        _ => Err("unknown object type".into()),
     }
 }
 
@@ -1374,7 +1785,9 @@ mod tests {
             in_map.to_string(),
             "unknown patch type: merge in map: map[$patch:merge name:p]"
         );
-        assert_eq!(in_map.status_code(), 422);
+        // Plain Go errors, not Status errors: 500 without a reason.
+        assert_eq!(in_map.status_code(), 500);
+        assert_eq!(in_list.status_code(), 500);
     }
 
     #[test]
@@ -1497,7 +1910,7 @@ mod tests {
             error.to_string(),
             "map: map[image:nginx] does not contain declared merge key: name"
         );
-        assert_eq!(error.status_code(), 422);
+        assert_eq!(error.status_code(), 500);
     }
 
     #[test]
@@ -1605,48 +2018,258 @@ mod tests {
             error.to_string(),
             "testing value /spec/replicas failed: test failed"
         );
-        assert_eq!(error.status_code(), 422);
-        assert!(std::error::Error::source(&error).is_some());
         assert_eq!(target, original);
     }
 
     #[test]
-    fn json_patch_reports_a_missing_path() {
-        let mut target = json!({"spec": {}});
-        let remove = json_patch(
+    fn a_failed_json_patch_is_the_generic_422_with_empty_details() {
+        let mut target = json!({"data": {"j": "json"}});
+        let error = json_patch(
             &mut target,
-            &json!([{"op": "remove", "path": "/spec/replicas"}]),
+            &json!([{"op": "test", "path": "/data/j", "value": "other"}]),
+        )
+        .err()
+        .map(ApiError::from);
+        assert_eq!(
+            error.map(|e| e.to_status()),
+            Some(json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server rejected our request due to an error in our request",
+                "reason": "Invalid", "details": {}, "code": 422
+            }))
+        );
+    }
+
+    fn patched(target: Value, patch: Value) -> Result<Value, String> {
+        let mut target = target;
+        json_patch(&mut target, &patch)
+            .map(|()| target)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn json_patch_fails_on_missing_paths_and_keys_it_cannot_remove() {
+        let doc = json!({"spec": {}, "list": ["a", "b"]});
+        for patch in [
+            json!([{"op": "remove", "path": "/spec/replicas"}]),
+            json!([{"op": "add", "path": "/spec/x/y", "value": 1}]),
+            json!([{"op": "move", "from": "/spec/nope", "path": "/spec/x"}]),
+            json!([{"op": "replace", "path": "/list/2", "value": "c"}]),
+            json!([{"op": "add", "path": "/list/3", "value": "c"}]),
+            json!([{"op": "remove", "path": "/list/x"}]),
+            json!([{"op": "frobnicate", "path": "/a"}]),
+            json!([{"path": "/a"}]),
+            json!([null]),
+            json!([{"op": "add", "value": 1}]),
+            json!([{"op": "test", "path": "/spec", "value": null}]),
+        ] {
+            let outcome = patched(doc.clone(), patch.clone());
+            assert!(outcome.is_err(), "{patch} applied: {outcome:?}");
+            let mut scratch = doc.clone();
+            let status = json_patch(&mut scratch, &patch).map_err(|e| e.status_code());
+            assert_eq!(status, Err(422), "{patch}");
+        }
+    }
+
+    #[test]
+    fn json_patch_keeps_the_departures_from_rfc_6902_of_the_real_library() {
+        let doc = json!({"data": {"k": "v"}, "list": ["a", "b"]});
+        // replace of a missing key adds it; copy from a missing key copies null
+        assert_eq!(
+            patched(
+                doc.clone(),
+                json!([{"op": "replace", "path": "/data/new", "value": "x"}])
+            ),
+            Ok(json!({"data": {"k": "v", "new": "x"}, "list": ["a", "b"]}))
         );
         assert_eq!(
-            remove.map_err(|error| error.to_string()),
-            Err("unable to remove nonexistent key: /spec/replicas: missing value".to_owned())
+            patched(
+                doc.clone(),
+                json!([{"op": "copy", "from": "/data/nope", "path": "/data/x"}])
+            ),
+            Ok(json!({"data": {"k": "v", "x": null}, "list": ["a", "b"]}))
         );
-        let replace = json_patch(
-            &mut target,
-            &json!([{"op": "replace", "path": "/spec/x/y", "value": 1}]),
+        // a missing value is null; a missing key tests equal to null
+        assert_eq!(
+            patched(doc.clone(), json!([{"op": "add", "path": "/data/z"}])),
+            Ok(json!({"data": {"k": "v", "z": null}, "list": ["a", "b"]}))
+        );
+        assert!(
+            patched(
+                doc.clone(),
+                json!([{"op": "test", "path": "/data/nope", "value": null}])
+            )
+            .is_ok()
+        );
+        // negative indices count from the end (of the longer list for add)
+        assert_eq!(
+            patched(doc.clone(), json!([{"op": "remove", "path": "/list/-1"}])),
+            Ok(json!({"data": {"k": "v"}, "list": ["a"]}))
         );
         assert_eq!(
-            replace.map_err(|error| error.to_string()),
-            Err(
-                "replace operation does not apply: doc is missing key: /spec/x/y: missing value"
-                    .to_owned()
+            patched(
+                doc.clone(),
+                json!([{"op": "replace", "path": "/list/-2", "value": "x"}])
+            ),
+            Ok(json!({"data": {"k": "v"}, "list": ["x", "b"]}))
+        );
+        assert_eq!(
+            patched(
+                doc.clone(),
+                json!([{"op": "add", "path": "/list/-1", "value": "c"}])
+            ),
+            Ok(json!({"data": {"k": "v"}, "list": ["a", "b", "c"]}))
+        );
+        // the text before the first slash is ignored; ~1 and ~0 are unescaped
+        assert_eq!(
+            patched(
+                doc.clone(),
+                json!([{"op": "add", "path": "x/data", "value": {"q": "r"}}])
+            ),
+            Ok(json!({"data": {"q": "r"}, "list": ["a", "b"]}))
+        );
+        assert_eq!(
+            patched(
+                doc.clone(),
+                json!([{"op": "add", "path": "/data/a~1b~0", "value": "s"}])
+            ),
+            Ok(json!({"data": {"k": "v", "a/b~": "s"}, "list": ["a", "b"]}))
+        );
+        // a scalar or null replacing the whole document is ignored
+        assert_eq!(
+            patched(
+                doc.clone(),
+                json!([{"op": "replace", "path": "", "value": 5}])
+            ),
+            Ok(doc.clone())
+        );
+        // null and an empty list are empty patches
+        assert_eq!(patched(doc.clone(), Value::Null), Ok(doc.clone()));
+        assert_eq!(patched(doc.clone(), json!([])), Ok(doc.clone()));
+        // numbers of another type are not equal
+        assert!(
+            patched(
+                json!({"n": 1}),
+                json!([{"op": "test", "path": "/n", "value": 1.0}])
+            )
+            .is_err()
+        );
+        assert!(
+            patched(
+                json!({"n": [1, {"a": null}]}),
+                json!([{"op": "test", "path": "/n", "value": [1, {"a": null}]}])
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn json_patch_bodies_go_cannot_decode_are_refused_with_its_messages() {
+        let cases = [
+            (
+                json!({"op": "add"}),
+                "error decoding patch: json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp",
+            ),
+            (
+                json!("x"),
+                "error decoding patch: json: cannot unmarshal string into Go value of type []handlers.jsonPatchOp",
+            ),
+            (
+                json!([1]),
+                "error decoding patch: json: cannot unmarshal number into Go value of type handlers.jsonPatchOp",
+            ),
+            (
+                json!([{"op": 1, "path": "/a"}]),
+                "error decoding patch: json: cannot unmarshal number into Go struct field jsonPatchOp.op of type string",
+            ),
+            (
+                json!([{"op": "add", "path": 1}]),
+                "error decoding patch: json: cannot unmarshal number into Go struct field jsonPatchOp.path of type string",
+            ),
+        ];
+        for (body, message) in cases {
+            let mut target = json!({});
+            let error = json_patch(&mut target, &body).err();
+            assert_eq!(
+                error.as_ref().map(ToString::to_string).as_deref(),
+                Some(message)
+            );
+            assert_eq!(error.map(|e| e.status_code()), Some(400));
+        }
+    }
+
+    #[test]
+    fn json_patch_limits_the_number_of_operations() {
+        let ops: Vec<Value> = (0..=MAX_JSON_PATCH_OPERATIONS)
+            .map(|_| json!({"op": "test", "path": "/a", "value": 1}))
+            .collect();
+        let mut target = json!({"a": 1});
+        let error = json_patch(&mut target, &Value::Array(ops))
+            .err()
+            .map(ApiError::from);
+        assert_eq!(error.as_ref().map(ApiError::code), Some(413));
+        assert_eq!(
+            error.map(|e| e.to_string()).as_deref(),
+            Some(
+                "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001"
             )
         );
     }
 
     #[test]
-    fn json_patch_rejects_a_malformed_body() {
-        let mut target = json!({});
-        for body in [
-            json!({"op": "add"}),
-            json!([{"op": "frobnicate", "path": "/a"}]),
-            json!([{"op": "add", "path": "/a"}]),
+    fn json_patches_the_real_server_aborts_are_answered_500() {
+        for patch in [
+            json!([{"op": "test", "path": "/missing"}]),
+            json!([{"op": "replace", "path": ""}]),
+            json!([{"op": "test", "path": ""}]),
+            json!([{"op": "test", "path": "/l", "value": ["a", null]}]),
         ] {
-            let Err(error) = json_patch(&mut target, &body) else {
-                panic!("{body} should be rejected");
-            };
-            assert!(matches!(error, Error::MalformedJsonPatch { .. }), "{error}");
-            assert_eq!(error.status_code(), 400);
+            let mut target = json!({"l": ["a", "b"]});
+            let error = json_patch(&mut target, &patch).err();
+            assert!(
+                matches!(error, Some(Error::JsonPatchAborted(_))),
+                "{patch}: {error:?}"
+            );
+            assert_eq!(error.map(|e| e.status_code()), Some(500));
         }
+    }
+
+    #[test]
+    fn merge_patch_bodies_that_are_not_objects_are_refused_like_the_server() {
+        assert!(check_merge_patch(&json!({})).is_ok());
+        assert_eq!(
+            check_merge_patch(&json!([1])).map_err(|e| e.to_string()),
+            Err("error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}".to_string())
+        );
+        assert_eq!(
+            check_merge_patch(&Value::Null).map_err(|e| e.to_string()),
+            Err("Invalid JSON Patch".to_string())
+        );
+        assert_eq!(
+            check_merge_patch(&json!(true)).map_err(|e| e.status_code()),
+            Err(400)
+        );
+    }
+
+    #[test]
+    fn strategic_merge_errors_get_the_status_the_server_gives_them() {
+        let bad_directive = smp_error(
+            json!({"metadata": {}}),
+            json!({"metadata": {"$patch": "bogus"}}),
+            "ConfigMap",
+        );
+        let status = ApiError::from(&bad_directive).to_status();
+        assert_eq!(status["code"], 500);
+        assert_eq!(status.get("reason"), None);
+        assert_eq!(
+            status["message"],
+            "unknown patch type: bogus in map: map[$patch:bogus]"
+        );
+        assert_eq!(Error::ListOfLists.status_code(), 422);
+        assert_eq!(
+            ApiError::from(Error::ListOfLists).to_string(),
+            "the server rejected our request due to an error in our request"
+        );
+        assert_eq!(Error::BadRetainKeys.status_code(), 400);
     }
 }

@@ -76,11 +76,11 @@ pub enum ApiError {
         /// One `(message, field)` per conflicting field.
         causes: Vec<(String, String)>,
     },
-    /// 422: validation failed.
+    /// 422: validation failed (`NewInvalid`).
     #[error(
-        "{kind}{} \"{name}\" is invalid: {}",
+        "{kind}{} \"{name}\" is invalid{}",
         dotted(group),
-        join_causes(causes)
+        colon_causes(causes)
     )]
     Invalid {
         /// Kind (or, for a few messages, the resource) named in the message.
@@ -134,6 +134,18 @@ pub enum ApiError {
     /// 500: an internal error.
     #[error("{0}")]
     Internal(String),
+    /// `NewGenericServerResponse` without a resource or name: the wording of the code alone
+    /// and empty details, e.g. 422 `the server rejected our request due to an error in our
+    /// request` for a JSON patch that does not apply.
+    #[error("{}", generic_message(*code))]
+    Generic {
+        /// HTTP status code.
+        code: u16,
+    },
+    /// 500 with no reason: an error that is not a `Status`, as `ErrorToAPIStatus` answers it
+    /// (e.g. a strategic merge patch the server cannot apply).
+    #[error("{0}")]
+    Unclassified(String),
     /// Any code and reason, for injected faults.
     #[error("{message}")]
     Custom {
@@ -154,13 +166,42 @@ fn dotted(group: &str) -> String {
     }
 }
 
-/// Joins causes as `field.ErrorList.ToAggregate()` does: one plain, several in brackets.
+/// Joins causes as `field.ErrorList.ToAggregate()` does: duplicates dropped, one plain,
+/// several in brackets.
 pub fn join_causes(causes: &[Cause]) -> String {
-    let parts: Vec<String> = causes.iter().map(|c| c.to_string()).collect();
-    if parts.len() == 1 {
-        parts[0].clone()
+    super::names::aggregate(causes)
+}
+
+/// `: ` and the causes, or nothing when there are none (`NewInvalid` then ends at "is invalid").
+fn colon_causes(causes: &[Cause]) -> String {
+    if causes.is_empty() {
+        String::new()
     } else {
-        format!("[{}]", parts.join(", "))
+        format!(": {}", join_causes(causes))
+    }
+}
+
+/// `NewGenericServerResponse`'s message for a code.
+fn generic_message(code: u16) -> String {
+    match code {
+        409 => "the server reported a conflict".into(),
+        404 => "the server could not find the requested resource".into(),
+        400 => "the server rejected our request for an unknown reason".into(),
+        401 => "the server has asked for the client to provide credentials".into(),
+        406 => "the server was unable to respond with a content type that the client supports"
+            .into(),
+        405 => "the server does not allow this method on the requested resource".into(),
+        422 => "the server rejected our request due to an error in our request".into(),
+        503 => "the server is currently unable to handle the request".into(),
+        504 => "the server was unable to return a response in the time allotted, but may still be processing the request".into(),
+        429 => "the server has received too many requests and has asked us to try again later"
+            .into(),
+        // These two keep the server's message, which this variant does not have.
+        403 | 415 => String::new(),
+        500.. => "an error on the server (\"\") has prevented the request from succeeding".into(),
+        _ => format!(
+            "the server responded with the status code {code} but did not return more information"
+        ),
     }
 }
 
@@ -223,8 +264,8 @@ impl ApiError {
             Self::TooLarge { .. } => 413,
             Self::UnsupportedMediaType { .. } => 415,
             Self::Expired(_) => 410,
-            Self::Internal(_) => 500,
-            Self::Custom { code, .. } => *code,
+            Self::Internal(_) | Self::Unclassified(_) => 500,
+            Self::Generic { code } | Self::Custom { code, .. } => *code,
         }
     }
 
@@ -244,6 +285,8 @@ impl ApiError {
             Self::UnsupportedMediaType { .. } => "UnsupportedMediaType",
             Self::Expired(_) => "Expired",
             Self::Internal(_) => "InternalError",
+            Self::Unclassified(_) => "",
+            Self::Generic { code } => generic_reason(*code),
             Self::Custom { reason, .. } => reason,
         }
     }
@@ -259,6 +302,12 @@ impl ApiError {
             "reason": self.reason(),
             "code": self.code(),
         });
+        if self.reason().is_empty() {
+            // StatusReasonUnknown is "", left out as omitempty.
+            if let Some(o) = status.as_object_mut() {
+                o.remove("reason");
+            }
+        }
         let details = match self {
             Self::NotFound { gr, name }
             | Self::AlreadyExists { gr, name }
@@ -276,24 +325,46 @@ impl ApiError {
                 causes,
             } => {
                 let mut d = json!({
-                    "name": name,
-                    "kind": kind,
                     "causes": causes.iter().map(|c| json!({
                         "reason": c.reason, "message": cause_message(c), "field": c.field,
                     })).collect::<Vec<_>>(),
                 });
-                if !group.is_empty() {
-                    d["group"] = json!(group);
+                // StatusDetails' name, group and kind are omitempty.
+                for (key, value) in [("name", name), ("group", group), ("kind", kind)] {
+                    if !value.is_empty() {
+                        d[key] = json!(value);
+                    }
                 }
                 Some(d)
             }
             Self::Internal(message) => Some(json!({"causes": [{"message": message}]})),
+            Self::Generic { .. } => Some(json!({})),
             _ => None,
         };
         if let Some(details) = details {
             status["details"] = details;
         }
         status
+    }
+}
+
+/// `NewGenericServerResponse`'s reason for a code.
+fn generic_reason(code: u16) -> &'static str {
+    match code {
+        409 => "Conflict",
+        404 => "NotFound",
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        406 => "NotAcceptable",
+        415 => "UnsupportedMediaType",
+        405 => "MethodNotAllowed",
+        422 => "Invalid",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        429 => "TooManyRequests",
+        500.. => "InternalError",
+        _ => "",
     }
 }
 
@@ -353,5 +424,79 @@ mod tests {
             "Operation cannot be fulfilled on leases.coordination.k8s.io \"x\": the object has been modified; please apply your changes to the latest version and try again"
         );
         assert_eq!(e.to_status()["details"]["group"], "coordination.k8s.io");
+    }
+
+    #[test]
+    fn a_precondition_conflict_names_the_kind_and_its_group() {
+        let e = ApiError::conflict(
+            &GroupResource::new("coordination.k8s.io", "Lease"),
+            "l",
+            "the ResourceVersion in the precondition (1) does not match the ResourceVersion in record (2). The object might have been modified",
+        );
+        assert_eq!(
+            e.to_string(),
+            "Operation cannot be fulfilled on Lease.coordination.k8s.io \"l\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record (2). The object might have been modified"
+        );
+        assert_eq!(
+            e.to_status()["details"],
+            json!({"name": "l", "group": "coordination.k8s.io", "kind": "Lease"})
+        );
+    }
+
+    #[test]
+    fn invalid_leaves_out_an_empty_name_and_kind_and_repeats_no_message() {
+        use crate::sim::apiserver::names::Cause;
+        let cause = Cause::invalid(
+            "spec.expirationSeconds",
+            json!(599),
+            "may not specify a duration less than 10 minutes",
+        );
+        let e = ApiError::invalid(
+            "TokenRequest",
+            "authentication.k8s.io",
+            "",
+            vec![cause.clone()],
+        );
+        assert_eq!(
+            e.to_string(),
+            "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes"
+        );
+        let details = &e.to_status()["details"];
+        assert_eq!(details.get("name"), None);
+        assert_eq!(details["kind"], "TokenRequest");
+        // Duplicates stay in details.causes but the message names each error once.
+        let e = ApiError::invalid("", "", "", vec![cause.clone(), cause]);
+        assert_eq!(
+            e.to_string(),
+            " \"\" is invalid: spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes"
+        );
+        let details = &e.to_status()["details"];
+        assert_eq!(details.get("kind"), None);
+        assert_eq!(details["causes"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            ApiError::invalid("ConfigMap", "", "x", vec![]).to_string(),
+            "ConfigMap \"x\" is invalid"
+        );
+    }
+
+    #[test]
+    fn a_generic_server_response_has_the_code_s_wording_and_empty_details() {
+        assert_eq!(
+            ApiError::Generic { code: 422 }.to_status(),
+            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                   "message":"the server rejected our request due to an error in our request",
+                   "reason":"Invalid","details":{},"code":422})
+        );
+        assert_eq!(ApiError::Generic { code: 409 }.reason(), "Conflict");
+    }
+
+    #[test]
+    fn an_error_that_is_no_status_is_a_500_without_reason_or_details() {
+        assert_eq!(
+            ApiError::Unclassified("list element types are not identical: [[a] [1]]".into())
+                .to_status(),
+            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                   "message":"list element types are not identical: [[a] [1]]","code":500})
+        );
     }
 }
