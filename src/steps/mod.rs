@@ -443,10 +443,15 @@ impl Suite {
     /// # Errors
     /// An unknown provider.
     pub fn from_env() -> Result<Self, ProviderError> {
+        let kind = ProviderKind::from_env()?;
         Ok(Self {
-            provider: ProviderKind::from_env()?,
+            provider: kind,
             kubeconfig: KubeconfigOptions::from_env(),
-            reports: operator::repository_root().join("target/opconform"),
+            reports: match kind {
+                // Beside the simulator's, not over them: CI runs both.
+                ProviderKind::Local => operator::repository_root().join("target/opconform/local"),
+                _ => operator::repository_root().join("target/opconform"),
+            },
         })
     }
 
