@@ -314,10 +314,12 @@ async fn a_reject_policy_refuses_exactly_its_requests_from_the_moment_its_probe_
         map.metadata.name = Some(name.into());
         maps.create(&PostParams::default(), &map).await.unwrap();
     }
+    // The main resource only, as the reconcile steps ask (`subresource: Some("")`).
     let rule = RequestMatch {
         verbs: vec!["update".into()],
         group: Some(String::new()),
         resource: Some("configmaps".into()),
+        subresource: Some(String::new()),
         namespace: Some("default".into()),
         name: Some("guarded".into()),
         ..RequestMatch::default()

@@ -181,9 +181,14 @@ fn rule_cel(matches: &RequestMatch, rule: &NamedRuleWithOperations) -> String {
             cel_string(resource)
         ));
     }
+    // An admission request without a subresource has no `subResource` key at all.
     match matches.subresource.as_deref() {
         None | Some("*") => {}
-        Some(sub) => parts.push(format!("request.subResource == {}", cel_string(sub))),
+        Some("") => parts.push("(!has(request.subResource) || request.subResource == \"\")".into()),
+        Some(sub) => parts.push(format!(
+            "(has(request.subResource) && request.subResource == {})",
+            cel_string(sub)
+        )),
     }
     if let Some(name) = &matches.name {
         parts.push(format!("request.name == {}", cel_string(name)));

@@ -156,6 +156,10 @@ async fn reject_lease_updates(world: &mut World, span: Dur) {
         pod: Some(format!("{namespace}/{pod}")),
         ..RequestMatch::default()
     };
+    // Counted from the request: on a real API server a rule takes effect, and lapses, only
+    // once its admission has seen it; counting from the request keeps the window the step
+    // names (each end late by about as much), rather than adding the first delay to it.
+    let begin = tokio::time::Instant::now();
     let id = provider
         .reject(rule, 403, "lease updates rejected by opconform")
         .await
@@ -166,7 +170,7 @@ async fn reject_lease_updates(world: &mut World, span: Dur) {
             )
         });
     // The step's meaning is "for this long".
-    tokio::time::sleep(span.0).await;
+    tokio::time::sleep_until(begin + span.0).await;
     provider.allow(id).await.unwrap_or_else(|e| {
         panic!(
             "allowing {pod}'s lease updates failed: {}",
