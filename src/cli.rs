@@ -96,7 +96,7 @@ pub struct BenchArgs {
     /// Also write the report, with every sample, as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Where the table, the JSON and the SVG chart go [default: target/opconform/bench].
+    /// Where the table, the JSON and the SVG chart go [default: target/opconform/bench, or under $CARGO_TARGET_DIR].
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Only these rows (several after one --only, or --only repeated).
@@ -108,7 +108,7 @@ pub struct BenchArgs {
     /// Length of the API and memory window: 500ms, 5s, 2m.
     #[arg(long, default_value = "60s", value_parser = parse_window)]
     pub window: std::time::Duration,
-    /// The feature suite's timing file [default: target/opconform/suite.json].
+    /// The feature suite's timing file [default: target/opconform/suite.json, or under $CARGO_TARGET_DIR].
     #[arg(long)]
     pub suite: Option<PathBuf>,
 }

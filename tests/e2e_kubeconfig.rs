@@ -62,7 +62,7 @@ async fn main() {
             image: None,
             audit_log: Some(dir.path().join("audit.jsonl")),
         },
-        reports: opconform::steps::operator::repository_root().join("target/opconform/kubeconfig"),
+        reports: opconform::report::reports_root().join("kubeconfig"),
     };
     let outcome = run_suite(concat!(env!("CARGO_MANIFEST_DIR"), "/features"), suite).await;
     drop(sim);

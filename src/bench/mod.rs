@@ -56,8 +56,6 @@ use serde::{Deserialize, Serialize};
 pub use stage::LeaseTimings;
 pub use stats::Stats;
 
-use crate::steps::operator::repository_root;
-
 /// Errors of the benchmarks.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -234,15 +232,16 @@ impl Options {
     }
 }
 
-/// `target/opconform/bench` of the repository: where the table, JSON and chart go.
+/// `bench` under the reports root ([`crate::report::reports_root`]): where the table,
+/// JSON and chart go.
 pub fn default_out_dir() -> PathBuf {
-    repository_root().join("target/opconform/bench")
+    crate::report::reports_root().join("bench")
 }
 
-/// `target/opconform/suite.json` of the repository: where the feature suite's runner
-/// records its wall time, as `{"wallSeconds": 93.4, ...}`.
+/// `suite.json` under the reports root ([`crate::report::reports_root`]): where the
+/// feature suite's runner records its wall time, as `{"wallSeconds": 93.4, ...}`.
 pub fn default_suite_file() -> PathBuf {
-    repository_root().join("target/opconform/suite.json")
+    crate::report::reports_root().join("suite.json")
 }
 
 /// One handoff as measured: its two ends in the audit and who held the lock.

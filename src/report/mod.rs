@@ -26,6 +26,26 @@ pub enum ReportError {
     },
 }
 
+/// Where reports go: `$CARGO_TARGET_DIR/opconform` when the variable is set (a relative
+/// one is taken from the repository, as cargo does from where it runs), else the
+/// repository's `target/opconform`.
+pub fn reports_root() -> std::path::PathBuf {
+    reports_root_from(
+        std::env::var_os("CARGO_TARGET_DIR"),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
+}
+
+fn reports_root_from(
+    target_dir: Option<std::ffi::OsString>,
+    repository: &Path,
+) -> std::path::PathBuf {
+    target_dir
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| repository.join("target"), |dir| repository.join(dir))
+        .join("opconform")
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -762,6 +782,7 @@ tr.pass td:first-child {{ color: #059669; }} tr.fail td:first-child {{ color: #d
 
 /// One line of the index page.
 #[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ScenarioSummary {
     /// Scenario name.
     pub name: String,
@@ -771,25 +792,61 @@ pub struct ScenarioSummary {
     pub passed: bool,
     /// Failover figures, e.g. `crash: 1234 ms`.
     pub failovers: Vec<String>,
+    /// How long the scenario took, set-up and teardown included.
+    pub seconds: f64,
+    /// The failed step and its error, when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
-/// Renders the index page.
-pub fn index_html(scenarios: &[ScenarioSummary]) -> String {
-    let rows: String = scenarios
+/// What the index page says about a run.
+#[derive(Debug, Clone, Copy)]
+pub struct SuiteSummary<'a> {
+    /// The provider the scenarios ran on.
+    pub provider: &'a str,
+    /// When the run started (RFC 3339).
+    pub started_at: &'a str,
+    /// The run's wall time.
+    pub wall: std::time::Duration,
+    /// Every scenario of the run.
+    pub scenarios: &'a [ScenarioSummary],
+}
+
+/// Renders the index page: the run (provider, start, wall time, counts), then the failed
+/// scenarios with their failed step, then the passed ones.
+pub fn index_html(suite: &SuiteSummary<'_>) -> String {
+    let mut ordered: Vec<&ScenarioSummary> = suite.scenarios.iter().collect();
+    ordered.sort_by_key(|s| s.passed);
+    let rows: String = ordered
         .iter()
         .map(|s| {
+            let name = if s.link.is_empty() {
+                escape(&s.name)
+            } else {
+                format!(r#"<a href="{}">{}</a>"#, escape(&s.link), escape(&s.name))
+            };
+            let failure = s
+                .failure
+                .as_deref()
+                .map(|f| format!(r#"<div class="failure">{}</div>"#, escape(f)))
+                .unwrap_or_default();
             format!(
-                r#"<tr><td style="color:{}">{}</td><td><a href="{}">{}</a></td><td>{}</td></tr>"#,
+                r#"<tr><td style="color:{}">{}</td><td>{name}{failure}</td><td class="n">{:.1} s</td><td>{}</td></tr>"#,
                 if s.passed { "#059669" } else { "#dc2626" },
                 if s.passed { "✔" } else { "✘" },
-                escape(&s.link),
-                escape(&s.name),
+                s.seconds,
                 escape(&s.failovers.join(", "))
             )
         })
         .collect();
+    let passed = suite.scenarios.iter().filter(|s| s.passed).count();
+    let failed = suite.scenarios.len() - passed;
     format!(
-        r#"<!doctype html><html><head><meta charset="utf-8"><title>opconform scenarios</title><style>body {{ font-family: system-ui, sans-serif; margin: 24px; }} td {{ padding: 4px 10px; border-bottom: 1px solid #e5e7eb; }}</style></head><body><h1>opconform scenarios</h1><table>{rows}</table></body></html>"#
+        r#"<!doctype html><html><head><meta charset="utf-8"><title>opconform scenarios</title><style>body {{ font-family: system-ui, sans-serif; margin: 24px; }} td, th {{ padding: 4px 10px; border-bottom: 1px solid #e5e7eb; text-align: left; vertical-align: top; }} td.n {{ text-align: right; white-space: nowrap; }} .failure {{ color: #dc2626; font-family: monospace; white-space: pre-wrap; margin-top: 4px; }}</style></head><body><h1>opconform scenarios</h1><p>on <b>{provider}</b>, started {started}, {wall:.1} s: {total} scenario(s), {passed} passed, {failed} failed</p><table><tr><th></th><th>scenario</th><th>took</th><th>failover</th></tr>{rows}</table></body></html>"#,
+        provider = escape(suite.provider),
+        started = escape(suite.started_at),
+        wall = suite.wall.as_secs_f64(),
+        total = suite.scenarios.len(),
     )
 }
 
@@ -1047,17 +1104,51 @@ mod tests {
     }
 
     #[test]
+    fn reports_follow_cargo_target_dir_when_it_is_set() {
+        let repo = Path::new("/src/op");
+        assert_eq!(
+            reports_root_from(None, repo),
+            Path::new("/src/op/target/opconform")
+        );
+        assert_eq!(
+            reports_root_from(Some("".into()), repo),
+            Path::new("/src/op/target/opconform")
+        );
+        assert_eq!(
+            reports_root_from(Some("/shared/target".into()), repo),
+            Path::new("/shared/target/opconform")
+        );
+        assert_eq!(
+            reports_root_from(Some("build".into()), repo),
+            Path::new("/src/op/build/opconform")
+        );
+    }
+
+    #[test]
     fn the_index_links_every_scenario_with_its_verdict() {
-        let html = index_html(&[ScenarioSummary {
-            name: "a".into(),
-            link: "a/timeline.html".into(),
-            passed: false,
+        let scenario = |name: &str, passed: bool| ScenarioSummary {
+            name: name.into(),
+            link: format!("{name}/timeline.html"),
+            passed,
             failovers: vec!["crash: 12 ms".into()],
-        }]);
+            seconds: 4.25,
+            failure: (!passed).then(|| "Then within 20s another replica leads: <none>".into()),
+        };
+        let html = index_html(&SuiteSummary {
+            provider: "local",
+            started_at: "2026-11-25T18:00:00Z",
+            wall: std::time::Duration::from_secs(90),
+            scenarios: &[scenario("a", true), scenario("b", false)],
+        });
         assert!(
             html.contains(r#"href="a/timeline.html""#)
                 && html.contains("crash: 12 ms")
                 && html.contains("✘")
+                && html.contains("4.2 s")
         );
+        assert!(html.contains("on <b>local</b>, started 2026-11-25T18:00:00Z, 90.0 s: 2 scenario(s), 1 passed, 1 failed"));
+        // Failed first, with the step that failed, escaped.
+        assert!(html.find(">b<").unwrap() < html.find(">a<").unwrap());
+        assert!(html.contains("another replica leads: &lt;none&gt;"));
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod artifacts;
 pub mod cluster;
+pub mod failures;
 pub mod faults;
 pub mod finalizers;
 pub mod history;
@@ -95,6 +96,8 @@ pub struct World {
     pub leader: Option<String>,
     /// Values remembered between steps, by name.
     pub remembered: std::collections::BTreeMap<String, String>,
+    /// When the scenario started (set before it runs).
+    pub started: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for World {
@@ -318,6 +321,11 @@ impl World {
             ),
             passed: !failed,
             failovers: Vec::new(),
+            seconds: self
+                .started
+                .map(|t| t.elapsed().as_secs_f64())
+                .unwrap_or_default(),
+            failure: None,
         };
         let history = match self.recorder.take() {
             Some(r) => Some(r.stop().await),
@@ -432,13 +440,13 @@ pub struct Suite {
     pub provider: ProviderKind,
     /// Settings of the kubeconfig provider.
     pub kubeconfig: KubeconfigOptions,
-    /// Where reports go (`target/opconform`).
+    /// Where reports go ([`crate::report::reports_root`], `local` under it for that provider).
     pub reports: PathBuf,
 }
 
 impl Suite {
-    /// From `OPCONFORM_PROVIDER` and the provider's own variables; reports in
-    /// `target/opconform`.
+    /// From `OPCONFORM_PROVIDER` and the provider's own variables; reports under
+    /// [`crate::report::reports_root`].
     ///
     /// # Errors
     /// An unknown provider.
@@ -449,8 +457,8 @@ impl Suite {
             kubeconfig: KubeconfigOptions::from_env(),
             reports: match kind {
                 // Beside the simulator's, not over them: CI runs both.
-                ProviderKind::Local => operator::repository_root().join("target/opconform/local"),
-                _ => operator::repository_root().join("target/opconform"),
+                ProviderKind::Local => crate::report::reports_root().join("local"),
+                _ => crate::report::reports_root(),
             },
         })
     }
@@ -562,6 +570,8 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let collected = summaries.clone();
     let shared = kind.shared();
     let begin = std::time::Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let failures = failures::Failures::default();
     let writer = World::cucumber()
         .max_concurrent_scenarios(2)
         .which_scenario(move |feature, rule, scenario| {
@@ -583,6 +593,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
             Box::pin(async move {
                 world.scenario = scenario.name.clone();
                 world.feature = feature.name.clone();
+                world.started = Some(std::time::Instant::now());
             })
         })
         .after(move |_feature, _rule, _scenario, event, world| {
@@ -603,6 +614,12 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
                 .summarized()
                 .tee::<World, _>(writer::JUnit::for_tee(junit, 0))
                 .tee::<World, _>(writer::Json::for_tee(json))
+                .tee::<World, _>(
+                    failures
+                        .clone()
+                        .discard_stats_writes()
+                        .discard_arbitrary_writes(),
+                )
                 .normalized(),
         )
         .fail_on_skipped()
@@ -610,10 +627,25 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
         .run(features.as_ref().to_path_buf())
         .await;
     let mut summaries = std::mem::take(&mut *summaries.lock().unwrap_or_else(|p| p.into_inner()));
+    let failed_steps = failures.taken();
+    for failure in &failed_steps {
+        if let Some(summary) = summaries
+            .iter_mut()
+            .find(|s| s.name == failure.scenario && s.failure.is_none())
+        {
+            summary.failure = Some(format!("{}: {}", failure.step, failure.error));
+        }
+    }
     summaries.sort_by(|a, b| a.name.cmp(&b.name));
     let wall = begin.elapsed();
-    write_suite_reports(&summaries, wall, suite);
+    write_suite_reports(&summaries, wall, &started_at, suite);
     let failed = writer.execution_has_failed();
+    if !failed_steps.is_empty() {
+        eprintln!("opconform: {} step(s) failed:", failed_steps.len());
+        for failure in &failed_steps {
+            eprintln!("  {}", failure.to_string().replace('\n', "\n  "));
+        }
+    }
     if kind == ProviderKind::Kind {
         // The run's cluster goes whatever happened (its logs first when the run failed).
         crate::cluster::kind::KindRun::global().finish(failed).await;
@@ -635,16 +667,23 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
 fn write_suite_reports(
     summaries: &[crate::report::ScenarioSummary],
     wall: Duration,
+    started_at: &str,
     suite: &Suite,
 ) {
     let kind = suite.provider;
     let root = &suite.reports;
-    let index = crate::report::index_html(summaries);
+    let index = crate::report::index_html(&crate::report::SuiteSummary {
+        provider: kind.name(),
+        started_at,
+        wall,
+        scenarios: summaries,
+    });
     if let Err(e) = crate::report::write(&root.join("index.html"), &index) {
         eprintln!("opconform: {}", chain(&e));
     }
     let suite = serde_json::json!({
         "provider": kind.name(),
+        "startedAt": started_at,
         "wallSeconds": wall.as_secs_f64(),
         "scenarios": summaries.len(),
         "passed": summaries.iter().filter(|s| s.passed).count(),
