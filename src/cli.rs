@@ -491,6 +491,7 @@ async fn local(args: LocalArgs) -> Result<(), CliError> {
         plane.components().join(", "),
         plane.started_in().as_millis()
     );
+    println!("built-in controllers: {}", plane.controllers());
     println!("work directory: {}", plane.dir().display());
     println!(
         "kubeconfig: {}  (try: KUBECONFIG={} kubectl get namespaces)",

@@ -44,6 +44,43 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Waits until the control plane's audit log has an event that `matches`.
+async fn audited(
+    plane: &ControlPlane,
+    what: &str,
+    matches: impl Fn(&serde_json::Value) -> bool + Clone,
+) -> serde_json::Value {
+    let audit = plane.audit_log().to_path_buf();
+    eventually(what, || {
+        let audit = audit.clone();
+        let matches = matches.clone();
+        async move {
+            let text = std::fs::read_to_string(&audit).ok()?;
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|e| matches(e))
+        }
+    })
+    .await
+}
+
+/// Creates namespace `name` and waits for its `default` ServiceAccount.
+async fn namespace_with_its_default_account(client: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some(name.into());
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    eventually("the default ServiceAccount of a new namespace", || {
+        let accounts = accounts.clone();
+        async move { accounts.get_opt("default").await.ok().flatten() }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_real_control_plane_serves_kube_rs_runs_its_controllers_and_audits_writes() {
     let plane = ControlPlane::start(ControlPlaneConfig::new(found_binaries()))
@@ -63,19 +100,7 @@ async fn a_real_control_plane_serves_kube_rs_runs_its_controllers_and_audits_wri
     assert_eq!(version.git_version, binaries::kubernetes_version());
 
     // The service-account controllers give a new namespace its default ServiceAccount.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some("local-test".into());
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "local-test");
-    eventually("the default ServiceAccount of a new namespace", || {
-        let accounts = accounts.clone();
-        async move { accounts.get_opt("default").await.ok().flatten() }
-    })
-    .await;
+    namespace_with_its_default_account(&client, "local-test").await;
 
     // The garbage collector removes what an owner that is gone owned.
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "local-test");
@@ -104,21 +129,12 @@ async fn a_real_control_plane_serves_kube_rs_runs_its_controllers_and_audits_wri
     .await;
 
     // Writes are in the audit log, attributed to the admin.
-    let audit = plane.audit_log().to_path_buf();
-    eventually("the namespace's creation in the audit log", || {
-        let audit = audit.clone();
-        async move {
-            let text = std::fs::read_to_string(&audit).ok()?;
-            text.lines()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .find(|e| {
-                    e["verb"] == "create"
-                        && e["objectRef"]["resource"] == "namespaces"
-                        && e["objectRef"]["name"] == "local-test"
-                        && e["user"]["username"] == "opconform-admin"
-                        && e["responseStatus"]["code"] == 201
-                })
-        }
+    audited(&plane, "the namespace's creation in the audit log", |e| {
+        e["verb"] == "create"
+            && e["objectRef"]["resource"] == "namespaces"
+            && e["objectRef"]["name"] == "local-test"
+            && e["user"]["username"] == "opconform-admin"
+            && e["responseStatus"]["code"] == 201
     })
     .await;
 
@@ -361,5 +377,123 @@ async fn a_reject_policy_refuses_exactly_its_requests_from_the_moment_its_probe_
     update("guarded")
         .await
         .expect("the update is admitted once the policy is gone");
+    plane.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_kube_controller_manager_the_simulators_controllers_stand_in_against_the_real_api_server()
+ {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    use opconform::cluster::local::ControllersRun;
+    use opconform::sim::kubelet::{Kubelet, KubeletConfig};
+    // What setup-envtest installs: etcd, kube-apiserver and kubectl, nothing else.
+    let found = found_binaries();
+    let assets = tempfile::tempdir().unwrap();
+    for (name, path) in [
+        ("etcd", &found.etcd),
+        ("kube-apiserver", &found.kube_apiserver),
+    ] {
+        std::os::unix::fs::symlink(path, assets.path().join(name)).unwrap();
+    }
+    let mut config = ControlPlaneConfig::new(Binaries::in_dir(assets.path()).unwrap());
+    config.nodes = vec!["worker-72".into()];
+    let plane = ControlPlane::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    assert_eq!(plane.components(), ["etcd", "kube-apiserver"]);
+    assert_eq!(
+        plane.controllers(),
+        ControllersRun::Simulated { scheduler: true }
+    );
+    let client = plane.admin_client().await.unwrap();
+
+    // A new namespace gets its default ServiceAccount and the cluster's CA bundle.
+    namespace_with_its_default_account(&client, "stand-in").await;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "stand-in");
+    let bundle = eventually("kube-root-ca.crt in a new namespace", || {
+        let maps = maps.clone();
+        async move { maps.get_opt("kube-root-ca.crt").await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(
+        bundle.data.unwrap().get("ca.crt").map(String::as_str),
+        Some(plane.ca_pem())
+    );
+
+    // A Deployment gets its ReplicaSet and pods, which our scheduler binds to our node.
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = KubeletConfig::new("worker-72", 72, dir.path().join("node"));
+    node.images.insert("example/shell:1", "/bin/sh");
+    let kubelet = Kubelet::start(std::sync::Arc::new(plane.upstream()), node)
+        .await
+        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "stand-in");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sleepers"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "sleepers"}},
+                 "template": {"metadata": {"labels": {"app": "sleepers"}},
+                              "spec": {"terminationGracePeriodSeconds": 5,
+                                       "containers": [{"name": "main", "image": "example/shell:1",
+                                                       "args": ["-c", "exec sleep 300"]}]}}}
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "stand-in");
+    eventually("two pods of the Deployment running on our node", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&Default::default()).await.ok()?;
+            let running = list
+                .items
+                .iter()
+                .filter(|p| {
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                    node == Some("worker-72") && phase == Some("Running")
+                })
+                .count();
+            (running == 2).then_some(())
+        }
+    })
+    .await;
+
+    // Deleting the Deployment lets the garbage collector take its ReplicaSet and pods.
+    deployments
+        .delete("sleepers", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the Deployment's pods to be gone", || {
+        let pods = pods.clone();
+        async move {
+            pods.list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        }
+    })
+    .await;
+
+    // The audit names the stand-ins as the components they stand in for.
+    audited(
+        &plane,
+        "the ReplicaSet's creation by the controller manager in the audit log",
+        |e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "replicasets"
+                && e["user"]["username"] == "system:kube-controller-manager"
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|a| a.ends_with("/deployment-controller"))
+        },
+    )
+    .await;
+
+    kubelet.shutdown().await;
     plane.shutdown().await;
 }

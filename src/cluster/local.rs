@@ -6,5 +6,5 @@ pub mod control_plane;
 pub mod provider;
 
 pub use binaries::{Binaries, BinariesError};
-pub use control_plane::{ControlPlane, ControlPlaneConfig, ControlPlaneError};
+pub use control_plane::{ControlPlane, ControlPlaneConfig, ControlPlaneError, ControllersRun};
 pub use provider::LocalProvider;

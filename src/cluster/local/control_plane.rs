@@ -15,8 +15,10 @@
 //! ports (a bounded number of times), and any other early exit is reported with the tail
 //! of its log.
 //!
-//! Without kube-controller-manager (setup-envtest installs none) nothing runs the built-in
-//! controllers: the caller decides whether ours stand in ([`ControlPlane::has_controllers`]).
+//! Without kube-controller-manager (setup-envtest installs none), the simulator's
+//! controllers run in its place against the real API server, and the simulator's
+//! scheduler in kube-scheduler's when that is missing too ([`ControlPlane::controllers`]
+//! says which ran). They act as the same users, with the rights of every controller.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -176,6 +178,38 @@ pub struct ControlPlane {
     _temp: Option<tempfile::TempDir>,
     _janitor: Option<Janitor>,
     started_in: Duration,
+    stand_ins: Option<crate::sim::controllers::Controllers>,
+    controllers: ControllersRun,
+}
+
+/// Who runs the built-in controllers of a [`ControlPlane`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControllersRun {
+    /// kube-controller-manager (and kube-scheduler, when present).
+    Real,
+    /// The simulator's controllers, against the real API server: no
+    /// kube-controller-manager was found.
+    Simulated {
+        /// Whether the simulator's scheduler runs too (no kube-scheduler was found).
+        scheduler: bool,
+    },
+    /// Nobody ([`ControlPlaneConfig::controllers`] is off).
+    None,
+}
+
+impl std::fmt::Display for ControllersRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Real => f.write_str("kube-controller-manager"),
+            Self::Simulated { scheduler: true } => f.write_str(
+                "the simulator's controllers and scheduler (no kube-controller-manager or kube-scheduler was found)",
+            ),
+            Self::Simulated { scheduler: false } => f.write_str(
+                "the simulator's controllers (no kube-controller-manager was found)",
+            ),
+            Self::None => f.write_str("no controllers"),
+        }
+    }
 }
 
 /// Removes a directory when the process that owns it dies, however it dies: a shell in a
@@ -379,10 +413,26 @@ impl ControlPlane {
         let scheduler_token = token();
         let node_tokens: BTreeMap<String, String> =
             config.nodes.iter().map(|n| (n.clone(), token())).collect();
+        let controllers = match (config.controllers, &config.binaries.kube_controller_manager) {
+            (false, _) => ControllersRun::None,
+            (true, Some(_)) => ControllersRun::Real,
+            (true, None) => ControllersRun::Simulated {
+                scheduler: config.binaries.kube_scheduler.is_none(),
+            },
+        };
+        // The real components have their bootstrap roles; ours in their place do the work of
+        // every controller's ServiceAccount, which only system:masters covers.
+        let (kcm_groups, scheduler_groups) = match controllers {
+            ControllersRun::Simulated { scheduler } => (
+                "system:masters",
+                if scheduler { "system:masters" } else { "" },
+            ),
+            _ => ("", ""),
+        };
         let mut tokens = format!(
             "{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n\
-             {kcm_token},system:kube-controller-manager,system:kube-controller-manager,\"\"\n\
-             {scheduler_token},system:kube-scheduler,system:kube-scheduler,\"\"\n"
+             {kcm_token},system:kube-controller-manager,system:kube-controller-manager,\"{kcm_groups}\"\n\
+             {scheduler_token},system:kube-scheduler,system:kube-scheduler,\"{scheduler_groups}\"\n"
         );
         for (node, token) in &node_tokens {
             tokens.push_str(&format!(
@@ -404,6 +454,8 @@ impl ControlPlane {
             _temp: temp,
             _janitor: janitor,
             started_in: Duration::ZERO,
+            stand_ins: None,
+            controllers,
         };
         let etcd_url = plane.start_etcd(&config).await?;
         plane.start_apiserver(&config, &etcd_url).await?;
@@ -414,6 +466,10 @@ impl ControlPlane {
                     plane.component_kubeconfig("kube-controller-manager", &kcm_token)?;
                 plane
                     .start_controller_manager(&config, kcm, &kubeconfig)
+                    .await?;
+            } else {
+                plane
+                    .start_stand_ins(&config, kcm_token.clone(), scheduler_token.clone())
                     .await?;
             }
             if let Some(scheduler) = &config.binaries.kube_scheduler {
@@ -686,8 +742,46 @@ impl ControlPlane {
             "--profiling=false".into(),
         ];
         self.spawn("kube-controller-manager", program, args).await?;
-        // Ready when its service-account controllers have made the `default` ServiceAccount
-        // of `default`, which every pod there needs.
+        self.wait_for_default_service_account(config).await
+    }
+
+    /// The simulator's controllers in kube-controller-manager's place (and its scheduler in
+    /// kube-scheduler's, when that is missing too), with the same periods.
+    async fn start_stand_ins(
+        &mut self,
+        config: &ControlPlaneConfig,
+        controller_manager_token: String,
+        scheduler_token: String,
+    ) -> Result<(), ControlPlaneError> {
+        use crate::sim::controllers::{ApiAccess, ControllerConfig, Controllers};
+        let access = ApiAccess {
+            url: self.url.clone(),
+            ca_pem: self.ca_pem.clone(),
+            controller_manager_token,
+            scheduler_token,
+        };
+        let controllers = Controllers::start_against(
+            access,
+            ControllerConfig {
+                node_monitor_period: Duration::from_secs(1),
+                node_monitor_grace_period: config.node_monitor_grace_period,
+                scheduler: config.binaries.kube_scheduler.is_none(),
+                namespace_defaults: Some(self.ca_pem.clone()),
+                ..ControllerConfig::default()
+            },
+        )
+        .await
+        .map_err(|e| ControlPlaneError::Client(Box::new(e)))?;
+        self.stand_ins = Some(controllers);
+        self.wait_for_default_service_account(config).await
+    }
+
+    /// Ready when the service-account controller has made the `default` ServiceAccount of
+    /// `default`, which every pod there needs.
+    async fn wait_for_default_service_account(
+        &mut self,
+        config: &ControlPlaneConfig,
+    ) -> Result<(), ControlPlaneError> {
         let client = self.admin_client().await?;
         self.wait_ready(config, || {
             let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
@@ -827,11 +921,15 @@ impl ControlPlane {
         (self.pki.dir.join("ca.crt"), self.pki.dir.join("ca.key"))
     }
 
-    /// Whether kube-controller-manager runs (else nothing runs the built-in controllers).
+    /// Whether anything runs the built-in controllers: kube-controller-manager, or the
+    /// simulator's controllers in its place.
     pub fn has_controllers(&self) -> bool {
-        self.components
-            .iter()
-            .any(|c| c.name == "kube-controller-manager")
+        self.controllers != ControllersRun::None
+    }
+
+    /// Who runs the built-in controllers.
+    pub fn controllers(&self) -> ControllersRun {
+        self.controllers
     }
 
     /// The components running, in start order.
@@ -863,6 +961,9 @@ impl ControlPlane {
 
     /// Stops every component (the controllers first, etcd last) and waits for them.
     pub async fn shutdown(mut self) {
+        if let Some(stand_ins) = self.stand_ins.take() {
+            stand_ins.shutdown().await;
+        }
         while let Some(component) = self.components.pop() {
             let _ = component
                 .instance

@@ -82,6 +82,13 @@ impl LocalProvider {
         config.node_monitor_grace_period = NODE_GRACE;
         config.crds = crds;
         let plane = ControlPlane::start(config).await.map_err(failed)?;
+        let controllers = plane.controllers();
+        if controllers != crate::cluster::local::ControllersRun::Real {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!("opconform: on local, the built-in controllers are {controllers}")
+            });
+        }
         match Self::with_plane(plane, &names, images).await {
             Ok(provider) => Ok(provider),
             Err((plane, e)) => {

@@ -17,6 +17,12 @@
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
 //! - [`podgc`]: force-deletes pods bound to nodes that no longer exist.
 //! - [`scheduler`]: binds pending pods to Ready nodes through `pods/binding`.
+//! - [`namespace_defaults`]: the `default` ServiceAccount and `kube-root-ca.crt` of every
+//!   namespace, for a real API server ([`ControllerConfig::namespace_defaults`]).
+//!
+//! [`Controllers::start`] runs them against the simulated API server;
+//! [`Controllers::start_against`] against any other ([`ApiAccess`]), e.g. a real
+//! kube-apiserver where no kube-controller-manager is at hand (setup-envtest's assets).
 //!
 //! # Caveats
 //! - No leader election, no metrics, no Events yet.
@@ -28,6 +34,7 @@ mod dynamic;
 pub mod garbage_collector;
 mod informer;
 pub mod namespace;
+pub mod namespace_defaults;
 pub mod node_lifecycle;
 pub mod podgc;
 mod queue;
@@ -94,6 +101,13 @@ pub struct ControllerConfig {
     /// How long a pod the scheduler could not place waits before it is tried again even
     /// if no node changed (`podMaxInUnschedulablePodsDuration`). Real: 5 min.
     pub unschedulable_retry: Duration,
+    /// Whether the scheduler runs too (not where a real kube-scheduler does).
+    pub scheduler: bool,
+    /// When set, the service-account controller (a `default` ServiceAccount in every
+    /// namespace) and the root CA publisher (`kube-root-ca.crt` holding this PEM bundle in
+    /// every namespace) run too. The simulated API server does both itself; a real one
+    /// leaves them to kube-controller-manager.
+    pub namespace_defaults: Option<String>,
 }
 
 impl Default for ControllerConfig {
@@ -107,6 +121,8 @@ impl Default for ControllerConfig {
             podgc_quarantine: Duration::from_secs(40),
             terminated_pod_gc_threshold: 12_500,
             unschedulable_retry: Duration::from_secs(300),
+            scheduler: true,
+            namespace_defaults: None,
         }
     }
 }
@@ -139,18 +155,60 @@ impl std::fmt::Debug for Controllers {
     }
 }
 
-/// A kube client for `server` as `user` (in `system:masters`) with its own User-Agent.
+/// How the controllers reach an API server and as whom they act: the simulated one
+/// ([`ApiAccess::simulated`]), or any other, such as a real kube-apiserver that has no
+/// kube-controller-manager beside it.
+#[derive(Clone)]
+pub struct ApiAccess {
+    /// The server's URL.
+    pub url: String,
+    /// The CA bundle (PEM) its serving certificate chains to.
+    pub ca_pem: String,
+    /// The bearer token of `system:kube-controller-manager`, with the rights of every
+    /// controller (the real manager's per-controller ServiceAccounts together).
+    pub controller_manager_token: String,
+    /// The bearer token of `system:kube-scheduler`.
+    pub scheduler_token: String,
+}
+
+impl std::fmt::Debug for ApiAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiAccess")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiAccess {
+    /// The simulated API server, as the two components in `system:masters`.
+    pub fn simulated(server: &ServerHandle) -> Self {
+        Self {
+            url: server.url(),
+            ca_pem: server.ca_pem().to_string(),
+            controller_manager_token: server
+                .user_token(CONTROLLER_MANAGER_USER, &["system:masters"]),
+            scheduler_token: server.user_token(SCHEDULER_USER, &["system:masters"]),
+        }
+    }
+}
+
+/// The user kube-controller-manager acts as.
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
+/// The user kube-scheduler acts as.
+pub const SCHEDULER_USER: &str = "system:kube-scheduler";
+
+/// A kube client for `access` as `user` (with `token`) with its own User-Agent.
 async fn client(
-    server: &ServerHandle,
+    access: &ApiAccess,
     user: &str,
+    token: &str,
     agent: &str,
 ) -> Result<kube::Client, ControllersError> {
     let fail = |source: Box<dyn std::error::Error + Send + Sync>| ControllersError::Client {
         component: agent.to_string(),
         source,
     };
-    let token = server.user_token(user, &["system:masters"]);
-    let yaml = server.kubeconfig_for(&server.url(), user, &token);
+    let yaml = super::apiserver::kubeconfig("opconform", &access.url, &access.ca_pem, user, token);
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).map_err(|e| fail(Box::new(e)))?;
     let mut config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
@@ -169,10 +227,11 @@ fn kcm_agent(controller: &str) -> String {
     format!("kube-controller-manager/{VERSION} (linux/amd64) kubernetes/opconform/{controller}")
 }
 
-async fn kcm(server: &ServerHandle, controller: &str) -> Result<kube::Client, ControllersError> {
+async fn kcm(access: &ApiAccess, controller: &str) -> Result<kube::Client, ControllersError> {
     client(
-        server,
-        "system:kube-controller-manager",
+        access,
+        CONTROLLER_MANAGER_USER,
+        &access.controller_manager_token,
         &kcm_agent(controller),
     )
     .await
@@ -190,7 +249,7 @@ struct Informers {
 }
 
 impl Controllers {
-    /// Starts every controller and the scheduler against `server`.
+    /// Starts every controller and the scheduler against the simulated `server`.
     ///
     /// # Errors
     /// When a client cannot be built. Nothing else fails start-up: discovery and watches
@@ -199,8 +258,22 @@ impl Controllers {
         server: ServerHandle,
         config: ControllerConfig,
     ) -> Result<Controllers, ControllersError> {
+        Self::start_against(ApiAccess::simulated(&server), config).await
+    }
+
+    /// Starts every controller (and the scheduler, unless `config` leaves it out) against
+    /// any API server.
+    ///
+    /// # Errors
+    /// When a client cannot be built. Nothing else fails start-up: discovery and watches
+    /// that fail are retried in the background.
+    pub async fn start_against(
+        access: ApiAccess,
+        config: ControllerConfig,
+    ) -> Result<Controllers, ControllersError> {
+        let server = &access;
         let mut tasks = Vec::new();
-        let shared = kcm(&server, "shared-informers").await?;
+        let shared = kcm(server, "shared-informers").await?;
         let informers = Informers {
             pods: Cache::new(),
             replicasets: Cache::new(),
@@ -210,33 +283,33 @@ impl Controllers {
         };
 
         let hub = dynamic::Hub::new(
-            kcm(&server, "resource-discovery").await?,
+            kcm(server, "resource-discovery").await?,
             config.gc_discovery_period,
         );
         tasks.push(garbage_collector::start(
             &hub,
-            kcm(&server, "generic-garbage-collector").await?,
+            kcm(server, "generic-garbage-collector").await?,
             config.gc_delay,
         ));
         tasks.push(namespace::start(
             &hub,
-            kcm(&server, "namespace-controller").await?,
+            kcm(server, "namespace-controller").await?,
         ));
         tasks.push(hub.start());
 
         tasks.push(replicaset::start(
-            kcm(&server, "replicaset-controller").await?,
+            kcm(server, "replicaset-controller").await?,
             &informers.replicasets,
             &informers.pods,
         ));
         tasks.push(deployment::start(
-            kcm(&server, "deployment-controller").await?,
+            kcm(server, "deployment-controller").await?,
             &informers.deployments,
             &informers.replicasets,
             &informers.pods,
         ));
         tasks.push(node_lifecycle::start(
-            kcm(&server, "node-lifecycle-controller").await?,
+            kcm(server, "node-lifecycle-controller").await?,
             &informers.nodes,
             &informers.node_leases,
             &informers.pods,
@@ -247,12 +320,12 @@ impl Controllers {
             },
         ));
         tasks.push(taint_eviction::start(
-            kcm(&server, "taint-eviction-controller").await?,
+            kcm(server, "taint-eviction-controller").await?,
             &informers.nodes,
             &informers.pods,
         ));
         tasks.push(podgc::start(
-            kcm(&server, "pod-garbage-collector").await?,
+            kcm(server, "pod-garbage-collector").await?,
             &informers.nodes,
             &informers.pods,
             podgc::Settings {
@@ -288,13 +361,39 @@ impl Controllers {
             informers.node_leases.clone(),
         ));
 
-        let scheduler_agent =
-            format!("kube-scheduler/{VERSION} (linux/amd64) kubernetes/opconform/scheduler");
-        let scheduler_client = client(&server, "system:kube-scheduler", &scheduler_agent).await?;
-        tasks.extend(scheduler::start(
-            scheduler_client,
-            config.unschedulable_retry,
-        ));
+        if let Some(bundle) = &config.namespace_defaults {
+            let namespaces = Cache::new();
+            tasks.push(namespace_defaults::start_service_accounts(
+                kcm(server, "serviceaccount-controller").await?,
+                &namespaces,
+            ));
+            tasks.push(namespace_defaults::start_root_ca_publisher(
+                kcm(server, "root-ca-cert-publisher").await?,
+                &namespaces,
+                bundle.clone(),
+            ));
+            tasks.push(informer::spawn(
+                Api::all(kcm(server, "shared-informers").await?),
+                watcher::Config::default(),
+                namespaces,
+            ));
+        }
+
+        if config.scheduler {
+            let scheduler_agent =
+                format!("kube-scheduler/{VERSION} (linux/amd64) kubernetes/opconform/scheduler");
+            let scheduler_client = client(
+                server,
+                SCHEDULER_USER,
+                &server.scheduler_token,
+                &scheduler_agent,
+            )
+            .await?;
+            tasks.extend(scheduler::start(
+                scheduler_client,
+                config.unschedulable_retry,
+            ));
+        }
 
         Ok(Controllers { tasks })
     }
