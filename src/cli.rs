@@ -111,6 +111,9 @@ pub struct BenchArgs {
     /// The feature suite's timing file [default: target/opconform/suite.json, or under $CARGO_TARGET_DIR].
     #[arg(long)]
     pub suite: Option<PathBuf>,
+    /// The feature suite's timing file on the local provider [default: local/suite.json beside --suite's default].
+    #[arg(long)]
+    pub local_suite: Option<PathBuf>,
 }
 
 fn parse_window(s: &str) -> Result<std::time::Duration, String> {
@@ -506,7 +509,9 @@ async fn local(args: LocalArgs) -> Result<(), CliError> {
 }
 
 async fn bench(args: BenchArgs) -> Result<(), CliError> {
-    use crate::bench::{BenchError, Options, default_out_dir, default_suite_file, run};
+    use crate::bench::{
+        BenchError, Options, default_local_suite_file, default_out_dir, default_suite_file, run,
+    };
     let failed = |e: BenchError| CliError::Bench(Box::new(e));
     let (interrupt, interrupted) = tokio::sync::watch::channel(false);
     let options = Options {
@@ -515,6 +520,7 @@ async fn bench(args: BenchArgs) -> Result<(), CliError> {
         objects: args.objects,
         window: args.window,
         suite_file: args.suite.unwrap_or_else(default_suite_file),
+        local_suite_file: args.local_suite.unwrap_or_else(default_local_suite_file),
         progress: true,
         interrupt: Some(interrupted),
     };

@@ -19,9 +19,12 @@
 //!   leader reconciled the Memcached objects;
 //! - **RSS**: VmRSS of the leader's and the standby's process, sampled during that window;
 //! - **cluster start**: a fresh simulated cluster (3 nodes) to the first request it served
-//!   and to all nodes Ready;
-//! - **feature suite**: read from the file the suite's runner writes
-//!   ([`default_suite_file`]), never re-run here.
+//!   and to all nodes Ready; beside it, a real control plane (etcd, kube-apiserver,
+//!   kube-controller-manager, kube-scheduler, from [`crate::cluster::local::Binaries`])
+//!   to every component ready, at most [`REAL_STARTS`] times;
+//! - **feature suite**: read from the files the suite's runner writes on the simulator
+//!   ([`default_suite_file`]) and on the `local` provider ([`default_local_suite_file`]),
+//!   never re-run here.
 //!
 //! The handoff rows reuse one cluster and one operator Deployment (one replica) per
 //! election and behaviour. Before each run the leader is taken out of its ReplicaSet by
@@ -65,6 +68,9 @@ pub enum BenchError {
     /// A simulated cluster did not start.
     #[error("cannot start a simulated cluster")]
     Cluster(#[source] Box<crate::sim::cluster::ClusterError>),
+    /// A real control plane did not start.
+    #[error("cannot start a real control plane")]
+    ControlPlane(#[source] Box<crate::cluster::local::ControlPlaneError>),
     /// No client could be built for a simulated cluster.
     #[error("cannot build a client for the simulated cluster")]
     Client(#[source] crate::sim::apiserver::ApiServerError),
@@ -174,8 +180,10 @@ pub struct Options {
     pub objects: usize,
     /// Length of the API and memory window.
     pub window: Duration,
-    /// Where the feature suite's runner wrote its wall time.
+    /// Where the feature suite's runner wrote its wall time on the simulator.
     pub suite_file: PathBuf,
+    /// Where it wrote its wall time on the `local` provider.
+    pub local_suite_file: PathBuf,
     /// Print a line per run on stderr.
     pub progress: bool,
     /// Stop early (with [`BenchError::Interrupted`]) once this becomes `true`; every
@@ -191,6 +199,7 @@ impl Default for Options {
             objects: 100,
             window: Duration::from_secs(60),
             suite_file: default_suite_file(),
+            local_suite_file: default_local_suite_file(),
             progress: false,
             interrupt: None,
         }
@@ -243,6 +252,16 @@ pub fn default_out_dir() -> PathBuf {
 pub fn default_suite_file() -> PathBuf {
     crate::report::reports_root().join("suite.json")
 }
+
+/// `local/suite.json` under the reports root: the suite's wall time on the `local`
+/// provider.
+pub fn default_local_suite_file() -> PathBuf {
+    crate::report::reports_root().join("local/suite.json")
+}
+
+/// At most this many real control planes are started for the cluster start row (each
+/// takes about ten seconds).
+pub const REAL_STARTS: usize = 3;
 
 /// One handoff as measured: its two ends in the audit and who held the lock.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -463,7 +482,7 @@ struct Spec {
     reference: &'static str,
 }
 
-const SPECS: [Spec; 11] = [
+const SPECS: [Spec; 12] = [
     Spec {
         id: "lease-release",
         group: RowGroup::LeaseRelease,
@@ -545,11 +564,19 @@ const SPECS: [Spec; 11] = [
         reference: "kind: about 60 s; envtest: seconds",
     },
     Spec {
+        id: "start-real",
+        group: RowGroup::ClusterStart,
+        title: "cluster start: sim (3 nodes Ready) vs real control plane (every component ready)",
+        unit: "ms",
+        target: "-",
+        reference: "kind: about 60 s; envtest: seconds",
+    },
+    Spec {
         id: "suite",
         group: RowGroup::Suite,
-        title: "feature suite wall time",
+        title: "feature suite wall time: sim vs local (real control plane)",
         unit: "s",
-        target: "<= 180 s",
+        target: "<= 180 s on sim",
         reference: "kind suites: many minutes",
     },
 ];
@@ -631,13 +658,18 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
         let (first, ready) = steady::cluster_start(options).await?;
         let none = || Series::not_measured("none", "the same simulator for both behaviours");
         measured.push(("start-first-request", first, none()));
-        measured.push(("start-nodes-ready", ready, none()));
+        measured.push(("start-nodes-ready", ready.clone(), none()));
+        measured.push(("start-real", ready, steady::real_start(options).await?));
     }
     if options.wants(RowGroup::Suite) {
         measured.push((
             "suite",
-            read_suite(&options.suite_file),
-            Series::not_measured("none", "the same suite for both behaviours"),
+            read_suite(&options.suite_file, "sim", ""),
+            read_suite(
+                &options.local_suite_file,
+                "local",
+                " with OPCONFORM_PROVIDER=local",
+            ),
         ));
     }
 
@@ -687,30 +719,31 @@ struct SuiteRun {
     wall_seconds: f64,
 }
 
-/// The suite's wall time from `path`, or why there is none.
-fn read_suite(path: &Path) -> Series {
+/// The suite's wall time from `path` (written by a run on `provider`, which `how` sets),
+/// or why there is none.
+fn read_suite(path: &Path, provider: &str, how: &str) -> Series {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Series::not_measured(
-                "suite",
+                provider,
                 &format!(
-                    "not measured: run `cargo test --test e2e` first (no {})",
+                    "not measured: run `cargo test --test e2e`{how} first (no {})",
                     path.display()
                 ),
             );
         }
         Err(e) => {
             return Series::not_measured(
-                "suite",
+                provider,
                 &format!("not measured: cannot read {}: {e}", path.display()),
             );
         }
     };
     match serde_json::from_str::<SuiteRun>(&text) {
-        Ok(run) => Series::measured("suite", vec![run.wall_seconds], Vec::new()),
+        Ok(run) => Series::measured(provider, vec![run.wall_seconds], Vec::new()),
         Err(e) => Series::not_measured(
-            "suite",
+            provider,
             &format!("not measured: {} has no wallSeconds: {e}", path.display()),
         ),
     }
@@ -736,20 +769,17 @@ mod tests {
     fn the_suite_time_is_read_from_its_file_or_said_to_be_missing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("suite.json");
-        let missing = read_suite(&path);
-        assert!(
-            missing
-                .not_measured
-                .as_deref()
-                .unwrap()
-                .starts_with("not measured: run `cargo test --test e2e` first")
-        );
+        let missing = read_suite(&path, "local", " with OPCONFORM_PROVIDER=local");
+        assert_eq!(missing.behaviour, "local");
+        assert!(missing.not_measured.as_deref().unwrap().starts_with(
+            "not measured: run `cargo test --test e2e` with OPCONFORM_PROVIDER=local first"
+        ));
         std::fs::write(&path, r#"{"wallSeconds": 93.5, "scenarios": 12}"#).unwrap();
-        let read = read_suite(&path);
-        assert_eq!(read.samples, vec![93.5]);
+        let read = read_suite(&path, "sim", "");
+        assert_eq!((read.behaviour.as_str(), read.samples), ("sim", vec![93.5]));
         std::fs::write(&path, "{}").unwrap();
         assert!(
-            read_suite(&path)
+            read_suite(&path, "sim", "")
                 .not_measured
                 .unwrap()
                 .contains("wallSeconds")

@@ -280,3 +280,38 @@ pub(crate) async fn cluster_start(options: &Options) -> Result<(Series, Series),
         Series::measured("sim", ready, Vec::new()),
     ))
 }
+
+/// A real control plane's start to every component ready, from the binaries
+/// [`crate::cluster::local::Binaries::find`] finds, at most [`super::REAL_STARTS`] times;
+/// not measured (and why) when there are none.
+pub(crate) async fn real_start(options: &Options) -> Result<Series, BenchError> {
+    use crate::cluster::local::{Binaries, ControlPlane, ControlPlaneConfig};
+    let binaries = match Binaries::find() {
+        Ok(binaries) => binaries,
+        Err(e) => {
+            return Ok(Series::not_measured(
+                "real",
+                &format!("not measured: {}", crate::sim::error_chain(&e)),
+            ));
+        }
+    };
+    let runs = options.runs.min(super::REAL_STARTS);
+    let mut samples = Vec::new();
+    for run in 1..=runs {
+        options.check_interrupt()?;
+        let plane = options
+            .unless_interrupted(async {
+                ControlPlane::start(ControlPlaneConfig::new(binaries.clone()))
+                    .await
+                    .map_err(|e| BenchError::ControlPlane(Box::new(e)))
+            })
+            .await?;
+        let ms = plane.started_in().as_secs_f64() * 1000.0;
+        plane.shutdown().await;
+        options.say(&format!(
+            "real control plane start, run {run}/{runs}: every component ready after {ms:.0} ms"
+        ));
+        samples.push(ms);
+    }
+    Ok(Series::measured("real", samples, Vec::new()))
+}
