@@ -247,9 +247,19 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 3)]
     pub nodes: u8,
     /// Run an image as a local executable: NAME=PATH (repeatable), e.g.
-    /// memcached-operator:dev=target/debug/memcached-operator. Other images are stand-ins.
+    /// memcached-operator:dev=target/debug/memcached-operator; a PATH that is a directory is
+    /// the image's filesystem, in which a container's command is found on its PATH, e.g.
+    /// busybox:1.36=/srv/busybox-rootfs. Other images are stand-ins.
     #[arg(long = "image", value_name = "NAME=PATH")]
     pub images: Vec<crate::sim::kubelet::ImageMapping>,
+    /// The entrypoint of an image mapped to a directory, run when a container has no
+    /// command: NAME=JSON array (repeatable), e.g. busybox:1.36='["sh", "-c"]'.
+    #[arg(long = "image-entrypoint", value_name = "NAME=ARRAY")]
+    pub entrypoints: Vec<crate::sim::kubelet::ImageArgv>,
+    /// The cmd of an image mapped to a directory, run when a container has no args:
+    /// NAME=JSON array (repeatable), e.g. busybox:1.36='["sh"]'.
+    #[arg(long = "image-cmd", value_name = "NAME=ARRAY")]
+    pub cmds: Vec<crate::sim::kubelet::ImageArgv>,
     /// Short controller periods (node grace 3 s, heartbeats 500 ms) instead of the real ones.
     #[arg(long)]
     pub fast: bool,
@@ -425,11 +435,38 @@ async fn sim(args: SimArgs) -> Result<(), CliError> {
     config.nodes = args.nodes;
     config.images = args.images.iter().cloned().collect();
     for mapping in &args.images {
-        if !mapping.path.is_file() {
+        if !mapping.path.is_file() && !mapping.path.is_dir() {
             return Err(CliError::Usage(format!(
-                "--image {}={}: no such executable",
+                "--image {}={}: no such executable or directory",
                 mapping.image,
                 mapping.path.display()
+            )));
+        }
+    }
+    let settings = args
+        .entrypoints
+        .iter()
+        .map(|e| ("--image-entrypoint", e, true));
+    for (flag, setting, entrypoint) in
+        settings.chain(args.cmds.iter().map(|c| ("--image-cmd", c, false)))
+    {
+        let directory = config
+            .images
+            .get(&setting.image)
+            .is_some_and(|p| p.is_dir());
+        let argv = setting.argv.clone();
+        let set = directory
+            && config.images.configure(&setting.image, |c| {
+                if entrypoint {
+                    c.entrypoint = argv;
+                } else {
+                    c.cmd = argv;
+                }
+            });
+        if !set {
+            return Err(CliError::Usage(format!(
+                "{flag} {}: no --image {}=DIRECTORY",
+                setting.image, setting.image
             )));
         }
     }

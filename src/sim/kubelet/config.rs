@@ -6,12 +6,26 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::image::ImageConfig;
+
 /// Errors of the kubelet's configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// An image map entry is not `NAME=PATH`.
     #[error("image mapping {0:?} is not NAME=PATH")]
     ImageMapping(String),
+    /// An entrypoint or cmd setting is not `NAME=ARRAY`.
+    #[error("image setting {0:?} is not NAME=[\"WORD\", ...]")]
+    ImageArgv(String),
+    /// An entrypoint or cmd setting's array is not a JSON array of strings.
+    #[error("image setting {text:?} is not NAME=[\"WORD\", ...]")]
+    ImageArgvJson {
+        /// The setting.
+        text: String,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// Where libfaketime is found on common Linux layouts (Debian's `libfaketime` package first).
@@ -31,10 +45,17 @@ pub fn find_faketime() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Which local executable runs an image. Images that are not in the map run as stand-ins:
-/// Running and Ready, with no process.
+/// What runs an image: a local executable, or a directory holding the image's filesystem
+/// (see [`super::image`]), told apart when a container starts. Images that are not in the
+/// map run as stand-ins: Running and Ready, with no process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImageMap(HashMap<String, PathBuf>);
+pub struct ImageMap(HashMap<String, Mapped>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mapped {
+    path: PathBuf,
+    config: ImageConfig,
+}
 
 impl ImageMap {
     /// An empty map: every image is a stand-in.
@@ -42,23 +63,62 @@ impl ImageMap {
         Self::default()
     }
 
-    /// Maps `image` (e.g. `memcached-operator:dev`) to an executable.
+    /// Maps `image` (e.g. `memcached-operator:dev`) to an executable, or to a directory
+    /// holding its filesystem, with neither entrypoint nor cmd.
     pub fn insert(&mut self, image: impl Into<String>, path: impl Into<PathBuf>) -> &mut Self {
-        self.0.insert(image.into(), path.into());
+        self.insert_filesystem(image, path, ImageConfig::default())
+    }
+
+    /// Maps `image` to the directory `root` holding its filesystem, with the entrypoint and
+    /// cmd its containers run when they do not say (ignored when `root` is an executable).
+    pub fn insert_filesystem(
+        &mut self,
+        image: impl Into<String>,
+        root: impl Into<PathBuf>,
+        config: ImageConfig,
+    ) -> &mut Self {
+        let path = root.into();
+        self.0.insert(image.into(), Mapped { path, config });
         self
     }
 
-    /// The executable of `image`: an exact match first, then a match after normalising
-    /// both names (`docker.io/` and `library/` dropped, `:latest` added when untagged).
+    /// The executable or directory of `image`: an exact match first, then a match after
+    /// normalising both names (`docker.io/` and `library/` dropped, `:latest` added when
+    /// untagged).
     pub fn get(&self, image: &str) -> Option<&Path> {
-        if let Some(p) = self.0.get(image) {
-            return Some(p);
+        self.find(image).map(|(_, m)| m.path.as_path())
+    }
+
+    /// The entrypoint and cmd of `image`, matched as [`ImageMap::get`] matches.
+    pub fn config(&self, image: &str) -> Option<&ImageConfig> {
+        self.find(image).map(|(_, m)| &m.config)
+    }
+
+    fn find(&self, image: &str) -> Option<(&str, &Mapped)> {
+        if let Some((name, m)) = self.0.get_key_value(image) {
+            return Some((name, m));
         }
         let wanted = normalize(image);
         self.0
             .iter()
             .find(|(name, _)| normalize(name) == wanted)
-            .map(|(_, p)| p.as_path())
+            .map(|(name, m)| (name.as_str(), m))
+    }
+
+    /// Changes the entrypoint and cmd of `image`, matched as [`ImageMap::get`] matches;
+    /// `false` when it is not mapped.
+    pub fn configure(&mut self, image: &str, change: impl FnOnce(&mut ImageConfig)) -> bool {
+        let key = match self.find(image) {
+            Some((key, _)) => key.to_string(),
+            None => return false,
+        };
+        match self.0.get_mut(&key) {
+            Some(m) => {
+                change(&mut m.config);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether no image is mapped.
@@ -68,7 +128,7 @@ impl ImageMap {
 
     /// The mappings, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Path)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_path()))
+        self.0.iter().map(|(k, v)| (k.as_str(), v.path.as_path()))
     }
 }
 
@@ -88,7 +148,7 @@ fn normalize(image: &str) -> String {
 pub struct ImageMapping {
     /// The image name.
     pub image: String,
-    /// The executable.
+    /// The executable, or the directory holding the image's filesystem.
     pub path: PathBuf,
 }
 
@@ -105,6 +165,35 @@ impl FromStr for ImageMapping {
             }
             _ => Err(ConfigError::ImageMapping(s.to_string())),
         }
+    }
+}
+
+/// One `NAME=["WORD", ...]` setting of a directory image's entrypoint or cmd (a JSON array
+/// of strings, as a Dockerfile's exec form), as `opconform sim --image-entrypoint` and
+/// `--image-cmd` take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageArgv {
+    /// The image name.
+    pub image: String,
+    /// The words.
+    pub argv: Vec<String>,
+}
+
+impl FromStr for ImageArgv {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let Some((image, argv)) = s.split_once('=').filter(|(i, _)| !i.trim().is_empty()) else {
+            return Err(ConfigError::ImageArgv(s.to_string()));
+        };
+        let argv = serde_json::from_str(argv).map_err(|source| ConfigError::ImageArgvJson {
+            text: s.to_string(),
+            source,
+        })?;
+        Ok(Self {
+            image: image.trim().to_string(),
+            argv,
+        })
     }
 }
 
@@ -141,7 +230,7 @@ pub struct KubeletConfig {
     pub node_ip: Ipv4Addr,
     /// Pod IPs are `127.P0.P1.N` with `N` in `1..=254`, unique on this node.
     pub pod_ip_prefix: [u8; 2],
-    /// Which executable runs which image.
+    /// Which executable or image filesystem runs which image.
     pub images: ImageMap,
     /// A per-node directory for pod working directories, kubeconfigs and logs.
     pub work_dir: PathBuf,
@@ -203,6 +292,21 @@ mod tests {
         let map: ImageMap = "a:1=/x,b=/y".parse().unwrap();
         assert_eq!(map.get("a:1"), Some(Path::new("/x")));
         assert_eq!(map.get("b:latest"), Some(Path::new("/y")));
+    }
+
+    #[test]
+    fn entrypoint_and_cmd_settings_parse_from_name_equals_a_json_array() {
+        let e: ImageArgv = r#"busybox:1.36=["sh", "-c"]"#.parse().unwrap();
+        assert_eq!(e.image, "busybox:1.36");
+        assert_eq!(e.argv, ["sh", "-c"]);
+        let err = "busybox=sh -c".parse::<ImageArgv>().unwrap_err();
+        assert!(matches!(err, ConfigError::ImageArgvJson { .. }), "{err}");
+        assert!(r#"=["sh"]"#.parse::<ImageArgv>().is_err());
+        assert!("busybox".parse::<ImageArgv>().is_err());
+        let mut map: ImageMap = "busybox=/srv/busybox".parse().unwrap();
+        assert!(map.configure("docker.io/library/busybox", |c| c.cmd = e.argv.clone()));
+        assert!(!map.configure("other", |c| c.cmd.clear()));
+        assert_eq!(map.config("busybox:latest").unwrap().cmd, ["sh", "-c"]);
     }
 
     #[test]

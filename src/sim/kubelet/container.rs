@@ -1,4 +1,5 @@
-//! One container's life in a pod: prepare (credentials, env, argv), start (a process group
+//! One container's life in a pod: prepare (credentials, env, argv — the mapped executable,
+//! or the process found in a directory image, see [`super::image`]), start (a process group
 //! or a stand-in), probe, end (exit, crash, probe failure, graceful stop), and restart
 //! according to the restartPolicy with CrashLoopBackOff delays.
 
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::env::{self, Env, PodFacts, SourceKind, Sources};
+use super::image::{self, ImageError};
 use super::lock;
 use super::logs::ContainerLog;
 use super::node::CAPACITY;
@@ -25,7 +27,8 @@ use super::probe::{self, Kind, Target, Verdict};
 use super::process::{Exit, Group, Instance, Spec};
 use super::status::{ContainerStatus, State, Terminated};
 
-/// Errors preparing a container (shown as `CreateContainerConfigError`).
+/// Errors preparing a container (shown as `CreateContainerConfigError`, or
+/// `CreateContainerError` when the image has nothing to run).
 #[derive(Debug, thiserror::Error)]
 pub enum ContainerError {
     /// The pod's ServiceAccount token is not available.
@@ -51,6 +54,19 @@ pub enum ContainerError {
     /// The environment could not be resolved.
     #[error(transparent)]
     Env(#[from] env::EnvError),
+    /// A directory image has nothing to run.
+    #[error(transparent)]
+    Image(ImageError),
+}
+
+impl ContainerError {
+    /// The waiting reason the kubelet reports for it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Image(_) => "CreateContainerError",
+            _ => "CreateContainerConfigError",
+        }
+    }
 }
 
 /// What the pod worker tells its containers.
@@ -163,7 +179,10 @@ pub fn go_duration(d: Duration) -> String {
 }
 
 enum Launch {
-    Process(Spec),
+    /// A process, with its `argv[0]` when that is not the executable's path.
+    Process(Spec, Option<String>),
+    /// A process the runtime cannot start (shown as `StartError`).
+    Unstartable(ImageError),
     StandIn,
 }
 
@@ -268,9 +287,10 @@ impl ContainerTask {
                 Ok(l) => l,
                 Err(e) => {
                     let message = error_chain(&e);
+                    let reason = e.reason();
                     self.update(|c| {
                         c.state = State::Waiting {
-                            reason: "CreateContainerConfigError".into(),
+                            reason: reason.into(),
                             message: Some(message),
                         }
                     });
@@ -370,24 +390,23 @@ impl ContainerTask {
     /// Credentials, env and argv for a mapped image; a stand-in otherwise.
     async fn prepare(&self) -> Result<Launch, ContainerError> {
         let image = self.spec.image.clone().unwrap_or_default();
-        let Some(program) = self
-            .shared
-            .config
-            .images
-            .get(&image)
-            .map(std::path::Path::to_path_buf)
-        else {
+        let images = &self.shared.config.images;
+        let Some(program) = images.get(&image).map(std::path::Path::to_path_buf) else {
             return Ok(Launch::StandIn);
         };
+        // A directory is the image's filesystem; anything else runs as an executable.
+        let filesystem = program.is_dir();
         self.write_credentials().await?;
         let sources = self.fetch_sources().await?;
         let dir = &self.pod.dir;
         let port = self.pod.proxy.addr().port().to_string();
         let mut base = Env::new();
-        base.set(
-            "PATH",
-            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-        );
+        let path = if filesystem {
+            image::DEFAULT_PATH.to_string()
+        } else {
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
+        };
+        base.set("PATH", path);
         base.set("HOME", dir.display().to_string());
         base.set("HOSTNAME", self.pod.name.clone());
         base.set("KUBERNETES_SERVICE_HOST", "127.0.0.1");
@@ -406,7 +425,27 @@ impl ContainerTask {
             allocatable: CAPACITY,
         };
         let env = env::container_env(&self.spec, &facts, &sources, &base)?;
-        let args = env::container_args(&self.spec, &env);
+        let found = if filesystem {
+            let expand = |list: &Option<Vec<String>>| -> Vec<String> {
+                list.iter().flatten().map(|a| env.expand(a)).collect()
+            };
+            let config = images.config(&image).cloned().unwrap_or_default();
+            match image::process(
+                &image,
+                &program,
+                &config,
+                &expand(&self.spec.command),
+                &expand(&self.spec.args),
+                env.get("PATH"),
+                self.spec.working_dir.as_deref(),
+            ) {
+                Ok(p) => Some(p),
+                Err(e @ ImageError::NoCommand { .. }) => return Err(ContainerError::Image(e)),
+                Err(e) => return Ok(Launch::Unstartable(e)),
+            }
+        } else {
+            None
+        };
         let mut vars: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -423,12 +462,26 @@ impl ContainerTask {
             // monotonic clock keeps counting real time, as it does on a real machine.
             vars.push(("DONT_FAKE_MONOTONIC".into(), "1".into()));
         }
-        Ok(Launch::Process(Spec {
-            program,
-            args,
-            env: vars,
-            cwd: dir.clone(),
-        }))
+        Ok(match found {
+            Some(p) => Launch::Process(
+                Spec {
+                    program: p.program,
+                    args: p.args,
+                    env: vars,
+                    cwd: p.cwd,
+                },
+                Some(p.arg0),
+            ),
+            None => Launch::Process(
+                Spec {
+                    program,
+                    args: env::container_args(&self.spec, &env),
+                    env: vars,
+                    cwd: dir.clone(),
+                },
+                None,
+            ),
+        })
     }
 
     /// The ServiceAccount files and the kubeconfig (server = the pod's proxy).
@@ -560,32 +613,28 @@ impl ContainerTask {
         let started_at = Utc::now();
         self.runtime.log.new_instance();
         let (mut running, container_id, image_id) = match launch {
-            Launch::Process(spec) => match Instance::spawn(&spec, self.runtime.log.clone()).await {
-                Ok(instance) => {
-                    let group = instance.group();
-                    *lock(&self.runtime.group) = Some(group);
-                    if self.pod.frozen() {
-                        let _ = group.stop();
+            Launch::Unstartable(e) => {
+                let message = format!("unable to start container process: {}", error_chain(&e));
+                return start_error(message, started_at);
+            }
+            Launch::Process(spec, arg0) => {
+                match Instance::spawn_as(&spec, arg0.as_deref(), self.runtime.log.clone()).await {
+                    Ok(instance) => {
+                        let group = instance.group();
+                        *lock(&self.runtime.group) = Some(group);
+                        if self.pod.frozen() {
+                            let _ = group.stop();
+                        }
+                        let id = format!("opconform://{}", group.pid);
+                        (
+                            Running::Process(Box::new(instance)),
+                            id,
+                            format!("opconform://{}", spec.program.display()),
+                        )
                     }
-                    let id = format!("opconform://{}", group.pid);
-                    (
-                        Running::Process(Box::new(instance)),
-                        id,
-                        format!("opconform://{}", spec.program.display()),
-                    )
+                    Err(e) => return start_error(error_chain(&e), started_at),
                 }
-                Err(e) => {
-                    return Terminated {
-                        exit_code: 128,
-                        signal: None,
-                        reason: "StartError".into(),
-                        message: Some(error_chain(&e)),
-                        started_at: Some(started_at),
-                        finished_at: Utc::now(),
-                        container_id: None,
-                    };
-                }
-            },
+            }
             Launch::StandIn => {
                 let notify = Arc::new(Notify::new());
                 *lock(&self.runtime.standin) = Some(notify.clone());
@@ -702,6 +751,19 @@ impl ContainerTask {
             finished_at: Utc::now(),
             container_id: Some(container_id),
         }
+    }
+}
+
+/// How a container the runtime could not start ends.
+fn start_error(message: String, started_at: chrono::DateTime<Utc>) -> Terminated {
+    Terminated {
+        exit_code: 128,
+        signal: None,
+        reason: "StartError".into(),
+        message: Some(message),
+        started_at: Some(started_at),
+        finished_at: Utc::now(),
+        container_id: None,
     }
 }
 

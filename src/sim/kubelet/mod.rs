@@ -8,6 +8,8 @@
 //! - [`pod`]: one worker per pod: sandbox (IP, proxy, files), containers, status, deletion.
 //! - [`container`]: one container's life: start, probes, restarts with back-off, stop.
 //! - [`process`]: process groups with a watchdog, signals, reaping.
+//! - [`image`]: what a mapped image runs: its executable, or the process found in the
+//!   directory holding its filesystem.
 //! - [`env`], [`probe`], [`logs`], [`status`]: what those need.
 //!
 //! # Guarantees
@@ -22,8 +24,11 @@
 //! - No volumes, no image pulls, no resource limits, no `exec`/`grpc` probes, no
 //!   `activeDeadlineSeconds`, no ephemeral containers; sidecar init containers
 //!   (`restartPolicy: Always`) run like ordinary init containers.
-//! - A pod's `command[0]` names the image's entrypoint: the mapped executable runs in its
-//!   place, with `command[1..]` and `args` as its arguments.
+//! - For an image mapped to an executable, a pod's `command[0]` names the image's
+//!   entrypoint: the mapped executable runs in its place, with `command[1..]` and `args` as
+//!   its arguments. An image mapped to a directory runs `command[0]` (or the entrypoint the
+//!   mapping gives) found inside the directory, but without chroot or mounts: the process
+//!   sees the host's filesystem (see [`image`]).
 //! - In-place image updates of a running pod are not acted on; `hostNetwork` pods get a
 //!   pod IP of their own like any other pod.
 //! - Pod IPs are `127.P0.P1.1..=254`: at most 254 pods at once per node.
@@ -31,6 +36,7 @@
 pub mod config;
 pub mod container;
 pub mod env;
+pub mod image;
 pub mod logs;
 pub mod node;
 pub mod pod;
@@ -51,7 +57,8 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use self::config::{ImageMap, ImageMapping, KubeletConfig, find_faketime};
+pub use self::config::{ImageArgv, ImageMap, ImageMapping, KubeletConfig, find_faketime};
+pub use self::image::ImageConfig;
 use self::node::NodeAgent;
 use self::pod::PodRuntime;
 use self::upstream::{Upstream, UpstreamError};

@@ -173,6 +173,19 @@ impl Instance {
     /// # Errors
     /// When the watchdog or the executable cannot be started.
     pub async fn spawn(spec: &Spec, log: Arc<ContainerLog>) -> Result<Self, ProcessError> {
+        Self::spawn_as(spec, None, log).await
+    }
+
+    /// [`Instance::spawn`] with `arg0` as the process's `argv[0]` instead of the
+    /// executable's path (a container's `command[0]` as it gave it).
+    ///
+    /// # Errors
+    /// When the watchdog or the executable cannot be started.
+    pub async fn spawn_as(
+        spec: &Spec,
+        arg0: Option<&str>,
+        log: Arc<ContainerLog>,
+    ) -> Result<Self, ProcessError> {
         let mut watchdog = Command::new("/bin/sh")
             .arg("-c")
             .arg(WATCHDOG)
@@ -191,7 +204,11 @@ impl Instance {
             )));
         };
         let pgid = pgid as i32;
-        let spawned = Command::new(&spec.program)
+        let mut command = Command::new(&spec.program);
+        if let Some(arg0) = arg0 {
+            command.arg0(arg0);
+        }
+        let spawned = command
             .args(&spec.args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
