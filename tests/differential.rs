@@ -728,6 +728,24 @@ fn interactions() -> Vec<Interaction> {
             t.kubectl(&["auth", "can-i", "-n", NS, "create", "leases"], None)
                 .await;
         }),
+        interaction!(
+            "the kubernetes Service in default, there from the start",
+            |t| {
+                let path = "/api/v1/namespaces/default/services/kubernetes";
+                let mut service = raw_get(t, path).await;
+                // It forwards to the port the server listens on.
+                let target = &mut service["spec"]["ports"][0]["targetPort"];
+                if target.as_u64() == Some(u64::from(server_port(t))) {
+                    *target = json!("<server port>");
+                }
+                t.record(Answer {
+                    asked: format!("GET {path}"),
+                    code: 200,
+                    body: normalize(service),
+                });
+                list_names(t, "/api/v1/namespaces/default/services").await;
+            }
+        ),
         interaction!("deleting the namespace", |t| {
             t.admin(
                 "DELETE",
@@ -825,6 +843,33 @@ async fn raw_token(t: &Target, account: &str) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("{}: no token in {text}", t.name))
         .to_string()
+}
+
+/// The port a target's API server listens on.
+fn server_port(t: &Target) -> u16 {
+    t.url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{}: no port in {}", t.name, t.url))
+}
+
+/// Lists `path` and records the names of the items (lists of built-in types differ in
+/// their items' apiVersion and kind, compared elsewhere), or the error.
+async fn list_names(t: &Target, path: &str) {
+    let (code, text) = support::raw(&t.admin, "GET", path, JSON, Vec::new()).await;
+    let body = parse_body(text);
+    let body = match body["items"].as_array() {
+        Some(items) if code == 200 => {
+            json!({"names": items.iter().map(|i| i["metadata"]["name"].clone()).collect::<Vec<_>>()})
+        }
+        _ => body,
+    };
+    t.record(Answer {
+        asked: format!("GET {path}"),
+        code: i64::from(code),
+        body: normalize(body),
+    });
 }
 
 /// The places where two JSON values differ: (path, sim, real), a key that is absent on one

@@ -249,6 +249,7 @@ impl ApiServer {
             .local_addr()
             .map_err(|source| ApiServerError::Bind { addr, source })?;
         let state = Arc::new(State::new(config, tls.ca_pem));
+        state.create_kubernetes_service(addr.port());
         let (shutdown, shutdown_rx) = signal::channel(false);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config);
         tokio::spawn(accept_loop(

@@ -1,6 +1,7 @@
 //! The server's shared state and what happens after a write: CRDs become served types,
 //! new namespaces get their default ServiceAccount and root CA ConfigMap, deleted
-//! ServiceAccounts lose their tokens, and pod IPs are indexed for audit attribution.
+//! ServiceAccounts lose their tokens, and pod IPs are indexed for audit attribution. A fresh
+//! cluster starts with its namespaces, the bootstrap RBAC policy and the `kubernetes` Service.
 
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -70,6 +71,10 @@ pub struct State {
     /// The admin token.
     pub admin_token: String,
 }
+
+/// The ClusterIP of the `kubernetes` Service: the first address of the service range
+/// (`10.0.0.0/24`, as the local control plane is configured).
+pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
 
 const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
 
@@ -350,6 +355,43 @@ impl State {
                                 "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
                    "data": {"ca.crt": self.ca_pem}}),
         );
+    }
+
+    /// Creates the `kubernetes` Service in `default` as kube-apiserver's bootstrap controller
+    /// does: ClusterIP `10.0.0.1` (the first address of the service range), port 443 named
+    /// `https` forwarding to the port the server listens on. The addresses the IP allocator
+    /// fills in (`clusterIPs`, `ipFamilies`) and the empty status belong to no manager.
+    pub fn create_kubernetes_service(&self, port: u16) {
+        let Some(rt) = self
+            .registry()
+            .get(&GroupResource::new("", "services"))
+            .cloned()
+        else {
+            return;
+        };
+        let service = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"ports": [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": port}],
+                     "clusterIP": KUBERNETES_SERVICE_IP, "type": "ClusterIP",
+                     "sessionAffinity": "None", "ipFamilyPolicy": "SingleStack",
+                     "internalTrafficPolicy": "Cluster"}});
+        let Ok(mut stored) = handlers::prepare_create(
+            &rt,
+            rt.storage_version(),
+            "default",
+            service,
+            "kube-apiserver",
+        ) else {
+            return;
+        };
+        stored["spec"]["clusterIPs"] = json!([KUBERNETES_SERVICE_IP]);
+        stored["spec"]["ipFamilies"] = json!(["IPv4"]);
+        stored["status"] = json!({"loadBalancer": {}});
+        let _ = self.write(&rt, "default", "kubernetes", |current| match current {
+            Some(_) => Err(ApiError::already_exists(&rt.gr(), "kubernetes")),
+            None => Ok(Write::Put(stored)),
+        });
     }
 
     fn bootstrap(&self) {
