@@ -903,6 +903,89 @@ fn interactions() -> Vec<Interaction> {
             .await;
             }
         ),
+        interaction!(
+            "aggregated discovery of /api and /apis, and the plain form",
+            |t| {
+                let core = discovery(t, "/api", AGGREGATED).await;
+                let pick = |list: &Value, group: &str, version: &str, resources: &[&str]| {
+                    let versions = list["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|g| g["metadata"]["name"].as_str().unwrap_or("") == group)
+                        .flat_map(|g| g["versions"].as_array().cloned().unwrap_or_default());
+                    let picked: Vec<Value> = versions
+                        .filter(|v| v["version"] == version)
+                        .flat_map(|v| v["resources"].as_array().cloned().unwrap_or_default())
+                        .filter(|r| resources.contains(&r["resource"].as_str().unwrap_or("")))
+                        .collect();
+                    json!({group: {version: picked}})
+                };
+                t.record(Answer {
+                asked: "GET /api (aggregated): the core group".into(),
+                code: 200,
+                body: json!({"kind": core["kind"], "apiVersion": core["apiVersion"],
+                    "metadata": core["items"][0]["metadata"],
+                    "version": core["items"][0]["versions"][0]["version"],
+                    "freshness": core["items"][0]["versions"][0]["freshness"],
+                    "resources": pick(&core, "", "v1", &["configmaps", "secrets", "serviceaccounts", "namespaces", "events"])}),
+            });
+                let apis = discovery(t, "/apis", AGGREGATED).await;
+                let compared = [
+                    "apps",
+                    "events.k8s.io",
+                    "authorization.k8s.io",
+                    "rbac.authorization.k8s.io",
+                    "apiextensions.k8s.io",
+                    "coordination.k8s.io",
+                    "example.com",
+                    "example.org",
+                ];
+                let order: Vec<&Value> = apis["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|g| &g["metadata"]["name"])
+                    .filter(|n| compared.contains(&n.as_str().unwrap_or("")))
+                    .collect();
+                let gadget_versions: Vec<&Value> = apis["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|g| g["metadata"]["name"] == "example.org")
+                    .flat_map(|g| g["versions"].as_array().into_iter().flatten())
+                    .map(|v| &v["version"])
+                    .collect();
+                t.record(Answer {
+                asked: "GET /apis (aggregated): groups, their order and resources".into(),
+                code: 200,
+                body: json!({"kind": apis["kind"], "apiVersion": apis["apiVersion"],
+                    "order": order, "example.org versions": gadget_versions,
+                    "apps": pick(&apis, "apps", "v1", &["deployments", "replicasets"]),
+                    "events": pick(&apis, "events.k8s.io", "v1", &["events"]),
+                    "authorization": pick(&apis, "authorization.k8s.io", "v1",
+                        &["localsubjectaccessreviews", "selfsubjectaccessreviews", "subjectaccessreviews"]),
+                    "rbac": pick(&apis, "rbac.authorization.k8s.io", "v1",
+                        &["roles", "rolebindings", "clusterroles", "clusterrolebindings"]),
+                    "crds": pick(&apis, "apiextensions.k8s.io", "v1", &["customresourcedefinitions"]),
+                    "leases": pick(&apis, "coordination.k8s.io", "v1", &["leases"]),
+                    "widgets": pick(&apis, "example.com", "v1", &["widgets"]),
+                    "gadgets": pick(&apis, "example.org", "v1", &["gadgets"])}),
+            });
+                let plain = discovery(t, "/apis", "application/json").await;
+                t.record(Answer {
+                    asked: "GET /apis (plain)".into(),
+                    code: 200,
+                    body: json!({"kind": plain["kind"], "apiVersion": plain["apiVersion"]}),
+                });
+                let plain = discovery(t, "/api", "application/json, */*").await;
+                t.record(Answer {
+                    asked: "GET /api (plain)".into(),
+                    code: 200,
+                    body: json!({"kind": plain["kind"], "versions": plain["versions"]}),
+                });
+            }
+        ),
         interaction!("deleting the namespace", |t| {
             t.admin(
                 "DELETE",
@@ -1009,6 +1092,47 @@ fn server_port(t: &Target) -> u16 {
         .next()
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("{}: no port in {}", t.name, t.url))
+}
+
+/// The Accept header of kubectl and client-go 1.34 for discovery.
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+/// A discovery document fetched with `accept`; its status, Content-Type and Vary headers
+/// are recorded, the document returned for the interaction to pick from.
+async fn discovery(t: &Target, path: &str, accept: &str) -> Value {
+    let request = http::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header("accept", accept)
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let response = t.admin.send(request).await.unwrap();
+    let headers = {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        // Cache-Control is compared for the aggregated form only: the simulator leaves out
+        // the `no-cache, private` kube-apiserver puts on every other answer.
+        let aggregated = header("content-type").is_some_and(|c| c.contains("apidiscovery"));
+        json!({"content-type": header("content-type"), "vary": header("vary"),
+            "cache-control": header("cache-control").filter(|_| aggregated),
+            "etag": header("etag").is_some()})
+    };
+    let code = response.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    t.record(Answer {
+        asked: format!("GET {path} with Accept: {accept}"),
+        code: i64::from(code),
+        body: headers,
+    });
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
 }
 
 /// Where CustomResourceDefinitions are created.

@@ -407,7 +407,13 @@ impl Registry {
                 kind: t.kind.into(),
                 namespaced: t.namespaced,
                 short_names: t.short.iter().map(|s| s.to_string()).collect(),
-                categories: if t.all { vec!["all".into()] } else { vec![] },
+                categories: match (t.all, t.group) {
+                    (true, _) => vec!["all".into()],
+                    (_, "apiextensions.k8s.io" | "apiregistration.k8s.io") => {
+                        vec!["api-extensions".into()]
+                    }
+                    _ => vec![],
+                },
                 status: t.status,
                 scale: t.scale.then(|| ScalePaths {
                     spec_replicas: "spec.replicas".into(),
