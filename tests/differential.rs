@@ -938,6 +938,7 @@ fn interactions() -> Vec<Interaction> {
                     "rbac.authorization.k8s.io",
                     "apiextensions.k8s.io",
                     "coordination.k8s.io",
+                    "apiregistration.k8s.io",
                     "example.com",
                     "example.org",
                 ];
@@ -969,6 +970,7 @@ fn interactions() -> Vec<Interaction> {
                         &["roles", "rolebindings", "clusterroles", "clusterrolebindings"]),
                     "crds": pick(&apis, "apiextensions.k8s.io", "v1", &["customresourcedefinitions"]),
                     "leases": pick(&apis, "coordination.k8s.io", "v1", &["leases"]),
+                    "apiservices": pick(&apis, "apiregistration.k8s.io", "v1", &["apiservices"]),
                     "widgets": pick(&apis, "example.com", "v1", &["widgets"]),
                     "gadgets": pick(&apis, "example.org", "v1", &["gadgets"])}),
             });
@@ -983,6 +985,62 @@ fn interactions() -> Vec<Interaction> {
                     asked: "GET /api (plain)".into(),
                     code: 200,
                     body: json!({"kind": plain["kind"], "versions": plain["versions"]}),
+                });
+            }
+        ),
+        interaction!(
+            "APIServices: one per served group version, built-in and CRD",
+            |t| {
+                for name in [
+                    "v1.",
+                    "v1.apps",
+                    "v1.apiregistration.k8s.io",
+                    "v1.coordination.k8s.io",
+                    "v1.example.org",
+                    "v1beta1.example.org",
+                ] {
+                    let path = format!("/apis/apiregistration.k8s.io/v1/apiservices/{name}");
+                    let (code, text) = support::raw(&t.admin, "GET", &path, JSON, Vec::new()).await;
+                    let object = parse_body(text);
+                    t.record(Answer {
+                        asked: format!("GET {path}"),
+                        code: i64::from(code),
+                        body: normalize(
+                            json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
+                        "name": object["metadata"]["name"], "labels": object["metadata"]["labels"],
+                        "spec": object["spec"], "status": object["status"]}),
+                        ),
+                    });
+                }
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "GET",
+                    "/apis/apiregistration.k8s.io/v1/apiservices",
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+                let list = parse_body(text);
+                let names: Vec<&Value> = list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| &a["metadata"]["name"])
+                    .filter(|n| {
+                        [
+                            "v1.",
+                            "v1.apps",
+                            "v1.example.com",
+                            "v1.example.org",
+                            "v1beta1.example.org",
+                        ]
+                        .contains(&n.as_str().unwrap_or(""))
+                    })
+                    .collect();
+                t.record(Answer {
+                    asked: "GET apiservices: the names compared".into(),
+                    code: i64::from(code),
+                    body: json!({"kind": list["kind"], "names": names}),
                 });
             }
         ),

@@ -300,8 +300,8 @@ mod tests {
             .flatten()
             .filter_map(|g| g["metadata"]["name"].as_str())
             .collect();
-        assert_eq!(names.first(), Some(&"apps"));
-        let apps = &apis["items"][0]["versions"][0];
+        assert_eq!(names[..2], ["apiregistration.k8s.io", "apps"]);
+        let apps = &apis["items"][1]["versions"][0];
         assert_eq!(apps["freshness"], "Current");
         let deployments = &apps["resources"][0];
         assert_eq!(deployments["resource"], "deployments");

@@ -12,6 +12,7 @@
 //!   the simulated controllers, not by this server.
 
 pub mod aggregated;
+pub mod apiservices;
 pub mod apply;
 pub mod audit;
 pub mod auth;

@@ -334,6 +334,17 @@ fn builtins() -> Vec<Builtin> {
             )
         },
         Builtin {
+            status: true,
+            ..b(
+                "apiregistration.k8s.io",
+                "v1",
+                "apiservices",
+                "apiservice",
+                "APIService",
+                false,
+            )
+        },
+        Builtin {
             short: &["crd", "crds"],
             status: true,
             unconditional: false,
@@ -645,6 +656,7 @@ mod tests {
             ("", "secrets", true, false),
             ("", "serviceaccounts", true, false),
             ("", "services", true, true),
+            ("apiregistration.k8s.io", "apiservices", true, false),
             (
                 "apiextensions.k8s.io",
                 "customresourcedefinitions",

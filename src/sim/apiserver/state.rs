@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::apiservices;
 use super::audit::{AuditLog, PodRef};
 use super::auth::{self, Tokens};
 use super::handlers;
@@ -254,6 +255,8 @@ impl State {
             if let Ok(rt) = registry::custom_type(&event.object) {
                 registry.unregister(&rt.gr());
             }
+            drop(registry);
+            self.sync_apiservices();
             return;
         }
         let Ok(rt) = registry::custom_type(&event.object) else {
@@ -261,6 +264,7 @@ impl State {
         };
         registry.register(rt.clone());
         drop(registry);
+        self.sync_apiservices();
         let established = event.object["status"]["conditions"]
             .as_array()
             .is_some_and(|c| {
@@ -394,6 +398,55 @@ impl State {
         });
     }
 
+    /// Creates the APIService of every served group version that lacks one and deletes the
+    /// managed ones of group versions no longer served (the autoregister controller).
+    fn sync_apiservices(&self) {
+        let Some(rt) = self
+            .registry()
+            .get(&GroupResource::new("apiregistration.k8s.io", "apiservices"))
+            .cloned()
+        else {
+            return;
+        };
+        let desired = apiservices::desired(&self.registry());
+        let names: Vec<&str> = desired
+            .iter()
+            .filter_map(|a| a["metadata"]["name"].as_str())
+            .collect();
+        let (existing, _) = self.store.list(&rt.gr(), None);
+        for stale in existing.iter().filter(|a| {
+            a["metadata"]["labels"][apiservices::AUTOMANAGED].is_string()
+                && !names.contains(&a["metadata"]["name"].as_str().unwrap_or_default())
+        }) {
+            let name = stale["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = self.write(&rt, "", name, |_| Ok(Write::Delete));
+        }
+        for apiservice in desired {
+            let name = apiservice["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if self.store.get(&rt.gr(), "", &name).is_some() {
+                continue;
+            }
+            // The core group's `v1.` is no DNS subdomain: it is prepared under its version
+            // and stored under its name (apiregistration validates names its own way).
+            let mut prepared = apiservice;
+            prepared["metadata"]["name"] = json!(name.trim_end_matches('.'));
+            let Ok(mut stored) =
+                handlers::prepare_create(&rt, "v1", "", prepared, "kube-apiserver")
+            else {
+                continue;
+            };
+            stored["metadata"]["name"] = json!(name);
+            stored["status"] = apiservices::local_status(&super::objects::now());
+            let _ = self.write(&rt, "", &name, |current| match current {
+                Some(_) => Ok(Write::Keep),
+                None => Ok(Write::Put(stored)),
+            });
+        }
+    }
+
     fn bootstrap(&self) {
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let _ = self.create_internal(
@@ -405,5 +458,6 @@ impl State {
         for (resource, obj) in auth::bootstrap_policy() {
             let _ = self.create_internal("rbac.authorization.k8s.io", resource, obj);
         }
+        self.sync_apiservices();
     }
 }
