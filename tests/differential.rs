@@ -728,6 +728,322 @@ fn interactions() -> Vec<Interaction> {
             t.kubectl(&["auth", "can-i", "-n", NS, "create", "leases"], None)
                 .await;
         }),
+        interaction!(
+            "the kubernetes Service in default, there from the start",
+            |t| {
+                let path = "/api/v1/namespaces/default/services/kubernetes";
+                let mut service = raw_get(t, path).await;
+                // It forwards to the port the server listens on.
+                let target = &mut service["spec"]["ports"][0]["targetPort"];
+                if target.as_u64() == Some(u64::from(server_port(t))) {
+                    *target = json!("<server port>");
+                }
+                t.record(Answer {
+                    asked: format!("GET {path}"),
+                    code: 200,
+                    body: normalize(service),
+                });
+                list_names(
+                t,
+                "/api/v1/namespaces/default/services?fieldSelector=spec.clusterIP%3D10.0.0.1,spec.type%3DClusterIP",
+            )
+            .await;
+            }
+        ),
+        interaction!("field selectors on each resource's own fields", |t| {
+            let pods = format!("/api/v1/namespaces/{NS}/pods");
+            for (name, node, host_network) in [("fs-a", "node-a", true), ("fs-b", "node-b", false)]
+            {
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NS},
+                    "spec": {"nodeName": node, "hostNetwork": host_network, "restartPolicy": "Never",
+                             "containers": [{"name": "main", "image": "example/app:1"}]}});
+                raw_create(t, &pods, &pod).await;
+            }
+            for selector in [
+                "spec.nodeName%3Dnode-a",
+                "spec.host%3Dnode-b",
+                "spec.hostNetwork%3Dtrue",
+                "spec.hostNetwork!%3Dtrue",
+                "spec.restartPolicy%3DNever,spec.schedulerName%3Ddefault-scheduler",
+                "spec.serviceAccountName%3Ddefault",
+                "status.phase%3DPending",
+                "status.podIP%3D",
+                "status.podIPs%3D",
+                "status.nominatedNodeName!%3Dx",
+                "spec.nodeName%3Dnode-a,metadata.name%3Dfs-b",
+                "spec.containers%3Dx",
+                "metadata.uid%3Dx",
+            ] {
+                list_names(t, &format!("{pods}?fieldSelector={selector}")).await;
+            }
+            let secrets = format!("/api/v1/namespaces/{NS}/secrets");
+            t.admin(
+                "POST",
+                &secrets,
+                JSON,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fs-tls"},
+                       "type": "example.com/custom", "stringData": {"k": "v"}}),
+            )
+            .await;
+            for selector in ["type%3Dexample.com/custom", "type!%3DOpaque", "data.k%3Dv"] {
+                list_names(t, &format!("{secrets}?fieldSelector={selector}")).await;
+            }
+            let events = format!("/api/v1/namespaces/{NS}/events");
+            let event = json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": "fs-event", "namespace": NS},
+                "involvedObject": {"kind": "Pod", "name": "fs-a", "namespace": NS, "apiVersion": "v1"},
+                "reason": "Testing", "message": "m", "type": "Warning",
+                "source": {"component": "tester"}});
+            raw_create(t, &events, &event).await;
+            for selector in [
+                "involvedObject.kind%3DPod,involvedObject.name%3Dfs-a",
+                "involvedObject.namespace%3Ddifferential,involvedObject.apiVersion%3Dv1,involvedObject.name%3Dfs-a",
+                "involvedObject.uid%3D,involvedObject.fieldPath%3D,involvedObject.resourceVersion%3D",
+                "reason%3DTesting,type%3DWarning",
+                "source%3Dtester",
+                "reportingComponent%3D",
+                "message%3Dm",
+            ] {
+                list_names(t, &format!("{events}?fieldSelector={selector}")).await;
+            }
+            let events_v1 = format!("/apis/events.k8s.io/v1/namespaces/{NS}/events");
+            for selector in [
+                "regarding.kind%3DPod,regarding.name%3Dfs-a",
+                "reason%3DTesting,type%3DWarning,reportingController%3D",
+                "source%3Dtester",
+                "involvedObject.kind%3DPod",
+            ] {
+                list_names(t, &format!("{events_v1}?fieldSelector={selector}")).await;
+            }
+            for (path, selector) in [
+                (
+                    "/api/v1/namespaces",
+                    "status.phase%3DActive,metadata.name%3Ddefault",
+                ),
+                ("/api/v1/namespaces", "metadata.namespace%3Ddefault"),
+                ("/api/v1/nodes", "spec.unschedulable%3Dtrue"),
+                ("/api/v1/nodes", "metadata.namespace%3Dx"),
+                (
+                    "/api/v1/services",
+                    "spec.type%3DClusterIP,metadata.namespace%3Ddefault",
+                ),
+                ("/api/v1/services", "spec.ports%3Dx"),
+                (
+                    "/api/v1/serviceaccounts",
+                    "metadata.namespace%3Ddifferential",
+                ),
+                ("/api/v1/serviceaccounts", "secrets%3Dx"),
+                ("/apis/apps/v1/replicasets", "status.replicas%3D0"),
+                ("/apis/apps/v1/deployments", "spec.paused%3Dfalse"),
+                (
+                    "/apis/coordination.k8s.io/v1/leases",
+                    "spec.holderIdentity%3Dx",
+                ),
+                (
+                    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                    "metadata.namespace%3D,metadata.name%3Dcluster-admin",
+                ),
+                (
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                    "spec.group%3Dx",
+                ),
+            ] {
+                list_names(t, &format!("{path}?fieldSelector={selector}")).await;
+            }
+        }),
+        interaction!(
+            "field selectors on a CRD's selectableFields, per version",
+            |t| {
+                let crd = json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "gadgets.example.org"},
+                "spec": {"group": "example.org", "scope": "Namespaced",
+                    "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget",
+                              "shortNames": ["gd"], "categories": ["all", "things"]},
+                    "versions": [
+                        {"name": "v1", "served": true, "storage": true,
+                         "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+                         "selectableFields": [{"jsonPath": ".spec.color"}, {"jsonPath": ".spec.size"}, {"jsonPath": ".spec.on"}],
+                         "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                            "spec": {"type": "object", "properties": {
+                                "color": {"type": "string"}, "size": {"type": "integer"},
+                                "on": {"type": "boolean"}, "replicas": {"type": "integer"}}},
+                            "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}},
+                        {"name": "v1beta1", "served": true, "storage": false,
+                         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+                raw_create(t, CRDS, &crd).await;
+                let gadgets = format!("/apis/example.org/v1/namespaces/{NS}/gadgets");
+                wait_until(t, &gadgets, "the CRD's resource to be served", |code, _| {
+                    code == 200
+                })
+                .await;
+                for (name, spec) in [
+                    ("red", json!({"color": "red", "size": 3, "on": true})),
+                    ("blue", json!({"color": "blue", "size": 10})),
+                ] {
+                    let gadget = json!({"apiVersion": "example.org/v1", "kind": "Gadget",
+                    "metadata": {"name": name, "namespace": NS}, "spec": spec});
+                    raw_create(t, &gadgets, &gadget).await;
+                }
+                for selector in [
+                    "spec.color%3Dred",
+                    "spec.size%3D10",
+                    "spec.on%3Dtrue",
+                    "spec.on!%3Dtrue",
+                    "spec.color%3Dred,metadata.name%3Dred",
+                    "spec.replicas%3D1",
+                ] {
+                    list_names(t, &format!("{gadgets}?fieldSelector={selector}")).await;
+                }
+                list_names(
+                t,
+                &format!("/apis/example.org/v1beta1/namespaces/{NS}/gadgets?fieldSelector=spec.color%3Dred"),
+            )
+            .await;
+            }
+        ),
+        interaction!(
+            "aggregated discovery of /api and /apis, and the plain form",
+            |t| {
+                let core = discovery(t, "/api", AGGREGATED).await;
+                let pick = |list: &Value, group: &str, version: &str, resources: &[&str]| {
+                    let versions = list["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|g| g["metadata"]["name"].as_str().unwrap_or("") == group)
+                        .flat_map(|g| g["versions"].as_array().cloned().unwrap_or_default());
+                    let picked: Vec<Value> = versions
+                        .filter(|v| v["version"] == version)
+                        .flat_map(|v| v["resources"].as_array().cloned().unwrap_or_default())
+                        .filter(|r| resources.contains(&r["resource"].as_str().unwrap_or("")))
+                        .collect();
+                    json!({group: {version: picked}})
+                };
+                t.record(Answer {
+                asked: "GET /api (aggregated): the core group".into(),
+                code: 200,
+                body: json!({"kind": core["kind"], "apiVersion": core["apiVersion"],
+                    "metadata": core["items"][0]["metadata"],
+                    "version": core["items"][0]["versions"][0]["version"],
+                    "freshness": core["items"][0]["versions"][0]["freshness"],
+                    "resources": pick(&core, "", "v1", &["configmaps", "secrets", "serviceaccounts", "namespaces", "events"])}),
+            });
+                let apis = discovery(t, "/apis", AGGREGATED).await;
+                let compared = [
+                    "apps",
+                    "events.k8s.io",
+                    "authorization.k8s.io",
+                    "rbac.authorization.k8s.io",
+                    "apiextensions.k8s.io",
+                    "coordination.k8s.io",
+                    "apiregistration.k8s.io",
+                    "example.com",
+                    "example.org",
+                ];
+                let order: Vec<&Value> = apis["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|g| &g["metadata"]["name"])
+                    .filter(|n| compared.contains(&n.as_str().unwrap_or("")))
+                    .collect();
+                let gadget_versions: Vec<&Value> = apis["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|g| g["metadata"]["name"] == "example.org")
+                    .flat_map(|g| g["versions"].as_array().into_iter().flatten())
+                    .map(|v| &v["version"])
+                    .collect();
+                t.record(Answer {
+                asked: "GET /apis (aggregated): groups, their order and resources".into(),
+                code: 200,
+                body: json!({"kind": apis["kind"], "apiVersion": apis["apiVersion"],
+                    "order": order, "example.org versions": gadget_versions,
+                    "apps": pick(&apis, "apps", "v1", &["deployments", "replicasets"]),
+                    "events": pick(&apis, "events.k8s.io", "v1", &["events"]),
+                    "authorization": pick(&apis, "authorization.k8s.io", "v1",
+                        &["localsubjectaccessreviews", "selfsubjectaccessreviews", "subjectaccessreviews"]),
+                    "rbac": pick(&apis, "rbac.authorization.k8s.io", "v1",
+                        &["roles", "rolebindings", "clusterroles", "clusterrolebindings"]),
+                    "crds": pick(&apis, "apiextensions.k8s.io", "v1", &["customresourcedefinitions"]),
+                    "leases": pick(&apis, "coordination.k8s.io", "v1", &["leases"]),
+                    "apiservices": pick(&apis, "apiregistration.k8s.io", "v1", &["apiservices"]),
+                    "widgets": pick(&apis, "example.com", "v1", &["widgets"]),
+                    "gadgets": pick(&apis, "example.org", "v1", &["gadgets"])}),
+            });
+                let plain = discovery(t, "/apis", "application/json").await;
+                t.record(Answer {
+                    asked: "GET /apis (plain)".into(),
+                    code: 200,
+                    body: json!({"kind": plain["kind"], "apiVersion": plain["apiVersion"]}),
+                });
+                let plain = discovery(t, "/api", "application/json, */*").await;
+                t.record(Answer {
+                    asked: "GET /api (plain)".into(),
+                    code: 200,
+                    body: json!({"kind": plain["kind"], "versions": plain["versions"]}),
+                });
+            }
+        ),
+        interaction!(
+            "APIServices: one per served group version, built-in and CRD",
+            |t| {
+                for name in [
+                    "v1.",
+                    "v1.apps",
+                    "v1.apiregistration.k8s.io",
+                    "v1.coordination.k8s.io",
+                    "v1.example.org",
+                    "v1beta1.example.org",
+                ] {
+                    let path = format!("/apis/apiregistration.k8s.io/v1/apiservices/{name}");
+                    let (code, text) = support::raw(&t.admin, "GET", &path, JSON, Vec::new()).await;
+                    let object = parse_body(text);
+                    t.record(Answer {
+                        asked: format!("GET {path}"),
+                        code: i64::from(code),
+                        body: normalize(
+                            json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
+                        "name": object["metadata"]["name"], "labels": object["metadata"]["labels"],
+                        "spec": object["spec"], "status": object["status"]}),
+                        ),
+                    });
+                }
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "GET",
+                    "/apis/apiregistration.k8s.io/v1/apiservices",
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+                let list = parse_body(text);
+                let names: Vec<&Value> = list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| &a["metadata"]["name"])
+                    .filter(|n| {
+                        [
+                            "v1.",
+                            "v1.apps",
+                            "v1.example.com",
+                            "v1.example.org",
+                            "v1beta1.example.org",
+                        ]
+                        .contains(&n.as_str().unwrap_or(""))
+                    })
+                    .collect();
+                t.record(Answer {
+                    asked: "GET apiservices: the names compared".into(),
+                    code: i64::from(code),
+                    body: json!({"kind": list["kind"], "names": names}),
+                });
+            }
+        ),
         interaction!("deleting the namespace", |t| {
             t.admin(
                 "DELETE",
@@ -827,6 +1143,84 @@ async fn raw_token(t: &Target, account: &str) -> String {
         .to_string()
 }
 
+/// The port a target's API server listens on.
+fn server_port(t: &Target) -> u16 {
+    t.url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{}: no port in {}", t.name, t.url))
+}
+
+/// The Accept header of kubectl and client-go 1.34 for discovery.
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+/// A discovery document fetched with `accept`; its status, Content-Type and Vary headers
+/// are recorded, the document returned for the interaction to pick from.
+async fn discovery(t: &Target, path: &str, accept: &str) -> Value {
+    let request = http::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header("accept", accept)
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let response = t.admin.send(request).await.unwrap();
+    let headers = {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        // Cache-Control is compared for the aggregated form only: the simulator leaves out
+        // the `no-cache, private` kube-apiserver puts on every other answer.
+        let aggregated = header("content-type").is_some_and(|c| c.contains("apidiscovery"));
+        json!({"content-type": header("content-type"), "vary": header("vary"),
+            "cache-control": header("cache-control").filter(|_| aggregated),
+            "etag": header("etag").is_some()})
+    };
+    let code = response.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    t.record(Answer {
+        asked: format!("GET {path} with Accept: {accept}"),
+        code: i64::from(code),
+        body: headers,
+    });
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+}
+
+/// Where CustomResourceDefinitions are created.
+const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+
+/// Creates an object (unrecorded: the interaction compares what it reads next).
+async fn raw_create(t: &Target, path: &str, object: &Value) {
+    let body = serde_json::to_vec(object).unwrap();
+    let (code, text) = support::raw(&t.admin, "POST", path, JSON, body).await;
+    assert_eq!(code, 201, "{}: POST {path}: {text}", t.name);
+}
+
+/// Lists `path` and records the names of the items (lists of built-in types differ in
+/// their items' apiVersion and kind, compared elsewhere), or the error.
+async fn list_names(t: &Target, path: &str) {
+    let (code, text) = support::raw(&t.admin, "GET", path, JSON, Vec::new()).await;
+    let body = parse_body(text);
+    let body = match body["items"].as_array() {
+        Some(items) if code == 200 => {
+            json!({"names": items.iter().map(|i| i["metadata"]["name"].clone()).collect::<Vec<_>>()})
+        }
+        _ => body,
+    };
+    t.record(Answer {
+        asked: format!("GET {path}"),
+        code: i64::from(code),
+        body: normalize(body),
+    });
+}
+
 /// The places where two JSON values differ: (path, sim, real), a key that is absent on one
 /// side compared as `null`.
 fn json_diff(path: &str, sim: &Value, real: &Value, out: &mut Vec<(String, String, String)>) {
@@ -907,8 +1301,7 @@ const KNOWN: &[(&str, &str)] = &[
     // kube-root-ca.crt is written by the manager kube-controller-manager (its
     // root-ca-certificate-publisher), not kube-apiserver.
     ("watch from a resourceVersion, and from the beginning", ""),
-    // Lists of built-in types leave out each item's apiVersion and kind; an unsupported field
-    // selector is `"data.n" is not a known field selector: only "metadata.name", "metadata.namespace"`.
+    // Lists of built-in types leave out each item's apiVersion and kind.
     (
         "field selectors: supported, and one that is not",
         ".items[0].apiVersion",
@@ -916,10 +1309,6 @@ const KNOWN: &[(&str, &str)] = &[
     (
         "field selectors: supported, and one that is not",
         ".items[0].kind",
-    ),
-    (
-        "field selectors: supported, and one that is not",
-        ".message",
     ),
     // The ServiceAccount admission plugin adds the projected kube-api-access volume and its
     // mount; pods have a generation (1, 2 once deletion starts); a second deletion with

@@ -1,6 +1,7 @@
 //! kubectl (v1.34, built by `ci/kubernetes/build.sh`), a real client, against a running `opconform sim`: CRDs, client-side and
 //! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
-//! on a finalizer, tokens and `auth can-i`.
+//! on a finalizer, tokens and `auth can-i`, discovery (`api-resources`), APIServices, the
+//! `kubernetes` Service and field selectors.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
@@ -477,4 +478,67 @@ fn opconform_fault_rejects_requests_until_allowed_as_kubectl_sees_it() {
     let out = fault(&["pod", "default/x", "explode"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown pod fault \"explode\""));
+}
+
+#[test]
+fn kubectl_discovers_every_resource_lists_apiservices_and_the_kubernetes_service_and_selects_pods_by_node()
+ {
+    let sim = Sim::start();
+    let resources = sim.ok(&["api-resources", "-o", "name"]);
+    for name in [
+        "pods",
+        "deployments.apps",
+        "apiservices.apiregistration.k8s.io",
+        "customresourcedefinitions.apiextensions.k8s.io",
+    ] {
+        assert!(
+            resources.lines().any(|l| l == name),
+            "{name} in api-resources: {resources}"
+        );
+    }
+    let apiservices = sim.ok(&["get", "apiservices", "-o", "name"]);
+    for name in [
+        "apiservice.apiregistration.k8s.io/v1.",
+        "apiservice.apiregistration.k8s.io/v1.apps",
+    ] {
+        assert!(
+            apiservices.lines().any(|l| l == name),
+            "{name} in {apiservices}"
+        );
+    }
+    let port = sim.ok(&[
+        "get",
+        "svc",
+        "kubernetes",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.clusterIP} {.spec.ports[0].name} {.spec.ports[0].port}",
+    ]);
+    assert_eq!(port, "10.0.0.1 https 443");
+    let pod = |name: &str, node: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  nodeName: {node}\n  containers: [{{name: main, image: example/app:1}}]\n"
+        )
+    };
+    for (name, node) in [("on-a", "node-a"), ("on-b", "node-b")] {
+        let path = sim.write(&format!("{name}.yaml"), &pod(name, node));
+        sim.ok(&["create", "-f", &path]);
+    }
+    let selected = sim.ok(&[
+        "get",
+        "pods",
+        "--field-selector",
+        "spec.nodeName=node-a",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(selected.trim(), "pod/on-a");
+    let refused = sim.run(&["get", "pods", "--field-selector", "spec.image=x"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("field label not supported: spec.image"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 }

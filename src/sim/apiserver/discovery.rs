@@ -42,8 +42,74 @@ fn group_entry(group: &str, versions: &[String]) -> Value {
     })
 }
 
-/// Served versions of each non-core group, preferred first.
-fn groups(registry: &Registry) -> Vec<(String, Vec<String>)> {
+/// The groups kube-apiserver 1.34 serves, in the order of their APIServices' priority
+/// (`kube-aggregator`'s `apiVersionPriorities`); discovery lists groups in this order, then
+/// any other group (custom resources) by name.
+const GROUP_ORDER: &[&str] = &[
+    "apiregistration.k8s.io",
+    "apps",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "scheduling.k8s.io",
+    "coordination.k8s.io",
+    "node.k8s.io",
+    "discovery.k8s.io",
+    "resource.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+];
+
+/// Where a group sorts in discovery: built-in groups by priority, then the rest by name.
+fn group_rank(group: &str) -> (usize, &str) {
+    let rank = GROUP_ORDER
+        .iter()
+        .position(|g| *g == group)
+        .unwrap_or(GROUP_ORDER.len());
+    (rank, group)
+}
+
+/// `version.CompareKubeAwareVersionStrings`: GA before beta before alpha, higher numbers
+/// first, versions of another form after all of these, by name.
+pub fn kube_aware_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn parse(v: &str) -> Option<(u64, u8, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let major = rest[..digits].parse().ok()?;
+        let (level, minor) = match &rest[digits..] {
+            "" => (2, 0),
+            tail => {
+                let (level, n) = if let Some(n) = tail.strip_prefix("beta") {
+                    (1, n)
+                } else {
+                    (0, tail.strip_prefix("alpha")?)
+                };
+                (level, n.parse().ok()?)
+            }
+        };
+        Some((major, level, minor))
+    }
+    match (parse(a), parse(b)) {
+        (Some((ma, la, na)), Some((mb, lb, nb))) => (lb, mb, nb).cmp(&(la, ma, na)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+/// Served versions of each non-core group, in discovery order; a group's versions as
+/// [`ResourceType::versions`] gives them (preferred first).
+pub fn groups(registry: &Registry) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for t in registry.all() {
         if t.group.is_empty() {
@@ -60,6 +126,7 @@ fn groups(registry: &Registry) -> Vec<(String, Vec<String>)> {
             None => out.push((t.group.clone(), t.versions.clone())),
         }
     }
+    out.sort_by(|(a, _), (b, _)| group_rank(a).cmp(&group_rank(b)));
     out
 }
 
@@ -81,44 +148,71 @@ pub fn group(registry: &Registry, name: &str) -> Option<Value> {
     Some(entry)
 }
 
-fn resource_entries(t: &ResourceType) -> Vec<Value> {
-    let mut main = json!({
-        "name": t.resource,
-        "singularName": t.singular,
-        "namespaced": t.namespaced,
-        "kind": t.kind,
-        "verbs": t.verbs(),
-    });
-    if !t.short_names.is_empty() {
-        main["shortNames"] = json!(t.short_names);
+/// A subresource as discovery announces it.
+pub struct Subresource {
+    /// `status`, `scale`, …
+    pub name: &'static str,
+    /// The kind it answers with.
+    pub kind: String,
+    /// The group and version of that kind when not the resource's own.
+    pub group_version: Option<(&'static str, &'static str)>,
+    /// Its verbs.
+    pub verbs: &'static [&'static str],
+}
+
+const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
+
+/// The verbs of a resource: those of its storage (namespaces have no `deletecollection`),
+/// for custom resources in the order kube-apiserver's CRD handler lists them.
+pub fn verbs(t: &ResourceType) -> Vec<&'static str> {
+    if t.is_custom() {
+        return vec![
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "create",
+            "update",
+            "watch",
+        ];
     }
-    if !t.categories.is_empty() {
-        main["categories"] = json!(t.categories);
+    let mut verbs = t.verbs();
+    if t.group.is_empty() && t.resource == "namespaces" {
+        verbs.retain(|v| *v != "deletecollection");
     }
-    let sub = |name: &str, kind: &str, group: Option<(&str, &str)>, verbs: &[&str]| {
-        let mut e = json!({
-            "name": format!("{}/{name}", t.resource),
-            "singularName": "",
-            "namespaced": t.namespaced,
-            "kind": kind,
-            "verbs": verbs,
-        });
-        if let Some((g, v)) = group {
-            e["group"] = json!(g);
-            e["version"] = json!(v);
-        }
-        e
+    verbs
+}
+
+/// The name a resource is known by in the singular: its own, or its kind in lower case as
+/// kube-apiserver derives it.
+pub fn singular(t: &ResourceType) -> String {
+    if t.singular.is_empty() {
+        t.kind.to_lowercase()
+    } else {
+        t.singular.clone()
+    }
+}
+
+/// The subresources the simulator serves for a resource: custom resources' status then
+/// scale, built-in resources' by name.
+pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
+    let sub = |name, kind: &str, group_version, verbs| Subresource {
+        name,
+        kind: kind.to_string(),
+        group_version,
+        verbs,
     };
-    let mut out = vec![main];
+    let mut out = Vec::new();
     if t.status {
-        out.push(sub("status", &t.kind, None, &["get", "patch", "update"]));
+        out.push(sub("status", &t.kind, None, GET_PATCH_UPDATE));
     }
     if t.scale.is_some() {
         out.push(sub(
             "scale",
             "Scale",
             Some(("autoscaling", "v1")),
-            &["get", "patch", "update"],
+            GET_PATCH_UPDATE,
         ));
     }
     match (t.group.as_str(), t.resource.as_str()) {
@@ -130,6 +224,7 @@ fn resource_entries(t: &ResourceType) -> Vec<Value> {
                 Some(("policy", "v1")),
                 &["create"],
             ));
+            out.push(sub("log", "Pod", None, &["get"]));
         }
         ("", "serviceaccounts") => out.push(sub(
             "token",
@@ -139,6 +234,41 @@ fn resource_entries(t: &ResourceType) -> Vec<Value> {
         )),
         ("", "namespaces") => out.push(sub("finalize", "Namespace", None, &["update"])),
         _ => {}
+    }
+    if !t.is_custom() {
+        out.sort_by_key(|s| s.name);
+    }
+    out
+}
+
+fn resource_entries(t: &ResourceType) -> Vec<Value> {
+    let mut main = json!({
+        "name": t.resource,
+        "singularName": singular(t),
+        "namespaced": t.namespaced,
+        "kind": t.kind,
+        "verbs": verbs(t),
+    });
+    if !t.short_names.is_empty() {
+        main["shortNames"] = json!(t.short_names);
+    }
+    if !t.categories.is_empty() {
+        main["categories"] = json!(t.categories);
+    }
+    let mut out = vec![main];
+    for s in subresources(t) {
+        let mut e = json!({
+            "name": format!("{}/{}", t.resource, s.name),
+            "singularName": "",
+            "namespaced": t.namespaced,
+            "kind": s.kind,
+            "verbs": s.verbs,
+        });
+        if let Some((g, v)) = s.group_version {
+            e["group"] = json!(g);
+            e["version"] = json!(v);
+        }
+        out.push(e);
     }
     out
 }

@@ -522,9 +522,7 @@ impl<'a> Call<'a> {
         let labels = LabelSelector::parse(self.query.str("labelSelector"))
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let fields = FieldSelector::parse(self.query.str("fieldSelector"))
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        fields
-            .validate(&rt.supported_field_selectors())
+            .and_then(|f| f.for_resource(rt, &self.info.version))
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         Ok((labels, fields))
     }

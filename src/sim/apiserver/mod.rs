@@ -11,6 +11,8 @@
 //!   does when garbage collection is enabled; they are cleared by the garbage collector of
 //!   the simulated controllers, not by this server.
 
+pub mod aggregated;
+pub mod apiservices;
 pub mod apply;
 pub mod audit;
 pub mod auth;
@@ -249,6 +251,7 @@ impl ApiServer {
             .local_addr()
             .map_err(|source| ApiServerError::Bind { addr, source })?;
         let state = Arc::new(State::new(config, tls.ca_pem));
+        state.create_kubernetes_service(addr.port());
         let (shutdown, shutdown_rx) = signal::channel(false);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config);
         tokio::spawn(accept_loop(
@@ -695,6 +698,20 @@ fn non_resource(
     }
     let path = info.path.trim_end_matches('/');
     let registry = state.registry();
+    if path == "/api" || path == "/apis" {
+        let accept = headers
+            .get(hyper::header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        let form = aggregated::negotiate(accept);
+        if form != aggregated::Form::Plain {
+            let body = if path == "/api" {
+                aggregated::core(&registry)
+            } else {
+                aggregated::groups(&registry)
+            };
+            return aggregated_response(form, &body, headers);
+        }
+    }
     let found = match path {
         "/healthz" | "/livez" | "/readyz" => {
             return full(200, "text/plain; charset=utf-8", b"ok".to_vec());
@@ -721,6 +738,38 @@ fn non_resource(
         Some(v) => json_response(200, &v, headers),
         None => error_response(&ApiError::NoSuchResource, headers),
     }
+}
+
+/// An aggregated discovery document with its media type, `ETag`, `Vary: Accept` and
+/// `Cache-Control: public`; `304 Not Modified` when `If-None-Match` names its `ETag`.
+fn aggregated_response(
+    form: aggregated::Form,
+    body: &Value,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let json = serde_json::to_vec(body).unwrap_or_default();
+    let etag = aggregated::etag(&json);
+    let mut resp = if headers
+        .get(hyper::header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes())
+    {
+        full(304, aggregated::CONTENT_TYPE, Vec::new())
+    } else if form == aggregated::Form::AggregatedYaml {
+        let yaml = serde_yaml::to_string(body).unwrap_or_default();
+        full(200, aggregated::CONTENT_TYPE_YAML, yaml.into_bytes())
+    } else {
+        full(200, aggregated::CONTENT_TYPE, json)
+    };
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(hyper::header::ETAG, v);
+    }
+    h.insert(hyper::header::VARY, HeaderValue::from_static("Accept"));
+    h.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("public"),
+    );
+    resp
 }
 
 /// `GET pods/{name[:port]}/proxy/{path}`: the answer of the pod's own HTTP server (plain

@@ -92,8 +92,9 @@ pub struct ResourceType {
     pub allow_create_on_update: bool,
     /// How generation moves.
     pub generation: GenerationRule,
-    /// Field selectors supported beyond metadata.name and metadata.namespace.
-    pub field_selectors: Vec<&'static str>,
+    /// The `selectableFields` of each served version (custom resources; the built-in
+    /// resources' fields are in [`super::selectors::SelectableFields`]), as field labels.
+    pub selectable: BTreeMap<String, Vec<String>>,
     /// What backs it.
     pub backing: Backing,
 }
@@ -123,11 +124,9 @@ impl ResourceType {
         matches!(self.backing, Backing::Builtin)
     }
 
-    /// The field selectors this resource supports.
-    pub fn supported_field_selectors(&self) -> Vec<&'static str> {
-        let mut fields = vec!["metadata.name", "metadata.namespace"];
-        fields.extend(self.field_selectors.iter().copied());
-        fields
+    /// The field labels of a custom resource's `selectableFields` at `version`.
+    pub fn selectable_fields(&self, version: &str) -> Vec<String> {
+        self.selectable.get(version).cloned().unwrap_or_default()
     }
 
     /// Whether this is a custom resource.
@@ -167,7 +166,6 @@ struct Builtin {
     unconditional: bool,
     create_on_update: bool,
     generation: GenerationRule,
-    fields: &'static [&'static str],
 }
 
 const fn b(
@@ -192,33 +190,8 @@ const fn b(
         unconditional: true,
         create_on_update: false,
         generation: GenerationRule::None,
-        fields: &[],
     }
 }
-
-const POD_FIELDS: &[&str] = &[
-    "spec.nodeName",
-    "spec.restartPolicy",
-    "spec.schedulerName",
-    "spec.serviceAccountName",
-    "spec.hostNetwork",
-    "status.phase",
-    "status.podIP",
-    "status.nominatedNodeName",
-];
-const EVENT_FIELDS: &[&str] = &[
-    "involvedObject.kind",
-    "involvedObject.namespace",
-    "involvedObject.name",
-    "involvedObject.uid",
-    "involvedObject.apiVersion",
-    "involvedObject.resourceVersion",
-    "involvedObject.fieldPath",
-    "reason",
-    "reportingComponent",
-    "source",
-    "type",
-];
 
 fn builtins() -> Vec<Builtin> {
     use GenerationRule as G;
@@ -226,14 +199,12 @@ fn builtins() -> Vec<Builtin> {
         Builtin {
             short: &["ns"],
             status: true,
-            fields: &["status.phase"],
             ..b("", "v1", "namespaces", "namespace", "Namespace", false)
         },
         Builtin {
             short: &["po"],
             all: true,
             status: true,
-            fields: POD_FIELDS,
             ..b("", "v1", "pods", "pod", "Pod", true)
         },
         Builtin {
@@ -241,7 +212,6 @@ fn builtins() -> Vec<Builtin> {
             ..b("", "v1", "configmaps", "configmap", "ConfigMap", true)
         },
         Builtin {
-            fields: &["type"],
             ..b("", "v1", "secrets", "secret", "Secret", true)
         },
         Builtin {
@@ -264,14 +234,12 @@ fn builtins() -> Vec<Builtin> {
         },
         Builtin {
             short: &["ev"],
-            fields: EVENT_FIELDS,
             create_on_update: true,
             ..b("", "v1", "events", "event", "Event", true)
         },
         Builtin {
             short: &["no"],
             status: true,
-            fields: &["spec.unschedulable"],
             ..b("", "v1", "nodes", "node", "Node", false)
         },
         Builtin {
@@ -307,7 +275,6 @@ fn builtins() -> Vec<Builtin> {
             status: true,
             scale: true,
             generation: G::Spec,
-            fields: &["status.replicas"],
             ..b(
                 "apps",
                 "v1",
@@ -319,7 +286,6 @@ fn builtins() -> Vec<Builtin> {
         },
         Builtin {
             short: &["ev"],
-            fields: EVENT_FIELDS,
             create_on_update: true,
             ..b("events.k8s.io", "v1", "events", "event", "Event", true)
         },
@@ -368,6 +334,17 @@ fn builtins() -> Vec<Builtin> {
             )
         },
         Builtin {
+            status: true,
+            ..b(
+                "apiregistration.k8s.io",
+                "v1",
+                "apiservices",
+                "apiservice",
+                "APIService",
+                false,
+            )
+        },
+        Builtin {
             short: &["crd", "crds"],
             status: true,
             unconditional: false,
@@ -410,7 +387,7 @@ fn virtuals() -> Vec<ResourceType> {
         allow_unconditional_update: false,
         allow_create_on_update: false,
         generation: GenerationRule::None,
-        field_selectors: vec![],
+        selectable: BTreeMap::new(),
         backing: Backing::Virtual,
     })
     .collect()
@@ -441,7 +418,13 @@ impl Registry {
                 kind: t.kind.into(),
                 namespaced: t.namespaced,
                 short_names: t.short.iter().map(|s| s.to_string()).collect(),
-                categories: if t.all { vec!["all".into()] } else { vec![] },
+                categories: match (t.all, t.group) {
+                    (true, _) => vec!["all".into()],
+                    (_, "apiextensions.k8s.io" | "apiregistration.k8s.io") => {
+                        vec!["api-extensions".into()]
+                    }
+                    _ => vec![],
+                },
                 status: t.status,
                 scale: t.scale.then(|| ScalePaths {
                     spec_replicas: "spec.replicas".into(),
@@ -451,7 +434,7 @@ impl Registry {
                 allow_unconditional_update: t.unconditional,
                 allow_create_on_update: t.create_on_update,
                 generation: t.generation,
-                field_selectors: t.fields.to_vec(),
+                selectable: BTreeMap::new(),
                 backing: Backing::Builtin,
             };
             types.insert(rt.gr(), rt);
@@ -550,6 +533,7 @@ pub fn custom_type(crd: &Value) -> Result<ResourceType, String> {
     let mut printer_columns = Vec::new();
     let mut status = false;
     let mut scale = None;
+    let mut selectable = BTreeMap::new();
     for v in versions {
         let name = str_at(v, "name").ok_or("spec.versions[].name: Required value")?;
         if v.get("storage").and_then(Value::as_bool) == Some(true) {
@@ -576,6 +560,11 @@ pub fn custom_type(crd: &Value) -> Result<ResourceType, String> {
         }
         if v.get("served").and_then(Value::as_bool) == Some(true) {
             served.push(name.to_string());
+            let fields = v.get("selectableFields").and_then(Value::as_array);
+            let labels = fields.into_iter().flatten().filter_map(|f| {
+                str_at(f, "jsonPath").map(|p| p.trim_start_matches('.').to_string())
+            });
+            selectable.insert(name.to_string(), labels.collect());
         }
         if let Some(schema) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
             let schema = Schema::new(schema.clone())
@@ -602,7 +591,7 @@ pub fn custom_type(crd: &Value) -> Result<ResourceType, String> {
         allow_unconditional_update: false,
         allow_create_on_update: false,
         generation: GenerationRule::AllButMetadata,
-        field_selectors: vec![],
+        selectable,
         backing: Backing::Custom {
             crd: crd["metadata"]["name"]
                 .as_str()
@@ -667,6 +656,7 @@ mod tests {
             ("", "secrets", true, false),
             ("", "serviceaccounts", true, false),
             ("", "services", true, true),
+            ("apiregistration.k8s.io", "apiservices", true, false),
             (
                 "apiextensions.k8s.io",
                 "customresourcedefinitions",

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use super::names::{self, Cause};
+use super::registry::ResourceType;
 
 /// Why a selector was refused; `Display` is the apiserver's message.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -36,9 +37,14 @@ pub enum Error {
     /// A field selector value has an unescaped `,` or `=` (Go prints the rune as a number).
     #[error("invalid field selector: unescaped character in value: {}", u32::from(*.0))]
     UnescapedCharacter(char),
-    /// A field selector names a field the resource cannot be selected on.
+    /// A field selector names a field the resource cannot be selected on, for a resource
+    /// whose conversion lists its own fields (pods, nodes, events, custom resources, …).
     #[error("field label not supported: {0}")]
     UnsupportedField(String),
+    /// A field selector names a field other than `metadata.name` and `metadata.namespace`,
+    /// for a resource that selects on nothing else (apimachinery's default conversion).
+    #[error(r#""{0}" is not a known field selector: only "metadata.name", "metadata.namespace""#)]
+    NotMetadataField(String),
 }
 
 /// What is wrong inside one label selector requirement: the text after
@@ -560,9 +566,12 @@ struct FieldTerm {
 }
 
 /// A parsed field selector: an AND of `field=value`, `field==value` and `field!=value` terms.
+/// Once bound to a resource ([`FieldSelector::for_resource`]) it reads each field as that
+/// resource's registry strategy does; unbound, it reads dotted JSON paths.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FieldSelector {
     terms: Vec<FieldTerm>,
+    resource: Option<SelectableFields>,
 }
 
 impl FieldSelector {
@@ -588,27 +597,33 @@ impl FieldSelector {
                 value: unescape_value(rhs)?,
             });
         }
-        Ok(Self { terms })
+        Ok(Self {
+            terms,
+            resource: None,
+        })
     }
 
-    /// Checks every field against the paths the resource supports
-    /// (`field label not supported: spec.foo` otherwise).
-    pub fn validate(&self, supported: &[&str]) -> Result<(), Error> {
-        match self
-            .terms
-            .iter()
-            .find(|t| !supported.contains(&t.field.as_str()))
-        {
-            Some(t) => Err(Error::UnsupportedField(t.field.clone())),
-            None => Ok(()),
+    /// Binds the selector to the fields of `rt` as served at `version`: each field label goes
+    /// through the resource's conversion (`spec.host` becomes `spec.nodeName` for pods), and a
+    /// label it does not know is refused with kube-apiserver's message, the first in sorted
+    /// order; matching then reads the fields as the resource's `ToSelectableFields` does.
+    pub fn for_resource(mut self, rt: &ResourceType, version: &str) -> Result<Self, Error> {
+        let fields = SelectableFields::of(rt, version);
+        for term in &mut self.terms {
+            term.field = fields.convert(&term.field)?;
         }
+        self.resource = Some(fields);
+        Ok(self)
     }
 
     /// Whether `object` satisfies every term; a dotted path that is missing reads as `""`,
     /// numbers and booleans read as their JSON text.
     pub fn matches(&self, object: &Value) -> bool {
         self.terms.iter().all(|t| {
-            let actual = field_value(object, &t.field);
+            let actual = match &self.resource {
+                Some(fields) => fields.value(object, &t.field),
+                None => field_value(object, &t.field),
+            };
             match t.op {
                 FieldOp::Equals => actual == t.value,
                 FieldOp::NotEquals => actual != t.value,
@@ -628,6 +643,165 @@ impl FieldSelector {
             .find(|t| t.field == field && t.op == FieldOp::Equals)
             .map(|t| t.value.as_str())
     }
+}
+
+/// Which conversion a resource's field labels go through (`AddFieldLabelConversionFunc` in
+/// `pkg/apis/*/v1/conversion.go`, apimachinery's `DefaultMetaV1FieldSelectorConversion` for
+/// resources without one, the CRD's `selectableFields` for custom resources) and how its
+/// registry strategy's `ToSelectableFields` reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Selectable {
+    /// `metadata.name` and `metadata.namespace` only.
+    Metadata,
+    Pod,
+    Node,
+    /// Core events.
+    Event,
+    /// `events.k8s.io` events: `regarding.*`, `reason`, `reportingController` and `type`
+    /// (converted to the core labels `involvedObject.*` and `reportingComponent`).
+    EventsV1,
+    Namespace,
+    Secret,
+    Service,
+    /// A custom resource: `metadata.*` and the selectable fields of the served version.
+    Custom,
+}
+
+/// The fields one resource can be selected on, and how they read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectableFields {
+    kind: Selectable,
+    namespaced: bool,
+    /// Labels the conversion accepts beyond `metadata.name`/`metadata.namespace`.
+    extra: Vec<String>,
+}
+
+const POD_FIELDS: &[&str] = &[
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.podIPs",
+    "status.nominatedNodeName",
+];
+
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+const EVENTS_V1_FIELDS: &[&str] = &[
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reason",
+    "reportingController",
+    "type",
+];
+
+impl SelectableFields {
+    /// The fields of `rt` at `version`.
+    pub fn of(rt: &ResourceType, version: &str) -> Self {
+        let (kind, extra): (Selectable, &[&str]) = match (rt.group.as_str(), rt.resource.as_str()) {
+            _ if rt.is_custom() => (Selectable::Custom, &[]),
+            ("", "pods") => (Selectable::Pod, POD_FIELDS),
+            ("", "nodes") => (Selectable::Node, &["spec.unschedulable"]),
+            ("", "events") => (Selectable::Event, EVENT_FIELDS),
+            ("events.k8s.io", "events") => (Selectable::EventsV1, EVENTS_V1_FIELDS),
+            ("", "namespaces") => (Selectable::Namespace, &["status.phase"]),
+            ("", "secrets") => (Selectable::Secret, &["type"]),
+            ("", "services") => (Selectable::Service, &["spec.clusterIP", "spec.type"]),
+            _ => (Selectable::Metadata, &[]),
+        };
+        let mut extra: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
+        if kind == Selectable::Custom {
+            extra = rt.selectable_fields(version);
+        }
+        Self {
+            kind,
+            namespaced: rt.namespaced,
+            extra,
+        }
+    }
+
+    /// Every label a selector may name for this resource, `metadata.*` first.
+    pub fn labels(&self) -> Vec<&str> {
+        let metadata: &[&str] = match self.kind {
+            // Their conversions leave out metadata.namespace.
+            Selectable::Node | Selectable::Namespace => &["metadata.name"],
+            _ => &["metadata.name", "metadata.namespace"],
+        };
+        let mut labels = metadata.to_vec();
+        labels.extend(self.extra.iter().map(String::as_str));
+        if self.kind == Selectable::Pod {
+            labels.push("spec.host");
+        }
+        labels
+    }
+
+    /// The label a selector's field becomes, or the conversion's refusal.
+    fn convert(&self, label: &str) -> Result<String, Error> {
+        if self.kind == Selectable::Pod && label == "spec.host" {
+            return Ok("spec.nodeName".into());
+        }
+        if self.labels().contains(&label) {
+            return Ok(label.to_string());
+        }
+        Err(match self.kind {
+            Selectable::Metadata => Error::NotMetadataField(label.to_string()),
+            _ => Error::UnsupportedField(label.to_string()),
+        })
+    }
+
+    /// The value of `label` in `object` (as served), as `ToSelectableFields` renders it; a
+    /// label absent from the resource's field set reads as `""`.
+    pub fn value(&self, object: &Value, label: &str) -> String {
+        let text = |path: &str| field_value(object, path);
+        let or = |path: &str, default: &str| match object.pointer(path) {
+            Some(Value::Null) | None => default.to_string(),
+            Some(_) => field_value(object, &path[1..].replace('/', ".")),
+        };
+        match (self.kind, label) {
+            (_, "metadata.name") => text(label),
+            (_, "metadata.namespace") if self.namespaced => text(label),
+            (_, "metadata.namespace") => String::new(),
+            (Selectable::Pod, "spec.hostNetwork") => or("/spec/hostNetwork", "false"),
+            (Selectable::Pod, "status.podIP") => text("status.podIPs.0.ip"),
+            // Listed by the conversion but not in the pod's field set.
+            (Selectable::Pod, "status.podIPs") => String::new(),
+            (Selectable::Node, "spec.unschedulable") => or("/spec/unschedulable", "false"),
+            (Selectable::Event, "source") => {
+                first_set(&[text("source.component"), text("reportingComponent")])
+            }
+            (_, field) if self.extra.iter().any(|f| f == field) => text(field),
+            _ => String::new(),
+        }
+    }
+}
+
+/// The first non-empty value, or `""`.
+fn first_set(values: &[String]) -> String {
+    values
+        .iter()
+        .find(|v| !v.is_empty())
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Splits on commas not escaped by a backslash (the backslash is kept for unescaping).
@@ -698,7 +872,11 @@ fn unescape_value(s: &str) -> Result<String, Error> {
 fn field_value(object: &Value, path: &str) -> String {
     let mut cur = object;
     for part in path.split('.') {
-        match cur.get(part) {
+        let next = match (cur, part.parse::<usize>()) {
+            (Value::Array(items), Ok(i)) => items.get(i),
+            _ => cur.get(part),
+        };
+        match next {
             Some(v) => cur = v,
             None => return String::new(),
         }
@@ -967,25 +1145,96 @@ mod tests {
         );
     }
 
+    fn bound(selector: &str, group: &str, resource: &str) -> Result<FieldSelector, String> {
+        let registry = super::super::registry::Registry::new();
+        let rt = registry
+            .get(&super::super::status::GroupResource::new(group, resource))
+            .unwrap_or_else(|| panic!("{group}/{resource} is served"));
+        FieldSelector::parse(selector)
+            .and_then(|f| f.for_resource(rt, "v1"))
+            .map_err(|e| e.to_string())
+    }
+
     #[test]
-    fn unsupported_fields_are_refused_with_the_real_message() {
-        let supported = [
-            "metadata.name",
-            "metadata.namespace",
-            "spec.nodeName",
-            "status.phase",
-        ];
-        let s = FieldSelector::parse("spec.foo=bar,metadata.name=x")
-            .unwrap_or_else(|e| panic!("refused: {e}"));
+    fn unsupported_fields_are_refused_with_the_message_of_the_resource_conversion() {
         assert_eq!(
-            s.validate(&supported)
+            bound("spec.foo=bar,metadata.name=x", "", "pods")
                 .err()
-                .map(|e| e.to_string())
                 .as_deref(),
             Some("field label not supported: spec.foo")
         );
-        let ok = FieldSelector::parse("spec.nodeName=n1").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(ok.validate(&supported), Ok(()));
+        assert_eq!(
+            bound("data.n=1", "", "configmaps").err().as_deref(),
+            Some(
+                r#""data.n" is not a known field selector: only "metadata.name", "metadata.namespace""#
+            )
+        );
+        assert_eq!(
+            bound("metadata.namespace=x", "", "nodes").err().as_deref(),
+            Some("field label not supported: metadata.namespace")
+        );
+        assert!(bound("spec.nodeName=n1,status.podIPs=x", "", "pods").is_ok());
+        assert!(bound("type=Opaque", "", "secrets").is_ok());
+        assert_eq!(
+            bound("status.replicas=0", "apps", "replicasets")
+                .err()
+                .as_deref(),
+            Some(
+                r#""status.replicas" is not a known field selector: only "metadata.name", "metadata.namespace""#
+            )
+        );
+        assert_eq!(
+            bound("source=x", "events.k8s.io", "events")
+                .err()
+                .as_deref(),
+            Some("field label not supported: source")
+        );
+    }
+
+    #[test]
+    fn bound_selectors_read_fields_as_the_resource_strategy_does() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"nodeName": "n1"}, "status": {"podIPs": [{"ip": "10.1.0.4"}]}});
+        let matches = |s: &str, group: &str, resource: &str, obj: &Value| {
+            bound(s, group, resource)
+                .unwrap_or_else(|e| panic!("{s:?}: {e}"))
+                .matches(obj)
+        };
+        assert!(matches("spec.hostNetwork=false", "", "pods", &pod));
+        assert!(matches("status.podIP=10.1.0.4", "", "pods", &pod));
+        assert!(
+            matches("spec.host=n1", "", "pods", &pod),
+            "spec.host is spec.nodeName"
+        );
+        assert!(matches(
+            "spec.unschedulable=false",
+            "",
+            "nodes",
+            &json!({"metadata": {"name": "n"}})
+        ));
+        let event = json!({"metadata": {"name": "e", "namespace": "ns"},
+            "reportingComponent": "ctl", "source": {}, "involvedObject": {"kind": "Pod"}});
+        assert!(matches(
+            "source=ctl,involvedObject.kind=Pod",
+            "",
+            "events",
+            &event
+        ));
+        let v1 = json!({"metadata": {"name": "e", "namespace": "ns"},
+            "reportingController": "ctl", "regarding": {"kind": "Pod"}});
+        assert!(matches(
+            "reportingController=ctl,regarding.kind=Pod",
+            "events.k8s.io",
+            "events",
+            &v1
+        ));
+        let ns = json!({"metadata": {"name": "a"}, "status": {"phase": "Active"}});
+        assert!(matches(
+            "metadata.name=a,status.phase=Active",
+            "",
+            "namespaces",
+            &ns
+        ));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The server's shared state and what happens after a write: CRDs become served types,
 //! new namespaces get their default ServiceAccount and root CA ConfigMap, deleted
-//! ServiceAccounts lose their tokens, and pod IPs are indexed for audit attribution.
+//! ServiceAccounts lose their tokens, and pod IPs are indexed for audit attribution. A fresh
+//! cluster starts with its namespaces, the bootstrap RBAC policy and the `kubernetes` Service.
 
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::apiservices;
 use super::audit::{AuditLog, PodRef};
 use super::auth::{self, Tokens};
 use super::handlers;
@@ -70,6 +72,10 @@ pub struct State {
     /// The admin token.
     pub admin_token: String,
 }
+
+/// The ClusterIP of the `kubernetes` Service: the first address of the service range
+/// (`10.0.0.0/24`, as the local control plane is configured).
+pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
 
 const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
 
@@ -249,6 +255,8 @@ impl State {
             if let Ok(rt) = registry::custom_type(&event.object) {
                 registry.unregister(&rt.gr());
             }
+            drop(registry);
+            self.sync_apiservices();
             return;
         }
         let Ok(rt) = registry::custom_type(&event.object) else {
@@ -256,6 +264,7 @@ impl State {
         };
         registry.register(rt.clone());
         drop(registry);
+        self.sync_apiservices();
         let established = event.object["status"]["conditions"]
             .as_array()
             .is_some_and(|c| {
@@ -352,6 +361,92 @@ impl State {
         );
     }
 
+    /// Creates the `kubernetes` Service in `default` as kube-apiserver's bootstrap controller
+    /// does: ClusterIP `10.0.0.1` (the first address of the service range), port 443 named
+    /// `https` forwarding to the port the server listens on. The addresses the IP allocator
+    /// fills in (`clusterIPs`, `ipFamilies`) and the empty status belong to no manager.
+    pub fn create_kubernetes_service(&self, port: u16) {
+        let Some(rt) = self
+            .registry()
+            .get(&GroupResource::new("", "services"))
+            .cloned()
+        else {
+            return;
+        };
+        let service = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"ports": [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": port}],
+                     "clusterIP": KUBERNETES_SERVICE_IP, "type": "ClusterIP",
+                     "sessionAffinity": "None", "ipFamilyPolicy": "SingleStack",
+                     "internalTrafficPolicy": "Cluster"}});
+        let Ok(mut stored) = handlers::prepare_create(
+            &rt,
+            rt.storage_version(),
+            "default",
+            service,
+            "kube-apiserver",
+        ) else {
+            return;
+        };
+        stored["spec"]["clusterIPs"] = json!([KUBERNETES_SERVICE_IP]);
+        stored["spec"]["ipFamilies"] = json!(["IPv4"]);
+        stored["status"] = json!({"loadBalancer": {}});
+        let _ = self.write(&rt, "default", "kubernetes", |current| match current {
+            Some(_) => Err(ApiError::already_exists(&rt.gr(), "kubernetes")),
+            None => Ok(Write::Put(stored)),
+        });
+    }
+
+    /// Creates the APIService of every served group version that lacks one and deletes the
+    /// managed ones of group versions no longer served (the autoregister controller).
+    fn sync_apiservices(&self) {
+        let Some(rt) = self
+            .registry()
+            .get(&GroupResource::new("apiregistration.k8s.io", "apiservices"))
+            .cloned()
+        else {
+            return;
+        };
+        let desired = apiservices::desired(&self.registry());
+        let names: Vec<&str> = desired
+            .iter()
+            .filter_map(|a| a["metadata"]["name"].as_str())
+            .collect();
+        let (existing, _) = self.store.list(&rt.gr(), None);
+        for stale in existing.iter().filter(|a| {
+            a["metadata"]["labels"][apiservices::AUTOMANAGED].is_string()
+                && !names.contains(&a["metadata"]["name"].as_str().unwrap_or_default())
+        }) {
+            let name = stale["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = self.write(&rt, "", name, |_| Ok(Write::Delete));
+        }
+        for apiservice in desired {
+            let name = apiservice["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if self.store.get(&rt.gr(), "", &name).is_some() {
+                continue;
+            }
+            // The core group's `v1.` is no DNS subdomain: it is prepared under its version
+            // and stored under its name (apiregistration validates names its own way).
+            let mut prepared = apiservice;
+            prepared["metadata"]["name"] = json!(name.trim_end_matches('.'));
+            let Ok(mut stored) =
+                handlers::prepare_create(&rt, "v1", "", prepared, "kube-apiserver")
+            else {
+                continue;
+            };
+            stored["metadata"]["name"] = json!(name);
+            stored["status"] = apiservices::local_status(&super::objects::now());
+            let _ = self.write(&rt, "", &name, |current| match current {
+                Some(_) => Ok(Write::Keep),
+                None => Ok(Write::Put(stored)),
+            });
+        }
+    }
+
     fn bootstrap(&self) {
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let _ = self.create_internal(
@@ -363,5 +458,6 @@ impl State {
         for (resource, obj) in auth::bootstrap_policy() {
             let _ = self.create_internal("rbac.authorization.k8s.io", resource, obj);
         }
+        self.sync_apiservices();
     }
 }
