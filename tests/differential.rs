@@ -903,47 +903,7 @@ fn differences(interaction: &'static str, sim: &[Answer], real: &[Answer]) -> Ve
 /// Disagreements found and not fixed yet, as (interaction, path prefix). The test fails on
 /// any disagreement not listed here, and on an entry that no longer disagrees: fixing the
 /// simulator means deleting its line.
-const KNOWN: &[(&str, &str)] = &[
-    // kube-root-ca.crt is written by the manager kube-controller-manager (its
-    // root-ca-certificate-publisher), not kube-apiserver.
-    ("watch from a resourceVersion, and from the beginning", ""),
-    // Lists of built-in types leave out each item's apiVersion and kind; an unsupported field
-    // selector is `"data.n" is not a known field selector: only "metadata.name", "metadata.namespace"`.
-    (
-        "field selectors: supported, and one that is not",
-        ".items[0].apiVersion",
-    ),
-    (
-        "field selectors: supported, and one that is not",
-        ".items[0].kind",
-    ),
-    (
-        "field selectors: supported, and one that is not",
-        ".message",
-    ),
-    // The ServiceAccount admission plugin adds the projected kube-api-access volume and its
-    // mount; pods have a generation (1, 2 once deletion starts); a second deletion with
-    // grace 0 answers deletionGracePeriodSeconds 0.
-    (
-        "pods: defaults, graceful deletion on a node, and at once when unscheduled",
-        ".metadata.deletionGracePeriodSeconds",
-    ),
-    (
-        "pods: defaults, graceful deletion on a node, and at once when unscheduled",
-        ".metadata.generation",
-    ),
-    (
-        "pods: defaults, graceful deletion on a node, and at once when unscheduled",
-        ".spec.containers[0].volumeMounts",
-    ),
-    (
-        "pods: defaults, graceful deletion on a node, and at once when unscheduled",
-        ".spec.volumes",
-    ),
-    // A create in a terminating namespace is refused with the cause NamespaceTerminating on
-    // metadata.namespace.
-    ("deleting the namespace", ".details.causes"),
-];
+const KNOWN: &[(&str, &str)] = &[];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulator_answers_every_interaction_as_the_real_kube_apiserver_does() {

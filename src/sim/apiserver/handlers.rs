@@ -137,7 +137,7 @@ fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
 }
 
 /// A random suffix as generateName uses (5 characters of the real alphabet).
-fn random_suffix() -> String {
+pub(super) fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     (0..5)
@@ -181,6 +181,7 @@ pub(super) fn prepare_create(
     namespace: &str,
     mut obj: Value,
     manager: &str,
+    accounts: &objects::ServiceAccounts,
 ) -> Result<Value, ApiError> {
     let name = meta_str(&obj, "name").to_string();
     if !meta_str(&obj, "resourceVersion").is_empty() {
@@ -219,8 +220,24 @@ pub(super) fn prepare_create(
     // The field manager runs on the decoded (defaulted) object, before the strategy and the
     // mutating admission plugins add what nobody owns (endpoints/handlers/create.go).
     apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
-    objects::prepare_for_create(rt, &mut obj);
+    objects::prepare_for_create(rt, &mut obj, accounts, &random_suffix());
     Ok(obj)
+}
+
+/// The ServiceAccounts of `namespace` when `rt` is pods (what the ServiceAccount admission
+/// plugin reads on a create), read before the write.
+pub(super) fn service_accounts(
+    state: &State,
+    rt: &ResourceType,
+    namespace: &str,
+) -> objects::ServiceAccounts {
+    if !(rt.group.is_empty() && rt.resource == "pods") {
+        return objects::ServiceAccounts::default();
+    }
+    let (items, _) = state
+        .store
+        .list(&GroupResource::new("", "serviceaccounts"), Some(namespace));
+    objects::ServiceAccounts::new(items)
 }
 
 /// Which part of an object an update may change.
@@ -525,7 +542,7 @@ impl<'a> Call<'a> {
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         fields
             .validate(&rt.supported_field_selectors())
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            .map_err(|e| field_selector_error(rt, &e))?;
         Ok((labels, fields))
     }
 
@@ -571,6 +588,7 @@ impl<'a> Call<'a> {
                         .unwrap_or_default(),
                 ) && fields.matches(o)
             })
+            .map(|o| objects::list_item(rt, o))
             .collect();
         let mut list_rv = revision;
         if let Some(token) = q.get("continue").filter(|c| !c.is_empty()) {
@@ -618,14 +636,10 @@ impl<'a> Call<'a> {
                 ApiError::not_found(&GroupResource::new("", "namespaces"), &self.info.namespace)
             })?;
         if is_deleting(&ns) {
-            return Err(ApiError::Forbidden {
-                message: format!(
-                    "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
-                    rt.gr(),
-                    self.info.namespace
-                ),
+            return Err(ApiError::NamespaceTerminating {
                 gr: rt.gr(),
                 name: name.to_string(),
+                namespace: self.info.namespace.clone(),
             });
         }
         Ok(())
@@ -668,6 +682,7 @@ impl<'a> Call<'a> {
             &self.ns(rt),
             from_view(rt, obj),
             &self.manager,
+            &service_accounts(self.state, rt, &self.ns(rt)),
         )?;
         let written = self.write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
@@ -719,6 +734,7 @@ impl<'a> Call<'a> {
             // The create admission (NamespaceLifecycle) runs for a PUT that creates.
             self.ensure_namespace(rt, &name)?;
         }
+        let accounts = service_accounts(self.state, rt, &ns);
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -731,7 +747,8 @@ impl<'a> Call<'a> {
                 if let Some(m) = new["metadata"].as_object_mut() {
                     m.remove("resourceVersion");
                 }
-                let stored = prepare_create(rt, &self.info.version, &ns, new, &self.manager)?;
+                let stored =
+                    prepare_create(rt, &self.info.version, &ns, new, &self.manager, &accounts)?;
                 created = true;
                 return Ok(Write::Put(stored));
             };
@@ -834,6 +851,11 @@ impl<'a> Call<'a> {
         }
         let ns = self.ns(rt);
         let subresource = (part == Part::Status).then_some("status");
+        let accounts = if is_apply {
+            service_accounts(self.state, rt, &ns)
+        } else {
+            objects::ServiceAccounts::default()
+        };
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -853,8 +875,14 @@ impl<'a> Call<'a> {
                 let mut obj = applied;
                 obj["metadata"]["name"] = json!(name);
                 let managed = obj["metadata"]["managedFields"].clone();
-                let mut stored =
-                    prepare_create(rt, &version, &ns, from_view(rt, obj), &self.manager)?;
+                let mut stored = prepare_create(
+                    rt,
+                    &version,
+                    &ns,
+                    from_view(rt, obj),
+                    &self.manager,
+                    &accounts,
+                )?;
                 stored["metadata"]["managedFields"] = managed;
                 created = true;
                 return Ok(Write::Put(stored));
@@ -1029,7 +1057,7 @@ impl<'a> Call<'a> {
                 &opts,
             ) {
                 Ok((_, Deleted::Gone(o) | Deleted::Pending(o))) => {
-                    deleted.push(to_view(rt, &self.info.version, o));
+                    deleted.push(objects::list_item(rt, to_view(rt, &self.info.version, o)));
                 }
                 Err(ApiError::NotFound { .. }) => {}
                 Err(e) => return Err(e),
@@ -1218,6 +1246,23 @@ impl<'a> Call<'a> {
             201,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         ))
+    }
+}
+
+/// The 400 of a field selector naming a field `rt` cannot be selected on. Kinds with a
+/// field label conversion of their own (those selectable on more than metadata, and custom
+/// resources) answer `field label not supported: f`; the others get the scheme's default
+/// conversion, which knows metadata.name and metadata.namespace only.
+fn field_selector_error(rt: &ResourceType, e: &super::selectors::Error) -> ApiError {
+    match e {
+        super::selectors::Error::UnsupportedField(field)
+            if !rt.is_custom() && rt.field_selectors.is_empty() =>
+        {
+            ApiError::BadRequest(format!(
+                "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+            ))
+        }
+        _ => ApiError::BadRequest(e.to_string()),
     }
 }
 
@@ -1468,6 +1513,7 @@ pub fn delete_object(
             None => None,
         });
     let mut pending = false;
+    let mut immediate = false;
     let storage_gr = if rt.group == "events.k8s.io" {
         GroupResource::new("", "events")
     } else {
@@ -1525,9 +1571,15 @@ pub fn delete_object(
                 .as_array()
                 .is_some_and(|f| !f.is_empty());
         if fins.is_empty() && grace == 0 && !namespace_finalizers {
-            return Ok(Write::Delete);
+            if !is_pod {
+                return Ok(Write::Delete);
+            }
+            // The pod strategy makes every deletion graceful: the deletion metadata (grace
+            // 0) is written, then the pod is removed, and the answer is that last state.
+            immediate = true;
+        } else {
+            pending = true;
         }
-        pending = true;
         let first = !is_deleting(&obj);
         let unchanged = !first
             && fins == finalizers(current)
@@ -1560,7 +1612,19 @@ pub fn delete_object(
         }
         Ok(Write::Put(obj))
     })?;
-    let obj = written.object.unwrap_or(Value::Null);
+    let mut obj = written.object.unwrap_or(Value::Null);
+    if immediate && !dry_run {
+        let uid = obj["metadata"]["uid"].clone();
+        let gone = state.store_write_as(&storage_gr, namespace, name, false, |current| {
+            Ok::<_, ApiError>(match current {
+                Some(c) if c["metadata"]["uid"] == uid => Write::Delete,
+                _ => Write::Keep,
+            })
+        })?;
+        if gone.event.is_some() {
+            obj = gone.object.unwrap_or(obj);
+        }
+    }
     Ok((
         200,
         if pending {
@@ -1996,6 +2060,125 @@ mod tests {
                 meta_str(&ns, "uid")
             ))
         );
+    }
+
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+
+    fn pod(name: &str, node: Option<&str>) -> Value {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "example/app:1"}]}});
+        if let Some(node) = node {
+            p["spec"]["nodeName"] = json!(node);
+        }
+        p
+    }
+
+    #[test]
+    fn a_new_pod_mounts_the_api_credentials_and_has_generation_one() {
+        let s = state();
+        let p = post(&s, PODS, pod("p", None));
+        assert_eq!(p["metadata"]["generation"], 1);
+        let volume = p["spec"]["volumes"][0]["name"].as_str().unwrap();
+        assert!(volume.starts_with("kube-api-access-"), "{volume}");
+        assert_eq!(
+            p["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": volume, "readOnly": true,
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+        );
+    }
+
+    #[test]
+    fn a_service_account_without_automount_gets_no_credentials_volume() {
+        let s = state();
+        post(
+            &s,
+            "/api/v1/namespaces/default/serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "quiet"},
+                   "automountServiceAccountToken": false,
+                   "imagePullSecrets": [{"name": "registry"}]}),
+        );
+        let mut body = pod("p", None);
+        body["spec"]["serviceAccountName"] = json!("quiet");
+        let p = post(&s, PODS, body);
+        assert_eq!(p["spec"].get("volumes"), None);
+        assert_eq!(p["spec"]["containers"][0].get("volumeMounts"), None);
+        assert_eq!(p["spec"]["imagePullSecrets"], json!([{"name": "registry"}]));
+    }
+
+    /// Deletes `path` with `options` and answers the object of the 200.
+    fn delete(state: &State, path: &str, options: Value) -> Value {
+        let (code, obj) = send(state, Method::DELETE, path, "application/json", options).unwrap();
+        assert_eq!(code, 200);
+        obj
+    }
+
+    fn gone(state: &State, path: &str) -> bool {
+        matches!(
+            send(state, Method::GET, path, "application/json", Value::Null),
+            Err(ApiError::NotFound { .. })
+        )
+    }
+
+    #[test]
+    fn a_second_grace_zero_delete_answers_grace_zero() {
+        let s = state();
+        post(&s, PODS, pod("p", Some("node-a")));
+        let path = format!("{PODS}/p");
+        let first = delete(&s, &path, json!({}));
+        assert_eq!(first["metadata"]["deletionGracePeriodSeconds"], 30);
+        assert_eq!(first["metadata"]["generation"], 2);
+        let second = delete(&s, &path, json!({"gracePeriodSeconds": 0}));
+        assert_eq!(second["metadata"]["deletionGracePeriodSeconds"], 0);
+        assert_eq!(second["metadata"]["generation"], 2);
+        assert!(gone(&s, &path));
+        // An unscheduled pod goes at once, answered with the same deletion metadata.
+        post(&s, PODS, pod("unbound", None));
+        let path = format!("{PODS}/unbound");
+        let answer = delete(&s, &path, json!({}));
+        assert_eq!(
+            (
+                &answer["metadata"]["deletionGracePeriodSeconds"],
+                &answer["metadata"]["generation"]
+            ),
+            (&json!(0), &json!(2))
+        );
+        assert!(gone(&s, &path));
+    }
+
+    #[test]
+    fn a_list_of_a_built_in_type_leaves_out_each_item_s_kind() {
+        let s = state();
+        post(&s, CONFIGMAPS, configmap("a", "1"));
+        let (_, list) = send(&s, Method::GET, CONFIGMAPS, "application/json", Value::Null).unwrap();
+        assert_eq!(list["kind"], "ConfigMapList");
+        let item = &list["items"][0];
+        assert_eq!((item.get("kind"), item.get("apiVersion")), (None, None));
+    }
+
+    #[test]
+    fn an_unknown_field_selector_names_the_fields_the_default_conversion_knows() {
+        let s = state();
+        let e = send(
+            &s,
+            Method::GET,
+            &format!("{CONFIGMAPS}?fieldSelector=data.n%3Dx"),
+            "application/json",
+            Value::Null,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#""data.n" is not a known field selector: only "metadata.name", "metadata.namespace""#
+        );
+        let e = send(
+            &s,
+            Method::GET,
+            &format!("{PODS}?fieldSelector=spec.foo%3Dx"),
+            "application/json",
+            Value::Null,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "field label not supported: spec.foo");
     }
 
     #[test]

@@ -21,9 +21,9 @@ use super::status::GroupResource;
 /// How `metadata.generation` moves on update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GenerationRule {
-    /// The type has no generation (ConfigMap, Lease, Pod in 1.32).
+    /// The type has no generation (ConfigMap, Lease).
     None,
-    /// Bumped when `spec` changes (ReplicaSet, CRD).
+    /// Bumped when `spec` changes (ReplicaSet, CRD, Pod since 1.33).
     Spec,
     /// Bumped when `spec` or annotations change (Deployment).
     SpecOrAnnotations,
@@ -234,6 +234,7 @@ fn builtins() -> Vec<Builtin> {
             all: true,
             status: true,
             fields: POD_FIELDS,
+            generation: G::Spec,
             ..b("", "v1", "pods", "pod", "Pod", true)
         },
         Builtin {
