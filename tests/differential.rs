@@ -758,6 +758,84 @@ fn interactions() -> Vec<Interaction> {
             )
             .await;
         }),
+        interaction!("a field selector a custom resource does not support", |t| {
+            t.admin(
+                "GET",
+                "/apis/example.com/v1/widgets?fieldSelector=spec.size%3D3",
+                JSON,
+                Value::Null,
+            )
+            .await;
+        }),
+        interaction!(
+            "pod eviction: at once, gracefully, with options, and refused",
+            |t| {
+                let namespace =
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+                t.admin("POST", "/api/v1/namespaces", JSON, namespace).await;
+                // kube-apiserver refuses pods until their ServiceAccount exists.
+                let account = format!("/api/v1/namespaces/{NS}/serviceaccounts/default");
+                wait_until(t, &account, "the default account", |code, _| code == 200).await;
+                let path = format!("/api/v1/namespaces/{NS}/pods");
+                for (name, node) in [
+                    ("pending", None),
+                    ("bound", Some("ghost-node")),
+                    ("quick", Some("ghost-node")),
+                ] {
+                    let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": name, "namespace": NS},
+                        "spec": {"containers": [{"name": "main", "image": "example/app:1"}]}});
+                    if let Some(node) = node {
+                        p["spec"]["nodeName"] = json!(node);
+                    }
+                    t.admin("POST", &path, JSON, p).await;
+                }
+                let eviction = |name: &str, options: Option<Value>| {
+                    let mut e = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                        "metadata": {"name": name, "namespace": NS}});
+                    if let Some(options) = options {
+                        e["deleteOptions"] = options;
+                    }
+                    e
+                };
+                let evict = |name: &str| format!("{path}/{name}/eviction");
+                t.admin("POST", &evict("pending"), JSON, eviction("pending", None))
+                    .await;
+                t.admin("GET", &format!("{path}/pending"), JSON, Value::Null)
+                    .await;
+                t.admin("POST", &evict("bound"), JSON, eviction("bound", None))
+                    .await;
+                t.admin("GET", &format!("{path}/bound"), JSON, Value::Null)
+                    .await;
+                t.admin(
+                    "POST",
+                    &evict("quick"),
+                    JSON,
+                    eviction(
+                        "quick",
+                        Some(json!({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})),
+                    ),
+                )
+                .await;
+                t.admin("GET", &format!("{path}/quick"), JSON, Value::Null)
+                    .await;
+                t.admin("POST", &evict("missing"), JSON, eviction("missing", None))
+                    .await;
+                t.admin("POST", &evict("bound"), JSON, eviction("other", None))
+                    .await;
+                t.admin(
+                    "POST",
+                    &evict("bound"),
+                    JSON,
+                    eviction(
+                        "bound",
+                        Some(json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                            "preconditions": {"uid": "00000000-0000-0000-0000-000000000002"}})),
+                    ),
+                )
+                .await;
+            }
+        ),
     ]
 }
 

@@ -892,6 +892,39 @@ fn pod_spec_mutable_part(spec: &Value) -> Value {
     s
 }
 
+/// Sets a pod condition as `podutil.UpdatePodCondition` does: a new type is appended with
+/// the transition time now; an existing one takes the new status, reason and message, and
+/// a new transition time only when its status changes.
+pub fn set_pod_condition(pod: &mut Value, condition: Value) {
+    let now = now();
+    let status = obj_mut(pod, "status");
+    if !status["conditions"].is_array() {
+        status["conditions"] = json!([]);
+    }
+    let Some(conditions) = status["conditions"].as_array_mut() else {
+        return;
+    };
+    match conditions
+        .iter_mut()
+        .find(|c| c["type"] == condition["type"])
+    {
+        Some(existing) => {
+            if existing["status"] != condition["status"] {
+                existing["lastTransitionTime"] = json!(now);
+            }
+            for key in ["status", "reason", "message"] {
+                existing[key] = condition[key].clone();
+            }
+        }
+        None => {
+            let mut c = condition;
+            c["lastProbeTime"] = Value::Null;
+            c["lastTransitionTime"] = json!(now);
+            conditions.push(c);
+        }
+    }
+}
+
 /// Whether the parts of an object that drive `generation` differ.
 pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
     match rt.generation {
