@@ -137,7 +137,7 @@ fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
 }
 
 /// A random suffix as generateName uses (5 characters of the real alphabet).
-fn random_suffix() -> String {
+pub(super) fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     (0..5)
@@ -181,6 +181,7 @@ pub(super) fn prepare_create(
     namespace: &str,
     mut obj: Value,
     manager: &str,
+    accounts: &objects::ServiceAccounts,
 ) -> Result<Value, ApiError> {
     let name = meta_str(&obj, "name").to_string();
     if !meta_str(&obj, "resourceVersion").is_empty() {
@@ -219,8 +220,24 @@ pub(super) fn prepare_create(
     // The field manager runs on the decoded (defaulted) object, before the strategy and the
     // mutating admission plugins add what nobody owns (endpoints/handlers/create.go).
     apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
-    objects::prepare_for_create(rt, &mut obj);
+    objects::prepare_for_create(rt, &mut obj, accounts, &random_suffix());
     Ok(obj)
+}
+
+/// The ServiceAccounts of `namespace` when `rt` is pods (what the ServiceAccount admission
+/// plugin reads on a create), read before the write.
+pub(super) fn service_accounts(
+    state: &State,
+    rt: &ResourceType,
+    namespace: &str,
+) -> objects::ServiceAccounts {
+    if !(rt.group.is_empty() && rt.resource == "pods") {
+        return objects::ServiceAccounts::default();
+    }
+    let (items, _) = state
+        .store
+        .list(&GroupResource::new("", "serviceaccounts"), Some(namespace));
+    objects::ServiceAccounts::new(items)
 }
 
 /// Which part of an object an update may change.
@@ -569,6 +586,7 @@ impl<'a> Call<'a> {
                         .unwrap_or_default(),
                 ) && fields.matches(o)
             })
+            .map(|o| objects::list_item(rt, o))
             .collect();
         let mut list_rv = revision;
         if let Some(token) = q.get("continue").filter(|c| !c.is_empty()) {
@@ -616,14 +634,10 @@ impl<'a> Call<'a> {
                 ApiError::not_found(&GroupResource::new("", "namespaces"), &self.info.namespace)
             })?;
         if is_deleting(&ns) {
-            return Err(ApiError::Forbidden {
-                message: format!(
-                    "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
-                    rt.gr(),
-                    self.info.namespace
-                ),
+            return Err(ApiError::NamespaceTerminating {
                 gr: rt.gr(),
                 name: name.to_string(),
+                namespace: self.info.namespace.clone(),
             });
         }
         Ok(())
@@ -666,6 +680,7 @@ impl<'a> Call<'a> {
             &self.ns(rt),
             from_view(rt, obj),
             &self.manager,
+            &service_accounts(self.state, rt, &self.ns(rt)),
         )?;
         let written = self.write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
@@ -717,6 +732,7 @@ impl<'a> Call<'a> {
             // The create admission (NamespaceLifecycle) runs for a PUT that creates.
             self.ensure_namespace(rt, &name)?;
         }
+        let accounts = service_accounts(self.state, rt, &ns);
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -729,7 +745,8 @@ impl<'a> Call<'a> {
                 if let Some(m) = new["metadata"].as_object_mut() {
                     m.remove("resourceVersion");
                 }
-                let stored = prepare_create(rt, &self.info.version, &ns, new, &self.manager)?;
+                let stored =
+                    prepare_create(rt, &self.info.version, &ns, new, &self.manager, &accounts)?;
                 created = true;
                 return Ok(Write::Put(stored));
             };
@@ -832,6 +849,11 @@ impl<'a> Call<'a> {
         }
         let ns = self.ns(rt);
         let subresource = (part == Part::Status).then_some("status");
+        let accounts = if is_apply {
+            service_accounts(self.state, rt, &ns)
+        } else {
+            objects::ServiceAccounts::default()
+        };
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -851,8 +873,14 @@ impl<'a> Call<'a> {
                 let mut obj = applied;
                 obj["metadata"]["name"] = json!(name);
                 let managed = obj["metadata"]["managedFields"].clone();
-                let mut stored =
-                    prepare_create(rt, &version, &ns, from_view(rt, obj), &self.manager)?;
+                let mut stored = prepare_create(
+                    rt,
+                    &version,
+                    &ns,
+                    from_view(rt, obj),
+                    &self.manager,
+                    &accounts,
+                )?;
                 stored["metadata"]["managedFields"] = managed;
                 created = true;
                 return Ok(Write::Put(stored));
@@ -1027,7 +1055,7 @@ impl<'a> Call<'a> {
                 &opts,
             ) {
                 Ok((_, Deleted::Gone(o) | Deleted::Pending(o))) => {
-                    deleted.push(to_view(rt, &self.info.version, o));
+                    deleted.push(objects::list_item(rt, to_view(rt, &self.info.version, o)));
                 }
                 Err(ApiError::NotFound { .. }) => {}
                 Err(e) => return Err(e),
@@ -1204,14 +1232,58 @@ impl<'a> Call<'a> {
         Ok((200, Value::String(log)))
     }
 
+    /// `pods/eviction` (policy/v1 Eviction): the pod is marked `DisruptionTarget` (reason
+    /// `EvictionByEvictionAPI`) and deleted with the Eviction's `deleteOptions`, gracefully
+    /// as any pod deletion; the answer is a `Success` Status with code 201. The simulator
+    /// serves no PodDisruptionBudgets, so no eviction is refused for one (no 429).
     fn evict_pod(&self, rt: &ResourceType) -> Reply {
         let body = if self.body.is_empty() {
             json!({})
         } else {
             body_object(self)?
         };
-        let opts = body.get("deleteOptions").cloned().unwrap_or(json!({}));
-        delete_object(self.state, rt, &self.info.namespace, &self.info.name, &opts)?;
+        if meta_str(&body, "name") != self.info.name {
+            return Err(ApiError::BadRequest(
+                "name in URL does not match name in Eviction object".into(),
+            ));
+        }
+        let mut opts = match body.get("deleteOptions") {
+            Some(o) if o.is_object() => o.clone(),
+            _ => json!({}),
+        };
+        // The request's dryRun goes into deleteOptions unless they name their own.
+        if let Some(dry_run) = self.query.get("dryRun")
+            && opts["dryRun"].as_array().is_none_or(Vec::is_empty)
+        {
+            opts["dryRun"] = json!([dry_run]);
+        }
+        let namespace = self.info.namespace.clone();
+        let name = self.info.name.clone();
+        if !dry_run_requested(None, &opts)? {
+            let written = self.state.write(rt, &namespace, &name, |current| {
+                let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+                check_delete_preconditions(rt, &name, &opts["preconditions"], current)?;
+                let mut pod = current.clone();
+                objects::set_pod_condition(
+                    &mut pod,
+                    json!({"type": "DisruptionTarget", "status": "True",
+                           "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}),
+                );
+                Ok(if &pod == current {
+                    Write::Keep
+                } else {
+                    Write::Put(pod)
+                })
+            })?;
+            // The condition's write moved the resourceVersion a precondition names.
+            if opts["preconditions"]["resourceVersion"].is_string()
+                && let Some(pod) = &written.object
+            {
+                opts["preconditions"]["resourceVersion"] =
+                    pod["metadata"]["resourceVersion"].clone();
+            }
+        }
+        delete_object(self.state, rt, &namespace, &name, &opts)?;
         Ok((
             201,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -1466,6 +1538,7 @@ pub fn delete_object(
             None => None,
         });
     let mut pending = false;
+    let mut immediate = false;
     let storage_gr = if rt.group == "events.k8s.io" {
         GroupResource::new("", "events")
     } else {
@@ -1523,9 +1596,15 @@ pub fn delete_object(
                 .as_array()
                 .is_some_and(|f| !f.is_empty());
         if fins.is_empty() && grace == 0 && !namespace_finalizers {
-            return Ok(Write::Delete);
+            if !is_pod {
+                return Ok(Write::Delete);
+            }
+            // The pod strategy makes every deletion graceful: the deletion metadata (grace
+            // 0) is written, then the pod is removed, and the answer is that last state.
+            immediate = true;
+        } else {
+            pending = true;
         }
-        pending = true;
         let first = !is_deleting(&obj);
         let unchanged = !first
             && fins == finalizers(current)
@@ -1558,7 +1637,19 @@ pub fn delete_object(
         }
         Ok(Write::Put(obj))
     })?;
-    let obj = written.object.unwrap_or(Value::Null);
+    let mut obj = written.object.unwrap_or(Value::Null);
+    if immediate && !dry_run {
+        let uid = obj["metadata"]["uid"].clone();
+        let gone = state.store_write_as(&storage_gr, namespace, name, false, |current| {
+            Ok::<_, ApiError>(match current {
+                Some(c) if c["metadata"]["uid"] == uid => Write::Delete,
+                _ => Write::Keep,
+            })
+        })?;
+        if gone.event.is_some() {
+            obj = gone.object.unwrap_or(obj);
+        }
+    }
     Ok((
         200,
         if pending {
@@ -1994,6 +2085,163 @@ mod tests {
                 meta_str(&ns, "uid")
             ))
         );
+    }
+
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+
+    fn pod(name: &str, node: Option<&str>) -> Value {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "example/app:1"}]}});
+        if let Some(node) = node {
+            p["spec"]["nodeName"] = json!(node);
+        }
+        p
+    }
+
+    #[test]
+    fn a_new_pod_mounts_the_api_credentials_and_has_generation_one() {
+        let s = state();
+        let p = post(&s, PODS, pod("p", None));
+        assert_eq!(p["metadata"]["generation"], 1);
+        let volume = p["spec"]["volumes"][0]["name"].as_str().unwrap();
+        assert!(volume.starts_with("kube-api-access-"), "{volume}");
+        assert_eq!(
+            p["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": volume, "readOnly": true,
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+        );
+    }
+
+    #[test]
+    fn a_service_account_without_automount_gets_no_credentials_volume() {
+        let s = state();
+        post(
+            &s,
+            "/api/v1/namespaces/default/serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "quiet"},
+                   "automountServiceAccountToken": false,
+                   "imagePullSecrets": [{"name": "registry"}]}),
+        );
+        let mut body = pod("p", None);
+        body["spec"]["serviceAccountName"] = json!("quiet");
+        let p = post(&s, PODS, body);
+        assert_eq!(p["spec"].get("volumes"), None);
+        assert_eq!(p["spec"]["containers"][0].get("volumeMounts"), None);
+        assert_eq!(p["spec"]["imagePullSecrets"], json!([{"name": "registry"}]));
+    }
+
+    /// Deletes `path` with `options` and answers the object of the 200.
+    fn delete(state: &State, path: &str, options: Value) -> Value {
+        let (code, obj) = send(state, Method::DELETE, path, "application/json", options).unwrap();
+        assert_eq!(code, 200);
+        obj
+    }
+
+    fn gone(state: &State, path: &str) -> bool {
+        matches!(
+            send(state, Method::GET, path, "application/json", Value::Null),
+            Err(ApiError::NotFound { .. })
+        )
+    }
+
+    #[test]
+    fn a_second_grace_zero_delete_answers_grace_zero() {
+        let s = state();
+        post(&s, PODS, pod("p", Some("node-a")));
+        let path = format!("{PODS}/p");
+        let first = delete(&s, &path, json!({}));
+        assert_eq!(first["metadata"]["deletionGracePeriodSeconds"], 30);
+        assert_eq!(first["metadata"]["generation"], 2);
+        let second = delete(&s, &path, json!({"gracePeriodSeconds": 0}));
+        assert_eq!(second["metadata"]["deletionGracePeriodSeconds"], 0);
+        assert_eq!(second["metadata"]["generation"], 2);
+        assert!(gone(&s, &path));
+        // An unscheduled pod goes at once, answered with the same deletion metadata.
+        post(&s, PODS, pod("unbound", None));
+        let path = format!("{PODS}/unbound");
+        let answer = delete(&s, &path, json!({}));
+        assert_eq!(
+            (
+                &answer["metadata"]["deletionGracePeriodSeconds"],
+                &answer["metadata"]["generation"]
+            ),
+            (&json!(0), &json!(2))
+        );
+        assert!(gone(&s, &path));
+    }
+
+    #[test]
+    fn an_eviction_marks_the_pod_and_deletes_it_gracefully() {
+        let s = state();
+        post(&s, PODS, pod("p", Some("node-a")));
+        let eviction = |name: &str| json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}});
+        let answer = post(&s, &format!("{PODS}/p/eviction"), eviction("p"));
+        assert_eq!(answer["status"], "Success");
+        let (_, p) = send(
+            &s,
+            Method::GET,
+            &format!("{PODS}/p"),
+            "application/json",
+            Value::Null,
+        )
+        .unwrap();
+        assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30);
+        assert_eq!(
+            p["status"]["conditions"][0]["reason"],
+            "EvictionByEvictionAPI"
+        );
+        let refused = send(
+            &s,
+            Method::POST,
+            &format!("{PODS}/p/eviction"),
+            "application/json",
+            eviction("other"),
+        );
+        assert!(matches!(refused, Err(ApiError::BadRequest(_))));
+        let missing = send(
+            &s,
+            Method::POST,
+            &format!("{PODS}/missing/eviction"),
+            "application/json",
+            eviction("missing"),
+        );
+        assert!(matches!(missing, Err(ApiError::NotFound { .. })));
+    }
+
+    #[test]
+    fn a_list_of_a_built_in_type_leaves_out_each_item_s_kind() {
+        let s = state();
+        post(&s, CONFIGMAPS, configmap("a", "1"));
+        let (_, list) = send(&s, Method::GET, CONFIGMAPS, "application/json", Value::Null).unwrap();
+        assert_eq!(list["kind"], "ConfigMapList");
+        let item = &list["items"][0];
+        assert_eq!((item.get("kind"), item.get("apiVersion")), (None, None));
+    }
+
+    #[test]
+    fn an_unknown_field_selector_names_the_fields_the_default_conversion_knows() {
+        let s = state();
+        let e = send(
+            &s,
+            Method::GET,
+            &format!("{CONFIGMAPS}?fieldSelector=data.n%3Dx"),
+            "application/json",
+            Value::Null,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#""data.n" is not a known field selector: only "metadata.name", "metadata.namespace""#
+        );
+        let e = send(
+            &s,
+            Method::GET,
+            &format!("{PODS}?fieldSelector=spec.foo%3Dx"),
+            "application/json",
+            Value::Null,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "field label not supported: spec.foo");
     }
 
     #[test]

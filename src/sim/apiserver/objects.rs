@@ -12,6 +12,8 @@
 //!   plugins every cluster runs (ServiceAccount, DefaultTolerationSeconds, Priority) add to a
 //!   new object afterwards: nobody owns those fields.
 
+use std::collections::BTreeMap;
+
 use chrono::{SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
@@ -281,9 +283,123 @@ fn default_pod(spec: &mut Value) {
 
 /// What the admission plugins every cluster runs add to a new Pod (ServiceAccount,
 /// DefaultTolerationSeconds, Priority) and what its strategy sets (the pending status).
-fn admit_pod(pod: &mut Value) {
+/// The ServiceAccounts of a namespace as the ServiceAccount admission plugin reads them
+/// (read before the write, so the plugin sees them without touching the store).
+#[derive(Debug, Clone, Default)]
+pub struct ServiceAccounts(BTreeMap<String, Value>);
+
+impl ServiceAccounts {
+    /// The accounts `items` (ServiceAccount objects), by name.
+    pub fn new(items: impl IntoIterator<Item = Value>) -> Self {
+        Self(
+            items
+                .into_iter()
+                .filter_map(|sa| {
+                    let name = sa["metadata"]["name"].as_str()?.to_string();
+                    Some((name, sa))
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name)
+    }
+}
+
+/// Where the ServiceAccount admission plugin mounts the API credentials.
+pub const SERVICE_ACCOUNT_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The projected volume of API credentials the ServiceAccount admission plugin adds: a
+/// bound token (3607 s, which the kubelet renews), the cluster CA from `kube-root-ca.crt`
+/// and the namespace.
+fn api_access_volume(name: &str) -> Value {
+    json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]}})
+}
+
+/// The ServiceAccount admission plugin on a pod create: the default account, the API
+/// credentials volume (`kube-api-access-<suffix>`, unless the pod or its account turns
+/// automounting off) mounted read-only on every container and init container that has
+/// nothing at the mount path yet, and the account's image pull secrets when the pod names
+/// none. Mirror pods are left alone.
+fn admit_service_account(pod: &mut Value, accounts: &ServiceAccounts, suffix: &str) {
+    if pod["metadata"]["annotations"]
+        .get("kubernetes.io/config.mirror")
+        .is_some()
+    {
+        return;
+    }
     let spec = obj_mut(pod, "spec");
-    set_default(spec, "serviceAccountName", json!("default"));
+    set_default_if_empty(spec, "serviceAccountName", json!("default"));
+    let name = spec["serviceAccountName"].as_str().unwrap_or("default");
+    let account = accounts.get(name);
+    let automount = spec["automountServiceAccountToken"]
+        .as_bool()
+        .or_else(|| account.and_then(|a| a["automountServiceAccountToken"].as_bool()))
+        .unwrap_or(true);
+    if automount {
+        mount_api_access(spec, suffix);
+    }
+    let pull_secrets = account.map_or(&Value::Null, |a| &a["imagePullSecrets"]);
+    if spec["imagePullSecrets"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+        && pull_secrets.as_array().is_some_and(|p| !p.is_empty())
+    {
+        spec["imagePullSecrets"] = pull_secrets.clone();
+    }
+}
+
+fn mount_api_access(spec: &mut Value, suffix: &str) {
+    const PREFIX: &str = "kube-api-access-";
+    let existing = spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .find(|n| n.starts_with(PREFIX))
+        .map(str::to_string);
+    let volume = existing
+        .clone()
+        .unwrap_or_else(|| format!("{PREFIX}{suffix}"));
+    let mount = json!({"name": volume, "readOnly": true, "mountPath": SERVICE_ACCOUNT_MOUNT_PATH});
+    let mut mounted = false;
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in containers.iter_mut().filter(|c| c.is_object()) {
+            let taken = c["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["mountPath"] == SERVICE_ACCOUNT_MOUNT_PATH);
+            if taken {
+                continue;
+            }
+            match c.get_mut("volumeMounts").and_then(Value::as_array_mut) {
+                Some(mounts) => mounts.push(mount.clone()),
+                None => c["volumeMounts"] = json!([mount.clone()]),
+            }
+            mounted = true;
+        }
+    }
+    if mounted && existing.is_none() {
+        match spec.get_mut("volumes").and_then(Value::as_array_mut) {
+            Some(volumes) => volumes.push(api_access_volume(&volume)),
+            None => spec["volumes"] = json!([api_access_volume(&volume)]),
+        }
+    }
+}
+
+fn admit_pod(pod: &mut Value, accounts: &ServiceAccounts, suffix: &str) {
+    admit_service_account(pod, accounts, suffix);
+    let spec = obj_mut(pod, "spec");
     let sa = spec["serviceAccountName"].clone();
     set_default(spec, "serviceAccount", sa);
     set_default(spec, "priority", json!(0));
@@ -453,11 +569,17 @@ fn default_service(spec: &mut Value) {
 }
 
 /// What a new object gets after its field ownership is recorded: the strategy's
-/// `PrepareForCreate` (a namespace's `kubernetes` finalizer and phase) and the admission
-/// plugins' changes (a pod's service account, tolerations, priority and pending status).
-pub fn prepare_for_create(rt: &ResourceType, obj: &mut Value) {
+/// `PrepareForCreate` (a namespace's `kubernetes` finalizer and phase, a pod's generation
+/// and pending status) and the admission plugins' changes (a pod's service account and its
+/// API credentials volume named with `suffix`, tolerations, priority).
+pub fn prepare_for_create(
+    rt: &ResourceType,
+    obj: &mut Value,
+    accounts: &ServiceAccounts,
+    suffix: &str,
+) {
     match (rt.group.as_str(), rt.resource.as_str()) {
-        ("", "pods") => admit_pod(obj),
+        ("", "pods") => admit_pod(obj, accounts, suffix),
         ("", "namespaces") => {
             let spec = obj_mut(obj, "spec");
             let mut finalizers = spec["finalizers"].as_array().cloned().unwrap_or_default();
@@ -770,6 +892,39 @@ fn pod_spec_mutable_part(spec: &Value) -> Value {
     s
 }
 
+/// Sets a pod condition as `podutil.UpdatePodCondition` does: a new type is appended with
+/// the transition time now; an existing one takes the new status, reason and message, and
+/// a new transition time only when its status changes.
+pub fn set_pod_condition(pod: &mut Value, condition: Value) {
+    let now = now();
+    let status = obj_mut(pod, "status");
+    if !status["conditions"].is_array() {
+        status["conditions"] = json!([]);
+    }
+    let Some(conditions) = status["conditions"].as_array_mut() else {
+        return;
+    };
+    match conditions
+        .iter_mut()
+        .find(|c| c["type"] == condition["type"])
+    {
+        Some(existing) => {
+            if existing["status"] != condition["status"] {
+                existing["lastTransitionTime"] = json!(now);
+            }
+            for key in ["status", "reason", "message"] {
+                existing[key] = condition[key].clone();
+            }
+        }
+        None => {
+            let mut c = condition;
+            c["lastProbeTime"] = Value::Null;
+            c["lastTransitionTime"] = json!(now);
+            conditions.push(c);
+        }
+    }
+}
+
 /// Whether the parts of an object that drive `generation` differ.
 pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
     match rt.generation {
@@ -805,6 +960,19 @@ pub fn to_view(rt: &ResourceType, version: &str, mut obj: Value) -> Value {
         o.insert("kind".into(), json!(rt.kind));
     }
     obj
+}
+
+/// Turns what a client sees of an object into an item of a list: items of built-in types
+/// carry no apiVersion and kind (the list names them once), items of custom resources keep
+/// both.
+pub fn list_item(rt: &ResourceType, mut item: Value) -> Value {
+    if !rt.is_custom()
+        && let Some(o) = item.as_object_mut()
+    {
+        o.remove("apiVersion");
+        o.remove("kind");
+    }
+    item
 }
 
 /// Converts what a client sent into the stored form.
@@ -924,7 +1092,7 @@ mod tests {
         let rt = r.lookup("", "v1", "pods").unwrap();
         let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "memcached:1.6"}]}});
         apply_defaults(rt, &mut pod);
-        prepare_for_create(rt, &mut pod);
+        prepare_for_create(rt, &mut pod, &ServiceAccounts::default(), "abcde");
         assert_eq!(pod["spec"]["serviceAccountName"], "default");
         assert_eq!(pod["spec"]["tolerations"].as_array().unwrap().len(), 2);
         assert_eq!(

@@ -21,9 +21,9 @@ use super::status::GroupResource;
 /// How `metadata.generation` moves on update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GenerationRule {
-    /// The type has no generation (ConfigMap, Lease, Pod in 1.32).
+    /// The type has no generation (ConfigMap, Lease).
     None,
-    /// Bumped when `spec` changes (ReplicaSet, CRD).
+    /// Bumped when `spec` changes (ReplicaSet, CRD, Pod since 1.33).
     Spec,
     /// Bumped when `spec` or annotations change (Deployment).
     SpecOrAnnotations,
@@ -205,6 +205,7 @@ fn builtins() -> Vec<Builtin> {
             short: &["po"],
             all: true,
             status: true,
+            generation: G::Spec,
             ..b("", "v1", "pods", "pod", "Pod", true)
         },
         Builtin {

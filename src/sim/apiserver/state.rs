@@ -79,6 +79,12 @@ pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
 
 const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
 
+/// The field manager of what kube-apiserver writes itself.
+const APISERVER: &str = "kube-apiserver";
+/// The field manager of what kube-controller-manager's controllers write (their clients'
+/// user agent, up to the first `/`).
+const KCM: &str = "kube-controller-manager";
+
 impl State {
     /// New state with the bootstrap objects of a fresh cluster.
     pub fn new(config: ApiServerConfig, ca_pem: String) -> Self {
@@ -310,12 +316,16 @@ impl State {
         });
     }
 
-    /// Creates an object as the server itself (no RBAC, no audit).
+    /// Creates an object on behalf of a control-plane component (no RBAC, no audit);
+    /// `manager` is the field manager its client would be (`kube-apiserver` for the
+    /// server's own bootstrap objects, `kube-controller-manager` for what its controllers
+    /// write).
     ///
     /// # Errors
     /// Validation errors, AlreadyExists.
     pub fn create_internal(
         &self,
+        manager: &str,
         group: &str,
         resource: &str,
         obj: Value,
@@ -334,7 +344,14 @@ impl State {
             .unwrap_or_default()
             .to_string();
         let version = rt.storage_version().to_string();
-        let stored = handlers::prepare_create(&rt, &version, &namespace, obj, "kube-apiserver")?;
+        let stored = handlers::prepare_create(
+            &rt,
+            &version,
+            &namespace,
+            obj,
+            manager,
+            &handlers::service_accounts(self, &rt, &namespace),
+        )?;
         let written = self.write(&rt, &namespace, &name, |current| {
             if current.is_some() {
                 return Err(ApiError::already_exists(&rt.gr(), &name));
@@ -344,14 +361,18 @@ impl State {
         Ok(written.object.unwrap_or(Value::Null))
     }
 
+    /// What kube-controller-manager's serviceaccount and root-ca-cert-publisher
+    /// controllers add to a new namespace.
     fn populate_namespace(&self, namespace: &str) {
         let _ = self.create_internal(
+            KCM,
             "",
             "serviceaccounts",
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": "default", "namespace": namespace}}),
         );
         let _ = self.create_internal(
+            KCM,
             "",
             "configmaps",
             json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -386,6 +407,7 @@ impl State {
             "default",
             service,
             "kube-apiserver",
+            &super::objects::ServiceAccounts::default(),
         ) else {
             return;
         };
@@ -434,7 +456,14 @@ impl State {
             let mut prepared = apiservice;
             prepared["metadata"]["name"] = json!(name.trim_end_matches('.'));
             let Ok(mut stored) =
-                handlers::prepare_create(&rt, "v1", "", prepared, "kube-apiserver")
+                handlers::prepare_create(
+                    &rt,
+                    "v1",
+                    "",
+                    prepared,
+                    "kube-apiserver",
+                    &super::objects::ServiceAccounts::default(),
+                )
             else {
                 continue;
             };
@@ -450,14 +479,37 @@ impl State {
     fn bootstrap(&self) {
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let _ = self.create_internal(
+                APISERVER,
                 "",
                 "namespaces",
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
             );
         }
         for (resource, obj) in auth::bootstrap_policy() {
-            let _ = self.create_internal("rbac.authorization.k8s.io", resource, obj);
+            let _ = self.create_internal(APISERVER, "rbac.authorization.k8s.io", resource, obj);
         }
         self.sync_apiservices();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_namespace_s_root_ca_configmap_is_written_by_kube_controller_manager() {
+        let state = State::new(ApiServerConfig::default(), "ca".into());
+        let cm = state
+            .store
+            .get(
+                &GroupResource::new("", "configmaps"),
+                "default",
+                "kube-root-ca.crt",
+            )
+            .unwrap();
+        assert_eq!(
+            cm["metadata"]["managedFields"][0]["manager"],
+            "kube-controller-manager"
+        );
     }
 }

@@ -102,6 +102,19 @@ pub enum ApiError {
         /// Object name, for details.
         name: String,
     },
+    /// 403: a create in a namespace that is being deleted (the NamespaceLifecycle
+    /// admission plugin), with the cause `NamespaceTerminating` on `metadata.namespace`.
+    #[error(
+        "{gr} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated"
+    )]
+    NamespaceTerminating {
+        /// The resource created.
+        gr: GroupResource,
+        /// The object's name.
+        name: String,
+        /// The terminating namespace.
+        namespace: String,
+    },
     /// 401: no valid credentials.
     #[error("Unauthorized")]
     Unauthorized,
@@ -256,7 +269,7 @@ impl ApiError {
             Self::NotFound { .. } | Self::NoSuchResource => 404,
             Self::AlreadyExists { .. } | Self::Conflict { .. } | Self::ApplyConflict { .. } => 409,
             Self::Invalid { .. } => 422,
-            Self::Forbidden { .. } => 403,
+            Self::Forbidden { .. } | Self::NamespaceTerminating { .. } => 403,
             Self::Unauthorized => 401,
             Self::BadRequest(_) => 400,
             Self::MethodNotSupported => 405,
@@ -276,7 +289,7 @@ impl ApiError {
             Self::AlreadyExists { .. } => "AlreadyExists",
             Self::Conflict { .. } | Self::ApplyConflict { .. } => "Conflict",
             Self::Invalid { .. } => "Invalid",
-            Self::Forbidden { .. } => "Forbidden",
+            Self::Forbidden { .. } | Self::NamespaceTerminating { .. } => "Forbidden",
             Self::Unauthorized => "Unauthorized",
             Self::BadRequest(_) => "BadRequest",
             Self::MethodNotSupported => "MethodNotAllowed",
@@ -313,6 +326,19 @@ impl ApiError {
             | Self::AlreadyExists { gr, name }
             | Self::Conflict { gr, name, .. }
             | Self::Forbidden { gr, name, .. } => Some(resource_details(gr, name)),
+            Self::NamespaceTerminating {
+                gr,
+                name,
+                namespace,
+            } => {
+                let mut d = resource_details(gr, name);
+                d["causes"] = json!([{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {namespace} is being terminated"),
+                    "field": "metadata.namespace",
+                }]);
+                Some(d)
+            }
             Self::ApplyConflict { causes, .. } => Some(json!({
                 "causes": causes.iter().map(|(message, field)| json!({
                     "reason": "FieldManagerConflict", "message": message, "field": field,
@@ -413,6 +439,25 @@ mod tests {
             json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
                    "message":"configmaps \"x\" not found","reason":"NotFound",
                    "details":{"name":"x","kind":"configmaps"},"code":404})
+        );
+    }
+
+    #[test]
+    fn a_create_in_a_terminating_namespace_names_the_cause_on_metadata_namespace() {
+        let e = ApiError::NamespaceTerminating {
+            gr: GroupResource::new("", "configmaps"),
+            name: "late".into(),
+            namespace: "gone".into(),
+        };
+        assert_eq!(
+            e.to_status(),
+            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                   "message":"configmaps \"late\" is forbidden: unable to create new content in namespace gone because it is being terminated",
+                   "reason":"Forbidden",
+                   "details":{"name":"late","kind":"configmaps","causes":[{
+                       "reason":"NamespaceTerminating","message":"namespace gone is being terminated",
+                       "field":"metadata.namespace"}]},
+                   "code":403})
         );
     }
 
