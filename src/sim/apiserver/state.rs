@@ -455,16 +455,14 @@ impl State {
             // and stored under its name (apiregistration validates names its own way).
             let mut prepared = apiservice;
             prepared["metadata"]["name"] = json!(name.trim_end_matches('.'));
-            let Ok(mut stored) =
-                handlers::prepare_create(
-                    &rt,
-                    "v1",
-                    "",
-                    prepared,
-                    "kube-apiserver",
-                    &super::objects::ServiceAccounts::default(),
-                )
-            else {
+            let Ok(mut stored) = handlers::prepare_create(
+                &rt,
+                "v1",
+                "",
+                prepared,
+                "kube-apiserver",
+                &super::objects::ServiceAccounts::default(),
+            ) else {
                 continue;
             };
             stored["metadata"]["name"] = json!(name);
