@@ -17,6 +17,10 @@ use super::registry::{self, Registry, ResourceType};
 use super::status::{ApiError, GroupResource};
 use super::store::{Event, EventType, Store, Write, Written};
 
+/// The `kubernetes.io/description` of every namespace's `kube-root-ca.crt`, as
+/// kube-controller-manager's root CA publisher writes it.
+pub const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+
 /// Settings of one simulated API server.
 #[derive(Debug, Clone)]
 pub struct ApiServerConfig {
@@ -377,7 +381,7 @@ impl State {
             "configmaps",
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": {"name": "kube-root-ca.crt", "namespace": namespace,
-                                "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                                "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
                    "data": {"ca.crt": self.ca_pem}}),
         );
     }

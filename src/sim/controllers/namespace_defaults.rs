@@ -24,7 +24,7 @@ use super::support::is_not_found;
 pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 
 /// Its `kubernetes.io/description` annotation, as upstream writes it.
-pub const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+pub use crate::sim::apiserver::state::ROOT_CA_DESCRIPTION;
 
 const DESCRIPTION_ANNOTATION: &str = "kubernetes.io/description";
 
