@@ -9,22 +9,10 @@
 //! - [`faults`]: API fault rules (reject, delay) and the log of every fault.
 //! - [`proxy`]: the per-pod and per-node TCP proxy where network faults act.
 
-pub mod apiserver;
 pub mod cluster;
-pub mod controllers;
-pub mod faults;
-pub mod kubelet;
-pub mod plain_http;
-pub mod proxy;
 
-/// An error and its causes on one line (`a: b: c`), for logs and failure messages.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
+pub use sim_apiserver as apiserver;
+pub use sim_apiserver::{error_chain, faults, plain_http};
+pub use sim_controllers as controllers;
+pub use sim_node as kubelet;
+pub use sim_node::proxy;

@@ -52,7 +52,7 @@ use kube::Api;
 use kube::runtime::watcher;
 
 use self::informer::{AbortOnDrop, Cache};
-use super::apiserver::ServerHandle;
+use sim_apiserver::ServerHandle;
 
 /// The version the simulated components claim in their User-Agent.
 const VERSION: &str = "v1.32.13";
@@ -208,7 +208,7 @@ async fn client(
         component: agent.to_string(),
         source,
     };
-    let yaml = super::apiserver::kubeconfig("opconform", &access.url, &access.ca_pem, user, token);
+    let yaml = sim_apiserver::kubeconfig("opconform", &access.url, &access.ca_pem, user, token);
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).map_err(|e| fail(Box::new(e)))?;
     let mut config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
@@ -216,8 +216,8 @@ async fn client(
     )
     .await
     .map_err(|e| fail(Box::new(e)))?;
-    let value = hyper::header::HeaderValue::from_str(agent).map_err(|e| fail(Box::new(e)))?;
-    config.headers.push((hyper::header::USER_AGENT, value));
+    let value = http::header::HeaderValue::from_str(agent).map_err(|e| fail(Box::new(e)))?;
+    config.headers.push((http::header::USER_AGENT, value));
     kube::Client::try_from(config).map_err(|e| fail(Box::new(e)))
 }
 

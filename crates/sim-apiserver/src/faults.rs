@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::sim::apiserver::audit::PodRef;
+use crate::audit::PodRef;
 
 /// Errors of fault handling.
 #[derive(Debug, thiserror::Error)]
@@ -655,7 +655,7 @@ pub fn reason_for_code(code: u16) -> &'static str {
     }
 }
 
-/// How a partition cuts traffic (see [`crate::sim::proxy::Mode`]).
+/// How a partition cuts traffic (the per-pod proxy of the simulated nodes carries it out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Cut {

@@ -370,7 +370,7 @@ fn invalid_character(c: u8, context: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::apiserver::registry::Registry;
+    use crate::registry::Registry;
     use serde_json::json;
 
     const KEY_MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";

@@ -24,7 +24,7 @@ use super::support::is_not_found;
 pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 
 /// Its `kubernetes.io/description` annotation, as upstream writes it.
-pub use crate::sim::apiserver::state::ROOT_CA_DESCRIPTION;
+pub use sim_apiserver::state::ROOT_CA_DESCRIPTION;
 
 const DESCRIPTION_ANNOTATION: &str = "kubernetes.io/description";
 

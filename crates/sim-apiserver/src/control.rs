@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::state::State;
 use super::status::ApiError;
-use crate::sim::faults::{FaultError, NodeFault, PodFault, RequestMatch, RuleAction};
+use crate::faults::{FaultError, NodeFault, PodFault, RequestMatch, RuleAction};
 
 /// The path prefix of the control endpoint.
 pub const PREFIX: &str = "/opconform/v1/faults";

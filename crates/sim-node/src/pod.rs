@@ -24,8 +24,8 @@ use super::container::{ContainerRuntime, ContainerTask, StopState};
 use super::process::Group;
 use super::status::{ContainerStatus, Eviction, PodStatus, State, Terminated, qos_class};
 use super::{KubeletError, lock};
-use crate::sim::apiserver::audit::PodRef;
-use crate::sim::proxy::{Mode, Proxy, ProxyError};
+use crate::proxy::{Mode, Proxy, ProxyError};
+use sim_apiserver::audit::PodRef;
 
 /// Errors setting up a pod's sandbox.
 #[derive(Debug, thiserror::Error)]

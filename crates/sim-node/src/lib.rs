@@ -42,6 +42,7 @@ pub mod node;
 pub mod pod;
 pub mod probe;
 pub mod process;
+pub mod proxy;
 pub mod server;
 pub mod status;
 pub mod upstream;
@@ -62,7 +63,7 @@ pub use self::image::ImageConfig;
 use self::node::NodeAgent;
 use self::pod::PodRuntime;
 use self::upstream::{Upstream, UpstreamError};
-use crate::sim::proxy::{Mode, Proxy, ProxyError};
+use crate::proxy::{Mode, Proxy, ProxyError};
 
 /// Errors of the kubelet and its faults.
 #[derive(Debug, thiserror::Error)]

@@ -342,8 +342,8 @@ pub fn token_request(call: &Call<'_>, _rt: &ResourceType) -> Result<(u16, Value)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::apiserver::request::{self, Query};
-    use crate::sim::apiserver::state::{ApiServerConfig, State};
+    use crate::request::{self, Query};
+    use crate::state::{ApiServerConfig, State};
     use bytes::Bytes;
     use hyper::Method;
 

@@ -493,7 +493,7 @@ impl ContainerTask {
             .unwrap_or_else(|| "default".into());
         let automount = spec.and_then(|s| s.automount_service_account_token) != Some(false);
         let token = if automount {
-            let pod = crate::sim::apiserver::audit::PodRef {
+            let pod = sim_apiserver::audit::PodRef {
                 namespace: namespace.clone(),
                 name: self.pod.name.clone(),
                 uid: self.pod.uid.clone(),
@@ -527,7 +527,7 @@ impl ContainerTask {
         let user = format!("system:serviceaccount:{namespace}:{account}");
         let server = format!("https://{}", self.pod.proxy.addr());
         let kubeconfig = with_namespace(
-            &crate::sim::apiserver::kubeconfig(
+            &sim_apiserver::kubeconfig(
                 &self.shared.server.cluster_name(),
                 &server,
                 &self.shared.server.ca_pem(),
@@ -878,7 +878,7 @@ mod tests {
 
     #[test]
     fn the_pod_kubeconfig_defaults_to_the_pods_namespace() {
-        let kc = crate::sim::apiserver::kubeconfig("c", "https://127.0.0.1:1", "CA", "u", "t");
+        let kc = sim_apiserver::kubeconfig("c", "https://127.0.0.1:1", "CA", "u", "t");
         let out = with_namespace(&kc, "team-a");
         let doc: serde_yaml::Value = serde_yaml::from_str(&out).unwrap();
         assert_eq!(doc["contexts"][0]["context"]["namespace"], "team-a");

@@ -1663,9 +1663,9 @@ pub fn delete_object(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::apiserver::auth::UserInfo;
-    use crate::sim::apiserver::request;
-    use crate::sim::apiserver::state::ApiServerConfig;
+    use crate::auth::UserInfo;
+    use crate::request;
+    use crate::state::ApiServerConfig;
     use hyper::Method;
 
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
@@ -2357,7 +2357,7 @@ mod tests {
 
     #[test]
     fn storage_keys_follow_the_registry_prefixes() {
-        let r = crate::sim::apiserver::registry::Registry::new();
+        let r = crate::registry::Registry::new();
         let key = |group: &str, resource: &str, ns: &str| {
             r.lookup(group, "v1", resource)
                 .map(|rt| storage_key(rt, ns, "x"))

@@ -1084,7 +1084,7 @@ pub fn set_scale(rt: &ResourceType, obj: &mut Value, replicas: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::apiserver::registry::Registry;
+    use crate::registry::Registry;
 
     #[test]
     fn a_new_pod_gets_the_default_tolerations_and_service_account() {
@@ -1138,10 +1138,10 @@ mod tests {
 
     /// POSTs `body` to `path` as the admin with the manager `kubectl-create`.
     fn create(path: &str, body: Value) -> Value {
-        use crate::sim::apiserver::auth::UserInfo;
-        use crate::sim::apiserver::handlers::Call;
-        use crate::sim::apiserver::request::{self, Query};
-        use crate::sim::apiserver::state::{ApiServerConfig, State};
+        use crate::auth::UserInfo;
+        use crate::handlers::Call;
+        use crate::request::{self, Query};
+        use crate::state::{ApiServerConfig, State};
         let state = State::new(ApiServerConfig::default(), String::new());
         let query = Query::parse(None);
         let info = request::parse(&hyper::Method::POST, path, &query);

@@ -57,9 +57,9 @@ pub type LogSource = Arc<dyn Fn(&str, &str, Option<&str>, bool) -> Option<String
 /// Everything the request handlers share.
 pub struct State {
     /// Fault rules evaluated on every request, and the cluster's fault log.
-    pub faults: Arc<crate::sim::faults::Faults>,
+    pub faults: Arc<crate::faults::Faults>,
     /// Who carries out pod and node faults (the simulated cluster, once it has kubelets).
-    fault_target: RwLock<Option<Arc<dyn crate::sim::faults::FaultTarget>>>,
+    fault_target: RwLock<Option<Arc<dyn crate::faults::FaultTarget>>>,
     /// Where `pods/log` reads from (the kubelets register themselves here).
     pub log_sources: RwLock<Vec<LogSource>>,
     /// Settings.
@@ -94,7 +94,7 @@ impl State {
     pub fn new(config: ApiServerConfig, ca_pem: String) -> Self {
         let admin_token = auth::random_token();
         let state = Self {
-            faults: Arc::new(crate::sim::faults::Faults::new()),
+            faults: Arc::new(crate::faults::Faults::new()),
             fault_target: RwLock::new(None),
             log_sources: RwLock::new(Vec::new()),
             store: Store::new(config.watch_history),
@@ -115,12 +115,12 @@ impl State {
     }
 
     /// Sets who carries out pod and node faults.
-    pub fn set_fault_target(&self, target: Arc<dyn crate::sim::faults::FaultTarget>) {
+    pub fn set_fault_target(&self, target: Arc<dyn crate::faults::FaultTarget>) {
         *self.fault_target.write().unwrap_or_else(|p| p.into_inner()) = Some(target);
     }
 
     /// Who carries out pod and node faults, if anyone.
-    pub fn fault_target(&self) -> Option<Arc<dyn crate::sim::faults::FaultTarget>> {
+    pub fn fault_target(&self) -> Option<Arc<dyn crate::faults::FaultTarget>> {
         self.fault_target
             .read()
             .unwrap_or_else(|p| p.into_inner())

@@ -38,7 +38,7 @@ pub enum ServerError {
     },
     /// The certificate could not be made.
     #[error("cannot make the kubelet's serving certificate")]
-    Tls(#[source] crate::sim::apiserver::tls::TlsError),
+    Tls(#[source] sim_apiserver::tls::TlsError),
 }
 
 /// Binds the endpoint's socket on `ip`, a free port (the Node advertises it).
@@ -60,7 +60,7 @@ pub(crate) fn serve(
     node: &str,
     shared: Weak<Shared>,
 ) -> Result<JoinHandle<()>, ServerError> {
-    let tls = crate::sim::apiserver::tls::ClusterTls::generate(&format!("kubelet-{node}"))
+    let tls = sim_apiserver::tls::ClusterTls::generate(&format!("kubelet-{node}"))
         .map_err(ServerError::Tls)?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config.clone());
     Ok(tokio::spawn(async move {

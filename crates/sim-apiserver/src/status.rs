@@ -490,7 +490,7 @@ mod tests {
 
     #[test]
     fn invalid_leaves_out_an_empty_name_and_kind_and_repeats_no_message() {
-        use crate::sim::apiserver::names::Cause;
+        use crate::names::Cause;
         let cause = Cause::invalid(
             "spec.expirationSeconds",
             json!(599),

@@ -3,6 +3,11 @@
 //! and an audit of every request. Real clients (kube-rs, kubectl) cannot tell it from
 //! kube-apiserver for everything the conformance features touch.
 //!
+//! This crate knows nothing of nodes, controllers or the harness: the simulated nodes and
+//! controllers are clients of it like any other. Its fault rules ([`faults`]) act on the
+//! requests it serves; process and network faults are handed to whoever registered as the
+//! [`faults::FaultTarget`] (the simulated nodes), and logged here.
+//!
 //! # Caveats
 //! - No protobuf, no Table output (kubectl falls back to NAME/AGE columns), no admission
 //!   webhooks, no RBAC escalation checks, no ClusterRole aggregation.
@@ -18,10 +23,12 @@ pub mod audit;
 pub mod auth;
 pub mod control;
 pub mod discovery;
+pub mod faults;
 pub mod handlers;
 pub mod names;
 pub mod objects;
 pub mod patch;
+pub mod plain_http;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
@@ -34,6 +41,18 @@ pub mod store;
 pub mod tls;
 pub mod validation;
 pub mod watch;
+
+/// An error and its causes on one line (`a: b: c`), for logs and failure messages.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -508,7 +527,7 @@ async fn handle(
             return error_response(&e, &parts.headers).into();
         }
         let pod = state.audit.pod_of(peer.ip());
-        let facts = crate::sim::faults::RequestFacts {
+        let facts = crate::faults::RequestFacts {
             verb: &info.verb,
             group: &info.group,
             resource: &info.resource,
@@ -519,9 +538,9 @@ async fn handle(
             user: &user.name,
         };
         match state.faults.verdict(&facts) {
-            crate::sim::faults::Verdict::Pass => {}
-            crate::sim::faults::Verdict::Delay(delay) => tokio::time::sleep(delay).await,
-            crate::sim::faults::Verdict::Hold(span) => {
+            crate::faults::Verdict::Pass => {}
+            crate::faults::Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+            crate::faults::Verdict::Hold(span) => {
                 if let (Some(pod), Some(target)) = (pod.as_ref(), state.fault_target()) {
                     let what = info.summary();
                     if let Err(e) = state.faults.hold_for(target, pod, span, &what) {
@@ -529,7 +548,7 @@ async fn handle(
                     }
                 }
             }
-            crate::sim::faults::Verdict::Reject {
+            crate::faults::Verdict::Reject {
                 code,
                 reason,
                 message,
@@ -798,7 +817,7 @@ async fn pod_proxy(state: &State, info: &RequestInfo) -> Result<(u16, Vec<u8>), 
         .ok_or_else(|| {
             ApiError::BadRequest(format!("pod {name} has no IP address yet: no proxy to it"))
         })?;
-    crate::sim::plain_http::get(
+    crate::plain_http::get(
         std::net::SocketAddr::new(ip, port),
         &info.proxy_path,
         std::time::Duration::from_secs(5),
@@ -807,9 +826,6 @@ async fn pod_proxy(state: &State, info: &RequestInfo) -> Result<(u16, Vec<u8>), 
     .map_err(|e| ApiError::Custom {
         code: 503,
         reason: "ServiceUnavailable".into(),
-        message: format!(
-            "error trying to reach service: {}",
-            crate::sim::error_chain(&e)
-        ),
+        message: format!("error trying to reach service: {}", crate::error_chain(&e)),
     })
 }

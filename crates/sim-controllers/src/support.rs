@@ -31,7 +31,7 @@ pub(crate) fn is_conflict(error: &kube::Error) -> bool {
 }
 
 /// An error with its causes, for logs.
-pub(crate) use crate::sim::error_chain;
+pub(crate) use sim_apiserver::error_chain;
 
 /// Now, truncated to whole seconds as metav1.Time is written (so that a time set here
 /// compares equal to the same time read back from the server).

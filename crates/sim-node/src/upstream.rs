@@ -12,9 +12,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::json;
 
-use crate::sim::apiserver::ServerHandle;
-use crate::sim::apiserver::audit::PodRef;
-use crate::sim::apiserver::state::LogSource;
+use sim_apiserver::ServerHandle;
+use sim_apiserver::audit::PodRef;
+use sim_apiserver::state::LogSource;
 
 /// Errors of reaching the API server.
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +162,7 @@ impl Upstream for RealApiServer {
             .node_tokens
             .get(node)
             .ok_or_else(|| UpstreamError::NoNodeToken(node.to_string()))?;
-        let kubeconfig = crate::sim::apiserver::kubeconfig(
+        let kubeconfig = sim_apiserver::kubeconfig(
             &self.cluster_name,
             server,
             &self.ca_pem,
