@@ -240,7 +240,7 @@ impl Sim {
 
     async fn start_with(nodes: &[&str], config: ControllerConfig) -> Self {
         let (server, client) = support::server().await;
-        let controllers = Controllers::start(server.handle(), config)
+        let controllers = opconform::sim::in_process::start_controllers(&server.handle(), config)
             .await
             .expect("controllers start");
         let kubelet = FakeKubelet::start(client.clone(), nodes).await;

@@ -107,9 +107,14 @@ impl Cluster {
         config.restart_backoff_base = Duration::from_millis(200);
         config.restart_backoff_cap = Duration::from_millis(1600);
         tweak(&mut config);
-        let kubelet = Kubelet::start(std::sync::Arc::new(server.handle()), config)
-            .await
-            .expect("the kubelet starts");
+        let kubelet = Kubelet::start(
+            std::sync::Arc::new(opconform::sim::in_process::SimulatedUpstream(
+                server.handle(),
+            )),
+            config,
+        )
+        .await
+        .expect("the kubelet starts");
         Self {
             server,
             client,

@@ -447,8 +447,8 @@ async fn for_life_the_garbage_collector_frees_a_deleted_leaders_lock_and_a_stand
     let bench = Bench::start().await;
     // The simulated controller manager, for its garbage collector (no nodes exist, so the
     // other controllers have nothing to do).
-    let _controllers = opconform::sim::controllers::Controllers::start(
-        bench.server.handle(),
+    let _controllers = opconform::sim::in_process::start_controllers(
+        &bench.server.handle(),
         opconform::sim::controllers::ControllerConfig::default(),
     )
     .await

@@ -12,6 +12,7 @@ use kube::api::{Api, ListParams};
 use super::apiserver::{ApiServer, ApiServerConfig, ApiServerError, ServerHandle};
 use super::controllers::{ControllerConfig, Controllers, ControllersError};
 use super::faults::{Cut, FaultError, FaultTarget, NodeFault, PodFault};
+use super::in_process::{SimulatedUpstream, start_controllers};
 use super::kubelet::{ImageMap, Kubelet, KubeletConfig, KubeletError};
 use super::proxy::Mode;
 
@@ -257,7 +258,7 @@ impl SimCluster {
             kc.faketime_library = config.faketime_library.clone();
             let handle = handle.clone();
             async move {
-                Kubelet::start(Arc::new(handle), kc)
+                Kubelet::start(Arc::new(SimulatedUpstream(handle)), kc)
                     .await
                     .map_err(|source| ClusterError::Kubelet { node: name, source })
             }
@@ -267,7 +268,7 @@ impl SimCluster {
         handle.state().set_fault_target(nodes.clone());
         // The controllers (the scheduler above all) start from a view with every node Ready.
         wait_for_ready_nodes(&server, config.nodes as usize).await?;
-        let controllers = Controllers::start(handle.clone(), config.controllers.clone())
+        let controllers = start_controllers(&handle, config.controllers.clone())
             .await
             .map_err(ClusterError::Controllers)?;
         Ok(Self {

@@ -4,12 +4,14 @@
 //!
 //! - [`apiserver`]: the Kubernetes API (HTTPS, auth, RBAC, watch, audit).
 //! - [`cluster`]: the whole simulated cluster behind one handle.
+//! - [`in_process`]: how the nodes and controllers reach the API server of the same process.
 //! - [`controllers`]: garbage collector, deployment, namespace, node lifecycle, scheduler.
 //! - [`kubelet`]: one per simulated node; runs containers as processes, heartbeats.
 //! - [`faults`]: API fault rules (reject, delay) and the log of every fault.
 //! - [`proxy`]: the per-pod and per-node TCP proxy where network faults act.
 
 pub mod cluster;
+pub mod in_process;
 
 pub use sim_apiserver as apiserver;
 pub use sim_apiserver::{error_chain, faults, plain_http};

@@ -20,9 +20,9 @@
 //! - [`namespace_defaults`]: the `default` ServiceAccount and `kube-root-ca.crt` of every
 //!   namespace, for a real API server ([`ControllerConfig::namespace_defaults`]).
 //!
-//! [`Controllers::start`] runs them against the simulated API server;
-//! [`Controllers::start_against`] against any other ([`ApiAccess`]), e.g. a real
-//! kube-apiserver where no kube-controller-manager is at hand (setup-envtest's assets).
+//! [`Controllers::start_against`] runs them against any API server ([`ApiAccess`]): the
+//! simulated one, or a real kube-apiserver where no kube-controller-manager is at hand
+//! (setup-envtest's assets).
 //!
 //! # Caveats
 //! - No leader election, no metrics, no Events yet.
@@ -52,7 +52,6 @@ use kube::Api;
 use kube::runtime::watcher;
 
 use self::informer::{AbortOnDrop, Cache};
-use sim_apiserver::ServerHandle;
 
 /// The version the simulated components claim in their User-Agent.
 const VERSION: &str = "v1.32.13";
@@ -155,9 +154,8 @@ impl std::fmt::Debug for Controllers {
     }
 }
 
-/// How the controllers reach an API server and as whom they act: the simulated one
-/// ([`ApiAccess::simulated`]), or any other, such as a real kube-apiserver that has no
-/// kube-controller-manager beside it.
+/// How the controllers reach an API server and as whom they act: the simulated one, or
+/// any other, such as a real kube-apiserver that has no kube-controller-manager beside it.
 #[derive(Clone)]
 pub struct ApiAccess {
     /// The server's URL.
@@ -176,19 +174,6 @@ impl std::fmt::Debug for ApiAccess {
         f.debug_struct("ApiAccess")
             .field("url", &self.url)
             .finish_non_exhaustive()
-    }
-}
-
-impl ApiAccess {
-    /// The simulated API server, as the two components in `system:masters`.
-    pub fn simulated(server: &ServerHandle) -> Self {
-        Self {
-            url: server.url(),
-            ca_pem: server.ca_pem().to_string(),
-            controller_manager_token: server
-                .user_token(CONTROLLER_MANAGER_USER, &["system:masters"]),
-            scheduler_token: server.user_token(SCHEDULER_USER, &["system:masters"]),
-        }
     }
 }
 
@@ -249,18 +234,6 @@ struct Informers {
 }
 
 impl Controllers {
-    /// Starts every controller and the scheduler against the simulated `server`.
-    ///
-    /// # Errors
-    /// When a client cannot be built. Nothing else fails start-up: discovery and watches
-    /// that fail are retried in the background.
-    pub async fn start(
-        server: ServerHandle,
-        config: ControllerConfig,
-    ) -> Result<Controllers, ControllersError> {
-        Self::start_against(ApiAccess::simulated(&server), config).await
-    }
-
     /// Starts every controller (and the scheduler, unless `config` leaves it out) against
     /// any API server.
     ///

@@ -3,8 +3,9 @@
 //! ServiceAccount token — and, on the simulator only, two hooks into the in-process server
 //! (it reads container logs from the kubelet and attributes requests to pods by source IP).
 //!
-//! Two implementations: the simulated API server's [`ServerHandle`], and [`RealApiServer`],
-//! any kube-apiserver reached with a node token (pods get TokenRequest tokens bound to them).
+//! Implemented here by [`RealApiServer`], any kube-apiserver reached with a node token (pods
+//! get TokenRequest tokens bound to them); the harness implements it for the simulated API
+//! server in its own process, hooks included.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::json;
 
-use sim_apiserver::ServerHandle;
 use sim_apiserver::audit::PodRef;
 use sim_apiserver::state::LogSource;
 
@@ -70,55 +70,6 @@ pub trait Upstream: Send + Sync {
     /// Requests from `ip` come from `pod` (`None`: no longer) — for servers that attribute
     /// requests by source address in-process.
     fn attribute(&self, _ip: IpAddr, _pod: Option<PodRef>) {}
-}
-
-#[async_trait]
-impl Upstream for ServerHandle {
-    fn addr(&self) -> SocketAddr {
-        ServerHandle::addr(self)
-    }
-
-    fn ca_pem(&self) -> String {
-        ServerHandle::ca_pem(self).to_string()
-    }
-
-    fn cluster_name(&self) -> String {
-        self.state().config.name.clone()
-    }
-
-    async fn node_client(&self, server: &str, node: &str) -> Result<kube::Client, UpstreamError> {
-        self.user_client(
-            server,
-            &format!("system:node:{node}"),
-            &["system:nodes", "system:masters"],
-        )
-        .await
-        .map_err(|e| UpstreamError::Client(Box::new(e)))
-    }
-
-    async fn service_account_token(
-        &self,
-        _client: &kube::Client,
-        pod: &PodRef,
-        account: &str,
-    ) -> Result<String, UpstreamError> {
-        ServerHandle::service_account_token(self, &pod.namespace, account).map_err(|e| {
-            UpstreamError::Token {
-                namespace: pod.namespace.clone(),
-                name: account.to_string(),
-                pod: pod.name.clone(),
-                source: Box::new(e),
-            }
-        })
-    }
-
-    fn add_log_source(&self, source: LogSource) {
-        self.state().add_log_source(source);
-    }
-
-    fn attribute(&self, ip: IpAddr, pod: Option<PodRef>) {
-        self.state().audit.set_pod_ip(ip, pod);
-    }
 }
 
 /// A real kube-apiserver: its address and CA, and a static token per node (the nodes
