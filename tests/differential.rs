@@ -276,6 +276,13 @@ fn interactions() -> Vec<Interaction> {
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
             )
             .await;
+            // The controllers write the root CA ConfigMap and the default ServiceAccount
+            // soon after; wait for both, so every later list and watch of the namespace
+            // sees them written before anything of ours, on either side.
+            let root_ca = format!("/api/v1/namespaces/{NS}/configmaps/kube-root-ca.crt");
+            wait_until(t, &root_ca, "the root CA ConfigMap", |code, _| code == 200).await;
+            let account = format!("/api/v1/namespaces/{NS}/serviceaccounts/default");
+            wait_until(t, &account, "the default account", |code, _| code == 200).await;
         }),
         interaction!("create a ConfigMap, then the same again", |t| {
             let path = format!("/api/v1/namespaces/{NS}/configmaps");
