@@ -9,62 +9,21 @@
 //! creates it where the strategy allows create on update (Leases, Services, Events, RBAC).
 //! Patches always apply to the live object and so are conditional on its version.
 
-use bytes::Bytes;
-use rand::Rng as _;
 use serde_json::{Value, json};
 
 use super::apply;
+use super::call::{Call, decode};
+use super::create::{checks, invalid, meta_str, prepare_create, random_suffix, service_accounts};
 use super::names::Cause;
 use super::objects::{self, from_view, to_view};
 use super::patch;
 use super::registry::{Backing, ResourceType};
-use super::request::{Query, RequestInfo};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::state::State;
 use super::status::{ApiError, GroupResource, success_status};
 use super::store::{Write, Written};
 
-/// Largest accepted request body (kube-apiserver's 3 MiB limit).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
-
-/// A resource request with everything a handler needs.
-pub struct Call<'a> {
-    /// Server state.
-    pub state: &'a State,
-    /// The parsed path.
-    pub info: &'a RequestInfo,
-    /// The query.
-    pub query: &'a Query,
-    /// Content-Type of the body, without parameters.
-    pub content_type: String,
-    /// The body.
-    pub body: Bytes,
-    /// The field manager for writes.
-    pub manager: String,
-    /// Who is asking (after impersonation).
-    pub user: &'a super::auth::UserInfo,
-}
-
 type Reply = Result<(u16, Value), ApiError>;
-
-/// Decodes a JSON or YAML body into an object.
-pub fn decode(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
-    let value: Value = match content_type {
-        "application/vnd.kubernetes.protobuf" => {
-            super::protobuf::decode(body).map_err(|e| ApiError::UnsupportedMediaType {
-                accepted: format!("application/json, application/yaml ({e})"),
-            })?
-        }
-        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?,
-        _ => serde_json::from_slice(body).map_err(|e| {
-            ApiError::BadRequest(format!(
-                "the object provided is unrecognized or malformed: {e}"
-            ))
-        })?,
-    };
-    Ok(value)
-}
 
 fn body_object(call: &Call<'_>) -> Result<Value, ApiError> {
     match call.content_type.as_str() {
@@ -110,10 +69,6 @@ fn check_type(rt: &ResourceType, version: &str, obj: &Value) -> Result<(), ApiEr
     Ok(())
 }
 
-fn meta_str<'v>(obj: &'v Value, key: &str) -> &'v str {
-    obj["metadata"][key].as_str().unwrap_or_default()
-}
-
 fn is_deleting(obj: &Value) -> bool {
     obj["metadata"]
         .get("deletionTimestamp")
@@ -130,114 +85,6 @@ fn finalizers(obj: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
-    ApiError::invalid(&rt.kind, &rt.group, name, causes)
-}
-
-/// A random suffix as generateName uses (5 characters of the real alphabet).
-pub(super) fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// Runs schema pruning, defaulting and validation of a custom resource.
-fn custom_checks(rt: &ResourceType, version: &str, obj: &mut Value) -> Vec<Cause> {
-    let mut causes = super::names::validate_object_meta(&obj["metadata"], objects::name_rule(rt));
-    if let Backing::Custom { schemas, .. } = &rt.backing
-        && let Some(schema) = schemas.get(version)
-    {
-        schema.prune(obj);
-        schema.apply_defaults(obj);
-        causes.extend(schema.validate(obj));
-    }
-    causes
-}
-
-/// Defaults and validates `obj` (already in stored form) for its type.
-fn checks(rt: &ResourceType, version: &str, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> {
-    if rt.is_custom() {
-        // Custom resources are validated in the version the client spoke.
-        let mut view = to_view(rt, version, obj.clone());
-        let causes = custom_checks(rt, version, &mut view);
-        *obj = from_view(rt, view);
-        causes
-    } else {
-        objects::apply_defaults(rt, obj);
-        let mut causes = objects::validate(rt, obj, old);
-        causes.extend(super::validation::validate(rt, obj));
-        causes
-    }
-}
-
-/// Prepares a new object for storage (what BeforeCreate and the strategy do).
-pub(super) fn prepare_create(
-    rt: &ResourceType,
-    version: &str,
-    namespace: &str,
-    mut obj: Value,
-    manager: &str,
-    accounts: &objects::ServiceAccounts,
-) -> Result<Value, ApiError> {
-    let name = meta_str(&obj, "name").to_string();
-    if !meta_str(&obj, "resourceVersion").is_empty() {
-        return Err(ApiError::Internal(
-            "resourceVersion should not be set on objects to be created".into(),
-        ));
-    }
-    if !rt.namespaced {
-        if let Some(m) = obj["metadata"].as_object_mut() {
-            m.remove("namespace");
-        }
-    } else {
-        obj["metadata"]["namespace"] = json!(namespace);
-    }
-    let now = objects::now();
-    if let Some(m) = obj["metadata"].as_object_mut() {
-        m.remove("deletionTimestamp");
-        m.remove("deletionGracePeriodSeconds");
-        m.remove("managedFields");
-        m.remove("generation");
-        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-        m.insert("creationTimestamp".into(), json!(now));
-        if rt.generation != super::registry::GenerationRule::None {
-            m.insert("generation".into(), json!(1));
-        }
-    }
-    if rt.status
-        && let Some(o) = obj.as_object_mut()
-    {
-        o.remove("status");
-    }
-    let causes = checks(rt, version, &mut obj, None);
-    if !causes.is_empty() {
-        return Err(invalid(rt, &name, causes));
-    }
-    // The field manager runs on the decoded (defaulted) object, before the strategy and the
-    // mutating admission plugins add what nobody owns (endpoints/handlers/create.go).
-    apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
-    objects::prepare_for_create(rt, &mut obj, accounts, &random_suffix());
-    Ok(obj)
-}
-
-/// The ServiceAccounts of `namespace` when `rt` is pods (what the ServiceAccount admission
-/// plugin reads on a create), read before the write.
-pub(super) fn service_accounts(
-    state: &State,
-    rt: &ResourceType,
-    namespace: &str,
-) -> objects::ServiceAccounts {
-    if !(rt.group.is_empty() && rt.resource == "pods") {
-        return objects::ServiceAccounts::default();
-    }
-    let (items, _) = state
-        .store
-        .list(&GroupResource::new("", "serviceaccounts"), Some(namespace));
-    objects::ServiceAccounts::new(items)
 }
 
 /// Which part of an object an update may change.
@@ -680,7 +527,7 @@ impl<'a> Call<'a> {
             &self.ns(rt),
             from_view(rt, obj),
             &self.manager,
-            &service_accounts(self.state, rt, &self.ns(rt)),
+            &service_accounts(&self.state.store, rt, &self.ns(rt)),
         )?;
         let written = self.write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
@@ -732,7 +579,7 @@ impl<'a> Call<'a> {
             // The create admission (NamespaceLifecycle) runs for a PUT that creates.
             self.ensure_namespace(rt, &name)?;
         }
-        let accounts = service_accounts(self.state, rt, &ns);
+        let accounts = service_accounts(&self.state.store, rt, &ns);
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -850,7 +697,7 @@ impl<'a> Call<'a> {
         let ns = self.ns(rt);
         let subresource = (part == Part::Status).then_some("status");
         let accounts = if is_apply {
-            service_accounts(self.state, rt, &ns)
+            service_accounts(&self.state.store, rt, &ns)
         } else {
             objects::ServiceAccounts::default()
         };
@@ -1664,8 +1511,9 @@ pub fn delete_object(
 mod tests {
     use super::*;
     use crate::auth::UserInfo;
-    use crate::request;
+    use crate::request::{self, Query};
     use crate::state::ApiServerConfig;
+    use bytes::Bytes;
     use hyper::Method;
 
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
@@ -2441,6 +2289,92 @@ mod tests {
             Some(
                 "error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}"
             )
+        );
+    }
+
+    /// POSTs `body` to `path` as the admin with the manager `kubectl-create`.
+    fn create(path: &str, body: Value) -> Value {
+        let state = State::new(ApiServerConfig::default(), String::new());
+        let query = Query::parse(None);
+        let info = request::parse(&Method::POST, path, &query);
+        let user = UserInfo::admin();
+        let call = Call {
+            state: &state,
+            info: &info,
+            query: &query,
+            content_type: "application/json".into(),
+            body: Bytes::from(body.to_string()),
+            manager: "kubectl-create".into(),
+            user: &user,
+        };
+        match call.serve() {
+            Ok((201, created)) => created,
+            Ok((code, answer)) => panic!("POST {path}: {code} {answer}"),
+            Err(error) => panic!("POST {path}: {error}"),
+        }
+    }
+
+    fn fields_of(object: &Value) -> Value {
+        let entries = object["metadata"]["managedFields"].as_array();
+        assert_eq!(entries.map(Vec::len), Some(1), "{object}");
+        object["metadata"]["managedFields"][0]["fieldsV1"].clone()
+    }
+
+    #[test]
+    fn a_created_namespace_owns_its_name_label_but_not_the_finalizer_or_phase_the_strategy_sets() {
+        let namespace = create(
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "owned"}}),
+        );
+        assert_eq!(namespace["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(namespace["status"]["phase"], "Active");
+        assert_eq!(
+            fields_of(&namespace),
+            json!({"f:metadata": {"f:labels": {".": {}, "f:kubernetes.io/metadata.name": {}}}})
+        );
+    }
+
+    #[test]
+    fn a_config_map_with_only_empty_maps_is_stored_without_them_and_without_managed_fields() {
+        let config_map = create(
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "empty", "labels": {}, "annotations": null, "finalizers": []},
+                "data": {}, "binaryData": {}}),
+        );
+        assert_eq!(config_map.get("data"), None);
+        assert_eq!(config_map.get("binaryData"), None);
+        let metadata = &config_map["metadata"];
+        for field in ["labels", "annotations", "finalizers", "managedFields"] {
+            assert_eq!(metadata.get(field), None, "{field} in {config_map}");
+        }
+    }
+
+    #[test]
+    fn a_created_pod_owns_its_decoded_defaults_but_not_what_admission_adds() {
+        let pod = create(
+            "/api/v1/namespaces/default/pods",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1",
+                    "resources": {"limits": {"cpu": "1"}}, "args": []}]}}),
+        );
+        assert_eq!(pod["spec"]["serviceAccountName"], "default");
+        assert_eq!(pod["spec"]["preemptionPolicy"], "PreemptLowerPriority");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["requests"],
+            json!({"cpu": "1"})
+        );
+        assert_eq!(pod["spec"]["containers"][0].get("args"), None);
+        assert_eq!(
+            fields_of(&pod),
+            json!({"f:spec": {
+                "f:containers": {"k:{\"name\":\"c\"}": {
+                    ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                    "f:resources": {".": {}, "f:limits": {".": {}, "f:cpu": {}}, "f:requests": {".": {}, "f:cpu": {}}},
+                    "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+                "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {},
+                "f:schedulerName": {}, "f:securityContext": {}, "f:terminationGracePeriodSeconds": {}
+            }})
         );
     }
 }

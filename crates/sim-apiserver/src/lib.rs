@@ -21,7 +21,9 @@ pub mod apiservices;
 pub mod apply;
 pub mod audit;
 pub mod auth;
+pub mod call;
 pub mod control;
+mod create;
 pub mod discovery;
 pub mod faults;
 pub mod handlers;
@@ -73,7 +75,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use self::audit::AuditEvent;
 use self::auth::{Attributes, Impersonation, UserInfo};
-use self::handlers::{Call, MAX_BODY};
+use self::call::{Call, MAX_BODY};
 use self::request::{Query, RequestInfo};
 pub use self::state::{ApiServerConfig, State};
 use self::status::ApiError;

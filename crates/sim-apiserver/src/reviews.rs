@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::apply;
 use super::auth::{self, Attributes, UserInfo};
-use super::handlers::{Call, decode};
+use super::call::{Call, decode};
 use super::names::{self, Cause};
 use super::registry::ResourceType;
 use super::status::{ApiError, GroupResource};

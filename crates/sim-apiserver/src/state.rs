@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::apiservices;
 use super::audit::{AuditLog, PodRef};
 use super::auth::{self, Tokens};
-use super::handlers;
+use super::create;
 use super::registry::{self, Registry, ResourceType};
 use super::status::{ApiError, GroupResource};
 use super::store::{Event, EventType, Store, Write, Written};
@@ -348,13 +348,13 @@ impl State {
             .unwrap_or_default()
             .to_string();
         let version = rt.storage_version().to_string();
-        let stored = handlers::prepare_create(
+        let stored = create::prepare_create(
             &rt,
             &version,
             &namespace,
             obj,
             manager,
-            &handlers::service_accounts(self, &rt, &namespace),
+            &create::service_accounts(&self.store, &rt, &namespace),
         )?;
         let written = self.write(&rt, &namespace, &name, |current| {
             if current.is_some() {
@@ -405,7 +405,7 @@ impl State {
                      "clusterIP": KUBERNETES_SERVICE_IP, "type": "ClusterIP",
                      "sessionAffinity": "None", "ipFamilyPolicy": "SingleStack",
                      "internalTrafficPolicy": "Cluster"}});
-        let Ok(mut stored) = handlers::prepare_create(
+        let Ok(mut stored) = create::prepare_create(
             &rt,
             rt.storage_version(),
             "default",
@@ -459,7 +459,7 @@ impl State {
             // and stored under its name (apiregistration validates names its own way).
             let mut prepared = apiservice;
             prepared["metadata"]["name"] = json!(name.trim_end_matches('.'));
-            let Ok(mut stored) = handlers::prepare_create(
+            let Ok(mut stored) = create::prepare_create(
                 &rt,
                 "v1",
                 "",

@@ -10,7 +10,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
-use super::handlers::{Call, parse_rv};
+use super::call::Call;
+use super::handlers::parse_rv;
 use super::objects::to_view;
 use super::registry::ResourceType;
 use super::selectors::{FieldSelector, LabelSelector};

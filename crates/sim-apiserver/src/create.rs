@@ -1,0 +1,134 @@
+//! What a create does to an object before it is stored (kube-apiserver's BeforeCreate and
+//! the type's create strategy): the server-set metadata, defaulting, validation, the field
+//! manager's first entry, and what the strategy and the admission plugins add (with the
+//! namespace's ServiceAccounts a pod create reads). The defaulting and validation
+//! ([`checks`]) are the ones an update runs too. Client creates and the server's own writes
+//! (bootstrap objects, namespace defaults, APIServices) both go through [`prepare_create`],
+//! so this module sits below the server state and the verb handlers.
+
+use rand::Rng as _;
+use serde_json::{Value, json};
+
+use super::apply;
+use super::names::Cause;
+use super::objects::{self, from_view, to_view};
+use super::registry::{Backing, ResourceType};
+use super::status::{ApiError, GroupResource};
+use super::store::Store;
+
+/// The string at `metadata.<key>` of `obj`, empty when there is none.
+pub(crate) fn meta_str<'v>(obj: &'v Value, key: &str) -> &'v str {
+    obj["metadata"][key].as_str().unwrap_or_default()
+}
+
+/// The 422 Invalid of the object `name` of `rt` for `causes`.
+pub(crate) fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::invalid(&rt.kind, &rt.group, name, causes)
+}
+
+/// A random suffix as generateName uses (5 characters of the real alphabet).
+pub(crate) fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Runs schema pruning, defaulting and validation of a custom resource.
+fn custom_checks(rt: &ResourceType, version: &str, obj: &mut Value) -> Vec<Cause> {
+    let mut causes = super::names::validate_object_meta(&obj["metadata"], objects::name_rule(rt));
+    if let Backing::Custom { schemas, .. } = &rt.backing
+        && let Some(schema) = schemas.get(version)
+    {
+        schema.prune(obj);
+        schema.apply_defaults(obj);
+        causes.extend(schema.validate(obj));
+    }
+    causes
+}
+
+/// Defaults and validates `obj` (already in stored form) for its type.
+pub(crate) fn checks(
+    rt: &ResourceType,
+    version: &str,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Vec<Cause> {
+    if rt.is_custom() {
+        // Custom resources are validated in the version the client spoke.
+        let mut view = to_view(rt, version, obj.clone());
+        let causes = custom_checks(rt, version, &mut view);
+        *obj = from_view(rt, view);
+        causes
+    } else {
+        objects::apply_defaults(rt, obj);
+        let mut causes = objects::validate(rt, obj, old);
+        causes.extend(super::validation::validate(rt, obj));
+        causes
+    }
+}
+
+/// Prepares a new object for storage (what BeforeCreate and the strategy do).
+pub(crate) fn prepare_create(
+    rt: &ResourceType,
+    version: &str,
+    namespace: &str,
+    mut obj: Value,
+    manager: &str,
+    accounts: &objects::ServiceAccounts,
+) -> Result<Value, ApiError> {
+    let name = meta_str(&obj, "name").to_string();
+    if !meta_str(&obj, "resourceVersion").is_empty() {
+        return Err(ApiError::Internal(
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
+    }
+    if !rt.namespaced {
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+    } else {
+        obj["metadata"]["namespace"] = json!(namespace);
+    }
+    let now = objects::now();
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        m.remove("managedFields");
+        m.remove("generation");
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(now));
+        if rt.generation != super::registry::GenerationRule::None {
+            m.insert("generation".into(), json!(1));
+        }
+    }
+    if rt.status
+        && let Some(o) = obj.as_object_mut()
+    {
+        o.remove("status");
+    }
+    let causes = checks(rt, version, &mut obj, None);
+    if !causes.is_empty() {
+        return Err(invalid(rt, &name, causes));
+    }
+    // The field manager runs on the decoded (defaulted) object, before the strategy and the
+    // mutating admission plugins add what nobody owns (endpoints/handlers/create.go).
+    apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
+    objects::prepare_for_create(rt, &mut obj, accounts, &random_suffix());
+    Ok(obj)
+}
+
+/// The ServiceAccounts of `namespace` when `rt` is pods (what the ServiceAccount admission
+/// plugin reads on a create), read before the write.
+pub(crate) fn service_accounts(
+    store: &Store,
+    rt: &ResourceType,
+    namespace: &str,
+) -> objects::ServiceAccounts {
+    if !(rt.group.is_empty() && rt.resource == "pods") {
+        return objects::ServiceAccounts::default();
+    }
+    let (items, _) = store.list(&GroupResource::new("", "serviceaccounts"), Some(namespace));
+    objects::ServiceAccounts::new(items)
+}
