@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -16,15 +16,13 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::Shared;
 use super::env::{self, Env, PodFacts, SourceKind, Sources};
 use super::image::{self, ImageError};
-use super::lock;
-use super::logs::ContainerLog;
 use super::node::CAPACITY;
-use super::pod::{PodRuntime, StatusCell};
 use super::probe::{self, Kind, Target, Verdict};
-use super::process::{Exit, Group, Instance, Spec};
+use super::process::{Exit, Instance, Spec};
+use super::runtime::{ContainerRuntime, PodRuntime, StatusCell, StopState, lock};
+use super::shared::Shared;
 use super::status::{ContainerStatus, State, Terminated};
 
 /// Errors preparing a container (shown as `CreateContainerConfigError`, or
@@ -65,63 +63,6 @@ impl ContainerError {
         match self {
             Self::Image(_) => "CreateContainerError",
             _ => "CreateContainerConfigError",
-        }
-    }
-}
-
-/// What the pod worker tells its containers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopState {
-    /// Keep running (and restarting).
-    Run,
-    /// Stop: SIGTERM now, SIGKILL at the deadline; no more restarts.
-    Graceful(Instant),
-    /// Stop at once with SIGKILL (force deletion, shutdown).
-    Kill,
-    /// Evicted: SIGKILL at once, report the containers terminated, never restart them.
-    Evict,
-}
-
-/// One container as the faults see it: its current process group or stand-in, its log.
-pub struct ContainerRuntime {
-    /// Container name.
-    pub name: String,
-    /// Whether it is an init container.
-    pub init: bool,
-    /// Its log.
-    pub log: Arc<ContainerLog>,
-    group: Mutex<Option<Group>>,
-    standin: Mutex<Option<Arc<Notify>>>,
-}
-
-impl ContainerRuntime {
-    /// A container that has not started.
-    pub fn new(name: &str, init: bool, log_path: PathBuf, log_limit: usize) -> Self {
-        Self {
-            name: name.to_string(),
-            init,
-            log: Arc::new(ContainerLog::new(log_path, log_limit)),
-            group: Mutex::new(None),
-            standin: Mutex::new(None),
-        }
-    }
-
-    /// Its running process group.
-    pub fn group(&self) -> Option<Group> {
-        *lock(&self.group)
-    }
-
-    /// Kills the running instance as a crash would; `false` when nothing runs.
-    pub fn crash(&self) -> bool {
-        if let Some(g) = self.group() {
-            return g.signal(Signal::SIGKILL).is_ok();
-        }
-        match lock(&self.standin).as_ref() {
-            Some(n) => {
-                n.notify_one();
-                true
-            }
-            None => false,
         }
     }
 }

@@ -7,6 +7,8 @@
 //! - [`node`]: Node registration, the node Lease and the Ready heartbeat.
 //! - [`pod`]: one worker per pod: sandbox (IP, proxy, files), containers, status, deletion.
 //! - [`container`]: one container's life: start, probes, restarts with back-off, stop.
+//! - [`runtime`]: a pod and its containers while they run: the state the pod worker, the
+//!   container tasks and the faults share (the status containers report into included).
 //! - [`process`]: process groups with a watchdog, signals, reaping.
 //! - [`image`]: what a mapped image runs: its executable, or the process found in the
 //!   directory holding its filesystem.
@@ -36,6 +38,7 @@
 pub mod config;
 pub mod container;
 pub mod env;
+mod error;
 pub mod image;
 pub mod logs;
 pub mod node;
@@ -43,258 +46,30 @@ pub mod pod;
 pub mod probe;
 pub mod process;
 pub mod proxy;
+pub mod runtime;
 pub mod server;
+mod shared;
 pub mod status;
 pub mod upstream;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use self::config::{ImageArgv, ImageMap, ImageMapping, KubeletConfig, find_faketime};
+pub use self::error::KubeletError;
 pub use self::image::ImageConfig;
 use self::node::NodeAgent;
-use self::pod::PodRuntime;
-use self::upstream::{Upstream, UpstreamError};
-use crate::proxy::{Mode, Proxy, ProxyError};
-
-/// Errors of the kubelet and its faults.
-#[derive(Debug, thiserror::Error)]
-pub enum KubeletError {
-    /// The node's proxy could not be started.
-    #[error("cannot start the api proxy of node {node}")]
-    Proxy {
-        /// The node.
-        node: String,
-        /// The cause.
-        #[source]
-        source: ProxyError,
-    },
-    /// The kubelet's API client could not be built.
-    #[error("cannot build the api client of node {node}")]
-    Client {
-        /// The node.
-        node: String,
-        /// The cause.
-        #[source]
-        source: UpstreamError,
-    },
-    /// The kubelet's HTTPS endpoint (logs, for a real API server) could not be started.
-    #[error("cannot start the kubelet endpoint of node {node}")]
-    Endpoint {
-        /// The node.
-        node: String,
-        /// The cause.
-        #[source]
-        source: self::server::ServerError,
-    },
-    /// The node's working directory could not be created.
-    #[error("cannot create the work directory {path}")]
-    WorkDir {
-        /// The directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The Node could not be registered.
-    #[error("cannot register node {node}")]
-    Register {
-        /// The node.
-        node: String,
-        /// The cause.
-        #[source]
-        source: node::NodeError,
-    },
-    /// No such pod runs on this node.
-    #[error("pod {namespace}/{pod} does not run on node {node}")]
-    NoSuchPod {
-        /// Namespace.
-        namespace: String,
-        /// Pod name.
-        pod: String,
-        /// This node.
-        node: String,
-    },
-    /// The pod has no such container.
-    #[error("pod {namespace}/{pod} has no container {container:?}")]
-    NoSuchContainer {
-        /// Namespace.
-        namespace: String,
-        /// Pod name.
-        pod: String,
-        /// The container asked for.
-        container: String,
-    },
-    /// The container is not running (waiting for a restart, or finished).
-    #[error("container {container} of pod {namespace}/{pod} is not running")]
-    NotRunning {
-        /// Namespace.
-        namespace: String,
-        /// Pod name.
-        pod: String,
-        /// The container.
-        container: String,
-    },
-    /// The pod has ended, is being deleted, or was evicted already: nothing to evict.
-    #[error("pod {namespace}/{pod} has ended, is being deleted or was evicted already")]
-    Ended {
-        /// Namespace.
-        namespace: String,
-        /// Pod name.
-        pod: String,
-    },
-    /// Clock skew needs libfaketime, which is not installed.
-    #[error(
-        "clock skew needs libfaketime, which is not installed: apt-get install faketime (Debian/Ubuntu package `faketime`)"
-    )]
-    NoFaketime,
-    /// The pod's faketime file could not be written.
-    #[error("cannot write the clock offset of pod {namespace}/{pod}")]
-    Skew {
-        /// Namespace.
-        namespace: String,
-        /// Pod name.
-        pod: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Pod IPs in use on this node, handed out round-robin so a freed IP is not reused soon.
-struct IpPool {
-    prefix: [u8; 2],
-    next: u8,
-    used: BTreeSet<u8>,
-}
-
-impl IpPool {
-    fn allocate(&mut self) -> Option<Ipv4Addr> {
-        for _ in 0..254 {
-            let candidate = self.next;
-            self.next = if self.next >= 254 { 1 } else { self.next + 1 };
-            if self.used.insert(candidate) {
-                return Some(Ipv4Addr::new(
-                    127,
-                    self.prefix[0],
-                    self.prefix[1],
-                    candidate,
-                ));
-            }
-        }
-        None
-    }
-
-    fn release(&mut self, ip: Ipv4Addr) {
-        self.used.remove(&ip.octets()[3]);
-    }
-}
-
-/// What the kubelet's tasks share.
-pub(crate) struct Shared {
-    pub(crate) config: KubeletConfig,
-    pub(crate) server: Arc<dyn Upstream>,
-    pub(crate) client: kube::Client,
-    proxy: Proxy,
-    pods: Mutex<HashMap<String, Arc<PodRuntime>>>,
-    node_mode: Mutex<Mode>,
-    held: watch::Sender<bool>,
-    stopping: watch::Sender<bool>,
-    ips: Mutex<IpPool>,
-    sequence: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Shared {
-    /// Waits while the node is held (a held node's kubelet does nothing).
-    pub(crate) async fn gate(&self) {
-        let mut held = self.held.subscribe();
-        let _ = held.wait_for(|h| !*h).await;
-    }
-
-    /// [`Shared::gate`] as a reusable closure (for probe loops).
-    pub(crate) fn gate_fn(
-        self: &Arc<Self>,
-    ) -> impl Fn() -> BoxFuture<'static, ()> + Send + Sync + 'static {
-        let weak = Arc::downgrade(self);
-        move || {
-            let weak = weak.clone();
-            Box::pin(async move {
-                if let Some(shared) = weak.upgrade() {
-                    let mut held = shared.held.subscribe();
-                    drop(shared);
-                    let _ = held.wait_for(|h| !*h).await;
-                }
-            })
-        }
-    }
-
-    /// Whether the node is held.
-    pub(crate) fn node_held(&self) -> bool {
-        *self.held.borrow()
-    }
-
-    /// Whether the kubelet is shutting down.
-    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
-        self.stopping.subscribe()
-    }
-
-    /// The partition mode the whole node is in (new pod proxies start in it).
-    pub(crate) fn node_mode(&self) -> Mode {
-        *lock(&self.node_mode)
-    }
-
-    pub(crate) fn allocate_ip(&self) -> Option<Ipv4Addr> {
-        lock(&self.ips).allocate()
-    }
-
-    pub(crate) fn release_ip(&self, ip: Ipv4Addr) {
-        lock(&self.ips).release(ip);
-    }
-
-    pub(crate) fn next_sequence(&self) -> u64 {
-        self.sequence.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub(crate) fn register(&self, pod: Arc<PodRuntime>) {
-        lock(&self.pods).insert(pod.uid.clone(), pod);
-    }
-
-    pub(crate) fn unregister(&self, uid: &str) {
-        lock(&self.pods).remove(uid);
-    }
-
-    fn all_pods(&self) -> Vec<Arc<PodRuntime>> {
-        lock(&self.pods).values().cloned().collect()
-    }
-
-    /// The pod called `namespace/name` on this node (the newest, should a terminating
-    /// pod and its successor share the name).
-    fn find(&self, namespace: &str, name: &str) -> Option<Arc<PodRuntime>> {
-        lock(&self.pods)
-            .values()
-            .filter(|p| p.namespace == namespace && p.name == name)
-            .max_by_key(|p| p.sequence)
-            .cloned()
-    }
-
-    fn kill_everything(&self) {
-        for pod in self.all_pods() {
-            pod.kill_all();
-        }
-    }
-}
+use self::runtime::{PodRuntime, lock};
+use self::shared::{IpPool, Shared};
+use self::upstream::Upstream;
+use crate::proxy::{Mode, Proxy};
 
 /// A running simulated kubelet. Dropping it kills its pods' processes (use
 /// [`Kubelet::shutdown`] to also wait for them).

@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -19,11 +19,11 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::Shared;
-use super::container::{ContainerRuntime, ContainerTask, StopState};
-use super::process::Group;
+use super::container::ContainerTask;
+use super::error::KubeletError;
+use super::runtime::{ContainerRuntime, PodRuntime, StatusCell, StopState};
+use super::shared::Shared;
 use super::status::{ContainerStatus, Eviction, PodStatus, State, Terminated, qos_class};
-use super::{KubeletError, lock};
 use crate::proxy::{Mode, Proxy, ProxyError};
 use sim_apiserver::audit::PodRef;
 
@@ -47,52 +47,11 @@ pub enum PodError {
     Proxy(#[source] ProxyError),
 }
 
-/// A pod while this kubelet runs it: what the faults act on.
-pub struct PodRuntime {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// UID.
-    pub uid: String,
-    /// The pod IP.
-    pub ip: Ipv4Addr,
-    /// Working directory of its processes.
-    pub dir: PathBuf,
-    /// Its API proxy.
-    pub proxy: Proxy,
-    /// Admission order on this node.
-    pub sequence: u64,
-    /// Init containers first, then app containers.
-    pub containers: Vec<Arc<ContainerRuntime>>,
-    held: AtomicBool,
-    node_held: Arc<dyn Fn() -> bool + Send + Sync>,
-    /// Whether the pod had ended before this kubelet saw it (nothing runs; no status).
-    terminal_on_arrival: bool,
-    /// What the containers are told: run, stop, be killed, be evicted.
-    stop: watch::Sender<StopState>,
-    /// The status the kubelet reports.
-    status: Arc<StatusCell>,
-}
-
+/// The faults that end a pod's containers (a crash, an eviction). They answer with a
+/// [`KubeletError`], which also wraps the error of the kubelet's endpoint, a module that
+/// depends on [`super::runtime`]; so they are carried out here, beside the worker whose stop
+/// state they act on, and the runtime depends on no error of the kubelet's.
 impl PodRuntime {
-    /// The process groups running now.
-    pub fn groups(&self) -> Vec<Group> {
-        self.containers.iter().filter_map(|c| c.group()).collect()
-    }
-
-    /// Whether new processes must start frozen.
-    pub fn frozen(&self) -> bool {
-        self.held.load(Ordering::SeqCst) || (self.node_held)()
-    }
-
-    /// SIGKILLs every process group now (shutdown, drop, force deletion).
-    pub fn kill_all(&self) {
-        for g in self.groups() {
-            let _ = g.signal(nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-
     pub(crate) fn crash(&self, container: Option<&str>) -> Result<(), KubeletError> {
         let c = match container {
             Some(name) => self.containers.iter().find(|c| c.name == name),
@@ -146,57 +105,6 @@ impl PodRuntime {
         }
         self.kill_all();
         Ok(())
-    }
-
-    pub(crate) fn hold(&self) {
-        self.held.store(true, Ordering::SeqCst);
-        self.freeze();
-    }
-
-    /// SIGSTOPs every group (without marking the pod held).
-    pub(crate) fn freeze(&self) {
-        for g in self.groups() {
-            let _ = g.stop();
-        }
-    }
-
-    /// Forgets the pod's own hold; thaws unless the node is still held.
-    pub(crate) fn release(&self, node_held: bool) {
-        self.held.store(false, Ordering::SeqCst);
-        if !node_held {
-            self.thaw();
-        }
-    }
-
-    /// Thaws after the node's release, unless the pod is held on its own.
-    pub(crate) fn thaw(&self) {
-        if self.held.load(Ordering::SeqCst) {
-            return;
-        }
-        for g in self.groups() {
-            let _ = g.resume();
-        }
-    }
-
-    pub(crate) fn skew(&self, offset: chrono::Duration) -> std::io::Result<()> {
-        let millis = offset.num_milliseconds();
-        let sign = if millis < 0 { '-' } else { '+' };
-        let abs = millis.unsigned_abs();
-        let text = format!("{sign}{}.{:03}\n", abs / 1000, abs % 1000);
-        let tmp = self.dir.join(".faketime.tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(tmp, self.dir.join("faketime"))
-    }
-
-    pub(crate) fn log_text(&self, container: Option<&str>, previous: bool) -> Option<String> {
-        let apps: Vec<&Arc<ContainerRuntime>> =
-            self.containers.iter().filter(|c| !c.init).collect();
-        let c = match container {
-            Some(name) => self.containers.iter().find(|c| c.name == name)?,
-            None if apps.len() == 1 => apps[0],
-            None => return None,
-        };
-        c.log.text(previous)
     }
 }
 
@@ -317,36 +225,6 @@ fn apply(shared: &Arc<Shared>, workers: &mut HashMap<String, Worker>, pod: Pod) 
     let (updates, rx) = watch::channel(PodUpdate::Current(pod.clone()));
     let task = tokio::spawn(run(shared.clone(), pod, rx));
     workers.insert(uid, Worker { updates, task });
-}
-
-/// The pod status and its version; container tasks change it, the sync task writes it.
-pub struct StatusCell {
-    model: Mutex<PodStatus>,
-    version: watch::Sender<u64>,
-}
-
-impl StatusCell {
-    fn new(model: PodStatus) -> Self {
-        Self {
-            model: Mutex::new(model),
-            version: watch::channel(0).0,
-        }
-    }
-
-    /// Changes the status and schedules a write.
-    pub fn update(&self, change: impl FnOnce(&mut PodStatus)) {
-        change(&mut lock(&self.model));
-        self.version.send_modify(|v| *v += 1);
-    }
-
-    /// Reads the status.
-    pub fn read<T>(&self, f: impl FnOnce(&PodStatus) -> T) -> T {
-        f(&lock(&self.model))
-    }
-
-    fn version(&self) -> u64 {
-        *self.version.borrow()
-    }
 }
 
 fn is_terminal(pod: &Pod) -> bool {
@@ -817,13 +695,6 @@ fn next_retry(previous: Option<Duration>) -> Duration {
     match previous {
         Some(d) if !d.is_zero() => (d * 2).min(Duration::from_secs(1)),
         _ => Duration::from_millis(100),
-    }
-}
-
-impl StatusCell {
-    /// Reads with mutable access but without scheduling a write (condition bookkeeping).
-    fn update_quietly<T>(&self, f: impl FnOnce(&mut PodStatus) -> T) -> T {
-        f(&mut lock(&self.model))
     }
 }
 

@@ -22,7 +22,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use super::Shared;
+use super::shared::Shared;
 
 /// Errors of the kubelet's endpoint.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,215 @@
+//! A pod and its containers while this kubelet runs them: the state the pod worker, the
+//! container tasks and the faults share. [`PodRuntime`] holds the pod's sandbox, its
+//! [`ContainerRuntime`]s, the [`StopState`] its worker tells the containers and the
+//! [`StatusCell`] they report into; the pod worker (`pod`) sets it up and the container
+//! tasks (`container`) act on it, so both depend on this module and it on neither. The
+//! faults that answer with a `KubeletError` (crash, eviction) are carried out in `pod`.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::Signal;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::logs::ContainerLog;
+use super::process::Group;
+use super::proxy::Proxy;
+use super::status::PodStatus;
+
+/// Locks `m`, also when a thread panicked while holding it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the pod worker tells its containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopState {
+    /// Keep running (and restarting).
+    Run,
+    /// Stop: SIGTERM now, SIGKILL at the deadline; no more restarts.
+    Graceful(Instant),
+    /// Stop at once with SIGKILL (force deletion, shutdown).
+    Kill,
+    /// Evicted: SIGKILL at once, report the containers terminated, never restart them.
+    Evict,
+}
+
+/// One container as the faults see it: its current process group or stand-in, its log.
+pub struct ContainerRuntime {
+    /// Container name.
+    pub name: String,
+    /// Whether it is an init container.
+    pub init: bool,
+    /// Its log.
+    pub log: Arc<ContainerLog>,
+    pub(crate) group: Mutex<Option<Group>>,
+    pub(crate) standin: Mutex<Option<Arc<Notify>>>,
+}
+
+impl ContainerRuntime {
+    /// A container that has not started.
+    pub fn new(name: &str, init: bool, log_path: PathBuf, log_limit: usize) -> Self {
+        Self {
+            name: name.to_string(),
+            init,
+            log: Arc::new(ContainerLog::new(log_path, log_limit)),
+            group: Mutex::new(None),
+            standin: Mutex::new(None),
+        }
+    }
+
+    /// Its running process group.
+    pub fn group(&self) -> Option<Group> {
+        *lock(&self.group)
+    }
+
+    /// Kills the running instance as a crash would; `false` when nothing runs.
+    pub fn crash(&self) -> bool {
+        if let Some(g) = self.group() {
+            return g.signal(Signal::SIGKILL).is_ok();
+        }
+        match lock(&self.standin).as_ref() {
+            Some(n) => {
+                n.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The pod status and its version; container tasks change it, the sync task writes it.
+pub struct StatusCell {
+    model: Mutex<PodStatus>,
+    pub(crate) version: watch::Sender<u64>,
+}
+
+impl StatusCell {
+    pub(crate) fn new(model: PodStatus) -> Self {
+        Self {
+            model: Mutex::new(model),
+            version: watch::channel(0).0,
+        }
+    }
+
+    /// Changes the status and schedules a write.
+    pub fn update(&self, change: impl FnOnce(&mut PodStatus)) {
+        change(&mut lock(&self.model));
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Reads the status.
+    pub fn read<T>(&self, f: impl FnOnce(&PodStatus) -> T) -> T {
+        f(&lock(&self.model))
+    }
+
+    pub(crate) fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+
+    /// Reads with mutable access but without scheduling a write (condition bookkeeping).
+    pub(crate) fn update_quietly<T>(&self, f: impl FnOnce(&mut PodStatus) -> T) -> T {
+        f(&mut lock(&self.model))
+    }
+}
+
+/// A pod while this kubelet runs it: what the faults act on.
+pub struct PodRuntime {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// The pod IP.
+    pub ip: Ipv4Addr,
+    /// Working directory of its processes.
+    pub dir: PathBuf,
+    /// Its API proxy.
+    pub proxy: Proxy,
+    /// Admission order on this node.
+    pub sequence: u64,
+    /// Init containers first, then app containers.
+    pub containers: Vec<Arc<ContainerRuntime>>,
+    pub(crate) held: AtomicBool,
+    pub(crate) node_held: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Whether the pod had ended before this kubelet saw it (nothing runs; no status).
+    pub(crate) terminal_on_arrival: bool,
+    /// What the containers are told: run, stop, be killed, be evicted.
+    pub(crate) stop: watch::Sender<StopState>,
+    /// The status the kubelet reports.
+    pub(crate) status: Arc<StatusCell>,
+}
+
+impl PodRuntime {
+    /// The process groups running now.
+    pub fn groups(&self) -> Vec<Group> {
+        self.containers.iter().filter_map(|c| c.group()).collect()
+    }
+
+    /// Whether new processes must start frozen.
+    pub fn frozen(&self) -> bool {
+        self.held.load(Ordering::SeqCst) || (self.node_held)()
+    }
+
+    /// SIGKILLs every process group now (shutdown, drop, force deletion).
+    pub fn kill_all(&self) {
+        for g in self.groups() {
+            let _ = g.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    pub(crate) fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+        self.freeze();
+    }
+
+    /// SIGSTOPs every group (without marking the pod held).
+    pub(crate) fn freeze(&self) {
+        for g in self.groups() {
+            let _ = g.stop();
+        }
+    }
+
+    /// Forgets the pod's own hold; thaws unless the node is still held.
+    pub(crate) fn release(&self, node_held: bool) {
+        self.held.store(false, Ordering::SeqCst);
+        if !node_held {
+            self.thaw();
+        }
+    }
+
+    /// Thaws after the node's release, unless the pod is held on its own.
+    pub(crate) fn thaw(&self) {
+        if self.held.load(Ordering::SeqCst) {
+            return;
+        }
+        for g in self.groups() {
+            let _ = g.resume();
+        }
+    }
+
+    pub(crate) fn skew(&self, offset: chrono::Duration) -> std::io::Result<()> {
+        let millis = offset.num_milliseconds();
+        let sign = if millis < 0 { '-' } else { '+' };
+        let abs = millis.unsigned_abs();
+        let text = format!("{sign}{}.{:03}\n", abs / 1000, abs % 1000);
+        let tmp = self.dir.join(".faketime.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(tmp, self.dir.join("faketime"))
+    }
+
+    pub(crate) fn log_text(&self, container: Option<&str>, previous: bool) -> Option<String> {
+        let apps: Vec<&Arc<ContainerRuntime>> =
+            self.containers.iter().filter(|c| !c.init).collect();
+        let c = match container {
+            Some(name) => self.containers.iter().find(|c| c.name == name)?,
+            None if apps.len() == 1 => apps[0],
+            None => return None,
+        };
+        c.log.text(previous)
+    }
+}

@@ -1,0 +1,140 @@
+//! What the kubelet's tasks share: its settings, API client and proxy, the pods it runs,
+//! the node's hold, partition and stop state, and the pool of pod IPs. The `Kubelet`
+//! (crate root) builds it; the pod workers, container tasks and the kubelet's endpoint
+//! read it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use super::config::KubeletConfig;
+use super::proxy::{Mode, Proxy};
+use super::runtime::{PodRuntime, lock};
+use super::upstream::Upstream;
+
+/// Pod IPs in use on this node, handed out round-robin so a freed IP is not reused soon.
+pub(crate) struct IpPool {
+    pub(crate) prefix: [u8; 2],
+    pub(crate) next: u8,
+    pub(crate) used: BTreeSet<u8>,
+}
+
+impl IpPool {
+    fn allocate(&mut self) -> Option<Ipv4Addr> {
+        for _ in 0..254 {
+            let candidate = self.next;
+            self.next = if self.next >= 254 { 1 } else { self.next + 1 };
+            if self.used.insert(candidate) {
+                return Some(Ipv4Addr::new(
+                    127,
+                    self.prefix[0],
+                    self.prefix[1],
+                    candidate,
+                ));
+            }
+        }
+        None
+    }
+
+    fn release(&mut self, ip: Ipv4Addr) {
+        self.used.remove(&ip.octets()[3]);
+    }
+}
+
+/// What the kubelet's tasks share.
+pub(crate) struct Shared {
+    pub(crate) config: KubeletConfig,
+    pub(crate) server: Arc<dyn Upstream>,
+    pub(crate) client: kube::Client,
+    pub(crate) proxy: Proxy,
+    pub(crate) pods: Mutex<HashMap<String, Arc<PodRuntime>>>,
+    pub(crate) node_mode: Mutex<Mode>,
+    pub(crate) held: watch::Sender<bool>,
+    pub(crate) stopping: watch::Sender<bool>,
+    pub(crate) ips: Mutex<IpPool>,
+    pub(crate) sequence: AtomicU64,
+}
+
+impl Shared {
+    /// Waits while the node is held (a held node's kubelet does nothing).
+    pub(crate) async fn gate(&self) {
+        let mut held = self.held.subscribe();
+        let _ = held.wait_for(|h| !*h).await;
+    }
+
+    /// [`Shared::gate`] as a reusable closure (for probe loops).
+    pub(crate) fn gate_fn(
+        self: &Arc<Self>,
+    ) -> impl Fn() -> BoxFuture<'static, ()> + Send + Sync + 'static {
+        let weak = Arc::downgrade(self);
+        move || {
+            let weak = weak.clone();
+            Box::pin(async move {
+                if let Some(shared) = weak.upgrade() {
+                    let mut held = shared.held.subscribe();
+                    drop(shared);
+                    let _ = held.wait_for(|h| !*h).await;
+                }
+            })
+        }
+    }
+
+    /// Whether the node is held.
+    pub(crate) fn node_held(&self) -> bool {
+        *self.held.borrow()
+    }
+
+    /// Whether the kubelet is shutting down.
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// The partition mode the whole node is in (new pod proxies start in it).
+    pub(crate) fn node_mode(&self) -> Mode {
+        *lock(&self.node_mode)
+    }
+
+    pub(crate) fn allocate_ip(&self) -> Option<Ipv4Addr> {
+        lock(&self.ips).allocate()
+    }
+
+    pub(crate) fn release_ip(&self, ip: Ipv4Addr) {
+        lock(&self.ips).release(ip);
+    }
+
+    pub(crate) fn next_sequence(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn register(&self, pod: Arc<PodRuntime>) {
+        lock(&self.pods).insert(pod.uid.clone(), pod);
+    }
+
+    pub(crate) fn unregister(&self, uid: &str) {
+        lock(&self.pods).remove(uid);
+    }
+
+    pub(crate) fn all_pods(&self) -> Vec<Arc<PodRuntime>> {
+        lock(&self.pods).values().cloned().collect()
+    }
+
+    /// The pod called `namespace/name` on this node (the newest, should a terminating
+    /// pod and its successor share the name).
+    pub(crate) fn find(&self, namespace: &str, name: &str) -> Option<Arc<PodRuntime>> {
+        lock(&self.pods)
+            .values()
+            .filter(|p| p.namespace == namespace && p.name == name)
+            .max_by_key(|p| p.sequence)
+            .cloned()
+    }
+
+    pub(crate) fn kill_everything(&self) {
+        for pod in self.all_pods() {
+            pod.kill_all();
+        }
+    }
+}
