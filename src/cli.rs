@@ -560,6 +560,7 @@ async fn bench(args: BenchArgs) -> Result<(), CliError> {
         local_suite_file: args.local_suite.unwrap_or_else(default_local_suite_file),
         progress: true,
         interrupt: Some(interrupted),
+        subject: crate::subject::Subject::memcached(),
     };
     // On ctrl-c or SIGTERM the run is told to stop; it shuts its clusters down (killing
     // every pod process it started) before it returns.

@@ -11,6 +11,7 @@
 //! - [`deploy`]: apply manifests through the API and wait for rollouts.
 //! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
 //! - [`report`]: timelines (HTML + SVG) and the scenario index.
+//! - [`subject`]: the operator under test (namespace, lock, manifests, binary), described once.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
 //! - [`bench`]: `opconform bench`, the operator's handoffs, API load and memory beside the anchors'.
 //! - [`cli`]: the `opconform` command line.
@@ -24,3 +25,4 @@ pub mod record;
 pub mod report;
 pub mod sim;
 pub mod steps;
+pub mod subject;

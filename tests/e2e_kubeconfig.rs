@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use opconform::cluster::ProviderKind;
 use opconform::cluster::kubeconfig::KubeconfigOptions;
 use opconform::steps::{Suite, run_suite};
+use opconform::subject::Subject;
 
 mod support;
 
@@ -23,7 +24,8 @@ impl Drop for Sim {
 }
 
 fn start_sim(dir: &Path) -> Sim {
-    let operator = opconform::steps::operator::operator_binary().expect("the operator binary");
+    let subject = Subject::memcached();
+    let operator = subject.binary().expect("the operator binary");
     let child = Command::new(env!("CARGO_BIN_EXE_opconform"))
         .arg("sim")
         .arg("--fast")
@@ -32,7 +34,7 @@ fn start_sim(dir: &Path) -> Sim {
         .arg("--audit-log")
         .arg(dir.join("audit.jsonl"))
         .arg("--image")
-        .arg(format!("memcached-operator:dev={}", operator.display()))
+        .arg(format!("{}={}", subject.image, operator.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
@@ -55,6 +57,7 @@ async fn main() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let sim = start_sim(dir.path());
     let suite = Suite {
+        subject: Subject::memcached(),
         provider: ProviderKind::Kubeconfig,
         kubeconfig: KubeconfigOptions {
             kubeconfig: Some(dir.path().join("kubeconfig")),

@@ -13,7 +13,7 @@ use super::audit::{
 use super::stage::{Election, LeaseTimings, Roles, Stage};
 use super::{Behaviour, BenchError, Detail, HANDOFF, Options, SETTLE, Series};
 use crate::sim::apiserver::audit::AuditEvent;
-use crate::steps::operator::{LOCK_NAME, OPERATOR_NAMESPACE};
+use crate::subject::Lock;
 
 /// The longest first wait of a polling standby: client-go's 2.2 × RetryPeriod (1.1 s
 /// here), operator-lib's 1 s + 20 %.
@@ -47,13 +47,15 @@ impl Collect {
     }
 }
 
-/// When `leader` last wrote the lease before `before` (its last renewal or its release).
+/// When `leader` last wrote the lease `lock` before `before` (its last renewal or its
+/// release).
 fn last_lease_write(
     events: &[AuditEvent],
+    lock: &Lock,
     leader: &str,
     before: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
-    last_renewal(events, OPERATOR_NAMESPACE, LOCK_NAME, leader, before).map(|e| e.time)
+    last_renewal(events, &lock.namespace, &lock.name, leader, before).map(|e| e.time)
 }
 
 /// The detail of run `run`: from `from` to the acquiring write `taken`.
@@ -103,8 +105,13 @@ async fn prepare(stage: &Stage, renewed: bool) -> Result<Roles, BenchError> {
                 &format!("{} to renew the lease", roles.leader),
                 SETTLE,
                 |events| {
-                    last_lease_write(events, &roles.leader, DateTime::<Utc>::MAX_UTC)
-                        .filter(|t| t > since)
+                    last_lease_write(
+                        events,
+                        &stage.subject().lock,
+                        &roles.leader,
+                        DateTime::<Utc>::MAX_UTC,
+                    )
+                    .filter(|t| t > since)
                 },
             )
             .await?;
@@ -155,6 +162,7 @@ async fn lease_runs(
     release: bool,
     kill: bool,
 ) -> Result<LeaseSeries, BenchError> {
+    let lock = &stage.subject().lock;
     let mut released = Collect::default();
     let mut killed = Collect::default();
     let mut expired = Collect::default();
@@ -165,7 +173,7 @@ async fn lease_runs(
         let ms = millis_between(fault.time, taken.time);
         let release = stage
             .tap()
-            .query(|events| last_lease_write(events, &roles.leader, taken.time))
+            .query(|events| last_lease_write(events, lock, &roles.leader, taken.time))
             .filter(|t| *t >= fault.time)
             .map(|t| millis_between(fault.time, t));
         let note =
@@ -180,7 +188,7 @@ async fn lease_runs(
         let taken = lease_taken_after(stage, &roles, &fault).await?;
         let renewed = stage
             .tap()
-            .query(|events| last_lease_write(events, &roles.leader, taken.time))
+            .query(|events| last_lease_write(events, lock, &roles.leader, taken.time))
             .ok_or_else(|| {
                 BenchError::Unsound(format!(
                     "the audit has no write of the lease by its leader {}",
@@ -214,6 +222,7 @@ async fn lease_taken_after(
     roles: &Roles,
     fault: &AuditEvent,
 ) -> Result<AuditEvent, BenchError> {
+    let lock = &stage.subject().lock;
     stage
         .tap()
         .wait_for(
@@ -222,8 +231,8 @@ async fn lease_taken_after(
             |events| {
                 lease_taken(
                     events,
-                    OPERATOR_NAMESPACE,
-                    LOCK_NAME,
+                    &lock.namespace,
+                    &lock.name,
                     &roles.leader,
                     fault.time,
                 )
@@ -262,6 +271,7 @@ async fn for_life_runs(
     stage: &Stage,
     behaviour: Behaviour,
 ) -> Result<Series, BenchError> {
+    let lock = &stage.subject().lock;
     let mut taken = Collect::default();
     for run in 1..=options.runs {
         let roles = prepare(stage, false).await?;
@@ -274,13 +284,13 @@ async fn for_life_runs(
                     roles.leader
                 ),
                 HANDOFF,
-                |events| lock_collected(events, OPERATOR_NAMESPACE, LOCK_NAME, fault.time).cloned(),
+                |events| lock_collected(events, &lock.namespace, &lock.name, fault.time).cloned(),
             )
             .await?;
         let created = stage
             .tap()
             .wait_for("another replica to create the lock", HANDOFF, |events| {
-                lock_created(events, OPERATOR_NAMESPACE, LOCK_NAME, collected.time).cloned()
+                lock_created(events, &lock.namespace, &lock.name, collected.time).cloned()
             })
             .await?;
         let note = pod_of(&created)

@@ -64,7 +64,7 @@ pub use stats::Stats;
 pub enum BenchError {
     /// The operator binary could not be found or built.
     #[error("cannot find or build the operator binary")]
-    Operator(#[source] crate::steps::operator::OperatorError),
+    Operator(#[source] crate::subject::SubjectError),
     /// A simulated cluster did not start.
     #[error("cannot start a simulated cluster")]
     Cluster(#[source] Box<crate::sim::cluster::ClusterError>),
@@ -189,6 +189,8 @@ pub struct Options {
     /// Stop early (with [`BenchError::Interrupted`]) once this becomes `true`; every
     /// cluster started is shut down first.
     pub interrupt: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The operator measured: its binary, manifests, namespace and lock.
+    pub subject: crate::subject::Subject,
 }
 
 impl Default for Options {
@@ -202,6 +204,7 @@ impl Default for Options {
             local_suite_file: default_local_suite_file(),
             progress: false,
             interrupt: None,
+            subject: crate::subject::Subject::memcached(),
         }
     }
 }
@@ -613,7 +616,7 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
     .iter()
     .any(|g| options.wants(*g));
     let binary = if needs_operator {
-        Some(crate::steps::operator::operator_binary().map_err(BenchError::Operator)?)
+        Some(options.subject.binary().map_err(BenchError::Operator)?)
     } else {
         None
     };

@@ -15,20 +15,15 @@ use kube::{Client, ResourceExt as _};
 
 use super::audit::{AuditTap, first_lock_request, pod_deleted};
 use super::{Behaviour, BenchError, Options};
-use crate::cluster::Placement;
 use crate::deploy::{Manifest, apply_all};
 use crate::record::recorder::holder_of_identity;
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::sim::kubelet::ImageMap;
-use crate::steps::operator::{
-    LOCK_NAME, OPERATOR_IMAGE, OPERATOR_NAMESPACE, OperatorSetup, operator_manifests,
-};
+use crate::subject::{OperatorSetup, Subject};
 
-/// The label the operator's Deployment selects its pods by.
-const SELECTED_LABEL: &str = "app.kubernetes.io/name";
-
-/// Its value on a pod taken out of the Deployment (see [`Stage::detach`]).
-const DETACHED: &str = "memcached-operator-detached";
+/// Appended to the values of the selector's labels on a pod taken out of the Deployment
+/// (see [`Stage::detach`]).
+const DETACHED: &str = "-detached";
 
 /// How often [`Stage::settle`] looks.
 const SETTLE_POLL: Duration = Duration::from_millis(50);
@@ -137,6 +132,7 @@ pub(crate) struct Roles {
 /// so that a replacement pod is Ready about a second after it starts instead of five:
 /// nothing measured depends on readiness, but every run waits for it.
 pub(crate) struct Stage {
+    subject: Subject,
     cluster: SimCluster,
     client: Client,
     tap: AuditTap,
@@ -146,20 +142,21 @@ pub(crate) struct Stage {
 
 impl Stage {
     /// Starts a simulated cluster (3 nodes, fast node timings) that runs `binary` for the
-    /// operator's image, and deploys `operator/config` with `replicas` replicas, the
-    /// election and the standby behaviour. Does not wait for the rollout.
+    /// subject's image, and deploys its manifests with `replicas` replicas, the election
+    /// and the standby behaviour. Does not wait for the rollout.
     ///
     /// # Errors
     /// When the cluster does not start or the manifests cannot be applied; the cluster is
     /// stopped before returning.
     async fn start(
+        subject: &Subject,
         binary: &Path,
         election: Election,
         behaviour: Behaviour,
         replicas: usize,
     ) -> Result<Stage, BenchError> {
         let mut images = ImageMap::new();
-        images.insert(OPERATOR_IMAGE, binary);
+        images.insert(&subject.image, binary);
         let cluster = SimCluster::start(SimClusterConfig {
             images,
             ..SimClusterConfig::fast()
@@ -174,7 +171,8 @@ impl Stage {
             }
         };
         let stage = Stage {
-            tap: AuditTap::start(cluster.handle(), OPERATOR_NAMESPACE),
+            subject: subject.clone(),
+            tap: AuditTap::start(cluster.handle(), &subject.namespace),
             cluster,
             client,
             election,
@@ -201,7 +199,7 @@ impl Stage {
         work: impl AsyncFnOnce(&Stage) -> Result<T, BenchError>,
     ) -> Result<T, BenchError> {
         options.check_interrupt()?;
-        let stage = Stage::start(binary, election, behaviour, replicas).await?;
+        let stage = Stage::start(&options.subject, binary, election, behaviour, replicas).await?;
         let result = options.unless_interrupted(work(&stage)).await;
         stage.shutdown().await;
         result
@@ -212,13 +210,20 @@ impl Stage {
             replicas: i32::try_from(self.replicas).unwrap_or(i32::MAX),
             args: self.election.args(behaviour),
         };
-        let mut manifests = operator_manifests(&setup, &placement())
+        let mut manifests = self
+            .subject
+            .render(&setup, &self.subject.own_placement())
             .map_err(|e| BenchError::Deploy(Box::new(e)))?;
         quick_readiness(&mut manifests);
         apply_all(&self.client, &manifests, None)
             .await
             .map_err(|e| BenchError::Deploy(Box::new(e)))?;
         Ok(())
+    }
+
+    /// The operator under test.
+    pub(crate) fn subject(&self) -> &Subject {
+        &self.subject
     }
 
     /// The admin client.
@@ -263,7 +268,7 @@ impl Stage {
     }
 
     async fn roles(&self, expected: usize) -> Result<Roles, String> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.subject.namespace);
         let pods = pods
             .list(&ListParams::default())
             .await
@@ -290,9 +295,9 @@ impl Stage {
             let since = self.tap.query(|events| {
                 first_lock_request(
                     events,
-                    OPERATOR_NAMESPACE,
+                    &self.subject.lock.namespace,
                     self.election.lock_resource(),
-                    LOCK_NAME,
+                    &self.subject.lock.name,
                     &pod,
                 )
                 .map(|e| e.time)
@@ -308,15 +313,15 @@ impl Stage {
         })
     }
 
-    /// Takes a pod out of its ReplicaSet by changing the label the selector matches: the
+    /// Takes a pod out of its ReplicaSet by changing the labels the selector matches: the
     /// ReplicaSet starts a replacement now, and nothing replaces the pod once it is
     /// deleted. The pod itself runs on untouched.
     ///
     /// # Errors
     /// When the API server refuses the patch.
     pub(crate) async fn detach(&self, pod: &str) -> Result<(), BenchError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
-        let patch = serde_json::json!({"metadata": {"labels": {SELECTED_LABEL: DETACHED}}});
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.subject.namespace);
+        let patch = serde_json::json!({"metadata": {"labels": detached_labels(&self.subject)}});
         pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|source| BenchError::Api {
@@ -329,11 +334,12 @@ impl Stage {
     /// The running pod that holds the lock, if any.
     async fn holder(&self, pods: &[Pod]) -> Result<Option<String>, String> {
         let unreadable = |e: kube::Error| format!("cannot read the lock: {e}");
+        let lock = &self.subject.lock;
         let holder = match self.election {
             Election::Lease { .. } => {
-                let leases: Api<Lease> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+                let leases: Api<Lease> = Api::namespaced(self.client.clone(), &lock.namespace);
                 leases
-                    .get_opt(LOCK_NAME)
+                    .get_opt(&lock.name)
                     .await
                     .map_err(unreadable)?
                     .and_then(|l| l.spec?.holder_identity)
@@ -341,9 +347,9 @@ impl Stage {
                     .and_then(|name| pods.iter().find(|p| p.name_any() == name))
             }
             Election::ForLife => {
-                let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+                let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &lock.namespace);
                 let owner = maps
-                    .get_opt(LOCK_NAME)
+                    .get_opt(&lock.name)
                     .await
                     .map_err(unreadable)?
                     .and_then(|c| c.metadata.owner_references?.into_iter().next());
@@ -374,10 +380,10 @@ impl Stage {
         };
         self.cluster.server().state().faults.record(
             "delete",
-            &format!("pod {OPERATOR_NAMESPACE}/{name}"),
+            &format!("pod {}/{name}", self.subject.namespace),
             &detail,
         );
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.subject.namespace);
         let sent = Utc::now();
         let params = DeleteParams {
             grace_period_seconds: grace_seconds,
@@ -393,7 +399,7 @@ impl Stage {
             .wait_for(
                 &format!("the audit of the deletion of pod {name}"),
                 Duration::from_secs(10),
-                |events| pod_deleted(events, OPERATOR_NAMESPACE, name, sent).cloned(),
+                |events| pod_deleted(events, &self.subject.namespace, name, sent).cloned(),
             )
             .await
     }
@@ -410,15 +416,12 @@ impl Stage {
     }
 }
 
-/// Where the operator goes: its own namespace, watching all (as on the simulator provider).
-fn placement() -> Placement {
-    Placement {
-        namespace: OPERATOR_NAMESPACE.into(),
-        suffix: String::new(),
-        image: OPERATOR_IMAGE.into(),
-        watch_namespaces: Vec::new(),
-        labels: BTreeMap::new(),
-    }
+/// The labels of a pod taken out of the Deployment: the selector's, with other values.
+fn detached_labels(subject: &Subject) -> serde_json::Map<String, serde_json::Value> {
+    subject
+        .selector_labels()
+        .map(|(key, value)| (key.to_string(), format!("{value}{DETACHED}").into()))
+        .collect()
 }
 
 /// The manager's readiness probe: first at once, then every second.
@@ -474,7 +477,6 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::steps::operator::operator_manifests;
 
     #[test]
     fn lease_timings_are_written_as_the_operator_parses_them() {
@@ -504,7 +506,8 @@ mod tests {
             replicas: 2,
             args: vec![],
         };
-        let mut manifests = operator_manifests(&setup, &placement()).unwrap();
+        let subject = Subject::memcached();
+        let mut manifests = subject.render(&setup, &subject.own_placement()).unwrap();
         quick_readiness(&mut manifests);
         let deployment = manifests
             .iter()
@@ -514,6 +517,14 @@ mod tests {
         assert_eq!(container["readinessProbe"]["initialDelaySeconds"], 0);
         assert_eq!(container["readinessProbe"]["periodSeconds"], 1);
         assert_eq!(container["livenessProbe"]["initialDelaySeconds"], 15);
+    }
+
+    #[test]
+    fn a_detached_pod_carries_the_selectors_labels_with_other_values() {
+        assert_eq!(
+            serde_json::Value::Object(detached_labels(&Subject::memcached())),
+            serde_json::json!({"app.kubernetes.io/name": "memcached-operator-detached"})
+        );
     }
 
     #[test]

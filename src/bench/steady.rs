@@ -15,7 +15,6 @@ use super::audit::{last_work_write, millis_between, requests_by_pod};
 use super::stage::{Election, LeaseTimings, Stage};
 use super::{Behaviour, BenchError, Options, SETTLE, Series};
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
-use crate::steps::operator::LOCK_NAME;
 
 /// The namespace of the Memcached objects.
 const OBJECTS_NAMESPACE: &str = "bench";
@@ -218,10 +217,11 @@ async fn wait_quiet(
     since: chrono::DateTime<Utc>,
 ) -> Result<(), BenchError> {
     let deadline = tokio::time::Instant::now() + RECONCILE;
+    let lock = &stage.subject().lock.name;
     loop {
         let last = stage
             .tap()
-            .query(|events| last_work_write(events, leader, LOCK_NAME, since).map(|e| e.time));
+            .query(|events| last_work_write(events, leader, lock, since).map(|e| e.time));
         let quiet_for = last.map_or(QUIET, |t| {
             (Utc::now() - t).to_std().unwrap_or(Duration::ZERO)
         });

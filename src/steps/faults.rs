@@ -7,7 +7,6 @@ use kube::api::{Api, DeleteParams};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::operator::LOCK_NAME;
 use super::wait::eventually;
 use super::{Dur, World};
 use crate::record::Observation;
@@ -194,19 +193,20 @@ async fn standby_clock_ahead(world: &mut World, seconds: i64) {
 async fn lock_deleted(world: &mut World) {
     let namespace = world.operator_namespace().expect("cluster");
     let client = world.client().expect("cluster");
+    let lock = &world.subject().lock.name;
     world.provider().expect("cluster").faults().record(
         "delete",
-        &format!("lock {namespace}/{LOCK_NAME}"),
+        &format!("lock {namespace}/{lock}"),
         "by hand",
     );
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
     let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let dp = DeleteParams::default();
-    let lease = leases.delete(LOCK_NAME, &dp).await.is_ok();
-    let map = maps.delete(LOCK_NAME, &dp).await.is_ok();
+    let lease = leases.delete(lock, &dp).await.is_ok();
+    let map = maps.delete(lock, &dp).await.is_ok();
     assert!(
         lease || map,
-        "there was no lock {namespace}/{LOCK_NAME} to delete"
+        "there was no lock {namespace}/{lock} to delete"
     );
 }
 
@@ -305,6 +305,7 @@ async fn stays_terminating(world: &mut World, span: Dur) {
     let client = world.client().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let lock = &world.subject().lock.name;
     let deadline = tokio::time::Instant::now() + span.0;
     while tokio::time::Instant::now() < deadline {
         let p = pods.get_opt(&pod).await.expect("reading the leader's Pod");
@@ -314,7 +315,7 @@ async fn stays_terminating(world: &mut World, span: Dur) {
             "{pod} is no longer Terminating"
         );
         let owner = maps
-            .get_opt(LOCK_NAME)
+            .get_opt(lock)
             .await
             .expect("reading the lock")
             .and_then(|m| m.metadata.owner_references)

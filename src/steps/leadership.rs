@@ -7,7 +7,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
 
-use super::operator::LOCK_NAME;
 use super::wait::{eventually, throughout};
 use super::{Dur, World};
 use crate::record::{History, Observation};
@@ -91,10 +90,11 @@ fn leader(world: &World) -> String {
 async fn lease(world: &World) -> Lease {
     let namespace = world.operator_namespace().expect("cluster");
     let leases: Api<Lease> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let lock = &world.subject().lock.name;
     leases
-        .get(LOCK_NAME)
+        .get(lock)
         .await
-        .unwrap_or_else(|e| panic!("reading Lease {namespace}/{LOCK_NAME} failed: {e}"))
+        .unwrap_or_else(|e| panic!("reading Lease {namespace}/{lock} failed: {e}"))
 }
 
 #[then("the lock names the leader's Pod")]
@@ -107,7 +107,8 @@ async fn lock_names_leader(world: &mut World) {
         .await
         .unwrap_or_else(|e| panic!("reading the leader's Pod {leader} failed: {e}"));
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-    if let Some(lease) = leases.get_opt(LOCK_NAME).await.expect("reading the Lease") {
+    let lock = &world.subject().lock.name;
+    if let Some(lease) = leases.get_opt(lock).await.expect("reading the Lease") {
         let holder = lease
             .spec
             .and_then(|s| s.holder_identity)
@@ -120,9 +121,9 @@ async fn lock_names_leader(world: &mut World) {
         return;
     }
     let lock = Api::<ConfigMap>::namespaced(client, &namespace)
-        .get(LOCK_NAME)
+        .get(lock)
         .await
-        .unwrap_or_else(|e| panic!("neither a Lease nor a ConfigMap {LOCK_NAME}: {e}"));
+        .unwrap_or_else(|e| panic!("neither a Lease nor a ConfigMap {lock}: {e}"));
     let owners = lock.metadata.owner_references.unwrap_or_default();
     assert!(
         owners.len() == 1 && owners[0].kind == "Pod",

@@ -29,6 +29,7 @@ use crate::record::History;
 use crate::record::recorder::{Feeds, Recorder, RecorderConfig};
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::sim::kubelet::ImageMap;
+use crate::subject::{OperatorSetup, Subject, SubjectError};
 use cucumber::gherkin::tagexpr::TagOperation;
 
 /// Errors of the step library.
@@ -43,9 +44,9 @@ pub enum StepError {
     /// The provider could not start, connect or act.
     #[error(transparent)]
     Provider(#[from] ProviderError),
-    /// The operator binary could not be found or built.
+    /// The operator binary could not be found or built, or its manifests read.
     #[error(transparent)]
-    Operator(#[from] operator::OperatorError),
+    Subject(#[from] SubjectError),
 }
 
 /// A duration as features write it: `500ms`, `4s`, `2m`.
@@ -89,7 +90,7 @@ pub struct World {
     provider: Option<Box<dyn Provider>>,
     recorder: Option<Recorder>,
     /// How the operator was deployed, once it was.
-    pub operator: Option<operator::OperatorSetup>,
+    pub operator: Option<OperatorSetup>,
     /// The configured lease duration (lease mode).
     pub lease_duration: Option<Duration>,
     /// The replica last seen leading.
@@ -138,10 +139,10 @@ impl World {
                 let binaries = crate::cluster::local::Binaries::find()
                     .map_err(|e| ProviderError::Local(Box::new(e)))?;
                 let mut images = ImageMap::new();
-                images.insert(operator::OPERATOR_IMAGE, operator::operator_binary()?);
+                images.insert(&suite.subject.image, suite.subject.binary()?);
                 // The operator's CRDs are there before the controllers start, as on a
                 // cluster that has had them a while (see ControlPlaneConfig::crds).
-                let crds = operator::crd_manifests()?;
+                let crds = suite.subject.crd_manifests()?;
                 let provider =
                     crate::cluster::local::LocalProvider::start(binaries, images, crds).await?;
                 self.provider = Some(Box::new(provider));
@@ -156,14 +157,20 @@ impl World {
     /// # Errors
     /// When it cannot start.
     pub async fn start_simulated_cluster(&mut self) -> Result<(), StepError> {
+        let subject = self.subject();
         let mut images = ImageMap::new();
-        images.insert(operator::OPERATOR_IMAGE, operator::operator_binary()?);
+        images.insert(&subject.image, subject.binary()?);
         let config = SimClusterConfig {
             images,
             ..SimClusterConfig::fast()
         };
         self.provider = Some(Box::new(SimProvider::start(config).await?));
         Ok(())
+    }
+
+    /// The operator under test (the suite's).
+    pub fn subject(&self) -> &'static Subject {
+        &suite().subject
     }
 
     /// The scenario's provider.
@@ -245,13 +252,14 @@ impl World {
             return;
         };
         let placement = provider.placement();
+        let subject = &suite().subject;
         self.recorder = Some(Recorder::start(
             provider.client(),
             RecorderConfig {
                 namespace: placement.namespace,
-                lock_name: operator::LOCK_NAME.into(),
-                pod_selector: "app.kubernetes.io/name=memcached-operator".into(),
-                metrics_port: 8080,
+                lock_name: subject.lock.name.clone(),
+                pod_selector: subject.pod_selector.clone(),
+                metrics_port: subject.metrics_port,
                 // Pod IPs are reachable where pods are local processes; kube-apiserver's
                 // pods/proxy refuses loopback addresses.
                 scrape_through_api: !provider.pod_ips_reachable(),
@@ -432,10 +440,12 @@ fn without_tags<'a>(
     })
 }
 
-/// How a run of the features is set up: the provider and its settings, and where the
-/// reports go.
+/// How a run of the features is set up: the operator under test, the provider and its
+/// settings, and where the reports go.
 #[derive(Debug, Clone)]
 pub struct Suite {
+    /// The operator under test.
+    pub subject: Subject,
     /// The provider.
     pub provider: ProviderKind,
     /// Settings of the kubeconfig provider.
@@ -445,14 +455,15 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// From `OPCONFORM_PROVIDER` and the provider's own variables; reports under
-    /// [`crate::report::reports_root`].
+    /// The bundled memcached operator on the provider `OPCONFORM_PROVIDER` names, with the
+    /// provider's own variables; reports under [`crate::report::reports_root`].
     ///
     /// # Errors
     /// An unknown provider.
     pub fn from_env() -> Result<Self, ProviderError> {
         let kind = ProviderKind::from_env()?;
         Ok(Self {
+            subject: Subject::memcached(),
             provider: kind,
             kubeconfig: KubeconfigOptions::from_env(),
             reports: match kind {

@@ -1,179 +1,20 @@
-//! Steps and helpers about the operator under test: finding its binary for the simulator,
-//! deploying `operator/config` with the election mode and timings a scenario states.
-
-use std::path::{Path, PathBuf};
-use std::process::Command;
+//! Steps about the operator under test: deploying its manifests with the election mode and
+//! timings a scenario states, scaling and rolling it out, reading its pods' logs. What the
+//! operator is (its namespace, lock, manifests, binary) comes from [`crate::subject`].
 
 use cucumber::{given, then, when};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
 
 use super::wait::eventually;
 use serde_json::json;
 
 use super::{Dur, World};
-use crate::cluster::Placement;
-use crate::deploy::{Manifest, apply_all, read_manifests};
+use crate::deploy::{Manifest, apply_all};
+use crate::subject::{OperatorSetup, kind_of};
 
-/// The image the manifests name; the simulator runs it as the built operator binary.
-pub const OPERATOR_IMAGE: &str = crate::cluster::DEFAULT_OPERATOR_IMAGE;
-/// The operator's namespace in its manifests.
-pub const OPERATOR_NAMESPACE: &str = crate::cluster::sim::OPERATOR_NAMESPACE;
-/// How long the operator's pods tolerate a NotReady or unreachable node before eviction.
-pub const NODE_TOLERATION_SECONDS: i64 = 5;
-/// The operator's Deployment in its manifests.
-pub const OPERATOR_DEPLOYMENT: &str = "memcached-operator";
-/// The label selector of the operator's pods.
-pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=memcached-operator";
-/// The leader-election id in its manifests.
-pub const LOCK_NAME: &str = "memcached-operator-lock";
-
-/// Errors of finding or building the operator.
-#[derive(Debug, thiserror::Error)]
-pub enum OperatorError {
-    /// `cargo build -p memcached-operator` failed or could not run.
-    #[error("cannot build the operator binary with `cargo build -p memcached-operator`: {0}")]
-    Build(String),
-    /// A manifest of `operator/config` could not be read.
-    #[error("cannot read {path}")]
-    Manifest {
-        /// The file or directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// The repository root (where `operator/config` lives).
-pub fn repository_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The operator's CustomResourceDefinitions (`operator/config/crd/*.yaml`), as YAML.
-///
-/// # Errors
-/// When the directory or a file cannot be read.
-pub fn crd_manifests() -> Result<Vec<String>, OperatorError> {
-    let dir = repository_root().join("operator/config/crd");
-    let unreadable = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| OperatorError::Manifest { path, source }
-    };
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(unreadable(&dir))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .map(|path| std::fs::read_to_string(path).map_err(unreadable(path)))
-        .collect()
-}
-
-/// The operator binary for the simulator: `$OPCONFORM_OPERATOR_BIN`, else the one in the
-/// running test executable's profile directory, built with `cargo build` (once per
-/// process) when it is missing or older than the operator's sources, so a scenario never
-/// runs a stale operator.
-///
-/// # Errors
-/// When it cannot be built.
-pub fn operator_binary() -> Result<PathBuf, OperatorError> {
-    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    if let Some(path) = std::env::var_os("OPCONFORM_OPERATOR_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    BUILT
-        .get_or_init(|| {
-            // target/<profile>/deps/e2e-… → target/<profile>/memcached-operator
-            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let profile_dir = exe
-                .parent()
-                .and_then(|deps| {
-                    if deps.file_name().is_some_and(|n| n == "deps") {
-                        deps.parent()
-                    } else {
-                        Some(deps)
-                    }
-                })
-                .map(Path::to_path_buf)
-                .ok_or_else(|| "cannot locate the target directory".to_string())?;
-            let binary = profile_dir.join("memcached-operator");
-            if is_stale(&binary) {
-                build_operator(&profile_dir).map_err(|e| e.to_string())?;
-            }
-            Ok(binary)
-        })
-        .clone()
-        .map_err(OperatorError::Build)
-}
-
-/// Whether `binary` is missing or older than a source it is built from (the operator's
-/// sources and manifest, or the lock file).
-fn is_stale(binary: &Path) -> bool {
-    fn newest(path: &Path) -> Option<std::time::SystemTime> {
-        let meta = std::fs::metadata(path).ok()?;
-        if !meta.is_dir() {
-            return meta.modified().ok();
-        }
-        std::fs::read_dir(path)
-            .ok()?
-            .filter_map(Result::ok)
-            .filter_map(|e| newest(&e.path()))
-            .max()
-    }
-    let Some(built) = std::fs::metadata(binary).and_then(|m| m.modified()).ok() else {
-        return true;
-    };
-    let root = repository_root();
-    ["operator/src", "operator/Cargo.toml", "Cargo.lock"]
-        .iter()
-        .filter_map(|p| newest(&root.join(p)))
-        .any(|changed| changed > built)
-}
-
-fn build_operator(profile_dir: &Path) -> Result<(), OperatorError> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    eprintln!(
-        "opconform: bringing the operator binary up to date (cargo build -p memcached-operator)…"
-    );
-    let mut cmd = Command::new(cargo);
-    cmd.args([
-        "build",
-        "-p",
-        "memcached-operator",
-        "--bin",
-        "memcached-operator",
-    ])
-    .current_dir(repository_root());
-    if release {
-        cmd.arg("--release");
-    }
-    if let Some(target) = profile_dir.parent() {
-        cmd.env("CARGO_TARGET_DIR", target);
-    }
-    let status = cmd
-        .status()
-        .map_err(|e| OperatorError::Build(e.to_string()))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(OperatorError::Build(format!("exit status {status}")))
-    }
-}
-
-/// How a scenario runs the operator.
-#[derive(Debug, Clone)]
-pub struct OperatorSetup {
-    /// Replicas of the manager Deployment.
-    pub replicas: i32,
-    /// Flags after the manifest's own (they win): election mode, timings, …
-    pub args: Vec<String>,
-}
-
+/// How features state a setup: the lease mode's timings are written as they are in a step.
 impl OperatorSetup {
     /// Lease mode with `timings` written `LEASE/RENEW/RETRY` (e.g. `4s/3s/1s`) and
     /// `extra` flags after them.
@@ -210,132 +51,13 @@ impl OperatorSetup {
     }
 }
 
-/// The manifests to apply, in dependency order (CRD, Namespace, RBAC, manager), placed
-/// where the provider says (namespace, cluster-scoped names, image, labels) and with the
-/// manager Deployment's replicas and flags set for this scenario.
-///
-/// # Errors
-/// When `operator/config` cannot be read.
-pub fn operator_manifests(
-    setup: &OperatorSetup,
-    placement: &Placement,
-) -> Result<Vec<Manifest>, crate::deploy::DeployError> {
-    let config = repository_root().join("operator/config");
-    let mut manifests = Vec::new();
-    for dir in ["crd", "manager", "rbac"] {
-        manifests.extend(read_manifests(&config.join(dir))?);
-    }
-    // The Namespace first, so the RBAC and the Deployment have somewhere to go.
-    manifests.sort_by_key(|m| match kind_of(&m.object) {
-        "CustomResourceDefinition" => 0,
-        "Namespace" => 1,
-        "Deployment" => 3,
-        _ => 2,
-    });
-    for m in &mut manifests {
-        place(&mut m.object, placement);
-        if kind_of(&m.object) == "Deployment" {
-            set_manager(&mut m.object, setup, placement);
-        }
-    }
-    Ok(manifests)
-}
-
-fn kind_of(object: &DynamicObject) -> &str {
-    object.types.as_ref().map_or("", |t| t.kind.as_str())
-}
-
-/// Moves an object of the manifests to the placement's namespace and names.
-fn place(object: &mut DynamicObject, placement: &Placement) {
-    let kind = kind_of(object).to_string();
-    if kind == "CustomResourceDefinition" {
-        // Cluster-wide and the same for every scenario.
-        return;
-    }
-    let meta = &mut object.metadata;
-    if meta.namespace.as_deref() == Some(OPERATOR_NAMESPACE) {
-        meta.namespace = Some(placement.namespace.clone());
-    }
-    if kind == "Namespace" && meta.name.as_deref() == Some(OPERATOR_NAMESPACE) {
-        meta.name = Some(placement.namespace.clone());
-    }
-    if let (true, Some(name)) = (
-        matches!(kind.as_str(), "ClusterRole" | "ClusterRoleBinding"),
-        &mut meta.name,
-    ) {
-        name.push_str(&placement.suffix);
-    }
-    if !placement.labels.is_empty() {
-        meta.labels
-            .get_or_insert_with(Default::default)
-            .extend(placement.labels.clone());
-    }
-    // `get_mut`, not indexing: `data["x"]` on a missing key would insert `x: null`, a field
-    // kube-apiserver's server-side apply refuses ("field not declared in schema").
-    if kind == "ClusterRoleBinding"
-        && let Some(role_ref) = object.data.get_mut("roleRef")
-        && role_ref["kind"] == "ClusterRole"
-        && let Some(name) = role_ref["name"].as_str().map(str::to_string)
-    {
-        role_ref["name"] = json!(format!("{name}{}", placement.suffix));
-    }
-    if let Some(subjects) = object
-        .data
-        .get_mut("subjects")
-        .and_then(serde_json::Value::as_array_mut)
-    {
-        for subject in subjects {
-            if subject["namespace"] == OPERATOR_NAMESPACE {
-                subject["namespace"] = json!(placement.namespace);
-            }
-        }
-    }
-}
-
-fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement: &Placement) {
-    let spec = &mut deployment.data["spec"];
-    spec["replicas"] = json!(setup.replicas);
-    // Evicted 5 s after their node goes NotReady or unreachable, instead of the API
-    // server's default 300 s, so that node scenarios take seconds.
-    let pod_spec = &mut spec["template"]["spec"];
-    let mut tolerations = pod_spec["tolerations"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for key in [
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    ] {
-        tolerations.retain(|t| t["key"] != key);
-        tolerations.push(json!({
-            "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_TOLERATION_SECONDS
-        }));
-    }
-    pod_spec["tolerations"] = json!(tolerations);
-    let container = &mut spec["template"]["spec"]["containers"][0];
-    container["image"] = json!(placement.image);
-    let mut args: Vec<String> = container["args"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut flags = Vec::new();
-    if !placement.watch_namespaces.is_empty() {
-        flags.push(format!(
-            "--watch-namespace={}",
-            placement.watch_namespaces.join(",")
-        ));
-    }
-    flags.extend(setup.args.iter().cloned());
-    for flag in flags {
-        let name = flag.split('=').next().unwrap_or(&flag).to_string();
-        args.retain(|a| a.split('=').next() != Some(name.as_str()));
-        args.push(flag);
-    }
-    container["args"] = json!(args);
+/// The operator's manifests for this scenario's placement and `setup`.
+fn manifests(world: &World, setup: &OperatorSetup) -> Vec<Manifest> {
+    let placement = world.provider().expect("cluster").placement();
+    world
+        .subject()
+        .render(setup, &placement)
+        .expect("operator/config is readable")
 }
 
 /// Deploys the operator into the scenario's cluster.
@@ -344,8 +66,7 @@ fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement:
 /// When the manifests cannot be read or applied (the step fails with the reason).
 pub async fn deploy(world: &mut World, setup: OperatorSetup) {
     world.start_recorder();
-    let placement = world.provider().expect("cluster").placement();
-    let manifests = operator_manifests(&setup, &placement).expect("operator/config is readable");
+    let manifests = manifests(world, &setup);
     let client = world.client().expect("cluster");
     apply_all(&client, &manifests, None)
         .await
@@ -356,7 +77,8 @@ pub async fn deploy(world: &mut World, setup: OperatorSetup) {
             )
         });
     world.note(&format!(
-        "deployed memcached-operator: {} replicas, {}",
+        "deployed {}: {} replicas, {}",
+        world.subject().deployment,
         setup.replicas,
         setup.args.join(" ")
     ));
@@ -392,9 +114,7 @@ async fn deployed_lease_with_flags(
 async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) {
     world.start_recorder();
     let setup = OperatorSetup::lease(replicas, &timings, "");
-    let placement = world.provider().expect("cluster").placement();
-    let mut manifests =
-        operator_manifests(&setup, &placement).expect("operator/config is readable");
+    let mut manifests = manifests(world, &setup);
     for m in &mut manifests {
         if kind_of(&m.object) == "Role"
             && let Some(rules) = m.object.data["rules"].as_array_mut()
@@ -403,7 +123,10 @@ async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings
         }
     }
     apply(world, &manifests).await;
-    world.note("deployed memcached-operator without rights to leases");
+    world.note(&format!(
+        "deployed {} without rights to leases",
+        world.subject().deployment
+    ));
     world.lease_duration = setup.lease_duration();
     world.operator = Some(setup);
 }
@@ -411,9 +134,7 @@ async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings
 #[when("the operator's Role is given its rights to leases")]
 async fn lease_rights_restored(world: &mut World) {
     let setup = world.operator.clone().expect("the operator was deployed");
-    let placement = world.provider().expect("cluster").placement();
-    let roles: Vec<Manifest> = operator_manifests(&setup, &placement)
-        .expect("operator/config is readable")
+    let roles: Vec<Manifest> = manifests(world, &setup)
         .into_iter()
         .filter(|m| kind_of(&m.object) == "Role")
         .collect();
@@ -426,9 +147,7 @@ async fn lease_rights_restored(world: &mut World) {
 )]
 async fn second_operator(world: &mut World, instance: String, replicas: i32, timings: String) {
     let setup = OperatorSetup::lease(replicas, &timings, "");
-    let placement = world.provider().expect("cluster").placement();
-    let mut deployment = operator_manifests(&setup, &placement)
-        .expect("operator/config is readable")
+    let mut deployment = manifests(world, &setup)
         .into_iter()
         .find(|m| kind_of(&m.object) == "Deployment")
         .expect("operator/config has the manager Deployment");
@@ -464,11 +183,12 @@ async fn pods_fail_with(world: &mut World, within: Dur, message: String) {
     let namespace = world.operator_namespace().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
     let what = format!("every operator pod exited with {message:?} in its log");
+    let selector = world.subject().pod_selector.as_str();
     eventually(within.0, &what, || {
         let (pods, message) = (&pods, &message);
         async move {
             let list = pods
-                .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+                .list(&ListParams::default().labels(selector))
                 .await
                 .map_err(|e| format!("listing the operator pods: {e}"))?;
             let mut failed = 0;
@@ -523,11 +243,12 @@ async fn pod_logs(world: &mut World, within: Dur, text: String) {
     let namespace = world.operator_namespace().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
     let what = format!("an operator pod logs {text:?}");
+    let selector = world.subject().pod_selector.as_str();
     eventually(within.0, &what, || {
         let (pods, text) = (&pods, &text);
         async move {
             let list = pods
-                .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+                .list(&ListParams::default().labels(selector))
                 .await
                 .map_err(|e| format!("listing the operator pods: {e}"))?;
             let mut names = Vec::new();
@@ -596,14 +317,15 @@ async fn rolled_out_again(world: &mut World) {
     let patch = json!({"spec": {"template": {"metadata": {"annotations": {
         "opconform.io/restartedAt": chrono::Utc::now().to_rfc3339()
     }}}}});
+    let deployment = &world.subject().deployment;
     world.provider().expect("cluster").faults().record(
         "rollout",
-        &format!("deployment {namespace}/memcached-operator"),
+        &format!("deployment {namespace}/{deployment}"),
         "",
     );
     deployments
         .patch(
-            "memcached-operator",
+            deployment,
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(&patch),
         )
@@ -617,7 +339,7 @@ async fn rolled_out(world: &mut World, within: Dur) {
     crate::deploy::wait_for_rollout(
         &world.client().expect("cluster"),
         &namespace,
-        "memcached-operator",
+        &world.subject().deployment,
         within.0,
     )
     .await
@@ -635,7 +357,7 @@ async fn operator_scaled(world: &mut World, replicas: i32) {
     let namespace = world.operator_namespace().expect("cluster");
     Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
         .patch(
-            OPERATOR_DEPLOYMENT,
+            &world.subject().deployment,
             &PatchParams::default(),
             &Patch::Merge(json!({ "spec": { "replicas": replicas } })),
         )
@@ -648,9 +370,10 @@ async fn operator_scaled(world: &mut World, replicas: i32) {
 async fn no_operator_pods(world: &mut World, within: Dur) {
     let namespace = world.operator_namespace().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+    let selector = world.subject().pod_selector.as_str();
     eventually(within.0, "no operator pod exists", || async {
         let list = pods
-            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+            .list(&ListParams::default().labels(selector))
             .await
             .map_err(|e| format!("listing the operator's pods: {e}"))?;
         let names: Vec<String> = list
@@ -684,97 +407,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_manager_gets_the_scenarios_replicas_and_flags_replacing_its_own() {
-        let setup = OperatorSetup {
-            replicas: 3,
-            args: vec!["--leader-election=lease".into(), "--retry-period=1s".into()],
-        };
-        let sim = Placement {
-            namespace: OPERATOR_NAMESPACE.into(),
-            suffix: String::new(),
-            image: OPERATOR_IMAGE.into(),
-            watch_namespaces: Vec::new(),
-            labels: Default::default(),
-        };
-        let manifests = operator_manifests(&setup, &sim).unwrap();
-        let kinds: Vec<String> = manifests
-            .iter()
-            .map(|m| m.object.types.as_ref().unwrap().kind.clone())
-            .collect();
+    fn lease_timings_as_features_write_them_become_the_operators_flags() {
+        let setup = OperatorSetup::lease(2, "4s/3s/1s", "--standby=poll");
+        assert_eq!(setup.replicas, 2);
         assert_eq!(
-            kinds.first().map(String::as_str),
-            Some("CustomResourceDefinition")
+            setup.args,
+            [
+                "--leader-election=lease",
+                "--lease-duration=4s",
+                "--renew-deadline=3s",
+                "--retry-period=1s",
+                "--standby=poll",
+            ]
         );
-        assert_eq!(kinds.last().map(String::as_str), Some("Deployment"));
-        let deployment = &manifests.last().unwrap().object;
-        assert_eq!(deployment.data["spec"]["replicas"], 3);
-        let args = deployment.data["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap()
-            .clone();
-        assert!(args.contains(&json!("--leader-election=lease")));
-        assert!(!args.contains(&json!("--leader-election=for-life")));
-        assert!(args.contains(&json!("--metrics-bind-address=$(POD_IP):8080")));
-    }
-
-    #[test]
-    fn on_a_shared_cluster_every_object_moves_to_the_scenarios_namespace_and_names() {
-        let setup = OperatorSetup {
-            replicas: 2,
-            args: vec![],
-        };
-        let placement = crate::cluster::kubeconfig::shared_placement("opconform-x1", "op:1");
-        let manifests = operator_manifests(&setup, &placement).unwrap();
-        for m in &manifests {
-            let o = &m.object;
-            let text = serde_json::to_string(o).unwrap();
-            assert!(
-                !text.contains(OPERATOR_NAMESPACE),
-                "{} still names {OPERATOR_NAMESPACE}: {text}",
-                kind_of(o)
-            );
-            match kind_of(o) {
-                "CustomResourceDefinition" => {}
-                "ClusterRole" | "ClusterRoleBinding" => {
-                    assert!(o.metadata.name.as_ref().unwrap().ends_with("-opconform-x1"));
-                    assert_eq!(
-                        o.metadata.labels.as_ref().unwrap()["opconform.io/scenario"],
-                        "opconform-x1"
-                    );
-                }
-                _ => assert_eq!(
-                    o.metadata.labels.as_ref().unwrap()["opconform.io/scenario"],
-                    "opconform-x1"
-                ),
-            }
-            // Nothing the manifest does not have: server-side apply refuses unknown fields.
-            let fields = o.data.as_object().unwrap();
-            if !matches!(kind_of(o), "ClusterRoleBinding" | "RoleBinding") {
-                assert!(
-                    !fields.contains_key("roleRef") && !fields.contains_key("subjects"),
-                    "{} gained binding fields: {text}",
-                    kind_of(o)
-                );
-            }
-            assert!(
-                fields.values().all(|v| !v.is_null()),
-                "{} has a null field: {text}",
-                kind_of(o)
-            );
-            if kind_of(o) == "ClusterRoleBinding" {
-                assert!(
-                    o.data["roleRef"]["name"]
-                        .as_str()
-                        .unwrap()
-                        .ends_with("-opconform-x1")
-                );
-            }
-        }
-        let deployment = &manifests.last().unwrap().object;
-        let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
-        assert_eq!(container["image"], "op:1");
-        assert!(container["args"].as_array().unwrap().contains(&json!(
-            "--watch-namespace=opconform-x1-default,opconform-x1-team-a,opconform-x1-team-b"
-        )));
+        assert_eq!(
+            setup.lease_duration(),
+            Some(std::time::Duration::from_secs(4))
+        );
     }
 }

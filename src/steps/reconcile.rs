@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 
 use super::memcached::namespace_of;
-use super::operator::OPERATOR_SELECTOR;
 use super::wait::eventually;
 use super::{Dur, World};
 use crate::check::reconcile::{Reconcile, backing_off, collapse, parse_log, periodic};
@@ -196,7 +195,7 @@ pub async fn reconciles(world: &World) -> Result<Vec<Reconcile>, String> {
     let namespace = world.operator_namespace().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
     let list = pods
-        .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+        .list(&ListParams::default().labels(&world.subject().pod_selector))
         .await
         .map_err(|e| format!("listing the operator's pods: {e}"))?;
     let mut all = Vec::new();

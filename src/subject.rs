@@ -1,0 +1,702 @@
+//! The operator under test, described once: where it runs (namespace, Deployment, the
+//! labels its pods carry), the lock it elects its leader with, its image, how to find its
+//! binary for the simulator, and how to render its manifests for a scenario.
+//!
+//! The step library ([`crate::steps`]) and the benchmark ([`crate::bench`]) both take the
+//! operator from a [`Subject`] instead of from each other. Today the only subject is the
+//! bundled memcached operator ([`Subject::memcached`]); the description is the seed of
+//! operator profiles, where a file will describe any operator.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::api::DynamicObject;
+use serde_json::json;
+
+use crate::cluster::Placement;
+use crate::deploy::{DeployError, Manifest, read_manifests};
+
+/// How long the operator's pods tolerate a NotReady or unreachable node before eviction.
+pub const NODE_TOLERATION_SECONDS: i64 = 5;
+
+/// Errors of finding, building or reading the operator under test.
+#[derive(Debug, thiserror::Error)]
+pub enum SubjectError {
+    /// The operator binary could not be built (or the build could not run).
+    #[error("cannot build the operator binary with `cargo build -p {package} --bin {bin}`")]
+    Build {
+        /// The Cargo package.
+        package: String,
+        /// The binary target.
+        bin: String,
+        /// The cause (shared: a build is tried once per process).
+        #[source]
+        source: Arc<BuildError>,
+    },
+    /// A manifest of the operator could not be read.
+    #[error("cannot read {path}")]
+    Manifest {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why the operator binary could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The running executable, whose profile directory holds the binary, is unknown.
+    #[error("cannot locate the running executable")]
+    CurrentExe(#[source] std::io::Error),
+    /// The running executable is not in a profile directory.
+    #[error("cannot locate the target directory")]
+    NoTargetDir,
+    /// Cargo could not be started.
+    #[error("cannot run cargo")]
+    Cargo(#[source] std::io::Error),
+    /// Cargo failed.
+    #[error("cargo exited with {0}")]
+    Failed(ExitStatus),
+}
+
+/// The kind of object the operator elects its leader with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// A `coordination.k8s.io/v1` Lease.
+    Lease,
+    /// A ConfigMap (leader-for-life).
+    ConfigMap,
+}
+
+impl LockKind {
+    /// The kind as the API names it: `Lease`, `ConfigMap`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Lease => "Lease",
+            LockKind::ConfigMap => "ConfigMap",
+        }
+    }
+}
+
+/// The operator's leader-election lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lock {
+    /// Its kind.
+    pub kind: LockKind,
+    /// Its name (the leader-election id).
+    pub name: String,
+    /// Its namespace in the manifests; it moves with the operator's own.
+    pub namespace: String,
+}
+
+/// Where the operator binary comes from, for the simulator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BinarySource {
+    /// A variable naming a binary to use as it is, read first.
+    pub env: Option<String>,
+    /// The Cargo package that builds it.
+    pub package: String,
+    /// Its binary target (and file name in the profile directory).
+    pub bin: String,
+    /// The workspace `cargo build` runs in.
+    pub workspace: PathBuf,
+    /// Files and directories it is built from: the binary is rebuilt when one is newer.
+    pub sources: Vec<PathBuf>,
+}
+
+/// Where the operator's manifests are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestSource {
+    /// The directory of the manifests.
+    pub config: PathBuf,
+    /// Its subdirectories that are applied, read in this order (then ordered by kind).
+    pub dirs: Vec<String>,
+    /// Its subdirectory of CustomResourceDefinitions.
+    pub crds: String,
+}
+
+/// How a scenario or a benchmark runs the operator.
+#[derive(Debug, Clone)]
+pub struct OperatorSetup {
+    /// Replicas of the manager Deployment.
+    pub replicas: i32,
+    /// Flags after the manifest's own (they win): election mode, timings, …
+    pub args: Vec<String>,
+}
+
+/// The operator under test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// Its namespace in its manifests.
+    pub namespace: String,
+    /// Its Deployment in its manifests.
+    pub deployment: String,
+    /// The label selector of its pods (`key=value,…`).
+    pub pod_selector: String,
+    /// The port its pods serve metrics on.
+    pub metrics_port: u16,
+    /// Its leader-election lock.
+    pub lock: Lock,
+    /// The image its manifests name; the simulator runs the binary for it.
+    pub image: String,
+    /// Its binary.
+    pub binary: BinarySource,
+    /// Its manifests.
+    pub manifests: ManifestSource,
+}
+
+/// The repository root (where `operator/config` lives).
+pub fn repository_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Subject {
+    /// The bundled memcached operator (`operator/`): namespace `memcached-operator-system`,
+    /// lock Lease `memcached-operator-lock`, image `memcached-operator:dev`, manifests in
+    /// `operator/config`.
+    pub fn memcached() -> Self {
+        let root = repository_root();
+        let namespace = crate::cluster::sim::OPERATOR_NAMESPACE.to_string();
+        Self {
+            namespace: namespace.clone(),
+            deployment: "memcached-operator".into(),
+            pod_selector: "app.kubernetes.io/name=memcached-operator".into(),
+            metrics_port: 8080,
+            lock: Lock {
+                kind: LockKind::Lease,
+                name: "memcached-operator-lock".into(),
+                namespace,
+            },
+            image: crate::cluster::DEFAULT_OPERATOR_IMAGE.into(),
+            binary: BinarySource {
+                env: Some("OPCONFORM_OPERATOR_BIN".into()),
+                package: "memcached-operator".into(),
+                bin: "memcached-operator".into(),
+                workspace: root.clone(),
+                sources: ["operator/src", "operator/Cargo.toml", "Cargo.lock"]
+                    .iter()
+                    .map(|p| root.join(p))
+                    .collect(),
+            },
+            manifests: ManifestSource {
+                config: root.join("operator/config"),
+                dirs: ["crd", "manager", "rbac"].map(String::from).to_vec(),
+                crds: "crd".into(),
+            },
+        }
+    }
+
+    /// The labels of the pod selector, as `(key, value)` pairs.
+    pub fn selector_labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pod_selector
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim()))
+    }
+
+    /// Where the manifests themselves put the operator: its namespace and image, watching
+    /// every namespace, no suffix, no labels (as on a cluster of its own).
+    pub fn own_placement(&self) -> Placement {
+        Placement {
+            namespace: self.namespace.clone(),
+            suffix: String::new(),
+            image: self.image.clone(),
+            watch_namespaces: Vec::new(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// The operator's CustomResourceDefinitions, as YAML, in file name order.
+    ///
+    /// # Errors
+    /// When the directory or a file cannot be read.
+    pub fn crd_manifests(&self) -> Result<Vec<String>, SubjectError> {
+        let dir = self.manifests.config.join(&self.manifests.crds);
+        let unreadable = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SubjectError::Manifest { path, source }
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(unreadable(&dir))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        paths.sort();
+        paths
+            .iter()
+            .map(|path| std::fs::read_to_string(path).map_err(unreadable(path)))
+            .collect()
+    }
+
+    /// The operator binary for the simulator: the one the binary's variable names, else
+    /// the one in the running executable's profile directory, built with `cargo build`
+    /// (once per process) when it is missing or older than its sources, so that a scenario
+    /// never runs a stale operator.
+    ///
+    /// # Errors
+    /// When it cannot be built.
+    pub fn binary(&self) -> Result<PathBuf, SubjectError> {
+        type Built = BTreeMap<(String, String), Result<PathBuf, Arc<BuildError>>>;
+        static BUILT: Mutex<Built> = Mutex::new(BTreeMap::new());
+        let source = &self.binary;
+        if let Some(path) = source.env.as_ref().and_then(std::env::var_os) {
+            return Ok(PathBuf::from(path));
+        }
+        let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+        built
+            .entry((source.package.clone(), source.bin.clone()))
+            .or_insert_with(|| source.find_or_build().map_err(Arc::new))
+            .clone()
+            .map_err(|cause| SubjectError::Build {
+                package: source.package.clone(),
+                bin: source.bin.clone(),
+                source: cause,
+            })
+    }
+
+    /// The manifests to apply, in dependency order (CRD, Namespace, RBAC, manager), placed
+    /// where `placement` says (namespace, cluster-scoped names, image, labels) and with the
+    /// manager Deployment's replicas and flags set by `setup`.
+    ///
+    /// # Errors
+    /// When the manifests cannot be read.
+    pub fn render(
+        &self,
+        setup: &OperatorSetup,
+        placement: &Placement,
+    ) -> Result<Vec<Manifest>, DeployError> {
+        let config = &self.manifests.config;
+        let mut manifests = Vec::new();
+        for dir in &self.manifests.dirs {
+            manifests.extend(read_manifests(&config.join(dir))?);
+        }
+        // The Namespace first, so the RBAC and the Deployment have somewhere to go.
+        manifests.sort_by_key(|m| match kind_of(&m.object) {
+            "CustomResourceDefinition" => 0,
+            "Namespace" => 1,
+            "Deployment" => 3,
+            _ => 2,
+        });
+        for m in &mut manifests {
+            self.place(&mut m.object, placement);
+            if kind_of(&m.object) == "Deployment" {
+                set_manager(&mut m.object, setup, placement);
+            }
+        }
+        Ok(manifests)
+    }
+
+    /// Moves an object of the manifests to the placement's namespace and names.
+    fn place(&self, object: &mut DynamicObject, placement: &Placement) {
+        let kind = kind_of(object).to_string();
+        if kind == "CustomResourceDefinition" {
+            // Cluster-wide and the same for every scenario.
+            return;
+        }
+        let own = self.namespace.as_str();
+        let meta = &mut object.metadata;
+        if meta.namespace.as_deref() == Some(own) {
+            meta.namespace = Some(placement.namespace.clone());
+        }
+        if kind == "Namespace" && meta.name.as_deref() == Some(own) {
+            meta.name = Some(placement.namespace.clone());
+        }
+        if let (true, Some(name)) = (
+            matches!(kind.as_str(), "ClusterRole" | "ClusterRoleBinding"),
+            &mut meta.name,
+        ) {
+            name.push_str(&placement.suffix);
+        }
+        if !placement.labels.is_empty() {
+            meta.labels
+                .get_or_insert_with(Default::default)
+                .extend(placement.labels.clone());
+        }
+        // `get_mut`, not indexing: `data["x"]` on a missing key would insert `x: null`, a
+        // field kube-apiserver's server-side apply refuses ("field not declared in schema").
+        if kind == "ClusterRoleBinding"
+            && let Some(role_ref) = object.data.get_mut("roleRef")
+            && role_ref["kind"] == "ClusterRole"
+            && let Some(name) = role_ref["name"].as_str().map(str::to_string)
+        {
+            role_ref["name"] = json!(format!("{name}{}", placement.suffix));
+        }
+        if let Some(subjects) = object
+            .data
+            .get_mut("subjects")
+            .and_then(serde_json::Value::as_array_mut)
+        {
+            for subject in subjects {
+                if subject["namespace"] == own {
+                    subject["namespace"] = json!(placement.namespace);
+                }
+            }
+        }
+    }
+}
+
+impl BinarySource {
+    /// The binary in the running executable's profile directory, built when stale.
+    fn find_or_build(&self) -> Result<PathBuf, BuildError> {
+        // target/<profile>/deps/e2e-… → target/<profile>/<bin>
+        let exe = std::env::current_exe().map_err(BuildError::CurrentExe)?;
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| {
+                if deps.file_name().is_some_and(|n| n == "deps") {
+                    deps.parent()
+                } else {
+                    Some(deps)
+                }
+            })
+            .map(Path::to_path_buf)
+            .ok_or(BuildError::NoTargetDir)?;
+        let binary = profile_dir.join(&self.bin);
+        if self.is_stale(&binary) {
+            self.build(&profile_dir)?;
+        }
+        Ok(binary)
+    }
+
+    /// Whether `binary` is missing or older than a source it is built from.
+    fn is_stale(&self, binary: &Path) -> bool {
+        fn newest(path: &Path) -> Option<std::time::SystemTime> {
+            let meta = std::fs::metadata(path).ok()?;
+            if !meta.is_dir() {
+                return meta.modified().ok();
+            }
+            std::fs::read_dir(path)
+                .ok()?
+                .filter_map(Result::ok)
+                .filter_map(|e| newest(&e.path()))
+                .max()
+        }
+        let Some(built) = std::fs::metadata(binary).and_then(|m| m.modified()).ok() else {
+            return true;
+        };
+        self.sources
+            .iter()
+            .filter_map(|p| newest(p))
+            .any(|changed| changed > built)
+    }
+
+    fn build(&self, profile_dir: &Path) -> Result<(), BuildError> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        eprintln!(
+            "opconform: bringing the operator binary up to date (cargo build -p {})…",
+            self.package
+        );
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", &self.package, "--bin", &self.bin])
+            .current_dir(&self.workspace);
+        if release {
+            cmd.arg("--release");
+        }
+        if let Some(target) = profile_dir.parent() {
+            cmd.env("CARGO_TARGET_DIR", target);
+        }
+        let status = cmd.status().map_err(BuildError::Cargo)?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(BuildError::Failed(status))
+        }
+    }
+}
+
+/// The kind of a manifest's object (empty when it has none).
+pub fn kind_of(object: &DynamicObject) -> &str {
+    object.types.as_ref().map_or("", |t| t.kind.as_str())
+}
+
+fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement: &Placement) {
+    let spec = &mut deployment.data["spec"];
+    spec["replicas"] = json!(setup.replicas);
+    // Evicted 5 s after their node goes NotReady or unreachable, instead of the API
+    // server's default 300 s, so that node scenarios take seconds.
+    let pod_spec = &mut spec["template"]["spec"];
+    let mut tolerations = pod_spec["tolerations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        tolerations.retain(|t| t["key"] != key);
+        tolerations.push(json!({
+            "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_TOLERATION_SECONDS
+        }));
+    }
+    pod_spec["tolerations"] = json!(tolerations);
+    let container = &mut spec["template"]["spec"]["containers"][0];
+    container["image"] = json!(placement.image);
+    let mut args: Vec<String> = container["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut flags = Vec::new();
+    if !placement.watch_namespaces.is_empty() {
+        flags.push(format!(
+            "--watch-namespace={}",
+            placement.watch_namespaces.join(",")
+        ));
+    }
+    flags.extend(setup.args.iter().cloned());
+    for flag in flags {
+        let name = flag.split('=').next().unwrap_or(&flag).to_string();
+        args.retain(|a| a.split('=').next() != Some(name.as_str()));
+        args.push(flag);
+    }
+    container["args"] = json!(args);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(replicas: i32, args: &[&str]) -> OperatorSetup {
+        OperatorSetup {
+            replicas,
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    fn of_kind<'a>(manifests: &'a [Manifest], kind: &str) -> Vec<&'a DynamicObject> {
+        manifests
+            .iter()
+            .map(|m| &m.object)
+            .filter(|o| kind_of(o) == kind)
+            .collect()
+    }
+
+    #[test]
+    fn the_memcached_subjects_manifests_name_its_namespace_lock_and_selector_consistently() {
+        let subject = Subject::memcached();
+        let manifests = subject
+            .render(&setup(2, &[]), &subject.own_placement())
+            .unwrap();
+        let namespaces = of_kind(&manifests, "Namespace");
+        assert_eq!(namespaces.len(), 1);
+        assert_eq!(
+            namespaces[0].metadata.name.as_deref(),
+            Some(subject.namespace.as_str())
+        );
+        assert_eq!(subject.lock.namespace, subject.namespace);
+
+        let deployments = of_kind(&manifests, "Deployment");
+        assert_eq!(deployments.len(), 1);
+        let deployment = deployments[0];
+        assert_eq!(
+            deployment.metadata.name.as_deref(),
+            Some(subject.deployment.as_str())
+        );
+        assert_eq!(
+            deployment.metadata.namespace.as_deref(),
+            Some(subject.namespace.as_str())
+        );
+        let spec = &deployment.data["spec"];
+        let selector: Vec<(&str, &str)> = subject.selector_labels().collect();
+        assert!(!selector.is_empty(), "{}", subject.pod_selector);
+        for (key, value) in &selector {
+            assert_eq!(spec["selector"]["matchLabels"][key], *value);
+            assert_eq!(spec["template"]["metadata"]["labels"][key], *value);
+        }
+        let container = &spec["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], subject.image.as_str());
+        let args = container["args"].as_array().unwrap();
+        assert!(
+            args.contains(&json!(format!(
+                "--leader-election-id={}",
+                subject.lock.name
+            ))),
+            "{args:?}"
+        );
+        assert!(args.contains(&json!(format!(
+            "--metrics-bind-address=$(POD_IP):{}",
+            subject.metrics_port
+        ))));
+
+        // The operator may take its lock where the lock is.
+        let may_take_lock = of_kind(&manifests, "Role").into_iter().any(|role| {
+            role.metadata.namespace.as_deref() == Some(subject.lock.namespace.as_str())
+                && role.data["rules"].as_array().unwrap().iter().any(|rule| {
+                    rule["apiGroups"] == json!(["coordination.k8s.io"])
+                        && rule["resources"] == json!(["leases"])
+                })
+        });
+        assert_eq!(subject.lock.kind, LockKind::Lease);
+        assert!(
+            may_take_lock,
+            "no Role in {} grants leases",
+            subject.lock.namespace
+        );
+    }
+
+    #[test]
+    fn the_memcached_subjects_crds_are_the_ones_its_manifests_apply_first() {
+        let subject = Subject::memcached();
+        let crds = subject.crd_manifests().unwrap();
+        assert!(!crds.is_empty());
+        let manifests = subject
+            .render(&setup(1, &[]), &subject.own_placement())
+            .unwrap();
+        let applied = of_kind(&manifests, "CustomResourceDefinition");
+        assert_eq!(applied.len(), crds.len());
+        for (crd, yaml) in manifests.iter().zip(&crds) {
+            assert_eq!(kind_of(&crd.object), "CustomResourceDefinition");
+            let name = crd.object.metadata.name.as_deref().unwrap();
+            assert!(yaml.contains(&format!("name: {name}")), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_manager_gets_the_scenarios_replicas_and_flags_replacing_its_own() {
+        let subject = Subject::memcached();
+        let setup = setup(3, &["--leader-election=lease", "--retry-period=1s"]);
+        let manifests = subject.render(&setup, &subject.own_placement()).unwrap();
+        let kinds: Vec<&str> = manifests.iter().map(|m| kind_of(&m.object)).collect();
+        assert_eq!(kinds.first().copied(), Some("CustomResourceDefinition"));
+        assert_eq!(kinds.last().copied(), Some("Deployment"));
+        let deployment = &manifests.last().unwrap().object;
+        assert_eq!(deployment.data["spec"]["replicas"], 3);
+        let args = deployment.data["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(args.contains(&json!("--leader-election=lease")));
+        assert!(!args.contains(&json!("--leader-election=for-life")));
+        assert!(args.contains(&json!("--metrics-bind-address=$(POD_IP):8080")));
+    }
+
+    #[test]
+    fn on_a_shared_cluster_every_object_moves_to_the_scenarios_namespace_and_names() {
+        let subject = Subject::memcached();
+        let placement = crate::cluster::kubeconfig::shared_placement("opconform-x1", "op:1");
+        let manifests = subject.render(&setup(2, &[]), &placement).unwrap();
+        for m in &manifests {
+            let o = &m.object;
+            let text = serde_json::to_string(o).unwrap();
+            assert!(
+                !text.contains(&subject.namespace),
+                "{} still names {}: {text}",
+                kind_of(o),
+                subject.namespace
+            );
+            match kind_of(o) {
+                "CustomResourceDefinition" => {}
+                "ClusterRole" | "ClusterRoleBinding" => {
+                    assert!(o.metadata.name.as_ref().unwrap().ends_with("-opconform-x1"));
+                    assert_eq!(
+                        o.metadata.labels.as_ref().unwrap()["opconform.io/scenario"],
+                        "opconform-x1"
+                    );
+                }
+                _ => assert_eq!(
+                    o.metadata.labels.as_ref().unwrap()["opconform.io/scenario"],
+                    "opconform-x1"
+                ),
+            }
+            // Nothing the manifest does not have: server-side apply refuses unknown fields.
+            let fields = o.data.as_object().unwrap();
+            if !matches!(kind_of(o), "ClusterRoleBinding" | "RoleBinding") {
+                assert!(
+                    !fields.contains_key("roleRef") && !fields.contains_key("subjects"),
+                    "{} gained binding fields: {text}",
+                    kind_of(o)
+                );
+            }
+            assert!(
+                fields.values().all(|v| !v.is_null()),
+                "{} has a null field: {text}",
+                kind_of(o)
+            );
+            if kind_of(o) == "ClusterRoleBinding" {
+                assert!(
+                    o.data["roleRef"]["name"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("-opconform-x1")
+                );
+            }
+        }
+        let deployment = &manifests.last().unwrap().object;
+        let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "op:1");
+        assert!(container["args"].as_array().unwrap().contains(&json!(
+            "--watch-namespace=opconform-x1-default,opconform-x1-team-a,opconform-x1-team-b"
+        )));
+    }
+
+    #[test]
+    fn the_pod_selector_reads_as_label_pairs() {
+        let mut subject = Subject::memcached();
+        assert_eq!(
+            subject.selector_labels().collect::<Vec<_>>(),
+            [("app.kubernetes.io/name", "memcached-operator")]
+        );
+        subject.pod_selector = "a=1, b = 2".into();
+        assert_eq!(
+            subject.selector_labels().collect::<Vec<_>>(),
+            [("a", "1"), ("b", "2")]
+        );
+    }
+
+    #[test]
+    fn a_missing_binary_is_stale_and_one_newer_than_its_sources_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("src");
+        std::fs::create_dir(&source).unwrap();
+        std::fs::write(source.join("main.rs"), "fn main() {}").unwrap();
+        let binary = BinarySource {
+            env: None,
+            package: "p".into(),
+            bin: "p".into(),
+            workspace: dir.path().to_path_buf(),
+            sources: vec![source.clone()],
+        };
+        let built = dir.path().join("p");
+        assert!(binary.is_stale(&built));
+        std::fs::write(&built, "").unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&built)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        assert!(!binary.is_stale(&built));
+        std::fs::File::options()
+            .write(true)
+            .open(source.join("main.rs"))
+            .unwrap()
+            .set_modified(later + std::time::Duration::from_secs(1))
+            .unwrap();
+        assert!(binary.is_stale(&built));
+    }
+
+    #[test]
+    fn a_failed_build_names_its_command_and_keeps_its_cause() {
+        let error = SubjectError::Build {
+            package: "memcached-operator".into(),
+            bin: "memcached-operator".into(),
+            source: Arc::new(BuildError::Cargo(std::io::Error::from(
+                std::io::ErrorKind::NotFound,
+            ))),
+        };
+        assert_eq!(
+            crate::sim::error_chain(&error),
+            "cannot build the operator binary with `cargo build -p memcached-operator --bin \
+             memcached-operator`: cannot run cargo: entity not found"
+        );
+    }
+}
