@@ -7,6 +7,7 @@
 //!
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
+//! - [`fault`]: the fault vocabulary the features speak; each provider carries it out.
 //! - [`cluster`]: the providers a scenario runs on (sim, kubeconfig, kind) behind one trait.
 //! - [`deploy`]: apply manifests through the API and wait for rollouts.
 //! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
@@ -21,6 +22,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod deploy;
+pub mod fault;
 pub mod record;
 pub mod report;
 pub mod sim;

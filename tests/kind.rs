@@ -16,8 +16,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use opconform::cluster::kind::node::SIGNAL_SCRIPT;
 use opconform::cluster::kind::{KindOptions, KindProvider, KindRun, Timeouts, Tools};
 use opconform::cluster::{Provider, ProviderError};
+use opconform::fault::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 use opconform::sim::apiserver::{ApiServer, ApiServerConfig};
-use opconform::sim::faults::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 use serde_json::json;
 
 fn repository() -> PathBuf {
@@ -217,7 +217,7 @@ async fn apply_node(provider: &KindProvider, node: &str, faults: &[NodeFault]) {
 fn verbs(provider: &KindProvider) -> Vec<String> {
     provider
         .faults()
-        .log()
+        .events()
         .into_iter()
         .map(|e| e.verb)
         .collect()
@@ -226,7 +226,7 @@ fn verbs(provider: &KindProvider) -> Vec<String> {
 fn fault_log(provider: &KindProvider) -> Vec<(String, String)> {
     provider
         .faults()
-        .log()
+        .events()
         .into_iter()
         .map(|e| (e.verb, e.target))
         .collect()
@@ -715,7 +715,7 @@ async fn delay_skew_eviction_hanging_node_cuts_and_the_control_plane_are_refused
         .to_string();
     assert!(e.contains("not a node of this kind cluster"), "{e}");
     assert!(fake.take_calls().is_empty());
-    assert!(provider.faults().log().is_empty());
+    assert!(provider.faults().events().is_empty());
 }
 
 #[tokio::test]
@@ -736,7 +736,7 @@ async fn reject_refuses_reads_and_codes_admission_cannot_give_before_touching_th
     assert!(e.to_string().contains("cannot answer with 503"), "{e}");
     let e = opconform::sim::error_chain(&provider.allow(7).await.unwrap_err());
     assert!(e.contains("no fault rule 7"), "{e}");
-    assert!(provider.faults().log().is_empty());
+    assert!(provider.faults().events().is_empty());
 }
 
 #[tokio::test]

@@ -319,7 +319,7 @@ async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_bound_tokens_and_se
 async fn a_reject_policy_refuses_exactly_its_requests_from_the_moment_its_probe_says_it_is_in_force()
  {
     use opconform::cluster::admission;
-    use opconform::sim::faults::RequestMatch;
+    use opconform::fault::RequestMatch;
     let plane = ControlPlane::start(ControlPlaneConfig::new(found_binaries()))
         .await
         .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use opconform::check;
+use opconform::fault::FaultLog;
 use opconform::record::recorder::{Feeds, Recorder, RecorderConfig};
 use opconform::record::{History, Observation};
 use opconform::sim::apiserver::ApiServer;
@@ -714,7 +715,7 @@ async fn faults_appear_once_each_however_many_snapshots_are_taken() {
         config(1),
         Feeds {
             audit: None,
-            faults: Some(faults.clone()),
+            faults: Some(FaultLog::kept_in(faults.clone())),
         },
     );
     recorder.note("rejecting deployment creation");

@@ -29,7 +29,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
-use crate::sim::faults::RequestMatch;
+use crate::fault::RequestMatch;
 
 /// Errors of turning a reject rule into an admission policy.
 #[derive(Debug, thiserror::Error)]

@@ -9,20 +9,18 @@
 //! `OPCONFORM_AUDIT_LOG` names the API server's audit log file (kube-apiserver's JSON
 //! audit log, or the one `opconform sim --audit-log` writes).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
+use std::path::{Path, PathBuf};
 use tokio::sync::broadcast;
 
 use super::audit::{any_format_lines, follow_file};
 use super::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError, random_name};
+use crate::fault::{FaultLog, NodeFault, PodFault, RequestMatch};
 use crate::sim::apiserver::audit::AuditEvent;
-use crate::sim::faults::{Faults, NodeFault, PodFault, RequestMatch};
 
 /// The label every object a scenario creates on a shared cluster carries.
 pub const SCENARIO_LABEL: &str = "opconform.io/scenario";
@@ -64,7 +62,7 @@ pub struct KubeconfigProvider {
     prefix: String,
     image: String,
     audit_log: Option<PathBuf>,
-    faults: Arc<Faults>,
+    faults: FaultLog,
 }
 
 /// A client for the kubeconfig at `path` (else the one `KUBECONFIG` names, else
@@ -121,7 +119,7 @@ impl KubeconfigProvider {
                 .image
                 .unwrap_or_else(|| DEFAULT_OPERATOR_IMAGE.to_string()),
             audit_log: options.audit_log,
-            faults: Arc::new(Faults::new()),
+            faults: FaultLog::new(),
         }
     }
 
@@ -200,7 +198,7 @@ impl Provider for KubeconfigProvider {
         shared_placement(&self.prefix, &self.image)
     }
 
-    fn faults(&self) -> Arc<Faults> {
+    fn faults(&self) -> FaultLog {
         self.faults.clone()
     }
 
@@ -296,7 +294,7 @@ mod tests {
         let client = Client::try_from(config).unwrap();
         let provider = KubeconfigProvider::with_client(client, KubeconfigOptions::default());
         let evict = PodFault::Evict {
-            message: crate::sim::faults::LOW_ON_MEMORY.into(),
+            message: crate::fault::LOW_ON_MEMORY.into(),
         };
         let e = provider
             .pod_fault("ops", "op-1", &evict)
@@ -326,6 +324,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no access to the nodes"), "{e}");
-        assert!(provider.faults().log().is_empty());
+        assert!(provider.faults().events().is_empty());
     }
 }

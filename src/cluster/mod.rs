@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use kube::Client;
 use tokio::sync::broadcast;
 
+use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
 use crate::sim::apiserver::audit::AuditEvent;
-use crate::sim::faults::{FaultError, Faults, NodeFault, PodFault, RequestMatch};
 
 /// The image the operator manifests name.
 pub const DEFAULT_OPERATOR_IMAGE: &str = "memcached-operator:dev";
@@ -55,7 +55,7 @@ pub enum ProviderError {
     /// A client could not be built.
     #[error("cannot build a client for the cluster")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The simulated cluster refused a fault.
+    /// The cluster refused a fault.
     #[error("the fault was not applied")]
     Fault(#[from] FaultError),
     /// A request to the cluster failed.
@@ -166,8 +166,9 @@ pub trait Provider: Send + Sync {
     fn namespace(&self, logical: &str) -> String;
     /// Where the operator goes.
     fn placement(&self) -> Placement;
-    /// The log of faults applied (the recorder follows it).
-    fn faults(&self) -> std::sync::Arc<Faults>;
+    /// The log of faults applied and undone, which the provider records into (the
+    /// recorder merges it into the history).
+    fn faults(&self) -> FaultLog;
     /// A live feed of the audit, when the provider has one.
     fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>>;
     /// Applies a fault to a pod and logs it.

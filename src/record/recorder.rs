@@ -48,9 +48,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+use crate::fault::FaultLog;
 use crate::record::{Change, Entry, History, Observation};
 use crate::sim::apiserver::audit::AuditEvent;
-use crate::sim::faults::Faults;
 use crate::sim::plain_http::{self, PlainHttpError};
 
 /// How long one scrape of a replica's `/metrics` may take, connection included.
@@ -127,7 +127,7 @@ pub struct Feeds {
     /// The live audit of the API server.
     pub audit: Option<broadcast::Receiver<AuditEvent>>,
     /// The cluster's faults, whose log is merged into every snapshot.
-    pub faults: Option<Arc<Faults>>,
+    pub faults: Option<FaultLog>,
 }
 
 /// A running recorder. Dropping it stops its tasks (without a final snapshot).
@@ -154,7 +154,7 @@ pub struct Feeds {
 ///   the update that removed its last finalizer is recorded deleted with that finalizer.
 pub struct Recorder {
     shared: Arc<Shared>,
-    faults: Option<Arc<Faults>>,
+    faults: Option<FaultLog>,
     config: RecorderConfig,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -323,7 +323,7 @@ impl Recorder {
             all
         };
         if let Some(faults) = &self.faults {
-            all.extend(faults.log().into_iter().map(|f| Entry {
+            all.extend(faults.events().into_iter().map(|f| Entry {
                 time: f.time,
                 observation: Observation::Fault {
                     verb: f.verb,

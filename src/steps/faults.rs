@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::wait::eventually;
 use super::{Dur, World};
+use crate::fault::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 use crate::record::Observation;
-use crate::sim::faults::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 
 fn leader(world: &World) -> String {
     world
@@ -94,7 +94,8 @@ async fn scaled_while_frozen_at_read(world: &mut World, name: String, size: i64,
     // The leader is frozen as its first read of the Deployment after the change arrives,
     // before the answer goes back: it wakes in the middle of the reconcile of that change,
     // holding what it read before the takeover.
-    cluster.server().state().faults.hold_sender(
+    crate::cluster::sim::hold_sender(
+        cluster,
         RequestMatch {
             pod: Some(format!("{operator_namespace}/{pod}")),
             ..object(&["get"], "apps", "deployments")

@@ -14,8 +14,8 @@ use super::memcached::{bulk, get, namespace_of};
 use super::reconcile::{accept, origin, refuse};
 use super::wait::{eventually, throughout};
 use super::{Dur, World};
+use crate::fault::RequestMatch;
 use crate::record::Observation;
-use crate::sim::faults::RequestMatch;
 
 /// The registry ConfigMap's name.
 pub const REGISTRY: &str = "memcached-registry";

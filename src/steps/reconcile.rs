@@ -14,8 +14,8 @@ use super::memcached::namespace_of;
 use super::wait::eventually;
 use super::{Dur, World};
 use crate::check::reconcile::{Reconcile, backing_off, collapse, parse_log, periodic};
+use crate::fault::RequestMatch;
 use crate::record::{Entry, History, Observation};
-use crate::sim::faults::RequestMatch;
 
 /// The status code the API server answers refused requests with: 403 Forbidden, which
 /// every provider can give (on kind an admission policy answers).

@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use super::KindError;
 use super::command::Tools;
-use crate::sim::faults::Cut;
+use crate::fault::Cut;
 
 /// The port kube-apiserver listens on inside kind's control-plane node.
 pub const API_SERVER_PORT: u16 = 6443;

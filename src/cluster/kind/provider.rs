@@ -32,8 +32,8 @@ use crate::cluster::admission;
 use crate::cluster::audit::{PodsByIp, follow_file, kube_apiserver_lines, watch_pod_addresses};
 use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::{Placement, Provider, ProviderError, random_name};
+use crate::fault::{Cut, FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
 use crate::sim::apiserver::audit::AuditEvent;
-use crate::sim::faults::{Cut, FaultError, Faults, NodeFault, PodFault, RequestMatch};
 
 /// Where a pod runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +62,7 @@ struct InForce {
 pub struct KindProvider {
     cluster: Arc<KindCluster>,
     prefix: String,
-    faults: Arc<Faults>,
+    faults: FaultLog,
     in_force: tokio::sync::Mutex<InForce>,
     next_rule: AtomicU64,
     tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
@@ -74,7 +74,7 @@ impl KindProvider {
         Self {
             cluster,
             prefix: random_name("opconform"),
-            faults: Arc::new(Faults::new()),
+            faults: FaultLog::new(),
             in_force: tokio::sync::Mutex::default(),
             next_rule: AtomicU64::new(0),
             tasks: std::sync::Mutex::default(),
@@ -328,7 +328,7 @@ impl Provider for KindProvider {
         shared_placement(&self.prefix, self.cluster.image())
     }
 
-    fn faults(&self) -> Arc<Faults> {
+    fn faults(&self) -> FaultLog {
         self.faults.clone()
     }
 

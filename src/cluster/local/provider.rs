@@ -31,10 +31,11 @@ use tokio::sync::broadcast;
 
 use super::{Binaries, ControlPlane, ControlPlaneConfig};
 use crate::cluster::audit::{PodsByIp, follow_file, kube_apiserver_lines, watch_pod_addresses};
+use crate::cluster::sim::{node_fault_on, pod_fault_on};
 use crate::cluster::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError, admission};
+use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::cluster::Nodes;
-use crate::sim::faults::{FaultError, Faults, NodeFault, PodFault, RequestMatch};
 use crate::sim::kubelet::{ImageMap, Kubelet, KubeletConfig};
 
 /// The namespace the operator manifests name.
@@ -52,7 +53,7 @@ pub struct LocalProvider {
     plane: Option<ControlPlane>,
     nodes: Arc<Nodes>,
     client: Client,
-    faults: Arc<Faults>,
+    faults: FaultLog,
     rules: tokio::sync::Mutex<BTreeMap<u64, String>>,
     next_rule: AtomicU64,
     tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
@@ -143,7 +144,7 @@ impl LocalProvider {
             plane: Some(plane),
             nodes,
             client,
-            faults: Arc::new(Faults::new()),
+            faults: FaultLog::new(),
             rules: tokio::sync::Mutex::default(),
             next_rule: AtomicU64::new(0),
             tasks: std::sync::Mutex::default(),
@@ -237,7 +238,7 @@ impl Provider for LocalProvider {
         }
     }
 
-    fn faults(&self) -> Arc<Faults> {
+    fn faults(&self) -> FaultLog {
         self.faults.clone()
     }
 
@@ -264,13 +265,20 @@ impl Provider for LocalProvider {
         pod: &str,
         fault: &PodFault,
     ) -> Result<(), ProviderError> {
-        Ok(self
-            .faults
-            .apply_pod(self.nodes.as_ref(), namespace, pod, fault)?)
+        pod_fault_on(&self.nodes, namespace, pod, fault)?;
+        self.faults.record(
+            fault.verb(),
+            &format!("pod {namespace}/{pod}"),
+            &fault.detail(),
+        );
+        Ok(())
     }
 
     async fn node_fault(&self, node: &str, fault: &NodeFault) -> Result<(), ProviderError> {
-        Ok(self.faults.apply_node(self.nodes.as_ref(), node, fault)?)
+        node_fault_on(&self.nodes, node, fault)?;
+        self.faults
+            .record(fault.verb(), &format!("node {node}"), &fault.detail());
+        Ok(())
     }
 
     async fn reject(
