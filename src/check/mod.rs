@@ -439,6 +439,30 @@ pub fn takeover_after_last_renewal(history: &History, verb: &str) -> Option<Dura
     (taken_at - renewed_at).to_std().ok()
 }
 
+/// How long the lock stood free after the first `verb` fault: from the old leader's
+/// release (the holder cleared) to the next holder seen. `None` when the lock was never
+/// released after the fault, or never taken again.
+pub fn handover_after_release(history: &History, verb: &str) -> Option<Duration> {
+    let f = failover(history, verb)?;
+    let released_at = history
+        .entries()
+        .iter()
+        .find_map(|e| match &e.observation {
+            Observation::Lock { holder: None, .. } if e.time >= f.fault.time => Some(e.time),
+            _ => None,
+        })?;
+    let taken_at = history
+        .entries()
+        .iter()
+        .find_map(|e| match &e.observation {
+            Observation::Lock {
+                holder: Some(_), ..
+            } if e.time >= released_at => Some(e.time),
+            _ => None,
+        })?;
+    (taken_at - released_at).to_std().ok()
+}
+
 /// How long after the first `verb` fault the replica that led then stopped saying it
 /// leads (its gauge); `None` when it never did in the history.
 pub fn step_down_after(history: &History, verb: &str) -> Option<Duration> {
@@ -758,6 +782,30 @@ mod tests {
             Some(Duration::from_millis(4100))
         );
         assert_eq!(takeover_after_last_renewal(&h, "crash"), None);
+    }
+
+    #[test]
+    fn a_handover_is_measured_from_the_release_to_the_next_holder() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        fault(&mut h, 1000, "delete");
+        renewal(&mut h, 1500, "a");
+        lock(&mut h, 2300, None, 0);
+        lock(&mut h, 2360, Some("b"), 1);
+        assert_eq!(
+            handover_after_release(&h, "delete"),
+            Some(Duration::from_millis(60))
+        );
+        assert_eq!(handover_after_release(&h, "crash"), None);
+    }
+
+    #[test]
+    fn a_lock_never_released_has_no_handover() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        fault(&mut h, 1000, "delete");
+        lock(&mut h, 5000, Some("b"), 1);
+        assert_eq!(handover_after_release(&h, "delete"), None);
     }
 
     #[test]

@@ -79,6 +79,24 @@ async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
     );
 }
 
+#[then(
+    expr = "the old leader released the lock after the {word} and another took it within {duration}"
+)]
+async fn handover_within(world: &mut World, verb: String, bound: Dur) {
+    let took = check::handover_after_release(&world.history(), &verb).unwrap_or_else(|| {
+        panic!("after the {verb} the old leader never released the lock, or no one took it")
+    });
+    println!(
+        "the lock stood free {} ms between the release and the next holder",
+        took.as_millis()
+    );
+    assert!(
+        took <= bound.0,
+        "the lock stood free {took:?}, more than {:?}",
+        bound.0
+    );
+}
+
 #[then(expr = "the failover after the {word} took at least {duration}")]
 async fn failover_at_least(world: &mut World, verb: String, bound: Dur) {
     let took = measured_failover(world, &verb);
