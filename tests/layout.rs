@@ -1,10 +1,13 @@
 //! The direction of the workspace's crates, as `cargo metadata` reads the manifests: the
 //! simulator's crates never depend on the harness, and the simulated API server knows
-//! nothing of the nodes and controllers that are its clients.
+//! nothing of the nodes and controllers that are its clients. Within each crate, the
+//! modules import each other one way only: no cycle, as the sources name their paths.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use regex::Regex;
 use serde_json::Value;
 
 /// Every workspace package with the names of all its dependencies (normal, dev and build).
@@ -86,4 +89,161 @@ fn the_bundled_operator_depends_on_nothing_of_ours() {
             "memcached-operator depends on {ours}: {dependencies:?}"
         );
     }
+}
+
+/// The module path of every `.rs` file under a crate's `src`, to its file.
+fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut found = BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path
+                    .strip_prefix(src)
+                    .expect("under src")
+                    .with_extension("");
+                let mut module: Vec<String> = relative
+                    .iter()
+                    .map(|part| part.to_string_lossy().into_owned())
+                    .collect();
+                if matches!(
+                    module.last().map(String::as_str),
+                    Some("mod" | "lib" | "main")
+                ) {
+                    module.pop();
+                }
+                found.insert(module, path);
+            }
+        }
+    }
+    found
+}
+
+/// The other modules of the crate that one file's code (comments and its `tests` module
+/// left out) names through `crate::`, `super::` or `self::` paths, parents and children
+/// excepted: a module always reaches its parent and its children.
+fn imports(
+    module: &[String],
+    path: &Path,
+    all: &BTreeMap<Vec<String>, PathBuf>,
+) -> BTreeSet<Vec<String>> {
+    let text = std::fs::read_to_string(path).expect("read source");
+    let code = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => &text[..],
+    };
+    let code: String = code
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let path_expr =
+        Regex::new(r"\b(crate|self|(?:super::)+)((?:::)?[a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)")
+            .expect("regex");
+    let mut found = BTreeSet::new();
+    for capture in path_expr.captures_iter(&code) {
+        let start = &capture[1];
+        let rest: Vec<String> = capture[2]
+            .trim_start_matches("::")
+            .split("::")
+            .map(str::to_string)
+            .collect();
+        // The module a relative path starts from: `self` is this module, each `super`
+        // one level up (a non-mod.rs file's own module counts as a level).
+        let mut target = match start {
+            "crate" => Vec::new(),
+            "self" => module.to_vec(),
+            supers => {
+                let levels = supers.matches("super::").count();
+                module[..module.len().saturating_sub(levels)].to_vec()
+            }
+        };
+        target.extend(rest);
+        while !target.is_empty() && !all.contains_key(&target) {
+            target.pop();
+        }
+        let related = target.starts_with(module) || module.starts_with(&target);
+        if !related {
+            found.insert(target);
+        }
+    }
+    found
+}
+
+/// A cycle among a crate's modules, if there is one.
+fn module_cycle(src: &Path) -> Option<Vec<Vec<String>>> {
+    let all = modules(src);
+    let edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = all
+        .iter()
+        .map(|(module, path)| (module.clone(), imports(module, path, &all)))
+        .collect();
+    // Depth-first search; a module met again on the current path closes a cycle.
+    fn visit(
+        module: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        path: &mut Vec<Vec<String>>,
+        done: &mut BTreeSet<Vec<String>>,
+    ) -> Option<Vec<Vec<String>>> {
+        if let Some(at) = path.iter().position(|m| m == module) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(module.clone());
+            return Some(cycle);
+        }
+        if done.contains(module) {
+            return None;
+        }
+        path.push(module.clone());
+        for next in edges.get(module).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(module.clone());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for module in edges.keys() {
+        if let Some(cycle) = visit(module, &edges, &mut Vec::new(), &mut done) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+#[test]
+fn no_two_modules_of_a_crate_import_each_other_even_through_others() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for src in [
+        "src",
+        "crates/sim-apiserver/src",
+        "crates/sim-node/src",
+        "crates/sim-controllers/src",
+        "operator/src",
+    ] {
+        if let Some(cycle) = module_cycle(&root.join(src)) {
+            let names: Vec<String> = cycle.iter().map(|m| m.join("::")).collect();
+            panic!("{src}: modules import each other: {}", names.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn a_cycle_between_two_sibling_modules_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "use super::b::B;\npub struct A;\n").unwrap();
+    std::fs::write(
+        src.join("b.rs"),
+        "// crate::a in a comment does not count\npub struct B(crate::a::A);\n",
+    )
+    .unwrap();
+    let cycle = module_cycle(src).expect("the cycle a → b → a");
+    assert_eq!(cycle.len(), 3, "{cycle:?}");
+    std::fs::write(src.join("b.rs"), "pub struct B;\n").unwrap();
+    assert_eq!(module_cycle(src), None);
 }
