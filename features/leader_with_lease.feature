@@ -128,6 +128,7 @@ Feature: Leader with lease
   Scenario: A standby whose clock runs ahead does not take a live lease
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And within 30s exactly one replica leads
+    And within 30s the other replicas are ready standbys
     When a standby's clock runs 30s ahead
     Then the leader keeps leading for 6s
     And there was never more than one leader

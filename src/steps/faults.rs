@@ -185,7 +185,13 @@ async fn standby_clock_ahead(world: &mut World, seconds: i64) {
     let standby = super::leadership::leading_candidates(&world.history())
         .into_iter()
         .find(|r| *r != leader)
-        .expect("a standby replica was seen");
+        .unwrap_or_else(|| {
+            panic!(
+                "no standby of {leader} seen yet (no leader gauge of another replica was \
+                 scraped): wait for them first, with \"within {{duration}} the other replicas \
+                 are ready standbys\""
+            )
+        });
     pod_fault(world, &standby, PodFault::Skew { seconds }).await;
     world.remembered.insert("skewed".into(), standby);
 }

@@ -173,6 +173,7 @@ fn standbys(history: &History, leader: &str) -> (usize, Vec<String>) {
     (ready, problems)
 }
 
+#[given(expr = "within {duration} the other replicas are ready standbys")]
 #[then(expr = "within {duration} the other replicas are ready standbys")]
 async fn others_are_standbys(world: &mut World, within: Dur) {
     let leader = leader(world);
