@@ -7,6 +7,7 @@
 //!
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
+//! - [`audit`]: the audit record every provider gives, and its live feed.
 //! - [`fault`]: the fault vocabulary the features speak; each provider carries it out.
 //! - [`cluster`]: the providers a scenario runs on (sim, kubeconfig, kind) behind one trait.
 //! - [`deploy`]: apply manifests through the API and wait for rollouts.
@@ -17,6 +18,7 @@
 //! - [`bench`]: `opconform bench`, the operator's handoffs, API load and memory beside the anchors'.
 //! - [`cli`]: the `opconform` command line.
 
+pub mod audit;
 pub mod bench;
 pub mod check;
 pub mod cli;
@@ -28,3 +30,12 @@ pub mod report;
 pub mod sim;
 pub mod steps;
 pub mod subject;
+
+/// An error and its causes, outermost first, joined by `: ` — what a person needs to see
+/// when an error is printed once at the top.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}

@@ -14,7 +14,7 @@ async fn main() -> std::process::ExitCode {
     match opconform::cli::run(opconform::cli::Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", opconform::sim::error_chain(&e));
+            eprintln!("error: {}", opconform::error_chain(&e));
             std::process::ExitCode::from(1)
         }
     }

@@ -694,7 +694,7 @@ mod tests {
             ))),
         };
         assert_eq!(
-            crate::sim::error_chain(&error),
+            crate::error_chain(&error),
             "cannot build the operator binary with `cargo build -p memcached-operator --bin \
              memcached-operator`: cannot run cargo: entity not found"
         );

@@ -1386,8 +1386,7 @@ const KNOWN: &[(&str, &str)] = &[];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulator_answers_every_interaction_as_the_real_kube_apiserver_does() {
-    let binaries =
-        Binaries::find().unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    let binaries = Binaries::find().unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     let dir = tempfile::tempdir().unwrap();
     let (real, sim) = tokio::join!(
         ControlPlane::start(ControlPlaneConfig::new(binaries)),
@@ -1396,8 +1395,8 @@ async fn the_simulator_answers_every_interaction_as_the_real_kube_apiserver_does
             ..SimClusterConfig::fast()
         })
     );
-    let real = real.unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
-    let sim = sim.unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+    let real = real.unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+    let sim = sim.unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     let targets = [
         Target::new("sim", sim.server().admin_kubeconfig(), dir.path()).await,
         Target::new("real", real.admin_kubeconfig(), dir.path()).await,

@@ -191,7 +191,7 @@ async fn apply(provider: &KindProvider, namespace: &str, pod: &str, faults: &[Po
         provider
             .pod_fault(namespace, pod, fault)
             .await
-            .unwrap_or_else(|e| panic!("{fault:?}: {}", opconform::sim::error_chain(&e)));
+            .unwrap_or_else(|e| panic!("{fault:?}: {}", opconform::error_chain(&e)));
     }
 }
 
@@ -209,7 +209,7 @@ async fn apply_node(provider: &KindProvider, node: &str, faults: &[NodeFault]) {
         provider
             .node_fault(node, fault)
             .await
-            .unwrap_or_else(|e| panic!("{fault:?}: {}", opconform::sim::error_chain(&e)));
+            .unwrap_or_else(|e| panic!("{fault:?}: {}", opconform::error_chain(&e)));
     }
 }
 
@@ -386,7 +386,7 @@ async fn a_missing_tool_is_named_with_how_to_install_it_before_anything_runs() {
     options.tools = Tools::new(fake.path("bin"));
     let run = KindRun::new(options);
     let e = run.cluster().await.unwrap_err();
-    let text = opconform::sim::error_chain(&e);
+    let text = opconform::error_chain(&e);
     assert!(text.contains("kubectl is not installed"), "{text}");
     assert!(
         text.contains("https://kubernetes.io/docs/tasks/tools/"),
@@ -660,7 +660,7 @@ async fn a_node_docker_will_not_pin_comes_back_where_docker_puts_it_and_must_be_
         .node_fault(&node, &NodeFault::Repair)
         .await
         .unwrap_err();
-    let text = opconform::sim::error_chain(&e);
+    let text = opconform::error_chain(&e);
     assert!(
         text.contains(
             "came back on the kind network at 172.18.0.9 fc00::9, not at 172.18.0.3 fc00::3"
@@ -734,7 +734,7 @@ async fn reject_refuses_reads_and_codes_admission_cannot_give_before_touching_th
         .await
         .unwrap_err();
     assert!(e.to_string().contains("cannot answer with 503"), "{e}");
-    let e = opconform::sim::error_chain(&provider.allow(7).await.unwrap_err());
+    let e = opconform::error_chain(&provider.allow(7).await.unwrap_err());
     assert!(e.contains("no fault rule 7"), "{e}");
     assert!(provider.faults().events().is_empty());
 }
@@ -788,7 +788,7 @@ async fn the_api_servers_audit_log_is_followed_and_writes_are_attributed_to_pods
     let (_run, provider, name) = scenario(&fake).await;
     let system = provider.placement().namespace;
     let log = fake.path(&format!("work/{name}/audit/kube-apiserver-audit.log"));
-    let mut feed = provider.audit().expect("an audit feed");
+    let (mut feed, _) = provider.audit().expect("an audit feed").into_parts();
     fake.pod(&system, "op-9", &format!("{name}-worker"), "10.244.1.9")
         .await;
     let line = |source: &str, extra: &str| {

@@ -15,7 +15,7 @@ mod support;
 use support::eventually;
 
 fn found_binaries() -> Binaries {
-    Binaries::find().unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)))
+    Binaries::find().unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)))
 }
 
 fn alive(pid: u32) -> bool {
@@ -85,7 +85,7 @@ async fn namespace_with_its_default_account(client: &kube::Client, name: &str) {
 async fn a_real_control_plane_serves_kube_rs_runs_its_controllers_and_audits_writes() {
     let plane = ControlPlane::start(ControlPlaneConfig::new(found_binaries()))
         .await
-        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     assert_eq!(
         plane.components(),
         [
@@ -216,13 +216,13 @@ async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_bound_tokens_and_se
     config.nodes = vec!["worker-71".into()];
     let plane = ControlPlane::start(config)
         .await
-        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     let dir = tempfile::tempdir().unwrap();
     let mut node = KubeletConfig::new("worker-71", 71, dir.path().join("node"));
     node.images.insert("example/shell:1", "/bin/sh");
     let kubelet = Kubelet::start(std::sync::Arc::new(plane.upstream()), node)
         .await
-        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     let client = plane.admin_client().await.unwrap();
 
     let nodes: Api<Node> = Api::all(client.clone());
@@ -322,7 +322,7 @@ async fn a_reject_policy_refuses_exactly_its_requests_from_the_moment_its_probe_
     use opconform::fault::RequestMatch;
     let plane = ControlPlane::start(ControlPlaneConfig::new(found_binaries()))
         .await
-        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     let client = plane.admin_client().await.unwrap();
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for name in ["guarded", "other"] {
@@ -400,7 +400,7 @@ async fn without_kube_controller_manager_the_simulators_controllers_stand_in_aga
     config.nodes = vec!["worker-72".into()];
     let plane = ControlPlane::start(config)
         .await
-        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     assert_eq!(plane.components(), ["etcd", "kube-apiserver"]);
     assert_eq!(
         plane.controllers(),
@@ -427,7 +427,7 @@ async fn without_kube_controller_manager_the_simulators_controllers_stand_in_aga
     node.images.insert("example/shell:1", "/bin/sh");
     let kubelet = Kubelet::start(std::sync::Arc::new(plane.upstream()), node)
         .await
-        .unwrap_or_else(|e| panic!("{}", opconform::sim::error_chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "stand-in");
     let deployment: Deployment = serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sleepers"},

@@ -570,6 +570,52 @@ fn deployment(name: &str) -> Deployment {
     }))
 }
 
+/// A recorder of `server`'s cluster that also follows its audit.
+fn recording_writes(client: &Client, server: &ApiServer) -> Recorder {
+    Recorder::start(
+        client.clone(),
+        config(1),
+        Feeds {
+            audit: Some(opconform::cluster::sim::audit_feed(server)),
+            faults: None,
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_caught_up_history_holds_every_write_answered_before_it_was_asked_for() {
+    let (server, client) = support::server().await;
+    create_namespace(&client).await;
+    let ip = IpAddr::from([127, 0, 59, 1]);
+    running_pod(&client, "op-a", ip, true).await;
+    let recorder = recording_writes(&client, &server);
+    recorded(&recorder, "op-a seen", |h| {
+        (!pods(h, "op-a").is_empty()).then_some(())
+    })
+    .await;
+    let (_proxy, op_a) = client_from(&server, ip, "op-a-user").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(op_a, NS);
+    for i in 0..20 {
+        config_maps
+            .create(
+                &PostParams::default(),
+                &object(json!({"metadata": {"name": format!("cm-{i}")}})),
+            )
+            .await
+            .unwrap();
+    }
+    // No polling: the history asked for after the last answer has all twenty.
+    let history = recorder.caught_up().await;
+    let created = writes(&history)
+        .into_iter()
+        .filter(|(verb, resource, _, code, _)| {
+            verb == "create" && resource == "configmaps" && *code == 201
+        })
+        .count();
+    assert_eq!(created, 20, "{:?}", writes(&history));
+    recorder.stop().await;
+}
+
 #[tokio::test]
 async fn writes_from_the_operators_pods_are_recorded_with_their_replica_and_election_flag() {
     let (server, client) = support::server().await;
@@ -578,14 +624,7 @@ async fn writes_from_the_operators_pods_are_recorded_with_their_replica_and_elec
     running_pod(&client, "op-a", ip_a, true).await;
     running_pod(&client, "other", ip_other, false).await;
     running_pod(&client, "op-b", IpAddr::from([127, 0, 58, 3]), true).await;
-    let recorder = Recorder::start(
-        client.clone(),
-        config(1),
-        Feeds {
-            audit: Some(server.state().audit.subscribe()),
-            faults: None,
-        },
-    );
+    let recorder = recording_writes(&client, &server);
     let (_proxy_a, op_a) = client_from(&server, ip_a, "op-a-user").await;
     let (_proxy_other, other) = client_from(&server, ip_other, "other-user").await;
 

@@ -291,7 +291,7 @@ pub(crate) async fn real_start(options: &Options) -> Result<Series, BenchError> 
         Err(e) => {
             return Ok(Series::not_measured(
                 "real",
-                &format!("not measured: {}", crate::sim::error_chain(&e)),
+                &format!("not measured: {}", crate::error_chain(&e)),
             ));
         }
     };

@@ -11,19 +11,19 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use super::ProviderError;
-use crate::sim::apiserver::audit::{AuditEvent, PodRef};
+use crate::audit::{AuditFeed, AuditRecord, CatchUpRequest, PodRef};
 
 /// How often the file is read for new lines.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Turns one line of the log into an event (`None` skips the line).
-pub type LineParser = fn(&str) -> Option<AuditEvent>;
+pub type LineParser = fn(&str) -> Option<AuditRecord>;
 
 /// Parses a line written by `opconform sim --audit-log`.
-pub fn parse_sim_line(line: &str) -> Option<AuditEvent> {
+pub fn parse_sim_line(line: &str) -> Option<AuditRecord> {
     serde_json::from_str(line).ok()
 }
 
@@ -81,16 +81,12 @@ struct KubeAuditEvent {
     api_version: String,
     kind: String,
     stage: String,
-    #[serde(rename = "requestURI")]
-    request_uri: String,
     verb: String,
     user: KubeUser,
     #[serde(default)]
     impersonated_user: Option<KubeUser>,
     #[serde(default, rename = "sourceIPs")]
     source_ips: Vec<String>,
-    #[serde(default)]
-    user_agent: String,
     #[serde(default)]
     object_ref: Option<KubeObjectRef>,
     #[serde(default)]
@@ -102,8 +98,6 @@ struct KubeAuditEvent {
 struct KubeUser {
     #[serde(default)]
     username: String,
-    #[serde(default)]
-    groups: Vec<String>,
     #[serde(default)]
     extra: BTreeMap<String, Vec<String>>,
 }
@@ -157,7 +151,7 @@ pub fn parse_kube_apiserver_line(
     line: &str,
     seq: u64,
     pods_by_ip: &HashMap<String, PodRef>,
-) -> Option<AuditEvent> {
+) -> Option<AuditRecord> {
     let ev: KubeAuditEvent = serde_json::from_str(line).ok()?;
     if ev.kind != "Event"
         || !ev.api_version.starts_with("audit.k8s.io/")
@@ -166,19 +160,13 @@ pub fn parse_kube_apiserver_line(
         return None;
     }
     let source_ip = ev.source_ips.first().cloned().unwrap_or_default();
-    let (effective, impersonated_by) = match ev.impersonated_user {
-        Some(as_user) => (as_user, Some(ev.user.username.clone())),
-        None => (ev.user, None),
-    };
+    let effective = ev.impersonated_user.unwrap_or(ev.user);
     let pod = pod_of_token(&effective).or_else(|| pods_by_ip.get(&source_ip).cloned());
     let object = ev.object_ref.unwrap_or_default();
-    Some(AuditEvent {
+    Some(AuditRecord {
         time: ev.request_received_timestamp,
         seq,
         user: effective.username,
-        groups: effective.groups,
-        impersonated_by,
-        source_ip,
         pod,
         verb: ev.verb,
         api_group: object.api_group,
@@ -186,15 +174,13 @@ pub fn parse_kube_apiserver_line(
         subresource: object.subresource,
         namespace: object.namespace,
         name: object.name,
-        request_uri: ev.request_uri,
-        user_agent: ev.user_agent,
         code: ev.response_status.map_or(0, |s| s.code),
     })
 }
 
 /// A parser of kube-apiserver audit lines for [`follow_file`]: numbers the events from 1
 /// and attributes them to pods (see [`parse_kube_apiserver_line`]).
-pub fn kube_apiserver_lines(pods_by_ip: PodsByIp) -> impl FnMut(&str) -> Option<AuditEvent> {
+pub fn kube_apiserver_lines(pods_by_ip: PodsByIp) -> impl FnMut(&str) -> Option<AuditRecord> {
     let mut seq = 0;
     move |line| {
         let pods = pods_by_ip.read().unwrap_or_else(|p| p.into_inner());
@@ -207,7 +193,7 @@ pub fn kube_apiserver_lines(pods_by_ip: PodsByIp) -> impl FnMut(&str) -> Option<
 /// A parser for [`follow_file`] of either format, line by line: kube-apiserver's audit
 /// events (numbered from 1, pods from their tokens) and `opconform sim --audit-log`
 /// lines.
-pub fn any_format_lines() -> impl FnMut(&str) -> Option<AuditEvent> {
+pub fn any_format_lines() -> impl FnMut(&str) -> Option<AuditRecord> {
     let mut kube = kube_apiserver_lines(PodsByIp::default());
     move |line| {
         if line.contains("\"audit.k8s.io/") {
@@ -219,14 +205,15 @@ pub fn any_format_lines() -> impl FnMut(&str) -> Option<AuditEvent> {
 }
 
 /// Follows `path` from its current end: every complete line appended later is parsed
-/// and sent on the returned feed. The follower stops when every receiver is dropped.
+/// and sent on the returned feed, read every [`POLL_INTERVAL`] and whenever the feed is
+/// asked to catch up. The follower stops when every receiver is dropped.
 ///
 /// # Errors
 /// When the file cannot be opened.
 pub fn follow_file(
     path: &Path,
-    mut parse: impl FnMut(&str) -> Option<AuditEvent> + Send + 'static,
-) -> Result<broadcast::Receiver<AuditEvent>, ProviderError> {
+    parse: impl FnMut(&str) -> Option<AuditRecord> + Send + 'static,
+) -> Result<AuditFeed, ProviderError> {
     let file_error = |source| ProviderError::File {
         action: "cannot follow the audit log",
         path: path.display().to_string(),
@@ -235,44 +222,92 @@ pub fn follow_file(
     let mut file = std::fs::File::open(path).map_err(file_error)?;
     let start = file.seek(SeekFrom::End(0)).map_err(file_error)?;
     let (tx, rx) = broadcast::channel(65_536);
-    let path: PathBuf = path.to_path_buf();
+    let (asks, mut asked) = mpsc::channel::<CatchUpRequest>(16);
+    let mut follower = Follower {
+        reader: BufReader::new(file),
+        path: path.to_path_buf(),
+        offset: start,
+        partial: String::new(),
+        parse,
+        tx,
+        last_seq: 0,
+    };
     tokio::spawn(async move {
-        let mut reader = BufReader::new(file);
-        let mut offset = start;
-        let mut partial = String::new();
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
         loop {
-            ticker.tick().await;
-            if tx.receiver_count() == 0 {
+            let answer = tokio::select! {
+                _ = ticker.tick() => None,
+                Some(answer) = asked.recv() => Some(answer),
+            };
+            if follower.tx.receiver_count() == 0 {
                 return;
             }
-            loop {
-                let mut line = String::new();
-                match reader.read_line(&mut line) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        offset += n as u64;
-                        partial.push_str(&line);
-                        if !partial.ends_with('\n') {
-                            continue;
-                        }
-                        if let Some(ev) = parse(partial.trim_end()) {
-                            let _ = tx.send(ev);
-                        }
-                        partial.clear();
-                    }
-                    Err(e) => {
-                        eprintln!(
-                            "opconform: reading the audit log {} failed at byte {offset}: {e}",
-                            path.display()
-                        );
-                        return;
-                    }
-                }
+            let read = follower.read_to_end();
+            if let Some(answer) = answer {
+                let _ = answer.send(follower.last_seq);
+            }
+            if let Err(e) = read {
+                eprintln!(
+                    "opconform: reading the audit log {} failed at byte {}: {e}",
+                    follower.path.display(),
+                    follower.offset
+                );
+                return;
             }
         }
     });
-    Ok(rx)
+    Ok(AuditFeed::followed(rx, asks))
+}
+
+/// [`follow_file`], or `None` after printing why the file cannot be followed: a run
+/// without the audit still checks everything but the writes.
+pub fn followed_or_warned(
+    path: &Path,
+    parse: impl FnMut(&str) -> Option<AuditRecord> + Send + 'static,
+) -> Option<AuditFeed> {
+    match follow_file(path, parse) {
+        Ok(feed) => Some(feed),
+        Err(e) => {
+            eprintln!("opconform: {}", crate::error_chain(&e));
+            None
+        }
+    }
+}
+
+/// The state of [`follow_file`]'s task.
+struct Follower<P> {
+    reader: BufReader<std::fs::File>,
+    path: PathBuf,
+    offset: u64,
+    /// A line read before its end was written.
+    partial: String,
+    parse: P,
+    tx: broadcast::Sender<AuditRecord>,
+    /// The `seq` of the last record sent.
+    last_seq: u64,
+}
+
+impl<P: FnMut(&str) -> Option<AuditRecord>> Follower<P> {
+    /// Sends every complete line up to the end of the file.
+    fn read_to_end(&mut self) -> std::io::Result<()> {
+        loop {
+            let mut line = String::new();
+            let n = self.reader.read_line(&mut line)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.offset += n as u64;
+            self.partial.push_str(&line);
+            if !self.partial.ends_with('\n') {
+                continue;
+            }
+            if let Some(record) = (self.parse)(self.partial.trim_end()) {
+                self.last_seq = self.last_seq.max(record.seq);
+                let _ = self.tx.send(record);
+            }
+            self.partial.clear();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -291,7 +326,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         std::fs::write(&path, format!("{}\n", line(1))).unwrap();
-        let mut feed = follow_file(&path, parse_sim_line).unwrap();
+        let (mut feed, _) = follow_file(&path, parse_sim_line).unwrap().into_parts();
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
@@ -315,6 +350,26 @@ mod tests {
         assert_eq!((first.seq, next.seq), (2, 3));
     }
 
+    #[tokio::test]
+    async fn catching_up_reads_the_file_to_its_end_before_answering() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        std::fs::write(&path, "").unwrap();
+        let (mut feed, catch_up) = follow_file(&path, parse_sim_line).unwrap().into_parts();
+        assert_eq!(catch_up.published().await, Some(0));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        writeln!(file, "{}", line(7)).unwrap();
+        writeln!(file, "{}", line(8)).unwrap();
+        assert_eq!(catch_up.published().await, Some(8));
+        let sent: Vec<u64> = std::iter::from_fn(|| feed.try_recv().ok())
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(sent, [7, 8]);
+    }
+
     /// A line as kube-apiserver writes it (Metadata level).
     fn kube_line(stage: &str, extra: &str) -> String {
         format!(
@@ -334,7 +389,6 @@ mod tests {
         .unwrap();
         assert_eq!(ev.seq, 7);
         assert_eq!(ev.user, "system:serviceaccount:ops:op");
-        assert_eq!(ev.source_ip, "172.18.0.3");
         assert_eq!(
             ev.pod,
             Some(PodRef {
@@ -382,11 +436,6 @@ mod tests {
         );
         let ev = parse_kube_apiserver_line(&line, 1, &HashMap::new()).unwrap();
         assert_eq!(ev.user, "alice");
-        assert_eq!(ev.groups, ["devs"]);
-        assert_eq!(
-            ev.impersonated_by.as_deref(),
-            Some("system:serviceaccount:ops:op")
-        );
     }
 
     #[test]

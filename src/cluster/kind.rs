@@ -385,7 +385,7 @@ impl KindRun {
                 self.set_up()
                     .await
                     .map(Arc::new)
-                    .map_err(|e| crate::sim::error_chain(&e))
+                    .map_err(|e| crate::error_chain(&e))
             })
             .await;
         match cached {
@@ -686,7 +686,7 @@ impl KindRun {
         {
             eprintln!(
                 "opconform: {}; delete it with `kind delete cluster --name {name}`",
-                crate::sim::error_chain(&e)
+                crate::error_chain(&e)
             );
         }
     }
@@ -733,7 +733,7 @@ impl KindRun {
             )
             .await
         {
-            eprintln!("opconform: {}", crate::sim::error_chain(&e));
+            eprintln!("opconform: {}", crate::error_chain(&e));
         }
     }
 

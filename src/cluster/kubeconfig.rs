@@ -15,12 +15,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
 use std::path::{Path, PathBuf};
-use tokio::sync::broadcast;
 
-use super::audit::{any_format_lines, follow_file};
+use super::audit::{any_format_lines, followed_or_warned};
 use super::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError, random_name};
+use crate::audit::AuditFeed;
 use crate::fault::{FaultLog, NodeFault, PodFault, RequestMatch};
-use crate::sim::apiserver::audit::AuditEvent;
 
 /// The label every object a scenario creates on a shared cluster carries.
 pub const SCENARIO_LABEL: &str = "opconform.io/scenario";
@@ -202,15 +201,9 @@ impl Provider for KubeconfigProvider {
         self.faults.clone()
     }
 
-    fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>> {
+    fn audit(&self) -> Option<AuditFeed> {
         let path = self.audit_log.as_ref()?;
-        match follow_file(path, any_format_lines()) {
-            Ok(feed) => Some(feed),
-            Err(e) => {
-                eprintln!("opconform: {}", crate::sim::error_chain(&e));
-                None
-            }
-        }
+        followed_or_warned(path, any_format_lines())
     }
 
     async fn pod_fault(

@@ -23,10 +23,9 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use kube::Client;
-use tokio::sync::broadcast;
 
+use crate::audit::AuditFeed;
 use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
-use crate::sim::apiserver::audit::AuditEvent;
 
 /// The image the operator manifests name.
 pub const DEFAULT_OPERATOR_IMAGE: &str = "memcached-operator:dev";
@@ -170,7 +169,7 @@ pub trait Provider: Send + Sync {
     /// recorder merges it into the history).
     fn faults(&self) -> FaultLog;
     /// A live feed of the audit, when the provider has one.
-    fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>>;
+    fn audit(&self) -> Option<AuditFeed>;
     /// Applies a fault to a pod and logs it.
     async fn pod_fault(
         &self,

@@ -13,14 +13,70 @@ use kube::Client;
 use tokio::sync::broadcast;
 
 use super::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError};
+use crate::audit::{AuditFeed, AuditRecord, PodRef};
 use crate::fault::{Cut, NodeFault, PodFault, RequestMatch};
 use crate::fault::{FaultError, FaultEvent, FaultLog, FaultStore};
+use crate::sim::apiserver::ServerHandle;
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::cluster::{Nodes, SimCluster, SimClusterConfig};
 use crate::sim::faults::{self as simulated, FaultTarget as _, reason_for_code};
+use crate::sim::kubelet::ImageMap;
 
 /// The namespace the operator manifests name.
 pub const OPERATOR_NAMESPACE: &str = "memcached-operator-system";
+
+/// Whether our kubelets can skew a pod's clock here: they preload libfaketime (the Debian
+/// package `faketime`) into its processes.
+pub fn can_skew_clocks() -> bool {
+    crate::sim::kubelet::find_faketime().is_some()
+}
+
+/// The live audit of a simulated API server, as the harness reads it: its events turned
+/// into records, caught up with by reading how many it has made.
+///
+/// # Panics
+/// Outside a Tokio runtime (it spawns the task that turns events into records).
+pub fn audit_feed(server: &ServerHandle) -> AuditFeed {
+    let state = server.state().clone();
+    let mut live = state.audit.subscribe();
+    let (tx, records) = broadcast::channel(65_536);
+    tokio::spawn(async move {
+        loop {
+            match live.recv().await {
+                Ok(event) => {
+                    if tx.send(record_of(event)).is_err() {
+                        return;
+                    }
+                }
+                // The recorder notes the gap: the numbers skip.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    AuditFeed::counted(records, move || state.audit.last_seq())
+}
+
+/// The harness's record of an event of the simulator's audit.
+pub fn record_of(event: AuditEvent) -> AuditRecord {
+    AuditRecord {
+        time: event.time,
+        seq: event.seq,
+        user: event.user,
+        pod: event.pod.map(|p| PodRef {
+            namespace: p.namespace,
+            name: p.name,
+            uid: p.uid,
+        }),
+        verb: event.verb,
+        api_group: event.api_group,
+        resource: event.resource,
+        subresource: event.subresource,
+        namespace: event.namespace,
+        name: event.name,
+        code: event.code,
+    }
+}
 
 /// A scenario's own simulated cluster.
 pub struct SimProvider {
@@ -29,6 +85,21 @@ pub struct SimProvider {
 }
 
 impl SimProvider {
+    /// Starts a cluster with the simulator's fast timings whose kubelets run `binary` for
+    /// the containers of `image` (the operator under test).
+    ///
+    /// # Errors
+    /// When the cluster does not start or no client can be built for it.
+    pub async fn running(image: &str, binary: &Path) -> Result<Self, ProviderError> {
+        let mut images = ImageMap::new();
+        images.insert(image, binary);
+        Self::start(SimClusterConfig {
+            images,
+            ..SimClusterConfig::fast()
+        })
+        .await
+    }
+
     /// Starts a cluster with `config`.
     ///
     /// # Errors
@@ -81,8 +152,8 @@ impl Provider for SimProvider {
         FaultLog::kept_in(self.cluster.server().state().faults.clone())
     }
 
-    fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>> {
-        Some(self.cluster.server().state().audit.subscribe())
+    fn audit(&self) -> Option<AuditFeed> {
+        Some(audit_feed(self.cluster.server()))
     }
 
     async fn pod_fault(
@@ -269,6 +340,37 @@ mod tests {
 
     use super::*;
     use crate::fault;
+
+    #[test]
+    fn a_line_of_the_simulators_audit_log_reads_as_the_record_its_event_becomes() {
+        let event = AuditEvent {
+            time: "2026-01-01T00:00:01.5Z".parse().unwrap(),
+            seq: 9,
+            user: "system:serviceaccount:ops:op".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            impersonated_by: Some("admin".into()),
+            source_ip: "10.0.0.7".into(),
+            pod: Some(crate::sim::apiserver::audit::PodRef {
+                namespace: "ops".into(),
+                name: "op-1".into(),
+                uid: "u-1".into(),
+            }),
+            verb: "patch".into(),
+            api_group: String::new(),
+            resource: "pods".into(),
+            subresource: "status".into(),
+            namespace: "ops".into(),
+            name: "op-1".into(),
+            request_uri: "/api/v1/namespaces/ops/pods/op-1/status".into(),
+            user_agent: "op/1".into(),
+            code: 200,
+        };
+        let line = serde_json::to_string(&event).unwrap();
+        assert_eq!(
+            crate::cluster::audit::parse_sim_line(&line),
+            Some(record_of(event))
+        );
+    }
 
     /// Every pod fault of the vocabulary, with the simulator's fault it means.
     fn pod_faults() -> Vec<(PodFault, simulated::PodFault)> {

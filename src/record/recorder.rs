@@ -48,13 +48,16 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+use crate::audit::{AuditCatchUp, AuditFeed, AuditRecord};
 use crate::fault::FaultLog;
 use crate::record::{Change, Entry, History, Observation};
-use crate::sim::apiserver::audit::AuditEvent;
-use crate::sim::plain_http::{self, PlainHttpError};
+use plain_http::PlainHttpError;
 
 /// How long one scrape of a replica's `/metrics` may take, connection included.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// How long [`Recorder::caught_up`] waits for the audit feed.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long [`Recorder::stop`] waits for each task to end before aborting it.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -125,7 +128,7 @@ pub fn memcached_resource() -> ApiResource {
 #[derive(Debug, Default)]
 pub struct Feeds {
     /// The live audit of the API server.
-    pub audit: Option<broadcast::Receiver<AuditEvent>>,
+    pub audit: Option<AuditFeed>,
     /// The cluster's faults, whose log is merged into every snapshot.
     pub faults: Option<FaultLog>,
 }
@@ -155,6 +158,7 @@ pub struct Feeds {
 pub struct Recorder {
     shared: Arc<Shared>,
     faults: Option<FaultLog>,
+    catch_up: Option<AuditCatchUp>,
     config: RecorderConfig,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -246,7 +250,10 @@ impl Recorder {
                 stop_rx.clone(),
             )));
         }
-        if let Some(audit) = feeds.audit {
+        let mut catch_up = None;
+        if let Some(feed) = feeds.audit {
+            let (audit, catching_up) = feed.into_parts();
+            catch_up = Some(catching_up);
             tasks.push(tokio::spawn(follow_audit(
                 audit,
                 config.namespace.clone(),
@@ -257,6 +264,7 @@ impl Recorder {
         Recorder {
             shared,
             faults: feeds.faults,
+            catch_up,
             config,
             shutdown,
             tasks,
@@ -338,6 +346,32 @@ impl Recorder {
             history.push(e.time, e.observation);
         }
         history
+    }
+
+    /// [`Recorder::snapshot`] once the audit feed has caught up: every write the API server
+    /// had answered before this call is in it (after waiting at most 10 s for the feed, which
+    /// a note in the history then says).
+    ///
+    /// A check that follows a wait calls this, not `snapshot`: the effect the wait saw can
+    /// reach the harness before the audit of the writes that caused it reaches the recorder.
+    pub async fn caught_up(&self) -> History {
+        if let Some(catch_up) = &self.catch_up
+            && let Some(published) = catch_up.published().await
+        {
+            let mut followed = self.shared.audit_seq.subscribe();
+            let caught =
+                tokio::time::timeout(CATCH_UP_TIMEOUT, followed.wait_for(|seq| *seq >= published))
+                    .await
+                    .is_ok_and(|waited| waited.is_ok());
+            if !caught {
+                let had = *followed.borrow();
+                self.note(&format!(
+                    "recorder: the audit feed had not caught up within {}s (request {had} of {published})",
+                    CATCH_UP_TIMEOUT.as_secs()
+                ));
+            }
+        }
+        self.snapshot()
     }
 
     /// Stops every task (the audit follower first takes what is already queued) and returns
@@ -496,6 +530,8 @@ pub async fn get_metrics(addr: SocketAddr, timeout: Duration) -> Result<String, 
 #[derive(Default)]
 struct Shared {
     inner: Mutex<Inner>,
+    /// The `seq` of the last audit record the follower has taken.
+    audit_seq: watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -503,7 +539,7 @@ struct Inner {
     /// Lock, pod, gauge, reconcile and note entries, in the order recorded.
     entries: Vec<Entry>,
     /// Writes from pods in the namespace; attributed at snapshot time to the pods seen.
-    writes: Vec<AuditEvent>,
+    writes: Vec<AuditRecord>,
     /// The operator's pods now.
     pods: BTreeMap<String, PodState>,
     /// Every pod that ever matched the selector.
@@ -542,7 +578,7 @@ struct Creation {
 /// The audit `seq` of the request that created the lock for `c`, if one is found.
 fn lock_create_of(
     c: &Creation,
-    writes: &[AuditEvent],
+    writes: &[AuditRecord],
     config: &RecorderConfig,
     used: &HashSet<u64>,
 ) -> Option<u64> {
@@ -567,7 +603,7 @@ fn lock_create_of(
 
 /// Whether a write is election traffic by what the audit names: the lock, an Event, or a
 /// create of a Lease or ConfigMap that failed because it existed.
-fn is_election(ev: &AuditEvent, config: &RecorderConfig) -> bool {
+fn is_election(ev: &AuditRecord, config: &RecorderConfig) -> bool {
     let events = ev.resource == "events" && matches!(ev.api_group.as_str(), "" | "events.k8s.io");
     let lock_kind = (ev.resource == "leases" && ev.api_group == "coordination.k8s.io")
         || (ev.resource == "configmaps" && ev.api_group.is_empty());
@@ -581,7 +617,7 @@ fn is_election(ev: &AuditEvent, config: &RecorderConfig) -> bool {
 /// Whether a write deletes a Pod of the operator (one that matched the selector): a
 /// standby under leader-for-life deleting an evicted or preempted leader's Pod so that the
 /// lock it owns is collected, which is election traffic, not the work of a leader.
-fn deletes_replica(ev: &AuditEvent, config: &RecorderConfig, replicas: &BTreeSet<String>) -> bool {
+fn deletes_replica(ev: &AuditRecord, config: &RecorderConfig, replicas: &BTreeSet<String>) -> bool {
     ev.verb == "delete"
         && ev.resource == "pods"
         && ev.api_group.is_empty()
@@ -1134,7 +1170,7 @@ impl Scraper {
         match self {
             Self::Direct { port } => get_metrics(SocketAddr::new(ip, port), SCRAPE_TIMEOUT)
                 .await
-                .map_err(|e| crate::sim::error_chain(&e)),
+                .map_err(|e| crate::error_chain(&e)),
             Self::ApiServer {
                 client,
                 namespace,
@@ -1221,12 +1257,17 @@ fn record_scrape(
 }
 
 async fn follow_audit(
-    mut audit: broadcast::Receiver<AuditEvent>,
+    mut audit: broadcast::Receiver<AuditRecord>,
     namespace: String,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let keep = |ev: AuditEvent| {
+    let keep = |ev: AuditRecord| {
+        shared.audit_seq.send_if_modified(|seq| {
+            let newer = ev.seq > *seq;
+            *seq = (*seq).max(ev.seq);
+            newer
+        });
         if ev.is_write() && ev.pod.as_ref().is_some_and(|p| p.namespace == namespace) {
             shared.lock().writes.push(ev);
         }

@@ -164,7 +164,7 @@ impl Nodes {
             .ok_or_else(|| {
                 FaultError::NoTarget(format!("pod {namespace}/{pod} is not running on any node"))
             })?;
-        act(kubelet).map_err(|e| FaultError::Unsupported(super::error_chain(&e)))
+        act(kubelet).map_err(|e| FaultError::Unsupported(crate::error_chain(&e)))
     }
 }
 

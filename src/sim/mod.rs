@@ -14,7 +14,7 @@ pub mod cluster;
 pub mod in_process;
 
 pub use sim_apiserver as apiserver;
-pub use sim_apiserver::{error_chain, faults, plain_http};
+pub use sim_apiserver::faults;
 pub use sim_controllers as controllers;
 pub use sim_node as kubelet;
 pub use sim_node::proxy;

@@ -182,7 +182,7 @@ async fn reject_lease_updates(world: &mut World, span: Dur) {
 #[when(expr = "a standby's clock runs {int}s ahead")]
 async fn standby_clock_ahead(world: &mut World, seconds: i64) {
     let leader = leader(world);
-    let standby = super::leadership::leading_candidates(&world.history())
+    let standby = super::leadership::leading_candidates(&world.history().await)
         .into_iter()
         .find(|r| *r != leader)
         .unwrap_or_else(|| {
@@ -362,6 +362,7 @@ async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) {
         }
         let deletes: Vec<(String, u16)> = world
             .history()
+            .await
             .entries()
             .iter()
             .filter_map(|e| match &e.observation {

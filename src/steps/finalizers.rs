@@ -120,33 +120,10 @@ async fn carries_finalizer(world: &mut World, within: Dur, name: String, finaliz
     .await;
 }
 
-/// How long the audit of a write may take to reach the history.
-const AUDIT_LAG: std::time::Duration = std::time::Duration::from_secs(10);
-
 #[then(expr = "the finalizer was added to memcached {string} before its Deployment was created")]
 async fn finalizer_before_deployment(world: &mut World, name: String) {
     let namespace = namespace_of(world, &name);
-    // The audit may reach the history a little after the API shows the objects (a
-    // followed audit log file is read every 50 ms): wait for the Deployment's create.
-    let history = eventually(
-        AUDIT_LAG,
-        "the Deployment's create in the audit of writes",
-        || {
-            let history = world.history();
-            let seen = history.entries().iter().any(|e| {
-                matches!(&e.observation, Observation::Write { namespace: ns, verb, resource, code, .. }
-                    if *ns == namespace && verb == "create" && resource == "deployments" && (200..300).contains(code))
-            });
-            async move {
-                if seen {
-                    Ok(history)
-                } else {
-                    Err("no successful create of a Deployment yet".to_string())
-                }
-            }
-        },
-    )
-    .await;
+    let history = world.history().await;
     let writes: Vec<_> = history
         .entries()
         .iter()
@@ -275,7 +252,7 @@ async fn removed_by_new_leader(world: &mut World, name: String) {
         .clone()
         .expect("a step saw the new leader before");
     let namespace = world.operator_namespace().expect("cluster");
-    let history = world.history();
+    let history = world.history().await;
     let changes: Vec<_> = history
         .entries()
         .iter()

@@ -2,25 +2,23 @@
 
 use cucumber::then;
 
+use super::reconcile::origin;
 use super::wait::eventually;
 use super::{Dur, FAULT_VERBS, World};
 use crate::check;
 
-fn origin(world: &World) -> chrono::DateTime<chrono::Utc> {
-    super::reconcile::origin(&world.history())
-}
-
 #[then("there was never more than one leader")]
 async fn never_two_leaders(world: &mut World) {
-    let v = check::single_leader(&world.history());
-    assert!(v.passed, "{}", v.explain(origin(world)));
+    let history = world.history().await;
+    let v = check::single_leader(&history);
+    assert!(v.passed, "{}", v.explain(origin(&history)));
 }
 
 #[then("no replica wrote after losing leadership")]
 async fn single_writer(world: &mut World) {
-    let history = world.history();
+    let history = world.history().await;
     let v = check::single_writer(&history);
-    assert!(v.passed, "{}", v.explain(origin(world)));
+    assert!(v.passed, "{}", v.explain(origin(&history)));
     let writers: std::collections::BTreeSet<&str> = history
         .entries()
         .iter()
@@ -44,14 +42,15 @@ async fn single_writer(world: &mut World) {
 
 #[then("the lease transitions never decreased")]
 async fn transitions(world: &mut World) {
-    let v = check::transitions_never_decrease(&world.history());
-    assert!(v.passed, "{}", v.explain(origin(world)));
+    let history = world.history().await;
+    let v = check::transitions_never_decrease(&history);
+    assert!(v.passed, "{}", v.explain(origin(&history)));
 }
 
 /// The failover after the first `verb` fault: fault → new lock holder, printed for the
 /// scenario output.
-fn measured_failover(world: &World, verb: &str) -> std::time::Duration {
-    let history = world.history();
+async fn measured_failover(world: &World, verb: &str) -> std::time::Duration {
+    let history = world.history().await;
     let f =
         check::failover(&history, verb).unwrap_or_else(|| panic!("no {verb} fault in the history"));
     let took = f
@@ -71,7 +70,7 @@ fn measured_failover(world: &World, verb: &str) -> std::time::Duration {
 
 #[then(expr = "the failover after the {word} took at most {duration}")]
 async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
-    let took = measured_failover(world, &verb);
+    let took = measured_failover(world, &verb).await;
     assert!(
         took <= bound.0,
         "the failover took {took:?}, more than {:?}",
@@ -83,7 +82,7 @@ async fn failover_at_most(world: &mut World, verb: String, bound: Dur) {
     expr = "the old leader released the lock after the {word} and another took it within {duration}"
 )]
 async fn handover_within(world: &mut World, verb: String, bound: Dur) {
-    let took = check::handover_after_release(&world.history(), &verb).unwrap_or_else(|| {
+    let took = check::handover_after_release(&world.history().await, &verb).unwrap_or_else(|| {
         panic!("after the {verb} the old leader never released the lock, or no one took it")
     });
     println!(
@@ -99,7 +98,7 @@ async fn handover_within(world: &mut World, verb: String, bound: Dur) {
 
 #[then(expr = "the failover after the {word} took at least {duration}")]
 async fn failover_at_least(world: &mut World, verb: String, bound: Dur) {
-    let took = measured_failover(world, &verb);
+    let took = measured_failover(world, &verb).await;
     assert!(
         took >= bound.0,
         "the failover took {took:?}, less than {:?}",
@@ -109,7 +108,7 @@ async fn failover_at_least(world: &mut World, verb: String, bound: Dur) {
 
 #[then(expr = "the old leader stopped leading at most {duration} after the {word}")]
 async fn stepped_down_within(world: &mut World, bound: Dur, verb: String) {
-    let took = check::step_down_after(&world.history(), &verb)
+    let took = check::step_down_after(&world.history().await, &verb)
         .unwrap_or_else(|| panic!("the leader at the {verb} never stopped saying it leads"));
     println!(
         "the old leader stepped down {} ms after the {verb}",
@@ -126,7 +125,7 @@ async fn stepped_down_within(world: &mut World, bound: Dur, verb: String) {
     expr = "the new leader took over between {duration} and {duration} after the old leader's last renewal"
 )]
 async fn takeover_window(world: &mut World, at_least: Dur, at_most: Dur) {
-    let history = world.history();
+    let history = world.history().await;
     let took = FAULT_VERBS
         .iter()
         .find_map(|v| check::takeover_after_last_renewal(&history, v))
@@ -153,7 +152,7 @@ async fn wait_for_violation(
 ) {
     let what = format!("the {name} check to report a violation");
     let summary = eventually(within.0, &what, || {
-        let v = checker(&world.history());
+        let v = checker(&world.history_so_far());
         async move {
             if v.passed {
                 Err(format!("it says: {}", v.summary))

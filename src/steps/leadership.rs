@@ -29,7 +29,7 @@ pub fn current_leader(history: &History) -> Option<String> {
 async fn wait_for_leader(world: &World, within: Duration, unlike: Option<&str>) -> String {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let history = world.history();
+        let history = world.history_so_far();
         if let Some(leader) = current_leader(&history).filter(|l| Some(l.as_str()) != unlike) {
             return leader;
         }
@@ -62,7 +62,7 @@ async fn wait_for_leader(world: &World, within: Duration, unlike: Option<&str>) 
 async fn exactly_one_leads(world: &mut World, within: Dur) {
     let leader = wait_for_leader(world, within.0, None).await;
     world.note(&format!("{leader} leads"));
-    if let Some(t) = lock_transitions(&world.history()) {
+    if let Some(t) = lock_transitions(&world.history().await) {
         world.remembered.insert("transitions".into(), t.to_string());
     }
     world.leader = Some(leader);
@@ -180,7 +180,7 @@ async fn others_are_standbys(world: &mut World, within: Dur) {
     let wanted = world.operator.as_ref().map_or(0, |o| o.replicas as usize) - 1;
     let what = format!("{wanted} ready standbys beside {leader}");
     eventually(within.0, &what, || {
-        let (ready, problems) = standbys(&world.history(), &leader);
+        let (ready, problems) = standbys(&world.history_so_far(), &leader);
         async move {
             if ready == wanted && problems.is_empty() {
                 Ok(())
@@ -266,7 +266,7 @@ pub fn leading_now(history: &History) -> Vec<String> {
 
 #[then("the leader gauges sum to 1")]
 async fn gauges_sum_to_one(world: &mut World) {
-    let leading = leading_now(&world.history());
+    let leading = leading_now(&world.history().await);
     assert_eq!(
         leading.len(),
         1,
@@ -297,7 +297,7 @@ async fn transitions_grew_by(world: &mut World, by: i64) {
 #[then(expr = "no replica leads for {duration}")]
 async fn nobody_leads_for(world: &mut World, span: Dur) {
     throughout(span.0, "no replica leads", || {
-        let leading = leading_now(&world.history());
+        let leading = leading_now(&world.history_so_far());
         async move {
             if leading.is_empty() {
                 Ok(())
@@ -320,7 +320,7 @@ async fn old_leader_stops(world: &mut World, within: Dur) {
         .expect("a step saw a leader before this one");
     let what = format!("{old} no longer says it leads");
     eventually(within.0, &what, || {
-        let still = leading_now(&world.history()).contains(&old);
+        let still = leading_now(&world.history_so_far()).contains(&old);
         async move {
             if still {
                 Err("its gauge still says leader".to_string())
@@ -354,7 +354,7 @@ async fn keeps_leading(world: &mut World, span: Dur) {
     let leader = world.leader.clone().expect("a leader was seen before");
     let what = format!("{leader} keeps leading");
     throughout(span.0, &what, || {
-        let now = current_leader(&world.history());
+        let now = current_leader(&world.history_so_far());
         let leader = &leader;
         async move {
             match now {

@@ -27,8 +27,7 @@ use crate::cluster::{Capability, Provider, ProviderError, ProviderKind};
 use crate::record::History;
 
 use crate::record::recorder::{Feeds, Recorder, RecorderConfig};
-use crate::sim::cluster::{SimCluster, SimClusterConfig};
-use crate::sim::kubelet::ImageMap;
+use crate::sim::cluster::SimCluster;
 use crate::subject::{OperatorSetup, Subject, SubjectError};
 use cucumber::gherkin::tagexpr::TagOperation;
 
@@ -77,7 +76,7 @@ impl FromStr for Dur {
 }
 
 /// The error and its causes on one line.
-pub use crate::sim::error_chain as chain;
+pub use crate::error_chain as chain;
 
 /// The state of one scenario.
 #[derive(Default, cucumber::World)]
@@ -138,13 +137,16 @@ impl World {
             ProviderKind::Local => {
                 let binaries = crate::cluster::local::Binaries::find()
                     .map_err(|e| ProviderError::Local(Box::new(e)))?;
-                let mut images = ImageMap::new();
-                images.insert(&suite.subject.image, suite.subject.binary()?);
                 // The operator's CRDs are there before the controllers start, as on a
                 // cluster that has had them a while (see ControlPlaneConfig::crds).
                 let crds = suite.subject.crd_manifests()?;
-                let provider =
-                    crate::cluster::local::LocalProvider::start(binaries, images, crds).await?;
+                let provider = crate::cluster::local::LocalProvider::running(
+                    binaries,
+                    &suite.subject.image,
+                    &suite.subject.binary()?,
+                    crds,
+                )
+                .await?;
                 self.provider = Some(Box::new(provider));
                 Ok(())
             }
@@ -158,13 +160,8 @@ impl World {
     /// When it cannot start.
     pub async fn start_simulated_cluster(&mut self) -> Result<(), StepError> {
         let subject = self.subject();
-        let mut images = ImageMap::new();
-        images.insert(&subject.image, subject.binary()?);
-        let config = SimClusterConfig {
-            images,
-            ..SimClusterConfig::fast()
-        };
-        self.provider = Some(Box::new(SimProvider::start(config).await?));
+        let provider = SimProvider::running(&subject.image, &subject.binary()?).await?;
+        self.provider = Some(Box::new(provider));
         Ok(())
     }
 
@@ -282,8 +279,18 @@ impl World {
         }
     }
 
-    /// The history so far (empty before the operator is deployed).
-    pub fn history(&self) -> History {
+    /// The history so far (empty before the operator is deployed), with every write the API
+    /// server had answered before this call (see [`Recorder::caught_up`]).
+    pub async fn history(&self) -> History {
+        match &self.recorder {
+            Some(recorder) => recorder.caught_up().await,
+            None => History::default(),
+        }
+    }
+
+    /// The history as recorded by now, without waiting for the audit feed to catch up: for
+    /// steps that poll until a condition holds (a lagging write shows up at a later poll).
+    pub fn history_so_far(&self) -> History {
         self.recorder
             .as_ref()
             .map(Recorder::snapshot)
@@ -477,13 +484,9 @@ impl Suite {
     /// Whether scenarios tagged with `capability`'s tag can run.
     pub fn supports(&self, capability: Capability) -> bool {
         match (self.provider, capability) {
-            (ProviderKind::Sim, Capability::ClockSkew) => {
-                crate::sim::kubelet::find_faketime().is_some()
-            }
+            (ProviderKind::Sim, Capability::ClockSkew) => crate::cluster::sim::can_skew_clocks(),
             (ProviderKind::Sim, _) => true,
-            (ProviderKind::Local, Capability::ClockSkew) => {
-                crate::sim::kubelet::find_faketime().is_some()
-            }
+            (ProviderKind::Local, Capability::ClockSkew) => crate::cluster::sim::can_skew_clocks(),
             // Our kubelet does the pod and node faults; admission policies the rejects; the
             // hold-at-request rule and the simulator's own scenarios stay on sim.
             (ProviderKind::Local, c) => c != Capability::SimOnly,

@@ -132,7 +132,7 @@ fn matched(rule: &RequestMatch, entry: &Entry) -> bool {
 }
 
 /// The operator's requests the scenario's latest refusal turned away, in time order.
-pub fn refused(world: &World) -> Vec<Entry> {
+pub async fn refused(world: &World) -> Vec<Entry> {
     let rule: RequestMatch = world
         .remembered
         .get("refused requests")
@@ -140,6 +140,7 @@ pub fn refused(world: &World) -> Vec<Entry> {
         .expect("a step made the API server refuse requests before");
     world
         .history()
+        .await
         .entries()
         .iter()
         .filter(|e| {
@@ -163,14 +164,14 @@ pub fn origin(history: &History) -> DateTime<Utc> {
 async fn refused_at_least(world: &mut World, within: Dur, times: usize) {
     let what = format!("the operator's requests were refused at least {times} times");
     eventually(within.0, &what, || async {
-        let refused = refused(world);
+        let refused = refused(world).await;
         if refused.len() >= times {
             Ok(())
         } else {
             Err(format!(
                 "{} refusal(s):\n{}",
                 refused.len(),
-                crate::record::describe(&refused, origin(&world.history()))
+                crate::record::describe(&refused, origin(&world.history().await))
             ))
         }
     })
@@ -181,11 +182,12 @@ async fn refused_at_least(world: &mut World, within: Dur, times: usize) {
     expr = "the refused requests were retried at least {int} times at intervals that never shrank by more than {duration} and grew by at least {duration}"
 )]
 async fn retried_backing_off(world: &mut World, retries: usize, slack: Dur, growth: Dur) {
-    let verdict = backing_off(&refused(world), retries, slack.0, growth.0);
+    let refused = refused(world).await;
+    let verdict = backing_off(&refused, retries, slack.0, growth.0);
     assert!(
         verdict.passed,
         "{}",
-        verdict.explain(origin(&world.history()))
+        verdict.explain(origin(&world.history_so_far()))
     );
     println!("{}", verdict.summary);
 }
@@ -239,7 +241,7 @@ async fn results_were(world: &mut World, within: Dur, name: String, expected: Re
         "the reconciles of memcached {name} ended in {} (repeats merged)",
         expected.join(", then ")
     );
-    let origin = origin(&world.history());
+    let origin = origin(&world.history().await);
     let seen = eventually(within.0, &what, || async {
         let seen = reconciles_of(world, &name).await?;
         let results = collapse(seen.iter().map(|r| r.result.as_str()));
@@ -297,6 +299,7 @@ async fn resynced(
     }
     let writes: Vec<Entry> = world
         .history()
+        .await
         .entries()
         .iter()
         .filter(|e| {

@@ -179,6 +179,11 @@ impl AuditLog {
             .clone()
     }
 
+    /// The `seq` of the latest event recorded (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).len() as u64
+    }
+
     /// Events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<AuditEvent> {
         self.live.subscribe()

@@ -30,7 +30,6 @@ pub mod handlers;
 pub mod names;
 pub mod objects;
 pub mod patch;
-pub mod plain_http;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
@@ -819,7 +818,7 @@ async fn pod_proxy(state: &State, info: &RequestInfo) -> Result<(u16, Vec<u8>), 
         .ok_or_else(|| {
             ApiError::BadRequest(format!("pod {name} has no IP address yet: no proxy to it"))
         })?;
-    crate::plain_http::get(
+    plain_http::get(
         std::net::SocketAddr::new(ip, port),
         &info.proxy_path,
         std::time::Duration::from_secs(5),

@@ -24,16 +24,17 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
-use tokio::sync::broadcast;
 
 use super::node::{self, Address};
 use super::{KindCluster, KindError};
+use crate::audit::AuditFeed;
 use crate::cluster::admission;
-use crate::cluster::audit::{PodsByIp, follow_file, kube_apiserver_lines, watch_pod_addresses};
+use crate::cluster::audit::{
+    PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
+};
 use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::{Placement, Provider, ProviderError, random_name};
 use crate::fault::{Cut, FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
-use crate::sim::apiserver::audit::AuditEvent;
 
 /// Where a pod runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,7 +260,7 @@ impl KindProvider {
             eprintln!(
                 "opconform: teardown of {}: {what} failed: {}",
                 self.prefix,
-                crate::sim::error_chain(e)
+                crate::error_chain(e)
             );
         };
         for node_name in &in_force.paused {
@@ -332,17 +333,11 @@ impl Provider for KindProvider {
         self.faults.clone()
     }
 
-    fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>> {
+    fn audit(&self) -> Option<AuditFeed> {
         let path = self.cluster.audit_log()?;
         let pods = PodsByIp::default();
         self.watch_pod_addresses(&self.placement().namespace, pods.clone());
-        match follow_file(path, kube_apiserver_lines(pods)) {
-            Ok(feed) => Some(feed),
-            Err(e) => {
-                eprintln!("opconform: {}", crate::sim::error_chain(&e));
-                None
-            }
-        }
+        followed_or_warned(path, kube_apiserver_lines(pods))
     }
 
     async fn pod_fault(
@@ -543,7 +538,7 @@ impl Provider for KindProvider {
                 .unwrap_or_else(|| "none".into()),
         );
         if let Err(e) = crate::report::write(&dir.join("kind.txt"), &text) {
-            eprintln!("opconform: {}", crate::sim::error_chain(&e));
+            eprintln!("opconform: {}", crate::error_chain(&e));
         }
     }
 

@@ -595,12 +595,10 @@ impl ControlPlane {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, client));
             let outcome = self
                 .wait_ready(config, || async move {
-                    match crate::sim::plain_http::get_text(addr, "/health", Duration::from_secs(2))
-                        .await
-                    {
+                    match plain_http::get_text(addr, "/health", Duration::from_secs(2)).await {
                         Ok(body) if body.contains("\"health\":\"true\"") => Ok(()),
                         Ok(body) => Err(format!("/health answered {body}")),
-                        Err(e) => Err(crate::sim::error_chain(&e)),
+                        Err(e) => Err(crate::error_chain(&e)),
                     }
                 })
                 .await;
@@ -667,7 +665,7 @@ impl ControlPlane {
                         let response = client
                             .send(request)
                             .await
-                            .map_err(|e| crate::sim::error_chain(&e))?;
+                            .map_err(|e| crate::error_chain(&e))?;
                         match response.status().as_u16() {
                             200 => Ok(()),
                             code => Err(format!("/readyz answered {code}")),
@@ -790,7 +788,7 @@ impl ControlPlane {
                 match api.get_opt("default").await {
                     Ok(Some(_)) => Ok(()),
                     Ok(None) => Err("no ServiceAccount default/default yet".to_string()),
-                    Err(e) => Err(crate::sim::error_chain(&e)),
+                    Err(e) => Err(crate::error_chain(&e)),
                 }
             }
         })

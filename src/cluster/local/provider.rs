@@ -27,14 +27,15 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams};
-use tokio::sync::broadcast;
 
 use super::{Binaries, ControlPlane, ControlPlaneConfig};
-use crate::cluster::audit::{PodsByIp, follow_file, kube_apiserver_lines, watch_pod_addresses};
+use crate::audit::AuditFeed;
+use crate::cluster::audit::{
+    PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
+};
 use crate::cluster::sim::{node_fault_on, pod_fault_on};
 use crate::cluster::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError, admission};
 use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
-use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::cluster::Nodes;
 use crate::sim::kubelet::{ImageMap, Kubelet, KubeletConfig};
 
@@ -65,6 +66,22 @@ fn failed(e: impl std::error::Error + Send + Sync + 'static) -> ProviderError {
 }
 
 impl LocalProvider {
+    /// [`LocalProvider::start`] with kubelets that run `binary` for the containers of
+    /// `image` (the operator under test).
+    ///
+    /// # Errors
+    /// As [`LocalProvider::start`].
+    pub async fn running(
+        binaries: Binaries,
+        image: &str,
+        binary: &Path,
+        crds: Vec<String>,
+    ) -> Result<Self, ProviderError> {
+        let mut images = ImageMap::new();
+        images.insert(image, binary);
+        Self::start(binaries, images, crds).await
+    }
+
     /// Starts a control plane from `binaries`, with the CustomResourceDefinitions `crds`
     /// (YAML) installed before its controllers start, and three nodes whose kubelets run
     /// `images` as local processes; returns once every node is Ready.
@@ -242,7 +259,7 @@ impl Provider for LocalProvider {
         self.faults.clone()
     }
 
-    fn audit(&self) -> Option<broadcast::Receiver<AuditEvent>> {
+    fn audit(&self) -> Option<AuditFeed> {
         let pods = PodsByIp::default();
         let api: Api<Pod> = Api::all(self.client.clone());
         let task = watch_pod_addresses(api, pods.clone());
@@ -250,13 +267,7 @@ impl Provider for LocalProvider {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(task.abort_handle());
-        match follow_file(self.control_plane().audit_log(), kube_apiserver_lines(pods)) {
-            Ok(feed) => Some(feed),
-            Err(e) => {
-                eprintln!("opconform: {}", crate::sim::error_chain(&e));
-                None
-            }
-        }
+        followed_or_warned(self.control_plane().audit_log(), kube_apiserver_lines(pods))
     }
 
     async fn pod_fault(

@@ -1,6 +1,6 @@
-//! A minimal HTTP/1.1 GET over plain TCP: how the API server reaches pods for
-//! `pods/proxy` and how the recorder scrapes `/metrics` directly. Bounded in time and
-//! size, never a hang.
+//! A minimal HTTP/1.1 GET over plain TCP: how the simulated API server reaches pods for
+//! `pods/proxy`, how the recorder scrapes `/metrics` directly and how the `local` provider
+//! asks etcd for `/health`. Bounded in time and size, never a hang.
 
 use std::net::SocketAddr;
 use std::time::Duration;
