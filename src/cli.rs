@@ -1,5 +1,6 @@
 //! The `opconform` command line: `opconform sim` runs the simulated control plane in the
-//! foreground so a person can use kubectl against it.
+//! foreground so a person can use kubectl against it; `opconform profile` checks operator
+//! profiles and prints their schema.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -27,6 +28,9 @@ pub enum CliError {
     /// A fault request was malformed.
     #[error("{0}")]
     Usage(String),
+    /// An operator profile could not be read.
+    #[error(transparent)]
+    Profile(crate::profile::ProfileError),
     /// The kubeconfig could not be read or used.
     #[error("cannot use kubeconfig {path}")]
     Client {
@@ -72,6 +76,21 @@ pub enum Command {
     /// Measure handoff times, API load and memory of the bundled operator, ours
     /// (`--standby watch`) beside the anchors' behaviour (`--standby poll`).
     Bench(BenchArgs),
+    /// Operator profiles: print the JSON Schema of the format, or check a profile.
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+}
+
+/// `opconform profile …`.
+#[derive(Debug, Subcommand)]
+pub enum ProfileCommand {
+    /// Print the JSON Schema of operator profiles (profiles/profile.schema.json).
+    Schema,
+    /// Read a profile and print the operator it describes, or what is wrong with it.
+    Check {
+        /// The profile (YAML).
+        path: PathBuf,
+    },
 }
 
 /// Arguments of `opconform local`.
@@ -275,7 +294,32 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Local(args) => local(args).await,
         Command::Fault(args) => fault(args).await,
         Command::Bench(args) => bench(args).await,
+        Command::Profile(command) => profile(command),
     }
+}
+
+fn profile(command: ProfileCommand) -> Result<(), CliError> {
+    use crate::profile::Profile;
+    match command {
+        ProfileCommand::Schema => print!("{}", Profile::schema()),
+        ProfileCommand::Check { path } => {
+            let subject = Profile::read(&path).map_err(CliError::Profile)?;
+            println!(
+                "{}: operator {} (Deployment {}/{}, pods {}, lock {} {}/{}, metrics on port {}, image {})",
+                path.display(),
+                subject.name,
+                subject.namespace,
+                subject.deployment,
+                subject.pod_selector,
+                subject.lock.kind.as_str(),
+                subject.lock.namespace,
+                subject.lock.name,
+                subject.metrics_port,
+                subject.image,
+            );
+        }
+    }
+    Ok(())
 }
 
 fn cut(value: &str) -> Result<crate::sim::faults::Cut, CliError> {

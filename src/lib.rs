@@ -13,7 +13,8 @@
 //! - [`deploy`]: apply manifests through the API and wait for rollouts.
 //! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
 //! - [`report`]: timelines (HTML + SVG) and the scenario index.
-//! - [`subject`]: the operator under test (namespace, lock, manifests, binary), described once.
+//! - [`subject`]: the operator under test (namespace, lock, manifests, binary), described once;
+//!   [`profile`]: the YAML file that describes it.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
 //! - [`bench`]: `opconform bench`, the operator's handoffs, API load and memory beside the anchors'.
 //! - [`cli`]: the `opconform` command line.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod cluster;
 pub mod deploy;
 pub mod fault;
+pub mod profile;
 pub mod record;
 pub mod report;
 pub mod sim;

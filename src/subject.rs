@@ -3,9 +3,8 @@
 //! binary for the simulator, and how to render its manifests for a scenario.
 //!
 //! The step library ([`crate::steps`]) and the benchmark ([`crate::bench`]) both take the
-//! operator from a [`Subject`] instead of from each other. Today the only subject is the
-//! bundled memcached operator ([`Subject::memcached`]); the description is the seed of
-//! operator profiles, where a file will describe any operator.
+//! operator from a [`Subject`] instead of from each other. An operator profile (a YAML
+//! file) describes one; the bundled memcached operator's is [`Subject::memcached`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +34,9 @@ pub enum SubjectError {
         #[source]
         source: Arc<BuildError>,
     },
+    /// The profile names a binary that is not there, or only a variable that is not set.
+    #[error("no operator binary: {0}")]
+    NoBinary(String),
     /// A manifest of the operator could not be read.
     #[error("cannot read {path}")]
     Manifest {
@@ -93,19 +95,33 @@ pub struct Lock {
     pub namespace: String,
 }
 
-/// Where the operator binary comes from, for the simulator.
+/// Where the operator binary comes from, for the providers that run pods as processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BinarySource {
     /// A variable naming a binary to use as it is, read first.
     pub env: Option<String>,
-    /// The Cargo package that builds it.
-    pub package: String,
-    /// Its binary target (and file name in the profile directory).
-    pub bin: String,
-    /// The workspace `cargo build` runs in.
-    pub workspace: PathBuf,
-    /// Files and directories it is built from: the binary is rebuilt when one is newer.
-    pub sources: Vec<PathBuf>,
+    /// Otherwise, how the binary is found or built.
+    pub build: BinaryBuild,
+}
+
+/// How an operator binary is found or built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BinaryBuild {
+    /// Built by Cargo.
+    Cargo {
+        /// The workspace `cargo build` runs in.
+        workspace: PathBuf,
+        /// The Cargo package that builds it.
+        package: String,
+        /// Its binary target (and file name in the profile directory).
+        bin: String,
+        /// Files and directories it is built from: the binary is rebuilt when one is newer.
+        sources: Vec<PathBuf>,
+    },
+    /// An executable, as it is.
+    Path(PathBuf),
+    /// Nothing but the variable.
+    None,
 }
 
 /// Where the operator's manifests are.
@@ -131,6 +147,8 @@ pub struct OperatorSetup {
 /// The operator under test.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subject {
+    /// A short name for reports.
+    pub name: String,
     /// Its namespace in its manifests.
     pub namespace: String,
     /// Its Deployment in its manifests.
@@ -155,41 +173,6 @@ pub fn repository_root() -> PathBuf {
 }
 
 impl Subject {
-    /// The bundled memcached operator (`operator/`): namespace `memcached-operator-system`,
-    /// lock Lease `memcached-operator-lock`, image `memcached-operator:dev`, manifests in
-    /// `operator/config`.
-    pub fn memcached() -> Self {
-        let root = repository_root();
-        let namespace = crate::cluster::sim::OPERATOR_NAMESPACE.to_string();
-        Self {
-            namespace: namespace.clone(),
-            deployment: "memcached-operator".into(),
-            pod_selector: "app.kubernetes.io/name=memcached-operator".into(),
-            metrics_port: 8080,
-            lock: Lock {
-                kind: LockKind::Lease,
-                name: "memcached-operator-lock".into(),
-                namespace,
-            },
-            image: crate::cluster::DEFAULT_OPERATOR_IMAGE.into(),
-            binary: BinarySource {
-                env: Some("OPCONFORM_OPERATOR_BIN".into()),
-                package: "memcached-operator".into(),
-                bin: "memcached-operator".into(),
-                workspace: root.clone(),
-                sources: ["operator/src", "operator/Cargo.toml", "Cargo.lock"]
-                    .iter()
-                    .map(|p| root.join(p))
-                    .collect(),
-            },
-            manifests: ManifestSource {
-                config: root.join("operator/config"),
-                dirs: ["crd", "manager", "rbac"].map(String::from).to_vec(),
-                crds: "crd".into(),
-            },
-        }
-    }
-
     /// The labels of the pod selector, as `(key, value)` pairs.
     pub fn selector_labels(&self) -> impl Iterator<Item = (&str, &str)> {
         self.pod_selector
@@ -246,16 +229,40 @@ impl Subject {
         if let Some(path) = source.env.as_ref().and_then(std::env::var_os) {
             return Ok(PathBuf::from(path));
         }
-        let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
-        built
-            .entry((source.package.clone(), source.bin.clone()))
-            .or_insert_with(|| source.find_or_build().map_err(Arc::new))
-            .clone()
-            .map_err(|cause| SubjectError::Build {
-                package: source.package.clone(),
-                bin: source.bin.clone(),
-                source: cause,
-            })
+        match &source.build {
+            BinaryBuild::Path(path) if path.is_file() => Ok(path.clone()),
+            BinaryBuild::Path(path) => Err(SubjectError::NoBinary(format!(
+                "{} does not exist",
+                path.display()
+            ))),
+            BinaryBuild::None => Err(SubjectError::NoBinary(format!(
+                "set {} to the operator's executable",
+                source.env.as_deref().unwrap_or("the profile's binary.env")
+            ))),
+            BinaryBuild::Cargo {
+                workspace,
+                package,
+                bin,
+                sources,
+            } => {
+                let cargo = CargoBinary {
+                    workspace,
+                    package,
+                    bin,
+                    sources,
+                };
+                let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+                built
+                    .entry((package.clone(), bin.clone()))
+                    .or_insert_with(|| cargo.find_or_build().map_err(Arc::new))
+                    .clone()
+                    .map_err(|cause| SubjectError::Build {
+                        package: package.clone(),
+                        bin: bin.clone(),
+                        source: cause,
+                    })
+            }
+        }
     }
 
     /// The manifests to apply, in dependency order (CRD, Namespace, RBAC, manager), placed
@@ -339,7 +346,15 @@ impl Subject {
     }
 }
 
-impl BinarySource {
+/// A binary that Cargo builds.
+struct CargoBinary<'a> {
+    workspace: &'a Path,
+    package: &'a str,
+    bin: &'a str,
+    sources: &'a [PathBuf],
+}
+
+impl CargoBinary<'_> {
     /// The binary in the running executable's profile directory, built when stale.
     fn find_or_build(&self) -> Result<PathBuf, BuildError> {
         // target/<profile>/deps/e2e-… → target/<profile>/<bin>
@@ -355,7 +370,7 @@ impl BinarySource {
             })
             .map(Path::to_path_buf)
             .ok_or(BuildError::NoTargetDir)?;
-        let binary = profile_dir.join(&self.bin);
+        let binary = profile_dir.join(self.bin);
         if self.is_stale(&binary) {
             self.build(&profile_dir)?;
         }
@@ -392,8 +407,8 @@ impl BinarySource {
             self.package
         );
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", &self.package, "--bin", &self.bin])
-            .current_dir(&self.workspace);
+        cmd.args(["build", "-p", self.package, "--bin", self.bin])
+            .current_dir(self.workspace);
         if release {
             cmd.arg("--release");
         }
@@ -657,12 +672,12 @@ mod tests {
         let source = dir.path().join("src");
         std::fs::create_dir(&source).unwrap();
         std::fs::write(source.join("main.rs"), "fn main() {}").unwrap();
-        let binary = BinarySource {
-            env: None,
-            package: "p".into(),
-            bin: "p".into(),
-            workspace: dir.path().to_path_buf(),
-            sources: vec![source.clone()],
+        let sources = [source.clone()];
+        let binary = CargoBinary {
+            workspace: dir.path(),
+            package: "p",
+            bin: "p",
+            sources: &sources,
         };
         let built = dir.path().join("p");
         assert!(binary.is_stale(&built));

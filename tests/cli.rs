@@ -57,3 +57,46 @@ fn an_unknown_subcommand_is_a_usage_error() {
     let out = opconform().arg("frobnicate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn profile_check_describes_the_shipped_profile_and_names_the_bad_key_of_another() {
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/profiles/memcached-operator/profile.yaml"
+    );
+    let out = opconform()
+        .args(["profile", "check", shipped])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("lock Lease memcached-operator-system/memcached-operator-lock"),
+        "{stdout}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("profile.yaml");
+    let text = std::fs::read_to_string(shipped)
+        .unwrap()
+        .replace("metricsPort: 8080", "metricsPort: 0");
+    std::fs::write(&bad, text).unwrap();
+    let out = opconform()
+        .args(["profile", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "operator profile {}: metricsPort: expected a port from 1 to 65535",
+            bad.display()
+        )),
+        "{stderr}"
+    );
+}

@@ -43,6 +43,9 @@ pub enum StepError {
     /// The provider could not start, connect or act.
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// The operator profile could not be read.
+    #[error(transparent)]
+    Profile(#[from] crate::profile::ProfileError),
     /// The operator binary could not be found or built, or its manifests read.
     #[error(transparent)]
     Subject(#[from] SubjectError),
@@ -462,15 +465,16 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// The bundled memcached operator on the provider `OPCONFORM_PROVIDER` names, with the
-    /// provider's own variables; reports under [`crate::report::reports_root`].
+    /// The operator `OPCONFORM_OPERATOR`'s profile describes (the bundled memcached operator
+    /// without it) on the provider `OPCONFORM_PROVIDER` names, with the provider's own
+    /// variables; reports under [`crate::report::reports_root`].
     ///
     /// # Errors
-    /// An unknown provider.
-    pub fn from_env() -> Result<Self, ProviderError> {
+    /// An unknown provider, or a profile that cannot be read.
+    pub fn from_env() -> Result<Self, StepError> {
         let kind = ProviderKind::from_env()?;
         Ok(Self {
-            subject: Subject::memcached(),
+            subject: crate::profile::Profile::from_env()?,
             provider: kind,
             kubeconfig: KubeconfigOptions::from_env(),
             reports: match kind {
@@ -521,7 +525,7 @@ static SUITE: std::sync::OnceLock<Suite> = std::sync::OnceLock::new();
 fn suite() -> &'static Suite {
     SUITE.get_or_init(|| {
         Suite::from_env().unwrap_or_else(|e| {
-            eprintln!("opconform: {e}");
+            eprintln!("opconform: {}", crate::error_chain(&e));
             std::process::exit(2);
         })
     })
@@ -542,7 +546,7 @@ pub struct SuiteOutcome {
 /// exits non-zero when a scenario failed (see [`run_suite`]).
 pub async fn run(features: impl AsRef<std::path::Path>) {
     let suite = Suite::from_env().unwrap_or_else(|e| {
-        eprintln!("opconform: {e}");
+        eprintln!("opconform: {}", crate::error_chain(&e));
         std::process::exit(2);
     });
     let outcome = run_suite(features, suite).await;

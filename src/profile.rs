@@ -1,0 +1,529 @@
+//! Operator profiles: a small YAML file that describes one operator under test, so the
+//! features run against any operator, not only the bundled one. A profile says where the
+//! operator runs (namespace, Deployment, the labels of its pods), the lock it elects its
+//! leader with, the port its metrics are served on, its image, where its binary comes from
+//! for the providers that run pods as local processes, and where its manifests are.
+//!
+//! `OPCONFORM_OPERATOR=path/to/profile.yaml` picks the profile a run of the features uses;
+//! the bundled memcached operator's is `profiles/memcached-operator/profile.yaml`. The JSON
+//! Schema of the format (`profiles/profile.schema.json`) is generated from the types here
+//! (`opconform profile schema`) and checked for drift by the tests. Reading a profile
+//! refuses unknown keys and bad values with the key named, and resolves relative paths
+//! against the profile's own directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::subject::{BinaryBuild, BinarySource, Lock, LockKind, ManifestSource, Subject};
+
+/// The variable naming the profile of the operator under test.
+pub const PROFILE_ENV: &str = "OPCONFORM_OPERATOR";
+
+/// The bundled operator's profile, as shipped.
+const BUNDLED: &str = include_str!("../profiles/memcached-operator/profile.yaml");
+
+/// Errors of reading a profile.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file could not be read.
+    #[error("cannot read the operator profile {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a profile: not YAML, a key unknown or missing, a value of the wrong
+    /// type (the problem names the key and the line).
+    #[error("operator profile {path}: {problem}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, where, and what was expected.
+        problem: String,
+    },
+    /// A value is out of its range or malformed.
+    #[error("operator profile {path}: {key}: {problem}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key, as a path from the top (`lock.name`).
+        key: String,
+        /// What is wrong and what was expected.
+        problem: String,
+    },
+}
+
+/// One operator under test, as its profile describes it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "opconform operator profile")]
+pub struct Profile {
+    /// A short name for reports (a DNS label).
+    pub name: String,
+    /// The namespace its manifests put it in (it is moved per scenario on shared clusters).
+    pub namespace: String,
+    /// The name of its Deployment in its manifests.
+    pub deployment: String,
+    /// The labels that select its pods (and only its pods).
+    pub pod_selector: BTreeMap<String, String>,
+    /// The port its pods serve Prometheus metrics on (`/metrics`).
+    pub metrics_port: u16,
+    /// Its leader-election lock.
+    pub lock: LockSpec,
+    /// The image its manifests name for its manager container.
+    pub image: String,
+    /// Where its binary comes from, for the providers that run pods as local processes
+    /// (sim and local).
+    pub binary: BinarySpec,
+    /// Where its manifests are.
+    pub manifests: ManifestSpec,
+}
+
+/// The lock an operator elects its leader with.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LockSpec {
+    /// The kind of object.
+    pub kind: LockKindSpec,
+    /// Its name (the leader-election id).
+    pub name: String,
+    /// Its namespace in the manifests [default: the operator's namespace].
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// The kind of object a lock is.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+pub enum LockKindSpec {
+    /// A `coordination.k8s.io/v1` Lease.
+    Lease,
+    /// A ConfigMap (leader-for-life).
+    ConfigMap,
+}
+
+/// Where an operator's binary comes from: a file, or a Cargo build. `env` names a variable
+/// that, when set, names the binary instead.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BinarySpec {
+    /// A variable that names the binary to use, read first.
+    #[serde(default)]
+    pub env: Option<String>,
+    /// An executable (relative to the profile's directory).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// A Cargo build that makes it.
+    #[serde(default)]
+    pub cargo: Option<CargoSpec>,
+}
+
+/// A binary built by Cargo.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CargoSpec {
+    /// The workspace to build in (relative to the profile's directory).
+    pub workspace: PathBuf,
+    /// The package.
+    pub package: String,
+    /// The binary target.
+    pub bin: String,
+    /// Files and directories it is built from (relative to the workspace): the binary is
+    /// rebuilt when one is newer.
+    #[serde(default)]
+    pub sources: Vec<PathBuf>,
+}
+
+/// Where an operator's manifests are.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManifestSpec {
+    /// Their directory (relative to the profile's directory).
+    pub dir: PathBuf,
+    /// Its subdirectories to apply, in this order (then ordered by kind).
+    pub apply: Vec<String>,
+    /// Its subdirectory of CustomResourceDefinitions (installed before the controllers
+    /// start on providers that start their own).
+    pub crds: String,
+}
+
+impl Profile {
+    /// Reads and checks the profile in `path`.
+    ///
+    /// # Errors
+    /// When the file cannot be read, is not a profile, or has a value out of its range.
+    pub fn read(path: &Path) -> Result<Subject, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, path, base)
+    }
+
+    /// The bundled memcached operator's profile.
+    ///
+    /// # Errors
+    /// Never for the shipped file (the tests read it).
+    pub fn bundled() -> Result<Subject, ProfileError> {
+        let dir = crate::subject::repository_root().join("profiles/memcached-operator");
+        Self::parse(BUNDLED, &dir.join("profile.yaml"), &dir)
+    }
+
+    /// The profile `OPCONFORM_OPERATOR` names, else the bundled one.
+    ///
+    /// # Errors
+    /// As [`Profile::read`].
+    pub fn from_env() -> Result<Subject, ProfileError> {
+        match std::env::var_os(PROFILE_ENV) {
+            Some(path) if !path.is_empty() => Self::read(Path::new(&path)),
+            _ => Self::bundled(),
+        }
+    }
+
+    /// Parses `text` (from `path`, for errors), resolves relative paths against `base`,
+    /// checks every value and returns the subject it describes.
+    ///
+    /// # Errors
+    /// Not a profile, or a value out of its range.
+    pub fn parse(text: &str, path: &Path, base: &Path) -> Result<Subject, ProfileError> {
+        let invalid = |key: &str, problem: String| ProfileError::Invalid {
+            path: path.to_path_buf(),
+            key: key.to_string(),
+            problem,
+        };
+        let profile: Profile = serde_yaml::from_str(text).map_err(|e| ProfileError::Format {
+            path: path.to_path_buf(),
+            problem: e.to_string(),
+        })?;
+        profile
+            .check()
+            .map_err(|(key, problem)| invalid(key, problem))?;
+        Ok(profile.into_subject(base))
+    }
+
+    /// Checks what the types cannot: names, ports, a binary source, manifests to apply.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        for (key, value) in [
+            ("name", &self.name),
+            ("namespace", &self.namespace),
+            (
+                "lock.namespace",
+                self.lock.namespace.as_ref().unwrap_or(&self.namespace),
+            ),
+        ] {
+            dns_label(value).map_err(|p| (key, p))?;
+        }
+        for (key, value) in [
+            ("deployment", &self.deployment),
+            ("lock.name", &self.lock.name),
+        ] {
+            dns_subdomain(value).map_err(|p| (key, p))?;
+        }
+        if self.pod_selector.is_empty() {
+            return Err((
+                "podSelector",
+                "expected at least one label (key: value) that selects the operator's pods".into(),
+            ));
+        }
+        if let Some((key, _)) = self
+            .pod_selector
+            .iter()
+            .find(|(k, v)| k.is_empty() || k.contains([',', '=']) || v.contains([',', '=']))
+        {
+            return Err((
+                "podSelector",
+                format!("label {key:?}: expected a label key and value without ',' or '='"),
+            ));
+        }
+        if self.metrics_port == 0 {
+            return Err(("metricsPort", "expected a port from 1 to 65535".into()));
+        }
+        if self.image.trim().is_empty() {
+            return Err(("image", "expected an image reference".into()));
+        }
+        match (&self.binary.path, &self.binary.cargo) {
+            (Some(_), Some(_)) => {
+                return Err((
+                    "binary",
+                    "expected either `path` or `cargo`, not both".into(),
+                ));
+            }
+            (None, None) if self.binary.env.is_none() => {
+                return Err((
+                    "binary",
+                    "expected `path`, `cargo` or `env`: nothing says where the binary is".into(),
+                ));
+            }
+            _ => {}
+        }
+        if self.manifests.apply.is_empty() {
+            return Err((
+                "manifests.apply",
+                "expected at least one subdirectory of manifests to apply".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn into_subject(self, base: &Path) -> Subject {
+        let pod_selector = self
+            .pod_selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let build = match (self.binary.path, self.binary.cargo) {
+            (Some(path), _) => BinaryBuild::Path(base.join(path)),
+            (None, Some(cargo)) => {
+                let workspace = normalize(&base.join(&cargo.workspace));
+                BinaryBuild::Cargo {
+                    sources: cargo.sources.iter().map(|s| workspace.join(s)).collect(),
+                    workspace,
+                    package: cargo.package,
+                    bin: cargo.bin,
+                }
+            }
+            (None, None) => BinaryBuild::None,
+        };
+        Subject {
+            name: self.name,
+            lock: Lock {
+                kind: match self.lock.kind {
+                    LockKindSpec::Lease => LockKind::Lease,
+                    LockKindSpec::ConfigMap => LockKind::ConfigMap,
+                },
+                name: self.lock.name,
+                namespace: self
+                    .lock
+                    .namespace
+                    .unwrap_or_else(|| self.namespace.clone()),
+            },
+            namespace: self.namespace,
+            deployment: self.deployment,
+            pod_selector,
+            metrics_port: self.metrics_port,
+            image: self.image,
+            binary: BinarySource {
+                env: self.binary.env,
+                build,
+            },
+            manifests: ManifestSource {
+                config: normalize(&base.join(self.manifests.dir)),
+                dirs: self.manifests.apply,
+                crds: self.manifests.crds,
+            },
+        }
+    }
+
+    /// The JSON Schema of the format, as published in `profiles/profile.schema.json`.
+    pub fn schema() -> String {
+        let schema = schemars::schema_for!(Profile);
+        let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+impl Subject {
+    /// The bundled memcached operator (`operator/`), as its profile
+    /// (`profiles/memcached-operator/profile.yaml`) describes it: namespace
+    /// `memcached-operator-system`, lock Lease `memcached-operator-lock`, image
+    /// `memcached-operator:dev`, manifests in `operator/config`.
+    ///
+    /// # Panics
+    /// Never: the shipped profile is read by the tests.
+    pub fn memcached() -> Self {
+        Profile::bundled().unwrap_or_else(|e| panic!("the bundled operator profile: {e}"))
+    }
+}
+
+/// `path` without `.` and `..` components where a parent can be dropped.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A DNS label (RFC 1123): what namespaces are named.
+fn dns_label(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{value:?}: expected a DNS label (at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// A DNS subdomain (RFC 1123): what most objects are named.
+fn dns_subdomain(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value.split('.').all(|label| dns_label(label).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{value:?}: expected a DNS subdomain (at most 253 characters: DNS labels joined by '.')"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Subject, ProfileError> {
+        Profile::parse(text, Path::new("/p/profile.yaml"), Path::new("/p"))
+    }
+
+    const MINIMAL: &str = "
+name: op
+namespace: op-system
+deployment: op-manager
+podSelector: {app: op}
+metricsPort: 8080
+lock: {kind: Lease, name: op-lock}
+image: op:dev
+binary: {path: bin/op}
+manifests: {dir: config, apply: [rbac, manager], crds: crd}
+";
+
+    #[test]
+    fn a_minimal_profile_describes_its_operator_with_paths_from_its_directory() {
+        let subject = parse(MINIMAL).unwrap();
+        assert_eq!(subject.name, "op");
+        assert_eq!(subject.pod_selector, "app=op");
+        assert_eq!(subject.lock.namespace, "op-system");
+        assert_eq!(subject.lock.kind, LockKind::Lease);
+        assert_eq!(
+            subject.binary.build,
+            BinaryBuild::Path(PathBuf::from("/p/bin/op"))
+        );
+        assert_eq!(subject.manifests.config, PathBuf::from("/p/config"));
+        assert_eq!(subject.manifests.dirs, ["rbac", "manager"]);
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_with_its_path() {
+        let e = parse(&MINIMAL.replace("lock: {kind: Lease,", "lock: {kind: Lease, renew: 3,"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("operator profile /p/profile.yaml: lock: unknown field `renew`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_with_its_key_and_what_was_expected() {
+        let e = parse(&MINIMAL.replace("kind: Lease", "kind: Secret"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("lock.kind: unknown variant `Secret`, expected `Lease` or `ConfigMap`"),
+            "{e}"
+        );
+        let e = parse(&MINIMAL.replace("metricsPort: 8080", "metricsPort: 70000"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("metricsPort: invalid value"), "{e}");
+        let e = parse(&MINIMAL.replace("namespace: op-system", "namespace: Op_System"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("namespace: \"Op_System\": expected a DNS label"),
+            "{e}"
+        );
+        let e = parse(&MINIMAL.replace("podSelector: {app: op}", "podSelector: {}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("podSelector: expected at least one label"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_key_is_named() {
+        let e = parse(&MINIMAL.replace("image: op:dev\n", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `image`"), "{e}");
+    }
+
+    #[test]
+    fn a_binary_needs_exactly_one_source_unless_a_variable_names_it() {
+        let e = parse(&MINIMAL.replace(
+            "binary: {path: bin/op}",
+            "binary: {path: bin/op, cargo: {workspace: ., package: op, bin: op}}",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("binary: expected either `path` or `cargo`"),
+            "{e}"
+        );
+        let e = parse(&MINIMAL.replace("binary: {path: bin/op}", "binary: {}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("binary: expected `path`, `cargo` or `env`"),
+            "{e}"
+        );
+        let subject =
+            parse(&MINIMAL.replace("binary: {path: bin/op}", "binary: {env: OP_BIN}")).unwrap();
+        assert_eq!(subject.binary.build, BinaryBuild::None);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_named() {
+        let e = Profile::read(Path::new("/nonexistent/profile.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "cannot read the operator profile /nonexistent/profile.yaml"
+        );
+    }
+
+    #[test]
+    fn the_bundled_profile_is_the_memcached_operator_in_this_repository() {
+        let subject = Profile::bundled().unwrap();
+        let root = crate::subject::repository_root();
+        assert_eq!(subject.name, "memcached-operator");
+        assert_eq!(subject.manifests.config, root.join("operator/config"));
+        assert_eq!(
+            subject.binary.build,
+            BinaryBuild::Cargo {
+                workspace: root.clone(),
+                package: "memcached-operator".into(),
+                bin: "memcached-operator".into(),
+                sources: ["operator/src", "operator/Cargo.toml", "Cargo.lock"]
+                    .iter()
+                    .map(|p| root.join(p))
+                    .collect(),
+            }
+        );
+    }
+}
