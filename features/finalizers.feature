@@ -59,7 +59,7 @@ Feature: Finalizers
     And the registry holds no entry for memcached "cache"
     And within 30s the Deployment of memcached "cache" is gone
 
-  @api-faults @audit
+  @api-faults @audit @for-life
   Scenario: A new leader completes a finalization its predecessor could not
     Given the memcached operator is deployed with 2 replicas in for-life mode
     And within 30s exactly one replica leads

@@ -17,7 +17,10 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::subject::{BinaryBuild, BinarySource, Lock, LockKind, ManifestSource, Subject};
+use crate::subject::{
+    BinaryBuild, BinarySource, Election, Lock, LockKind, ManifestSource, Subject,
+    TIMING_PLACEHOLDERS,
+};
 
 /// The variable naming the profile of the operator under test.
 pub const PROFILE_ENV: &str = "OPCONFORM_OPERATOR";
@@ -75,6 +78,9 @@ pub struct Profile {
     pub metrics_port: u16,
     /// Its leader-election lock.
     pub lock: LockSpec,
+    /// The flags that choose how it elects its leader, per mode: the features of a mode
+    /// the profile leaves out are not run.
+    pub election: ElectionSpec,
     /// The image its manifests name for its manager container.
     pub image: String,
     /// Where its binary comes from, for the providers that run pods as local processes
@@ -95,6 +101,21 @@ pub struct LockSpec {
     /// Its namespace in the manifests [default: the operator's namespace].
     #[serde(default)]
     pub namespace: Option<String>,
+}
+
+/// The flags of each election mode an operator has, appended to its manager container's
+/// arguments (replacing any of the same name).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ElectionSpec {
+    /// A Lease renewed by the leader: its arguments, where `{leaseDuration}`,
+    /// `{renewDeadline}` and `{retryPeriod}` stand for the timings a feature states
+    /// (as it writes them, e.g. `4s`).
+    #[serde(default)]
+    pub lease: Option<Vec<String>>,
+    /// Leader-for-life (a lock owned by the leader's Pod): its arguments.
+    #[serde(default)]
+    pub for_life: Option<Vec<String>>,
 }
 
 /// The kind of object a lock is.
@@ -261,6 +282,53 @@ impl Profile {
             }
             _ => {}
         }
+        match (&self.election.lease, &self.election.for_life) {
+            (None, None) => {
+                return Err((
+                    "election",
+                    "expected `lease`, `forLife` or both: the election modes the operator has"
+                        .into(),
+                ));
+            }
+            (Some(args), _) => {
+                for placeholder in TIMING_PLACEHOLDERS {
+                    if !args.iter().any(|a| a.contains(placeholder)) {
+                        return Err((
+                            "election.lease",
+                            format!(
+                                "expected an argument with {placeholder}: the features set {}",
+                                TIMING_PLACEHOLDERS.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                if let Some(unknown) = args
+                    .iter()
+                    .find_map(|a| unknown_placeholder(a, &TIMING_PLACEHOLDERS))
+                {
+                    return Err((
+                        "election.lease",
+                        format!(
+                            "unknown placeholder {unknown}: expected {}",
+                            TIMING_PLACEHOLDERS.join(", ")
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if let Some(unknown) = self
+            .election
+            .for_life
+            .iter()
+            .flatten()
+            .find_map(|a| unknown_placeholder(a, &[]))
+        {
+            return Err((
+                "election.forLife",
+                format!("unknown placeholder {unknown}: leader-for-life has no timings"),
+            ));
+        }
         if self.manifests.apply.is_empty() {
             return Err((
                 "manifests.apply",
@@ -302,6 +370,10 @@ impl Profile {
                     .lock
                     .namespace
                     .unwrap_or_else(|| self.namespace.clone()),
+            },
+            election: Election {
+                lease: self.election.lease,
+                for_life: self.election.for_life,
             },
             namespace: self.namespace,
             deployment: self.deployment,
@@ -357,6 +429,22 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// The first `{…}` in `arg` that is not one of `allowed`.
+fn unknown_placeholder(arg: &str, allowed: &[&str]) -> Option<String> {
+    let mut rest = arg;
+    while let Some(start) = rest.find('{') {
+        let end = rest[start..]
+            .find('}')
+            .map_or(rest.len(), |e| start + e + 1);
+        let placeholder = &rest[start..end];
+        if !allowed.contains(&placeholder) {
+            return Some(placeholder.to_string());
+        }
+        rest = &rest[end..];
+    }
+    None
+}
+
 /// A DNS label (RFC 1123): what namespaces are named.
 fn dns_label(value: &str) -> Result<(), String> {
     let ok = !value.is_empty()
@@ -404,6 +492,8 @@ deployment: op-manager
 podSelector: {app: op}
 metricsPort: 8080
 lock: {kind: Lease, name: op-lock}
+election:
+  lease: [--elect=lease, '--lease={leaseDuration}', '--renew={renewDeadline}', '--retry={retryPeriod}']
 image: op:dev
 binary: {path: bin/op}
 manifests: {dir: config, apply: [rbac, manager], crds: crd}
@@ -494,6 +584,51 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
         let subject =
             parse(&MINIMAL.replace("binary: {path: bin/op}", "binary: {env: OP_BIN}")).unwrap();
         assert_eq!(subject.binary.build, BinaryBuild::None);
+    }
+
+    #[test]
+    fn election_modes_need_their_timings_and_no_other_placeholders() {
+        let e = parse(&MINIMAL.replace("'--retry={retryPeriod}'", "--retry=1s"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("election.lease: expected an argument with {retryPeriod}"),
+            "{e}"
+        );
+        let e = parse(&MINIMAL.replace("--retry={retryPeriod}", "--retry={retryPeriod}{jitter}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("election.lease: unknown placeholder {jitter}"),
+            "{e}"
+        );
+        let e = parse(&MINIMAL.replace(
+            "election:\n  lease:",
+            "election:\n  forLife: ['--lease={leaseDuration}']\n  lease:",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("election.forLife: unknown placeholder {leaseDuration}"),
+            "{e}"
+        );
+        let for_life_only = MINIMAL.replace(
+            "  lease: [--elect=lease, '--lease={leaseDuration}', '--renew={renewDeadline}', '--retry={retryPeriod}']",
+            "  forLife: [--elect=for-life]",
+        );
+        let subject = parse(&for_life_only).unwrap();
+        assert_eq!(subject.election.lease, None);
+        assert_eq!(
+            subject.election.for_life.as_deref(),
+            Some(&["--elect=for-life".to_string()][..])
+        );
+        let e = parse(&for_life_only.replace("  forLife: [--elect=for-life]\n", "  {}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("election: expected `lease`, `forLife` or both"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -95,6 +95,39 @@ pub struct Lock {
     pub namespace: String,
 }
 
+/// The placeholders of the lease mode's arguments, for the timings a feature states.
+pub const TIMING_PLACEHOLDERS: [&str; 3] = ["{leaseDuration}", "{renewDeadline}", "{retryPeriod}"];
+
+/// The flags of each election mode the operator has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Election {
+    /// Lease mode, with the [`TIMING_PLACEHOLDERS`] in its arguments.
+    pub lease: Option<Vec<String>>,
+    /// Leader-for-life.
+    pub for_life: Option<Vec<String>>,
+}
+
+impl Election {
+    /// The lease mode's arguments for `timings` (lease duration, renew deadline, retry
+    /// period, as a feature writes them), `None` when the operator has no lease mode.
+    pub fn lease_args(&self, timings: [&str; 3]) -> Option<Vec<String>> {
+        let template = self.lease.as_ref()?;
+        Some(
+            template
+                .iter()
+                .map(|arg| {
+                    TIMING_PLACEHOLDERS
+                        .iter()
+                        .zip(timings)
+                        .fold(arg.clone(), |arg, (placeholder, value)| {
+                            arg.replace(placeholder, value)
+                        })
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Where the operator binary comes from, for the providers that run pods as processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BinarySource {
@@ -142,6 +175,8 @@ pub struct OperatorSetup {
     pub replicas: i32,
     /// Flags after the manifest's own (they win): election mode, timings, …
     pub args: Vec<String>,
+    /// The lease duration the flags set, in lease mode.
+    pub lease_duration: Option<std::time::Duration>,
 }
 
 /// The operator under test.
@@ -159,6 +194,8 @@ pub struct Subject {
     pub metrics_port: u16,
     /// Its leader-election lock.
     pub lock: Lock,
+    /// How its election mode is chosen.
+    pub election: Election,
     /// The image its manifests name; the simulator runs the binary for it.
     pub image: String,
     /// Its binary.
@@ -482,6 +519,7 @@ mod tests {
     fn setup(replicas: i32, args: &[&str]) -> OperatorSetup {
         OperatorSetup {
             replicas,
+            lease_duration: None,
             args: args.iter().map(|a| a.to_string()).collect(),
         }
     }

@@ -209,6 +209,7 @@ impl Stage {
         let setup = OperatorSetup {
             replicas: i32::try_from(self.replicas).unwrap_or(i32::MAX),
             args: self.election.args(behaviour),
+            lease_duration: None,
         };
         let mut manifests = self
             .subject
@@ -505,6 +506,7 @@ mod tests {
         let setup = OperatorSetup {
             replicas: 2,
             args: vec![],
+            lease_duration: None,
         };
         let subject = Subject::memcached();
         let mut manifests = subject.render(&setup, &subject.own_placement()).unwrap();

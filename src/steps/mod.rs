@@ -500,8 +500,14 @@ impl Suite {
         }
     }
 
-    /// The tags of scenarios the provider cannot run, with the reason.
+    /// The tags of scenarios the provider or the operator cannot run, with the reason:
+    /// what the provider cannot do, and the election modes the operator's profile lacks.
     pub fn excluded_tags(&self) -> Vec<(&'static str, String)> {
+        let election = &self.subject.election;
+        let modes = [
+            ("lease", "election.lease", election.lease.is_none()),
+            ("for-life", "election.forLife", election.for_life.is_none()),
+        ];
         Capability::ALL
             .into_iter()
             .filter(|c| !self.supports(*c))
@@ -515,6 +521,20 @@ impl Suite {
                     ),
                 )
             })
+            .chain(
+                modes
+                    .into_iter()
+                    .filter(|(_, _, lacks)| *lacks)
+                    .map(|(tag, key, _)| {
+                        (
+                            tag,
+                            format!(
+                                "the profile of {} has no {key}: the operator has no such mode",
+                                self.subject.name
+                            ),
+                        )
+                    }),
+            )
             .collect()
     }
 }
@@ -724,6 +744,33 @@ fn write_suite_reports(
 mod tests {
     use super::*;
     use cucumber::tag::Ext as _;
+
+    #[test]
+    fn the_election_modes_a_profile_lacks_leave_their_scenarios_out() {
+        let mut subject = Subject::memcached();
+        subject.election.for_life = None;
+        let suite = Suite {
+            subject,
+            provider: ProviderKind::Sim,
+            kubeconfig: KubeconfigOptions::default(),
+            reports: PathBuf::new(),
+        };
+        let excluded = suite.excluded_tags();
+        let tags: Vec<&str> = excluded.iter().map(|(tag, _)| *tag).collect();
+        assert!(
+            tags.contains(&"for-life") && !tags.contains(&"lease"),
+            "{excluded:?}"
+        );
+        let why = &excluded
+            .iter()
+            .find(|(tag, _)| *tag == "for-life")
+            .unwrap()
+            .1;
+        assert_eq!(
+            why,
+            "the profile of memcached-operator has no election.forLife: the operator has no such mode"
+        );
+    }
 
     #[test]
     fn the_providers_exclusions_join_the_users_tag_expression() {

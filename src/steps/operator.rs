@@ -12,42 +12,59 @@ use serde_json::json;
 
 use super::{Dur, World};
 use crate::deploy::{Manifest, apply_all};
-use crate::subject::{OperatorSetup, kind_of};
+use crate::subject::{OperatorSetup, Subject, kind_of};
 
 /// How features state a setup: the lease mode's timings are written as they are in a step.
 impl OperatorSetup {
-    /// Lease mode with `timings` written `LEASE/RENEW/RETRY` (e.g. `4s/3s/1s`) and
-    /// `extra` flags after them.
+    /// Lease mode of `subject` with `timings` written `LEASE/RENEW/RETRY` (e.g. `4s/3s/1s`)
+    /// and `extra` flags after them.
     ///
     /// # Panics
-    /// When the timings are not three durations.
-    pub fn lease(replicas: i32, timings: &str, extra: &str) -> Self {
+    /// When the timings are not three durations, or the operator's profile has no lease
+    /// mode (the scenarios of `@lease` features are then left out).
+    pub fn lease(subject: &Subject, replicas: i32, timings: &str, extra: &str) -> Self {
         let parts: Vec<&str> = timings.split('/').collect();
-        assert_eq!(
-            parts.len(),
-            3,
-            "timings are LEASE/RENEW/RETRY, e.g. 4s/3s/1s: {timings}"
-        );
-        for p in &parts {
+        let [lease, renew, retry] = parts[..] else {
+            panic!("timings are LEASE/RENEW/RETRY, e.g. 4s/3s/1s: {timings}");
+        };
+        let lease_duration = lease.parse::<Dur>().unwrap_or_else(|e| panic!("{e}")).0;
+        for p in [renew, retry] {
             p.parse::<Dur>().unwrap_or_else(|e| panic!("{e}"));
         }
-        let mut args = vec![
-            "--leader-election=lease".to_string(),
-            format!("--lease-duration={}", parts[0]),
-            format!("--renew-deadline={}", parts[1]),
-            format!("--retry-period={}", parts[2]),
-        ];
+        let mut args = subject
+            .election
+            .lease_args([lease, renew, retry])
+            .unwrap_or_else(|| {
+                panic!(
+                    "the profile of {} has no lease mode (election.lease)",
+                    subject.name
+                )
+            });
         args.extend(extra.split_whitespace().map(str::to_string));
-        Self { replicas, args }
+        Self {
+            replicas,
+            args,
+            lease_duration: Some(lease_duration),
+        }
     }
 
-    /// The configured lease duration, when the flags set one.
-    pub fn lease_duration(&self) -> Option<std::time::Duration> {
-        self.args.iter().find_map(|a| {
-            a.strip_prefix("--lease-duration=")
-                .and_then(|d| d.parse::<Dur>().ok())
-                .map(|d| d.0)
-        })
+    /// Leader-for-life mode of `subject`.
+    ///
+    /// # Panics
+    /// When the operator's profile has no leader-for-life mode (the scenarios of
+    /// `@for-life` features and scenarios are then left out).
+    pub fn for_life(subject: &Subject, replicas: i32) -> Self {
+        let args = subject.election.for_life.clone().unwrap_or_else(|| {
+            panic!(
+                "the profile of {} has no leader-for-life mode (election.forLife)",
+                subject.name
+            )
+        });
+        Self {
+            replicas,
+            args,
+            lease_duration: None,
+        }
     }
 }
 
@@ -89,8 +106,8 @@ pub async fn deploy(world: &mut World, setup: OperatorSetup) {
     expr = "the memcached operator is deployed with {int} replica(s) in lease mode with timings {word}"
 )]
 async fn deployed_lease(world: &mut World, replicas: i32, timings: String) {
-    let setup = OperatorSetup::lease(replicas, &timings, "");
-    world.lease_duration = setup.lease_duration();
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "");
+    world.lease_duration = setup.lease_duration;
     deploy(world, setup).await;
 }
 
@@ -103,8 +120,8 @@ async fn deployed_lease_with_flags(
     timings: String,
     flags: String,
 ) {
-    let setup = OperatorSetup::lease(replicas, &timings, &flags);
-    world.lease_duration = setup.lease_duration();
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, &flags);
+    world.lease_duration = setup.lease_duration;
     deploy(world, setup).await;
 }
 
@@ -113,7 +130,7 @@ async fn deployed_lease_with_flags(
 )]
 async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) {
     world.start_recorder();
-    let setup = OperatorSetup::lease(replicas, &timings, "");
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "");
     let mut manifests = manifests(world, &setup);
     for m in &mut manifests {
         if kind_of(&m.object) == "Role"
@@ -127,7 +144,7 @@ async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings
         "deployed {} without rights to leases",
         world.subject().deployment
     ));
-    world.lease_duration = setup.lease_duration();
+    world.lease_duration = setup.lease_duration;
     world.operator = Some(setup);
 }
 
@@ -146,7 +163,7 @@ async fn lease_rights_restored(world: &mut World) {
     expr = "a second operator {string} is deployed with {int} replica(s) in lease mode with timings {word} and the same lock"
 )]
 async fn second_operator(world: &mut World, instance: String, replicas: i32, timings: String) {
-    let setup = OperatorSetup::lease(replicas, &timings, "");
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "");
     let mut deployment = manifests(world, &setup)
         .into_iter()
         .find(|m| kind_of(&m.object) == "Deployment")
@@ -349,7 +366,15 @@ async fn rolled_out(world: &mut World, within: Dur) {
 #[given(expr = "the memcached operator is deployed with {int} replica(s) and the flags {string}")]
 async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) {
     let args = flags.split_whitespace().map(str::to_string).collect();
-    deploy(world, OperatorSetup { replicas, args }).await;
+    deploy(
+        world,
+        OperatorSetup {
+            replicas,
+            args,
+            lease_duration: None,
+        },
+    )
+    .await;
 }
 
 #[when(expr = "the operator is scaled to {int} replica(s)")]
@@ -392,14 +417,8 @@ async fn no_operator_pods(world: &mut World, within: Dur) {
 
 #[given(expr = "the memcached operator is deployed with {int} replica(s) in for-life mode")]
 async fn deployed_for_life(world: &mut World, replicas: i32) {
-    deploy(
-        world,
-        OperatorSetup {
-            replicas,
-            args: vec!["--leader-election=for-life".into()],
-        },
-    )
-    .await;
+    let setup = OperatorSetup::for_life(world.subject(), replicas);
+    deploy(world, setup).await;
 }
 
 #[cfg(test)]
@@ -408,7 +427,7 @@ mod tests {
 
     #[test]
     fn lease_timings_as_features_write_them_become_the_operators_flags() {
-        let setup = OperatorSetup::lease(2, "4s/3s/1s", "--standby=poll");
+        let setup = OperatorSetup::lease(&Subject::memcached(), 2, "4s/3s/1s", "--standby=poll");
         assert_eq!(setup.replicas, 2);
         assert_eq!(
             setup.args,
@@ -421,7 +440,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            setup.lease_duration(),
+            setup.lease_duration,
             Some(std::time::Duration::from_secs(4))
         );
     }
