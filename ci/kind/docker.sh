@@ -120,7 +120,14 @@ up() {
       echo "docker: dockerd is running with a configuration older than $daemon_json; restart it so that privileged containers work" >&2
       exit 1
     fi
-    progress "dockerd is running already (left running at the end)"
+    local pid
+    pid=$(cat "$state/dockerd.pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+      progress "dockerd is running, started by an earlier up (down stops it)"
+    else
+      rm -f "$state/dockerd.pid"
+      progress "dockerd is running already (down leaves it running)"
+    fi
     return 0
   fi
   step="starting dockerd"
