@@ -38,7 +38,9 @@ pub fn container_filter(pod_uid: &str, container: Option<&str>) -> String {
         r#"labels."io.kubernetes.pod.uid"=={pod_uid},labels."io.cri-containerd.kind"==container"#
     );
     if let Some(name) = container {
-        filter.push_str(&format!(r#",labels."io.kubernetes.container.name"=={name}"#));
+        filter.push_str(&format!(
+            r#",labels."io.kubernetes.container.name"=={name}"#
+        ));
     }
     filter
 }
