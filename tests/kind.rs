@@ -59,8 +59,8 @@ case "$*" in
     else echo '{"kind":{"IPAddress":"172.18.0.3","GlobalIPv6Address":"fc00::3"}}'; fi ;;
   "network connect --ip "*)
     if [ -e ROOT/flags/no-fixed-ip ]; then echo "Error response from daemon: user specified IP address is supported only when connecting to networks with user configured subnets" >&2; exit 1; fi ;;
-  *" crictl ps "*) echo 4f1c0ffee ;;
-  *" crictl inspect "*) echo '{"status":{"state":"CONTAINER_RUNNING"},"info":{"pid":4242,"runtimeSpec":{}}}' ;;
+  *" ctr --namespace k8s.io containers ls "*) echo 4f1c0ffee ;;
+  *" ctr --namespace k8s.io tasks ls"*) printf 'TASK PID STATUS\n5a4db0x 4100 RUNNING\n4f1c0ffee 4242 RUNNING\n' ;;
 esac
 exit 0
 "#;
@@ -195,11 +195,14 @@ async fn apply(provider: &KindProvider, namespace: &str, pod: &str, faults: &[Po
     }
 }
 
-/// How a pod's containers and their main processes are found on `node`.
+/// How a pod's containers and their main processes are found on `node` (with containerd's
+/// `ctr`, which kind's images and ours have).
 fn lookup(node: &str, uid: &str) -> [String; 2] {
     [
-        format!("docker exec {node} crictl ps --quiet --label io.kubernetes.pod.uid={uid}"),
-        format!("docker exec {node} crictl inspect --output json 4f1c0ffee"),
+        format!(
+            r#"docker exec {node} ctr --namespace k8s.io containers ls --quiet labels."io.kubernetes.pod.uid"=={uid},labels."io.cri-containerd.kind"==container"#
+        ),
+        format!("docker exec {node} ctr --namespace k8s.io tasks ls"),
     ]
 }
 
@@ -527,7 +530,7 @@ async fn a_crash_kills_the_containers_processes_inside_its_node_and_the_pod_stay
     assert_eq!(
         fake.take_calls()[0],
         format!(
-            "{} --label io.kubernetes.container.name=manager",
+            r#"{},labels."io.kubernetes.container.name"==manager"#,
             lookup(&node, &uid)[0]
         )
     );

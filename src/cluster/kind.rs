@@ -22,8 +22,9 @@
 //! and deletes the cluster.
 //!
 //! # Caveats
-//! This provider has been exercised only through its exact command sequences against
-//! stand-in `kind`, `docker` and `kubectl` executables, never against a real kind cluster.
+//! Exercised against a real kind cluster with the node image `ci/kind/build.sh` builds
+//! (`ci/kind-e2e.sh`), and in `tests/kind.rs` through its exact command sequences
+//! against stand-in `kind`, `docker` and `kubectl` executables.
 
 pub mod command;
 pub mod config;

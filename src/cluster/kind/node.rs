@@ -1,8 +1,9 @@
 //! Faults carried out on kind's nodes (Docker containers) with `docker`: the commands and
 //! how their answers are read.
 //!
-//! - A pod's containers: `docker exec <node> crictl ps --quiet --label
-//!   io.kubernetes.pod.uid=<uid>`, their main processes from `crictl inspect`.
+//! - A pod's containers: `docker exec <node> ctr --namespace k8s.io containers ls
+//!   --quiet <labels of the pod>`, their main processes from `ctr tasks ls` (containerd's
+//!   own client: kind's images also have crictl, nodes built by `ci/kind/build.sh` do not).
 //! - Signals: [`SIGNAL_SCRIPT`] in the node sends a signal to every process in the pid
 //!   namespace of each container (KILL for crash, STOP/CONT for hold/release), so the
 //!   Pod stays and the kubelet restarts a killed container as after any crash.
@@ -27,71 +28,93 @@ pub const API_SERVER_PORT: u16 = 6443;
 /// (the main process of a container). Run as `sh -c SIGNAL_SCRIPT sh SIG PID…`.
 pub const SIGNAL_SCRIPT: &str = r#"sig=$1; shift; for main in "$@"; do ns=$(readlink /proc/$main/ns/pid) || exit 1; for p in /proc/[0-9]*; do if [ "$(readlink $p/ns/pid 2>/dev/null)" = "$ns" ]; then kill -s $sig ${p#/proc/} 2>/dev/null || true; fi; done; done"#;
 
-/// The ids of a pod's running containers on `node` (one container when `container`
-/// names it).
+/// The containerd namespace of the kubelet's containers.
+pub const CONTAINERD_NAMESPACE: &str = "k8s.io";
+
+/// The `ctr containers ls` filter of a pod's containers (not its sandbox), of one
+/// container when `container` names it.
+pub fn container_filter(pod_uid: &str, container: Option<&str>) -> String {
+    let mut filter = format!(
+        r#"labels."io.kubernetes.pod.uid"=={pod_uid},labels."io.cri-containerd.kind"==container"#
+    );
+    if let Some(name) = container {
+        filter.push_str(&format!(
+            r#",labels."io.kubernetes.container.name"=={name}"#
+        ));
+    }
+    filter
+}
+
+/// The pids of the running tasks listed by `ctr tasks ls` (`ID PID STATUS`, after a
+/// header) whose ids are in `ids`.
+pub fn running_pids(tasks: &str, ids: &[&str]) -> Vec<u32> {
+    tasks
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (id, pid, status) = (fields.next()?, fields.next()?, fields.next()?);
+            let pid: u32 = pid.parse().ok()?;
+            (status == "RUNNING" && pid > 0 && ids.contains(&id)).then_some(pid)
+        })
+        .collect()
+}
+
+/// The main processes (as `node` sees them) of a pod's running containers on `node`, of
+/// one container when `container` names it. Asks the node's containerd with `ctr`, which
+/// every kind node has (crictl is in kind's own images only).
 ///
 /// # Errors
-/// When the command fails.
-pub async fn container_ids(
+/// When a command fails.
+pub async fn container_pids(
     tools: &Tools,
     limit: Duration,
     node: &str,
     pod_uid: &str,
     container: Option<&str>,
-) -> Result<Vec<String>, KindError> {
-    let pod_label = format!("io.kubernetes.pod.uid={pod_uid}");
-    let container_label = container.map(|c| format!("io.kubernetes.container.name={c}"));
-    let mut args = vec![
-        "exec", node, "crictl", "ps", "--quiet", "--label", &pod_label,
-    ];
-    if let Some(label) = &container_label {
-        args.extend(["--label", label.as_str()]);
-    }
-    let out = tools.run("docker", &args, limit).await?;
-    Ok(out
+) -> Result<Vec<u32>, KindError> {
+    let filter = container_filter(pod_uid, container);
+    let out = tools
+        .run(
+            "docker",
+            &[
+                "exec",
+                node,
+                "ctr",
+                "--namespace",
+                CONTAINERD_NAMESPACE,
+                "containers",
+                "ls",
+                "--quiet",
+                &filter,
+            ],
+            limit,
+        )
+        .await?;
+    let ids: Vec<&str> = out
         .stdout
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
-}
-
-#[derive(Deserialize)]
-struct Inspect {
-    info: InspectInfo,
-}
-
-#[derive(Deserialize)]
-struct InspectInfo {
-    pid: u32,
-}
-
-/// The main process of container `id` on `node`, as the node sees it.
-///
-/// # Errors
-/// When the command fails or its answer has no pid.
-pub async fn container_pid(
-    tools: &Tools,
-    limit: Duration,
-    node: &str,
-    id: &str,
-) -> Result<u32, KindError> {
-    let out = tools
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tasks = tools
         .run(
             "docker",
-            &["exec", node, "crictl", "inspect", "--output", "json", id],
+            &[
+                "exec",
+                node,
+                "ctr",
+                "--namespace",
+                CONTAINERD_NAMESPACE,
+                "tasks",
+                "ls",
+            ],
             limit,
         )
         .await?;
-    match serde_json::from_str::<Inspect>(&out.stdout) {
-        Ok(inspect) if inspect.info.pid > 0 => Ok(inspect.info.pid),
-        _ => Err(KindError::Unexpected {
-            what: "the container's pid (info.pid)",
-            line: out.line,
-            output: out.stdout,
-        }),
-    }
+    Ok(running_pids(&tasks.stdout, &ids))
 }
 
 /// Sends `signal` (`KILL`, `STOP`, `CONT`) to every process of the containers whose main
@@ -286,6 +309,16 @@ pub async fn reconnect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pods_running_containers_are_found_by_its_labels_and_their_tasks() {
+        assert_eq!(
+            container_filter("u-1", Some("manager")),
+            r#"labels."io.kubernetes.pod.uid"==u-1,labels."io.cri-containerd.kind"==container,labels."io.kubernetes.container.name"==manager"#
+        );
+        let tasks = "TASK    PID    STATUS\nsandbox 10 RUNNING\nc1 42 RUNNING\nc2 0 STOPPED\nc3 43 RUNNING\n";
+        assert_eq!(running_pids(tasks, &["c1", "c2"]), vec![42]);
+    }
 
     #[test]
     fn a_dropping_partition_resets_the_pods_connections_to_the_api_server() {
