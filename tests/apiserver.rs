@@ -1382,3 +1382,17 @@ async fn a_dry_run_validates_and_answers_but_stores_nothing() {
     .await;
     assert_eq!(code, 400, "{body}");
 }
+
+#[tokio::test]
+async fn namespaces_cannot_be_deleted_as_a_collection_as_on_kube_apiserver() {
+    let (_server, client) = server().await;
+    let namespaces: Api<Namespace> = Api::all(client);
+    let (code, reason, _) = api_error(
+        namespaces
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (405, "MethodNotAllowed"));
+    assert!(namespaces.get("default").await.is_ok());
+}

@@ -254,7 +254,7 @@ pub fn desired_deployment(mc: &Memcached) -> Result<Deployment, Error> {
                         name: "memcached".into(),
                         image: Some(MEMCACHED_IMAGE.into()),
                         command: Some(
-                            ["memcached", "-m=64", "-o", "modern", "-v"]
+                            ["memcached", "-m", "64", "-o", "modern", "-v"]
                                 .map(String::from)
                                 .to_vec(),
                         ),

@@ -157,10 +157,23 @@ where
     }
 }
 
-/// Deletes what carries `label=value`: namespaces (and so everything in them), then the
+/// Deletes what carries `label=value`: namespaces (and so everything in them) one by one,
+/// as kube-apiserver has no delete-collection for them (it answers 405), then the
 /// cluster-scoped RBAC objects. Errors are reported, not returned: teardown goes on.
 pub async fn delete_labelled(client: &Client, label: &str, value: &str) {
-    delete_all_labelled::<Namespace>(client, label, value, "namespaces").await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let selector = ListParams::default().labels(&format!("{label}={value}"));
+    match namespaces.list(&selector).await {
+        Ok(listed) => {
+            for namespace in listed {
+                let name = kube::ResourceExt::name_any(&namespace);
+                if let Err(e) = namespaces.delete(&name, &DeleteParams::background()).await {
+                    eprintln!("opconform: deleting namespace {name} failed: {e}");
+                }
+            }
+        }
+        Err(e) => eprintln!("opconform: listing the namespaces of {value} failed: {e}"),
+    }
     delete_all_labelled::<ClusterRole>(client, label, value, "ClusterRoles").await;
     delete_all_labelled::<ClusterRoleBinding>(client, label, value, "ClusterRoleBindings").await;
 }

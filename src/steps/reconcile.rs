@@ -272,6 +272,42 @@ async fn results_were(world: &mut World, within: Dur, name: String, expected: Re
     ));
 }
 
+/// Waits (at most 30 s) until nothing the operator watches has changed and the operator
+/// has written nothing for `quiet`: the reconciles that follow are the resync's, not the
+/// echo of a last status write or Deployment update.
+async fn settled(world: &World, quiet: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let history = world.history().await;
+        let last_change = history
+            .entries()
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.observation,
+                    Observation::Write {
+                        election: false,
+                        ..
+                    } | Observation::Memcached { .. }
+                        | Observation::Deployment { .. }
+                )
+            })
+            .map(|e| e.time)
+            .max();
+        let quiet_since =
+            last_change.map_or(quiet, |t| (Utc::now() - t).to_std().unwrap_or_default());
+        if quiet_since >= quiet {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the operator and its objects never stayed unchanged for {quiet:?} within 30s"
+        );
+        // The next moment the quiet could be long enough, unless something changes.
+        tokio::time::sleep(quiet - quiet_since).await;
+    }
+}
+
 #[then(
     expr = "for {duration} memcached {string} is reconciled every {duration}, give or take {duration}, each time ending in {word} and writing nothing"
 )]
@@ -283,6 +319,7 @@ async fn resynced(
     slack: Dur,
     result: String,
 ) {
+    settled(world, period.0).await;
     let from = Utc::now();
     // The step's meaning is "for this long": watch the window, then judge it.
     tokio::time::sleep(span.0).await;

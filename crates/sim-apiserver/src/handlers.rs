@@ -357,7 +357,13 @@ impl<'a> Call<'a> {
             ("patch", "") => self.patch(&rt, Part::Main),
             ("patch", "status") if rt.status => self.patch(&rt, Part::Status),
             ("delete", "") => self.delete(&rt),
-            ("deletecollection", "") => self.delete_collection(&rt),
+            // Not every storage deletes collections (namespaces do not): kube-apiserver
+            // has no such route, and answers 405.
+            ("deletecollection", "")
+                if crate::discovery::verbs(&rt).contains(&"deletecollection") =>
+            {
+                self.delete_collection(&rt)
+            }
             ("get", "scale") if rt.scale.is_some() => self.get_scale(&rt),
             ("update" | "patch", "scale") if rt.scale.is_some() => self.write_scale(&rt),
             ("update", "finalize") if rt.resource == "namespaces" => self.finalize_namespace(&rt),

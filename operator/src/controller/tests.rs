@@ -252,7 +252,7 @@ fn the_desired_deployment_runs_memcached_with_size_replicas_owned_by_the_cr() {
     assert_eq!(c.image.as_deref(), Some("memcached:1.6-alpine"));
     assert_eq!(
         c.command.as_deref().unwrap(),
-        ["memcached", "-m=64", "-o", "modern", "-v"]
+        ["memcached", "-m", "64", "-o", "modern", "-v"]
     );
     assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 11211);
     let sc = c.security_context.as_ref().unwrap();

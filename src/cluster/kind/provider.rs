@@ -21,10 +21,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::Api;
 
 use super::node::{self, Address};
 use super::{KindCluster, KindError};
@@ -33,7 +32,7 @@ use crate::cluster::admission;
 use crate::cluster::audit::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
-use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_all_labelled, shared_placement};
+use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::{Placement, Provider, ProviderError, random_name};
 use crate::fault::{Cut, FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
 
@@ -549,37 +548,6 @@ impl Provider for KindProvider {
         {
             task.abort();
         }
-        let client = self.cluster.client();
-        delete_namespaces(&client, &self.prefix).await;
-        delete_all_labelled::<ClusterRole>(&client, SCENARIO_LABEL, &self.prefix, "ClusterRoles")
-            .await;
-        delete_all_labelled::<ClusterRoleBinding>(
-            &client,
-            SCENARIO_LABEL,
-            &self.prefix,
-            "ClusterRoleBindings",
-        )
-        .await;
-    }
-}
-
-/// Deletes the scenario's namespaces (and so everything in them) one by one: a real
-/// kube-apiserver has no delete-collection for namespaces (it answers 405
-/// MethodNotAllowed). Errors are reported, not returned: teardown goes on.
-async fn delete_namespaces(client: &Client, prefix: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let selector = ListParams::default().labels(&format!("{SCENARIO_LABEL}={prefix}"));
-    let listed = match api.list(&selector).await {
-        Ok(listed) => listed,
-        Err(e) => {
-            eprintln!("opconform: listing the namespaces of {prefix} failed: {e}");
-            return;
-        }
-    };
-    for namespace in listed {
-        let name = kube::ResourceExt::name_any(&namespace);
-        if let Err(e) = api.delete(&name, &DeleteParams::background()).await {
-            eprintln!("opconform: deleting namespace {name} failed: {e}");
-        }
+        delete_labelled(&self.cluster.client(), SCENARIO_LABEL, &self.prefix).await;
     }
 }
