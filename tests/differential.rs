@@ -784,6 +784,21 @@ fn interactions() -> Vec<Interaction> {
             ] {
                 list_names(t, &format!("{pods}?fieldSelector={selector}")).await;
             }
+            // Gone at once (unrecorded): no kubelet confirms a graceful deletion on these
+            // nodes, so deleting the namespace later would wait for kube-controller-manager's
+            // pod garbage collector, which removes pods of missing nodes only after 40 s.
+            let force =
+                json!({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0});
+            for name in ["fs-a", "fs-b"] {
+                support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{pods}/{name}"),
+                    JSON,
+                    serde_json::to_vec(&force).expect("JSON"),
+                )
+                .await;
+            }
             let secrets = format!("/api/v1/namespaces/{NS}/secrets");
             t.admin(
                 "POST",
