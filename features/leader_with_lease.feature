@@ -68,11 +68,16 @@ Feature: Leader with lease
     And no replica wrote after losing leadership
 
   @node-access @audit
+  # Frozen while idle: a process stopped between its write guard's check and the send of
+  # the write it allowed sends that write when it wakes, whatever the margins (no check in
+  # the client can close that window). The next scenario freezes a leader in the middle of
+  # a reconcile, at a request, where the guard's next check refuses the stale write.
   Scenario: A leader frozen for twice its lease is replaced and leads no more
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
+    And the operator has been idle for 1s
     When the leader is frozen for 8s
     Then within 20s another replica leads
     When memcached "cache" is scaled to 2

@@ -478,7 +478,7 @@ async fn two_replicas_claiming_leadership_at_once_fail_the_single_leader_check()
 }
 
 #[tokio::test]
-async fn a_frozen_replica_delays_none_of_the_others_and_a_failed_scrape_records_nothing() {
+async fn a_frozen_replica_delays_no_other_and_only_a_refusing_one_is_recorded_down() {
     let (_server, client) = support::server().await;
     create_namespace(&client).await;
     let ips: Vec<IpAddr> = (1..=3).map(|h| IpAddr::from([127, 0, 57, h])).collect();
@@ -514,6 +514,22 @@ async fn a_frozen_replica_delays_none_of_the_others_and_a_failed_scrape_records_
     assert!(gauges(&history, "op-b").is_empty());
     assert!(gauges(&history, "op-c").is_empty());
     assert!(reconciles(&history, "op-b", "success").is_empty());
+    let down = |replica: &str| {
+        history
+            .entries()
+            .iter()
+            .filter(
+                |e| matches!(&e.observation, Observation::Down { replica: r, .. } if r == replica),
+            )
+            .count()
+    };
+    assert_eq!(down("op-c"), 1, "nothing listens for op-c: down, once");
+    assert_eq!(
+        down("op-b"),
+        0,
+        "op-b accepts and never answers: frozen, not down"
+    );
+    assert_eq!(down("op-a"), 0);
 }
 
 /// Every write recorded: verb, resource, name, code, election.

@@ -62,21 +62,22 @@ pub struct Interval {
 }
 
 /// Leadership intervals from the gauge: each run of consecutive "leader" samples of a
-/// replica, from its first to its last such sample (a missing sample does not end a run).
+/// replica, from its first to its last such sample. A "standby" sample or the replica going
+/// [down](Observation::Down) ends a run; a missing sample (a frozen replica) does not.
 pub fn gauge_intervals(history: &History) -> Vec<Interval> {
     let mut open: BTreeMap<String, Interval> = BTreeMap::new();
     let mut done = Vec::new();
     for e in history.entries() {
-        let Observation::Gauge { replica, leader } = &e.observation else {
+        let Some((replica, leader)) = e.observation.leadership() else {
             continue;
         };
         match (leader, open.get_mut(replica)) {
             (true, Some(run)) => run.to = e.time,
             (true, None) => {
                 open.insert(
-                    replica.clone(),
+                    replica.to_string(),
                     Interval {
-                        replica: replica.clone(),
+                        replica: replica.to_string(),
                         from: e.time,
                         to: e.time,
                     },
@@ -464,17 +465,19 @@ pub fn handover_after_release(history: &History, verb: &str) -> Option<Duration>
 }
 
 /// How long after the first `verb` fault the replica that led then stopped saying it
-/// leads (its gauge); `None` when it never did in the history.
+/// leads (its gauge) or went down; `None` when it never did in the history.
 pub fn step_down_after(history: &History, verb: &str) -> Option<Duration> {
     let f = failover(history, verb)?;
     let old = f.old_leader.as_ref()?;
-    history.entries().iter().find_map(|e| match &e.observation {
-        Observation::Gauge {
-            replica,
-            leader: false,
-        } if e.time >= f.fault.time && replica == old => (e.time - f.fault.time).to_std().ok(),
-        _ => None,
-    })
+    history
+        .entries()
+        .iter()
+        .find_map(|e| match e.observation.leadership() {
+            Some((replica, false)) if e.time >= f.fault.time && replica == old => {
+                (e.time - f.fault.time).to_std().ok()
+            }
+            _ => None,
+        })
 }
 
 /// Reconcile results by kind, summed over replicas (the last scraped value of each counter).
@@ -513,6 +516,38 @@ mod tests {
                 leader,
             },
         );
+    }
+
+    #[test]
+    fn a_replica_going_down_ends_its_leadership_run() {
+        let mut h = History::new();
+        gauge(&mut h, 0, "a", true);
+        gauge(&mut h, 100, "a", true);
+        h.push(
+            at(150),
+            Observation::Down {
+                replica: "a".into(),
+                reason: "connection refused".into(),
+            },
+        );
+        gauge(&mut h, 400, "b", true);
+        gauge(&mut h, 550, "b", false);
+        // Restarted, it takes the lock again: a new run, not one from 0 ms on.
+        gauge(&mut h, 600, "a", true);
+        let runs = gauge_intervals(&h);
+        let spans: Vec<_> = runs
+            .iter()
+            .map(|r| (r.replica.as_str(), r.from, r.to))
+            .collect();
+        assert_eq!(
+            spans,
+            vec![
+                ("a", at(0), at(100)),
+                ("b", at(400), at(400)),
+                ("a", at(600), at(600))
+            ]
+        );
+        assert!(single_leader(&h).passed);
     }
 
     fn lock(h: &mut History, ms: i64, holder: Option<&str>, transitions: i64) {

@@ -9,6 +9,19 @@ use serde::{Deserialize, Serialize};
 
 pub mod recorder;
 
+impl Observation {
+    /// What this observation says of a replica's leadership: its gauge (leader or not), or
+    /// that it is down (not leading). `None` for every other observation.
+    #[must_use]
+    pub fn leadership(&self) -> Option<(&str, bool)> {
+        match self {
+            Self::Gauge { replica, leader } => Some((replica, *leader)),
+            Self::Down { replica, .. } => Some((replica, false)),
+            _ => None,
+        }
+    }
+}
+
 /// One observation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
@@ -23,6 +36,16 @@ pub enum Observation {
         replica: String,
         /// Whether it says it leads.
         leader: bool,
+    },
+    /// A scrape of a replica was refused: nothing listens on its metrics port, so no
+    /// process of it runs (it exited, or has not started yet). Recorded once when a
+    /// replica goes down; its next answered scrape says it is back. A replica that is down
+    /// leads no more (a frozen or cut-off one, whose scrapes time out, is not down).
+    Down {
+        /// The replica (pod name).
+        replica: String,
+        /// What the scrape got.
+        reason: String,
     },
     /// The lock object as watched: who holds it now.
     Lock {
@@ -236,6 +259,7 @@ impl History {
             .iter()
             .filter_map(|e| match &e.observation {
                 Observation::Gauge { replica, .. }
+                | Observation::Down { replica, .. }
                 | Observation::Write { replica, .. }
                 | Observation::Reconciles { replica, .. } => Some(replica.clone()),
                 Observation::Lock {
@@ -272,6 +296,7 @@ impl std::fmt::Display for Observation {
                     if *leader { "leader" } else { "standby" }
                 )
             }
+            Observation::Down { replica, reason } => format!("down     {replica} {reason}"),
             Observation::Lock {
                 lock,
                 holder,

@@ -18,7 +18,8 @@
 //!   event recorder writes) of the operator's and the workload namespaces: each Event once,
 //!   again when its count grows;
 //! - [`Observation::Gauge`] (every sample) and [`Observation::Reconciles`] (changes only)
-//!   from a scrape of `http://<podIP>:<port>/metrics` of every known pod;
+//!   from a scrape of `http://<podIP>:<port>/metrics` of every known pod, and
+//!   [`Observation::Down`] when a scrape is refused (nothing listens: no process runs);
 //! - [`Observation::Write`] from the audit feed: writes sent from the operator's pods;
 //! - [`Observation::Fault`] from the fault log, merged in when a snapshot is taken;
 //! - [`Observation::Note`] from [`Recorder::note`].
@@ -139,7 +140,8 @@ pub struct Feeds {
 /// - Watches are retried after errors with a short backoff (100 ms doubling to 2 s); a
 ///   re-list that no longer shows an object records it as gone.
 /// - Scrapes run concurrently with [`SCRAPE_TIMEOUT`] each, at most one in flight per
-///   replica: a frozen replica delays none of the others. A failed scrape records nothing.
+///   replica: a frozen replica delays none of the others. A refused scrape records the
+///   replica down (once, until it answers again); any other failure records nothing.
 /// - Snapshots are rebuilt from what was observed, so faults and writes appear once
 ///   however many snapshots are taken.
 ///
@@ -1165,12 +1167,32 @@ enum Scraper {
     },
 }
 
+/// Why a scrape got no metrics.
+struct ScrapeFailure {
+    /// Nothing listened: no process of the replica runs.
+    refused: bool,
+    /// What happened, for the log and the history.
+    message: String,
+}
+
+impl ScrapeFailure {
+    fn other(message: String) -> Self {
+        Self {
+            refused: false,
+            message,
+        }
+    }
+}
+
 impl Scraper {
-    async fn scrape(self, name: String, ip: IpAddr) -> Result<String, String> {
+    async fn scrape(self, name: String, ip: IpAddr) -> Result<String, ScrapeFailure> {
         match self {
             Self::Direct { port } => get_metrics(SocketAddr::new(ip, port), SCRAPE_TIMEOUT)
                 .await
-                .map_err(|e| crate::error_chain(&e)),
+                .map_err(|e| ScrapeFailure {
+                    refused: e.is_refused(),
+                    message: crate::error_chain(&e),
+                }),
             Self::ApiServer {
                 client,
                 namespace,
@@ -1180,11 +1202,20 @@ impl Scraper {
                     "/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/metrics"
                 ))
                 .body(Vec::new())
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ScrapeFailure::other(e.to_string()))?;
                 tokio::time::timeout(SCRAPE_TIMEOUT, client.request_text(request))
                     .await
-                    .map_err(|_| format!("no answer within {SCRAPE_TIMEOUT:?}"))?
-                    .map_err(|e| e.to_string())
+                    .map_err(|_| {
+                        ScrapeFailure::other(format!("no answer within {SCRAPE_TIMEOUT:?}"))
+                    })?
+                    .map_err(|e| {
+                        let message = e.to_string();
+                        // kube-apiserver's proxy relays the dial error: "…: connect: connection refused".
+                        ScrapeFailure {
+                            refused: message.contains("connection refused"),
+                            message,
+                        }
+                    })
             }
         }
     }
@@ -1202,6 +1233,8 @@ async fn scrape_loop(
     let mut in_flight = FuturesUnordered::new();
     let mut busy: HashSet<String> = HashSet::new();
     let mut counters: HashMap<(String, String), u64> = HashMap::new();
+    // Replicas recorded as down and not answered since.
+    let mut down: HashSet<String> = HashSet::new();
     loop {
         tokio::select! {
             _ = stop.changed() => break,
@@ -1216,8 +1249,22 @@ async fn scrape_loop(
             Some((name, result)) = in_flight.next(), if !in_flight.is_empty() => {
                 busy.remove(&name);
                 match result {
-                    Ok(text) => record_scrape(&shared, &name, &parse_metrics(&text, &lock), &mut counters),
-                    Err(e) => tracing::debug!(replica = %name, error = %e, "scrape failed"),
+                    Ok(text) => {
+                        down.remove(&name);
+                        record_scrape(&shared, &name, &parse_metrics(&text, &lock), &mut counters);
+                    }
+                    Err(failure) => {
+                        tracing::debug!(replica = %name, error = %failure.message, "scrape failed");
+                        if failure.refused && down.insert(name.clone()) {
+                            shared.lock().entries.push(Entry {
+                                time: Utc::now(),
+                                observation: Observation::Down {
+                                    replica: name,
+                                    reason: failure.message,
+                                },
+                            });
+                        }
+                    }
                 }
             }
         }

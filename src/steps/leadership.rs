@@ -152,8 +152,10 @@ fn standbys(history: &History, leader: &str) -> (usize, Vec<String>) {
                 entry.0 = *ready;
                 entry.1 = *terminating;
             }
-            Observation::Gauge { replica, leader } => {
-                latest.entry(replica.clone()).or_default().2 = *leader;
+            o @ (Observation::Gauge { .. } | Observation::Down { .. }) => {
+                if let Some((replica, leader)) = o.leadership() {
+                    latest.entry(replica.to_string()).or_default().2 = leader;
+                }
             }
             _ => {}
         }
@@ -244,8 +246,10 @@ pub fn leading_now(history: &History) -> Vec<String> {
     let mut gone: std::collections::BTreeSet<String> = Default::default();
     for e in history.entries() {
         match &e.observation {
-            Observation::Gauge { replica, leader } => {
-                latest.insert(replica.clone(), *leader);
+            o @ (Observation::Gauge { .. } | Observation::Down { .. }) => {
+                if let Some((replica, leader)) = o.leadership() {
+                    latest.insert(replica.to_string(), leader);
+                }
             }
             Observation::Pod {
                 name,
@@ -320,16 +324,42 @@ async fn old_leader_stops(world: &mut World, within: Dur) {
         .expect("a step saw a leader before this one");
     let what = format!("{old} no longer says it leads");
     eventually(within.0, &what, || {
-        let still = leading_now(&world.history_so_far()).contains(&old);
+        let stopped = stopped_leading_after_last_fault(&world.history_so_far(), &old);
         async move {
-            if still {
-                Err("its gauge still says leader".to_string())
-            } else {
+            if stopped {
                 Ok(())
+            } else {
+                Err("its gauge still says leader".to_string())
             }
         }
     })
     .await;
+}
+
+/// Whether `replica` was seen not leading — a standby sample, down, or its Pod terminating
+/// or gone — at or after the last fault. The moment it stopped can fall between two polls
+/// (a replica that steps down and exits at once, then is restarted), so the history since
+/// the fault is read, not only its latest sample.
+pub fn stopped_leading_after_last_fault(history: &History, replica: &str) -> bool {
+    let since = history
+        .entries()
+        .iter()
+        .filter(|e| matches!(e.observation, Observation::Fault { .. }))
+        .map(|e| e.time)
+        .max();
+    history
+        .entries()
+        .iter()
+        .filter(|e| since.is_none_or(|t| e.time >= t))
+        .any(|e| match &e.observation {
+            Observation::Pod {
+                name,
+                phase,
+                terminating,
+                ..
+            } => name == replica && (*terminating || phase == "Deleted"),
+            o => o.leadership() == Some((replica, false)),
+        })
 }
 
 #[then(expr = "within {duration} another replica leads")]
@@ -370,6 +400,68 @@ async fn keeps_leading(world: &mut World, span: Dur) {
 mod tests {
     use super::*;
     use chrono::Utc;
+
+    #[test]
+    fn a_leader_that_went_down_after_the_fault_stopped_leading_even_if_it_leads_again() {
+        let t = Utc::now();
+        let at = |ms: i64| t + chrono::Duration::milliseconds(ms);
+        let gauge = |leader: bool| Observation::Gauge {
+            replica: "a".into(),
+            leader,
+        };
+        let mut h = History::new();
+        h.push(at(0), gauge(false));
+        h.push(at(100), gauge(true));
+        h.push(
+            at(200),
+            Observation::Fault {
+                verb: "delete".into(),
+                target: "lock ops/lock".into(),
+                detail: "by hand".into(),
+            },
+        );
+        h.push(at(300), gauge(true));
+        assert!(
+            !stopped_leading_after_last_fault(&h, "a"),
+            "a standby sample before the fault does not count"
+        );
+        h.push(
+            at(400),
+            Observation::Down {
+                replica: "a".into(),
+                reason: "connection refused".into(),
+            },
+        );
+        h.push(at(900), gauge(true));
+        assert!(stopped_leading_after_last_fault(&h, "a"));
+        assert!(
+            leading_now(&h).contains(&"a".to_string()),
+            "it leads again after its restart"
+        );
+        assert!(!stopped_leading_after_last_fault(&h, "b"));
+    }
+
+    #[test]
+    fn a_replica_that_is_down_does_not_lead_now() {
+        let t = Utc::now();
+        let mut h = History::new();
+        h.push(
+            t,
+            Observation::Gauge {
+                replica: "a".into(),
+                leader: true,
+            },
+        );
+        assert_eq!(leading_now(&h), vec!["a".to_string()]);
+        h.push(
+            t + chrono::Duration::milliseconds(100),
+            Observation::Down {
+                replica: "a".into(),
+                reason: "connection refused".into(),
+            },
+        );
+        assert!(leading_now(&h).is_empty());
+    }
 
     #[test]
     fn the_leader_is_the_holder_whose_gauge_alone_says_leader() {

@@ -308,6 +308,12 @@ async fn settled(world: &World, quiet: std::time::Duration) {
     }
 }
 
+#[given(expr = "the operator has been idle for {duration}")]
+#[when(expr = "the operator has been idle for {duration}")]
+async fn idle(world: &mut World, quiet: Dur) {
+    settled(world, quiet.0).await;
+}
+
 #[then(
     expr = "for {duration} memcached {string} is reconciled every {duration}, give or take {duration}, each time ending in {word} and writing nothing"
 )]

@@ -58,6 +58,16 @@ pub enum PlainHttpError {
     },
 }
 
+impl PlainHttpError {
+    /// Whether nothing listened at the address: the connection was refused, so no process
+    /// serves there (as opposed to one that is slow, frozen or cut off, which times out).
+    #[must_use]
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Self::Connect { source, .. }
+            if source.kind() == std::io::ErrorKind::ConnectionRefused)
+    }
+}
+
 /// GETs `http://<addr><path>` and returns the status and body, whatever the status.
 ///
 /// # Errors
@@ -230,5 +240,26 @@ mod tests {
             Some((503, b"busy".to_vec()))
         );
         assert!(parse_response(b"SSH-2.0\r\n\r\n", false).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_refused_and_a_silent_one_times_out() {
+        // A port bound and then closed: nothing listens there any more.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let refused = get(addr, "/", Duration::from_secs(5)).await.unwrap_err();
+        assert!(refused.is_refused(), "{refused:?}");
+
+        // A listener that never answers: the connection is accepted, the answer never comes.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let late = get(
+            silent.local_addr().unwrap(),
+            "/",
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+        assert!(!late.is_refused(), "{late:?}");
     }
 }

@@ -325,7 +325,9 @@ enum GuardKind {
 ///
 /// # Caveats
 /// A write already in flight when the deadline passes is not recalled; the margin
-/// LeaseDuration − RenewDeadline is what covers it.
+/// LeaseDuration − RenewDeadline is what covers it. A process stopped (SIGSTOP, a paused
+/// VM) between the check and the send sends the write when it resumes, however late: no
+/// check in the client can close that window, only a precondition the API server enforces.
 #[derive(Clone)]
 pub struct WriteGuard {
     kind: GuardKind,
