@@ -20,7 +20,7 @@
 # finds it (`docker image inspect`) and builds nothing.
 #
 # Needs root (debootstrap, chroot), a running Docker engine (ci/kind/docker.sh up), Go,
-# gcc, debootstrap and cargo. Caches under
+# gcc, debootstrap (both installed from Debian when missing) and cargo. Caches under
 # ${OPCONFORM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opconform}: kind-<version>/bin,
 # coredns-<version>/bin, kind-node/ (root filesystems, pause). Progress on stderr; a
 # failure names its step.
@@ -65,11 +65,40 @@ build_image() {
 }
 
 have_image() { docker image inspect --format '{{.Id}}' "$1" >/dev/null 2>&1; }
+# Removes the other tags of `tag`'s repository (earlier builds: each node image is over
+# 1 GB), unless a container still uses them.
+prune_others() {
+  local repository=${1%:*} other
+  for other in $(docker images "$repository" --format '{{.Repository}}:{{.Tag}}'); do
+    [ "$other" = "$1" ] && continue
+    if docker rmi "$other" >/dev/null 2>&1; then
+      progress "removed the earlier $other"
+    fi
+  done
+}
 short_hash() { sha256sum | cut -c1-12; }
+
+# Installs from Debian the host tools the images need that this machine lacks
+# (debootstrap for the root filesystems, a C compiler for pause).
+host_packages() {
+  local packages=()
+  command -v debootstrap >/dev/null 2>&1 || packages+=(debootstrap)
+  command -v gcc >/dev/null 2>&1 || packages+=(gcc libc6-dev)
+  [ ${#packages[@]} -gt 0 ] || return 0
+  step="installing ${packages[*]} from Debian (apt-get)"
+  if [ "$(id -u)" != 0 ]; then
+    echo "kind build: ${packages[*]} missing; install them (apt-get install ${packages[*]}) or run as root" >&2
+    exit 1
+  fi
+  progress "$step"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+}
 
 tools() {
   step="checking the tools"
   command -v go >/dev/null || { echo "kind build: go is not on PATH" >&2; exit 1; }
+  host_packages
   export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
   kind_bin=$cache_root/kind-$KIND_VERSION/bin
   if [ ! -x "$kind_bin/kind" ]; then
@@ -276,6 +305,7 @@ node() {
   loader=""
   docker rmi "$tag-unloaded" >/dev/null
   progress "built $tag ($(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1 / 1e6}'))"
+  prune_others "$tag"
   echo "$tag"
 }
 
@@ -310,6 +340,7 @@ DOCKERFILE
   build_image -t "$tag" "$ctx"
   rm -rf "$ctx"
   progress "built $tag"
+  prune_others "$tag"
   echo "$tag"
 }
 

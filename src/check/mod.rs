@@ -464,20 +464,34 @@ pub fn handover_after_release(history: &History, verb: &str) -> Option<Duration>
     (taken_at - released_at).to_std().ok()
 }
 
-/// How long after the first `verb` fault the replica that led then stopped saying it
-/// leads (its gauge) or went down; `None` when it never did in the history.
+/// How long after the first `verb` fault the replica that led then was seen no longer
+/// leading: its gauge said standby, it went down, or its "stopped leading" Event (which an
+/// elector records once it has stopped: client-go's, ours) was watched — whichever came
+/// first, as a replica that steps down and exits at once may not be scraped in between.
+/// `None` when none of them is in the history.
 pub fn step_down_after(history: &History, verb: &str) -> Option<Duration> {
     let f = failover(history, verb)?;
     let old = f.old_leader.as_ref()?;
     history
         .entries()
         .iter()
-        .find_map(|e| match e.observation.leadership() {
-            Some((replica, false)) if e.time >= f.fault.time && replica == old => {
-                (e.time - f.fault.time).to_std().ok()
+        .filter(|e| e.time >= f.fault.time)
+        .find(|e| match &e.observation {
+            Observation::Event {
+                reason, message, ..
+            } => {
+                // The identity is the pod name, or client-go's `<pod>_<uuid>`.
+                let who = message.strip_suffix(" stopped leading");
+                reason == "LeaderElection"
+                    && who.is_some_and(|w| {
+                        w == old
+                            || w.strip_prefix(old.as_str())
+                                .is_some_and(|r| r.starts_with('_'))
+                    })
             }
-            _ => None,
+            o => o.leadership() == Some((old.as_str(), false)),
         })
+        .and_then(|e| (e.time - f.fault.time).to_std().ok())
 }
 
 /// Reconcile results by kind, summed over replicas (the last scraped value of each counter).
@@ -854,6 +868,33 @@ mod tests {
         assert_eq!(
             step_down_after(&h, "partition"),
             Some(Duration::from_millis(2900))
+        );
+    }
+
+    #[test]
+    fn a_stopped_leading_event_shows_the_step_down_of_a_leader_that_exited_unscraped() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        gauge(&mut h, 100, "a", true);
+        fault(&mut h, 1000, "reject");
+        gauge(&mut h, 2400, "a", true);
+        let event = |message: &str| Observation::Event {
+            namespace: "ops".into(),
+            involved: "Lease/lock".into(),
+            type_: "Normal".into(),
+            reason: "LeaderElection".into(),
+            message: message.into(),
+            reporter: "memcached-operator".into(),
+            instance: String::new(),
+            count: 1,
+        };
+        h.push(at(3300), event("b_5e1f became leader"));
+        h.push(at(3450), event("a_0c2d stopped leading"));
+        // Restarted, it answers again as a standby.
+        gauge(&mut h, 5600, "a", false);
+        assert_eq!(
+            step_down_after(&h, "reject"),
+            Some(Duration::from_millis(2450))
         );
     }
 

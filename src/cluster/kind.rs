@@ -446,8 +446,16 @@ impl KindRun {
         }
         *self.lock() = Some(name.clone());
         let made = async {
+            let begin = std::time::Instant::now();
             self.create(&name, &dir).await?;
-            self.ready(name.clone(), true, dir.clone(), image).await
+            let created = begin.elapsed();
+            let cluster = self.ready(name.clone(), true, dir.clone(), image).await?;
+            progress(&format!(
+                "kind cluster {name} created in {:.1}s, ready with the operator image loaded in {:.1}s",
+                created.as_secs_f64(),
+                begin.elapsed().as_secs_f64()
+            ));
+            Ok(cluster)
         }
         .await;
         if made.is_err() {
@@ -725,7 +733,7 @@ impl KindRun {
             "exporting the logs of kind cluster {name} to {dir} (up to {})…",
             minutes(o.timeouts.teardown)
         ));
-        if let Err(e) = o
+        let Err(e) = o
             .tools
             .run(
                 "kind",
@@ -733,9 +741,47 @@ impl KindRun {
                 o.timeouts.teardown,
             )
             .await
-        {
-            eprintln!("opconform: {}", crate::error_chain(&e));
+        else {
+            return;
+        };
+        let failure = crate::error_chain(&e);
+        if !only_crictl_failed(&failure) {
+            eprintln!("opconform: {failure}");
+            return;
         }
+        // Everything else was exported: list each node's images with ctr instead.
+        let nodes = match o
+            .tools
+            .run(
+                "kind",
+                &["get", "nodes", "--name", name],
+                o.timeouts.teardown,
+            )
+            .await
+        {
+            Ok(out) => out.stdout,
+            Err(e) => {
+                eprintln!("opconform: {}", crate::error_chain(&e));
+                return;
+            }
+        };
+        for node in nodes.split_whitespace() {
+            let images = node::ctr(&o.tools, o.timeouts.teardown, node, &["images", "ls"]).await;
+            let path = o.logs.join(node).join("images.log");
+            let written = match images {
+                Ok(list) => std::fs::write(&path, list).map_err(|e| e.to_string()),
+                Err(e) => Err(crate::error_chain(&e)),
+            };
+            if let Err(e) = written {
+                eprintln!(
+                    "opconform: cannot list the images of node {node} into {}: {e}",
+                    path.display()
+                );
+            }
+        }
+        progress(
+            "the nodes have no crictl, which kind export logs runs for images.log: each node's images.log lists `ctr images ls` instead",
+        );
     }
 
     /// What an interrupt does: kills the commands still running (a `kind create`, a
@@ -745,6 +791,17 @@ impl KindRun {
         self.options.tools.kill_in_flight();
         self.delete_owned().await;
     }
+}
+
+/// Whether the only commands a failed `kind export logs` names are `crictl images` (which
+/// nodes without crictl cannot run; kind exports everything else regardless).
+fn only_crictl_failed(failure: &str) -> bool {
+    let failed: Vec<&str> = failure
+        .split("command \"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(command, _)| command))
+        .collect();
+    !failed.is_empty() && failed.iter().all(|c| c.ends_with(" crictl images"))
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), KindError> {
@@ -785,4 +842,18 @@ pub fn spawn_interrupt_handler(run: &'static KindRun) {
         run.interrupt().await;
         std::process::exit(130);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_export_that_failed_only_for_crictl_is_told_from_any_other_failure() {
+        let crictl = r#"`kind export logs /t --name c` failed (exit status 1): ERROR: [command "docker exec --privileged c-worker crictl images" failed with error: exit status 126, command "docker exec --privileged c-control-plane crictl images" failed with error: exit status 126]"#;
+        assert!(only_crictl_failed(crictl));
+        let other = r#"ERROR: [command "docker exec --privileged c-worker crictl images" failed with error: exit status 126, command "docker exec --privileged c-worker journalctl --no-pager" failed with error: exit status 1]"#;
+        assert!(!only_crictl_failed(other));
+        assert!(!only_crictl_failed("ERROR: unknown cluster \"c\""));
+    }
 }

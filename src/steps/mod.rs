@@ -480,6 +480,7 @@ impl Suite {
             reports: match kind {
                 // Beside the simulator's, not over them: CI runs both.
                 ProviderKind::Local => crate::report::reports_root().join("local"),
+                ProviderKind::Kind => crate::report::reports_root().join("kind"),
                 _ => crate::report::reports_root(),
             },
         })
@@ -565,6 +566,13 @@ pub struct SuiteOutcome {
 /// Runs the features under `features` on the provider `OPCONFORM_PROVIDER` names and
 /// exits non-zero when a scenario failed (see [`run_suite`]).
 pub async fn run(features: impl AsRef<std::path::Path>) {
+    // The harness's own logs (scrape failures, watch retries, …), on stderr, when asked for.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let suite = Suite::from_env().unwrap_or_else(|e| {
         eprintln!("opconform: {}", crate::error_chain(&e));
         std::process::exit(2);

@@ -73,25 +73,14 @@ pub async fn container_pids(
     container: Option<&str>,
 ) -> Result<Vec<u32>, KindError> {
     let filter = container_filter(pod_uid, container);
-    let out = tools
-        .run(
-            "docker",
-            &[
-                "exec",
-                node,
-                "ctr",
-                "--namespace",
-                CONTAINERD_NAMESPACE,
-                "containers",
-                "ls",
-                "--quiet",
-                &filter,
-            ],
-            limit,
-        )
-        .await?;
-    let ids: Vec<&str> = out
-        .stdout
+    let listed = ctr(
+        tools,
+        limit,
+        node,
+        &["containers", "ls", "--quiet", &filter],
+    )
+    .await?;
+    let ids: Vec<&str> = listed
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
@@ -99,22 +88,24 @@ pub async fn container_pids(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let tasks = tools
-        .run(
-            "docker",
-            &[
-                "exec",
-                node,
-                "ctr",
-                "--namespace",
-                CONTAINERD_NAMESPACE,
-                "tasks",
-                "ls",
-            ],
-            limit,
-        )
-        .await?;
-    Ok(running_pids(&tasks.stdout, &ids))
+    let tasks = ctr(tools, limit, node, &["tasks", "ls"]).await?;
+    Ok(running_pids(&tasks, &ids))
+}
+
+/// Runs `ctr --namespace k8s.io <args>` in `node` (containerd's own client, in every kind
+/// node) and returns what it printed.
+///
+/// # Errors
+/// When the command fails.
+pub async fn ctr(
+    tools: &Tools,
+    limit: Duration,
+    node: &str,
+    args: &[&str],
+) -> Result<String, KindError> {
+    let mut all = vec!["exec", node, "ctr", "--namespace", CONTAINERD_NAMESPACE];
+    all.extend_from_slice(args);
+    Ok(tools.run("docker", &all, limit).await?.stdout)
 }
 
 /// Sends `signal` (`KILL`, `STOP`, `CONT`) to every process of the containers whose main
