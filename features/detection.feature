@@ -1,4 +1,4 @@
-@detection
+@detection @memcached
 Feature: The checkers catch an operator that breaks its promise
   A check that cannot fail proves nothing. These scenarios run the operator in a way that
   breaks a guarantee on purpose — two replicas reconciling without any leader election —

@@ -1,4 +1,4 @@
-@finalizers
+@finalizers @memcached
 Feature: Finalizers
   An operator that keeps state outside the objects it owns promises to clean it up before
   a Memcached disappears: the finalizer is on the object from its first reconcile, before

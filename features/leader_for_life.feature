@@ -19,7 +19,7 @@ Feature: Leader for life
     And the leader keeps leading for 3s
     And there was never more than one leader
 
-  @audit
+  @audit @memcached
   Scenario: Deleting the leader Pod hands leadership to a standby after the lock is collected
     Given a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
@@ -40,7 +40,7 @@ Feature: Leader for life
     And the lock names the leader's Pod
     And there was never more than one leader
 
-  @node-access @audit
+  @node-access @audit @memcached
   Scenario: A leader frozen for 20s keeps the lock and no standby takes over
     Given a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
@@ -53,7 +53,7 @@ Feature: Leader for life
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @node-access @audit @disruptive
+  @node-access @audit @disruptive @memcached
   Scenario: A leader cut off from the API server keeps the lock until its Pod is force deleted
     Given a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
@@ -67,7 +67,7 @@ Feature: Leader for life
     Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And no replica wrote after losing leadership
 
-  @sim-only @audit
+  @sim-only @audit @memcached
   Scenario: An evicted leader Pod is deleted by a standby, which then leads
     Given a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it

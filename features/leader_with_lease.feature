@@ -22,7 +22,7 @@ Feature: Leader with lease
     And there was never more than one leader
     And the lease transitions never decreased
 
-  @audit
+  @audit @memcached
   Scenario: A leader that releases its lease on shutdown hands over within one retry period
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--release-on-cancel"
     And a Memcached "cache" of size 1
@@ -37,7 +37,7 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @audit
+  @audit @memcached
   Scenario: A leader killed without releasing is replaced once its lease expires
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And a Memcached "cache" of size 1
@@ -52,7 +52,7 @@ Feature: Leader with lease
     And no replica wrote after losing leadership
     And the lease transitions never decreased
 
-  @node-access @audit
+  @node-access @audit @memcached
   Scenario: A leader cut off from the API server steps down before a standby takes over
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And a Memcached "cache" of size 1
@@ -72,6 +72,7 @@ Feature: Leader with lease
   # the write it allowed sends that write when it wakes, whatever the margins (no check in
   # the client can close that window). The next scenario freezes a leader in the middle of
   # a reconcile, at a request, where the guard's next check refuses the stale write.
+  @memcached
   Scenario: A leader frozen for twice its lease is replaced and leads no more
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And a Memcached "cache" of size 1
@@ -86,7 +87,7 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @sim-only @audit
+  @sim-only @audit @memcached
   Scenario: A leader frozen in the middle of a reconcile wakes after the takeover and its write guard refuses the stale write
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And a Memcached "cache" of size 1
@@ -99,7 +100,7 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @sim-only @audit
+  @sim-only @audit @memcached
   Scenario: Without the write guard the same frozen leader writes after the takeover, and the checkers report the split brain
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--write-guard off"
     And a Memcached "cache" of size 1
@@ -145,6 +146,7 @@ Feature: Leader with lease
     And the leader keeps leading for 3s
     And there was never more than one leader
 
+  @memcached
   Scenario: Invalid timings stop the operator before it touches the lease
     Given the memcached operator is deployed with 2 replicas in lease mode with timings 3s/3s/1s
     Then within 30s every operator pod has failed with "--lease-duration (3s) must be greater than --renew-deadline (3s)"
@@ -158,7 +160,7 @@ Feature: Leader with lease
     Then within 30s exactly one replica leads
     And there was never more than one leader
 
-  @slow @audit
+  @slow @audit @memcached
   Scenario: With the production timings a killed leader is replaced within the lease plus two retry periods
     Given the memcached operator is deployed with 3 replicas in lease mode with timings 15s/10s/2s
     And a Memcached "cache" of size 1

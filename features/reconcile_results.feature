@@ -1,4 +1,4 @@
-@reconcile
+@reconcile @memcached
 Feature: Reconcile results
   A reconciling operator promises that the cluster converges on what each Memcached asks
   for, whatever happens on the way: every Memcached gets a Deployment of its size that it

@@ -31,6 +31,9 @@ pub enum CliError {
     /// An operator profile could not be read.
     #[error(transparent)]
     Profile(crate::profile::ProfileError),
+    /// A conformance run failed.
+    #[error("the conformance run failed")]
+    Conformance(#[source] Box<crate::conformance::ConformanceError>),
     /// The kubeconfig could not be read or used.
     #[error("cannot use kubeconfig {path}")]
     Client {
@@ -79,6 +82,27 @@ pub enum Command {
     /// Operator profiles: print the JSON Schema of the format, or check a profile.
     #[command(subcommand)]
     Profile(ProfileCommand),
+    /// Run the leadership features against several operators (one profile each) and
+    /// write the table of what each scenario found for each: held, broken (with the
+    /// checker's verdict) or not applicable.
+    Conformance(ConformanceArgs),
+}
+
+/// Arguments of `opconform conformance`.
+#[derive(Debug, clap::Args)]
+pub struct ConformanceArgs {
+    /// The profiles, one column each [default: every profiles/*/profile.yaml and
+    /// subjects/*/profile.yaml of the repository].
+    pub profiles: Vec<PathBuf>,
+    /// Where the scenarios run: sim or local.
+    #[arg(long, default_value = "sim", value_parser = ["sim", "local"])]
+    pub provider: String,
+    /// The scenarios to run (a cucumber tag expression).
+    #[arg(long, default_value = "@lease or @for-life")]
+    pub tags: String,
+    /// Where the table and every run's reports go [default: target/opconform/conformance/<provider>, or under $CARGO_TARGET_DIR].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// `opconform profile …`.
@@ -295,7 +319,34 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Fault(args) => fault(args).await,
         Command::Bench(args) => bench(args).await,
         Command::Profile(command) => profile(command),
+        Command::Conformance(args) => conformance(args),
     }
+}
+
+fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
+    let profiles = if args.profiles.is_empty() {
+        crate::conformance::shipped_profiles(&crate::subject::repository_root())
+    } else {
+        args.profiles
+    };
+    let options = crate::conformance::Options {
+        out: args.out.unwrap_or_else(|| {
+            crate::report::reports_root()
+                .join("conformance")
+                .join(&args.provider)
+        }),
+        provider: args.provider,
+        profiles,
+        tags: args.tags,
+    };
+    let table =
+        crate::conformance::run(&options).map_err(|e| CliError::Conformance(Box::new(e)))?;
+    print!("{}", table.markdown());
+    eprintln!(
+        "conformance: the table is in {} (also conformance.md and conformance.json)",
+        options.out.join("index.html").display()
+    );
+    Ok(())
 }
 
 fn profile(command: ProfileCommand) -> Result<(), CliError> {

@@ -24,6 +24,7 @@ pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod cluster;
+pub mod conformance;
 pub mod deploy;
 pub mod fault;
 pub mod profile;

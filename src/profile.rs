@@ -168,8 +168,10 @@ pub struct ManifestSpec {
     /// Its subdirectories to apply, in this order (then ordered by kind).
     pub apply: Vec<String>,
     /// Its subdirectory of CustomResourceDefinitions (installed before the controllers
-    /// start on providers that start their own).
-    pub crds: String,
+    /// start on providers that start their own) [default: none, an operator of built-in
+    /// kinds only].
+    #[serde(default)]
+    pub crds: Option<String>,
 }
 
 impl Profile {

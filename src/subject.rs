@@ -164,8 +164,8 @@ pub struct ManifestSource {
     pub config: PathBuf,
     /// Its subdirectories that are applied, read in this order (then ordered by kind).
     pub dirs: Vec<String>,
-    /// Its subdirectory of CustomResourceDefinitions.
-    pub crds: String,
+    /// Its subdirectory of CustomResourceDefinitions, if it has any.
+    pub crds: Option<String>,
 }
 
 /// How a scenario or a benchmark runs the operator.
@@ -230,12 +230,28 @@ impl Subject {
         }
     }
 
+    /// Whether the operator serves the Memcached custom resource
+    /// (`memcacheds.cache.example.com`) that the reconcile, finalizer and detection
+    /// features, and the leadership scenarios that give the leader Memcached work, use:
+    /// whether its CustomResourceDefinitions include it.
+    pub fn serves_memcached(&self) -> bool {
+        self.crd_manifests().unwrap_or_default().iter().any(|yaml| {
+            serde_yaml::from_str::<serde_json::Value>(yaml).is_ok_and(|crd| {
+                crd["spec"]["group"] == "cache.example.com"
+                    && crd["spec"]["names"]["plural"] == "memcacheds"
+            })
+        })
+    }
+
     /// The operator's CustomResourceDefinitions, as YAML, in file name order.
     ///
     /// # Errors
     /// When the directory or a file cannot be read.
     pub fn crd_manifests(&self) -> Result<Vec<String>, SubjectError> {
-        let dir = self.manifests.config.join(&self.manifests.crds);
+        let Some(crds) = &self.manifests.crds else {
+            return Ok(Vec::new());
+        };
+        let dir = self.manifests.config.join(crds);
         let unreadable = |path: &Path| {
             let path = path.to_path_buf();
             move |source| SubjectError::Manifest { path, source }

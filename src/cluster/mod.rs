@@ -153,6 +153,21 @@ pub struct Placement {
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
+impl Placement {
+    /// The bundled operator where its own manifests put it (namespace
+    /// `memcached-operator-system`, image [`DEFAULT_OPERATOR_IMAGE`]), on a cluster of
+    /// its own: what a cluster started without a subject runs.
+    pub fn bundled() -> Self {
+        Self {
+            namespace: "memcached-operator-system".into(),
+            suffix: String::new(),
+            image: DEFAULT_OPERATOR_IMAGE.into(),
+            watch_namespaces: Vec::new(),
+            labels: Default::default(),
+        }
+    }
+}
+
 /// A cluster a scenario runs on.
 #[async_trait]
 pub trait Provider: Send + Sync {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use kube::Client;
 use tokio::sync::broadcast;
 
-use super::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError};
+use super::{Placement, Provider, ProviderError};
 use crate::audit::{AuditFeed, AuditRecord, PodRef};
 use crate::fault::{Cut, NodeFault, PodFault, RequestMatch};
 use crate::fault::{FaultError, FaultEvent, FaultLog, FaultStore};
@@ -21,9 +21,6 @@ use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::cluster::{Nodes, SimCluster, SimClusterConfig};
 use crate::sim::faults::{self as simulated, FaultTarget as _, reason_for_code};
 use crate::sim::kubelet::ImageMap;
-
-/// The namespace the operator manifests name.
-pub const OPERATOR_NAMESPACE: &str = "memcached-operator-system";
 
 /// Whether our kubelets can skew a pod's clock here: they preload libfaketime (the Debian
 /// package `faketime`) into its processes.
@@ -82,22 +79,27 @@ pub fn record_of(event: AuditEvent) -> AuditRecord {
 pub struct SimProvider {
     cluster: SimCluster,
     client: Client,
+    /// Where the operator under test goes: as its own manifests say.
+    placement: Placement,
 }
 
 impl SimProvider {
     /// Starts a cluster with the simulator's fast timings whose kubelets run `binary` for
-    /// the containers of `image` (the operator under test).
+    /// the containers of the operator under test, placed as `placement` says (its own
+    /// manifests' namespace and image: [`crate::subject::Subject::own_placement`]).
     ///
     /// # Errors
     /// When the cluster does not start or no client can be built for it.
-    pub async fn running(image: &str, binary: &Path) -> Result<Self, ProviderError> {
+    pub async fn running(placement: Placement, binary: &Path) -> Result<Self, ProviderError> {
         let mut images = ImageMap::new();
-        images.insert(image, binary);
-        Self::start(SimClusterConfig {
+        images.insert(&placement.image, binary);
+        let mut provider = Self::start(SimClusterConfig {
             images,
             ..SimClusterConfig::fast()
         })
-        .await
+        .await?;
+        provider.placement = placement;
+        Ok(provider)
     }
 
     /// Starts a cluster with `config`.
@@ -115,7 +117,11 @@ impl SimProvider {
                 return Err(ProviderError::Client(Box::new(e)));
             }
         };
-        Ok(Self { cluster, client })
+        Ok(Self {
+            cluster,
+            client,
+            placement: Placement::bundled(),
+        })
     }
 
     /// The simulated cluster.
@@ -139,13 +145,7 @@ impl Provider for SimProvider {
     }
 
     fn placement(&self) -> Placement {
-        Placement {
-            namespace: OPERATOR_NAMESPACE.into(),
-            suffix: String::new(),
-            image: DEFAULT_OPERATOR_IMAGE.into(),
-            watch_namespaces: Vec::new(),
-            labels: Default::default(),
-        }
+        self.placement.clone()
     }
 
     fn faults(&self) -> FaultLog {

@@ -46,7 +46,8 @@ fn reports_root_from(
         .join("opconform")
 }
 
-fn escape(s: &str) -> String {
+/// `s` safe in HTML text and attribute values.
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

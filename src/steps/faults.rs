@@ -148,8 +148,10 @@ async fn reject_lease_updates(world: &mut World, span: Dur) {
     let pod = leader(world);
     let namespace = world.operator_namespace().expect("cluster");
     let provider = world.provider().expect("cluster");
+    // Update and patch (server-side apply too): as an admission policy's UPDATE matches
+    // both on a real API server, a library renewing by patch is rejected everywhere.
     let rule = RequestMatch {
-        verbs: vec!["update".into()],
+        verbs: vec!["update".into(), "patch".into()],
         group: Some("coordination.k8s.io".into()),
         resource: Some("leases".into()),
         namespace: Some(namespace.clone()),

@@ -145,7 +145,7 @@ impl World {
                 let crds = suite.subject.crd_manifests()?;
                 let provider = crate::cluster::local::LocalProvider::running(
                     binaries,
-                    &suite.subject.image,
+                    suite.subject.own_placement(),
                     &suite.subject.binary()?,
                     crds,
                 )
@@ -163,7 +163,7 @@ impl World {
     /// When it cannot start.
     pub async fn start_simulated_cluster(&mut self) -> Result<(), StepError> {
         let subject = self.subject();
-        let provider = SimProvider::running(&subject.image, &subject.binary()?).await?;
+        let provider = SimProvider::running(subject.own_placement(), &subject.binary()?).await?;
         self.provider = Some(Box::new(provider));
         Ok(())
     }
@@ -460,7 +460,8 @@ pub struct Suite {
     pub provider: ProviderKind,
     /// Settings of the kubeconfig provider.
     pub kubeconfig: KubeconfigOptions,
-    /// Where reports go ([`crate::report::reports_root`], `local` under it for that provider).
+    /// Where reports go: `OPCONFORM_REPORTS` when set, else [`crate::report::reports_root`]
+    /// (`local` and `kind` under it for those providers).
     pub reports: PathBuf,
 }
 
@@ -477,10 +478,11 @@ impl Suite {
             subject: crate::profile::Profile::from_env()?,
             provider: kind,
             kubeconfig: KubeconfigOptions::from_env(),
-            reports: match kind {
+            reports: match (std::env::var_os("OPCONFORM_REPORTS"), kind) {
+                (Some(dir), _) if !dir.is_empty() => std::path::PathBuf::from(dir),
                 // Beside the simulator's, not over them: CI runs both.
-                ProviderKind::Local => crate::report::reports_root().join("local"),
-                ProviderKind::Kind => crate::report::reports_root().join("kind"),
+                (_, ProviderKind::Local) => crate::report::reports_root().join("local"),
+                (_, ProviderKind::Kind) => crate::report::reports_root().join("kind"),
                 _ => crate::report::reports_root(),
             },
         })
@@ -522,6 +524,16 @@ impl Suite {
                     ),
                 )
             })
+            .chain((!self.subject.serves_memcached()).then(|| {
+                (
+                    "memcached",
+                    format!(
+                        "the profile of {} installs no Memcached CRD (memcacheds.cache.example.com): \
+                         the operator has no Memcached to reconcile",
+                        self.subject.name
+                    ),
+                )
+            }))
             .chain(
                 modes
                     .into_iter()
@@ -727,8 +739,15 @@ fn write_suite_reports(
     if let Err(e) = crate::report::write(&root.join("index.html"), &index) {
         eprintln!("opconform: {}", chain(&e));
     }
+    let left_out: Vec<serde_json::Value> = suite
+        .excluded_tags()
+        .into_iter()
+        .map(|(tag, why)| serde_json::json!({ "tag": tag, "why": why }))
+        .collect();
     let suite = serde_json::json!({
         "provider": kind.name(),
+        "subject": suite.subject.name,
+        "leftOut": left_out,
         "startedAt": started_at,
         "wallSeconds": wall.as_secs_f64(),
         "scenarios": summaries.len(),

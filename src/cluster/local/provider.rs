@@ -34,13 +34,10 @@ use crate::cluster::audit::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
 use crate::cluster::sim::{node_fault_on, pod_fault_on};
-use crate::cluster::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError, admission};
+use crate::cluster::{Placement, Provider, ProviderError, admission};
 use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
 use crate::sim::cluster::Nodes;
 use crate::sim::kubelet::{ImageMap, Kubelet, KubeletConfig};
-
-/// The namespace the operator manifests name.
-const OPERATOR_NAMESPACE: &str = "memcached-operator-system";
 
 /// Nodes per cluster, as on the simulator.
 const NODES: u8 = 3;
@@ -58,6 +55,8 @@ pub struct LocalProvider {
     rules: tokio::sync::Mutex<BTreeMap<u64, String>>,
     next_rule: AtomicU64,
     tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Where the operator under test goes: as its own manifests say.
+    placement: Placement,
     _dir: tempfile::TempDir,
 }
 
@@ -66,20 +65,23 @@ fn failed(e: impl std::error::Error + Send + Sync + 'static) -> ProviderError {
 }
 
 impl LocalProvider {
-    /// [`LocalProvider::start`] with kubelets that run `binary` for the containers of
-    /// `image` (the operator under test).
+    /// [`LocalProvider::start`] with kubelets that run `binary` for the containers of the
+    /// operator under test, placed as `placement` says (its own manifests' namespace and
+    /// image: [`crate::subject::Subject::own_placement`]).
     ///
     /// # Errors
     /// As [`LocalProvider::start`].
     pub async fn running(
         binaries: Binaries,
-        image: &str,
+        placement: Placement,
         binary: &Path,
         crds: Vec<String>,
     ) -> Result<Self, ProviderError> {
         let mut images = ImageMap::new();
-        images.insert(image, binary);
-        Self::start(binaries, images, crds).await
+        images.insert(&placement.image, binary);
+        let mut provider = Self::start(binaries, images, crds).await?;
+        provider.placement = placement;
+        Ok(provider)
     }
 
     /// Starts a control plane from `binaries`, with the CustomResourceDefinitions `crds`
@@ -165,6 +167,7 @@ impl LocalProvider {
             rules: tokio::sync::Mutex::default(),
             next_rule: AtomicU64::new(0),
             tasks: std::sync::Mutex::default(),
+            placement: Placement::bundled(),
             _dir: dir,
         })
     }
@@ -246,13 +249,7 @@ impl Provider for LocalProvider {
     }
 
     fn placement(&self) -> Placement {
-        Placement {
-            namespace: OPERATOR_NAMESPACE.into(),
-            suffix: String::new(),
-            image: DEFAULT_OPERATOR_IMAGE.into(),
-            watch_namespaces: Vec::new(),
-            labels: Default::default(),
-        }
+        self.placement.clone()
     }
 
     fn faults(&self) -> FaultLog {

@@ -1,0 +1,559 @@
+//! The conformance table: the leadership features run against several operators (one
+//! profile each) on one provider, and what each scenario found for each of them — held,
+//! broken (with the step and the checker's verdict), or not applicable (left out, with
+//! why) — with the failover figures. Written as Markdown, JSON and an HTML page.
+//!
+//! Each profile runs in its own `cargo test --test e2e` (one suite per process), with
+//! `OPCONFORM_OPERATOR`, `OPCONFORM_PROVIDER` and `OPCONFORM_REPORTS` set; the table is
+//! read from the `suite.json` each run writes. A broken guarantee is a finding, not a
+//! failure of the command: it fails only when a run could not produce its report.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+/// Errors of a conformance run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConformanceError {
+    /// A profile could not be read.
+    #[error(transparent)]
+    Profile(#[from] crate::profile::ProfileError),
+    /// The test run could not be started.
+    #[error("cannot run cargo test for {subject}")]
+    Spawn {
+        /// The subject.
+        subject: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The run ended without its report.
+    #[error("the run of {subject} wrote no report {path} (its output: {log})")]
+    NoReport {
+        /// The subject.
+        subject: String,
+        /// The report expected.
+        path: PathBuf,
+        /// The run's output.
+        log: PathBuf,
+    },
+    /// A report could not be read.
+    #[error("cannot read report {path}")]
+    Report {
+        /// The report.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A file could not be written.
+    #[error("cannot write {path}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The `suite.json` of one run, as far as the table needs it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuiteReport {
+    /// The provider it ran on.
+    pub provider: String,
+    /// Wall time of the run.
+    pub wall_seconds: f64,
+    /// The tags left out, and why.
+    #[serde(default)]
+    pub left_out: Vec<LeftOut>,
+    /// Every scenario that ran.
+    pub results: Vec<ScenarioResult>,
+}
+
+/// A tag a run left out.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeftOut {
+    /// The tag.
+    pub tag: String,
+    /// Why.
+    pub why: String,
+}
+
+/// One scenario of a run.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ScenarioResult {
+    /// The scenario's name.
+    pub name: String,
+    /// Whether every step passed.
+    pub passed: bool,
+    /// The failed step and its error.
+    #[serde(default)]
+    pub failure: Option<String>,
+    /// Failover figures (`crash: 4158 ms`).
+    #[serde(default)]
+    pub failovers: Vec<String>,
+    /// Its timeline, relative to the run's reports.
+    #[serde(default)]
+    pub link: String,
+}
+
+/// What one scenario found for one subject.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", tag = "verdict")]
+pub enum Cell {
+    /// Every step passed.
+    Held {
+        /// Failover figures.
+        failovers: Vec<String>,
+        /// The timeline.
+        link: String,
+    },
+    /// A step failed.
+    Broken {
+        /// The step and the checker's verdict, on one line.
+        why: String,
+        /// Failover figures.
+        failovers: Vec<String>,
+        /// The timeline.
+        link: String,
+    },
+    /// Not run for this subject (a tag it cannot serve was left out).
+    NotApplicable,
+}
+
+/// One subject's column.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subject {
+    /// The profile's name.
+    pub name: String,
+    /// The profile.
+    pub profile: PathBuf,
+    /// Its reports, relative to the table's directory.
+    pub reports: String,
+    /// Scenarios run and held.
+    pub held: usize,
+    /// Scenarios run.
+    pub ran: usize,
+    /// The run's wall time.
+    pub wall_seconds: f64,
+    /// What was left out, and why.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// The table.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Table {
+    /// The provider.
+    pub provider: String,
+    /// The columns.
+    pub subjects: Vec<Subject>,
+    /// One row per scenario: its name and a cell per subject, in the columns' order.
+    pub rows: Vec<Row>,
+}
+
+/// One scenario's row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The scenario.
+    pub scenario: String,
+    /// A cell per subject.
+    pub cells: Vec<Cell>,
+}
+
+impl Table {
+    /// The table of `runs` (subject, profile, its reports directory name, its report), rows
+    /// in the order the scenarios first appear.
+    pub fn of(provider: &str, runs: &[(String, PathBuf, String, SuiteReport)]) -> Self {
+        let mut scenarios: Vec<String> = Vec::new();
+        for (_, _, _, report) in runs {
+            for r in &report.results {
+                if !scenarios.contains(&r.name) {
+                    scenarios.push(r.name.clone());
+                }
+            }
+        }
+        let rows = scenarios
+            .into_iter()
+            .map(|scenario| {
+                let cells = runs
+                    .iter()
+                    .map(|(_, _, dir, report)| {
+                        let Some(r) = report.results.iter().find(|r| r.name == scenario) else {
+                            return Cell::NotApplicable;
+                        };
+                        let link = if r.link.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{dir}/{}", r.link)
+                        };
+                        if r.passed {
+                            Cell::Held {
+                                failovers: r.failovers.clone(),
+                                link,
+                            }
+                        } else {
+                            Cell::Broken {
+                                why: r
+                                    .failure
+                                    .as_deref()
+                                    .and_then(|f| f.lines().next())
+                                    .unwrap_or("a step failed")
+                                    .to_string(),
+                                failovers: r.failovers.clone(),
+                                link,
+                            }
+                        }
+                    })
+                    .collect();
+                Row { scenario, cells }
+            })
+            .collect();
+        let subjects = runs
+            .iter()
+            .map(|(name, profile, dir, report)| Subject {
+                name: name.clone(),
+                profile: profile.clone(),
+                reports: dir.clone(),
+                held: report.results.iter().filter(|r| r.passed).count(),
+                ran: report.results.len(),
+                wall_seconds: report.wall_seconds,
+                left_out: report.left_out.clone(),
+            })
+            .collect();
+        Self {
+            provider: provider.to_string(),
+            subjects,
+            rows,
+        }
+    }
+
+    /// The table as Markdown: a row per scenario, a column per subject, then what each
+    /// subject left out.
+    pub fn markdown(&self) -> String {
+        let mut out = format!("## Leadership conformance on {}\n\n", self.provider);
+        out.push_str("| scenario |");
+        for s in &self.subjects {
+            out.push_str(&format!(" {} |", s.name));
+        }
+        out.push_str("\n|---|");
+        for _ in &self.subjects {
+            out.push_str("---|");
+        }
+        out.push('\n');
+        for row in &self.rows {
+            out.push_str(&format!("| {} |", cell_text(&row.scenario)));
+            for cell in &row.cells {
+                let text = match cell {
+                    Cell::Held { failovers, .. } => with_failovers("held", failovers),
+                    Cell::Broken { why, failovers, .. } => {
+                        with_failovers(&format!("**broken**: {}", cell_text(why)), failovers)
+                    }
+                    Cell::NotApplicable => "n/a".to_string(),
+                };
+                out.push_str(&format!(" {text} |"));
+            }
+            out.push('\n');
+        }
+        out.push('\n');
+        for s in &self.subjects {
+            out.push_str(&format!(
+                "- **{}** (`{}`): {} of {} held, {:.0} s",
+                s.name,
+                s.profile.display(),
+                s.held,
+                s.ran,
+                s.wall_seconds
+            ));
+            for l in &s.left_out {
+                out.push_str(&format!("; left out @{}: {}", l.tag, l.why));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The table as an HTML page whose cells link to the scenarios' timelines.
+    pub fn html(&self) -> String {
+        use crate::report::escape;
+        let mut head = String::from("<tr><th>scenario</th>");
+        for s in &self.subjects {
+            head.push_str(&format!(
+                "<th>{}<br><small>{} of {} held</small></th>",
+                escape(&s.name),
+                s.held,
+                s.ran
+            ));
+        }
+        head.push_str("</tr>");
+        let mut body = String::new();
+        for row in &self.rows {
+            body.push_str(&format!("<tr><td>{}</td>", escape(&row.scenario)));
+            for cell in &row.cells {
+                let (class, text, failovers, link) = match cell {
+                    Cell::Held { failovers, link } => ("held", "held".to_string(), failovers, link),
+                    Cell::Broken {
+                        why,
+                        failovers,
+                        link,
+                    } => ("broken", format!("broken: {why}"), failovers, link),
+                    Cell::NotApplicable => {
+                        body.push_str("<td class=\"na\">n/a</td>");
+                        continue;
+                    }
+                };
+                let text = with_failovers(&text, failovers);
+                let text = if link.is_empty() {
+                    escape(&text)
+                } else {
+                    format!("<a href=\"{}\">{}</a>", escape(link), escape(&text))
+                };
+                body.push_str(&format!("<td class=\"{class}\">{text}</td>"));
+            }
+            body.push_str("</tr>\n");
+        }
+        let mut notes = String::new();
+        for s in &self.subjects {
+            for l in &s.left_out {
+                notes.push_str(&format!(
+                    "<li>{}: left out @{}: {}</li>",
+                    escape(&s.name),
+                    escape(&l.tag),
+                    escape(&l.why)
+                ));
+            }
+        }
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Leadership conformance on {provider}</title>\n\
+             <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
+             td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;max-width:28em}}\
+             .held{{background:#e6f4ea}}.broken{{background:#fce8e6}}.na{{color:#888}}</style></head>\n\
+             <body><h1>Leadership conformance on {provider}</h1>\n<table>{head}\n{body}</table>\n<ul>{notes}</ul></body></html>\n",
+            provider = escape(&self.provider),
+        )
+    }
+}
+
+fn with_failovers(text: &str, failovers: &[String]) -> String {
+    if failovers.is_empty() {
+        text.to_string()
+    } else {
+        format!("{text} (failover {})", failovers.join(", "))
+    }
+}
+
+/// Text safe inside a Markdown table cell.
+fn cell_text(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// The profiles shipped with the repository: `profiles/*/profile.yaml` and
+/// `subjects/*/profile.yaml`, sorted.
+pub fn shipped_profiles(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for folder in ["profiles", "subjects"] {
+        let Ok(entries) = std::fs::read_dir(root.join(folder)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let profile = entry.path().join("profile.yaml");
+            if profile.is_file() {
+                found.push(profile);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// How a conformance run is set up.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The provider (`sim` or `local`).
+    pub provider: String,
+    /// The profiles, one column each.
+    pub profiles: Vec<PathBuf>,
+    /// The cucumber tag expression of the scenarios to run.
+    pub tags: String,
+    /// Where the table and every run's reports go.
+    pub out: PathBuf,
+}
+
+/// Runs the scenarios for every profile, one after another, and writes the table
+/// (`conformance.md`, `conformance.json`, `index.html`) into `options.out`; returns it.
+///
+/// # Errors
+/// A profile that cannot be read, a run that cannot start or writes no report, or a
+/// table that cannot be written.
+pub fn run(options: &Options) -> Result<Table, ConformanceError> {
+    let root = crate::subject::repository_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut runs = Vec::new();
+    for (i, profile) in options.profiles.iter().enumerate() {
+        let subject = crate::profile::Profile::read(profile)?;
+        let dir = subject.name.clone();
+        let reports = options.out.join(&dir);
+        std::fs::create_dir_all(&reports).map_err(|source| ConformanceError::Write {
+            path: reports.clone(),
+            source,
+        })?;
+        let log = reports.join("run.log");
+        let report = reports.join("suite.json");
+        let _ = std::fs::remove_file(&report);
+        eprintln!(
+            "conformance: {} on {} ({} of {}; output in {})…",
+            subject.name,
+            options.provider,
+            i + 1,
+            options.profiles.len(),
+            log.display()
+        );
+        let output = std::fs::File::create(&log).map_err(|source| ConformanceError::Write {
+            path: log.clone(),
+            source,
+        })?;
+        let errors = output
+            .try_clone()
+            .map_err(|source| ConformanceError::Write {
+                path: log.clone(),
+                source,
+            })?;
+        let begin = std::time::Instant::now();
+        let status = Command::new(&cargo)
+            .args(["test", "--test", "e2e", "--", "--tags", &options.tags])
+            .current_dir(&root)
+            .env("OPCONFORM_OPERATOR", profile)
+            .env("OPCONFORM_PROVIDER", &options.provider)
+            .env("OPCONFORM_REPORTS", &reports)
+            .stdin(Stdio::null())
+            .stdout(output)
+            .stderr(errors)
+            .status()
+            .map_err(|source| ConformanceError::Spawn {
+                subject: subject.name.clone(),
+                source,
+            })?;
+        let text = std::fs::read_to_string(&report).map_err(|_| ConformanceError::NoReport {
+            subject: subject.name.clone(),
+            path: report.clone(),
+            log: log.clone(),
+        })?;
+        let parsed: SuiteReport =
+            serde_json::from_str(&text).map_err(|source| ConformanceError::Report {
+                path: report.clone(),
+                source,
+            })?;
+        eprintln!(
+            "conformance: {}: {} of {} scenarios held in {:.0}s{}",
+            subject.name,
+            parsed.results.iter().filter(|r| r.passed).count(),
+            parsed.results.len(),
+            begin.elapsed().as_secs_f64(),
+            if status.success() {
+                ""
+            } else {
+                " (the others found a broken guarantee)"
+            }
+        );
+        let shown = profile.strip_prefix(&root).unwrap_or(profile).to_path_buf();
+        runs.push((subject.name.clone(), shown, dir, parsed));
+    }
+    let table = Table::of(&options.provider, &runs);
+    let write = |name: &str, text: String| {
+        let path = options.out.join(name);
+        std::fs::write(&path, text).map_err(|source| ConformanceError::Write { path, source })
+    };
+    write("conformance.md", table.markdown())?;
+    write(
+        "conformance.json",
+        serde_json::to_string_pretty(&table).unwrap_or_default(),
+    )?;
+    write("index.html", table.html())?;
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(results: &[(&str, Option<&str>)]) -> SuiteReport {
+        SuiteReport {
+            provider: "sim".into(),
+            wall_seconds: 10.0,
+            left_out: vec![LeftOut {
+                tag: "memcached".into(),
+                why: "no Memcached CRD".into(),
+            }],
+            results: results
+                .iter()
+                .map(|(name, failure)| ScenarioResult {
+                    name: name.to_string(),
+                    passed: failure.is_none(),
+                    failure: failure.map(str::to_string),
+                    failovers: vec!["reject: 4158 ms".into()],
+                    link: format!("{}/timeline.html", name.to_lowercase()),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_scenario_is_held_broken_with_its_verdict_or_not_applicable_per_subject() {
+        let runs = vec![
+            (
+                "ours".to_string(),
+                PathBuf::from("profiles/ours/profile.yaml"),
+                "ours".to_string(),
+                report(&[("One leader", None), ("Skew", None)]),
+            ),
+            (
+                "theirs".to_string(),
+                PathBuf::from("subjects/theirs/profile.yaml"),
+                "theirs".to_string(),
+                report(&[(
+                    "Skew",
+                    Some(
+                        "And there was never more than one leader: single leader: a and b | both\n  +3.0s gauge",
+                    ),
+                )]),
+            ),
+        ];
+        let table = Table::of("sim", &runs);
+        assert_eq!(table.rows.len(), 2);
+        assert_eq!(table.rows[0].scenario, "One leader");
+        assert_eq!(table.rows[0].cells[1], Cell::NotApplicable);
+        assert!(matches!(
+            &table.rows[1].cells[1],
+            Cell::Broken { why, link, .. }
+                if why.ends_with("a and b | both") && link == "theirs/skew/timeline.html"
+        ));
+        let md = table.markdown();
+        assert!(md.contains("| Skew | held (failover reject: 4158 ms) | **broken**: And there was never more than one leader: single leader: a and b \\| both (failover reject: 4158 ms) |"), "{md}");
+        assert!(md.contains("left out @memcached: no Memcached CRD"));
+        let html = table.html();
+        assert!(html.contains("<td class=\"na\">n/a</td>"));
+        assert!(html.contains("href=\"theirs/skew/timeline.html\""));
+        assert_eq!(table.subjects[1].held, 0);
+    }
+
+    #[test]
+    fn the_shipped_profiles_are_found_in_both_folders() {
+        let found = shipped_profiles(&crate::subject::repository_root());
+        let names: Vec<String> = found
+            .iter()
+            .filter_map(|p| p.parent()?.file_name()?.to_str().map(str::to_string))
+            .collect();
+        assert!(
+            names.contains(&"memcached-operator".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"kube-lease-manager".to_string()),
+            "{names:?}"
+        );
+    }
+}
