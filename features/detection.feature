@@ -10,7 +10,7 @@ Feature: The checkers catch an operator that breaks its promise
 
   @audit
   Scenario: Two replicas without leader election both write, and the checkers say so
-    Given the memcached operator is deployed with 2 replicas and the flags "--leader-election=none"
+    Given the operator is deployed with 2 replicas and the flags "--leader-election=none"
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     When memcached "cache" is scaled to 2

@@ -14,14 +14,14 @@ Feature: Finalizers
 
   @audit
   Scenario: The finalizer is added on the first reconcile, before the Deployment is created
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     When a Memcached "cache" of size 1 is created
     Then within 30s memcached "cache" carries the finalizer "cache.example.com/finalizer"
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And the finalizer was added to memcached "cache" before its Deployment was created
 
   Scenario: Deleting a Memcached runs its cleanup, then lets it go, and its Deployment is collected
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And a Memcached "cache" of size 2
     And within 30s the registry holds an entry for memcached "cache"
     When memcached "cache" is deleted
@@ -32,7 +32,7 @@ Feature: Finalizers
 
   @api-faults @audit
   Scenario: While the API server refuses the cleanup, the Memcached stays Terminating and the cleanup is retried
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And a Memcached "cache" of size 1
     And within 30s the registry holds an entry for memcached "cache"
     And the API server rejects changes to ConfigMap "memcached-registry" in the operator's namespace
@@ -46,7 +46,7 @@ Feature: Finalizers
     And an Event "Finalized" was recorded for memcached "cache"
 
   Scenario: With the operator scaled to 0, a deleted Memcached waits until the operator is back
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And a Memcached "cache" of size 1
     And within 30s the registry holds an entry for memcached "cache"
     When the operator is scaled to 0 replicas
@@ -61,7 +61,7 @@ Feature: Finalizers
 
   @api-faults @audit @for-life
   Scenario: A new leader completes a finalization its predecessor could not
-    Given the memcached operator is deployed with 2 replicas in for-life mode
+    Given the operator is deployed with 2 replicas in for-life mode
     And within 30s exactly one replica leads
     And a Memcached "cache" of size 1
     And within 30s the registry holds an entry for memcached "cache"
@@ -79,7 +79,7 @@ Feature: Finalizers
     And no replica wrote after losing leadership
 
   Scenario: Deleting a namespace finalizes every Memcached in it, then the namespace goes away
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And 3 Memcached objects of size 1 in namespace "team-a"
     And within 30s the registry holds an entry for each of the Memcached objects
     When namespace "team-a" is deleted

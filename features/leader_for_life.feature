@@ -9,7 +9,7 @@ Feature: Leader for life
 
   Background:
     Given a cluster
-    And the memcached operator is deployed with 3 replicas in for-life mode
+    And the operator is deployed with 3 replicas in for-life mode
 
   Scenario: Exactly one of three replicas owns the lock
     Then within 30s exactly one replica leads
@@ -19,15 +19,15 @@ Feature: Leader for life
     And the leader keeps leading for 3s
     And there was never more than one leader
 
-  @audit @memcached
+  @audit @work
   Scenario: Deleting the leader Pod hands leadership to a standby after the lock is collected
-    Given a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader pod is deleted
     Then within 45s another replica leads
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And the lock names the leader's Pod
     And there was never more than one leader
     And no replica wrote after losing leadership
@@ -40,45 +40,45 @@ Feature: Leader for life
     And the lock names the leader's Pod
     And there was never more than one leader
 
-  @node-access @audit @memcached
+  @node-access @audit @work
   Scenario: A leader frozen for 20s keeps the lock and no standby takes over
-    Given a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader is frozen for 20s
     Then within 10s the same replica leads again
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And the lock names the leader's Pod
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @node-access @audit @disruptive @memcached
+  @node-access @audit @disruptive @work
   Scenario: A leader cut off from the API server keeps the lock until its Pod is force deleted
-    Given a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader's node is cut off from the API server
     Then within 30s the old leader's Pod is terminating
     And the old leader's Pod stays terminating and the lock stays its own for 3s
     When the leader pod is force deleted
     Then within 45s another replica leads
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And no replica wrote after losing leadership
 
-  @sim-only @audit @memcached
+  @sim-only @audit @work
   Scenario: An evicted leader Pod is deleted by a standby, which then leads
-    Given a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader pod is evicted by its kubelet
     Then within 5s the evicted Pod is gone, deleted by a standby
     And within 10s another replica leads
     And the lock names the leader's Pod
     And the failover after the evict took at most 3s
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And there was never more than one leader
     And no replica wrote after losing leadership
 

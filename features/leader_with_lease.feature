@@ -11,7 +11,7 @@ Feature: Leader with lease
     Given a cluster
 
   Scenario: Exactly one of three replicas holds the lease
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     Then within 30s exactly one replica leads
     And the lock names the leader's Pod
     And the lease duration is 4s
@@ -22,46 +22,46 @@ Feature: Leader with lease
     And there was never more than one leader
     And the lease transitions never decreased
 
-  @audit @memcached
+  @audit @work @release-on-cancel
   Scenario: A leader that releases its lease on shutdown hands over within one retry period
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--release-on-cancel"
-    And a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s, releasing its lease on shutdown
+    And the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader pod is deleted
     Then within 10s another replica leads
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And the old leader released the lock after the delete and another took it within 1s
     And the lease transitions grew by exactly 1
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @audit @memcached
+  @audit @work
   Scenario: A leader killed without releasing is replaced once its lease expires
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
-    And a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader pod is force deleted
     Then within 20s another replica leads
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And the new leader took over between 4s and 6s after the old leader's last renewal
     And there was never more than one leader
     And no replica wrote after losing leadership
     And the lease transitions never decreased
 
-  @node-access @audit @memcached
+  @node-access @audit @work
   Scenario: A leader cut off from the API server steps down before a standby takes over
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
-    And a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader is cut off from the API server for 8s
     Then within 20s another replica leads
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And the old leader stopped leading at most 3500ms after the partition
     And the new leader took over between 4s and 6s after the old leader's last renewal
     And there was never more than one leader
@@ -72,24 +72,24 @@ Feature: Leader with lease
   # the write it allowed sends that write when it wakes, whatever the margins (no check in
   # the client can close that window). The next scenario freezes a leader in the middle of
   # a reconcile, at a request, where the guard's next check refuses the stale write.
-  @memcached
+  @work
   Scenario: A leader frozen for twice its lease is replaced and leads no more
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
-    And a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And the operator has work
+    And within 30s the operator has done work
     And within 30s exactly one replica leads
     And the operator has been idle for 1s
     When the leader is frozen for 8s
     Then within 20s another replica leads
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And within 5s the old leader no longer leads
     And there was never more than one leader
     And no replica wrote after losing leadership
 
   @sim-only @audit @memcached
   Scenario: A leader frozen in the middle of a reconcile wakes after the takeover and its write guard refuses the stale write
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
@@ -102,7 +102,7 @@ Feature: Leader with lease
 
   @sim-only @audit @memcached
   Scenario: Without the write guard the same frozen leader writes after the takeover, and the checkers report the split brain
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--write-guard off"
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--write-guard off"
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
@@ -114,7 +114,7 @@ Feature: Leader with lease
 
   @api-faults
   Scenario: Lease updates rejected for less than the renew deadline keep the leader
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 6s/5s/1s
+    Given the operator is deployed with 3 replicas in lease mode with timings 6s/5s/1s
     And within 30s exactly one replica leads
     When the API server rejects the leader's lease updates for 2s
     Then the leader keeps leading for 3s
@@ -123,7 +123,7 @@ Feature: Leader with lease
 
   @api-faults
   Scenario: Lease updates rejected for longer than the renew deadline make the leader step down
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And within 30s exactly one replica leads
     When the API server rejects the leader's lease updates for 6s
     Then within 20s another replica leads
@@ -132,7 +132,7 @@ Feature: Leader with lease
 
   @sim-only @clock-skew
   Scenario: A standby whose clock runs ahead does not take a live lease
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And within 30s exactly one replica leads
     And within 30s the other replicas are ready standbys
     When a standby's clock runs 30s ahead
@@ -140,7 +140,7 @@ Feature: Leader with lease
     And there was never more than one leader
 
   Scenario: Two operators configured with the same lock: only one of them ever leads
-    Given the memcached operator is deployed with 1 replica in lease mode with timings 4s/3s/1s
+    Given the operator is deployed with 1 replica in lease mode with timings 4s/3s/1s
     And a second operator "other" is deployed with 1 replica in lease mode with timings 4s/3s/1s and the same lock
     Then within 30s exactly one replica leads
     And the leader keeps leading for 3s
@@ -148,28 +148,28 @@ Feature: Leader with lease
 
   @memcached
   Scenario: Invalid timings stop the operator before it touches the lease
-    Given the memcached operator is deployed with 2 replicas in lease mode with timings 3s/3s/1s
+    Given the operator is deployed with 2 replicas in lease mode with timings 3s/3s/1s
     Then within 30s every operator pod has failed with "--lease-duration (3s) must be greater than --renew-deadline (3s)"
     And there is no lease
 
   Scenario: Without rights to leases nobody leads until the Role allows them
-    Given the memcached operator is deployed with 2 replicas in lease mode with timings 4s/3s/1s and no right to leases
+    Given the operator is deployed with 2 replicas in lease mode with timings 4s/3s/1s and no right to leases
     Then within 30s an operator pod logs "forbidden"
     And no replica leads for 2s
     When the operator's Role is given its rights to leases
     Then within 30s exactly one replica leads
     And there was never more than one leader
 
-  @slow @audit @memcached
+  @slow @audit @work
   Scenario: With the production timings a killed leader is replaced within the lease plus two retry periods
-    Given the memcached operator is deployed with 3 replicas in lease mode with timings 15s/10s/2s
-    And a Memcached "cache" of size 1
-    And within 30s memcached "cache" has a Deployment of 1 replica owned by it
+    Given the operator is deployed with 3 replicas in lease mode with timings 15s/10s/2s
+    And the operator has work
+    And within 30s the operator has done work
     And within 40s exactly one replica leads
     When the leader pod is force deleted
     Then within 40s another replica leads
-    When memcached "cache" is scaled to 2
-    Then within 30s memcached "cache" has a Deployment of 2 replicas owned by it
+    When the operator is given more work
+    Then within 30s the leader has done the new work
     And the new leader took over between 15s and 19s after the old leader's last renewal
     And there was never more than one leader
     And no replica wrote after losing leadership

@@ -12,14 +12,14 @@ Feature: Reconcile results
     Given a cluster
 
   Scenario: A Memcached of size 3 gets a Deployment of 3 it owns and a status naming the pods
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     When a Memcached "cache" of size 3 is created
     Then within 30s memcached "cache" has a Deployment of 3 replicas owned by it
     And within 30s the status of memcached "cache" lists its 3 pods
     And within 10s the reconcile results of memcached "cache" were requeue, then success
 
   Scenario: Growing a Memcached from 3 to 4 scales its Deployment and its status
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And a Memcached "cache" of size 3
     And within 30s the status of memcached "cache" lists its 3 pods
     When memcached "cache" is scaled to 4
@@ -29,7 +29,7 @@ Feature: Reconcile results
 
   @api-faults @audit
   Scenario: While the API server refuses to create Deployments, reconciles fail and are retried later and later
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And the API server rejects requests to create deployments in namespace "default"
     When a Memcached "cache" of size 1 is created
     Then within 20s the API server refused the operator at least 9 times
@@ -42,13 +42,13 @@ Feature: Reconcile results
 
   @audit
   Scenario: With a resync period of 2s, a Memcached is reconciled every 2s and nothing changes
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none --resync-period=2s"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none --resync-period=2s"
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" is available and no longer progressing
     Then for 7s memcached "cache" is reconciled every 2s, give or take 500ms, each time ending in requeue_after and writing nothing
 
   Scenario: Once a Memcached is gone, it is not reconciled again
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none --resync-period=2s"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none --resync-period=2s"
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" is available and no longer progressing
     When memcached "cache" is deleted
@@ -58,7 +58,7 @@ Feature: Reconcile results
     And memcached "cache" is not reconciled again for 5s
 
   Scenario: A deleted Deployment is recreated
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And a Memcached "cache" of size 2
     And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     When the Deployment of memcached "cache" is deleted
@@ -66,7 +66,7 @@ Feature: Reconcile results
     And within 30s the status of memcached "cache" lists its 2 pods
 
   Scenario Outline: A Memcached of size <size> is refused by the API server, naming the field, and nothing changes
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And a Memcached "cache" of size 2
     And within 30s the status of memcached "cache" lists its 2 pods
     When a Memcached "other" of size <size> is submitted
@@ -82,6 +82,6 @@ Feature: Reconcile results
       | "three" |
 
   Scenario: 50 Memcached objects created at once are all reconciled
-    Given the memcached operator is deployed with 1 replica and the flags "--leader-election=none"
+    Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     When 50 Memcached objects of size 1 are created at once in namespace "default"
     Then within 120s all the Memcached objects have their Deployment and list their pods

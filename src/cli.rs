@@ -91,8 +91,8 @@ pub enum Command {
 /// Arguments of `opconform conformance`.
 #[derive(Debug, clap::Args)]
 pub struct ConformanceArgs {
-    /// The profiles, one column each [default: every profiles/*/profile.yaml and
-    /// subjects/*/profile.yaml of the repository].
+    /// The profiles, one column each [default: every profile.yaml and *.profile.yaml in
+    /// the folders of profiles/ and subjects/ of the repository].
     pub profiles: Vec<PathBuf>,
     /// Where the scenarios run: sim or local.
     #[arg(long, default_value = "sim", value_parser = ["sim", "local"])]

@@ -351,19 +351,28 @@ fn cell_text(text: &str) -> String {
     text.replace('|', "\\|")
 }
 
-/// The profiles shipped with the repository: `profiles/*/profile.yaml` and
-/// `subjects/*/profile.yaml`, sorted.
+/// The profiles shipped with the repository, sorted: `profile.yaml` and `*.profile.yaml`
+/// in each folder of `profiles/` and `subjects/` (a subject with several profiles, such as
+/// one per election library, names each `<name>.profile.yaml`).
 pub fn shipped_profiles(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for folder in ["profiles", "subjects"] {
         let Ok(entries) = std::fs::read_dir(root.join(folder)) else {
             continue;
         };
-        for entry in entries.flatten() {
-            let profile = entry.path().join("profile.yaml");
-            if profile.is_file() {
-                found.push(profile);
-            }
+        for dir in entries.flatten() {
+            let Ok(files) = std::fs::read_dir(dir.path()) else {
+                continue;
+            };
+            found.extend(files.flatten().map(|f| f.path()).filter(|path| {
+                path.is_file()
+                    && path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|name| {
+                            name == "profile.yaml" || name.ends_with(".profile.yaml")
+                        })
+            }));
         }
     }
     found.sort();
@@ -547,13 +556,41 @@ mod tests {
             .iter()
             .filter_map(|p| p.parent()?.file_name()?.to_str().map(str::to_string))
             .collect();
-        assert!(
-            names.contains(&"memcached-operator".to_string()),
-            "{names:?}"
-        );
-        assert!(
-            names.contains(&"kube-lease-manager".to_string()),
-            "{names:?}"
+        for shipped in [
+            "memcached-operator",
+            "kube-lease-manager",
+            "kube-leader-election",
+        ] {
+            assert!(names.contains(&shipped.to_string()), "{names:?}");
+        }
+    }
+
+    #[test]
+    fn profiles_named_profile_yaml_or_ending_in_it_are_found_and_nothing_else() {
+        let root = tempfile::tempdir().unwrap();
+        for file in [
+            "profiles/a/profile.yaml",
+            "subjects/b/one.profile.yaml",
+            "subjects/b/two.profile.yaml",
+            "subjects/b/config/manager.yaml",
+            "subjects/b/profile.yml",
+            "subjects/c/readme.md",
+        ] {
+            let path = root.path().join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, "").unwrap();
+        }
+        let found: Vec<String> = shipped_profiles(root.path())
+            .iter()
+            .map(|p| p.strip_prefix(root.path()).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "profiles/a/profile.yaml",
+                "subjects/b/one.profile.yaml",
+                "subjects/b/two.profile.yaml"
+            ]
         );
     }
 }

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::subject::{
     BinaryBuild, BinarySource, Election, Lock, LockKind, ManifestSource, Subject,
-    TIMING_PLACEHOLDERS,
+    TIMING_PLACEHOLDERS, Work,
 };
 
 /// The variable naming the profile of the operator under test.
@@ -88,6 +88,30 @@ pub struct Profile {
     pub binary: BinarySpec,
     /// Where its manifests are.
     pub manifests: ManifestSpec,
+    /// The work the leadership scenarios give it, so that the single-writer check has
+    /// writes to judge and a new leader can be seen working [default: none; the scenarios
+    /// tagged `@work` are left out].
+    #[serde(default)]
+    pub work: Option<WorkSpec>,
+}
+
+/// The work a leader does: what gives it work, and which of its writes prove it did it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkSpec {
+    /// Objects that give it work (a YAML file of one or more documents, or a directory of
+    /// them, relative to the profile's directory), created in the scenario's namespace
+    /// [default: none, it works on its own].
+    #[serde(default)]
+    pub objects: Option<PathBuf>,
+    /// A JSON merge patch applied to each of those objects that gives a leader more work
+    /// [default: none, it works on its own].
+    #[serde(default)]
+    pub more: Option<serde_json::Value>,
+    /// The resources, as the API server names them (`deployments`, `configmaps`), whose
+    /// successful writes by the leader prove it did its work (a subresource such as
+    /// `deployments/status` counts for its resource).
+    pub writes: Vec<String>,
 }
 
 /// The lock an operator elects its leader with.
@@ -116,6 +140,11 @@ pub struct ElectionSpec {
     /// Leader-for-life (a lock owned by the leader's Pod): its arguments.
     #[serde(default)]
     pub for_life: Option<Vec<String>>,
+    /// The arguments that make a leader release its Lease when it shuts down, added to the
+    /// lease mode's (`[]` when it always does) [default: it never does; the scenarios
+    /// tagged `@release-on-cancel` are left out].
+    #[serde(default)]
+    pub release_on_cancel: Option<Vec<String>>,
 }
 
 /// The kind of object a lock is.
@@ -141,6 +170,24 @@ pub struct BinarySpec {
     /// A Cargo build that makes it.
     #[serde(default)]
     pub cargo: Option<CargoSpec>,
+    /// A Go build that makes it.
+    #[serde(default)]
+    pub go: Option<GoSpec>,
+}
+
+/// A binary built by `go build`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GoSpec {
+    /// The Go module's directory, holding its `go.mod` and `go.sum` (relative to the
+    /// profile's directory).
+    pub module: PathBuf,
+    /// The main package to build, as `go build` takes it (`.`, `./cmd/manager`).
+    pub package: String,
+    /// Files and directories it is built from (relative to the module): the binary is
+    /// rebuilt when one is newer.
+    #[serde(default)]
+    pub sources: Vec<PathBuf>,
 }
 
 /// A binary built by Cargo.
@@ -184,8 +231,11 @@ impl Profile {
             path: path.to_path_buf(),
             source,
         })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, path, base)
+        // Relative to the working directory as it is now, whatever a build or a process
+        // started later takes as its own.
+        let base = std::path::absolute(path.parent().unwrap_or(Path::new(".")))
+            .unwrap_or_else(|_| path.parent().unwrap_or(Path::new(".")).to_path_buf());
+        Self::parse(&text, path, &base)
     }
 
     /// The bundled memcached operator's profile.
@@ -269,20 +319,34 @@ impl Profile {
         if self.image.trim().is_empty() {
             return Err(("image", "expected an image reference".into()));
         }
-        match (&self.binary.path, &self.binary.cargo) {
-            (Some(_), Some(_)) => {
+        let sources = [
+            self.binary.path.is_some(),
+            self.binary.cargo.is_some(),
+            self.binary.go.is_some(),
+        ];
+        match sources.iter().filter(|&&given| given).count() {
+            0 if self.binary.env.is_none() => {
                 return Err((
                     "binary",
-                    "expected either `path` or `cargo`, not both".into(),
+                    "expected `path`, `cargo`, `go` or `env`: nothing says where the binary is"
+                        .into(),
                 ));
             }
-            (None, None) if self.binary.env.is_none() => {
+            0 | 1 => {}
+            _ => {
                 return Err((
                     "binary",
-                    "expected `path`, `cargo` or `env`: nothing says where the binary is".into(),
+                    "expected one of `path`, `cargo` and `go`, not several".into(),
                 ));
             }
-            _ => {}
+        }
+        if let Some(go) = &self.binary.go
+            && go.package.trim().is_empty()
+        {
+            return Err((
+                "binary.go.package",
+                "expected the main package to build, such as `.` or `./cmd/manager`".into(),
+            ));
         }
         match (&self.election.lease, &self.election.for_life) {
             (None, None) => {
@@ -331,6 +395,36 @@ impl Profile {
                 format!("unknown placeholder {unknown}: leader-for-life has no timings"),
             ));
         }
+        if self.election.release_on_cancel.is_some() && self.election.lease.is_none() {
+            return Err((
+                "election.releaseOnCancel",
+                "expected `election.lease` too: releasing on shutdown is a lease mode's".into(),
+            ));
+        }
+        if let Some(work) = &self.work {
+            if work.writes.is_empty() || work.writes.iter().any(|w| w.trim().is_empty()) {
+                return Err((
+                    "work.writes",
+                    "expected at least one resource (plural, e.g. `deployments`) whose writes \
+                     prove the leader's work"
+                        .into(),
+                ));
+            }
+            if let Some(more) = &work.more
+                && !more.is_object()
+            {
+                return Err((
+                    "work.more",
+                    "expected a JSON merge patch: a mapping such as {spec: {size: 2}}".into(),
+                ));
+            }
+            if work.more.is_some() && work.objects.is_none() {
+                return Err((
+                    "work.more",
+                    "expected `work.objects` too: the patch is applied to them".into(),
+                ));
+            }
+        }
         if self.manifests.apply.is_empty() {
             return Err((
                 "manifests.apply",
@@ -347,9 +441,17 @@ impl Profile {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(",");
-        let build = match (self.binary.path, self.binary.cargo) {
-            (Some(path), _) => BinaryBuild::Path(base.join(path)),
-            (None, Some(cargo)) => {
+        let build = match (self.binary.path, self.binary.cargo, self.binary.go) {
+            (Some(path), _, _) => BinaryBuild::Path(base.join(path)),
+            (None, None, Some(go)) => {
+                let module = normalize(&base.join(&go.module));
+                BinaryBuild::Go {
+                    sources: go.sources.iter().map(|s| module.join(s)).collect(),
+                    module,
+                    package: go.package,
+                }
+            }
+            (None, Some(cargo), _) => {
                 let workspace = normalize(&base.join(&cargo.workspace));
                 BinaryBuild::Cargo {
                     sources: cargo.sources.iter().map(|s| workspace.join(s)).collect(),
@@ -358,7 +460,7 @@ impl Profile {
                     bin: cargo.bin,
                 }
             }
-            (None, None) => BinaryBuild::None,
+            (None, None, None) => BinaryBuild::None,
         };
         Subject {
             name: self.name,
@@ -376,7 +478,13 @@ impl Profile {
             election: Election {
                 lease: self.election.lease,
                 for_life: self.election.for_life,
+                release_on_cancel: self.election.release_on_cancel,
             },
+            work: self.work.map(|work| Work {
+                objects: work.objects.map(|o| base.join(o)),
+                more: work.more,
+                writes: work.writes,
+            }),
             namespace: self.namespace,
             deployment: self.deployment,
             pod_selector,
@@ -573,19 +681,75 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("binary: expected either `path` or `cargo`"),
+            e.contains("binary: expected one of `path`, `cargo` and `go`, not several"),
             "{e}"
         );
         let e = parse(&MINIMAL.replace("binary: {path: bin/op}", "binary: {}"))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("binary: expected `path`, `cargo` or `env`"),
+            e.contains("binary: expected `path`, `cargo`, `go` or `env`"),
             "{e}"
         );
         let subject =
             parse(&MINIMAL.replace("binary: {path: bin/op}", "binary: {env: OP_BIN}")).unwrap();
         assert_eq!(subject.binary.build, BinaryBuild::None);
+    }
+
+    #[test]
+    fn a_go_binary_is_built_in_its_module_resolved_against_the_profile() {
+        let subject = parse(&MINIMAL.replace(
+            "binary: {path: bin/op}",
+            "binary: {go: {module: ../op, package: ./cmd/manager, sources: [go.mod]}}",
+        ))
+        .unwrap();
+        assert_eq!(
+            subject.binary.build,
+            BinaryBuild::Go {
+                module: PathBuf::from("/op"),
+                package: "./cmd/manager".into(),
+                sources: vec![PathBuf::from("/op/go.mod")],
+            }
+        );
+        let e = parse(&MINIMAL.replace(
+            "binary: {path: bin/op}",
+            "binary: {go: {module: ., package: ' '}}",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("binary.go.package: expected the main package"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn work_needs_the_writes_that_prove_it_and_a_patch_needs_objects() {
+        let with = |work: &str| parse(&format!("{MINIMAL}work: {work}\n"));
+        let subject =
+            with("{objects: work.yaml, more: {spec: {size: 2}}, writes: [deployments]}").unwrap();
+        let work = subject.work.unwrap();
+        assert_eq!(work.objects, Some(PathBuf::from("/p/work.yaml")));
+        assert!(work.proves("deployments/status"));
+        assert!(!work.proves("configmaps"));
+        for (bad, expected) in [
+            (
+                "{writes: []}",
+                "work.writes: expected at least one resource",
+            ),
+            (
+                "{more: {a: 1}, writes: [x]}",
+                "work.more: expected `work.objects` too",
+            ),
+            (
+                "{objects: w.yaml, more: 2, writes: [x]}",
+                "work.more: expected a JSON merge patch",
+            ),
+            ("{writes: [x], extra: 1}", "unknown field `extra`"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(expected), "{bad}: {e}");
+        }
     }
 
     #[test]

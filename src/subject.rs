@@ -24,12 +24,10 @@ pub const NODE_TOLERATION_SECONDS: i64 = 5;
 #[derive(Debug, thiserror::Error)]
 pub enum SubjectError {
     /// The operator binary could not be built (or the build could not run).
-    #[error("cannot build the operator binary with `cargo build -p {package} --bin {bin}`")]
+    #[error("cannot build the operator binary with `{command}`")]
     Build {
-        /// The Cargo package.
-        package: String,
-        /// The binary target.
-        bin: String,
+        /// The build command, as a person would type it.
+        command: String,
         /// The cause (shared: a build is tried once per process).
         #[source]
         source: Arc<BuildError>,
@@ -57,12 +55,23 @@ pub enum BuildError {
     /// The running executable is not in a profile directory.
     #[error("cannot locate the target directory")]
     NoTargetDir,
-    /// Cargo could not be started.
-    #[error("cannot run cargo")]
-    Cargo(#[source] std::io::Error),
-    /// Cargo failed.
-    #[error("cargo exited with {0}")]
-    Failed(ExitStatus),
+    /// The build tool could not be started.
+    #[error("cannot run {program}")]
+    Spawn {
+        /// The tool (`cargo`, `go`).
+        program: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The build tool failed.
+    #[error("{program} exited with {status}")]
+    Failed {
+        /// The tool.
+        program: &'static str,
+        /// How it exited.
+        status: ExitStatus,
+    },
 }
 
 /// The kind of object the operator elects its leader with.
@@ -105,6 +114,27 @@ pub struct Election {
     pub lease: Option<Vec<String>>,
     /// Leader-for-life.
     pub for_life: Option<Vec<String>>,
+    /// What makes a leader release its Lease on shutdown (`None`: it never does).
+    pub release_on_cancel: Option<Vec<String>>,
+}
+
+/// The work a leader does, so that its writes can be judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Work {
+    /// Objects that give it work (a YAML file or directory), none when it works on its own.
+    pub objects: Option<PathBuf>,
+    /// A JSON merge patch of those objects that gives it more work.
+    pub more: Option<serde_json::Value>,
+    /// The resources whose successful writes prove its work.
+    pub writes: Vec<String>,
+}
+
+impl Work {
+    /// Whether a write of `resource` (`deployments`, `deployments/status`) is work.
+    pub fn proves(&self, resource: &str) -> bool {
+        let base = resource.split('/').next().unwrap_or(resource);
+        self.writes.iter().any(|w| w == resource || w == base)
+    }
 }
 
 impl Election {
@@ -151,6 +181,15 @@ pub enum BinaryBuild {
         /// Files and directories it is built from: the binary is rebuilt when one is newer.
         sources: Vec<PathBuf>,
     },
+    /// Built by `go build`.
+    Go {
+        /// The module's directory, where `go build` runs.
+        module: PathBuf,
+        /// The main package.
+        package: String,
+        /// Files and directories it is built from: the binary is rebuilt when one is newer.
+        sources: Vec<PathBuf>,
+    },
     /// An executable, as it is.
     Path(PathBuf),
     /// Nothing but the variable.
@@ -180,7 +219,7 @@ pub struct OperatorSetup {
 }
 
 /// The operator under test.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Subject {
     /// A short name for reports.
     pub name: String,
@@ -202,6 +241,8 @@ pub struct Subject {
     pub binary: BinarySource,
     /// Its manifests.
     pub manifests: ManifestSource,
+    /// The work the leadership scenarios give it.
+    pub work: Option<Work>,
 }
 
 /// The repository root (where `operator/config` lives).
@@ -276,7 +317,7 @@ impl Subject {
     /// # Errors
     /// When it cannot be built.
     pub fn binary(&self) -> Result<PathBuf, SubjectError> {
-        type Built = BTreeMap<(String, String), Result<PathBuf, Arc<BuildError>>>;
+        type Built = BTreeMap<String, Result<PathBuf, Arc<BuildError>>>;
         static BUILT: Mutex<Built> = Mutex::new(BTreeMap::new());
         let source = &self.binary;
         if let Some(path) = source.env.as_ref().and_then(std::env::var_os) {
@@ -304,16 +345,31 @@ impl Subject {
                     bin,
                     sources,
                 };
+                let command = format!("cargo build -p {package} --bin {bin}");
                 let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
                 built
-                    .entry((package.clone(), bin.clone()))
+                    .entry(command.clone())
                     .or_insert_with(|| cargo.find_or_build().map_err(Arc::new))
                     .clone()
-                    .map_err(|cause| SubjectError::Build {
-                        package: package.clone(),
-                        bin: bin.clone(),
-                        source: cause,
-                    })
+                    .map_err(|source| SubjectError::Build { command, source })
+            }
+            BinaryBuild::Go {
+                module,
+                package,
+                sources,
+            } => {
+                let go = GoBinary {
+                    module,
+                    package,
+                    sources,
+                };
+                let command = format!("go build {package} (in {})", module.display());
+                let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+                built
+                    .entry(command.clone())
+                    .or_insert_with(|| go.find_or_build().map_err(Arc::new))
+                    .clone()
+                    .map_err(|source| SubjectError::Build { command, source })
             }
         }
     }
@@ -407,22 +463,63 @@ struct CargoBinary<'a> {
     sources: &'a [PathBuf],
 }
 
+/// The profile directory of the running executable (`target/<profile>`), where the
+/// binaries the harness builds are kept.
+fn profile_dir() -> Result<PathBuf, BuildError> {
+    // target/<profile>/deps/e2e-… → target/<profile>
+    let exe = std::env::current_exe().map_err(BuildError::CurrentExe)?;
+    exe.parent()
+        .and_then(|deps| {
+            if deps.file_name().is_some_and(|n| n == "deps") {
+                deps.parent()
+            } else {
+                Some(deps)
+            }
+        })
+        .map(Path::to_path_buf)
+        .ok_or(BuildError::NoTargetDir)
+}
+
+/// Whether `binary` is missing or older than one of `sources` (files, or directories
+/// searched through).
+fn is_stale(binary: &Path, sources: &[PathBuf]) -> bool {
+    fn newest(path: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_dir() {
+            return meta.modified().ok();
+        }
+        std::fs::read_dir(path)
+            .ok()?
+            .filter_map(Result::ok)
+            .filter_map(|e| newest(&e.path()))
+            .max()
+    }
+    let Some(built) = std::fs::metadata(binary).and_then(|m| m.modified()).ok() else {
+        return true;
+    };
+    sources
+        .iter()
+        .filter_map(|p| newest(p))
+        .any(|changed| changed > built)
+}
+
+/// Runs a build command, its output going to the harness's stderr.
+fn run_build(program: &'static str, cmd: &mut Command) -> Result<(), BuildError> {
+    let status = cmd
+        .stdout(std::process::Stdio::inherit())
+        .status()
+        .map_err(|source| BuildError::Spawn { program, source })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(BuildError::Failed { program, status })
+    }
+}
+
 impl CargoBinary<'_> {
     /// The binary in the running executable's profile directory, built when stale.
     fn find_or_build(&self) -> Result<PathBuf, BuildError> {
-        // target/<profile>/deps/e2e-… → target/<profile>/<bin>
-        let exe = std::env::current_exe().map_err(BuildError::CurrentExe)?;
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| {
-                if deps.file_name().is_some_and(|n| n == "deps") {
-                    deps.parent()
-                } else {
-                    Some(deps)
-                }
-            })
-            .map(Path::to_path_buf)
-            .ok_or(BuildError::NoTargetDir)?;
+        let profile_dir = profile_dir()?;
         let binary = profile_dir.join(self.bin);
         if self.is_stale(&binary) {
             self.build(&profile_dir)?;
@@ -432,24 +529,7 @@ impl CargoBinary<'_> {
 
     /// Whether `binary` is missing or older than a source it is built from.
     fn is_stale(&self, binary: &Path) -> bool {
-        fn newest(path: &Path) -> Option<std::time::SystemTime> {
-            let meta = std::fs::metadata(path).ok()?;
-            if !meta.is_dir() {
-                return meta.modified().ok();
-            }
-            std::fs::read_dir(path)
-                .ok()?
-                .filter_map(Result::ok)
-                .filter_map(|e| newest(&e.path()))
-                .max()
-        }
-        let Some(built) = std::fs::metadata(binary).and_then(|m| m.modified()).ok() else {
-            return true;
-        };
-        self.sources
-            .iter()
-            .filter_map(|p| newest(p))
-            .any(|changed| changed > built)
+        is_stale(binary, self.sources)
     }
 
     fn build(&self, profile_dir: &Path) -> Result<(), BuildError> {
@@ -468,11 +548,56 @@ impl CargoBinary<'_> {
         if let Some(target) = profile_dir.parent() {
             cmd.env("CARGO_TARGET_DIR", target);
         }
-        let status = cmd.status().map_err(BuildError::Cargo)?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(BuildError::Failed(status))
+        run_build("cargo", &mut cmd)
+    }
+}
+
+/// A binary that `go build` makes from a module of its own (with its `go.sum`).
+struct GoBinary<'a> {
+    module: &'a Path,
+    package: &'a str,
+    sources: &'a [PathBuf],
+}
+
+impl GoBinary<'_> {
+    /// The binary in `<profile dir>/go/`, named after the module's directory (and the
+    /// package, when it is not the module's root), built when stale.
+    fn find_or_build(&self) -> Result<PathBuf, BuildError> {
+        let dir = profile_dir()?.join("go");
+        let binary = dir.join(self.file_name());
+        if is_stale(&binary, self.sources) {
+            std::fs::create_dir_all(&dir).map_err(|source| BuildError::Spawn {
+                program: "go",
+                source,
+            })?;
+            eprintln!(
+                "opconform: bringing the operator binary up to date (go build {} in {})…",
+                self.package,
+                self.module.display()
+            );
+            let mut cmd = Command::new("go");
+            cmd.args(["build", "-trimpath", "-o"])
+                .arg(&binary)
+                .arg(self.package)
+                .current_dir(self.module)
+                // Static, with the module's own go.sum, with the Go that is installed.
+                .env("CGO_ENABLED", "0")
+                .env("GOFLAGS", "-mod=readonly")
+                .env("GOTOOLCHAIN", "local");
+            run_build("go", &mut cmd)?;
+        }
+        Ok(binary)
+    }
+
+    /// `<module dir>` or `<module dir>-<last element of the package>`.
+    fn file_name(&self) -> String {
+        let module = self.module.file_name().map_or_else(
+            || "go-operator".into(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        match self.package.trim_end_matches('/').rsplit('/').next() {
+            Some(last) if !last.is_empty() && last != "." => format!("{module}-{last}"),
+            _ => module,
         }
     }
 }
@@ -756,16 +881,28 @@ mod tests {
     #[test]
     fn a_failed_build_names_its_command_and_keeps_its_cause() {
         let error = SubjectError::Build {
-            package: "memcached-operator".into(),
-            bin: "memcached-operator".into(),
-            source: Arc::new(BuildError::Cargo(std::io::Error::from(
-                std::io::ErrorKind::NotFound,
-            ))),
+            command: "cargo build -p memcached-operator --bin memcached-operator".into(),
+            source: Arc::new(BuildError::Spawn {
+                program: "cargo",
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            }),
         };
         assert_eq!(
             crate::error_chain(&error),
             "cannot build the operator binary with `cargo build -p memcached-operator --bin \
              memcached-operator`: cannot run cargo: entity not found"
         );
+    }
+
+    #[test]
+    fn a_go_binary_is_named_after_its_module_and_package() {
+        let go = |package| GoBinary {
+            module: Path::new("/r/subjects/go-election"),
+            package,
+            sources: &[],
+        };
+        assert_eq!(go(".").file_name(), "go-election");
+        assert_eq!(go("./").file_name(), "go-election");
+        assert_eq!(go("./cmd/manager").file_name(), "go-election-manager");
     }
 }

@@ -1,5 +1,5 @@
 //! The cucumber step library: the [`World`] of a scenario and the steps grouped by domain
-//! (cluster, operator, leadership, faults, memcached, reconcile, finalizers, history). Users
+//! (cluster, operator, leadership, work, faults, memcached, reconcile, finalizers, history). Users
 //! write new features with these steps; `tests/e2e.rs` only runs them.
 
 pub mod artifacts;
@@ -14,6 +14,7 @@ pub mod operator;
 pub mod reconcile;
 pub mod vocabulary;
 pub mod wait;
+pub mod work;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -530,6 +531,26 @@ impl Suite {
                     format!(
                         "the profile of {} installs no Memcached CRD (memcacheds.cache.example.com): \
                          the operator has no Memcached to reconcile",
+                        self.subject.name
+                    ),
+                )
+            }))
+            .chain(self.subject.work.is_none().then(|| {
+                (
+                    "work",
+                    format!(
+                        "the profile of {} has no work: nothing says what work to give it and \
+                         which writes prove it",
+                        self.subject.name
+                    ),
+                )
+            }))
+            .chain(election.release_on_cancel.is_none().then(|| {
+                (
+                    "release-on-cancel",
+                    format!(
+                        "the profile of {} has no election.releaseOnCancel: its leader does not \
+                         release its lease on shutdown",
                         self.subject.name
                     ),
                 )

@@ -102,9 +102,7 @@ pub async fn deploy(world: &mut World, setup: OperatorSetup) {
     world.operator = Some(setup);
 }
 
-#[given(
-    expr = "the memcached operator is deployed with {int} replica(s) in lease mode with timings {word}"
-)]
+#[given(expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word}")]
 async fn deployed_lease(world: &mut World, replicas: i32, timings: String) {
     let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "");
     world.lease_duration = setup.lease_duration;
@@ -112,7 +110,7 @@ async fn deployed_lease(world: &mut World, replicas: i32, timings: String) {
 }
 
 #[given(
-    expr = "the memcached operator is deployed with {int} replica(s) in lease mode with timings {word} and flags {string}"
+    expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word} and flags {string}"
 )]
 async fn deployed_lease_with_flags(
     world: &mut World,
@@ -126,7 +124,28 @@ async fn deployed_lease_with_flags(
 }
 
 #[given(
-    expr = "the memcached operator is deployed with {int} replica(s) in lease mode with timings {word} and no right to leases"
+    expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word}, releasing its lease on shutdown"
+)]
+async fn deployed_lease_releasing(world: &mut World, replicas: i32, timings: String) {
+    let subject = world.subject();
+    let release = subject
+        .election
+        .release_on_cancel
+        .as_ref()
+        .unwrap_or_else(|| {
+            panic!(
+                "the profile of {} has no election.releaseOnCancel (its @release-on-cancel \
+             scenarios are left out)",
+                subject.name
+            )
+        });
+    let setup = OperatorSetup::lease(subject, replicas, &timings, &release.join(" "));
+    world.lease_duration = setup.lease_duration;
+    deploy(world, setup).await;
+}
+
+#[given(
+    expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word} and no right to leases"
 )]
 async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) {
     world.start_recorder();
@@ -363,7 +382,7 @@ async fn rolled_out(world: &mut World, within: Dur) {
     .unwrap_or_else(|e| panic!("{}", crate::steps::chain(&e)));
 }
 
-#[given(expr = "the memcached operator is deployed with {int} replica(s) and the flags {string}")]
+#[given(expr = "the operator is deployed with {int} replica(s) and the flags {string}")]
 async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) {
     let args = flags.split_whitespace().map(str::to_string).collect();
     deploy(
@@ -415,7 +434,7 @@ async fn no_operator_pods(world: &mut World, within: Dur) {
     .await;
 }
 
-#[given(expr = "the memcached operator is deployed with {int} replica(s) in for-life mode")]
+#[given(expr = "the operator is deployed with {int} replica(s) in for-life mode")]
 async fn deployed_for_life(world: &mut World, replicas: i32) {
     let setup = OperatorSetup::for_life(world.subject(), replicas);
     deploy(world, setup).await;

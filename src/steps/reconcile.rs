@@ -311,6 +311,17 @@ async fn settled(world: &World, quiet: std::time::Duration) {
 #[given(expr = "the operator has been idle for {duration}")]
 #[when(expr = "the operator has been idle for {duration}")]
 async fn idle(world: &mut World, quiet: Dur) {
+    // An operator whose profile gives it no more work to do works all the time (its leader
+    // writes on its own): it is never idle, and the step says so instead of waiting.
+    if let Some(work) = &world.subject().work
+        && work.more.is_none()
+    {
+        world.note(&format!(
+            "{} works all the time: not waiting for it to be idle",
+            world.subject().name
+        ));
+        return;
+    }
     settled(world, quiet.0).await;
 }
 
