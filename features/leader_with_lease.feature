@@ -22,7 +22,7 @@ Feature: Leader with lease
     And there was never more than one leader
     And the lease transitions never decreased
 
-  @audit @work @release-on-cancel
+  @audit @work @release-on-cancel @timing
   Scenario: A leader that releases its lease on shutdown hands over within one retry period
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s, releasing its lease on shutdown
     And the operator has work
@@ -37,7 +37,7 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @audit @work
+  @audit @work @timing
   Scenario: A leader killed without releasing is replaced once its lease expires
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And the operator has work
@@ -52,7 +52,7 @@ Feature: Leader with lease
     And no replica wrote after losing leadership
     And the lease transitions never decreased
 
-  @node-access @audit @work
+  @node-access @audit @work @timing
   Scenario: A leader cut off from the API server steps down before a standby takes over
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And the operator has work
@@ -121,7 +121,7 @@ Feature: Leader with lease
     And the lease transitions grew by exactly 0
     And there was never more than one leader
 
-  @api-faults
+  @api-faults @timing
   Scenario: Lease updates rejected for longer than the renew deadline make the leader step down
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And within 30s exactly one replica leads
@@ -160,7 +160,7 @@ Feature: Leader with lease
     Then within 30s exactly one replica leads
     And there was never more than one leader
 
-  @slow @audit @work
+  @slow @audit @work @timing
   Scenario: With the production timings a killed leader is replaced within the lease plus two retry periods
     Given the operator is deployed with 3 replicas in lease mode with timings 15s/10s/2s
     And the operator has work

@@ -619,8 +619,8 @@ pub async fn run(features: impl AsRef<std::path::Path>) {
 /// Runs the features under `features` with the step library on `suite`'s provider: fails
 /// on skipped (undefined) steps, accepts cucumber's command line (`-- --tags @lease`,
 /// `--name …`) plus `--junit PATH` and `--json PATH`, leaves out scenarios tagged with
-/// what the provider cannot do, runs `@serial` scenarios alone (and `@disruptive` ones on
-/// shared clusters), keeps each scenario's history and timeline under the reports
+/// what the provider cannot do, runs `@serial` scenarios alone (and `@disruptive` and
+/// `@timing` ones on shared clusters), keeps each scenario's history and timeline under the reports
 /// directory with an index page and `suite.json`, and always cleans up.
 ///
 /// One run per process: the set-up is fixed by the first call.
@@ -662,7 +662,9 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
                     .chain(scenario.tags.iter())
                     .any(|t| t == name)
             };
-            if tagged("serial") || (shared && tagged("disruptive")) {
+            // On a shared cluster a scenario that bounds a moment to within a second runs
+            // alone: another scenario's load can delay the samples that date it.
+            if tagged("serial") || (shared && (tagged("disruptive") || tagged("timing"))) {
                 cucumber::runner::ScenarioType::Serial
             } else {
                 cucumber::runner::ScenarioType::Concurrent

@@ -1,5 +1,6 @@
-//! Decodes `application/vnd.kubernetes.protobuf` request bodies (as kubectl's typed commands send
-//! them) into the JSON objects the same requests would have carried as JSON.
+//! Decodes `application/vnd.kubernetes.protobuf` request bodies (as kubectl's typed commands and
+//! client-go's typed clients send them) into the JSON objects the same requests would have carried
+//! as JSON.
 //!
 //! A body is the 4-byte magic `k8s\0` followed by a `runtime.Unknown` envelope
 //! (`typeMeta = 1 {apiVersion = 1, kind = 2}`, `raw = 2`, `contentEncoding = 3`,
@@ -11,9 +12,9 @@
 //!
 //! Go's protobuf encoder writes every non-pointer scalar, even when it is zero, so zero values
 //! of fields that carry `omitempty` in their Go JSON tag are dropped again here; pointer fields
-//! (`*bool`, `*int64`) and fields without `omitempty` keep their zero values. An empty
-//! `Time` (the zero time) is omitted. Repeated fields and maps appear only when they have
-//! entries. Unknown field numbers are skipped.
+//! (`*bool`, `*int32`, `*int64`, `*string`) and fields without `omitempty` keep their zero values.
+//! An empty `Time` or `MicroTime` (the zero time) is omitted. Repeated fields and maps appear only
+//! when they have entries. Unknown field numbers are skipped.
 //!
 //! The server answers in JSON, so only request decoding lives here.
 
@@ -34,6 +35,9 @@ const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
 
 /// Seconds since the Unix epoch of 9999-12-31T23:59:59Z, the last instant RFC 3339 can write.
 const MAX_TIME_SECONDS: i64 = 253_402_300_799;
+
+/// Nanoseconds in a second, for normalizing a `MicroTime`'s nanos as Go's time.Unix does.
+const NANOS_PER_SECOND: i32 = 1_000_000_000;
 
 /// Why a protobuf request body could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -353,7 +357,6 @@ enum Type {
     /// `int64` varint → JSON number.
     Int64,
     /// `int32` varint → JSON number.
-    #[allow(dead_code, reason = "no supported kind has an int32 field yet")]
     Int32,
     /// `bool` varint → JSON boolean.
     Bool,
@@ -362,6 +365,9 @@ enum Type {
     Bytes,
     /// meta/v1 `Time {seconds = 1, nanos = 2}` → RFC 3339 string at second precision.
     Time,
+    /// meta/v1 `MicroTime {seconds = 1, nanos = 2}` → RFC 3339 string with exactly six
+    /// fractional digits (nanoseconds truncated to microseconds, as metav1.MicroTime writes JSON).
+    MicroTime,
     /// A nested message → JSON object.
     Message(&'static Message),
     /// `map<string, string>` → JSON object of strings.
@@ -444,6 +450,7 @@ const fn msg(number: u32, json: &'static str, message: &'static Message) -> Fiel
 /// The kinds accepted as protobuf: apiVersion, kind, schema of the object.
 static KINDS: &[(&str, &str, &Message)] = &[
     ("v1", "ConfigMap", &CONFIG_MAP),
+    ("v1", "DeleteOptions", &DELETE_OPTIONS),
     ("v1", "Secret", &SECRET),
     ("v1", "Namespace", &NAMESPACE),
     ("v1", "ServiceAccount", &SERVICE_ACCOUNT),
@@ -481,6 +488,9 @@ static KINDS: &[(&str, &str, &Message)] = &[
         "ClusterRoleBinding",
         &CLUSTER_ROLE_BINDING,
     ),
+    ("v1", "Event", &EVENT),
+    ("events.k8s.io/v1", "Event", &EVENTS_EVENT),
+    ("coordination.k8s.io/v1", "Lease", &LEASE),
 ];
 
 // meta/v1 ---------------------------------------------------------------------------------------
@@ -610,6 +620,123 @@ static OBJECT_REFERENCE: Message = Message {
 static LOCAL_OBJECT_REFERENCE: Message = Message {
     name: "LocalObjectReference",
     fields: &[opt(1, "name", Type::Str)],
+};
+
+static EVENT: Message = Message {
+    name: "Event",
+    fields: &[
+        msg(1, "metadata", &OBJECT_META),
+        msg(2, "involvedObject", &OBJECT_REFERENCE),
+        opt(3, "reason", Type::Str),
+        opt(4, "message", Type::Str),
+        msg(5, "source", &EVENT_SOURCE),
+        opt(6, "firstTimestamp", Type::Time),
+        opt(7, "lastTimestamp", Type::Time),
+        opt(8, "count", Type::Int32),
+        opt(9, "type", Type::Str),
+        opt(10, "eventTime", Type::MicroTime),
+        msg(11, "series", &EVENT_SERIES),
+        opt(12, "action", Type::Str),
+        msg(13, "related", &OBJECT_REFERENCE),
+        keep(14, "reportingComponent", Type::Str),
+        keep(15, "reportingInstance", Type::Str),
+    ],
+};
+
+static EVENT_SOURCE: Message = Message {
+    name: "EventSource",
+    fields: &[opt(1, "component", Type::Str), opt(2, "host", Type::Str)],
+};
+
+static EVENT_SERIES: Message = Message {
+    name: "EventSeries",
+    fields: &[
+        opt(1, "count", Type::Int32),
+        opt(2, "lastObservedTime", Type::MicroTime),
+    ],
+};
+
+// events.k8s.io/v1 ------------------------------------------------------------------------------
+
+static EVENTS_EVENT: Message = Message {
+    name: "Event",
+    fields: &[
+        msg(1, "metadata", &OBJECT_META),
+        keep(2, "eventTime", Type::MicroTime),
+        msg(3, "series", &EVENTS_EVENT_SERIES),
+        opt(4, "reportingController", Type::Str),
+        opt(5, "reportingInstance", Type::Str),
+        opt(6, "action", Type::Str),
+        opt(7, "reason", Type::Str),
+        msg(8, "regarding", &OBJECT_REFERENCE),
+        msg(9, "related", &OBJECT_REFERENCE),
+        opt(10, "note", Type::Str),
+        opt(11, "type", Type::Str),
+        msg(12, "deprecatedSource", &EVENT_SOURCE),
+        opt(13, "deprecatedFirstTimestamp", Type::Time),
+        opt(14, "deprecatedLastTimestamp", Type::Time),
+        opt(15, "deprecatedCount", Type::Int32),
+    ],
+};
+
+static EVENTS_EVENT_SERIES: Message = Message {
+    name: "EventSeries",
+    fields: &[
+        keep(1, "count", Type::Int32),
+        keep(2, "lastObservedTime", Type::MicroTime),
+    ],
+};
+
+// coordination.k8s.io/v1 ------------------------------------------------------------------------
+
+/// meta/v1 `DeleteOptions`, the body of a DELETE (client-go sends it with apiVersion `v1`):
+/// every field but `dryRun` is a pointer in Go, so zero values on the wire are kept
+/// (`gracePeriodSeconds: 0` is a force delete).
+static DELETE_OPTIONS: Message = Message {
+    name: "DeleteOptions",
+    fields: &[
+        keep(1, "gracePeriodSeconds", Type::Int64),
+        msg(2, "preconditions", &PRECONDITIONS),
+        keep(3, "orphanDependents", Type::Bool),
+        keep(4, "propagationPolicy", Type::Str),
+        list(5, "dryRun", Type::Str),
+        keep(
+            6,
+            "ignoreStoreReadErrorWithClusterBreakingPotential",
+            Type::Bool,
+        ),
+    ],
+};
+
+/// meta/v1 `Preconditions` of a DELETE: both pointers in Go.
+static PRECONDITIONS: Message = Message {
+    name: "Preconditions",
+    fields: &[
+        keep(1, "uid", Type::Str),
+        keep(2, "resourceVersion", Type::Str),
+    ],
+};
+
+static LEASE: Message = Message {
+    name: "Lease",
+    fields: &[
+        msg(1, "metadata", &OBJECT_META),
+        msg(2, "spec", &LEASE_SPEC),
+    ],
+};
+
+/// Every field is a pointer in Go, so a zero value on the wire (`leaseTransitions: 0`) is kept.
+static LEASE_SPEC: Message = Message {
+    name: "LeaseSpec",
+    fields: &[
+        keep(1, "holderIdentity", Type::Str),
+        keep(2, "leaseDurationSeconds", Type::Int32),
+        keep(3, "acquireTime", Type::MicroTime),
+        keep(4, "renewTime", Type::MicroTime),
+        keep(5, "leaseTransitions", Type::Int32),
+        keep(6, "strategy", Type::Str),
+        keep(7, "preferredHolder", Type::Str),
+    ],
 };
 
 // authorization.k8s.io/v1 -----------------------------------------------------------------------
@@ -951,7 +1078,7 @@ fn decode_field(
                 map.insert(key, value);
             }
         }
-        Type::Time => {
+        Type::Time | Type::MicroTime => {
             let bytes = reader.length_delimited()?;
             match time(bytes, schema, field, depth)? {
                 Some(stamp) => set(out, field, Value::String(stamp), false),
@@ -1096,9 +1223,10 @@ fn string_list(
     Ok(Value::Array(items))
 }
 
-/// Reads a meta/v1 `Time {int64 seconds = 1; int32 nanos = 2}` as RFC 3339 (seconds precision,
-/// UTC, as metav1.Time writes JSON). `None` for the zero time, which Go encodes as an empty
-/// message.
+/// Reads a meta/v1 `Time` or `MicroTime` (both `{int64 seconds = 1; int32 nanos = 2}`) as
+/// RFC 3339 in UTC: at second precision for `Time`, as metav1.Time writes JSON; with exactly six
+/// fractional digits for `MicroTime`, truncating the nanoseconds as metav1.MicroTime writes JSON.
+/// `None` for the zero time, which Go encodes as an empty message.
 fn time(
     bytes: &[u8],
     schema: &'static Message,
@@ -1108,18 +1236,19 @@ fn time(
     if depth + 1 > MAX_DEPTH {
         return Err(Error::TooDeep { max: MAX_DEPTH });
     }
-    let mut reader = Reader::new(bytes, "Time");
+    let micro = matches!(field.ty, Type::MicroTime);
+    let message = if micro { "MicroTime" } else { "Time" };
+    let mut reader = Reader::new(bytes, message);
     let mut seconds = None;
+    let mut nanos = 0i32;
     while !reader.at_end() {
         match reader.tag()? {
             (1, WIRE_VARINT) => seconds = Some(reader.varint()? as i64),
-            (2, WIRE_VARINT) => {
-                // Nanoseconds are dropped: the JSON form has second precision.
-                reader.varint()?;
-            }
+            // int32 on the wire: keep the low 32 bits, as Go does.
+            (2, WIRE_VARINT) => nanos = reader.varint()? as u32 as i32,
             (number @ (1 | 2), found) => {
                 return Err(Error::WireTypeMismatch {
-                    message: "Time",
+                    message,
                     field: number,
                     json: if number == 1 { "seconds" } else { "nanos" },
                     expected: WIRE_VARINT,
@@ -1132,8 +1261,14 @@ fn time(
     if bytes.is_empty() {
         return Ok(None);
     }
-    let seconds = seconds.unwrap_or(0);
-    if seconds == GO_ZERO_TIME_SECONDS {
+    // A `Time`'s nanoseconds are dropped: its JSON form has second precision. A `MicroTime`'s
+    // are normalized into [0, 1s) as Go's time.Unix does.
+    let nanos = if micro { nanos } else { 0 };
+    let seconds = seconds
+        .unwrap_or(0)
+        .saturating_add(i64::from(nanos.div_euclid(NANOS_PER_SECOND)));
+    let nanos = nanos.rem_euclid(NANOS_PER_SECOND);
+    if seconds == GO_ZERO_TIME_SECONDS && nanos == 0 {
         return Ok(None);
     }
     let out_of_range = Error::InvalidTimestamp {
@@ -1144,10 +1279,15 @@ fn time(
     if !(GO_ZERO_TIME_SECONDS..=MAX_TIME_SECONDS).contains(&seconds) {
         return Err(out_of_range);
     }
-    let stamp = chrono::DateTime::from_timestamp(seconds, 0).ok_or(out_of_range)?;
-    Ok(Some(
-        stamp.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-    ))
+    // Lossless: normalized into [0, 1s) above.
+    let stamp = chrono::DateTime::from_timestamp(seconds, nanos as u32).ok_or(out_of_range)?;
+    let precision = if micro {
+        // chrono writes the six digits truncated, not rounded, as Go's time.Format does.
+        chrono::SecondsFormat::Micros
+    } else {
+        chrono::SecondsFormat::Secs
+    };
+    Ok(Some(stamp.to_rfc3339_opts(precision, true)))
 }
 
 #[cfg(test)]
@@ -1569,6 +1709,301 @@ mod tests {
             value,
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"},
                    "spec": {"finalizers": ["kubernetes"]}, "status": {}})
+        );
+    }
+
+    /// A meta/v1 `Time` or `MicroTime` message: seconds and nanos.
+    fn stamp(seconds: i64, nanos: i32) -> Enc {
+        Enc::default()
+            .varint(1, seconds as u64)
+            .varint(2, i64::from(nanos) as u64)
+    }
+
+    #[test]
+    fn a_lease_with_every_spec_field_set_decodes_to_the_json_client_go_sends() {
+        let spec = Enc::default()
+            .str(1, "host-a_0f3c")
+            .varint(2, 15)
+            .msg(3, stamp(1_795_680_270, 123_456_789))
+            .msg(4, stamp(1_795_680_285, 123_456_000))
+            .varint(5, 0)
+            .str(6, "OldestEmulationVersion")
+            .str(7, "host-b_77d1");
+        let raw = Enc::default()
+            .msg(
+                1,
+                meta("memcached-operator-lock", "memcached-operator-system"),
+            )
+            .msg(2, spec);
+        let body = envelope("coordination.k8s.io/v1", "Lease", raw);
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": "memcached-operator-lock",
+                    "namespace": "memcached-operator-system"
+                },
+                "spec": {
+                    "holderIdentity": "host-a_0f3c",
+                    "leaseDurationSeconds": 15,
+                    "acquireTime": "2026-11-26T08:04:30.123456Z",
+                    "renewTime": "2026-11-26T08:04:45.123456Z",
+                    "leaseTransitions": 0,
+                    "strategy": "OldestEmulationVersion",
+                    "preferredHolder": "host-b_77d1"
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn delete_options_keep_a_zero_grace_period_and_carry_preconditions() {
+        let raw = Enc::default()
+            .varint(1, 0)
+            .msg(2, Enc::default().str(1, "6f1c").str(2, "42"))
+            .str(4, "Background")
+            .str(5, "All");
+        let value = decode(&envelope("v1", "DeleteOptions", raw)).unwrap();
+        assert_eq!(
+            value,
+            json!({"apiVersion": "v1", "kind": "DeleteOptions",
+                   "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": "6f1c", "resourceVersion": "42"},
+                   "propagationPolicy": "Background",
+                   "dryRun": ["All"]})
+        );
+        let value = decode(&envelope("v1", "DeleteOptions", Enc::default())).unwrap();
+        assert_eq!(value, json!({"apiVersion": "v1", "kind": "DeleteOptions"}));
+    }
+
+    #[test]
+    fn a_lease_with_only_a_holder_identity_has_only_that_in_its_spec() {
+        let raw = Enc::default()
+            .msg(1, meta("lock", "default"))
+            .msg(2, Enc::default().str(1, "host-a_0f3c"));
+        let value = decode(&envelope("coordination.k8s.io/v1", "Lease", raw)).unwrap();
+        assert_eq!(
+            value,
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "lock", "namespace": "default"},
+                   "spec": {"holderIdentity": "host-a_0f3c"}})
+        );
+
+        // A released lease: the pointer to an empty string is still on the wire, and kept.
+        let raw = Enc::default()
+            .msg(1, meta("lock", "default"))
+            .msg(2, Enc::default().str(1, ""));
+        let value = decode(&envelope("coordination.k8s.io/v1", "Lease", raw)).unwrap();
+        assert_eq!(value["spec"], json!({"holderIdentity": ""}));
+    }
+
+    #[test]
+    fn micro_time_has_six_fractional_digits_truncating_nanoseconds() {
+        let renew_time = |stamp: Enc| {
+            let mut out = Map::new();
+            decode_message(&Enc::default().msg(4, stamp).0, &LEASE_SPEC, 0, &mut out)
+                .map(|()| out.get("renewTime").cloned())
+        };
+        let at = |text: &str| Ok(Some(json!(text)));
+        let base = 1_795_680_285;
+        assert_eq!(
+            renew_time(stamp(base, 0)),
+            at("2026-11-26T08:04:45.000000Z")
+        );
+        assert_eq!(
+            renew_time(stamp(base, 999)),
+            at("2026-11-26T08:04:45.000000Z")
+        );
+        assert_eq!(
+            renew_time(stamp(base, 999_999_999)),
+            at("2026-11-26T08:04:45.999999Z")
+        );
+        assert_eq!(
+            renew_time(stamp(base, 1_000)),
+            at("2026-11-26T08:04:45.000001Z")
+        );
+        // Nanos outside [0, 1s) carry into the seconds, as Go's time.Unix does.
+        assert_eq!(
+            renew_time(stamp(base, 1_500_000_000)),
+            at("2026-11-26T08:04:46.500000Z")
+        );
+        assert_eq!(
+            renew_time(stamp(base, -1)),
+            at("2026-11-26T08:04:44.999999Z")
+        );
+        // Seconds alone, and the extremes RFC 3339 can write.
+        assert_eq!(
+            renew_time(Enc::default().varint(1, base as u64)),
+            at("2026-11-26T08:04:45.000000Z")
+        );
+        assert_eq!(
+            renew_time(stamp(MAX_TIME_SECONDS, 999_999_999)),
+            at("9999-12-31T23:59:59.999999Z")
+        );
+        assert_eq!(
+            renew_time(stamp(GO_ZERO_TIME_SECONDS, 1_000)),
+            at("0001-01-01T00:00:00.000001Z")
+        );
+        // The zero time (an empty message, or Go's zero instant) is omitted.
+        assert_eq!(renew_time(Enc::default()), Ok(None));
+        assert_eq!(renew_time(stamp(GO_ZERO_TIME_SECONDS, 0)), Ok(None));
+        assert_eq!(
+            renew_time(stamp(MAX_TIME_SECONDS, 1_000_000_000)),
+            Err(Error::InvalidTimestamp {
+                message: "LeaseSpec",
+                json: "renewTime",
+                seconds: MAX_TIME_SECONDS + 1
+            })
+        );
+        assert_eq!(
+            renew_time(Enc::default().str(2, "x")),
+            Err(Error::WireTypeMismatch {
+                message: "MicroTime",
+                field: 2,
+                json: "nanos",
+                expected: WIRE_VARINT,
+                found: WIRE_LEN
+            })
+        );
+    }
+
+    #[test]
+    fn a_core_event_keeps_its_reporting_fields_and_omits_a_zero_event_time() {
+        let involved = Enc::default()
+            .str(1, "Memcached")
+            .str(2, "default")
+            .str(3, "cache")
+            .str(4, "uid-7")
+            .str(5, "cache.example.com/v1alpha1")
+            .str(6, "812")
+            .str(7, "");
+        let raw = Enc::default()
+            .msg(1, meta("cache.1879a2b3c4d5e6f7", "default"))
+            .msg(2, involved)
+            .str(3, "Scaled")
+            .str(4, "scaled to 3 replicas")
+            .msg(5, Enc::default().str(1, "memcached-operator").str(2, ""))
+            .msg(6, stamp(1_795_683_600, 250_000_000))
+            .msg(7, stamp(1_795_683_610, 0))
+            .varint(8, 2)
+            .str(9, "Normal")
+            .msg(10, Enc::default())
+            .str(12, "")
+            .str(14, "memcached-operator")
+            .str(15, "");
+        let body = envelope("v1", "Event", raw);
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "cache.1879a2b3c4d5e6f7", "namespace": "default"},
+                "involvedObject": {
+                    "kind": "Memcached", "namespace": "default", "name": "cache", "uid": "uid-7",
+                    "apiVersion": "cache.example.com/v1alpha1", "resourceVersion": "812"
+                },
+                "reason": "Scaled",
+                "message": "scaled to 3 replicas",
+                "source": {"component": "memcached-operator"},
+                "firstTimestamp": "2026-11-26T09:00:00Z",
+                "lastTimestamp": "2026-11-26T09:00:10Z",
+                "count": 2,
+                "type": "Normal",
+                "reportingComponent": "memcached-operator",
+                "reportingInstance": ""
+            })
+        );
+
+        let raw = Enc::default()
+            .msg(1, meta("cache.2", "default"))
+            .msg(10, stamp(1_795_683_600, 7_654_321))
+            .msg(
+                11,
+                Enc::default().varint(1, 0).msg(2, stamp(1_795_683_610, 0)),
+            )
+            .msg(13, Enc::default().str(1, "Pod").str(3, "cache-0"));
+        let value = decode(&envelope("v1", "Event", raw)).unwrap();
+        assert_eq!(value["eventTime"], "2026-11-26T09:00:00.007654Z");
+        assert_eq!(
+            value["series"],
+            json!({"lastObservedTime": "2026-11-26T09:00:10.000000Z"})
+        );
+        assert_eq!(value["related"], json!({"kind": "Pod", "name": "cache-0"}));
+    }
+
+    #[test]
+    fn an_events_k8s_io_event_decodes_regarding_series_note_and_deprecated_fields() {
+        let regarding = Enc::default()
+            .str(1, "Memcached")
+            .str(2, "default")
+            .str(3, "cache")
+            .str(4, "uid-7")
+            .str(5, "cache.example.com/v1alpha1")
+            .str(6, "")
+            .str(7, "");
+        let raw = Enc::default()
+            .msg(1, meta("cache.1879a2b3c4d5e6f8", "default"))
+            .msg(2, stamp(1_795_680_285, 123_456_789))
+            .msg(
+                3,
+                Enc::default()
+                    .varint(1, 0)
+                    .msg(2, stamp(1_795_680_300, 5_000)),
+            )
+            .str(4, "memcached-operator")
+            .str(5, "memcached-operator-7d9f-host-a")
+            .str(6, "Reconcile")
+            .str(7, "Scaled")
+            .msg(8, regarding)
+            .msg(9, Enc::default().str(1, "Deployment").str(3, "cache"))
+            .str(10, "scaled to 3 replicas")
+            .str(11, "Normal")
+            .msg(12, Enc::default().str(1, "").str(2, ""))
+            .msg(13, Enc::default())
+            .msg(14, Enc::default())
+            .varint(15, 0);
+        let body = envelope("events.k8s.io/v1", "Event", raw);
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": "cache.1879a2b3c4d5e6f8", "namespace": "default"},
+                "eventTime": "2026-11-26T08:04:45.123456Z",
+                "series": {"count": 0, "lastObservedTime": "2026-11-26T08:05:00.000005Z"},
+                "reportingController": "memcached-operator",
+                "reportingInstance": "memcached-operator-7d9f-host-a",
+                "action": "Reconcile",
+                "reason": "Scaled",
+                "regarding": {
+                    "kind": "Memcached", "namespace": "default", "name": "cache", "uid": "uid-7",
+                    "apiVersion": "cache.example.com/v1alpha1"
+                },
+                "related": {"kind": "Deployment", "name": "cache"},
+                "note": "scaled to 3 replicas",
+                "type": "Normal",
+                "deprecatedSource": {}
+            })
+        );
+
+        let raw = Enc::default()
+            .msg(1, meta("old", "default"))
+            .msg(2, Enc::default())
+            .msg(12, Enc::default().str(1, "kubelet").str(2, "node-1"))
+            .msg(13, stamp(1_795_683_600, 999_999_999))
+            .msg(14, stamp(1_795_683_610, 0))
+            .varint(15, 4);
+        let value = decode(&envelope("events.k8s.io/v1", "Event", raw)).unwrap();
+        assert_eq!(
+            value,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"name": "old", "namespace": "default"},
+                   "deprecatedSource": {"component": "kubelet", "host": "node-1"},
+                   "deprecatedFirstTimestamp": "2026-11-26T09:00:00Z",
+                   "deprecatedLastTimestamp": "2026-11-26T09:00:10Z",
+                   "deprecatedCount": 4})
         );
     }
 
