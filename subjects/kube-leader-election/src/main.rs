@@ -58,6 +58,8 @@ struct Args {
 /// What can stop this process.
 #[derive(Debug, thiserror::Error)]
 enum Error {
+    #[error("cannot listen for SIGTERM")]
+    Signal(#[source] std::io::Error),
     #[error("cannot build a Kubernetes client")]
     Client(#[source] kube::Error),
     #[error("cannot serve /metrics on {addr}")]
@@ -198,10 +200,7 @@ async fn run(args: Args) -> Result<(), Error> {
         leadership.clone(),
     ));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|source| Error::Serve {
-        addr: args.metrics_bind_address,
-        source,
-    })?;
+        .map_err(Error::Signal)?;
     let renew_deadline = Duration::from_secs(args.renew_deadline);
     let mut tick = tokio::time::interval(Duration::from_secs(args.retry_period));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -69,6 +69,8 @@ enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot listen for SIGTERM")]
+    Signal(#[source] std::io::Error),
     #[error("the lease manager stopped")]
     Stopped(#[source] kube_lease_manager::LeaseManagerError),
     #[error("the lease manager's task failed")]
@@ -170,10 +172,7 @@ async fn run(args: Args) -> Result<(), Error> {
         leading.clone(),
     ));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|source| Error::Serve {
-        addr: args.metrics_bind_address,
-        source,
-    })?;
+        .map_err(Error::Signal)?;
     loop {
         tokio::select! {
             changed = channel.changed() => {
