@@ -76,8 +76,9 @@ pub enum Command {
     Local(LocalArgs),
     /// Inject or undo a fault in a running `opconform sim`.
     Fault(FaultArgs),
-    /// Measure handoff times, API load and memory of the bundled operator, ours
-    /// (`--standby watch`) beside the anchors' behaviour (`--standby poll`).
+    /// Measure handoff times, API load and memory of the bundled operator (`--standby
+    /// watch`) beside the real anchors: controller-runtime's and operator-lib's election
+    /// (subjects/go-election).
     Bench(BenchArgs),
     /// Operator profiles: print the JSON Schema of the format, or check a profile.
     #[command(subcommand)]

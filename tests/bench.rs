@@ -1,5 +1,6 @@
-//! `opconform bench` end to end: every row measured once with both behaviours, a
-//! well-formed table, JSON with every sample, and the SVG chart. Asserts nothing about the
+//! `opconform bench` end to end: every row measured twice for ours and for its anchor (the
+//! controller-runtime or operator-lib subject), a well-formed table, JSON with every
+//! sample, and the SVG chart. Asserts nothing about the
 //! numbers themselves: the bench reports, it does not judge.
 
 use assert_cmd::Command;
@@ -9,36 +10,79 @@ fn opconform() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin!("opconform"))
 }
 
-/// Every row of the table, in order, with its id in the JSON.
-const ROWS: [(&str, &str); 12] = [
-    ("lease-release", "lease handoff after graceful release"),
-    ("lease-kill", "lease takeover after kill, from the kill"),
+/// controller-runtime's subject, as the table names it.
+const CONTROLLER_RUNTIME: &str = "controller-runtime v0.22.5";
+
+/// operator-lib's subject, as the table names it.
+const OPERATOR_LIB: &str = "operator-lib v0.19.0";
+
+/// Every row of the table, in order, with its id in the JSON and what its anchor line
+/// starts with.
+const ROWS: [(&str, &str, &str); 12] = [
+    (
+        "lease-release",
+        "lease handoff after graceful release",
+        CONTROLLER_RUNTIME,
+    ),
+    (
+        "lease-kill",
+        "lease takeover after kill, from the kill",
+        CONTROLLER_RUNTIME,
+    ),
     (
         "lease-kill-expiry",
         "lease takeover after kill, from expiry",
+        CONTROLLER_RUNTIME,
     ),
-    ("for-life", "for-life takeover after GC of the lock"),
-    ("api-standby", "API requests per standby per minute"),
-    ("api-leader", "API requests per leader per minute"),
-    ("rss-standby", "RSS of a standby with 3 Memcached"),
-    ("rss-leader", "RSS of the leader with 3 Memcached"),
+    (
+        "for-life",
+        "for-life takeover after GC of the lock",
+        OPERATOR_LIB,
+    ),
+    (
+        "api-standby",
+        "API requests per standby per minute",
+        CONTROLLER_RUNTIME,
+    ),
+    (
+        "api-leader",
+        "API requests per leader per minute",
+        CONTROLLER_RUNTIME,
+    ),
+    (
+        "rss-standby",
+        "RSS of a standby with 3 Memcached",
+        CONTROLLER_RUNTIME,
+    ),
+    (
+        "rss-leader",
+        "RSS of the leader with 3 Memcached",
+        CONTROLLER_RUNTIME,
+    ),
     (
         "start-first-request",
         "sim cluster start to first served request",
+        "anchor (n/a)",
     ),
-    ("start-nodes-ready", "sim cluster start to 3 nodes Ready"),
+    (
+        "start-nodes-ready",
+        "sim cluster start to 3 nodes Ready",
+        "anchor (n/a)",
+    ),
     (
         "start-real",
         "cluster start: sim (3 nodes Ready) vs real control plane (every component ready)",
+        "anchor (real)",
     ),
     (
         "suite",
         "feature suite wall time: sim vs local (real control plane)",
+        "anchor (local)",
     ),
 ];
 
 #[test]
-fn bench_with_two_runs_prints_every_row_for_both_behaviours_and_writes_json_and_a_chart() {
+fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_and_a_chart() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let json = dir.path().join("report.json");
@@ -65,19 +109,26 @@ fn bench_with_two_runs_prints_every_row_for_both_behaviours_and_writes_json_and_
         "bench failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
 
-    // The table: each row's line names ours, the next line the anchor.
+    // The table: each row's line names ours, the next line the anchor subject by name
+    // and version (or says what stands beside ours).
     let lines: Vec<&str> = stdout.lines().collect();
-    for (_, title) in ROWS {
+    for (_, title, anchor) in ROWS {
         let at = lines
             .iter()
             .position(|l| l.starts_with(title))
             .unwrap_or_else(|| panic!("no row {title:?} in\n{stdout}"));
         assert!(lines[at].contains("ours ("), "{}", lines[at]);
         assert!(
-            lines.get(at + 1).is_some_and(|l| l.contains("anchor (")),
-            "no anchor line after {title:?} in\n{stdout}"
+            lines
+                .get(at + 1)
+                .is_some_and(|l| l.trim_start().starts_with(anchor)),
+            "no line of {anchor:?} after {title:?} in\n{stdout}"
         );
     }
+    assert!(
+        !stdout.contains("(poll)"),
+        "a --standby poll row is left:\n{stdout}"
+    );
     for heading in ["min", "p50", "p90", "max", "ours/anchor"] {
         assert!(stdout.contains(heading), "{heading} missing in\n{stdout}");
     }
@@ -90,7 +141,7 @@ fn bench_with_two_runs_prints_every_row_for_both_behaviours_and_writes_json_and_
     assert!(report["wallSeconds"].as_f64().unwrap() > 0.0);
     let rows = report["rows"].as_array().unwrap();
     let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ROWS.map(|(id, _)| id));
+    assert_eq!(ids, ROWS.map(|(id, ..)| id));
     for row in rows {
         let id = row["id"].as_str().unwrap();
         let ours = &row["ours"];
@@ -106,7 +157,14 @@ fn bench_with_two_runs_prints_every_row_for_both_behaviours_and_writes_json_and_
         }
         let anchor = &row["anchor"];
         match anchor["behaviour"].as_str().unwrap() {
-            "poll" => {
+            subject @ ("controller-runtime" | "operator-lib") => {
+                let label = if id == "for-life" {
+                    OPERATOR_LIB
+                } else {
+                    CONTROLLER_RUNTIME
+                };
+                assert!(label.starts_with(subject), "{id}: {subject}");
+                assert_eq!(anchor["subject"], label, "{id}");
                 assert_eq!(
                     anchor["samples"].as_array().unwrap().len(),
                     expected,
@@ -126,15 +184,23 @@ fn bench_with_two_runs_prints_every_row_for_both_behaviours_and_writes_json_and_
             other => panic!("{id}: anchor behaviour {other}"),
         }
         if row["group"] == "lease-release" || row["group"] == "lease-kill" || id == "for-life" {
-            let details = ours["details"].as_array().unwrap();
-            assert_eq!(details.len(), 2, "{id}");
-            for key in ["from", "to", "oldLeader", "newLeader"] {
-                assert!(
-                    details[0][key].is_string(),
-                    "{id}: no {key} in {}",
-                    details[0]
-                );
+            for side in [ours, anchor] {
+                let details = side["details"].as_array().unwrap();
+                assert_eq!(details.len(), 2, "{id}");
+                for key in ["from", "to", "oldLeader", "newLeader"] {
+                    assert!(
+                        details[0][key].is_string(),
+                        "{id}: no {key} in {}",
+                        details[0]
+                    );
+                }
             }
+            // The anchor's pods are the subject's, not ours.
+            let new_leader = anchor["details"][0]["newLeader"].as_str().unwrap();
+            assert!(
+                new_leader.starts_with("go-election-subject-"),
+                "{id}: {new_leader}"
+            );
         }
     }
     let suite_row = rows.iter().find(|r| r["id"] == "suite").unwrap();
@@ -155,6 +221,7 @@ fn bench_with_two_runs_prints_every_row_for_both_behaviours_and_writes_json_and_
     let svg = std::fs::read_to_string(out.join("handoffs.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("lease handoff after graceful release"));
+    assert!(svg.contains(CONTROLLER_RUNTIME) && svg.contains(OPERATOR_LIB));
 }
 
 #[test]

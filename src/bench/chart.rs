@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::table::sig3;
-use super::{Report, Row, Series};
+use super::{Report, Row, RowGroup, Series};
 
 const WIDTH: f64 = 980.0;
 const LEFT: f64 = 360.0;
@@ -59,7 +59,12 @@ fn handoff_rows(report: &Report) -> Vec<&Row> {
         .rows
         .iter()
         .filter(|r| r.unit == "ms" && (r.ours.stats.is_some() || r.anchor.stats.is_some()))
-        .filter(|r| r.anchor.behaviour == "poll")
+        .filter(|r| {
+            matches!(
+                r.group,
+                RowGroup::LeaseRelease | RowGroup::LeaseKill | RowGroup::ForLife
+            )
+        })
         .collect()
 }
 
@@ -163,7 +168,7 @@ pub(crate) fn render(report: &Report) -> String {
     );
     let _ = writeln!(
         svg,
-        r#"<text x="16" y="24" font-size="15" font-weight="bold">Handoff times: ours (--standby watch) beside the anchor (--standby poll)</text>"#
+        r#"<text x="16" y="24" font-size="15" font-weight="bold">Handoff times: ours (--standby watch) beside the anchor subjects</text>"#
     );
     let _ = writeln!(
         svg,
@@ -204,13 +209,13 @@ pub(crate) fn render(report: &Report) -> String {
             y + 26.0,
             escape(&row.title)
         );
-        bar(&mut svg, &scale, y, &row.ours, "ours (watch)", OURS);
+        bar(&mut svg, &scale, y, &row.ours, &row.ours.label(true), OURS);
         bar(
             &mut svg,
             &scale,
             y + 26.0,
             &row.anchor,
-            "anchor (poll)",
+            &escape(&row.anchor.label(false)),
             ANCHOR,
         );
     }
@@ -227,7 +232,7 @@ pub(crate) fn render(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{Machine, RowGroup};
+    use crate::bench::Machine;
 
     fn row(id: &'static str, ours: Vec<f64>, anchor: Vec<f64>) -> Row {
         Row {
@@ -238,7 +243,7 @@ mod tests {
             target: "",
             reference: "",
             ours: Series::measured("watch", ours, vec![]),
-            anchor: Series::measured("poll", anchor, vec![]),
+            anchor: Series::measured("controller-runtime", anchor, vec![]),
             ratio: None,
         }
     }

@@ -2,7 +2,6 @@
 //! kill, for-life takeover after the garbage collector deletes the lock. Each runs many
 //! times on one cluster and one operator Deployment; each time is read from the audit.
 
-use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -11,7 +10,7 @@ use super::audit::{
     last_renewal, lease_taken, lock_collected, lock_created, millis_between, pod_of,
 };
 use super::stage::{Election, LeaseTimings, Roles, Stage};
-use super::{Behaviour, BenchError, Detail, HANDOFF, Options, SETTLE, Series};
+use super::{BenchError, Contender, Detail, HANDOFF, Options, SETTLE, Series};
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::subject::Lock;
 
@@ -19,7 +18,7 @@ use crate::subject::Lock;
 /// here), operator-lib's 1 s + 20 %.
 const FAULT_PHASE: Duration = Duration::from_millis(1200);
 
-/// The lease rows of one behaviour.
+/// The lease rows of one contender.
 pub(crate) struct LeaseSeries {
     /// SIGTERM → new holder.
     pub release: Series,
@@ -42,8 +41,8 @@ impl Collect {
         self.details.push(detail);
     }
 
-    fn into_series(self, behaviour: Behaviour) -> Series {
-        Series::of(behaviour, self.samples, self.details)
+    fn into_series(self, contender: &Contender) -> Series {
+        contender.series(self.samples, self.details)
     }
 }
 
@@ -121,23 +120,22 @@ async fn prepare(stage: &Stage, renewed: bool) -> Result<Roles, BenchError> {
     Ok(roles)
 }
 
-fn progress(options: &Options, what: &str, behaviour: Behaviour, run: usize, ms: f64, d: &Detail) {
+fn progress(options: &Options, what: &str, who: &Contender, run: usize, ms: f64, d: &Detail) {
     options.say(&format!(
-        "{what}, {behaviour}, run {run}/{}: {ms:.1} ms ({} -> {})",
+        "{what}, {who}, run {run}/{}: {ms:.1} ms ({} -> {})",
         options.runs, d.old_leader, d.new_leader
     ));
 }
 
-/// Measures the lease rows for one behaviour: `runs` graceful releases (when `release`),
+/// Measures the lease rows for one contender: `runs` graceful releases (when `release`),
 /// then `runs` kills (when `kill`), on one cluster with one replica (and its replacement) at
-/// [`LeaseTimings::HANDOFF`] and `--release-on-cancel`.
+/// [`LeaseTimings::HANDOFF`], releasing on cancel as its profile says.
 ///
 /// # Errors
 /// When the stage cannot start, or a settle or handoff does not happen in its bound.
 pub(crate) async fn lease(
     options: &Options,
-    binary: &Path,
-    behaviour: Behaviour,
+    contender: &Contender,
     release: bool,
     kill: bool,
 ) -> Result<LeaseSeries, BenchError> {
@@ -146,11 +144,11 @@ pub(crate) async fn lease(
         release_on_cancel: true,
     };
     options.say(&format!(
-        "lease {}, {behaviour}: starting a simulated cluster and the operator",
+        "lease {}, {contender}: starting a simulated cluster and the operator",
         LeaseTimings::HANDOFF.describe()
     ));
-    Stage::run(options, binary, (election, behaviour, 1), async |stage| {
-        lease_runs(options, stage, behaviour, release, kill).await
+    Stage::run(options, (contender, election, 1), async |stage| {
+        lease_runs(options, stage, contender, release, kill).await
     })
     .await
 }
@@ -158,7 +156,7 @@ pub(crate) async fn lease(
 async fn lease_runs(
     options: &Options,
     stage: &Stage,
-    behaviour: Behaviour,
+    contender: &Contender,
     release: bool,
     kill: bool,
 ) -> Result<LeaseSeries, BenchError> {
@@ -179,7 +177,7 @@ async fn lease_runs(
         let note =
             release.map(|ms| format!("the leader released the lease {ms:.1} ms after SIGTERM"));
         let detail = detail(run, fault.time, &taken, &roles.leader, note);
-        progress(options, "lease release", behaviour, run, ms, &detail);
+        progress(options, "lease release", contender, run, ms, &detail);
         released.push(ms, detail);
     }
     for run in (1..=options.runs).filter(|_| kill) {
@@ -200,7 +198,7 @@ async fn lease_runs(
         let note = format!("last renewal at {}", renewed.to_rfc3339());
         let detail = detail(run, fault.time, &taken, &roles.leader, Some(note));
         let ms = millis_between(fault.time, taken.time);
-        progress(options, "lease kill", behaviour, run, ms, &detail);
+        progress(options, "lease kill", contender, run, ms, &detail);
         killed.push(ms, detail.clone());
         expired.push(
             millis_between(expiry, taken.time),
@@ -211,9 +209,9 @@ async fn lease_runs(
         );
     }
     Ok(LeaseSeries {
-        release: released.into_series(behaviour),
-        kill: killed.into_series(behaviour),
-        expiry: expired.into_series(behaviour),
+        release: released.into_series(contender),
+        kill: killed.into_series(contender),
+        expiry: expired.into_series(contender),
     })
 }
 
@@ -242,7 +240,7 @@ async fn lease_taken_after(
         .await
 }
 
-/// Measures the for-life row for one behaviour: `runs` graceful deletions of the leader's
+/// Measures the for-life row for one contender: `runs` graceful deletions of the leader's
 /// pod on one cluster, each timed from the garbage collector's delete of
 /// the lock to the next create of it.
 ///
@@ -251,25 +249,21 @@ async fn lease_taken_after(
 /// its bound.
 pub(crate) async fn for_life(
     options: &Options,
-    binary: &Path,
-    behaviour: Behaviour,
+    contender: &Contender,
 ) -> Result<Series, BenchError> {
     options.say(&format!(
-        "for-life, {behaviour}: starting a simulated cluster and the operator"
+        "for-life, {contender}: starting a simulated cluster and the operator"
     ));
-    Stage::run(
-        options,
-        binary,
-        (Election::ForLife, behaviour, 1),
-        async |stage| for_life_runs(options, stage, behaviour).await,
-    )
+    Stage::run(options, (contender, Election::ForLife, 1), async |stage| {
+        for_life_runs(options, stage, contender).await
+    })
     .await
 }
 
 async fn for_life_runs(
     options: &Options,
     stage: &Stage,
-    behaviour: Behaviour,
+    contender: &Contender,
 ) -> Result<Series, BenchError> {
     let lock = &stage.subject().lock;
     let mut taken = Collect::default();
@@ -303,8 +297,8 @@ async fn for_life_runs(
             });
         let ms = millis_between(collected.time, created.time);
         let detail = detail(run, collected.time, &created, &roles.leader, note);
-        progress(options, "for-life", behaviour, run, ms, &detail);
+        progress(options, "for-life", contender, run, ms, &detail);
         taken.push(ms, detail);
     }
-    Ok(taken.into_series(behaviour))
+    Ok(taken.into_series(contender))
 }

@@ -1,7 +1,23 @@
 //! `opconform bench`: the bundled operator's failover times, API load and memory, measured
-//! side by side with the anchors' behaviour — the same binary with `--standby watch` (ours)
-//! and `--standby poll` (client-go's and operator-lib's timing) — on the embedded control
+//! side by side with the real anchors — the election libraries operator authors use
+//! today, deployed as subjects with their own profiles and flags — on the embedded control
 //! plane, plus the simulated cluster's start time and the feature suite's wall time.
+//!
+//! # Who is measured
+//! - **ours**: the bundled memcached operator ([`Options::subject`]) with
+//!   `--standby watch` (its standbys watch the lock);
+//! - **anchor** of the lease rows and of the API and memory rows: controller-runtime's
+//!   manager election ([`LEASE_ANCHOR`], client-go's `LeaderElector` on a Lease), with its
+//!   profile's `--release-on-cancel` (`LeaderElectionReleaseOnCancel`) in the lease rows;
+//! - **anchor** of the for-life row: operator-lib's `leader.Become` ([`FOR_LIFE_ANCHOR`]).
+//!
+//! Both anchors are the Go program in `subjects/go-election` (built by `go build` when
+//! missing or stale; `OPCONFORM_GO_ELECTION_BIN` names a prebuilt one), named in the table
+//! by profile name and the version `go.mod` pins ([`ANCHOR_VERSIONS`]). Each side gets its
+//! election flags from its own profile, with the same timings. The anchor's leader writes
+//! a ConfigMap every 500 ms as its work; during the API and memory window it runs with
+//! [`ANCHOR_QUIET_WORK`] (`--work-interval=1h`) so that only its election traffic is
+//! counted, and it reconciles no Memcached (it serves none), while ours reconciles them.
 //!
 //! # How each row is measured
 //! Every time comes from the API server's audit (when it received the request), never
@@ -26,8 +42,8 @@
 //!   ([`default_suite_file`]) and on the `local` provider ([`default_local_suite_file`]),
 //!   never re-run here.
 //!
-//! The handoff rows reuse one cluster and one operator Deployment (one replica) per
-//! election and behaviour. Before each run the leader is taken out of its ReplicaSet by
+//! The handoff rows reuse one cluster and one Deployment (one replica) per election and
+//! side. Before each run the leader is taken out of its ReplicaSet by
 //! relabelling, so the ReplicaSet starts a replacement at once; the fault comes once the
 //! replacement is Ready and has asked for the lock, at a random moment within the next
 //! 1.2 s (so that it falls anywhere in a polling standby's cycle). Every fault thus finds
@@ -35,9 +51,14 @@
 //! of a second and would otherwise race the standby for a lock freed by the fault.
 //!
 //! # Caveats
-//! - The anchors' for-life standbys are young (about a second), so their backoff is still
-//!   short (1 s, 2 s, 4 s, …); a standby that has waited a minute polls only every
+//! - operator-lib's for-life standbys are young (about a second), so their backoff is
+//!   still short (1 s, 2 s, 4 s, …); a standby that has waited a minute polls only every
 //!   16–19.2 s. The anchor's for-life figures are a lower bound.
+//! - client-go's standby times a lease from when it saw the record change, and compares
+//!   records as JSON whose renew time has whole seconds: at the handoff rows' 0.5 s
+//!   RetryPeriod two renewals in one second look alike to it, so it may take a killed
+//!   leader's lease up to a second before the expiry the audit shows (a negative "from
+//!   expiry" sample is that, measured, not an error).
 //! - The manager's readiness probe is shortened (first at once, then every second) so
 //!   that runs do not wait five seconds for each replacement; nothing measured depends
 //!   on readiness.
@@ -74,6 +95,9 @@ pub enum BenchError {
     /// No client could be built for a simulated cluster.
     #[error("cannot build a client for the simulated cluster")]
     Client(#[source] crate::sim::apiserver::ApiServerError),
+    /// An anchor's profile could not be read.
+    #[error("cannot read the anchor's profile")]
+    Profile(#[source] Box<crate::profile::ProfileError>),
     /// The operator's manifests could not be read or applied.
     #[error("cannot deploy the operator")]
     Deploy(#[source] Box<crate::deploy::DeployError>),
@@ -133,46 +157,102 @@ pub enum RowGroup {
     Suite,
 }
 
-/// The two behaviours compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Behaviour {
-    /// `--standby watch`: standbys watch the lock.
-    Ours,
-    /// `--standby poll`: client-go's and operator-lib's polling.
-    Anchor,
+/// The versions of the anchors' election libraries, by profile name, as
+/// `subjects/go-election/go.mod` pins them (update both together).
+pub const ANCHOR_VERSIONS: [(&str, &str); 2] = [
+    ("controller-runtime", "v0.22.5"),
+    ("operator-lib", "v0.19.0"),
+];
+
+/// The lease rows' and the API and memory rows' anchor: controller-runtime's manager
+/// election, relative to the repository root.
+pub const LEASE_ANCHOR: &str = "subjects/go-election/controller-runtime.profile.yaml";
+
+/// The for-life row's anchor: operator-lib's `leader.Become`, relative to the repository
+/// root.
+pub const FOR_LIFE_ANCHOR: &str = "subjects/go-election/operator-lib.profile.yaml";
+
+/// What the anchors' leaders do instead of their work during the API and memory window:
+/// write their work ConfigMap once an hour rather than every 500 ms, so that only
+/// election traffic is counted.
+pub const ANCHOR_QUIET_WORK: &str = "--work-interval=1h";
+
+/// A subject's name for the table: the profile's name and, for an anchor in
+/// [`ANCHOR_VERSIONS`], its version (`controller-runtime v0.22.5`).
+pub fn subject_label(name: &str) -> String {
+    match ANCHOR_VERSIONS.iter().find(|(n, _)| *n == name) {
+        Some((_, version)) => format!("{name} {version}"),
+        None => name.to_string(),
+    }
 }
 
-impl Behaviour {
-    /// Both, ours first.
-    pub const BOTH: [Behaviour; 2] = [Behaviour::Ours, Behaviour::Anchor];
+/// One side of a row: a subject, its binary, and the flags it runs with beside those of
+/// its election mode.
+#[derive(Debug, Clone)]
+pub struct Contender {
+    /// The operator: manifests, namespace, lock, election flags.
+    pub subject: crate::subject::Subject,
+    /// Its binary for the simulator.
+    pub binary: PathBuf,
+    /// Flags after the election mode's: `--standby=watch` for ours.
+    pub args: Vec<String>,
+    /// `watch` for ours, the profile's name for an anchor (the JSON's `behaviour`).
+    pub behaviour: String,
+    /// The anchor's name in the table (`controller-runtime v0.22.5`); `None` for ours.
+    pub label: Option<String>,
+}
 
-    /// The operator's `--standby` value.
-    pub fn standby_flag(self) -> &'static str {
-        match self {
-            Behaviour::Ours => "watch",
-            Behaviour::Anchor => "poll",
+impl Contender {
+    /// The bundled operator with `--standby watch`.
+    pub fn ours(subject: crate::subject::Subject, binary: PathBuf) -> Self {
+        Self {
+            subject,
+            binary,
+            args: vec!["--standby=watch".into()],
+            behaviour: "watch".into(),
+            label: None,
         }
     }
 
-    /// `ours (watch)` / `anchor (poll)`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Behaviour::Ours => "ours (watch)",
-            Behaviour::Anchor => "anchor (poll)",
+    /// A subject as it is, with only its profile's flags.
+    pub fn anchor(subject: crate::subject::Subject, binary: PathBuf) -> Self {
+        Self {
+            label: Some(subject_label(&subject.name)),
+            behaviour: subject.name.clone(),
+            subject,
+            binary,
+            args: Vec::new(),
+        }
+    }
+
+    /// The same with `arg` added.
+    #[must_use]
+    pub fn with_arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    fn series(&self, samples: Vec<f64>, details: Vec<Detail>) -> Series {
+        Series {
+            subject: self.label.clone(),
+            ..Series::measured(&self.behaviour, samples, details)
         }
     }
 }
 
-impl std::fmt::Display for Behaviour {
+impl std::fmt::Display for Contender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
+        match &self.label {
+            Some(label) => f.write_str(label),
+            None => write!(f, "ours ({})", self.behaviour),
+        }
     }
 }
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Runs (or memory samples) per row and behaviour.
+    /// Runs (or memory samples) per row and side.
     pub runs: usize,
     /// Only these groups (all when empty).
     pub only: Vec<RowGroup>,
@@ -189,7 +269,9 @@ pub struct Options {
     /// Stop early (with [`BenchError::Interrupted`]) once this becomes `true`; every
     /// cluster started is shut down first.
     pub interrupt: Option<tokio::sync::watch::Receiver<bool>>,
-    /// The operator measured: its binary, manifests, namespace and lock.
+    /// Ours: the operator measured (its binary, manifests, namespace and lock), run with
+    /// `--standby watch`. The anchors are the subjects [`LEASE_ANCHOR`] and
+    /// [`FOR_LIFE_ANCHOR`].
     pub subject: crate::subject::Subject,
 }
 
@@ -285,12 +367,16 @@ pub struct Detail {
     pub note: Option<String>,
 }
 
-/// The samples of one behaviour on one row, with their summary.
+/// The samples of one side of one row, with their summary.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Series {
-    /// What ran: `watch`, `poll`, `sim`, `suite`, or `none` (no anchor behaviour).
+    /// What ran: `watch` (ours), an anchor's profile name (`controller-runtime`,
+    /// `operator-lib`), `sim`, `real`, `local`, or `none` (no anchor).
     pub behaviour: String,
+    /// The anchor subject as the table names it (`controller-runtime v0.22.5`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// The summary (absent when nothing was measured).
     #[serde(flatten)]
     pub stats: Option<Stats>,
@@ -309,6 +395,7 @@ impl Series {
     pub fn measured(behaviour: &str, samples: Vec<f64>, details: Vec<Detail>) -> Self {
         Self {
             behaviour: behaviour.to_string(),
+            subject: None,
             stats: Stats::of(&samples),
             samples,
             details,
@@ -320,6 +407,7 @@ impl Series {
     pub fn not_measured(behaviour: &str, why: &str) -> Self {
         Self {
             behaviour: behaviour.to_string(),
+            subject: None,
             stats: None,
             samples: Vec::new(),
             details: Vec::new(),
@@ -327,8 +415,15 @@ impl Series {
         }
     }
 
-    fn of(behaviour: Behaviour, samples: Vec<f64>, details: Vec<Detail>) -> Self {
-        Self::measured(behaviour.standby_flag(), samples, details)
+    /// Its name on its line of the table: `ours (watch)`, `controller-runtime v0.22.5`,
+    /// `anchor (real)`, `anchor (n/a)`.
+    pub fn label(&self, ours: bool) -> String {
+        let side = if ours { "ours" } else { "anchor" };
+        match (&self.subject, self.behaviour.as_str()) {
+            (Some(subject), _) => subject.clone(),
+            (None, "none") => format!("{side} (n/a)"),
+            (None, b) => format!("{side} ({b})"),
+        }
     }
 }
 
@@ -348,9 +443,9 @@ pub struct Row {
     pub target: &'static str,
     /// What the anchor is known to do.
     pub reference: &'static str,
-    /// Ours (`--standby watch`, or the simulator itself).
+    /// Ours (the bundled operator with `--standby watch`, or the simulator itself).
     pub ours: Series,
-    /// The anchor (`--standby poll`), or why there is none.
+    /// The anchor (a subject: controller-runtime or operator-lib), or why there is none.
     pub anchor: Series,
     /// Ours over the anchor's, at the median.
     pub ratio: Option<f64>,
@@ -415,7 +510,7 @@ pub struct Report {
     pub started_at: DateTime<Utc>,
     /// How long the whole run took, in seconds.
     pub wall_seconds: f64,
-    /// Runs per row and behaviour.
+    /// Runs per row and side.
     pub runs: usize,
     /// Memcached objects during the API and memory window.
     pub objects: usize,
@@ -492,7 +587,7 @@ const SPECS: [Spec; 12] = [
         title: "lease handoff after graceful release",
         unit: "ms",
         target: "p50 <= 50 ms",
-        reference: "client-go: next poll, RetryPeriod x [1, 2.2)",
+        reference: "controller-runtime (client-go): the standby's next poll, RetryPeriod x [1, 2.2)",
     },
     Spec {
         id: "lease-kill",
@@ -500,7 +595,7 @@ const SPECS: [Spec; 12] = [
         title: "lease takeover after kill, from the kill",
         unit: "ms",
         target: "<= lease + 100 ms",
-        reference: "client-go: LeaseDuration + up to 2.2 x RetryPeriod",
+        reference: "controller-runtime (client-go): LeaseDuration + up to 2.2 x RetryPeriod",
     },
     Spec {
         id: "lease-kill-expiry",
@@ -508,7 +603,7 @@ const SPECS: [Spec; 12] = [
         title: "lease takeover after kill, from expiry",
         unit: "ms",
         target: "<= 100 ms",
-        reference: "client-go: a poll to see the last renewal, expiry from then, a poll to act",
+        reference: "controller-runtime (client-go): a poll to see the last renewal, expiry from then, a poll to act (renew times compared in whole seconds: may act early)",
     },
     Spec {
         id: "for-life",
@@ -524,7 +619,7 @@ const SPECS: [Spec; 12] = [
         title: "API requests per standby per minute",
         unit: "req/min",
         target: "<= 2",
-        reference: "client-go: 30 per minute at RetryPeriod 2 s",
+        reference: "controller-runtime (client-go): a GET of the Lease every RetryPeriod (2 s): 30 per minute",
     },
     Spec {
         id: "api-leader",
@@ -532,7 +627,7 @@ const SPECS: [Spec; 12] = [
         title: "API requests per leader per minute",
         unit: "req/min",
         target: "-",
-        reference: "client-go: a renewal every RetryPeriod",
+        reference: "controller-runtime (client-go): a renewal every RetryPeriod; the subject's own work (a ConfigMap write every 500 ms) is off: --work-interval=1h",
     },
     Spec {
         id: "rss-standby",
@@ -540,7 +635,7 @@ const SPECS: [Spec; 12] = [
         title: "RSS of a standby",
         unit: "MiB",
         target: "<= 15 MiB",
-        reference: "Go operators: 30-80 MiB",
+        reference: "Go operators: 30-80 MiB; the controller-runtime subject reconciles no Memcached",
     },
     Spec {
         id: "rss-leader",
@@ -548,7 +643,7 @@ const SPECS: [Spec; 12] = [
         title: "RSS of the leader",
         unit: "MiB",
         target: "<= 25 MiB",
-        reference: "Go operators: 30-80 MiB",
+        reference: "Go operators: 30-80 MiB; the controller-runtime subject reconciles no Memcached",
     },
     Spec {
         id: "start-first-request",
@@ -587,7 +682,7 @@ const SPECS: [Spec; 12] = [
 /// How long one settle (one leader; every other pod Ready and campaigning) may take.
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// How long one handoff may take (the anchor's for-life backoff reaches 19.2 s).
+/// How long one handoff may take (operator-lib's for-life backoff reaches 19.2 s).
 const HANDOFF: Duration = Duration::from_secs(60);
 
 /// Runs every wanted row and returns the report. Starts and stops its own simulated
@@ -606,56 +701,61 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
         runs,
         ..options.clone()
     };
-    let needs_operator = [
-        RowGroup::LeaseRelease,
-        RowGroup::LeaseKill,
-        RowGroup::ForLife,
-        RowGroup::Api,
-        RowGroup::Rss,
-    ]
-    .iter()
-    .any(|g| options.wants(*g));
-    let binary = if needs_operator {
-        Some(options.subject.binary().map_err(BenchError::Operator)?)
+    let lease_rows = options.wants(RowGroup::LeaseRelease) || options.wants(RowGroup::LeaseKill);
+    let steady_rows = options.wants(RowGroup::Api) || options.wants(RowGroup::Rss);
+    let for_life_row = options.wants(RowGroup::ForLife);
+    let ours = if lease_rows || steady_rows || for_life_row {
+        let binary = options.subject.binary().map_err(BenchError::Operator)?;
+        Some(Contender::ours(options.subject.clone(), binary))
+    } else {
+        None
+    };
+    let lease_anchor = if lease_rows || steady_rows {
+        Some(anchor(LEASE_ANCHOR)?)
+    } else {
+        None
+    };
+    let for_life_anchor = if for_life_row {
+        Some(anchor(FOR_LIFE_ANCHOR)?)
     } else {
         None
     };
     let mut measured: Vec<(&'static str, Series, Series)> = Vec::new();
 
-    if let Some(binary) = &binary {
+    if let (Some(ours), Some(anchor)) = (&ours, &lease_anchor)
+        && lease_rows
+    {
         let (release, kill) = (
             options.wants(RowGroup::LeaseRelease),
             options.wants(RowGroup::LeaseKill),
         );
-        if release || kill {
-            let mut by_behaviour = Vec::new();
-            for behaviour in Behaviour::BOTH {
-                by_behaviour.push(handoff::lease(options, binary, behaviour, release, kill).await?);
-            }
-            let [ours, anchor] = <[handoff::LeaseSeries; 2]>::try_from(by_behaviour)
-                .map_err(|_| BenchError::Unsound("two behaviours expected".into()))?;
-            measured.push(("lease-release", ours.release, anchor.release));
-            measured.push(("lease-kill", ours.kill, anchor.kill));
-            measured.push(("lease-kill-expiry", ours.expiry, anchor.expiry));
-        }
-        if options.wants(RowGroup::ForLife) {
-            let ours = handoff::for_life(options, binary, Behaviour::Ours).await?;
-            let anchor = handoff::for_life(options, binary, Behaviour::Anchor).await?;
-            measured.push(("for-life", ours, anchor));
-        }
-        if options.wants(RowGroup::Api) || options.wants(RowGroup::Rss) {
-            // Both at once (nothing measured here depends on timing); each stops its own
-            // cluster whatever happens to the other.
-            let (ours, anchor) = tokio::join!(
-                steady::measure(options, binary, Behaviour::Ours),
-                steady::measure(options, binary, Behaviour::Anchor),
-            );
-            let (ours, anchor) = (ours?, anchor?);
-            measured.push(("api-standby", ours.standby_rate, anchor.standby_rate));
-            measured.push(("api-leader", ours.leader_rate, anchor.leader_rate));
-            measured.push(("rss-standby", ours.standby_memory, anchor.standby_memory));
-            measured.push(("rss-leader", ours.leader_memory, anchor.leader_memory));
-        }
+        let ours = handoff::lease(options, ours, release, kill).await?;
+        let theirs = handoff::lease(options, anchor, release, kill).await?;
+        measured.push(("lease-release", ours.release, theirs.release));
+        measured.push(("lease-kill", ours.kill, theirs.kill));
+        measured.push(("lease-kill-expiry", ours.expiry, theirs.expiry));
+    }
+    if let (Some(ours), Some(anchor)) = (&ours, &for_life_anchor) {
+        let ours = handoff::for_life(options, ours).await?;
+        let theirs = handoff::for_life(options, anchor).await?;
+        measured.push(("for-life", ours, theirs));
+    }
+    if let (Some(ours), Some(anchor)) = (&ours, &lease_anchor)
+        && steady_rows
+    {
+        // Both at once (nothing measured here depends on timing); each stops its own
+        // cluster whatever happens to the other. The anchor's leader writes its work
+        // ConfigMap once an hour, not every 500 ms: only election traffic is counted.
+        let anchor = anchor.clone().with_arg(ANCHOR_QUIET_WORK);
+        let (ours, theirs) = tokio::join!(
+            steady::measure(options, ours),
+            steady::measure(options, &anchor),
+        );
+        let (ours, theirs) = (ours?, theirs?);
+        measured.push(("api-standby", ours.standby_rate, theirs.standby_rate));
+        measured.push(("api-leader", ours.leader_rate, theirs.leader_rate));
+        measured.push(("rss-standby", ours.standby_memory, theirs.standby_memory));
+        measured.push(("rss-leader", ours.leader_memory, theirs.leader_memory));
     }
     if options.wants(RowGroup::ClusterStart) {
         let (first, ready) = steady::cluster_start(options).await?;
@@ -713,6 +813,16 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
         steady_lease: LeaseTimings::DEFAULTS.describe(),
         rows,
     })
+}
+
+/// The anchor whose profile is at `profile` (relative to the repository root), with its
+/// binary (built by `go build` when missing or stale).
+fn anchor(profile: &str) -> Result<Contender, BenchError> {
+    let path = crate::subject::repository_root().join(profile);
+    let subject =
+        crate::profile::Profile::read(&path).map_err(|e| BenchError::Profile(Box::new(e)))?;
+    let binary = subject.binary().map_err(BenchError::Operator)?;
+    Ok(Contender::anchor(subject, binary))
 }
 
 /// What the feature suite's runner writes about its last run.
@@ -786,6 +896,56 @@ mod tests {
                 .not_measured
                 .unwrap()
                 .contains("wallSeconds")
+        );
+    }
+
+    #[test]
+    fn anchors_are_named_by_profile_and_pinned_version_and_ours_by_standby() {
+        assert_eq!(
+            subject_label("controller-runtime"),
+            "controller-runtime v0.22.5"
+        );
+        assert_eq!(subject_label("operator-lib"), "operator-lib v0.19.0");
+        assert_eq!(subject_label("kube-lease-manager"), "kube-lease-manager");
+        // The versions are the ones the subjects' go.mod pins.
+        let go_mod = std::fs::read_to_string(
+            crate::subject::repository_root().join("subjects/go-election/go.mod"),
+        )
+        .unwrap();
+        for (name, version) in ANCHOR_VERSIONS {
+            assert!(
+                go_mod.lines().any(|l| {
+                    let l = l.trim();
+                    l.ends_with(&format!("/{name} {version}"))
+                }),
+                "{name} {version} not in go.mod"
+            );
+        }
+        let subject = crate::subject::Subject::memcached();
+        let ours = Contender::ours(subject.clone(), PathBuf::new());
+        assert_eq!(ours.to_string(), "ours (watch)");
+        let series = ours.series(vec![1.0], Vec::new());
+        assert_eq!(
+            (series.behaviour.as_str(), series.label(true)),
+            ("watch", "ours (watch)".to_string())
+        );
+        let anchor = Contender::anchor(
+            crate::subject::Subject {
+                name: "controller-runtime".into(),
+                ..subject
+            },
+            PathBuf::new(),
+        );
+        let series = anchor.series(vec![1.0], Vec::new());
+        assert_eq!(series.behaviour, "controller-runtime");
+        assert_eq!(series.label(false), "controller-runtime v0.22.5");
+        assert_eq!(
+            Series::not_measured("none", "-").label(false),
+            "anchor (n/a)"
+        );
+        assert_eq!(
+            Series::measured("real", vec![], vec![]).label(false),
+            "anchor (real)"
         );
     }
 

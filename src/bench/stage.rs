@@ -1,10 +1,9 @@
-//! One stage of a benchmark: a simulated cluster with the operator deployed in one election
-//! mode and one standby behaviour, its audit tapped, and the moves a benchmark makes on it —
-//! wait until one replica leads while every other is Ready and campaigning, delete a pod,
-//! read each pod's memory.
+//! One stage of a benchmark: a simulated cluster with one subject (ours or an anchor)
+//! deployed in one election mode with its own flags, its audit tapped, and the moves a
+//! benchmark makes on it — wait until one replica leads while every other is Ready and
+//! campaigning, delete a pod, read each pod's memory.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -14,7 +13,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
 
 use super::audit::{AuditTap, first_lock_request, pod_deleted};
-use super::{Behaviour, BenchError, Options};
+use super::{BenchError, Contender, Options};
 use crate::deploy::{Manifest, apply_all};
 use crate::record::recorder::holder_of_identity;
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
@@ -28,7 +27,8 @@ const DETACHED: &str = "-detached";
 /// How often [`Stage::settle`] looks.
 const SETTLE_POLL: Duration = Duration::from_millis(50);
 
-/// Lease timings as the operator's flags take them.
+/// Lease timings, as the subjects' `{leaseDuration}`, `{renewDeadline}` and `{retryPeriod}`
+/// flags take them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTimings {
     /// `--lease-duration`.
@@ -63,7 +63,8 @@ impl LeaseTimings {
     }
 }
 
-/// A duration as the operator's flags take it (`2s`, `1500ms`).
+/// A duration as the subjects' flags take it (`2s`, `1500ms`: Rust's and Go's parsers
+/// both read these).
 fn flag_duration(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
@@ -87,22 +88,45 @@ pub(crate) enum Election {
 }
 
 impl Election {
-    fn args(&self, behaviour: Behaviour) -> Vec<String> {
+    /// The flags of this election mode for `contender`'s subject (from its profile), then
+    /// the contender's own.
+    ///
+    /// # Errors
+    /// [`BenchError::Unsound`] when the subject has no such mode, or cannot release on
+    /// cancel when asked to.
+    fn args(&self, contender: &Contender) -> Result<Vec<String>, BenchError> {
+        let subject = &contender.subject;
+        let missing =
+            |what: &str| BenchError::Unsound(format!("the subject {} has no {what}", subject.name));
         let mut args = match self {
             Election::Lease {
                 timings,
                 release_on_cancel,
-            } => vec![
-                "--leader-election=lease".to_string(),
-                format!("--lease-duration={}", flag_duration(timings.lease_duration)),
-                format!("--renew-deadline={}", flag_duration(timings.renew_deadline)),
-                format!("--retry-period={}", flag_duration(timings.retry_period)),
-                format!("--release-on-cancel={release_on_cancel}"),
-            ],
-            Election::ForLife => vec!["--leader-election=for-life".to_string()],
+            } => {
+                let timings = [
+                    timings.lease_duration,
+                    timings.renew_deadline,
+                    timings.retry_period,
+                ]
+                .map(flag_duration);
+                let mut args = subject
+                    .election
+                    .lease_args(timings.each_ref().map(String::as_str))
+                    .ok_or_else(|| missing("lease mode"))?;
+                if *release_on_cancel {
+                    let release = subject.election.release_on_cancel.as_ref();
+                    args.extend(release.ok_or_else(|| missing("release-on-cancel"))?.clone());
+                }
+                args
+            }
+            Election::ForLife => subject
+                .election
+                .for_life
+                .clone()
+                .ok_or_else(|| missing("leader-for-life mode"))?,
         };
-        args.push(format!("--standby={}", behaviour.standby_flag()));
-        args
+        args.extend(contender.args.iter().cloned());
+        Ok(args)
     }
 
     /// The lock's resource: `leases` or `configmaps`.
@@ -141,22 +165,22 @@ pub(crate) struct Stage {
 }
 
 impl Stage {
-    /// Starts a simulated cluster (3 nodes, fast node timings) that runs `binary` for the
-    /// subject's image, and deploys its manifests with `replicas` replicas, the election
-    /// and the standby behaviour. Does not wait for the rollout.
+    /// Starts a simulated cluster (3 nodes, fast node timings) that runs the contender's
+    /// binary for its subject's image, and deploys its manifests with `replicas` replicas,
+    /// the election's flags and the contender's own. Does not wait for the rollout.
     ///
     /// # Errors
     /// When the cluster does not start or the manifests cannot be applied; the cluster is
     /// stopped before returning.
     async fn start(
-        subject: &Subject,
-        binary: &Path,
+        contender: &Contender,
         election: Election,
-        behaviour: Behaviour,
         replicas: usize,
     ) -> Result<Stage, BenchError> {
+        let args = election.args(contender)?;
+        let subject = &contender.subject;
         let mut images = ImageMap::new();
-        images.insert(&subject.image, binary);
+        images.insert(&subject.image, &contender.binary);
         let cluster = SimCluster::start(SimClusterConfig {
             images,
             ..SimClusterConfig::fast()
@@ -178,7 +202,7 @@ impl Stage {
             election,
             replicas,
         };
-        match stage.deploy(behaviour).await {
+        match stage.deploy(args).await {
             Ok(()) => Ok(stage),
             Err(e) => {
                 stage.shutdown().await;
@@ -194,21 +218,20 @@ impl Stage {
     /// The stage's failure to start, `work`'s error, or [`BenchError::Interrupted`].
     pub(crate) async fn run<T>(
         options: &Options,
-        binary: &Path,
-        (election, behaviour, replicas): (Election, Behaviour, usize),
+        (contender, election, replicas): (&Contender, Election, usize),
         work: impl AsyncFnOnce(&Stage) -> Result<T, BenchError>,
     ) -> Result<T, BenchError> {
         options.check_interrupt()?;
-        let stage = Stage::start(&options.subject, binary, election, behaviour, replicas).await?;
+        let stage = Stage::start(contender, election, replicas).await?;
         let result = options.unless_interrupted(work(&stage)).await;
         stage.shutdown().await;
         result
     }
 
-    async fn deploy(&self, behaviour: Behaviour) -> Result<(), BenchError> {
+    async fn deploy(&self, args: Vec<String>) -> Result<(), BenchError> {
         let setup = OperatorSetup {
             replicas: i32::try_from(self.replicas).unwrap_or(i32::MAX),
-            args: self.election.args(behaviour),
+            args,
             lease_duration: None,
         };
         let mut manifests = self
@@ -222,7 +245,7 @@ impl Stage {
         Ok(())
     }
 
-    /// The operator under test.
+    /// The subject deployed.
     pub(crate) fn subject(&self) -> &Subject {
         &self.subject
     }
@@ -479,24 +502,64 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn anchor(profile: &str) -> Contender {
+        let path = crate::subject::repository_root().join(profile);
+        let subject = crate::profile::Profile::read(&path).unwrap();
+        Contender::anchor(subject, "/nonexistent".into())
+    }
+
     #[test]
-    fn lease_timings_are_written_as_the_operator_parses_them() {
-        let args = Election::Lease {
+    fn each_subject_gets_its_own_election_flags_with_the_timings_as_it_parses_them() {
+        let release = Election::Lease {
             timings: LeaseTimings::HANDOFF,
             release_on_cancel: true,
-        }
-        .args(Behaviour::Anchor);
+        };
+        let ours = Contender::ours(Subject::memcached(), "/nonexistent".into());
         assert_eq!(
-            args,
+            release.args(&ours).unwrap(),
             [
                 "--leader-election=lease",
                 "--lease-duration=2s",
                 "--renew-deadline=1500ms",
                 "--retry-period=500ms",
-                "--release-on-cancel=true",
-                "--standby=poll",
+                "--release-on-cancel",
+                "--standby=watch",
             ]
         );
+        let controller_runtime = anchor(crate::bench::LEASE_ANCHOR);
+        assert_eq!(
+            release.args(&controller_runtime).unwrap(),
+            [
+                "--election=lease",
+                "--lease-duration=2s",
+                "--renew-deadline=1500ms",
+                "--retry-period=500ms",
+                "--release-on-cancel",
+            ]
+        );
+        let steady = Election::Lease {
+            timings: LeaseTimings::DEFAULTS,
+            release_on_cancel: false,
+        };
+        assert_eq!(
+            steady
+                .args(&controller_runtime.with_arg(crate::bench::ANCHOR_QUIET_WORK))
+                .unwrap(),
+            [
+                "--election=lease",
+                "--lease-duration=15s",
+                "--renew-deadline=10s",
+                "--retry-period=2s",
+                "--work-interval=1h",
+            ]
+        );
+        let operator_lib = anchor(crate::bench::FOR_LIFE_ANCHOR);
+        assert_eq!(
+            Election::ForLife.args(&operator_lib).unwrap(),
+            ["--election=for-life"]
+        );
+        // operator-lib has no lease mode: asking for one is refused, not guessed.
+        assert!(release.args(&operator_lib).is_err());
         assert_eq!(LeaseTimings::HANDOFF.describe(), "2s/1.5s/0.5s");
         assert_eq!(LeaseTimings::DEFAULTS.describe(), "15s/10s/2s");
     }

@@ -1,8 +1,7 @@
 //! The steady-state benchmarks: API requests per minute and resident memory of the leader
-//! and a standby once the leader has reconciled the Memcached objects, and the simulated
-//! cluster's start time.
+//! and a standby once the leader has reconciled the Memcached objects (a subject that does
+//! not serve Memcached reconciles none), and the simulated cluster's start time.
 
-use std::path::Path;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -13,7 +12,7 @@ use kube::{Client, ResourceExt as _};
 
 use super::audit::{last_work_write, millis_between, requests_by_pod};
 use super::stage::{Election, LeaseTimings, Stage};
-use super::{Behaviour, BenchError, Options, SETTLE, Series};
+use super::{BenchError, Contender, Options, SETTLE, Series};
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
 
 /// The namespace of the Memcached objects.
@@ -31,7 +30,7 @@ const RECONCILE: Duration = Duration::from_secs(300);
 /// The leader counts as done when it wrote nothing but the lock and Events for this long.
 const QUIET: Duration = Duration::from_secs(3);
 
-/// The API and memory rows of one behaviour.
+/// The API and memory rows of one contender.
 pub(crate) struct Steady {
     /// Requests per minute of the standby.
     pub standby_rate: Series,
@@ -53,29 +52,29 @@ fn memcacheds() -> ApiResource {
     }
 }
 
-/// Measures the API and memory rows for one behaviour on its own cluster: 2 replicas in
+/// Measures the API and memory rows for one contender on its own cluster: 2 replicas in
 /// lease mode at controller-runtime's default timings, `objects` Memcached objects
-/// reconciled, then a window of `options.window` during which the memory of both replicas
-/// is sampled `runs` times and every request they send is counted.
+/// reconciled (when the subject serves Memcached), then a window of `options.window`
+/// during which the memory of both replicas is sampled `runs` times and every request they
+/// send is counted.
 ///
 /// # Errors
 /// When the stage cannot start, the objects are not reconciled in 5 minutes, or the
 /// leadership moves during the window.
 pub(crate) async fn measure(
     options: &Options,
-    binary: &Path,
-    behaviour: Behaviour,
+    contender: &Contender,
 ) -> Result<Steady, BenchError> {
     options.say(&format!(
-        "api and memory, {behaviour}: starting a simulated cluster with 2 replicas, lease {}",
+        "api and memory, {contender}: starting a simulated cluster with 2 replicas, lease {}",
         LeaseTimings::DEFAULTS.describe()
     ));
     let election = Election::Lease {
         timings: LeaseTimings::DEFAULTS,
         release_on_cancel: false,
     };
-    Stage::run(options, binary, (election, behaviour, 2), async |stage| {
-        measure_on(options, stage, behaviour).await
+    Stage::run(options, (contender, election, 2), async |stage| {
+        measure_on(options, stage, contender).await
     })
     .await
 }
@@ -83,16 +82,23 @@ pub(crate) async fn measure(
 async fn measure_on(
     options: &Options,
     stage: &Stage,
-    behaviour: Behaviour,
+    contender: &Contender,
 ) -> Result<Steady, BenchError> {
     let settled = Utc::now();
     let roles = stage.settle(2, SETTLE).await?;
-    options.say(&format!(
-        "api and memory, {behaviour}: {} leads; creating {} Memcached objects",
-        roles.leader, options.objects
-    ));
-    create_objects(stage.client(), options.objects).await?;
-    wait_reconciled(stage.client(), options.objects).await?;
+    if contender.subject.serves_memcached() {
+        options.say(&format!(
+            "api and memory, {contender}: {} leads; creating {} Memcached objects",
+            roles.leader, options.objects
+        ));
+        create_objects(stage.client(), options.objects).await?;
+        wait_reconciled(stage.client(), options.objects).await?;
+    } else {
+        options.say(&format!(
+            "api and memory, {contender}: {} leads; it serves no Memcached",
+            roles.leader
+        ));
+    }
     wait_quiet(stage, &roles.leader, settled).await?;
     let roles = stage.settle(2, SETTLE).await?;
     let standby = roles
@@ -101,7 +107,7 @@ async fn measure_on(
         .cloned()
         .ok_or_else(|| BenchError::Unsound("no standby to measure".into()))?;
     options.say(&format!(
-        "api and memory, {behaviour}: reconciled; counting requests for {:?}",
+        "api and memory, {contender}: reconciled; counting requests for {:?}",
         options.window
     ));
     let begin = tokio::time::Instant::now();
@@ -129,9 +135,9 @@ async fn measure_on(
     let rate = |pod: &str| counts.get(pod).copied().unwrap_or(0) as f64 / minutes;
     let (leader_rate, standby_rate) = (rate(&roles.leader), rate(&standby));
     options.say(&format!(
-        "api and memory, {behaviour}: leader {leader_rate:.1} req/min, standby {standby_rate:.1} req/min"
+        "api and memory, {contender}: leader {leader_rate:.1} req/min, standby {standby_rate:.1} req/min"
     ));
-    let series = |samples: Vec<f64>| Series::of(behaviour, samples, Vec::new());
+    let series = |samples: Vec<f64>| contender.series(samples, Vec::new());
     Ok(Steady {
         standby_rate: series(vec![standby_rate]),
         leader_rate: series(vec![leader_rate]),
