@@ -156,7 +156,11 @@ pub fn parse_manifests(text: &str, path: &Path) -> Result<Vec<Manifest>, DeployE
     Ok(out)
 }
 
-fn resolve(
+/// The API resource and capabilities the server serves `manifest`'s kind as.
+///
+/// # Errors
+/// A kind the server does not serve.
+pub fn resolve(
     discovery: &Discovery,
     manifest: &Manifest,
 ) -> Result<(ApiResource, ApiCapabilities), DeployError> {

@@ -7,9 +7,9 @@
 use chrono::{DateTime, Utc};
 use cucumber::{given, then, when};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::discovery::{ApiResource, Discovery, Scope};
+use kube::discovery::{Discovery, Scope};
 
-use crate::deploy::{Manifest, apply_all, read_manifests};
+use crate::deploy::{Manifest, apply_all, read_manifests, resolve};
 use crate::record::{History, Observation};
 use crate::steps::wait::eventually;
 use crate::steps::{Dur, World};
@@ -136,27 +136,17 @@ async fn more_work(world: &mut World) {
         .await
         .unwrap_or_else(|e| panic!("API discovery failed: {e}"));
     for manifest in &manifests {
-        let object = &manifest.object;
-        let name = object.metadata.name.as_deref().unwrap_or_default();
-        let types = object
-            .types
-            .as_ref()
-            .expect("read_manifests checks the kind");
-        let (group, version) = types
-            .api_version
-            .split_once('/')
-            .unwrap_or(("", &types.api_version));
-        let gvk = kube::api::GroupVersionKind::gvk(group, version, &types.kind);
-        let (resource, capabilities): (ApiResource, _) = discovery
-            .resolve_gvk(&gvk)
-            .unwrap_or_else(|| panic!("the API server does not serve {}", types.kind));
+        let name = manifest.object.metadata.name.as_deref().unwrap_or_default();
+        let kind = crate::subject::kind_of(&manifest.object);
+        let (resource, capabilities) =
+            resolve(&discovery, manifest).unwrap_or_else(|e| panic!("{}", crate::steps::chain(&e)));
         let api: Api<DynamicObject> = match capabilities.scope {
             Scope::Namespaced => Api::namespaced_with(client.clone(), &namespace, &resource),
             Scope::Cluster => Api::all_with(client.clone(), &resource),
         };
         api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .unwrap_or_else(|e| panic!("patching {} {name} with {patch} failed: {e}", types.kind));
+            .unwrap_or_else(|e| panic!("patching {kind} {name} with {patch} failed: {e}"));
     }
     world.note(&format!("gave the operator more work: {patch}"));
 }
