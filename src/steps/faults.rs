@@ -1,6 +1,6 @@
 //! Steps that inject faults into the leader (or any pod) and undo them.
 
-use cucumber::{then, when};
+use cucumber::{given, then, when};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 
@@ -391,4 +391,81 @@ async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) {
     })
     .await;
     world.note(&format!("{by} deleted the evicted {pod}"));
+}
+
+/// The operator's pods whose latest observation is Running and not terminating, by name.
+fn running_replicas(history: &crate::record::History) -> Vec<String> {
+    let mut latest: std::collections::BTreeMap<String, bool> = Default::default();
+    for e in history.entries() {
+        if let Observation::Pod {
+            name,
+            phase,
+            terminating,
+            ..
+        } = &e.observation
+        {
+            latest.insert(name.clone(), phase == "Running" && !terminating);
+        }
+    }
+    latest
+        .into_iter()
+        .filter_map(|(name, running)| running.then_some(name))
+        .collect()
+}
+
+#[given(expr = "within {duration} every operator replica runs")]
+async fn every_replica_runs(world: &mut World, within: Dur) {
+    let wanted = world.operator.as_ref().map_or(0, |o| o.replicas as usize);
+    let what = format!("{wanted} operator pods running");
+    eventually(within.0, &what, || {
+        let running = running_replicas(&world.history_so_far());
+        async move {
+            if running.len() == wanted {
+                Ok(())
+            } else {
+                Err(format!("running: {running:?}"))
+            }
+        }
+    })
+    .await;
+}
+
+/// Where the freezing steps remember the frozen replica.
+const FROZEN: &str = "frozen replica";
+
+#[when("one operator replica is frozen")]
+async fn one_replica_frozen(world: &mut World) {
+    let replicas = running_replicas(&world.history_so_far());
+    let pod = replicas
+        .first()
+        .expect("an operator replica runs (see: every operator replica runs)")
+        .clone();
+    pod_fault(world, &pod, PodFault::Hold).await;
+    world.remembered.insert(FROZEN.into(), pod);
+}
+
+/// Releases the replica a step froze, and forgets it; returns its name.
+async fn release_frozen(world: &mut World) -> String {
+    let frozen = world
+        .remembered
+        .remove(FROZEN)
+        .expect("a step froze a replica before this one");
+    pod_fault(world, &frozen, PodFault::Release).await;
+    frozen
+}
+
+#[when("the frozen replica is released and another one is frozen")]
+async fn frozen_replica_swapped(world: &mut World) {
+    let frozen = release_frozen(world).await;
+    let other = running_replicas(&world.history_so_far())
+        .into_iter()
+        .find(|p| *p != frozen)
+        .unwrap_or_else(|| panic!("no operator replica runs beside the frozen {frozen}"));
+    pod_fault(world, &other, PodFault::Hold).await;
+    world.remembered.insert(FROZEN.into(), other);
+}
+
+#[when("the frozen replica is released")]
+async fn frozen_replica_released(world: &mut World) {
+    release_frozen(world).await;
 }
