@@ -7,7 +7,8 @@
 //! Warning Event `ReconcileError` on failure and schedule retries with per-object
 //! exponential backoff ([`crate::backoff`]). [`run`] wires the Controller: triggers
 //! are generation changes (or the start of deletion) of a Memcached, any change of a
-//! Deployment it owns, and the resync period — never its own status writes.
+//! Deployment it owns or of one of its pods (the status lists them), and the resync
+//! period — never its own status writes.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -197,6 +198,18 @@ pub fn selector(name: &str) -> String {
     format!("app=memcached,memcached_cr={name}")
 }
 
+/// The Memcached whose pod this is, by its `memcached_cr` label: a pod's change (it
+/// starts, becomes ready, terminates, goes) changes the status that lists it.
+#[must_use]
+pub fn memcached_of_pod(pod: &Pod) -> Option<reflector::ObjectRef<Memcached>> {
+    let name = pod.labels().get("memcached_cr")?;
+    let mc = reflector::ObjectRef::new(name);
+    Some(match pod.namespace() {
+        Some(ns) => mc.within(&ns),
+        None => mc,
+    })
+}
+
 /// The registry key of a Memcached: `<namespace>.<name>` (namespaces have no dots).
 #[must_use]
 pub fn registry_key(ns: &str, name: &str) -> String {
@@ -310,7 +323,7 @@ fn condition(
 
 /// The status a Memcached should show, from its Deployment and pods.
 ///
-/// `nodes` are the pod names, sorted. Conditions keep their `lastTransitionTime`
+/// `nodes` are the names of the pods that are not terminating, sorted. Conditions keep their `lastTransitionTime`
 /// while their status is unchanged:
 /// - `Available`: all `size` replicas available (`MinimumReplicasAvailable`), else `MinimumReplicasUnavailable`.
 /// - `Progressing`: the Deployment has not caught up with `size` (`Scaling`), else `ReconcileComplete`.
@@ -324,6 +337,7 @@ pub fn compute_status(
 ) -> MemcachedStatus {
     let mut nodes: Vec<String> = pods
         .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| p.metadata.name.clone())
         .collect();
     nodes.sort();
@@ -868,12 +882,14 @@ pub async fn run<F>(
     let mut readers = Vec::new();
     let mut runs = Vec::new();
     for scope in scopes {
-        let (mc_api, deploy_api) = match &scope {
+        let (mc_api, deploy_api, pod_api) = match &scope {
             None => (
                 Api::<Memcached>::all(client.clone()),
                 Api::<Deployment>::all(client.clone()),
+                Api::<Pod>::all(client.clone()),
             ),
             Some(ns) => (
+                Api::namespaced(client.clone(), ns),
                 Api::namespaced(client.clone(), ns),
                 Api::namespaced(client.clone(), ns),
             ),
@@ -886,10 +902,16 @@ pub async fn run<F>(
             .applied_objects()
             .predicate_filter(spec_or_deletion, Default::default());
         let metrics = ctx.metrics.clone();
+        let known = reader.clone();
         let run = Controller::for_stream(trigger, reader)
             .owns(
                 deploy_api,
                 watcher::Config::default().labels("app=memcached"),
+            )
+            .watches(
+                pod_api,
+                watcher::Config::default().labels("app=memcached"),
+                move |pod| memcached_of_pod(&pod).filter(|mc| known.get(mc).is_some()),
             )
             .with_config(ControllerConfig::default().concurrency(max_concurrent))
             .graceful_shutdown_on(stop.clone())

@@ -86,7 +86,16 @@ pub async fn client_from_kubeconfig(
         None => kube::Config::from_kubeconfig(&options).await,
     }
     .map_err(client_error)?;
-    Client::try_from(config).map_err(|e| ProviderError::Client(Box::new(e)))
+    Client::try_from(without_retries(config)).map_err(|e| ProviderError::Client(Box::new(e)))
+}
+
+/// `config` without kube's default retries of 429, 503 and 504: the harness observes, so
+/// it takes every answer as it comes. Retried, the 503 with which the API server's pod
+/// proxy says that nothing listens on a replica's port (it just exited) turned into a
+/// scrape that timed out, and that replica's exit was never recorded.
+pub fn without_retries(mut config: kube::Config) -> kube::Config {
+    config.default_retry = false;
+    config
 }
 
 impl KubeconfigProvider {

@@ -727,3 +727,42 @@ fn the_registry_key_is_namespace_dot_name() {
         r#"{"nodes":["a","b"],"size":2}"#
     );
 }
+
+fn memcached_pod(name: &str, terminating: bool) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            labels: Some(labels("cache")),
+            deletion_timestamp: terminating.then(now),
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    }
+}
+
+#[test]
+fn the_status_lists_the_pods_that_are_not_terminating() {
+    let pods = [
+        memcached_pod("cache-new-b", false),
+        memcached_pod("cache-old-a", true),
+        memcached_pod("cache-new-a", false),
+    ];
+    let s = compute_status(
+        &Memcached::test(),
+        &deployment_with(ready_status(2)),
+        &pods,
+        &now(),
+    );
+    assert_eq!(s.nodes, ["cache-new-a", "cache-new-b"]);
+}
+
+#[test]
+fn a_pod_maps_to_the_memcached_named_by_its_label_in_its_namespace() {
+    let mc = memcached_of_pod(&memcached_pod("cache-x", false)).unwrap();
+    assert_eq!(
+        (mc.name.as_str(), mc.namespace.as_deref()),
+        ("cache", Some("ns"))
+    );
+    assert!(memcached_of_pod(&Pod::default()).is_none());
+}

@@ -901,7 +901,8 @@ impl ControlPlane {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .map_err(|e| ControlPlaneError::Client(e.into()))?;
-        kube::Client::try_from(config).map_err(|e| ControlPlaneError::Client(e.into()))
+        kube::Client::try_from(crate::cluster::kubeconfig::without_retries(config))
+            .map_err(|e| ControlPlaneError::Client(e.into()))
     }
 
     /// The API server's JSON audit log (the kind clusters' policy).
