@@ -158,6 +158,12 @@ pub struct BenchArgs {
     /// The feature suite's timing file on the local provider [default: local/suite.json beside --suite's default].
     #[arg(long)]
     pub local_suite: Option<PathBuf>,
+    /// The feature suite's timing file on the kind provider [default: kind/suite.json beside --suite's default].
+    #[arg(long)]
+    pub kind_suite: Option<PathBuf>,
+    /// The start times of the last kind cluster the harness created [default: kind/cluster.json beside --suite's default].
+    #[arg(long)]
+    pub kind_cluster: Option<PathBuf>,
 }
 
 fn parse_window(s: &str) -> Result<std::time::Duration, String> {
@@ -643,7 +649,8 @@ async fn local(args: LocalArgs) -> Result<(), CliError> {
 
 async fn bench(args: BenchArgs) -> Result<(), CliError> {
     use crate::bench::{
-        BenchError, Options, default_local_suite_file, default_out_dir, default_suite_file, run,
+        BenchError, Options, default_kind_suite_file, default_local_suite_file, default_out_dir,
+        default_suite_file, run,
     };
     let failed = |e: BenchError| CliError::Bench(Box::new(e));
     let (interrupt, interrupted) = tokio::sync::watch::channel(false);
@@ -654,6 +661,10 @@ async fn bench(args: BenchArgs) -> Result<(), CliError> {
         window: args.window,
         suite_file: args.suite.unwrap_or_else(default_suite_file),
         local_suite_file: args.local_suite.unwrap_or_else(default_local_suite_file),
+        kind_suite_file: args.kind_suite.unwrap_or_else(default_kind_suite_file),
+        kind_cluster_file: args
+            .kind_cluster
+            .unwrap_or_else(crate::cluster::kind::cluster_start_file),
         progress: true,
         interrupt: Some(interrupted),
         subject: crate::subject::Subject::memcached(),

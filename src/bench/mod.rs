@@ -264,6 +264,10 @@ pub struct Options {
     pub suite_file: PathBuf,
     /// Where it wrote its wall time on the `local` provider.
     pub local_suite_file: PathBuf,
+    /// Where it wrote its wall time on the `kind` provider.
+    pub kind_suite_file: PathBuf,
+    /// Where the `kind` provider wrote how long its last cluster took to start.
+    pub kind_cluster_file: PathBuf,
     /// Print a line per run on stderr.
     pub progress: bool,
     /// Stop early (with [`BenchError::Interrupted`]) once this becomes `true`; every
@@ -284,6 +288,8 @@ impl Default for Options {
             window: Duration::from_secs(60),
             suite_file: default_suite_file(),
             local_suite_file: default_local_suite_file(),
+            kind_suite_file: default_kind_suite_file(),
+            kind_cluster_file: crate::cluster::kind::cluster_start_file(),
             progress: false,
             interrupt: None,
             subject: crate::subject::Subject::memcached(),
@@ -336,6 +342,11 @@ pub fn default_out_dir() -> PathBuf {
 /// feature suite's runner records its wall time, as `{"wallSeconds": 93.4, ...}`.
 pub fn default_suite_file() -> PathBuf {
     crate::report::reports_root().join("suite.json")
+}
+
+/// `kind/suite.json` under the reports root: the suite's wall time on the `kind` provider.
+pub fn default_kind_suite_file() -> PathBuf {
+    crate::report::reports_root().join("kind/suite.json")
 }
 
 /// `local/suite.json` under the reports root: the suite's wall time on the `local`
@@ -580,7 +591,7 @@ struct Spec {
     reference: &'static str,
 }
 
-const SPECS: [Spec; 12] = [
+const SPECS: [Spec; 14] = [
     Spec {
         id: "lease-release",
         group: RowGroup::LeaseRelease,
@@ -670,12 +681,28 @@ const SPECS: [Spec; 12] = [
         reference: "kind: about 60 s; envtest: seconds",
     },
     Spec {
+        id: "start-kind",
+        group: RowGroup::ClusterStart,
+        title: "cluster start: sim (3 nodes Ready) vs kind (created, nodes Ready, operator image loaded)",
+        unit: "ms",
+        target: "-",
+        reference: "the kind cluster a CI job creates before its tests",
+    },
+    Spec {
         id: "suite",
         group: RowGroup::Suite,
         title: "feature suite wall time: sim vs local (real control plane)",
         unit: "s",
         target: "<= 180 s on sim",
         reference: "kind suites: many minutes",
+    },
+    Spec {
+        id: "suite-kind",
+        group: RowGroup::Suite,
+        title: "feature suite wall time: sim vs kind (real cluster)",
+        unit: "s",
+        target: "-",
+        reference: "the same features on one kind cluster (one control plane, two workers)",
     },
 ];
 
@@ -762,16 +789,35 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
         let none = || Series::not_measured("none", "the same simulator for both behaviours");
         measured.push(("start-first-request", first, none()));
         measured.push(("start-nodes-ready", ready.clone(), none()));
-        measured.push(("start-real", ready, steady::real_start(options).await?));
+        measured.push((
+            "start-real",
+            ready.clone(),
+            steady::real_start(options).await?,
+        ));
+        measured.push((
+            "start-kind",
+            ready,
+            read_kind_start(&options.kind_cluster_file),
+        ));
     }
     if options.wants(RowGroup::Suite) {
+        let sim = read_suite(&options.suite_file, "sim", "");
         measured.push((
             "suite",
-            read_suite(&options.suite_file, "sim", ""),
+            sim.clone(),
             read_suite(
                 &options.local_suite_file,
                 "local",
                 " with OPCONFORM_PROVIDER=local",
+            ),
+        ));
+        measured.push((
+            "suite-kind",
+            sim,
+            read_suite(
+                &options.kind_suite_file,
+                "kind",
+                " with OPCONFORM_PROVIDER=kind (ci/kind-e2e.sh)",
             ),
         ));
     }
@@ -835,15 +881,40 @@ struct SuiteRun {
 /// The suite's wall time from `path` (written by a run on `provider`, which `how` sets),
 /// or why there is none.
 fn read_suite(path: &Path, provider: &str, how: &str) -> Series {
+    let run = format!("run `cargo test --test e2e`{how} first");
+    read_json(path, provider, &run, "wallSeconds", |run: SuiteRun| {
+        run.wall_seconds
+    })
+}
+
+/// The last kind cluster's start (created, nodes Ready, operator image loaded) from `path`
+/// in milliseconds, or why there is none.
+fn read_kind_start(path: &Path) -> Series {
+    let run = "run ci/kind-e2e.sh first";
+    read_json(
+        path,
+        "kind",
+        run,
+        "readySeconds",
+        |start: crate::cluster::kind::ClusterStart| start.ready_seconds * 1000.0,
+    )
+}
+
+/// One value read from the JSON file at `path` (`field`, through `value`), or why there
+/// is none: `run` says what writes the file.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    provider: &str,
+    run: &str,
+    field: &str,
+    value: impl FnOnce(T) -> f64,
+) -> Series {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Series::not_measured(
                 provider,
-                &format!(
-                    "not measured: run `cargo test --test e2e`{how} first (no {})",
-                    path.display()
-                ),
+                &format!("not measured: {run} (no {})", path.display()),
             );
         }
         Err(e) => {
@@ -853,11 +924,11 @@ fn read_suite(path: &Path, provider: &str, how: &str) -> Series {
             );
         }
     };
-    match serde_json::from_str::<SuiteRun>(&text) {
-        Ok(run) => Series::measured(provider, vec![run.wall_seconds], Vec::new()),
+    match serde_json::from_str::<T>(&text) {
+        Ok(parsed) => Series::measured(provider, vec![value(parsed)], Vec::new()),
         Err(e) => Series::not_measured(
             provider,
-            &format!("not measured: {} has no wallSeconds: {e}", path.display()),
+            &format!("not measured: {} has no {field}: {e}", path.display()),
         ),
     }
 }
@@ -896,6 +967,28 @@ mod tests {
                 .not_measured
                 .unwrap()
                 .contains("wallSeconds")
+        );
+    }
+
+    #[test]
+    fn the_kind_cluster_start_is_read_in_milliseconds_or_said_to_be_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.json");
+        assert!(
+            read_kind_start(&path)
+                .not_measured
+                .unwrap()
+                .starts_with("not measured: run ci/kind-e2e.sh first")
+        );
+        std::fs::write(
+            &path,
+            r#"{"cluster": "c", "createdSeconds": 30.5, "readySeconds": 55.25}"#,
+        )
+        .unwrap();
+        let read = read_kind_start(&path);
+        assert_eq!(
+            (read.behaviour.as_str(), read.samples),
+            ("kind", vec![55250.0])
         );
     }
 

@@ -450,11 +450,16 @@ impl KindRun {
             self.create(&name, &dir).await?;
             let created = begin.elapsed();
             let cluster = self.ready(name.clone(), true, dir.clone(), image).await?;
+            let start = ClusterStart {
+                cluster: name.clone(),
+                created_seconds: created.as_secs_f64(),
+                ready_seconds: begin.elapsed().as_secs_f64(),
+            };
             progress(&format!(
                 "kind cluster {name} created in {:.1}s, ready with the operator image loaded in {:.1}s",
-                created.as_secs_f64(),
-                begin.elapsed().as_secs_f64()
+                start.created_seconds, start.ready_seconds
             ));
+            start.write(&cluster_start_file());
             Ok(cluster)
         }
         .await;
@@ -842,6 +847,47 @@ pub fn spawn_interrupt_handler(run: &'static KindRun) {
         run.interrupt().await;
         std::process::exit(130);
     });
+}
+
+/// How long the last cluster the provider created took to start, as `opconform bench`
+/// reads it from [`cluster_start_file`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStart {
+    /// The cluster's name.
+    pub cluster: String,
+    /// `kind create cluster` alone.
+    pub created_seconds: f64,
+    /// Created, every node Ready and the operator image loaded.
+    pub ready_seconds: f64,
+}
+
+impl ClusterStart {
+    /// Writes it to `path`; a failure is said on stderr and changes nothing else.
+    fn write(&self, path: &Path) {
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| {
+                std::fs::write(
+                    path,
+                    serde_json::to_vec_pretty(self).expect("a ClusterStart serializes"),
+                )
+            });
+        if let Err(e) = written {
+            progress(&format!(
+                "cannot write the cluster's start times to {}: {e}",
+                path.display()
+            ));
+        }
+    }
+}
+
+/// `kind/cluster.json` under the reports root: the start of the last cluster created.
+pub fn cluster_start_file() -> PathBuf {
+    crate::report::reports_root()
+        .join("kind")
+        .join("cluster.json")
 }
 
 #[cfg(test)]
