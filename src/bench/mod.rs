@@ -9,14 +9,17 @@
 //! - **anchor** of the lease rows and of the API and memory rows: controller-runtime's
 //!   manager election ([`LEASE_ANCHOR`], client-go's `LeaderElector` on a Lease), with its
 //!   profile's `--release-on-cancel` (`LeaderElectionReleaseOnCancel`) in the lease rows;
-//! - **anchor** of the for-life row: operator-lib's `leader.Become` ([`FOR_LIFE_ANCHOR`]).
+//! - **anchor** of the for-life row: operator-lib's `leader.Become` ([`FOR_LIFE_ANCHOR`]);
+//! - **peers** in the API and memory rows: the election crates of the kube-rs ecosystem
+//!   ([`PEER_SUBJECTS`], named with the versions `Cargo.lock` pins, [`PEER_VERSIONS`]),
+//!   their work quiet as the anchor's.
 //!
 //! Both anchors are the Go program in `subjects/go-election` (built by `go build` when
 //! missing or stale; `OPCONFORM_GO_ELECTION_BIN` names a prebuilt one), named in the table
 //! by profile name and the version `go.mod` pins ([`ANCHOR_VERSIONS`]). Each side gets its
 //! election flags from its own profile, with the same timings. The anchor's leader writes
 //! a ConfigMap every 500 ms as its work; during the API and memory window it runs with
-//! [`ANCHOR_QUIET_WORK`] (`--work-interval=1h`) so that only its election traffic is
+//! [`ANCHOR_QUIET_WORK`] (`--work-interval=3600s`) so that only its election traffic is
 //! counted, and it reconciles no Memcached (it serves none), while ours reconciles them.
 //!
 //! # How each row is measured
@@ -175,12 +178,48 @@ pub const FOR_LIFE_ANCHOR: &str = "subjects/go-election/operator-lib.profile.yam
 /// What the anchors' leaders do instead of their work during the API and memory window:
 /// write their work ConfigMap once an hour rather than every 500 ms, so that only
 /// election traffic is counted.
-pub const ANCHOR_QUIET_WORK: &str = "--work-interval=1h";
+pub const ANCHOR_QUIET_WORK: &str = "--work-interval=3600s";
+
+/// The versions of the peers' election crates, by profile name, as `Cargo.lock` pins them.
+pub const PEER_VERSIONS: [(&str, &str); 2] = [
+    ("kube-leader-election", "0.44.0"),
+    ("kube-lease-manager", "0.13.1"),
+];
+
+/// The other subjects whose API load and memory the API and memory rows put beside ours,
+/// each with the ids of its four rows (standby and leader requests, standby and leader
+/// RSS): the election crates of the kube-rs ecosystem, relative to the repository root.
+/// Their leaders' work is off as the anchor's is ([`ANCHOR_QUIET_WORK`]).
+pub const PEER_SUBJECTS: [(&str, [&str; 4]); 2] = [
+    (
+        "subjects/kube-leader-election/profile.yaml",
+        [
+            "api-standby-kube-leader-election",
+            "api-leader-kube-leader-election",
+            "rss-standby-kube-leader-election",
+            "rss-leader-kube-leader-election",
+        ],
+    ),
+    (
+        "subjects/kube-lease-manager/profile.yaml",
+        [
+            "api-standby-kube-lease-manager",
+            "api-leader-kube-lease-manager",
+            "rss-standby-kube-lease-manager",
+            "rss-leader-kube-lease-manager",
+        ],
+    ),
+];
 
 /// A subject's name for the table: the profile's name and, for an anchor in
-/// [`ANCHOR_VERSIONS`], its version (`controller-runtime v0.22.5`).
+/// [`ANCHOR_VERSIONS`] or a peer in [`PEER_VERSIONS`], its version
+/// (`controller-runtime v0.22.5`, `kube-lease-manager 0.13.1`).
 pub fn subject_label(name: &str) -> String {
-    match ANCHOR_VERSIONS.iter().find(|(n, _)| *n == name) {
+    match ANCHOR_VERSIONS
+        .iter()
+        .chain(PEER_VERSIONS.iter())
+        .find(|(n, _)| *n == name)
+    {
         Some((_, version)) => format!("{name} {version}"),
         None => name.to_string(),
     }
@@ -591,7 +630,7 @@ struct Spec {
     reference: &'static str,
 }
 
-const SPECS: [Spec; 14] = [
+const SPECS: [Spec; 22] = [
     Spec {
         id: "lease-release",
         group: RowGroup::LeaseRelease,
@@ -638,7 +677,7 @@ const SPECS: [Spec; 14] = [
         title: "API requests per leader per minute",
         unit: "req/min",
         target: "-",
-        reference: "controller-runtime (client-go): a renewal every RetryPeriod; the subject's own work (a ConfigMap write every 500 ms) is off: --work-interval=1h",
+        reference: "controller-runtime (client-go): a renewal every RetryPeriod; the subject's own work (a ConfigMap write every 500 ms) is off: --work-interval=3600s",
     },
     Spec {
         id: "rss-standby",
@@ -655,6 +694,70 @@ const SPECS: [Spec; 14] = [
         unit: "MiB",
         target: "<= 25 MiB",
         reference: "Go operators: 30-80 MiB; the controller-runtime subject reconciles no Memcached",
+    },
+    Spec {
+        id: "api-standby-kube-leader-election",
+        group: RowGroup::Api,
+        title: "API requests per standby per minute, beside kube-leader-election",
+        unit: "req/min",
+        target: "-",
+        reference: "kube-leader-election 0.44.0 (on kube 4): the subject calls try_acquire_or_renew every RetryPeriod (2 s), a GET of the Lease and, while leading, a merge patch",
+    },
+    Spec {
+        id: "api-leader-kube-leader-election",
+        group: RowGroup::Api,
+        title: "API requests per leader per minute, beside kube-leader-election",
+        unit: "req/min",
+        target: "-",
+        reference: "kube-leader-election 0.44.0 (on kube 4): the subject calls try_acquire_or_renew every RetryPeriod (2 s), a GET of the Lease and, while leading, a merge patch",
+    },
+    Spec {
+        id: "rss-standby-kube-leader-election",
+        group: RowGroup::Rss,
+        title: "RSS of a standby, beside kube-leader-election",
+        unit: "MiB",
+        target: "-",
+        reference: "kube-leader-election: a Rust binary on its own kube client; it reconciles no Memcached",
+    },
+    Spec {
+        id: "rss-leader-kube-leader-election",
+        group: RowGroup::Rss,
+        title: "RSS of the leader, beside kube-leader-election",
+        unit: "MiB",
+        target: "-",
+        reference: "kube-leader-election: a Rust binary on its own kube client; it reconciles no Memcached",
+    },
+    Spec {
+        id: "api-standby-kube-lease-manager",
+        group: RowGroup::Api,
+        title: "API requests per standby per minute, beside kube-lease-manager",
+        unit: "req/min",
+        target: "-",
+        reference: "kube-lease-manager 0.13.1: no RetryPeriod; the holder renews within the grace before expiry (LeaseDuration - RenewDeadline), a standby watches or polls as the crate does",
+    },
+    Spec {
+        id: "api-leader-kube-lease-manager",
+        group: RowGroup::Api,
+        title: "API requests per leader per minute, beside kube-lease-manager",
+        unit: "req/min",
+        target: "-",
+        reference: "kube-lease-manager 0.13.1: no RetryPeriod; the holder renews within the grace before expiry (LeaseDuration - RenewDeadline), a standby watches or polls as the crate does",
+    },
+    Spec {
+        id: "rss-standby-kube-lease-manager",
+        group: RowGroup::Rss,
+        title: "RSS of a standby, beside kube-lease-manager",
+        unit: "MiB",
+        target: "-",
+        reference: "kube-lease-manager: a Rust binary on its own kube client; it reconciles no Memcached",
+    },
+    Spec {
+        id: "rss-leader-kube-lease-manager",
+        group: RowGroup::Rss,
+        title: "RSS of the leader, beside kube-lease-manager",
+        unit: "MiB",
+        target: "-",
+        reference: "kube-lease-manager: a Rust binary on its own kube client; it reconciles no Memcached",
     },
     Spec {
         id: "start-first-request",
@@ -742,6 +845,14 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
     } else {
         None
     };
+    let peers = if steady_rows {
+        PEER_SUBJECTS
+            .iter()
+            .map(|(profile, ids)| Ok((anchor(profile)?.with_arg(ANCHOR_QUIET_WORK), ids)))
+            .collect::<Result<Vec<_>, BenchError>>()?
+    } else {
+        Vec::new()
+    };
     let for_life_anchor = if for_life_row {
         Some(anchor(FOR_LIFE_ANCHOR)?)
     } else {
@@ -773,12 +884,26 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
         // Both at once (nothing measured here depends on timing); each stops its own
         // cluster whatever happens to the other. The anchor's leader writes its work
         // ConfigMap once an hour, not every 500 ms: only election traffic is counted.
+        // The peers run beside them, each on its own cluster too.
         let anchor = anchor.clone().with_arg(ANCHOR_QUIET_WORK);
-        let (ours, theirs) = tokio::join!(
+        let (ours, theirs, peers_measured) = tokio::join!(
             steady::measure(options, ours),
             steady::measure(options, &anchor),
+            futures::future::join_all(peers.iter().map(|(peer, _)| steady::measure(options, peer))),
         );
         let (ours, theirs) = (ours?, theirs?);
+        for ((_, ids), peer) in peers.iter().zip(peers_measured) {
+            let peer = peer?;
+            let [api_standby, api_leader, rss_standby, rss_leader] = **ids;
+            measured.push((api_standby, ours.standby_rate.clone(), peer.standby_rate));
+            measured.push((api_leader, ours.leader_rate.clone(), peer.leader_rate));
+            measured.push((
+                rss_standby,
+                ours.standby_memory.clone(),
+                peer.standby_memory,
+            ));
+            measured.push((rss_leader, ours.leader_memory.clone(), peer.leader_memory));
+        }
         measured.push(("api-standby", ours.standby_rate, theirs.standby_rate));
         measured.push(("api-leader", ours.leader_rate, theirs.leader_rate));
         measured.push(("rss-standby", ours.standby_memory, theirs.standby_memory));
@@ -999,7 +1124,11 @@ mod tests {
             "controller-runtime v0.22.5"
         );
         assert_eq!(subject_label("operator-lib"), "operator-lib v0.19.0");
-        assert_eq!(subject_label("kube-lease-manager"), "kube-lease-manager");
+        assert_eq!(
+            subject_label("kube-lease-manager"),
+            "kube-lease-manager 0.13.1"
+        );
+        assert_eq!(subject_label("some-operator"), "some-operator");
         // The versions are the ones the subjects' go.mod pins.
         let go_mod = std::fs::read_to_string(
             crate::subject::repository_root().join("subjects/go-election/go.mod"),
@@ -1012,6 +1141,15 @@ mod tests {
                     l.ends_with(&format!("/{name} {version}"))
                 }),
                 "{name} {version} not in go.mod"
+            );
+        }
+        // And the peers' are the ones Cargo.lock pins.
+        let lock =
+            std::fs::read_to_string(crate::subject::repository_root().join("Cargo.lock")).unwrap();
+        for (name, version) in PEER_VERSIONS {
+            assert!(
+                lock.contains(&format!("name = \"{name}\"\nversion = \"{version}\"")),
+                "{name} {version} not in Cargo.lock"
             );
         }
         let subject = crate::subject::Subject::memcached();

@@ -550,7 +550,7 @@ mod tests {
                 "--lease-duration=15s",
                 "--renew-deadline=10s",
                 "--retry-period=2s",
-                "--work-interval=1h",
+                "--work-interval=3600s",
             ]
         );
         let operator_lib = anchor(crate::bench::FOR_LIFE_ANCHOR);

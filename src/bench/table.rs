@@ -98,7 +98,7 @@ pub(crate) fn render(report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "API and memory: lease {}, 2 replicas, {} Memcached objects reconciled by ours (the anchor serves none and runs with {}), {} s window",
+        "API and memory: lease {}, 2 replicas, {} Memcached objects reconciled by ours (the anchor and the peers serve none and run with {}), {} s window",
         report.steady_lease,
         report.objects,
         super::ANCHOR_QUIET_WORK,
@@ -106,7 +106,7 @@ pub(crate) fn render(report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "ours = the bundled operator with --standby watch; anchors = the subjects named, built from subjects/go-election; ours/anchor compares p50\n"
+        "ours = the bundled operator with --standby watch; anchors and peers = the subjects named, built from subjects/go-election and the workspace; ours/anchor compares p50\n"
     );
     for line in &lines {
         let mut text = String::new();
