@@ -1,5 +1,6 @@
 //! `opconform bench` end to end: every row measured twice for ours and for its anchor (the
-//! controller-runtime or operator-lib subject), a well-formed table, JSON with every
+//! controller-runtime or operator-lib subject) or peer (an election crate's subject), a
+//! well-formed table, JSON with every
 //! sample, and the SVG chart. Asserts nothing about the
 //! numbers themselves: the bench reports, it does not judge.
 
@@ -16,9 +17,13 @@ const CONTROLLER_RUNTIME: &str = "controller-runtime v0.22.5";
 /// operator-lib's subject, as the table names it.
 const OPERATOR_LIB: &str = "operator-lib v0.19.0";
 
+/// The peers in the API and memory rows, as the table names them.
+const KUBE_LEADER_ELECTION: &str = "kube-leader-election 0.44.0";
+const KUBE_LEASE_MANAGER: &str = "kube-lease-manager 0.13.1";
+
 /// Every row of the table, in order, with its id in the JSON and what its anchor line
 /// starts with.
-const ROWS: [(&str, &str, &str); 12] = [
+const ROWS: [(&str, &str, &str); 22] = [
     (
         "lease-release",
         "lease handoff after graceful release",
@@ -60,6 +65,46 @@ const ROWS: [(&str, &str, &str); 12] = [
         CONTROLLER_RUNTIME,
     ),
     (
+        "api-standby-kube-leader-election",
+        "API requests per standby per minute, beside kube-leader-election",
+        KUBE_LEADER_ELECTION,
+    ),
+    (
+        "api-leader-kube-leader-election",
+        "API requests per leader per minute, beside kube-leader-election",
+        KUBE_LEADER_ELECTION,
+    ),
+    (
+        "rss-standby-kube-leader-election",
+        "RSS of a standby, beside kube-leader-election with 3 Memcached",
+        KUBE_LEADER_ELECTION,
+    ),
+    (
+        "rss-leader-kube-leader-election",
+        "RSS of the leader, beside kube-leader-election with 3 Memcached",
+        KUBE_LEADER_ELECTION,
+    ),
+    (
+        "api-standby-kube-lease-manager",
+        "API requests per standby per minute, beside kube-lease-manager",
+        KUBE_LEASE_MANAGER,
+    ),
+    (
+        "api-leader-kube-lease-manager",
+        "API requests per leader per minute, beside kube-lease-manager",
+        KUBE_LEASE_MANAGER,
+    ),
+    (
+        "rss-standby-kube-lease-manager",
+        "RSS of a standby, beside kube-lease-manager with 3 Memcached",
+        KUBE_LEASE_MANAGER,
+    ),
+    (
+        "rss-leader-kube-lease-manager",
+        "RSS of the leader, beside kube-lease-manager with 3 Memcached",
+        KUBE_LEASE_MANAGER,
+    ),
+    (
         "start-first-request",
         "sim cluster start to first served request",
         "anchor (n/a)",
@@ -75,9 +120,19 @@ const ROWS: [(&str, &str, &str); 12] = [
         "anchor (real)",
     ),
     (
+        "start-kind",
+        "cluster start: sim (3 nodes Ready) vs kind (created, nodes Ready, operator image loaded)",
+        "anchor (kind)",
+    ),
+    (
         "suite",
         "feature suite wall time: sim vs local (real control plane)",
         "anchor (local)",
+    ),
+    (
+        "suite-kind",
+        "feature suite wall time: sim vs kind (real cluster)",
+        "anchor (kind)",
     ),
 ];
 
@@ -90,6 +145,14 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
     std::fs::write(&suite, r#"{"wallSeconds": 42.5}"#).unwrap();
     let local_suite = dir.path().join("local-suite.json");
     std::fs::write(&local_suite, r#"{"wallSeconds": 425.0}"#).unwrap();
+    let kind_suite = dir.path().join("kind-suite.json");
+    std::fs::write(&kind_suite, r#"{"wallSeconds": 377.0}"#).unwrap();
+    let kind_cluster = dir.path().join("kind-cluster.json");
+    std::fs::write(
+        &kind_cluster,
+        r#"{"cluster": "c", "createdSeconds": 30.0, "readySeconds": 55.5}"#,
+    )
+    .unwrap();
     let output = opconform()
         .args(["bench", "--runs", "2", "--objects", "3", "--window", "3s"])
         .arg("--out")
@@ -100,6 +163,10 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
         .arg(&suite)
         .arg("--local-suite")
         .arg(&local_suite)
+        .arg("--kind-suite")
+        .arg(&kind_suite)
+        .arg("--kind-cluster")
+        .arg(&kind_cluster)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -147,7 +214,7 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
         let ours = &row["ours"];
         let samples = ours["samples"].as_array().unwrap();
         let expected = match id {
-            "api-standby" | "api-leader" | "suite" => 1,
+            id if id.starts_with("api-") || id.starts_with("suite") => 1,
             _ => 2,
         };
         assert_eq!(samples.len(), expected, "{id}: {ours}");
@@ -173,7 +240,26 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
                 assert!(anchor["p50"].is_number(), "{id}: {anchor}");
                 assert_eq!(ours["behaviour"], "watch", "{id}");
             }
+            subject @ ("kube-leader-election" | "kube-lease-manager") => {
+                let label = if subject == "kube-leader-election" {
+                    KUBE_LEADER_ELECTION
+                } else {
+                    KUBE_LEASE_MANAGER
+                };
+                assert!(id.ends_with(subject), "{id}: {subject}");
+                assert_eq!(anchor["subject"], label, "{id}");
+                assert_eq!(
+                    anchor["samples"].as_array().unwrap().len(),
+                    expected,
+                    "{id}"
+                );
+                assert_eq!(ours["behaviour"], "watch", "{id}");
+            }
             "none" => assert!(anchor["notMeasured"].is_string(), "{id}: {anchor}"),
+            "kind" => {
+                let wanted = if id == "start-kind" { 55_500.0 } else { 377.0 };
+                assert_eq!(anchor["samples"][0], wanted, "{id}");
+            }
             // A real control plane where the Kubernetes binaries are built; why not, where not.
             "real" => assert!(
                 anchor["samples"].as_array().unwrap().len() == expected
