@@ -5,8 +5,6 @@
 //! decides, so a client listing the aggregated form first with the plain one as fallback
 //! gets the aggregated form.
 
-use std::hash::{Hash as _, Hasher as _};
-
 use serde_json::{Value, json};
 
 use super::discovery::{self, Subresource};
@@ -221,12 +219,13 @@ pub fn groups(registry: &Registry) -> Value {
     )
 }
 
-/// The `ETag` of an answer: a hash of its JSON, quoted, in upper-case hex (the real server
-/// hashes with SHA-512; clients only compare it).
+/// The `ETag` of an answer, as kube-apiserver computes it (`aggregated/etag.go`): the
+/// SHA-512 of the JSON document in upper-case hex, quoted. The simulator hashes its own
+/// serialization, so the value matches the real server's only for the same bytes.
 pub fn etag(body: &[u8]) -> String {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    body.hash(&mut hasher);
-    format!("\"{:016X}\"", hasher.finish())
+    let digest = ring::digest::digest(&ring::digest::SHA512, body);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+    format!("\"{hex}\"")
 }
 
 #[cfg(test)]
@@ -234,6 +233,14 @@ mod tests {
     use super::*;
 
     const KUBECTL: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+    #[test]
+    fn the_etag_is_the_quoted_upper_case_sha512_of_the_document() {
+        // sha512("") from FIPS 180-2's test vectors.
+        let empty = "CF83E1357EEFB8BDF1542850D66D8007D620E4050B5715DC83F4A921D36CE9CE47D0D13C5D85F2B0FF8318D2877EEC2F63B931BD47417A81A538327AF927DA3E";
+        assert_eq!(etag(b""), format!("\"{empty}\""));
+        assert_ne!(etag(b"{}"), etag(b"[]"));
+    }
 
     #[test]
     fn the_aggregated_form_is_chosen_only_when_asked_for_first() {

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::registry::{Registry, ResourceType};
+use super::registry::{Backing, Registry, ResourceType};
 
 /// The Kubernetes version the simulator speaks.
 pub const KUBE_MINOR: &str = "32";
@@ -162,6 +162,13 @@ pub struct Subresource {
 
 const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 
+/// The verbs of a connect subresource that takes every HTTP method (`proxy`).
+const PROXY: &[&str] = &["create", "delete", "get", "patch", "update"];
+
+/// The verbs of a connect subresource that takes GET and POST (`exec`, `attach`,
+/// `portforward`).
+const CREATE_GET: &[&str] = &["create", "get"];
+
 /// The verbs of a resource: those of its storage (namespaces have no `deletecollection`),
 /// for custom resources in the order kube-apiserver's CRD handler lists them.
 pub fn verbs(t: &ResourceType) -> Vec<&'static str> {
@@ -194,8 +201,13 @@ pub fn singular(t: &ResourceType) -> String {
     }
 }
 
-/// The subresources the simulator serves for a resource: custom resources' status then
-/// scale, built-in resources' by name.
+/// The subresources discovery announces for a resource, as kube-apiserver 1.34 does:
+/// custom resources' status then scale, built-in resources' by name.
+///
+/// # Caveats
+/// Some are announced and not served, so that clients see the real server's list:
+/// `pods/exec`, `attach`, `portforward`, `ephemeralcontainers`, `resize`,
+/// `services/proxy`, `nodes/proxy` (and `pods/proxy` serves GET only).
 pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
     let sub = |name, kind: &str, group_version, verbs| Subresource {
         name,
@@ -225,7 +237,20 @@ pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
                 &["create"],
             ));
             out.push(sub("log", "Pod", None, &["get"]));
+            out.push(sub("attach", "PodAttachOptions", None, CREATE_GET));
+            out.push(sub("exec", "PodExecOptions", None, CREATE_GET));
+            out.push(sub(
+                "portforward",
+                "PodPortForwardOptions",
+                None,
+                CREATE_GET,
+            ));
+            out.push(sub("proxy", "PodProxyOptions", None, PROXY));
+            out.push(sub("ephemeralcontainers", "Pod", None, GET_PATCH_UPDATE));
+            out.push(sub("resize", "Pod", None, GET_PATCH_UPDATE));
         }
+        ("", "services") => out.push(sub("proxy", "ServiceProxyOptions", None, PROXY)),
+        ("", "nodes") => out.push(sub("proxy", "NodeProxyOptions", None, PROXY)),
         ("", "serviceaccounts") => out.push(sub(
             "token",
             "TokenRequest",
@@ -241,6 +266,19 @@ pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
     out
 }
 
+/// `discovery.StorageVersionHash` of a stored resource: the first 8 bytes of the SHA-256
+/// of `group/version/kind` in its storage version, in base64. Reviews, stored nowhere,
+/// have none.
+pub fn storage_version_hash(t: &ResourceType) -> Option<String> {
+    use base64::Engine as _;
+    if matches!(t.backing, Backing::Virtual) {
+        return None;
+    }
+    let gvk = format!("{}/{}/{}", t.group, t.storage_version(), t.kind);
+    let digest = ring::digest::digest(&ring::digest::SHA256, gvk.as_bytes());
+    Some(base64::engine::general_purpose::STANDARD.encode(&digest.as_ref()[..8]))
+}
+
 fn resource_entries(t: &ResourceType) -> Vec<Value> {
     let mut main = json!({
         "name": t.resource,
@@ -254,6 +292,9 @@ fn resource_entries(t: &ResourceType) -> Vec<Value> {
     }
     if !t.categories.is_empty() {
         main["categories"] = json!(t.categories);
+    }
+    if let Some(hash) = storage_version_hash(t) {
+        main["storageVersionHash"] = json!(hash);
     }
     let mut out = vec![main];
     for s in subresources(t) {
@@ -372,4 +413,48 @@ pub fn openapi_document(registry: &Registry, path: &str) -> Option<Value> {
         "paths": paths,
         "components": {"schemas": {}},
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_storage_version_hash_is_that_of_kube_apiserver() {
+        let r = Registry::new();
+        let hash = |group, version, resource| {
+            storage_version_hash(r.lookup(group, version, resource).unwrap())
+        };
+        // As kube-apiserver 1.34 lists them in /api/v1.
+        assert_eq!(hash("", "v1", "pods").as_deref(), Some("xPOwRZ+Yhw8="));
+        assert_eq!(hash("", "v1", "nodes").as_deref(), Some("XwShjMxG9Fs="));
+        assert_eq!(
+            hash("authorization.k8s.io", "v1", "selfsubjectaccessreviews"),
+            None
+        );
+    }
+
+    #[test]
+    fn pods_announce_the_connect_subresources_in_name_order() {
+        let r = Registry::new();
+        let names: Vec<&str> = subresources(r.lookup("", "v1", "pods").unwrap())
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "attach",
+                "binding",
+                "ephemeralcontainers",
+                "eviction",
+                "exec",
+                "log",
+                "portforward",
+                "proxy",
+                "resize",
+                "status"
+            ]
+        );
+    }
 }

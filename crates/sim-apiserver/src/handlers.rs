@@ -508,6 +508,7 @@ impl<'a> Call<'a> {
                 "the namespace of the provided object does not match the namespace sent on the request".into(),
             ));
         }
+        let admission_name = objects::admission_name(&obj);
         let mut name = meta_str(&obj, "name").to_string();
         let generate = meta_str(&obj, "generateName").to_string();
         if name.is_empty() && !generate.is_empty() {
@@ -526,14 +527,18 @@ impl<'a> Call<'a> {
                 }],
             ));
         }
-        self.ensure_namespace(rt, &name)?;
+        // The admission plugins (NamespaceLifecycle, then ServiceAccount) run before the
+        // strategy validates.
+        self.ensure_namespace(rt, &admission_name)?;
+        let accounts = service_accounts(&self.state.store, rt, &self.ns(rt));
+        accounts.admit(rt, &self.ns(rt), &admission_name, &obj)?;
         let stored = prepare_create(
             rt,
             &self.info.version,
             &self.ns(rt),
             from_view(rt, obj),
             &self.manager,
-            &service_accounts(&self.state.store, rt, &self.ns(rt)),
+            &accounts,
         )?;
         let written = self.write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
@@ -725,6 +730,7 @@ impl<'a> Call<'a> {
                 .map_err(apply_error)?;
                 let mut obj = applied;
                 obj["metadata"]["name"] = json!(name);
+                accounts.admit(rt, &ns, &name, &obj)?;
                 let managed = obj["metadata"]["managedFields"].clone();
                 let mut stored = prepare_create(
                     rt,
@@ -1418,30 +1424,23 @@ pub fn delete_object(
         }
         let now = objects::now();
         let mut grace = 0i64;
+        let mut deadline = None;
         if is_pod {
-            let scheduled = obj["spec"]["nodeName"]
-                .as_str()
-                .is_some_and(|n| !n.is_empty());
-            let terminal = matches!(
-                obj["status"]["phase"].as_str(),
-                Some("Succeeded" | "Failed")
-            );
-            grace = opts["gracePeriodSeconds"]
-                .as_i64()
-                .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
-                .unwrap_or(30);
-            if grace < 0 {
-                grace = 1;
-            }
-            if !scheduled || terminal {
-                grace = 0;
-            }
-            if let Some(existing) = obj["metadata"]["deletionGracePeriodSeconds"].as_i64()
-                && is_deleting(&obj)
-                && grace >= existing
-            {
-                // A second delete may only shorten the grace period.
-                grace = existing;
+            match pod_deletion(
+                &obj,
+                opts["gracePeriodSeconds"].as_i64(),
+                chrono::Utc::now(),
+            ) {
+                PodDeletion::Pending => {
+                    // Nothing changes, not even finalizers from the options.
+                    pending = true;
+                    return Ok(Write::Keep);
+                }
+                PodDeletion::Now => {}
+                PodDeletion::Graceful { seconds, timestamp } => {
+                    grace = seconds;
+                    deadline = Some(timestamp);
+                }
             }
         }
         let namespace_finalizers = is_namespace
@@ -1469,14 +1468,8 @@ pub fn delete_object(
         if first && let Some(g) = obj["metadata"]["generation"].as_i64().filter(|g| *g > 0) {
             obj["metadata"]["generation"] = json!(g + 1);
         }
-        let deadline = if grace > 0 {
-            (chrono::Utc::now() + chrono::Duration::seconds(grace))
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        } else {
-            now
-        };
-        if first || grace > 0 {
-            obj["metadata"]["deletionTimestamp"] = json!(deadline);
+        if let Some(timestamp) = deadline.or_else(|| first.then_some(now)) {
+            obj["metadata"]["deletionTimestamp"] = json!(timestamp);
         }
         // The namespace registry's own Delete sets the timestamp and the phase, not a grace period.
         if !is_namespace {
@@ -1511,6 +1504,90 @@ pub fn delete_object(
             Deleted::Gone(obj)
         },
     ))
+}
+
+/// What a delete does to a pod, given the grace period it asks for (`requested`).
+#[derive(Debug, PartialEq)]
+enum PodDeletion {
+    /// Already terminating with a grace period no longer than asked, or none asked:
+    /// nothing changes.
+    Pending,
+    /// Already terminating with no grace period left: removed now.
+    Now,
+    /// Deletion metadata to write (the object is removed at once when `seconds` is 0 and
+    /// no finalizer holds it).
+    Graceful {
+        /// `metadata.deletionGracePeriodSeconds`.
+        seconds: i64,
+        /// `metadata.deletionTimestamp`.
+        timestamp: String,
+    },
+}
+
+/// The pod strategy's `CheckGracefulDelete` and apiserver's `BeforeDelete` (rest/delete.go):
+/// a first delete waits the asked period, else the pod's `terminationGracePeriodSeconds`,
+/// else 30 s (none for a pod on no node or in a terminal phase; a negative one is 1 s). A
+/// pod already terminating may only have its period shortened: its deadline moves back by
+/// the difference, to `now` at the earliest (a graceful period then becomes 1 s).
+fn pod_deletion(
+    pod: &Value,
+    requested: Option<i64>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> PodDeletion {
+    // A negative period asked for is 1 s.
+    let requested = requested.map(|s| if s < 0 { 1 } else { s });
+    let stamp =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    if is_deleting(pod) {
+        let existing = pod["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0);
+        let current = pod["metadata"]["deletionTimestamp"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        if existing == 0 {
+            return PodDeletion::Now;
+        }
+        let (Some(mut seconds), Some(current)) = (requested, current) else {
+            return PodDeletion::Pending;
+        };
+        if seconds >= existing {
+            return PodDeletion::Pending;
+        }
+        let mut timestamp = current.with_timezone(&chrono::Utc)
+            - chrono::Duration::seconds(existing)
+            + chrono::Duration::seconds(seconds);
+        if timestamp < now {
+            timestamp = now;
+            if seconds != 0 {
+                seconds = 1;
+            }
+        }
+        return PodDeletion::Graceful {
+            seconds,
+            timestamp: stamp(timestamp),
+        };
+    }
+    let scheduled = pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    let terminal = matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    );
+    let mut seconds = requested
+        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+        .unwrap_or(30);
+    if !scheduled || terminal {
+        seconds = 0;
+    }
+    if seconds < 0 {
+        seconds = 1;
+    }
+    PodDeletion::Graceful {
+        seconds,
+        timestamp: stamp(now + chrono::Duration::seconds(seconds)),
+    }
 }
 
 #[cfg(test)]
@@ -2381,6 +2458,95 @@ mod tests {
                 "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {},
                 "f:schedulerName": {}, "f:securityContext": {}, "f:terminationGracePeriodSeconds": {}
             }})
+        );
+    }
+
+    fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    }
+
+    fn terminating(timestamp: &str, seconds: i64) -> Value {
+        json!({"metadata": {"deletionTimestamp": timestamp, "deletionGracePeriodSeconds": seconds},
+               "spec": {"nodeName": "n", "terminationGracePeriodSeconds": 30}})
+    }
+
+    #[test]
+    fn a_first_pod_delete_waits_the_asked_period_or_the_pods_own() {
+        let now = at("2026-01-01T00:00:00Z");
+        let bound =
+            json!({"metadata": {}, "spec": {"nodeName": "n", "terminationGracePeriodSeconds": 45}});
+        let graceful = |seconds: i64, timestamp: &str| PodDeletion::Graceful {
+            seconds,
+            timestamp: timestamp.into(),
+        };
+        assert_eq!(
+            pod_deletion(&bound, None, now),
+            graceful(45, "2026-01-01T00:00:45Z")
+        );
+        assert_eq!(
+            pod_deletion(&bound, Some(5), now),
+            graceful(5, "2026-01-01T00:00:05Z")
+        );
+        assert_eq!(
+            pod_deletion(&bound, Some(-3), now),
+            graceful(1, "2026-01-01T00:00:01Z")
+        );
+        let unbound = json!({"metadata": {}, "spec": {"terminationGracePeriodSeconds": 45}});
+        assert_eq!(
+            pod_deletion(&unbound, Some(5), now),
+            graceful(0, "2026-01-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn a_shorter_period_moves_a_terminating_pods_deadline_back_by_the_difference() {
+        let pod = terminating("2026-01-01T00:00:30Z", 30);
+        assert_eq!(
+            pod_deletion(&pod, Some(10), at("2026-01-01T00:00:02.5Z")),
+            PodDeletion::Graceful {
+                seconds: 10,
+                timestamp: "2026-01-01T00:00:10Z".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_longer_period_or_none_leaves_a_terminating_pod_as_it_is() {
+        let pod = terminating("2026-01-01T00:00:30Z", 30);
+        let now = at("2026-01-01T00:00:02Z");
+        assert_eq!(pod_deletion(&pod, Some(30), now), PodDeletion::Pending);
+        assert_eq!(pod_deletion(&pod, Some(60), now), PodDeletion::Pending);
+        assert_eq!(pod_deletion(&pod, None, now), PodDeletion::Pending);
+    }
+
+    #[test]
+    fn a_deadline_moved_into_the_past_is_now_with_a_period_of_one_second_unless_zero() {
+        let pod = terminating("2026-01-01T00:00:10Z", 10);
+        let now = at("2026-01-01T00:00:08Z");
+        assert_eq!(
+            pod_deletion(&pod, Some(1), now),
+            PodDeletion::Graceful {
+                seconds: 1,
+                timestamp: "2026-01-01T00:00:08Z".into()
+            }
+        );
+        assert_eq!(
+            pod_deletion(&pod, Some(0), now),
+            PodDeletion::Graceful {
+                seconds: 0,
+                timestamp: "2026-01-01T00:00:08Z".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_terminating_pod_with_no_period_left_is_removed_now() {
+        let pod = terminating("2026-01-01T00:00:10Z", 0);
+        assert_eq!(
+            pod_deletion(&pod, Some(5), at("2026-01-01T00:00:00Z")),
+            PodDeletion::Now
         );
     }
 }

@@ -21,6 +21,7 @@ use super::apply;
 use super::names::{self, Cause, NameRule};
 use super::registry::{Backing, GenerationRule, ResourceType};
 use super::selectors::LabelSelector;
+use super::status::ApiError;
 
 /// Now, as metadata timestamps are written (RFC 3339, seconds).
 pub fn now() -> String {
@@ -305,6 +306,61 @@ impl ServiceAccounts {
     fn get(&self, name: &str) -> Option<&Value> {
         self.0.get(name)
     }
+
+    /// The ServiceAccount admission plugin's refusal of a pod create in `namespace` whose
+    /// account does not exist: the account the pod names ([`account_name`]) must be one of
+    /// these. Mirror pods, and creates of anything but pods, pass.
+    ///
+    /// # Errors
+    /// 403 Forbidden for the object `name` ([`admission_name`]).
+    pub fn admit(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        pod: &Value,
+    ) -> Result<(), ApiError> {
+        let is_mirror = pod["metadata"]["annotations"]
+            .get("kubernetes.io/config.mirror")
+            .is_some();
+        if !(rt.group.is_empty() && rt.resource == "pods") || is_mirror {
+            return Ok(());
+        }
+        let account = account_name(&pod["spec"]);
+        if self.get(account).is_some() {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden {
+            message: format!(
+                "{} \"{name}\" is forbidden: error looking up service account {namespace}/{account}: serviceaccount \"{account}\" not found",
+                rt.gr()
+            ),
+            gr: rt.gr(),
+            name: name.to_string(),
+        })
+    }
+}
+
+/// The name admission plugins' refusals give an object being created: its name, else its
+/// generateName (admission runs before the name is generated), else `Unknown`
+/// (`admission.NewForbidden`).
+pub fn admission_name(obj: &Value) -> String {
+    ["name", "generateName"]
+        .iter()
+        .filter_map(|key| obj["metadata"][key].as_str())
+        .find(|n| !n.is_empty())
+        .unwrap_or("Unknown")
+        .to_string()
+}
+
+/// The ServiceAccount a pod spec names: `serviceAccountName`, else the deprecated
+/// `serviceAccount` (its alias when converting from v1), else `default`.
+fn account_name(spec: &Value) -> &str {
+    ["serviceAccountName", "serviceAccount"]
+        .iter()
+        .filter_map(|key| spec[key].as_str())
+        .find(|n| !n.is_empty())
+        .unwrap_or("default")
 }
 
 /// Where the ServiceAccount admission plugin mounts the API credentials.
@@ -335,9 +391,9 @@ fn admit_service_account(pod: &mut Value, accounts: &ServiceAccounts, suffix: &s
         return;
     }
     let spec = obj_mut(pod, "spec");
-    set_default_if_empty(spec, "serviceAccountName", json!("default"));
-    let name = spec["serviceAccountName"].as_str().unwrap_or("default");
-    let account = accounts.get(name);
+    let name = account_name(spec).to_string();
+    spec["serviceAccountName"] = json!(name);
+    let account = accounts.get(&name);
     let automount = spec["automountServiceAccountToken"]
         .as_bool()
         .or_else(|| account.and_then(|a| a["automountServiceAccountToken"].as_bool()))
@@ -400,8 +456,10 @@ fn mount_api_access(spec: &mut Value, suffix: &str) {
 fn admit_pod(pod: &mut Value, accounts: &ServiceAccounts, suffix: &str) {
     admit_service_account(pod, accounts, suffix);
     let spec = obj_mut(pod, "spec");
-    let sa = spec["serviceAccountName"].clone();
-    set_default(spec, "serviceAccount", sa);
+    // The deprecated field always mirrors the account (conversion back to v1).
+    if spec["serviceAccountName"].is_string() {
+        spec["serviceAccount"] = spec["serviceAccountName"].clone();
+    }
     set_default(spec, "priority", json!(0));
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     // DefaultTolerationSeconds.
@@ -1101,6 +1159,51 @@ mod tests {
         );
         assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 30);
         assert_eq!(pod["status"]["phase"], "Pending");
+    }
+
+    #[test]
+    fn a_pod_naming_a_missing_account_is_refused_as_the_service_account_plugin_refuses_it() {
+        let r = Registry::new();
+        let rt = r.lookup("", "v1", "pods").unwrap();
+        let accounts = ServiceAccounts::new([json!({"metadata": {"name": "default"}})]);
+        let pod = |spec: Value| json!({"metadata": {"generateName": "web-"}, "spec": spec});
+        accounts.admit(rt, "ns", "web-", &pod(json!({}))).unwrap();
+        let error = accounts
+            .admit(rt, "ns", "web-", &pod(json!({"serviceAccount": "ghost"})))
+            .unwrap_err();
+        assert_eq!(error.code(), 403);
+        assert_eq!(
+            error.to_string(),
+            "pods \"web-\" is forbidden: error looking up service account ns/ghost: serviceaccount \"ghost\" not found"
+        );
+        let mut mirror = pod(json!({"serviceAccountName": "ghost"}));
+        mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
+        accounts.admit(rt, "ns", "web-", &mirror).unwrap();
+    }
+
+    #[test]
+    fn admission_names_an_object_by_its_name_else_its_generate_name() {
+        let named = json!({"metadata": {"name": "a", "generateName": "b-"}});
+        assert_eq!(admission_name(&named), "a");
+        assert_eq!(
+            admission_name(&json!({"metadata": {"generateName": "b-"}})),
+            "b-"
+        );
+        assert_eq!(admission_name(&json!({"metadata": {}})), "Unknown");
+    }
+
+    #[test]
+    fn the_deprecated_service_account_field_names_the_account_and_mirrors_it_after() {
+        let r = Registry::new();
+        let rt = r.lookup("", "v1", "pods").unwrap();
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"serviceAccount": "old",
+            "containers": [{"name": "c", "image": "i"}]}});
+        prepare_for_create(rt, &mut pod, &ServiceAccounts::default(), "abcde");
+        assert_eq!(pod["spec"]["serviceAccountName"], "old");
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"serviceAccount": "old",
+            "serviceAccountName": "new", "containers": [{"name": "c", "image": "i"}]}});
+        prepare_for_create(rt, &mut pod, &ServiceAccounts::default(), "abcde");
+        assert_eq!(pod["spec"]["serviceAccount"], "new");
     }
 
     #[test]
