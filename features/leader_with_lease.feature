@@ -130,6 +130,30 @@ Feature: Leader with lease
     And the old leader stopped leading at most 3500ms after the reject
     And there was never more than one leader
 
+  @sim-only
+  # Two standbys that both saw the lease expire both write it to take it. An elector that
+  # updates the Lease with the resourceVersion it read (client-go, ours) gets 409 Conflict
+  # for the second write; one that writes without that precondition (a merge patch of
+  # holderIdentity) is not refused: the second write silently replaces the holder the
+  # first had just written, and both believe they lead until their next try. The API
+  # server makes the race happen every time: C's write waits until B's has arrived, B's
+  # until C's has been answered, so B's — sent before B could see C's — lands second.
+  # The leader is frozen, not deleted: a deleted one's replacement Pod would be a third
+  # candidate that might take the lease before B and C try. The long lease keeps a write
+  # held while the other standby is still waiting for the lease to expire (up to about
+  # 4.4 s with client-go's jittered retries) within controller-runtime's client timeout of
+  # RenewDeadline / 2.
+  Scenario: Of two standbys taking an expired lease at once, the second is refused instead of overwriting the first
+    Given the operator is deployed with 3 replicas in lease mode with timings 12s/10s/1s
+    And within 30s exactly one replica leads
+    And within 20s the other replicas are ready standbys
+    When two standbys' next lock writes are made to race
+    And the leader is frozen
+    Then within 30s another replica leads
+    And within 20s the two standbys' lock writes raced
+    And the lock changed hands exactly once after the hold
+    And there was never more than one leader
+
   @sim-only @clock-skew
   Scenario: A standby whose clock runs ahead does not take a live lease
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s

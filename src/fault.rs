@@ -1,5 +1,5 @@
 //! The fault vocabulary the features speak: what to match (which API requests a rule
-//! refuses), what to do (crash, evict, hold and release, partition and repair, delay, skew
+//! refuses or holds, and until which other request's [`Milestone`]), what to do (crash, evict, hold and release, partition and repair, delay, skew
 //! a pod; hold and release, partition and repair a node), and for how long (each fault is
 //! undone by its pair). Each provider carries it out its own way (the simulator through its
 //! API server and kubelets, kind with `docker` and admission policies, …) and records what
@@ -48,6 +48,15 @@ pub struct RequestMatch {
     pub pod: Option<String>,
     /// The requesting user.
     pub user: Option<String>,
+}
+
+/// How far an API request has got, for a rule that holds another request until then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Milestone {
+    /// It reached the API server (even if a rule holds it there).
+    Arrived,
+    /// The API server is done with it: answered, whatever the status.
+    Answered,
 }
 
 /// How a partition cuts traffic.

@@ -50,6 +50,21 @@ impl Verdict {
     }
 }
 
+/// The entries between `from` and `to` (inclusive) whose observation `keep` picks: the
+/// slice of history a failed verdict shows.
+fn slice_of(
+    history: &History,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    keep: impl Fn(&Observation) -> bool,
+) -> Vec<Entry> {
+    history
+        .slice(from, to)
+        .into_iter()
+        .filter(|e| keep(&e.observation))
+        .collect()
+}
+
 /// A time interval during which a replica claimed leadership.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Interval {
@@ -185,15 +200,13 @@ pub fn single_leader(history: &History) -> Verdict {
         }
     }
     if let Some((a, b, from, to)) = worst {
-        let evidence = history
-            .slice(
-                from - chrono::Duration::seconds(2),
-                to + chrono::Duration::seconds(2),
-            )
-            .into_iter()
-            .filter(|e| {
+        let evidence = slice_of(
+            history,
+            from - chrono::Duration::seconds(2),
+            to + chrono::Duration::seconds(2),
+            |o| {
                 matches!(
-                    e.observation,
+                    o,
                     Observation::Gauge { .. }
                         | Observation::Lock { .. }
                         | Observation::Fault { .. }
@@ -202,8 +215,8 @@ pub fn single_leader(history: &History) -> Verdict {
                             ..
                         }
                 )
-            })
-            .collect();
+            },
+        );
         return Verdict {
             checker: NAME,
             passed: false,
@@ -226,8 +239,9 @@ pub fn single_leader(history: &History) -> Verdict {
     )
 }
 
-/// When each replica was seen taking the lock (the holder changed to it).
-fn acquisitions(history: &History) -> Vec<(DateTime<Utc>, String)> {
+/// The lock entries at which a replica was seen taking the lock (the holder changed to
+/// it), each with the holder before (`None` when the lock was free or new).
+fn takeovers(history: &History) -> Vec<(&Entry, Option<String>)> {
     let mut holder: HashMap<String, Option<String>> = HashMap::new();
     let mut out = Vec::new();
     for e in history.entries() {
@@ -236,14 +250,125 @@ fn acquisitions(history: &History) -> Vec<(DateTime<Utc>, String)> {
         } = &e.observation
         {
             let previous = holder.insert(lock.clone(), h.clone()).flatten();
-            if let Some(h) = h
-                && previous.as_ref() != Some(h)
-            {
-                out.push((e.time, h.clone()));
+            if h.is_some() && previous != *h {
+                out.push((e, previous));
             }
         }
     }
     out
+}
+
+/// When each replica was seen taking the lock (the holder changed to it).
+fn acquisitions(history: &History) -> Vec<(DateTime<Utc>, String)> {
+    takeovers(history)
+        .into_iter()
+        .filter_map(|(e, _)| match &e.observation {
+            Observation::Lock { holder, .. } => holder.clone().map(|h| (e.time, h)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// After the first `verb` fault the lock changed hands exactly once: one replica took it
+/// and nobody took it from that one. Two candidates that both saw the lock free or expired
+/// may both write it; a write made without the lock's resourceVersion as a precondition is
+/// not refused with a Conflict when the other's came first, and silently replaces the new
+/// holder — the lock changes hands twice within milliseconds, and both believe they lead.
+pub fn lock_changed_hands_once(history: &History, verb: &str) -> Verdict {
+    const NAME: &str = "one takeover";
+    let Some(fault) = history
+        .entries()
+        .iter()
+        .find(|e| matches!(&e.observation, Observation::Fault { verb: v, .. } if v == verb))
+    else {
+        return Verdict {
+            checker: NAME,
+            passed: false,
+            summary: format!("no {verb} fault in the history"),
+            evidence: Vec::new(),
+        };
+    };
+    let taken: Vec<(&Entry, Option<String>)> = takeovers(history)
+        .into_iter()
+        .filter(|(e, _)| e.time >= fault.time)
+        .collect();
+    let lock_of = |e: &Entry| match &e.observation {
+        Observation::Lock {
+            holder,
+            transitions,
+            ..
+        } => (holder.clone().unwrap_or_default(), *transitions),
+        _ => (String::new(), None),
+    };
+    let counted = |t: Option<i64>| {
+        t.map(|t| format!(" (leaseTransitions {t})"))
+            .unwrap_or_default()
+    };
+    match taken.as_slice() {
+        [] => Verdict {
+            checker: NAME,
+            passed: false,
+            summary: format!("the lock never changed hands after the {verb}"),
+            evidence: vec![fault.clone()],
+        },
+        [(e, _)] => {
+            let (holder, transitions) = lock_of(e);
+            Verdict::pass(
+                NAME,
+                format!(
+                    "{holder} took the lock {} ms after the {verb}{}, and kept it",
+                    (e.time - fault.time).num_milliseconds(),
+                    counted(transitions)
+                ),
+            )
+        }
+        [(first, _), rest @ ..] => {
+            let (first_holder, first_transitions) = lock_of(first);
+            let mut summary = format!(
+                "the lock changed hands {} times after the {verb}: {first_holder} took it {} ms after it{}",
+                taken.len(),
+                (first.time - fault.time).num_milliseconds(),
+                counted(first_transitions)
+            );
+            let mut before = (first.time, first_transitions);
+            for (e, previous) in rest {
+                let (holder, transitions) = lock_of(e);
+                let previous = previous.clone().unwrap_or_default();
+                summary.push_str(&format!(
+                    ", then {holder} took it from {previous} {} ms later{}",
+                    (e.time - before.0).num_milliseconds(),
+                    counted(transitions)
+                ));
+                if transitions.is_some() && transitions == before.1 {
+                    summary.push_str(&format!(
+                        " without counting a transition: written from the lock as it was \
+                         before {previous} took it, and no resourceVersion precondition \
+                         refused it"
+                    ));
+                }
+                before = (e.time, transitions);
+            }
+            let last = rest.last().map_or(first.time, |(e, _)| e.time);
+            Verdict {
+                checker: NAME,
+                passed: false,
+                summary,
+                evidence: slice_of(
+                    history,
+                    fault.time.min(first.time - chrono::Duration::seconds(1)),
+                    last + chrono::Duration::seconds(1),
+                    |o| {
+                        matches!(
+                            o,
+                            Observation::Lock { .. }
+                                | Observation::Fault { .. }
+                                | Observation::Write { election: true, .. }
+                        )
+                    },
+                ),
+            }
+        }
+    }
 }
 
 /// The fencing property: once another replica has written as leader, a replica that wrote
@@ -268,16 +393,13 @@ pub fn single_writer(history: &History) -> Verdict {
                 if let Some((at, by)) = superseded.get(replica)
                     && !reacquired(replica, *at, time)
                 {
-                    let evidence = history
-                        .slice(*at - chrono::Duration::seconds(1), time)
-                        .into_iter()
-                        .filter(|x| {
+                    let evidence =
+                        slice_of(history, *at - chrono::Duration::seconds(1), time, |o| {
                             !matches!(
-                                x.observation,
+                                o,
                                 Observation::Gauge { .. } | Observation::Reconciles { .. }
                             )
-                        })
-                        .collect();
+                        });
                     return Verdict {
                         checker: NAME,
                         passed: false,
@@ -741,6 +863,53 @@ mod tests {
         assert_eq!(f.to_lock, Some(Duration::from_millis(250)));
         assert_eq!(f.to_first_write, Some(Duration::from_millis(300)));
         assert!(failover(&h, "hold").is_none());
+    }
+
+    #[test]
+    fn a_lock_taken_once_after_the_fault_changed_hands_once() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 2);
+        fault(&mut h, 1000, "delete");
+        lock(&mut h, 5000, Some("c"), 3);
+        renewal(&mut h, 5002, "b");
+        let v = lock_changed_hands_once(&h, "delete");
+        assert!(v.passed, "{}", v.summary);
+        assert_eq!(
+            v.summary,
+            "c took the lock 4000 ms after the delete (leaseTransitions 3), and kept it"
+        );
+    }
+
+    #[test]
+    fn a_holder_replaced_without_a_transition_is_reported_as_overwritten() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 2);
+        fault(&mut h, 1000, "delete");
+        lock(&mut h, 5000, Some("c"), 3);
+        lock(&mut h, 5003, Some("b"), 3);
+        let v = lock_changed_hands_once(&h, "delete");
+        assert!(!v.passed);
+        assert!(
+            v.summary.starts_with(
+                "the lock changed hands 2 times after the delete: c took it 4000 ms after it \
+                 (leaseTransitions 3), then b took it from c 3 ms later (leaseTransitions 3) \
+                 without counting a transition: written from the lock as it was before c took it"
+            ),
+            "{}",
+            v.summary
+        );
+        assert_eq!(v.evidence.len(), 3, "the fault and the two takeovers");
+    }
+
+    #[test]
+    fn a_lock_nobody_took_after_the_fault_did_not_change_hands() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 2);
+        fault(&mut h, 1000, "delete");
+        let v = lock_changed_hands_once(&h, "delete");
+        assert!(!v.passed);
+        assert_eq!(v.summary, "the lock never changed hands after the delete");
+        assert!(!lock_changed_hands_once(&h, "crash").passed);
     }
 
     #[test]

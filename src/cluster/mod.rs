@@ -92,7 +92,8 @@ pub enum Capability {
     NodeAccess,
     /// reject/allow of chosen API requests.
     ApiFaults,
-    /// delay, skew and evict: only the simulator can do them soundly.
+    /// delay, skew and evict, and holding chosen requests: only the simulator can do them
+    /// soundly.
     SimOnly,
     /// The audit of writes by pod, for the single-writer check.
     Audit,
@@ -115,7 +116,9 @@ impl Capability {
         match self {
             Self::NodeAccess => "crash, freeze or cut off pods and nodes (no access to the nodes)",
             Self::ApiFaults => "make the API server reject chosen requests",
-            Self::SimOnly => "delay API traffic, skew clocks or evict chosen pods",
+            Self::SimOnly => {
+                "delay API traffic, hold chosen requests, skew clocks or evict chosen pods"
+            }
             Self::Audit => {
                 "follow the audit of writes (set OPCONFORM_AUDIT_LOG to the API server's audit log)"
             }

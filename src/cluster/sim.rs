@@ -14,7 +14,7 @@ use tokio::sync::broadcast;
 
 use super::{Placement, Provider, ProviderError};
 use crate::audit::{AuditFeed, AuditRecord, PodRef};
-use crate::fault::{Cut, NodeFault, PodFault, RequestMatch};
+use crate::fault::{Cut, Milestone, NodeFault, PodFault, RequestMatch};
 use crate::fault::{FaultError, FaultEvent, FaultLog, FaultStore};
 use crate::sim::apiserver::ServerHandle;
 use crate::sim::apiserver::audit::AuditEvent;
@@ -222,6 +222,31 @@ pub fn hold_sender(
         .hold_sender(matches.into(), span, after.map(Into::into))
 }
 
+/// Holds the next request matching `matches` unserved (its pod keeps running) until a
+/// request matching `until` has reached `milestone` since now, or for at most `limit`, then
+/// serves it; returns the rule's id. The fault log shows the request held (`defer`) and let
+/// go (`serve`; see [`deferral_timed_out`]). Only the simulated API server can do this.
+pub fn defer_until(
+    cluster: &SimCluster,
+    matches: RequestMatch,
+    until: RequestMatch,
+    milestone: Milestone,
+    limit: Duration,
+) -> u64 {
+    cluster.server().state().faults.defer_until(
+        matches.into(),
+        until.into(),
+        milestone.into(),
+        limit,
+    )
+}
+
+/// Whether the detail of a `serve` fault says the held request was let go because its
+/// limit ran out, not because the request it waited for got there.
+pub fn deferral_timed_out(detail: &str) -> bool {
+    detail.starts_with(simulated::DEFER_TIMED_OUT)
+}
+
 /// Carries out a pod fault on simulated kubelets (the local provider's nodes), without
 /// logging it.
 ///
@@ -272,6 +297,15 @@ impl From<RequestMatch> for simulated::RequestMatch {
             name: m.name,
             pod: m.pod,
             user: m.user,
+        }
+    }
+}
+
+impl From<Milestone> for simulated::Milestone {
+    fn from(milestone: Milestone) -> Self {
+        match milestone {
+            Milestone::Arrived => Self::Arrived,
+            Milestone::Answered => Self::Answered,
         }
     }
 }
@@ -536,6 +570,55 @@ mod tests {
             serde_json::to_value(&meant).unwrap(),
             "remembered refusals read the same"
         );
+    }
+
+    #[tokio::test]
+    async fn a_deferral_let_go_by_its_limit_reads_as_timed_out_and_one_let_go_in_time_does_not() {
+        let faults = simulated::Faults::new();
+        let writes_of = |pod: &str| RequestMatch {
+            verbs: vec!["update".into()],
+            resource: Some("leases".into()),
+            pod: Some(format!("ops/{pod}")),
+            ..RequestMatch::default()
+        };
+        let pod = |name: &str| crate::sim::apiserver::audit::PodRef {
+            namespace: "ops".into(),
+            name: name.into(),
+            uid: name.into(),
+        };
+        let (b, c) = (pod("b"), pod("c"));
+        let write = |from| simulated::RequestFacts {
+            verb: "update",
+            resource: "leases",
+            pod: Some(from),
+            ..Default::default()
+        };
+        for (milestone, limit) in [
+            (Milestone::Arrived, Duration::from_millis(20)),
+            (Milestone::Answered, Duration::from_secs(10)),
+        ] {
+            faults.defer_until(
+                writes_of("c").into(),
+                writes_of("b").into(),
+                milestone.into(),
+                limit,
+            );
+        }
+        // B's write never comes: C's first is let go by its limit.
+        let simulated::Verdict::Defer(first) = faults.verdict(&write(&c)) else {
+            panic!("the first rule holds C's write");
+        };
+        faults.defer(first, "update leases").await;
+        let timed_out = faults.log().pop().unwrap().detail;
+        assert!(deferral_timed_out(&timed_out), "{timed_out}");
+        // B's write was answered before C's next one: that one goes at once.
+        drop(faults.arrived(&write(&b)));
+        let simulated::Verdict::Defer(second) = faults.verdict(&write(&c)) else {
+            panic!("the second rule holds C's next write");
+        };
+        faults.defer(second, "update leases").await;
+        let in_time = faults.log().pop().unwrap().detail;
+        assert!(!deferral_timed_out(&in_time), "{in_time}");
     }
 
     #[test]

@@ -636,24 +636,39 @@ struct LockState {
 }
 
 fn lease_state(lease: &Lease) -> LockState {
-    let spec = lease.spec.as_ref();
     LockState {
-        holder: spec
-            .and_then(|s| s.holder_identity.as_deref())
-            .and_then(holder_of_identity),
-        transitions: spec.and_then(|s| s.lease_transitions).map(i64::from),
+        holder: lease_holder(lease),
+        transitions: lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_transitions)
+            .map(i64::from),
     }
+}
+
+/// The replica holding a Lease, as the history records it (see [`holder_of_identity`]).
+pub fn lease_holder(lease: &Lease) -> Option<String> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .and_then(holder_of_identity)
 }
 
 fn config_map_state(cm: &ConfigMap) -> LockState {
     LockState {
-        holder: cm
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "Pod")
-            .map(|o| o.name.clone()),
+        holder: config_map_holder(cm),
         transitions: None,
     }
+}
+
+/// The replica holding a leader-for-life lock ConfigMap, as the history records it: its
+/// Pod owner.
+pub fn config_map_holder(cm: &ConfigMap) -> Option<String> {
+    cm.owner_references()
+        .iter()
+        .find(|o| o.kind == "Pod")
+        .map(|o| o.name.clone())
 }
 
 struct LockWatch<K> {

@@ -97,6 +97,7 @@ fn undo_of(verb: &str) -> Option<&'static str> {
         "partition" => Some("repair"),
         "reject" => Some("allow"),
         "delay" => Some("undelay"),
+        "defer" => Some("serve"),
         _ => None,
     }
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::wait::eventually;
 use super::{Dur, World};
-use crate::fault::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
+use crate::fault::{Cut, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestMatch};
 use crate::record::Observation;
 
 fn leader(world: &World) -> String {
@@ -468,4 +468,181 @@ async fn frozen_replica_swapped(world: &mut World) {
 #[when("the frozen replica is released")]
 async fn frozen_replica_released(world: &mut World) {
     release_frozen(world).await;
+}
+
+/// Freezes the leader with no end of its own: it stays frozen until "the frozen replica
+/// is released", or the scenario ends. Unlike a deleted leader it is not replaced by a new
+/// Pod, so no other replica joins the standbys.
+#[when("the leader is frozen")]
+async fn leader_frozen(world: &mut World) {
+    let pod = leader(world);
+    pod_fault(world, &pod, PodFault::Hold).await;
+    world.remembered.insert(FROZEN.into(), pod);
+}
+
+/// The longest the API server holds each of two racing lock writes: longer than it takes
+/// two polling standbys to both see an expired lease (client-go waits up to 2.2 retry
+/// periods between tries), short enough that a race that cannot happen fails the scenario
+/// instead of hanging it.
+const RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Where the racing step remembers its two rules' ids, each with the standby it holds.
+const RACE_RULES: &str = "racing lock write rules";
+
+#[when("two standbys' next lock writes are made to race")]
+async fn lock_writes_race(world: &mut World) {
+    let leader = leader(world);
+    // Running, whether or not a gauge of theirs was scraped yet: an elector may publish its
+    // gauge only once it has tried the lock.
+    let mut standbys = running_replicas(&world.history_so_far());
+    standbys.retain(|r| *r != leader);
+    let [b, c] = standbys.as_slice() else {
+        panic!(
+            "two running standbys beside {leader} are needed, seen: {standbys:?} (wait for them \
+             first, with \"within {{duration}} the other replicas are ready standbys\")"
+        )
+    };
+    let cluster = world
+        .cluster()
+        .unwrap_or_else(|e| panic!("{} (tag the scenario @sim-only)", super::chain(&e)));
+    let namespace = world.operator_namespace().expect("cluster");
+    let lock = &world.subject().lock;
+    let (group, resource) = lock_resource(world);
+    let writes_of = |pod: &str| RequestMatch {
+        verbs: vec!["update".into(), "patch".into()],
+        group: Some(group.into()),
+        resource: Some(resource.into()),
+        namespace: Some(namespace.clone()),
+        name: Some(lock.name.clone()),
+        pod: Some(format!("{namespace}/{pod}")),
+        ..RequestMatch::default()
+    };
+    // Whichever standby writes first, C's write is served first, and B's — sent before B
+    // could see C's — after it, against a lock C has changed.
+    let first = crate::cluster::sim::defer_until(
+        cluster,
+        writes_of(c),
+        writes_of(b),
+        Milestone::Arrived,
+        RACE_LIMIT,
+    );
+    let second = crate::cluster::sim::defer_until(
+        cluster,
+        writes_of(b),
+        writes_of(c),
+        Milestone::Answered,
+        RACE_LIMIT,
+    );
+    world
+        .remembered
+        .insert(RACE_RULES.into(), format!("{first} {c} {second} {b}"));
+    world.note(&format!(
+        "{c}'s next lock write waits for {b}'s to arrive; {b}'s, for {c}'s to be answered"
+    ));
+}
+
+/// The API group and resource of the operator's lock.
+fn lock_resource(world: &World) -> (&'static str, &'static str) {
+    match world.subject().lock.kind {
+        crate::subject::LockKind::Lease => ("coordination.k8s.io", "leases"),
+        crate::subject::LockKind::ConfigMap => ("", "configmaps"),
+    }
+}
+
+/// The replica holding the lock now, read from the API server, as the history names it.
+async fn lock_holder_now(world: &World) -> Result<Option<String>, String> {
+    use crate::record::recorder::{config_map_holder, lease_holder};
+    use crate::subject::LockKind;
+    async fn holder<K>(
+        api: Api<K>,
+        name: &str,
+        of: fn(&K) -> Option<String>,
+    ) -> kube::Result<Option<String>>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        Ok(api.get_opt(name).await?.as_ref().and_then(of))
+    }
+    let ns = world.operator_namespace().expect("cluster");
+    let client = world.client().expect("cluster");
+    let lock = &world.subject().lock;
+    let name = lock.name.as_str();
+    match lock.kind {
+        LockKind::Lease => holder(Api::namespaced(client, &ns), name, lease_holder).await,
+        LockKind::ConfigMap => holder(Api::namespaced(client, &ns), name, config_map_holder).await,
+    }
+    .map_err(|e| format!("reading the lock {ns}/{name}: {e}"))
+}
+
+#[then(expr = "within {duration} the two standbys' lock writes raced")]
+async fn lock_writes_raced(world: &mut World, within: Dur) {
+    let remembered = world
+        .remembered
+        .get(RACE_RULES)
+        .expect("a step made two standbys' lock writes race before this one")
+        .clone();
+    let words: Vec<&str> = remembered.split(' ').collect();
+    // (the rule as the fault log names it, the standby whose write it holds)
+    let rules: Vec<(String, &str)> = words
+        .chunks(2)
+        .map(|pair| (format!("rule {}: ", pair[0]), pair[1]))
+        .collect();
+    let lock = &world.subject().lock.name;
+    let (_, lock_resource) = lock_resource(world);
+    let what = "both racing lock writes answered, and the history's lock caught up with the lock";
+    let served = eventually(within.0, what, || async {
+        let history = world.history_so_far();
+        let mut served = Vec::new();
+        for (rule, pod) in &rules {
+            let mut armed = None;
+            let mut serve = None;
+            for e in history.entries() {
+                if let Observation::Fault {
+                    verb,
+                    target,
+                    detail,
+                } = &e.observation
+                    && target.starts_with(rule.as_str())
+                {
+                    match verb.as_str() {
+                        "arm" => armed = Some(e.time),
+                        "serve" => serve = Some((e.time, detail.clone())),
+                        _ => {}
+                    }
+                }
+            }
+            let (Some(armed), Some((serve_time, detail))) = (armed, serve) else {
+                return Err(format!("{rule}{pod}'s lock write not let go yet"));
+            };
+            // The audit has a request once it was answered, stamped when it arrived.
+            let answered = history.entries().iter().any(|e| {
+                matches!(&e.observation, Observation::Write { replica, resource, name, .. }
+                    if replica == pod && resource == lock_resource && name == lock)
+                    && armed <= e.time
+                    && e.time <= serve_time
+            });
+            if !answered {
+                return Err(format!("{rule}{pod}'s lock write let go, not yet answered"));
+            }
+            served.push((format!("{pod}: {detail}"), detail));
+        }
+        // The writes the rules held are the race's last changes of the lock: once the
+        // recorded holder is the lock's, the recorder has seen them.
+        let recorded = super::leadership::recorded_holder(&history);
+        let now = lock_holder_now(world).await?;
+        if recorded != now {
+            return Err(format!(
+                "the lock is held by {now:?}, the history's last holder is {recorded:?}"
+            ));
+        }
+        Ok(served)
+    })
+    .await;
+    for (pod_detail, detail) in &served {
+        assert!(
+            !crate::cluster::sim::deferral_timed_out(detail),
+            "the standbys' lock writes did not race: {pod_detail}"
+        );
+        println!("raced: {pod_detail}");
+    }
 }

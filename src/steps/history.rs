@@ -175,3 +175,11 @@ async fn two_leaders_detected(world: &mut World, within: Dur) {
 async fn stale_writer_detected(world: &mut World, within: Dur) {
     wait_for_violation(world, within, "single-writer", check::single_writer).await;
 }
+
+#[then(expr = "the lock changed hands exactly once after the {word}")]
+async fn changed_hands_once(world: &mut World, verb: String) {
+    let history = world.history().await;
+    let v = check::lock_changed_hands_once(&history, &verb);
+    assert!(v.passed, "{}", v.explain(origin(&history)));
+    println!("one takeover: {}", v.summary);
+}

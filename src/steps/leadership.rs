@@ -11,17 +11,22 @@ use super::wait::{eventually, throughout};
 use super::{Dur, World};
 use crate::record::{History, Observation};
 
-/// The replica that leads now, judged from the history: the lock's latest holder, whose
-/// latest gauge sample says "leader", while every other replica's latest sample says not.
-pub fn current_leader(history: &History) -> Option<String> {
-    let holder = history
+/// The lock's holder as last recorded (`None` when free, gone or never seen).
+pub fn recorded_holder(history: &History) -> Option<String> {
+    history
         .entries()
         .iter()
         .filter_map(|e| match &e.observation {
             Observation::Lock { holder, .. } => Some(holder.clone()),
             _ => None,
         })
-        .next_back()??;
+        .next_back()?
+}
+
+/// The replica that leads now, judged from the history: the lock's latest holder, whose
+/// latest gauge sample says "leader", while every other replica's latest sample says not.
+pub fn current_leader(history: &History) -> Option<String> {
+    let holder = recorded_holder(history)?;
     let leaders = leading_now(history);
     (leaders == [holder.as_str()]).then_some(holder)
 }
@@ -239,8 +244,33 @@ pub fn leading_candidates(history: &History) -> Vec<String> {
     replicas.into_iter().filter(|r| !gone.contains(r)).collect()
 }
 
+/// The replicas whose Pod is frozen now: held by a fault and not released since. A frozen
+/// replica is not scraped, so its last gauge sample stands, stale: it leads nothing while
+/// it cannot run.
+fn frozen_now(history: &History) -> std::collections::BTreeSet<String> {
+    let mut frozen = std::collections::BTreeSet::new();
+    for e in history.entries() {
+        let Observation::Fault { verb, target, .. } = &e.observation else {
+            continue;
+        };
+        let Some((_, pod)) = target.strip_prefix("pod ").and_then(|t| t.rsplit_once('/')) else {
+            continue;
+        };
+        match verb.as_str() {
+            "hold" => {
+                frozen.insert(pod.to_string());
+            }
+            "release" => {
+                frozen.remove(pod);
+            }
+            _ => {}
+        }
+    }
+    frozen
+}
+
 /// The replicas whose latest gauge sample says they lead, leaving out Pods that are
-/// terminating or gone.
+/// terminating or gone, and replicas frozen now.
 pub fn leading_now(history: &History) -> Vec<String> {
     let mut latest: std::collections::BTreeMap<String, bool> = Default::default();
     let mut gone: std::collections::BTreeSet<String> = Default::default();
@@ -261,9 +291,10 @@ pub fn leading_now(history: &History) -> Vec<String> {
             _ => {}
         }
     }
+    let frozen = frozen_now(history);
     latest
         .into_iter()
-        .filter(|(r, leads)| *leads && !gone.contains(r))
+        .filter(|(r, leads)| *leads && !gone.contains(r) && !frozen.contains(r))
         .map(|(r, _)| r)
         .collect()
 }
@@ -461,6 +492,29 @@ mod tests {
             },
         );
         assert!(leading_now(&h).is_empty());
+    }
+
+    #[test]
+    fn a_frozen_replica_does_not_lead_now_until_it_is_released() {
+        let t = Utc::now();
+        let at = |ms: i64| t + chrono::Duration::milliseconds(ms);
+        let fault = |verb: &str| Observation::Fault {
+            verb: verb.into(),
+            target: "pod ops/a".into(),
+            detail: String::new(),
+        };
+        let mut h = History::new();
+        h.push(
+            at(0),
+            Observation::Gauge {
+                replica: "a".into(),
+                leader: true,
+            },
+        );
+        h.push(at(100), fault("hold"));
+        assert!(leading_now(&h).is_empty(), "its last sample is stale");
+        h.push(at(200), fault("release"));
+        assert_eq!(leading_now(&h), vec!["a".to_string()]);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //!
 //! - `GET  /opconform/v1/faults`: the rules in force and the fault log;
 //! - `POST /opconform/v1/faults/rules` `{"match": {…}, "action": {"action": "reject", "code": 500, "reason": "InternalError", "message": "…"}}`
-//!   or `{"action": {"action": "delay", "millis": 200}}` → `{"id": N}`;
+//!   or `{"action": {"action": "delay", "millis": 200}}`, or
+//!   `{"action": {"action": "defer", "until": {…}, "milestone": "arrived"|"answered", "millis": 10000}}`
+//!   → `{"id": N}`;
 //! - `DELETE /opconform/v1/faults/rules/N`: allow (remove the rule);
 //! - `POST /opconform/v1/faults/pods/NAMESPACE/NAME` with a [`PodFault`];
 //! - `POST /opconform/v1/faults/nodes/NAME` with a [`NodeFault`].
@@ -77,7 +79,7 @@ pub fn serve(
         )),
         (&Method::POST, ["rules"]) => {
             let rule: NewRule = serde_json::from_slice(body).map_err(|e| {
-                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\", ...}}", e)
+                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\"|\"defer\", ...}}", e)
             })?;
             if rule.after.is_some() && !matches!(rule.action, RuleAction::Hold { .. }) {
                 return Err(ApiError::BadRequest(
@@ -100,6 +102,16 @@ pub fn serve(
                     rule.matches,
                     std::time::Duration::from_millis(millis),
                     rule.after,
+                ),
+                RuleAction::Defer {
+                    until,
+                    milestone,
+                    millis,
+                } => state.faults.defer_until(
+                    rule.matches,
+                    until,
+                    milestone,
+                    std::time::Duration::from_millis(millis),
                 ),
             };
             Ok((201, json!({"id": id})))

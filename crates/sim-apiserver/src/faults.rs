@@ -1,14 +1,16 @@
 //! Faults of the simulated cluster: the API server's request rules (`reject`/`allow`,
-//! `delay`, and the one-shot `hold` of the pod that sends a matching request), evaluated
+//! `delay`, the one-shot `hold` of the pod that sends a matching request, and the one-shot
+//! `defer` of a matching request until another has arrived or been answered), evaluated
 //! in order with the first non-pass verdict winning, and the log of every fault applied
 //! and undone (process and network faults are carried out by the kubelets; they are logged
 //! here too), so a history can show when each was in force.
 
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use crate::audit::PodRef;
 
@@ -117,6 +119,40 @@ pub enum RuleAction {
         /// How long the pod stays frozen, in milliseconds.
         millis: u64,
     },
+    /// Hold the request itself, unserved (its pod keeps running), until a request matching
+    /// `until` has reached `milestone` — counted from when the rule was made, so one that
+    /// came before the held request counts — or for at most `millis`, then serve it. Fires
+    /// once, at the first matching request, and is removed.
+    Defer {
+        /// The request it waits for.
+        until: RequestMatch,
+        /// How far that request must have got.
+        milestone: Milestone,
+        /// The longest the request is held, in milliseconds: then it is served anyway.
+        millis: u64,
+    },
+}
+
+/// How far a request has got, for a [`RuleAction::Defer`] waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Milestone {
+    /// It reached the server (authenticated and authorized, before any rule acted on it,
+    /// so a request held by a rule of its own has arrived).
+    Arrived,
+    /// The server is done with it: answered whatever the status (refused by a rule
+    /// included), or given up with its connection.
+    Answered,
+}
+
+impl Milestone {
+    /// What the fault log says: (waiting for it, reached, not reached).
+    fn words(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Arrived => ("has arrived", "arrived", "had not arrived"),
+            Self::Answered => ("has been answered", "was answered", "had not been answered"),
+        }
+    }
 }
 
 /// One rule.
@@ -154,6 +190,74 @@ pub enum Verdict {
     Delay(Duration),
     /// Freeze the requesting pod for this long, then serve (see [`RuleAction::Hold`]).
     Hold(Duration),
+    /// Hold the request until another reached a milestone, then serve (see
+    /// [`RuleAction::Defer`] and [`Faults::defer`]).
+    Defer(Deferral),
+}
+
+/// A request held by a [`RuleAction::Defer`] rule: what it waits for, and for how long at
+/// most. [`Faults::defer`] carries it out.
+#[derive(Debug, Clone)]
+pub struct Deferral {
+    /// The rule that fired.
+    pub rule: u64,
+    /// The rule as the fault log names it (`rule 4: update,patch leases… from pod ops/b`).
+    pub target: String,
+    /// The request waited for, as the fault log describes it.
+    pub until: String,
+    /// How far it must get.
+    pub milestone: Milestone,
+    /// The longest the request is held.
+    pub limit: Duration,
+    met: watch::Receiver<bool>,
+}
+
+impl PartialEq for Deferral {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.rule,
+            &self.target,
+            &self.until,
+            self.milestone,
+            self.limit,
+        ) == (
+            other.rule,
+            &other.target,
+            &other.until,
+            other.milestone,
+            other.limit,
+        )
+    }
+}
+
+impl Eq for Deferral {}
+
+/// The fault log's word for a deferred request served because its limit ran out (it starts
+/// the detail of the `serve` event).
+pub const DEFER_TIMED_OUT: &str = "timed out";
+
+/// What a `defer` rule waits for, from when it was made until the request it holds is
+/// served: whether a request matching `until` has reached `milestone`.
+#[derive(Debug)]
+struct Awaiting {
+    rule: u64,
+    until: RequestMatch,
+    milestone: Milestone,
+    met: watch::Sender<bool>,
+}
+
+/// A request's passage through the server, made by [`Faults::arrived`]: dropped when the
+/// server is done with it, which tells the rules waiting for its answer.
+#[must_use = "dropping it says the request was answered"]
+pub struct Passage<'a> {
+    faults: &'a Faults,
+    facts: RequestFacts<'a>,
+}
+
+impl Drop for Passage<'_> {
+    fn drop(&mut self) {
+        self.faults.reached(Milestone::Answered, &self.facts);
+    }
 }
 
 /// One fault applied or undone, as the history shows it.
@@ -177,6 +281,7 @@ pub struct Faults {
     rules: RwLock<Vec<Rule>>,
     next_id: Mutex<u64>,
     log: Mutex<Vec<FaultEvent>>,
+    awaiting: Mutex<Vec<Awaiting>>,
 }
 
 impl Faults {
@@ -227,6 +332,29 @@ impl Faults {
             RuleAction::Reject { code, reason, .. } => ("reject", format!("{code} {reason}")),
             RuleAction::Delay { millis } => ("delay", format!("{millis}ms")),
             RuleAction::Hold { millis } => ("arm", format!("hold {millis}ms")),
+            RuleAction::Defer {
+                until,
+                milestone,
+                millis,
+            } => {
+                self.awaiting
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Awaiting {
+                        rule: id,
+                        until: until.clone(),
+                        milestone: *milestone,
+                        met: watch::Sender::new(false),
+                    });
+                (
+                    "arm",
+                    format!(
+                        "defer until the {} {}, at most {millis}ms",
+                        describe(until),
+                        milestone.words().0
+                    ),
+                )
+            }
         };
         self.record(verb, &format!("rule {id}: {}", describe(&matches)), &detail);
         self.rules
@@ -296,6 +424,90 @@ impl Faults {
         )
     }
 
+    /// Holds the next request matching `matches` (not its pod) until a request matching
+    /// `until` has reached `milestone` since now, or for at most `limit`, then serves it (a
+    /// one-shot rule, removed when it fires); returns the rule id, which [`Faults::allow`]
+    /// takes to disarm it before it fires. The log shows the request held (`defer`) and let
+    /// go (`serve`, with how long it waited and why).
+    ///
+    /// Two of them make two requests race: B's held until C's has been answered, C's held
+    /// until B's has arrived — whichever comes first, C's is served first and B's after it,
+    /// although B sent it before it could have seen C's effect.
+    ///
+    /// # Caveats
+    /// The request waited for is seen only from the rule's making on, and only once it was
+    /// authenticated and authorized.
+    pub fn defer_until(
+        &self,
+        matches: RequestMatch,
+        until: RequestMatch,
+        milestone: Milestone,
+        limit: Duration,
+    ) -> u64 {
+        self.add(
+            matches,
+            RuleAction::Defer {
+                until,
+                milestone,
+                millis: limit.as_millis() as u64,
+            },
+        )
+    }
+
+    /// Tells the rules that a request arrived (before its verdict); the returned passage,
+    /// dropped when the server is done with the request, tells them it was answered.
+    pub fn arrived<'a>(&'a self, facts: &RequestFacts<'a>) -> Passage<'a> {
+        self.reached(Milestone::Arrived, facts);
+        Passage {
+            faults: self,
+            facts: facts.clone(),
+        }
+    }
+
+    fn reached(&self, milestone: Milestone, facts: &RequestFacts<'_>) {
+        for a in self
+            .awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|a| a.milestone == milestone && !*a.met.borrow() && a.until.matches(facts))
+        {
+            a.met.send_replace(true);
+        }
+    }
+
+    /// Carries out a [`Verdict::Defer`] for the request described by `what`: logs it held
+    /// (`defer`), waits until what it waits for has happened or its limit ran out, and logs
+    /// it let go (`serve`, the detail starting with [`DEFER_TIMED_OUT`] when the limit ran
+    /// out). Does not serve it: the caller does, once this returns.
+    pub async fn defer(&self, deferral: Deferral, what: &str) {
+        let (waiting, reached, missed) = deferral.milestone.words();
+        self.record(
+            "defer",
+            &deferral.target,
+            &format!(
+                "{what}, until the {} {waiting}, at most {}ms",
+                deferral.until,
+                deferral.limit.as_millis()
+            ),
+        );
+        let start = Instant::now();
+        let mut met = deferral.met.clone();
+        let outcome = tokio::time::timeout(deferral.limit, met.wait_for(|m| *m)).await;
+        let waited = start.elapsed().as_millis();
+        let detail = match outcome {
+            Ok(Ok(_)) => format!("{what}, after {waited}ms: the request it waited for {reached}"),
+            _ => format!(
+                "{DEFER_TIMED_OUT} after {waited}ms: {what}, the request it waited for {missed}"
+            ),
+        };
+        self.record("serve", &deferral.target, &detail);
+        self.awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|a| a.rule != deferral.rule);
+    }
+
     /// Tells the rules that a request was served successfully: rules waiting for such a
     /// request (their `after`) apply from now on.
     pub fn served(&self, facts: &RequestFacts<'_>) {
@@ -352,7 +564,8 @@ impl Faults {
         Ok(())
     }
 
-    /// Removes a rule (the undo of `reject` and `delay`, or disarms a `hold` not yet fired).
+    /// Removes a rule (the undo of `reject` and `delay`, or disarms a `hold` or `defer` not
+    /// yet fired).
     ///
     /// # Errors
     /// When no rule has this id.
@@ -368,8 +581,12 @@ impl Faults {
         let verb = match removed.action {
             RuleAction::Reject { .. } => "allow",
             RuleAction::Delay { .. } => "undelay",
-            RuleAction::Hold { .. } => "disarm",
+            RuleAction::Hold { .. } | RuleAction::Defer { .. } => "disarm",
         };
+        self.awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|a| a.rule != id);
         self.record(
             verb,
             &format!("rule {id}: {}", describe(&removed.matches)),
@@ -379,7 +596,8 @@ impl Faults {
     }
 
     /// The verdict for a request: the first rule that matches decides. A `hold` rule
-    /// matches only requests sent from a pod, and is removed as it fires.
+    /// matches only requests sent from a pod; `hold` and `defer` rules are removed as they
+    /// fire.
     pub fn verdict(&self, facts: &RequestFacts<'_>) -> Verdict {
         let (id, verdict) = {
             let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
@@ -408,11 +626,20 @@ impl Faults {
                         RuleAction::Hold { millis } => {
                             Verdict::Hold(Duration::from_millis(*millis))
                         }
+                        RuleAction::Defer {
+                            until,
+                            milestone,
+                            millis,
+                        } => match self.deferral(rule, until, *milestone, *millis) {
+                            Some(deferral) => Verdict::Defer(deferral),
+                            // Allowed meanwhile: nothing to wait for.
+                            None => Verdict::Pass,
+                        },
                     },
                 ),
             }
         };
-        if matches!(verdict, Verdict::Hold(_)) {
+        if matches!(verdict, Verdict::Hold(_) | Verdict::Defer(_)) {
             let mut rules = self.rules.write().unwrap_or_else(|p| p.into_inner());
             match rules.iter().position(|r| r.id == id) {
                 Some(index) => {
@@ -426,6 +653,33 @@ impl Faults {
             }
         }
         verdict
+    }
+}
+
+impl Faults {
+    fn deferral(
+        &self,
+        rule: &Rule,
+        until: &RequestMatch,
+        milestone: Milestone,
+        millis: u64,
+    ) -> Option<Deferral> {
+        let met = self
+            .awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|a| a.rule == rule.id)?
+            .met
+            .subscribe();
+        Some(Deferral {
+            rule: rule.id,
+            target: format!("rule {}: {}", rule.id, describe(&rule.matches)),
+            until: describe(until),
+            milestone,
+            limit: Duration::from_millis(millis),
+            met,
+        })
     }
 }
 
@@ -625,6 +879,185 @@ mod tests {
         assert_eq!(f.verdict(&get), Verdict::Pass);
         f.served(&facts("patch", "memcacheds", None));
         assert_eq!(f.verdict(&get), Verdict::Hold(Duration::from_secs(8)));
+    }
+
+    fn lease_write<'a>(pod: &'a PodRef) -> RequestFacts<'a> {
+        RequestFacts {
+            verb: "update",
+            group: "coordination.k8s.io",
+            resource: "leases",
+            subresource: "",
+            namespace: "ops",
+            name: "lock",
+            pod: Some(pod),
+            user: "u",
+        }
+    }
+
+    fn lease_writes_of(pod: &str) -> RequestMatch {
+        RequestMatch {
+            verbs: vec!["update".into(), "patch".into()],
+            group: Some("coordination.k8s.io".into()),
+            resource: Some("leases".into()),
+            pod: Some(format!("ops/{pod}")),
+            ..Default::default()
+        }
+    }
+
+    fn pod(name: &str) -> PodRef {
+        PodRef {
+            namespace: "ops".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    fn deferral(verdict: Verdict) -> Deferral {
+        match verdict {
+            Verdict::Defer(d) => d,
+            other => panic!("expected a deferral, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deferred_request_is_served_once_the_request_it_waits_for_arrives() {
+        let f = Arc::new(Faults::new());
+        let (b, c) = (pod("b"), pod("c"));
+        f.defer_until(
+            lease_writes_of("c"),
+            lease_writes_of("b"),
+            Milestone::Arrived,
+            Duration::from_secs(10),
+        );
+        let held = deferral(f.verdict(&lease_write(&c)));
+        assert!(f.rules().is_empty(), "a defer rule fires once");
+        let waiting = {
+            let f = f.clone();
+            tokio::spawn(async move { f.defer(held, "update leases ops/lock").await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        // B's write arrives, and is still in the server: C's is let go.
+        let passage = f.arrived(&lease_write(&b));
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("served before its limit")
+            .unwrap();
+        drop(passage);
+        let log = f.log();
+        let verbs: Vec<&str> = log.iter().map(|e| e.verb.as_str()).collect();
+        assert_eq!(verbs, ["arm", "defer", "serve"]);
+        assert_eq!(log[2].target, log[0].target);
+        assert_eq!(
+            log[1].detail,
+            "update leases ops/lock, until the update,patch leases.coordination.k8s.io \
+             from pod ops/b has arrived, at most 10000ms"
+        );
+        assert!(
+            log[2]
+                .detail
+                .ends_with("ms: the request it waited for arrived"),
+            "{}",
+            log[2].detail
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_waited_for_that_came_before_the_deferred_one_counts() {
+        let f = Faults::new();
+        let (b, c) = (pod("b"), pod("c"));
+        f.defer_until(
+            lease_writes_of("b"),
+            lease_writes_of("c"),
+            Milestone::Answered,
+            Duration::from_secs(10),
+        );
+        let passage = f.arrived(&lease_write(&c));
+        assert_eq!(f.verdict(&lease_write(&c)), Verdict::Pass);
+        // Arrived is not answered.
+        let held = deferral(f.verdict(&lease_write(&b)));
+        assert!(!*held.met.borrow());
+        drop(passage);
+        tokio::time::timeout(Duration::from_secs(5), f.defer(held, "update leases"))
+            .await
+            .expect("served at once: C's write was answered before");
+        assert!(f.log().last().unwrap().detail.ends_with("was answered"));
+    }
+
+    #[tokio::test]
+    async fn a_deferred_request_is_served_when_its_limit_runs_out_and_the_log_says_so() {
+        let f = Faults::new();
+        let c = pod("c");
+        f.defer_until(
+            lease_writes_of("c"),
+            lease_writes_of("b"),
+            Milestone::Arrived,
+            Duration::from_millis(50),
+        );
+        let held = deferral(f.verdict(&lease_write(&c)));
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            f.defer(held, "update leases ops/lock"),
+        )
+        .await
+        .expect("the limit lets it go");
+        let served = f.log().pop().unwrap();
+        assert_eq!(served.verb, "serve");
+        assert!(
+            served.detail.starts_with(DEFER_TIMED_OUT)
+                && served
+                    .detail
+                    .ends_with("update leases ops/lock, the request it waited for had not arrived"),
+            "{}",
+            served.detail
+        );
+    }
+
+    #[test]
+    fn two_deferrals_make_the_later_write_be_served_after_the_earlier_whichever_comes_first() {
+        for b_first in [true, false] {
+            let f = Faults::new();
+            let (b, c) = (pod("b"), pod("c"));
+            let limit = Duration::from_secs(10);
+            f.defer_until(
+                lease_writes_of("c"),
+                lease_writes_of("b"),
+                Milestone::Arrived,
+                limit,
+            );
+            f.defer_until(
+                lease_writes_of("b"),
+                lease_writes_of("c"),
+                Milestone::Answered,
+                limit,
+            );
+            let (first, second) = if b_first { (&b, &c) } else { (&c, &b) };
+            let p1 = f.arrived(&lease_write(first));
+            let d1 = deferral(f.verdict(&lease_write(first)));
+            let p2 = f.arrived(&lease_write(second));
+            let d2 = deferral(f.verdict(&lease_write(second)));
+            let (for_b, for_c) = if b_first { (d1, d2) } else { (d2, d1) };
+            assert!(*for_c.met.borrow(), "C goes once B's write arrived");
+            assert!(!*for_b.met.borrow(), "B waits for C's answer");
+            // C's answered: B goes.
+            drop(if b_first { p2 } else { p1 });
+            assert!(*for_b.met.borrow());
+        }
+    }
+
+    #[test]
+    fn a_disarmed_deferral_leaves_nothing_waiting() {
+        let f = Faults::new();
+        let id = f.defer_until(
+            lease_writes_of("c"),
+            lease_writes_of("b"),
+            Milestone::Arrived,
+            Duration::from_secs(1),
+        );
+        f.allow(id).unwrap();
+        assert_eq!(f.verdict(&lease_write(&pod("c"))), Verdict::Pass);
+        assert!(f.awaiting.lock().unwrap().is_empty());
+        assert_eq!(f.log().last().unwrap().verb, "disarm");
     }
 
     #[test]

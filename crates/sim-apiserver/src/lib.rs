@@ -538,9 +538,15 @@ async fn handle(
             pod: pod.as_ref(),
             user: &user.name,
         };
+        // Dropped when this block ends, whatever it answered: rules waiting for this
+        // request's answer learn of it then.
+        let _passage = state.faults.arrived(&facts);
         match state.faults.verdict(&facts) {
             crate::faults::Verdict::Pass => {}
             crate::faults::Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+            crate::faults::Verdict::Defer(deferral) => {
+                state.faults.defer(deferral, &info.summary()).await;
+            }
             crate::faults::Verdict::Hold(span) => {
                 if let (Some(pod), Some(target)) = (pod.as_ref(), state.fault_target()) {
                     let what = info.summary();
@@ -773,7 +779,10 @@ fn aggregated_response(
         .get(hyper::header::IF_NONE_MATCH)
         .is_some_and(|v| v.as_bytes() == etag.as_bytes())
     {
-        full(304, aggregated::CONTENT_TYPE, Vec::new())
+        // As kube-apiserver: a 304 names no Content-Type.
+        let mut not_modified = full(304, aggregated::CONTENT_TYPE, Vec::new());
+        not_modified.headers_mut().remove(CONTENT_TYPE);
+        not_modified
     } else if form == aggregated::Form::AggregatedYaml {
         let yaml = serde_yaml::to_string(body).unwrap_or_default();
         full(200, aggregated::CONTENT_TYPE_YAML, yaml.into_bytes())
