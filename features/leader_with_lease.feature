@@ -87,12 +87,13 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @sim-only @audit @memcached
+  @request-rules @audit @memcached
   Scenario: A leader frozen in the middle of a reconcile wakes after the takeover and its write guard refuses the stale write
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
+    And the operator has been idle for 1s
     When memcached "cache" is scaled to 2 while the leader is frozen for 8s as it reads the Deployment
     Then within 20s another replica leads
     And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
@@ -100,12 +101,13 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
-  @sim-only @audit @memcached
+  @request-rules @audit @memcached
   Scenario: Without the write guard the same frozen leader writes after the takeover, and the checkers report the split brain
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s and flags "--write-guard off"
     And a Memcached "cache" of size 1
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
+    And the operator has been idle for 1s
     When memcached "cache" is scaled to 2 while the leader is frozen for 8s as it reads the Deployment
     Then within 20s another replica leads
     And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
@@ -130,14 +132,15 @@ Feature: Leader with lease
     And the old leader stopped leading at most 3500ms after the reject
     And there was never more than one leader
 
-  @sim-only
+  @request-rules
   # Two standbys that both saw the lease expire both write it to take it. An elector that
   # updates the Lease with the resourceVersion it read (client-go, ours) gets 409 Conflict
   # for the second write; one that writes without that precondition (a merge patch of
   # holderIdentity) is not refused: the second write silently replaces the holder the
-  # first had just written, and both believe they lead until their next try. The API
-  # server makes the race happen every time: C's write waits until B's has arrived, B's
-  # until C's has been answered, so B's — sent before B could see C's — lands second.
+  # first had just written, and both believe they lead until their next try. The request
+  # rules (in the simulated API server, or in the pods' proxies on local) make the race
+  # happen every time: C's write waits until B's has arrived, B's until C's has been
+  # answered, so B's — sent before B could see C's — lands second.
   # The leader is frozen, not deleted: a deleted one's replacement Pod would be a third
   # candidate that might take the lease before B and C try. The long lease keeps a write
   # held while the other standby is still waiting for the lease to expire (up to about

@@ -92,9 +92,11 @@ pub enum Capability {
     NodeAccess,
     /// reject/allow of chosen API requests.
     ApiFaults,
-    /// delay, skew and evict, and holding chosen requests: only the simulator can do them
-    /// soundly.
+    /// delay, skew and evict: only the simulator can do them soundly.
     SimOnly,
+    /// Holding or deferring chosen API requests, judged one by one: the simulated API
+    /// server, or our kubelet's pod proxies in front of a real one (local).
+    RequestRules,
     /// The audit of writes by pod, for the single-writer check.
     Audit,
     /// Skewing a pod's wall clock: libfaketime (Debian package `faketime`) on the simulator.
@@ -103,10 +105,11 @@ pub enum Capability {
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 5] = [
+    pub const ALL: [Capability; 6] = [
         Capability::NodeAccess,
         Capability::ApiFaults,
         Capability::SimOnly,
+        Capability::RequestRules,
         Capability::Audit,
         Capability::ClockSkew,
     ];
@@ -116,8 +119,9 @@ impl Capability {
         match self {
             Self::NodeAccess => "crash, freeze or cut off pods and nodes (no access to the nodes)",
             Self::ApiFaults => "make the API server reject chosen requests",
-            Self::SimOnly => {
-                "delay API traffic, hold chosen requests, skew clocks or evict chosen pods"
+            Self::SimOnly => "delay API traffic, skew clocks or evict chosen pods",
+            Self::RequestRules => {
+                "hold or defer chosen API requests (it cannot judge requests one by one)"
             }
             Self::Audit => {
                 "follow the audit of writes (set OPCONFORM_AUDIT_LOG to the API server's audit log)"
@@ -134,6 +138,7 @@ impl Capability {
             Self::NodeAccess => "node-access",
             Self::ApiFaults => "api-faults",
             Self::SimOnly => "sim-only",
+            Self::RequestRules => "request-rules",
             Self::Audit => "audit",
             Self::ClockSkew => "clock-skew",
         }
@@ -210,6 +215,12 @@ pub trait Provider: Send + Sync {
     async fn keep_artifacts(&self, dir: &Path);
     /// The simulated cluster, when the provider is the simulator.
     fn simulated(&self) -> Option<&crate::sim::cluster::SimCluster> {
+        None
+    }
+    /// The request rules that hold, defer, delay or reject chosen API requests, when the
+    /// provider judges requests one by one: in the simulated API server (sim), in the pods'
+    /// proxies (local, whose kubelet is ours).
+    fn request_rules(&self) -> Option<std::sync::Arc<crate::sim::faults::Faults>> {
         None
     }
     /// Whether pod IPs can be reached from the harness (pods run as local processes);

@@ -6,6 +6,7 @@
 //! which also holds what its API server and kubelets record as they carry faults out.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -201,6 +202,10 @@ impl Provider for SimProvider {
         Some(&self.cluster)
     }
 
+    fn request_rules(&self) -> Option<Arc<simulated::Faults>> {
+        Some(self.cluster.server().state().faults.clone())
+    }
+
     async fn teardown(self: Box<Self>) {
         self.cluster.shutdown().await;
     }
@@ -208,37 +213,30 @@ impl Provider for SimProvider {
 
 /// Freezes the pod that next sends a request matching `matches` for `span`, before that
 /// request is served (with `after`: its first such request after one matching `after` was
-/// served); returns the rule's id. Only the simulated API server can do this.
+/// served); returns the rule's id. Only providers with [`Provider::request_rules`] can do
+/// this.
 pub fn hold_sender(
-    cluster: &SimCluster,
+    rules: &simulated::Faults,
     matches: RequestMatch,
     span: Duration,
     after: Option<RequestMatch>,
 ) -> u64 {
-    cluster
-        .server()
-        .state()
-        .faults
-        .hold_sender(matches.into(), span, after.map(Into::into))
+    rules.hold_sender(matches.into(), span, after.map(Into::into))
 }
 
 /// Holds the next request matching `matches` unserved (its pod keeps running) until a
 /// request matching `until` has reached `milestone` since now, or for at most `limit`, then
 /// serves it; returns the rule's id. The fault log shows the request held (`defer`) and let
-/// go (`serve`; see [`deferral_timed_out`]). Only the simulated API server can do this.
+/// go (`serve`; see [`deferral_timed_out`]). Only providers with
+/// [`Provider::request_rules`] can do this.
 pub fn defer_until(
-    cluster: &SimCluster,
+    rules: &simulated::Faults,
     matches: RequestMatch,
     until: RequestMatch,
     milestone: Milestone,
     limit: Duration,
 ) -> u64 {
-    cluster.server().state().faults.defer_until(
-        matches.into(),
-        until.into(),
-        milestone.into(),
-        limit,
-    )
+    rules.defer_until(matches.into(), until.into(), milestone.into(), limit)
 }
 
 /// Whether the detail of a `serve` fault says the held request was let go because its

@@ -495,10 +495,13 @@ impl Suite {
             (ProviderKind::Sim, Capability::ClockSkew) => crate::cluster::sim::can_skew_clocks(),
             (ProviderKind::Sim, _) => true,
             (ProviderKind::Local, Capability::ClockSkew) => crate::cluster::sim::can_skew_clocks(),
-            // Our kubelet does the pod and node faults; admission policies the rejects; the
-            // hold-at-request rule and the simulator's own scenarios stay on sim.
+            // Our kubelet does the pod and node faults, its pods' proxies the request rules;
+            // admission policies the rejects; the simulator's own scenarios stay on sim.
             (ProviderKind::Local, c) => c != Capability::SimOnly,
-            (ProviderKind::Kind, c) => !matches!(c, Capability::SimOnly | Capability::ClockSkew),
+            (ProviderKind::Kind, c) => !matches!(
+                c,
+                Capability::SimOnly | Capability::ClockSkew | Capability::RequestRules
+            ),
             (ProviderKind::Kubeconfig, Capability::Audit) => self.kubeconfig.audit_log.is_some(),
             (ProviderKind::Kubeconfig, _) => false,
         }

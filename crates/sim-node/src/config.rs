@@ -253,6 +253,11 @@ pub struct KubeletConfig {
     /// (`status.daemonEndpoints.kubeletEndpoint.Port`); set to the port actually bound when
     /// the API server reads logs from kubelets.
     pub kubelet_port: u16,
+    /// Request rules its pods' proxies judge every API request by (holding the sender,
+    /// deferring, delaying, rejecting), terminating the pods' TLS to read them: for a real
+    /// API server, which the harness cannot make judge requests. `None` passes the bytes
+    /// through (the simulated API server judges them itself).
+    pub request_rules: Option<std::sync::Arc<sim_apiserver::faults::Faults>>,
 }
 
 impl KubeletConfig {
@@ -274,6 +279,7 @@ impl KubeletConfig {
             restart_backoff_cap: Duration::from_secs(300),
             log_limit_bytes: 1024 * 1024,
             kubelet_port: 10250,
+            request_rules: None,
         }
     }
 }

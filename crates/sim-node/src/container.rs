@@ -463,7 +463,7 @@ impl ContainerTask {
         if automount {
             write(sa_dir.join("token"), &token)?;
         }
-        write(sa_dir.join("ca.crt"), &self.shared.server.ca_pem())?;
+        write(sa_dir.join("ca.crt"), &self.shared.pod_ca_pem())?;
         write(sa_dir.join("namespace"), namespace)?;
         let user = format!("system:serviceaccount:{namespace}:{account}");
         let server = format!("https://{}", self.pod.proxy.addr());
@@ -471,7 +471,7 @@ impl ContainerTask {
             &sim_apiserver::kubeconfig(
                 &self.shared.server.cluster_name(),
                 &server,
-                &self.shared.server.ca_pem(),
+                &self.shared.pod_ca_pem(),
                 &user,
                 &token,
             ),

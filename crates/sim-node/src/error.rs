@@ -18,6 +18,15 @@ pub enum KubeletError {
         #[source]
         source: ProxyError,
     },
+    /// Its pods' proxies could not be made ready to inspect requests.
+    #[error("cannot make the pod proxies of node {node} inspect requests")]
+    Inspect {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: crate::inspect::InspectError,
+    },
     /// The kubelet's API client could not be built.
     #[error("cannot build the api client of node {node}")]
     Client {

@@ -40,6 +40,7 @@ pub mod container;
 pub mod env;
 mod error;
 pub mod image;
+pub mod inspect;
 pub mod logs;
 pub mod node;
 pub mod pod;
@@ -137,7 +138,18 @@ impl Kubelet {
                 node: node.clone(),
                 source,
             })?;
+        let inspection = match &config.request_rules {
+            Some(rules) => Some(
+                self::inspect::NodeInspection::new(&node, rules.clone(), &server.ca_pem())
+                    .map_err(|source| KubeletError::Inspect {
+                        node: node.clone(),
+                        source,
+                    })?,
+            ),
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            inspection,
             ips: Mutex::new(IpPool {
                 prefix: config.pod_ip_prefix,
                 next: 1,

@@ -267,10 +267,27 @@ async fn setup(
             })
             .map_err(release)?;
     }
-    let proxy = Proxy::start(
+    let inspection = shared.inspection.as_ref().map(|i| {
+        let account = spec
+            .service_account_name
+            .clone()
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "default".into());
+        i.for_pod(
+            PodRef {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: uid.clone(),
+            },
+            format!("system:serviceaccount:{namespace}:{account}"),
+            crate::inspect::node_pods(shared),
+        )
+    });
+    let proxy = Proxy::start_inspecting(
         &format!("pod {namespace}/{name}"),
         shared.server.addr(),
         IpAddr::V4(ip),
+        inspection,
     )
     .await
     .map_err(PodError::Proxy)

@@ -1,15 +1,19 @@
 //! A TCP proxy in front of the API server for one pod or one node's kubelet. It connects
 //! upstream from the pod's (or node's) own loopback address, so the audit knows who is
 //! asking, and it is where network faults act: partition (drop or hang connections, one
-//! way or both), repair, and added latency. TLS passes through untouched.
+//! way or both), repair, and added latency. TLS passes through untouched, unless the
+//! proxy inspects requests ([`crate::inspect`]: in front of a real API server, where the
+//! request rules act here), and then the faults act on the pod's side of it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
+
+use crate::inspect::Inspection;
 
 /// Errors of the proxy.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +67,20 @@ impl Proxy {
         upstream: SocketAddr,
         source: IpAddr,
     ) -> Result<Self, ProxyError> {
+        Self::start_inspecting(owner, upstream, source, None).await
+    }
+
+    /// [`Proxy::start`], judging each request by the request rules when `inspection` is
+    /// given.
+    ///
+    /// # Errors
+    /// When the listening socket cannot be bound.
+    pub(crate) async fn start_inspecting(
+        owner: &str,
+        upstream: SocketAddr,
+        source: IpAddr,
+        inspection: Option<Inspection>,
+    ) -> Result<Self, ProxyError> {
         let listener = TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))
             .await
             .map_err(|source| ProxyError::Bind {
@@ -75,7 +93,7 @@ impl Proxy {
         })?;
         let settings = Arc::new(Mutex::new(Settings::default()));
         let (changes, rx) = watch::channel(Settings::default());
-        tokio::spawn(accept_loop(listener, upstream, source, rx));
+        tokio::spawn(accept_loop(listener, upstream, source, inspection, rx));
         Ok(Self {
             addr,
             settings,
@@ -132,6 +150,7 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
     source: IpAddr,
+    inspection: Option<Inspection>,
     mut settings: watch::Receiver<Settings>,
 ) {
     loop {
@@ -150,11 +169,20 @@ async fn accept_loop(
             drop(client);
             continue;
         }
-        tokio::spawn(connection(client, upstream, source, settings.clone()));
+        tokio::spawn(connection(
+            client,
+            upstream,
+            source,
+            inspection.clone(),
+            settings.clone(),
+        ));
     }
 }
 
-async fn connect_from(source: IpAddr, upstream: SocketAddr) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect_from(
+    source: IpAddr,
+    upstream: SocketAddr,
+) -> std::io::Result<TcpStream> {
     let socket = match source {
         IpAddr::V4(_) => TcpSocket::new_v4()?,
         IpAddr::V6(_) => TcpSocket::new_v6()?,
@@ -169,14 +197,46 @@ async fn connection(
     client: TcpStream,
     upstream: SocketAddr,
     source: IpAddr,
+    inspection: Option<Inspection>,
     settings: watch::Receiver<Settings>,
 ) {
     let _ = client.set_nodelay(true);
-    let Ok(server) = connect_from(source, upstream).await else {
-        return;
-    };
     let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
+    match inspection {
+        None => {
+            let Ok(server) = connect_from(source, upstream).await else {
+                return;
+            };
+            let (server_read, server_write) = server.into_split();
+            both_ways(
+                client_read,
+                client_write,
+                server_read,
+                server_write,
+                settings,
+            )
+            .await;
+        }
+        Some(inspection) => {
+            // The faults act between the pod and the inspecting side, on the bytes as
+            // they are; the inspecting side makes its own connections upstream.
+            let (near, far) = tokio::io::duplex(64 * 1024);
+            let inspecting = tokio::spawn(crate::inspect::serve(far, inspection, upstream, source));
+            let (near_read, near_write) = tokio::io::split(near);
+            both_ways(client_read, client_write, near_read, near_write, settings).await;
+            inspecting.abort();
+        }
+    }
+}
+
+/// Pumps both directions until either ends.
+async fn both_ways(
+    client_read: impl AsyncRead + Unpin,
+    client_write: impl AsyncWrite + Unpin,
+    server_read: impl AsyncRead + Unpin,
+    server_write: impl AsyncWrite + Unpin,
+    settings: watch::Receiver<Settings>,
+) {
     let up = pump(
         client_read,
         server_write,
@@ -207,8 +267,8 @@ fn blocked(settings: &Settings, direction: Direction) -> bool {
 /// Copies one direction, obeying faults: `Drop` ends the connection, hangs hold the bytes
 /// until repaired, delay sleeps before each chunk.
 async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
     mut settings: watch::Receiver<Settings>,
     direction: Direction,
 ) {

@@ -57,9 +57,24 @@ pub(crate) struct Shared {
     pub(crate) stopping: watch::Sender<bool>,
     pub(crate) ips: Mutex<IpPool>,
     pub(crate) sequence: AtomicU64,
+    /// How the pods' proxies inspect requests, when the kubelet has request rules.
+    pub(crate) inspection: Option<super::inspect::NodeInspection>,
 }
 
 impl Shared {
+    /// The CA bundle a pod trusts: the API server's, and the node's proxy CA when the
+    /// pod's proxy terminates its TLS.
+    pub(crate) fn pod_ca_pem(&self) -> String {
+        let mut pem = self.server.ca_pem();
+        if let Some(inspection) = &self.inspection {
+            if !pem.ends_with('\n') {
+                pem.push('\n');
+            }
+            pem.push_str(inspection.ca_pem());
+        }
+        pem
+    }
+
     /// Waits while the node is held (a held node's kubelet does nothing).
     pub(crate) async fn gate(&self) {
         let mut held = self.held.subscribe();

@@ -12,6 +12,7 @@
 //! | node hold | the kubelet and its pods freeze | release |
 //! | node partition | the node's and its pods' proxies cut: heartbeats stop, and the **real** node lifecycle controller marks it NotReady, taints it and evicts | repair |
 //! | reject | a ValidatingAdmissionPolicy and binding ([`crate::cluster::admission`]), as on kind | allow: both deleted |
+//! | hold a request's sender, defer a request | the pod's API proxy, which terminates the pod's TLS (the pod trusts its node's proxy CA) and judges each request by the request rules | the rule fires once; disarm |
 //!
 //! The audit of writes is kube-apiserver's own JSON audit log (the kind policy), followed
 //! as a file; requests are attributed to pods by their bound ServiceAccount tokens, else by
@@ -51,6 +52,8 @@ pub struct LocalProvider {
     plane: Option<ControlPlane>,
     nodes: Arc<Nodes>,
     client: Client,
+    /// The rules the pods' proxies judge requests by; its log is the fault log.
+    request_rules: Arc<crate::sim::faults::Faults>,
     faults: FaultLog,
     rules: tokio::sync::Mutex<BTreeMap<u64, String>>,
     next_rule: AtomicU64,
@@ -132,6 +135,7 @@ impl LocalProvider {
         };
         let cluster = next_cluster_id();
         let upstream: Arc<dyn crate::sim::kubelet::upstream::Upstream> = Arc::new(plane.upstream());
+        let request_rules = Arc::new(crate::sim::faults::Faults::new());
         let mut kubelets = Vec::new();
         for (index, name) in (1u8..).zip(names) {
             let mut kc = KubeletConfig::new(name, index, dir.path().join(name));
@@ -139,6 +143,7 @@ impl LocalProvider {
             kc.pod_ip_prefix = [100 + index, cluster];
             kc.images = images.clone();
             kc.heartbeat_interval = Duration::from_millis(500);
+            kc.request_rules = Some(request_rules.clone());
             match Kubelet::start(upstream.clone(), kc).await {
                 Ok(kubelet) => kubelets.push(kubelet),
                 Err(e) => {
@@ -163,7 +168,8 @@ impl LocalProvider {
             plane: Some(plane),
             nodes,
             client,
-            faults: FaultLog::new(),
+            faults: FaultLog::kept_in(request_rules.clone()),
+            request_rules,
             rules: tokio::sync::Mutex::default(),
             next_rule: AtomicU64::new(0),
             tasks: std::sync::Mutex::default(),
@@ -265,6 +271,10 @@ impl Provider for LocalProvider {
             .unwrap_or_else(|p| p.into_inner())
             .push(task.abort_handle());
         followed_or_warned(self.control_plane().audit_log(), kube_apiserver_lines(pods))
+    }
+
+    fn request_rules(&self) -> Option<Arc<crate::sim::faults::Faults>> {
+        Some(self.request_rules.clone())
     }
 
     async fn pod_fault(
