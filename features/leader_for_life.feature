@@ -67,7 +67,7 @@ Feature: Leader for life
     Then within 30s the leader has done the new work
     And no replica wrote after losing leadership
 
-  @sim-only @audit @work @timing
+  @kubelet-faults @audit @work @timing
   Scenario: An evicted leader Pod is deleted by a standby, which then leads
     Given the operator has work
     And within 30s the operator has done work

@@ -157,7 +157,7 @@ Feature: Leader with lease
     And the lock changed hands exactly once after the hold
     And there was never more than one leader
 
-  @sim-only @clock-skew
+  @kubelet-faults @clock-skew
   Scenario: A standby whose clock runs ahead does not take a live lease
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And within 30s exactly one replica leads

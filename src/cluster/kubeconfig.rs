@@ -242,10 +242,10 @@ impl Provider for KubeconfigProvider {
         };
         match fault {
             PodFault::Evict { .. } => Err(sim_only(
-                "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim (tag it @sim-only)",
+                "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim or local (tag it @kubelet-faults)",
             )),
             PodFault::Delay { .. } | PodFault::Skew { .. } => Err(sim_only(
-                "only the simulator can slow one pod's API traffic or skew its clock; run the scenario on sim (tag it @sim-only)",
+                "only the simulator can slow one pod's API traffic or skew its clock; run the scenario on sim or local (tag it @kubelet-faults)",
             )),
             _ => Err(no_node_access(what)),
         }
@@ -321,7 +321,7 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("run the scenario on sim (tag it @sim-only)"),
+            e.contains("run the scenario on sim or local (tag it @kubelet-faults)"),
             "{e}"
         );
         let e = provider
@@ -330,7 +330,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("run the scenario on sim (tag it @sim-only)"),
+            e.contains("run the scenario on sim or local (tag it @kubelet-faults)"),
             "{e}"
         );
         let e = provider

@@ -92,8 +92,11 @@ pub enum Capability {
     NodeAccess,
     /// reject/allow of chosen API requests.
     ApiFaults,
-    /// delay, skew and evict: only the simulator can do them soundly.
+    /// The simulator's own behaviour, checked against its own API server.
     SimOnly,
+    /// delay, skew and evict of chosen pods: our kubelet and its pods' proxies (sim,
+    /// local); a real kubelet evicts under node pressure only and shares its node's clock.
+    KubeletFaults,
     /// Holding or deferring chosen API requests, judged one by one: the simulated API
     /// server, or our kubelet's pod proxies in front of a real one (local).
     RequestRules,
@@ -105,10 +108,11 @@ pub enum Capability {
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 6] = [
+    pub const ALL: [Capability; 7] = [
         Capability::NodeAccess,
         Capability::ApiFaults,
         Capability::SimOnly,
+        Capability::KubeletFaults,
         Capability::RequestRules,
         Capability::Audit,
         Capability::ClockSkew,
@@ -119,7 +123,8 @@ impl Capability {
         match self {
             Self::NodeAccess => "crash, freeze or cut off pods and nodes (no access to the nodes)",
             Self::ApiFaults => "make the API server reject chosen requests",
-            Self::SimOnly => "delay API traffic, skew clocks or evict chosen pods",
+            Self::SimOnly => "run the simulator's own scenarios",
+            Self::KubeletFaults => "delay API traffic, skew clocks or evict chosen pods",
             Self::RequestRules => {
                 "hold or defer chosen API requests (it cannot judge requests one by one)"
             }
@@ -138,6 +143,7 @@ impl Capability {
             Self::NodeAccess => "node-access",
             Self::ApiFaults => "api-faults",
             Self::SimOnly => "sim-only",
+            Self::KubeletFaults => "kubelet-faults",
             Self::RequestRules => "request-rules",
             Self::Audit => "audit",
             Self::ClockSkew => "clock-skew",

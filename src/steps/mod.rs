@@ -500,7 +500,10 @@ impl Suite {
             (ProviderKind::Local, c) => c != Capability::SimOnly,
             (ProviderKind::Kind, c) => !matches!(
                 c,
-                Capability::SimOnly | Capability::ClockSkew | Capability::RequestRules
+                Capability::SimOnly
+                    | Capability::ClockSkew
+                    | Capability::RequestRules
+                    | Capability::KubeletFaults
             ),
             (ProviderKind::Kubeconfig, Capability::Audit) => self.kubeconfig.audit_log.is_some(),
             (ProviderKind::Kubeconfig, _) => false,

@@ -356,7 +356,7 @@ impl Provider for KindProvider {
             PodFault::Evict { .. } => {
                 return Err(self.unsupported(
                     format!("evict pod {target}"),
-                    "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim (tag it @sim-only)",
+                    "a kubelet evicts under real node pressure only, never a chosen pod on request; run the scenario on sim or local (tag it @kubelet-faults)",
                 ));
             }
             PodFault::Hold => {
@@ -374,13 +374,13 @@ impl Provider for KindProvider {
             PodFault::Delay { millis } => {
                 return Err(self.unsupported(
                     format!("delay pod {target}'s API traffic by {millis}ms"),
-                    "kind has no sound way to slow one pod's API traffic; run the scenario on sim (tag it @sim-only)",
+                    "kind has no sound way to slow one pod's API traffic; run the scenario on sim or local (tag it @kubelet-faults)",
                 ));
             }
             PodFault::Skew { seconds } => {
                 return Err(self.unsupported(
                     format!("skew pod {target}'s clock by {seconds:+}s"),
-                    "containers share their node's clock; run the scenario on sim (tag it @sim-only)",
+                    "containers share their node's clock; run the scenario on sim or local (tag it @kubelet-faults)",
                 ));
             }
         };
