@@ -267,6 +267,893 @@ fn lease_path(name: &str) -> String {
 }
 
 fn interactions() -> Vec<Interaction> {
+    let mut all = core_interactions();
+    all.extend(certificate_interactions());
+    all.extend(ephemeral_container_interactions());
+    all
+}
+
+/// CertificateSigningRequests: creation, approval, signing.
+fn certificate_interactions() -> Vec<Interaction> {
+    use opconform::sim::apiserver::certificates::{pem, x509};
+    use std::sync::LazyLock;
+
+    const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    /// A signer no controller runs: its requests are never signed, on either side.
+    const CUSTOM: &str = "example.com/differential";
+    const CLIENT: &str = "kubernetes.io/kube-apiserver-client";
+
+    /// PEM requests made once, so that both clusters get the same bytes: the client's subject
+    /// is one Go re-encodes (its order, its string types), the serving one has names.
+    static REQUESTS: LazyLock<std::collections::BTreeMap<&'static str, String>> =
+        LazyLock::new(|| {
+            use rcgen::DnType;
+            let make = |subject: &[(DnType, &str)], names: &[&str]| {
+                let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+                let mut params = rcgen::CertificateParams::new(names).unwrap();
+                params.distinguished_name = rcgen::DistinguishedName::new();
+                for (kind, value) in subject {
+                    params.distinguished_name.push(kind.clone(), *value);
+                }
+                let key = rcgen::KeyPair::generate().unwrap();
+                params.serialize_request(&key).unwrap().pem().unwrap()
+            };
+            let plain = make(&[(DnType::CommonName, "plain")], &[]);
+            // The same request with one bit of its signature flipped.
+            let (block, _) = pem::decode(plain.as_bytes()).unwrap();
+            let mut der = block.bytes;
+            *der.last_mut().unwrap() ^= 1;
+            [
+                (
+                    "client",
+                    make(
+                        &[
+                            (DnType::CommonName, "alice"),
+                            (DnType::OrganizationName, "team"),
+                            (DnType::OrganizationalUnitName, "dev_ops"),
+                            (DnType::CountryName, "DE"),
+                            (DnType::LocalityName, "Berlin"),
+                        ],
+                        &[],
+                    ),
+                ),
+                (
+                    "serving",
+                    make(
+                        &[
+                            (DnType::CommonName, "system:node:worker-1"),
+                            (DnType::OrganizationName, "system:nodes"),
+                        ],
+                        &["worker-1.example", "127.0.10.1"],
+                    ),
+                ),
+                (
+                    "masters",
+                    make(
+                        &[
+                            (DnType::CommonName, "eve"),
+                            (DnType::OrganizationName, "system:masters"),
+                        ],
+                        &[],
+                    ),
+                ),
+                ("plain", plain),
+                ("bad signature", pem::encode("CERTIFICATE REQUEST", &der)),
+                ("not der", pem::encode("CERTIFICATE REQUEST", b"hello")),
+                ("not pem", "hello".to_string()),
+            ]
+            .into_iter()
+            .collect()
+        });
+
+    fn b64(bytes: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    fn unb64(text: &str) -> Vec<u8> {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap_or_default()
+    }
+
+    fn path(name: &str) -> String {
+        format!("{CSRS}/{name}")
+    }
+
+    fn csr(name: &str, request: &str, signer: &str, usages: &[&str]) -> Value {
+        json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+               "metadata": {"name": name},
+               "spec": {"request": b64(REQUESTS[request].as_bytes()), "signerName": signer,
+                        "usages": usages}})
+    }
+
+    fn condition(kind: &str, status: &str, reason: &str) -> Value {
+        json!({"type": kind, "status": status, "reason": reason,
+               "message": format!("{reason} by the differential test")})
+    }
+
+    /// Replaces `status.certificate` by what must agree between two clusters: each signs
+    /// with its own CA, so the bytes differ; the subject, names, usages, extensions,
+    /// validity length and that the cluster CA issued it must not.
+    fn summarized(t: &Target, mut object: Value) -> Value {
+        let summarize = |o: &mut Value| {
+            if let Some(text) = o["status"]["certificate"].as_str() {
+                let certificate = unb64(text);
+                o["status"]["certificate"] = if certificate == t.ca_pem.as_bytes() {
+                    json!("<the cluster CA certificate>")
+                } else {
+                    let request = unb64(o["spec"]["request"].as_str().unwrap_or_default());
+                    x509::describe_issued(&certificate, &t.ca_pem, &request)
+                };
+            }
+        };
+        summarize(&mut object);
+        let items = object.get_mut("items").and_then(Value::as_array_mut);
+        for item in items.into_iter().flatten() {
+            summarize(item);
+        }
+        object
+    }
+
+    /// Sends a request as `client` and records the answer with any certificate summarized.
+    async fn send(
+        t: &Target,
+        client: &kube::Client,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Value,
+    ) -> Value {
+        let bytes = if body.is_null() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&body).unwrap()
+        };
+        let (code, text) = support::raw(client, method, path, content_type, bytes).await;
+        let answer = parse_body(text);
+        t.record(Answer {
+            asked: format!("{method} {path}"),
+            code: i64::from(code),
+            body: normalize(summarized(t, answer.clone())),
+        });
+        answer
+    }
+
+    async fn admin(t: &Target, method: &str, path: &str, body: Value) -> Value {
+        let content_type = if method == "PATCH" { MERGE } else { JSON };
+        send(t, &t.admin, method, path, content_type, body).await
+    }
+
+    /// The admin acting as `user` in `groups` (impersonation: both servers then see an
+    /// identity without a uid or extra, which the requests record).
+    async fn as_user(t: &Target, user: &str, groups: &[&str]) -> kube::Client {
+        let text = std::fs::read_to_string(&t.kubeconfig).unwrap();
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let identity = &mut config["users"][0]["user"];
+        identity["as"] = user.into();
+        if !groups.is_empty() {
+            identity["as-groups"] = groups.iter().map(|g| serde_yaml::Value::from(*g)).collect();
+        }
+        client_for(&serde_yaml::to_string(&config).unwrap()).await
+    }
+
+    /// Waits (unrecorded) until `user` may `verb` on `resource` named `name`, as the
+    /// authorizer sees it: the real one learns of new bindings from a watch.
+    async fn wait_allowed(t: &Target, user: &kube::Client, verb: &str, resource: &str, name: &str) {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"group": "certificates.k8s.io", "resource": resource,
+                "subresource": subresource, "verb": verb, "name": name}}});
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, text) = support::raw(
+                user,
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                JSON,
+                serde_json::to_vec(&review).unwrap(),
+            )
+            .await;
+            if support::json(&text)["status"]["allowed"] == json!(true) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: {verb} {resource} {name} allowed within 60 s: {text}",
+                t.name
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn has_condition(body: &Value, kind: &str) -> bool {
+        body["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == kind))
+    }
+
+    vec![
+        interaction!("certificates: the group in discovery", |t| {
+            t.admin("GET", "/apis/certificates.k8s.io", JSON, Value::Null)
+                .await;
+            t.admin("GET", "/apis/certificates.k8s.io/v1", JSON, Value::Null)
+                .await;
+            let apis = discovery(t, "/apis", AGGREGATED).await;
+            let group: Vec<Value> = apis["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|g| g["metadata"]["name"] == "certificates.k8s.io")
+                .cloned()
+                .collect();
+            t.record(Answer {
+                asked: "GET /apis (aggregated): certificates.k8s.io".into(),
+                code: 200,
+                body: normalize(json!(group)),
+            });
+        }),
+        interaction!(
+            "certificates: requests made by a user record who asked",
+            |t| {
+                let alice = as_user(t, "alice", &["system:masters", "team"]).await;
+                let client = csr(
+                    "csr-client",
+                    "client",
+                    CLIENT,
+                    &["digital signature", "key encipherment", "client auth"],
+                );
+                let mut client_body = client.clone();
+                client_body["spec"]["expirationSeconds"] = json!(600);
+                // Claims about the requester and a status are dropped.
+                client_body["spec"]["username"] = json!("mallory");
+                client_body["spec"]["groups"] = json!(["system:masters"]);
+                client_body["status"] =
+                    json!({"conditions": [condition("Approved", "True", "Preapproved")]});
+                send(t, &alice, "POST", CSRS, JSON, client_body).await;
+                send(t, &alice, "POST", CSRS, JSON, client).await;
+                for (name, request, signer, usages) in [
+                    ("csr-rules", "plain", CUSTOM, &["digital signature"][..]),
+                    ("csr-custom", "plain", CUSTOM, &["client auth"][..]),
+                    ("csr-failing", "plain", CLIENT, &["server auth"][..]),
+                    ("csr-denied", "plain", CLIENT, &["client auth"][..]),
+                    ("csr-rbac", "plain", CUSTOM, &["client auth"][..]),
+                ] {
+                    send(
+                        t,
+                        &alice,
+                        "POST",
+                        CSRS,
+                        JSON,
+                        csr(name, request, signer, usages),
+                    )
+                    .await;
+                }
+                t.kubectl(
+                &["create", "-o", "json", "--as", "carol", "--as-group", "system:masters", "-f", "-"],
+                Some(&format!(
+                    "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: csr-serving\nspec:\n  request: {}\n  signerName: kubernetes.io/kubelet-serving\n  usages: [digital signature, key encipherment, server auth]\n",
+                    b64(REQUESTS["serving"].as_bytes())
+                )),
+            )
+            .await;
+                admin(t, "GET", &path("csr-client"), Value::Null).await;
+                t.kubectl(&["get", "csr", "csr-serving", "-o", "json"], None)
+                    .await;
+            }
+        ),
+        interaction!(
+            "certificates: invalid requests and refused requesters",
+            |t| {
+                let alice = as_user(t, "alice", &["system:masters"]).await;
+                let mut many = csr(
+                    "csr-invalid",
+                    "plain",
+                    "example",
+                    &["client auth", "bogus", "client auth"],
+                );
+                many["spec"]["expirationSeconds"] = json!(599);
+                send(t, &alice, "POST", CSRS, JSON, many).await;
+                send(t, &alice, "POST", CSRS, JSON, json!({"apiVersion": "certificates.k8s.io/v1",
+                "kind": "CertificateSigningRequest", "metadata": {"name": "csr-empty"}, "spec": {}}))
+            .await;
+                for (name, request, signer) in [
+                    ("csr-legacy", "plain", "kubernetes.io/legacy-unknown"),
+                    ("csr-not-pem", "not pem", CUSTOM),
+                    ("csr-not-der", "not der", CUSTOM),
+                    ("csr-bad-signature", "bad signature", CUSTOM),
+                    ("csr-bad-signer", "plain", "Example.com/a_b"),
+                    ("csr-masters", "masters", CLIENT),
+                ] {
+                    send(
+                        t,
+                        &alice,
+                        "POST",
+                        CSRS,
+                        JSON,
+                        csr(name, request, signer, &["client auth"]),
+                    )
+                    .await;
+                }
+                let bob = as_user(t, "bob", &[]).await;
+                send(
+                    t,
+                    &bob,
+                    "POST",
+                    CSRS,
+                    JSON,
+                    csr("csr-bob", "plain", CUSTOM, &["client auth"]),
+                )
+                .await;
+            }
+        ),
+        interaction!("certificates: what each subresource may change", |t| {
+            let rules = path("csr-rules");
+            let live = raw_get(t, &rules).await;
+            // The main resource keeps its spec and status.
+            let mut changed = live.clone();
+            changed["spec"]["signerName"] = json!("example.com/other");
+            changed["spec"]["usages"] = json!(["server auth"]);
+            changed["status"] = json!({"conditions": [condition("Approved", "True", "Sneaked")]});
+            changed["metadata"]["labels"] = json!({"changed": "yes"});
+            admin(t, "PUT", &rules, changed).await;
+            let live = raw_get(t, &rules).await;
+            // Status may not add approvals.
+            let mut approve = live.clone();
+            approve["status"]["conditions"] = json!([condition("Approved", "True", "ByStatus")]);
+            admin(t, "PUT", &format!("{rules}/status"), approve).await;
+            // Approval conditions must be well formed and exclusive.
+            let mut both = live.clone();
+            both["status"]["conditions"] = json!([
+                condition("Approved", "True", "Both"),
+                condition("Denied", "True", "Both")
+            ]);
+            admin(t, "PUT", &format!("{rules}/approval"), both).await;
+            let mut odd = live.clone();
+            odd["status"]["conditions"] = json!([condition("Approved", "False", "Odd"),
+                {"type": "", "status": ""}, condition("Custom", "Maybe", "Odd"), condition("Custom", "True", "Again")]);
+            admin(t, "PUT", &format!("{rules}/approval"), odd).await;
+            // Denial by merge patch, then an attempt to take it back.
+            admin(t, "PATCH", &format!("{rules}/approval"),
+                json!({"status": {"conditions": [condition("Denied", "True", "Denied")], "certificate": b64(t.ca_pem.as_bytes())}}))
+            .await;
+            let live = raw_get(t, &rules).await;
+            let mut undeny = live.clone();
+            undeny["status"]["conditions"] = json!([]);
+            admin(t, "PUT", &format!("{rules}/approval"), undeny).await;
+            // Status takes a certificate once, and only certificates.
+            for certificate in [
+                b64(b"junk"),
+                b64(REQUESTS["plain"].as_bytes()),
+                b64(t.ca_pem.as_bytes()),
+            ] {
+                let mut with = live.clone();
+                with["status"]["certificate"] = json!(certificate);
+                admin(t, "PUT", &format!("{rules}/status"), with).await;
+            }
+            let live = raw_get(t, &rules).await;
+            // The same certificate with other line endings is other content.
+            let mut other = live.clone();
+            other["status"]["certificate"] = json!(b64(pem::encode(
+                "CERTIFICATE",
+                &pem::decode(t.ca_pem.as_bytes()).unwrap().0.bytes
+            )
+            .replace('\n', "\r\n")
+            .as_bytes()));
+            admin(t, "PUT", &format!("{rules}/status"), other).await;
+            // The main resource may not set it either.
+            let mut main = live.clone();
+            main["status"]["certificate"] = json!(b64(b"junk"));
+            admin(t, "PUT", &rules, main).await;
+            admin(t, "GET", &format!("{rules}/approval"), Value::Null).await;
+            admin(t, "GET", &format!("{rules}/status"), Value::Null).await;
+        }),
+        interaction!(
+            "certificates: approval, signing and refusal by the signers",
+            |t| {
+                let client = path("csr-client");
+                let mut approve = raw_get(t, &client).await;
+                approve["status"]["conditions"] =
+                    json!([condition("Approved", "True", "Approved")]);
+                admin(t, "PUT", &format!("{client}/approval"), approve).await;
+                // `kubectl certificate approve` PUTs the whole object as protobuf;
+                // `kubectl patch` sends JSON.
+                t.kubectl(&["certificate", "approve", "csr-custom"], None)
+                    .await;
+                for name in ["csr-serving", "csr-failing"] {
+                    let patch = json!({"status": {"conditions": [condition("Approved", "True", "KubectlPatch")]}});
+                    t.kubectl(
+                        &[
+                            "patch",
+                            "csr",
+                            name,
+                            "--subresource",
+                            "approval",
+                            "--type",
+                            "merge",
+                            "-o",
+                            "json",
+                            "-p",
+                            &patch.to_string(),
+                        ],
+                        None,
+                    )
+                    .await;
+                }
+                admin(
+                    t,
+                    "PATCH",
+                    &format!("{}/approval", path("csr-denied")),
+                    json!({"status": {"conditions": [condition("Denied", "True", "Denied")]}}),
+                )
+                .await;
+                for name in ["csr-client", "csr-serving"] {
+                    wait_until(t, &path(name), "the certificate", |_, body| {
+                        body["status"]["certificate"].is_string()
+                    })
+                    .await;
+                }
+                wait_until(
+                    t,
+                    &path("csr-failing"),
+                    "the Failed condition",
+                    |_, body| has_condition(body, "Failed"),
+                )
+                .await;
+                for name in [
+                    "csr-client",
+                    "csr-serving",
+                    "csr-failing",
+                    "csr-custom",
+                    "csr-denied",
+                ] {
+                    admin(t, "GET", &path(name), Value::Null).await;
+                }
+                // A certificate, once issued, stays.
+                let mut live = raw_get(t, &client).await;
+                live["status"]["certificate"] = json!(b64(t.ca_pem.as_bytes()));
+                admin(t, "PUT", &format!("{client}/status"), live).await;
+            }
+        ),
+        interaction!(
+            "certificates: approving takes the approve verb on the signer",
+            |t| {
+                let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "csr-approver"},
+                "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["get"]},
+                          {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]}]});
+                raw_create(t, "/apis/rbac.authorization.k8s.io/v1/clusterroles", &role).await;
+                raw_create(t, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "csr-approver"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "csr-approver"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dave"}]})).await;
+                let dave = as_user(t, "dave", &[]).await;
+                wait_allowed(
+                    t,
+                    &dave,
+                    "update",
+                    "certificatesigningrequests/approval",
+                    "csr-rbac",
+                )
+                .await;
+                let rbac = path("csr-rbac");
+                let mut approve = raw_get(t, &rbac).await;
+                approve["status"]["conditions"] = json!([condition("Approved", "True", "ByDave")]);
+                send(
+                    t,
+                    &dave,
+                    "PUT",
+                    &format!("{rbac}/approval"),
+                    JSON,
+                    approve.clone(),
+                )
+                .await;
+                let mut role = raw_get(
+                    t,
+                    "/apis/rbac.authorization.k8s.io/v1/clusterroles/csr-approver",
+                )
+                .await;
+                role["rules"].as_array_mut().unwrap().push(json!({"apiGroups": ["certificates.k8s.io"],
+                "resources": ["signers"], "resourceNames": ["example.com/*"], "verbs": ["approve"]}));
+                raw_send(
+                    t,
+                    "PUT",
+                    "/apis/rbac.authorization.k8s.io/v1/clusterroles/csr-approver",
+                    role,
+                )
+                .await;
+                wait_allowed(t, &dave, "approve", "signers", "example.com/*").await;
+                send(t, &dave, "PUT", &format!("{rbac}/approval"), JSON, approve).await;
+            }
+        ),
+        interaction!("certificates: field selectors and deletion", |t| {
+            list_names(
+                t,
+                &format!(
+                    "{CSRS}?fieldSelector=spec.signerName%3D{}",
+                    CUSTOM.replace('/', "%2F")
+                ),
+            )
+            .await;
+            list_names(
+                t,
+                &format!("{CSRS}?fieldSelector=metadata.name%3Dcsr-client"),
+            )
+            .await;
+            admin(
+                t,
+                "GET",
+                &format!("{CSRS}?fieldSelector=spec.username%3Dalice"),
+                Value::Null,
+            )
+            .await;
+            admin(
+                t,
+                "GET",
+                &format!("{CSRS}?fieldSelector=metadata.namespace%3Ddefault"),
+                Value::Null,
+            )
+            .await;
+            let applied = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                "metadata": {"name": "csr-custom", "labels": {"applied": "yes"}}});
+            send(
+                t,
+                &t.admin,
+                "PATCH",
+                &format!("{}?fieldManager=differential", path("csr-custom")),
+                APPLY,
+                applied,
+            )
+            .await;
+            // Once an apply owns a field, updates are tracked again, without what their
+            // strategy resets.
+            admin(t, "PATCH", &format!("{}/approval", path("csr-custom")), json!({"status": {"conditions": [
+                condition("Approved", "True", "KubectlPatch"), condition("Reviewed", "True", "Reviewed")]}}))
+            .await;
+            let mut labelled = csr("csr-labelled", "plain", CUSTOM, &["client auth"]);
+            labelled["metadata"]["labels"] = json!({"team": "a"});
+            let alice = as_user(t, "alice", &["system:masters"]).await;
+            send(t, &alice, "POST", CSRS, JSON, labelled).await;
+            admin(t, "DELETE", &path("csr-custom"), Value::Null).await;
+            admin(t, "GET", &path("csr-custom"), Value::Null).await;
+        }),
+    ]
+}
+
+/// Ephemeral containers: added through `pods/ephemeralcontainers`, run by the kubelet.
+fn ephemeral_container_interactions() -> Vec<Interaction> {
+    /// The node of these pods: one no kubelet runs (and no Node), so nothing runs them. The
+    /// pod garbage collectors delete the pods of a missing node once it has been missing
+    /// for a while (40 s; 2 s in the simulator's fast settings): each interaction makes its
+    /// own pods and is done with them well before.
+    const NODE: &str = "nowhere-node";
+
+    fn pods() -> String {
+        format!("/api/v1/namespaces/{NS}/pods")
+    }
+
+    fn pod_path(name: &str) -> String {
+        format!("/api/v1/namespaces/{NS}/pods/{name}")
+    }
+
+    fn ephemeral(name: &str) -> String {
+        format!("/api/v1/namespaces/{NS}/pods/{name}/ephemeralcontainers")
+    }
+
+    /// A pod with an init container, an app container and a volume, bound to [`NODE`].
+    fn new_pod(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": {"app": "debuggee"}},
+            "spec": {"nodeName": NODE,
+                "initContainers": [{"name": "setup", "image": "example/setup:1"}],
+                "containers": [{"name": "main", "image": "example/app:1"}],
+                "volumes": [{"name": "scratch", "emptyDir": {}}]}})
+    }
+
+    /// The ephemeral container `kubectl debug -it --image=busybox:1.36 --target=main`
+    /// adds (with a name and a command of its own).
+    fn debugger() -> Value {
+        json!({"name": "debugger", "image": "busybox:1.36", "command": ["sh"],
+            "resources": {}, "terminationMessagePolicy": "File",
+            "imagePullPolicy": "IfNotPresent", "stdin": true, "tty": true,
+            "targetContainerName": "main"})
+    }
+
+    /// Another one, with env and a volume mount, and the defaults left to the server.
+    fn second() -> Value {
+        json!({"name": "second", "image": "busybox", "command": ["sleep", "1"],
+            "env": [{"name": "A", "value": "b"}],
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]})
+    }
+
+    /// Creates pod `name` with the ephemeral containers [`debugger`] and [`second`]
+    /// (unrecorded: the interaction compares what it does next).
+    async fn debuggee(t: &Target, name: &str) {
+        raw_create(t, &pods(), &new_pod(name)).await;
+        let both = json!({"spec": {"ephemeralContainers": [debugger(), second()]}});
+        raw_send(t, "PATCH", &ephemeral(name), both).await;
+    }
+
+    /// Deletes pods at once (unrecorded).
+    async fn delete(t: &Target, names: &[&str]) {
+        for name in names {
+            let path = format!("{}?gracePeriodSeconds=0", pod_path(name));
+            support::raw(&t.admin, "DELETE", &path, JSON, Vec::new()).await;
+        }
+    }
+
+    /// A strategic merge patch adding `containers` to the ephemeral containers.
+    fn adding(containers: Value) -> Value {
+        json!({"spec": {"ephemeralContainers": containers}})
+    }
+
+    /// The namespace, made again should an interaction before have deleted it, with its
+    /// default ServiceAccount (unrecorded: other interactions compare these).
+    async fn namespace(t: &Target) {
+        let path = format!("/api/v1/namespaces/{NS}");
+        wait_until(
+            t,
+            &path,
+            "the namespace to be active or gone",
+            |code, ns| code == 404 || ns["status"]["phase"] == "Active",
+        )
+        .await;
+        let (code, _) = support::raw(&t.admin, "GET", &path, JSON, Vec::new()).await;
+        if code == 404 {
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+            raw_create(t, "/api/v1/namespaces", &ns).await;
+        }
+        let account = format!("/api/v1/namespaces/{NS}/serviceaccounts/default");
+        wait_until(t, &account, "the default account", |code, _| code == 200).await;
+    }
+
+    /// What `t.admin` records; with `cut`, messages end at their first line. That drops
+    /// the diff of the whole pod spec that kube-apiserver appends to "pod updates may not
+    /// change fields other than …": the simulator (`objects::validate`) leaves it out, for
+    /// every forbidden pod update, not only of ephemeral containers.
+    async fn send(
+        t: &Target,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Value,
+        cut: bool,
+    ) {
+        let bytes = if body.is_null() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&body).unwrap()
+        };
+        let (code, text) = support::raw(&t.admin, method, path, content_type, bytes).await;
+        let mut body = parse_body(text);
+        let fix = |text: &mut Value| {
+            let first = text
+                .as_str()
+                .filter(|_| cut)
+                .and_then(|s| s.split_once('\n'));
+            if let Some((first, _)) = first {
+                *text = json!(first);
+            }
+        };
+        fix(&mut body["message"]);
+        if let Some(causes) = body["details"]["causes"].as_array_mut() {
+            causes.iter_mut().for_each(|c| fix(&mut c["message"]));
+        }
+        t.record(Answer {
+            asked: format!("{method} {path}"),
+            code: i64::from(code),
+            body: normalize(body),
+        });
+    }
+
+    vec![
+        interaction!(
+            "ephemeral containers: added by strategic merge patch, PUT and JSON patch, read through the subresource",
+            |t| {
+                namespace(t).await;
+                t.admin("POST", &pods(), JSON, new_pod("debuggee")).await;
+                t.admin("GET", &ephemeral("debuggee"), JSON, Value::Null)
+                    .await;
+                // As `kubectl debug` sends it: a two-way strategic merge patch of the Pod.
+                t.admin(
+                    "PATCH",
+                    &ephemeral("debuggee"),
+                    STRATEGIC,
+                    adding(json!([debugger()])),
+                )
+                .await;
+                // A PUT of the whole Pod: only the ephemeral containers are taken from it.
+                let mut pod = raw_get(t, &ephemeral("debuggee")).await;
+                pod["spec"]["ephemeralContainers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(second());
+                pod["metadata"]["labels"] = json!({"sneaky": "yes"});
+                pod["metadata"]["annotations"] = json!({"sneaky": "yes"});
+                pod["spec"]["activeDeadlineSeconds"] = json!(5);
+                pod["status"]["phase"] = json!("Running");
+                t.admin("PUT", &ephemeral("debuggee"), JSON, pod).await;
+                let third = json!([{"op": "add", "path": "/spec/ephemeralContainers/-",
+                    "value": {"name": "third", "image": "busybox:latest",
+                        "targetContainerName": "setup", "workingDir": "/tmp"}}]);
+                t.admin("PATCH", &ephemeral("debuggee"), JSON_PATCH, third)
+                    .await;
+                // Unconditional (no resourceVersion) and changing nothing.
+                let mut pod = raw_get(t, &ephemeral("debuggee")).await;
+                pod["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("resourceVersion");
+                t.admin("PUT", &ephemeral("debuggee"), JSON, pod).await;
+                t.admin("GET", &pod_path("debuggee"), JSON, Value::Null)
+                    .await;
+                delete(t, &["debuggee"]).await;
+            }
+        ),
+        interaction!(
+            "ephemeral containers: changes the subresource refuses",
+            |t| {
+                namespace(t).await;
+                debuggee(t, "refusing").await;
+                let path = ephemeral("refusing");
+                let changed = json!([{"name": "debugger", "image": "busybox:1.37"}]);
+                send(t, "PATCH", &path, STRATEGIC, adding(changed), false).await;
+                let mut pod = raw_get(t, &path).await;
+                pod["spec"]["ephemeralContainers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .remove(1);
+                send(t, "PUT", &path, JSON, pod, false).await;
+                let mut pod = raw_get(t, &path).await;
+                let list = pod["spec"]["ephemeralContainers"].as_array_mut().unwrap();
+                list.push(json!({"name": "dup", "image": "busybox"}));
+                list.push(json!({"name": "dup", "image": "busybox"}));
+                list.push(json!({"name": "main", "image": "busybox"}));
+                list.push(json!({"name": "setup", "image": "busybox"}));
+                send(t, "PUT", &path, JSON, pod, false).await;
+                let forbidden = json!([{"name": "forbidden", "image": "busybox",
+                    "ports": [{"containerPort": 80}],
+                    "resources": {"limits": {"cpu": "1"}},
+                    "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
+                    "restartPolicy": "Always",
+                    "livenessProbe": {"exec": {"command": ["true"]}},
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                    "startupProbe": {"exec": {"command": ["true"]}},
+                    "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/s", "subPath": "x"},
+                        {"name": "scratch", "mountPath": "/t", "subPathExpr": "$(A)"}]}]);
+                send(t, "PATCH", &path, STRATEGIC, adding(forbidden), false).await;
+                let aimless = json!([{"name": "aimless", "image": "busybox",
+                    "targetContainerName": "nope"},
+                    {"name": "at-itself", "image": "busybox", "targetContainerName": "debugger"}]);
+                send(t, "PATCH", &path, STRATEGIC, adding(aimless), false).await;
+                let malformed = json!([{"name": "Bad_Name", "image": " busybox "},
+                    {"name": "noimage"},
+                    {"name": "policies", "image": "busybox",
+                        "terminationMessagePolicy": "Sometimes", "imagePullPolicy": "Sometimes"}]);
+                send(t, "PATCH", &path, STRATEGIC, adding(malformed), false).await;
+                let mut stale = raw_get(t, &path).await;
+                stale["metadata"]["resourceVersion"] = json!("1");
+                send(t, "PUT", &path, JSON, stale, false).await;
+                let fine = json!([{"name": "late", "image": "busybox"}]);
+                send(
+                    t,
+                    "PATCH",
+                    &ephemeral("missing"),
+                    STRATEGIC,
+                    adding(fine),
+                    false,
+                )
+                .await;
+                send(t, "POST", &path, JSON, new_pod("refusing"), false).await;
+                send(t, "DELETE", &path, JSON, Value::Null, false).await;
+                send(
+                    t,
+                    "PATCH",
+                    &path,
+                    MERGE,
+                    json!({"metadata": {"labels": {"x": "y"}}}),
+                    false,
+                )
+                .await;
+                t.admin("GET", &path, JSON, Value::Null).await;
+                delete(t, &["refusing"]).await;
+            }
+        ),
+        interaction!(
+            "ephemeral containers: the pod itself refuses them on create and on update",
+            |t| {
+                namespace(t).await;
+                debuggee(t, "sealed").await;
+                let mut pod = raw_get(t, &pod_path("sealed")).await;
+                pod["spec"]["ephemeralContainers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "sneaky", "image": "busybox"}));
+                send(t, "PUT", &pod_path("sealed"), JSON, pod, true).await;
+                let sneaky = json!([{"name": "sneaky", "image": "busybox"}]);
+                send(
+                    t,
+                    "PATCH",
+                    &pod_path("sealed"),
+                    STRATEGIC,
+                    adding(sneaky),
+                    true,
+                )
+                .await;
+                send(
+                    t,
+                    "PATCH",
+                    &pod_path("sealed"),
+                    MERGE,
+                    json!({"spec": {"ephemeralContainers": null}}),
+                    true,
+                )
+                .await;
+                // Other changes of a pod with ephemeral containers go through. (By another
+                // field manager: entries are sorted by the second of their last write first,
+                // so the creator's entry, written again now, would move behind the
+                // subresource's one unless both writes fall in the same second.)
+                send(
+                    t,
+                    "PATCH",
+                    &format!("{}?fieldManager=zz-labeler", pod_path("sealed")),
+                    MERGE,
+                    json!({"metadata": {"labels": {"patched": "yes"}}}),
+                    true,
+                )
+                .await;
+                let mut born = new_pod("born-debugged");
+                born["spec"]["ephemeralContainers"] =
+                    json!([{"name": "debugger", "image": "busybox"}]);
+                send(t, "POST", &pods(), JSON, born, true).await;
+                let mut born = new_pod("born-broken");
+                born["spec"]["ephemeralContainers"] = json!([{"name": "main", "image": "busybox",
+                    "ports": [{"containerPort": 80}], "targetContainerName": "nope"}]);
+                send(t, "POST", &pods(), JSON, born, true).await;
+                delete(t, &["sealed", "born-debugged", "born-broken"]).await;
+            }
+        ),
+        interaction!(
+            "ephemeral containers: kubectl debug adds one without attaching",
+            |t| {
+                namespace(t).await;
+                let debug = |container: &'static str, pod: &'static str| {
+                    [
+                        "debug",
+                        pod,
+                        "-n",
+                        NS,
+                        "--image=busybox:1.36",
+                        "--profile=general",
+                        "-c",
+                        container,
+                        "--",
+                        "true",
+                    ]
+                };
+                // A pod of its own, created by a field manager that sorts before kubectl:
+                // managedFields entries are sorted by the second of their last write, then
+                // by manager, and the two writes may or may not fall in the same second.
+                let path = format!("{}?fieldManager=aa-creator", pods());
+                t.admin("POST", &path, JSON, new_pod("kubectl-debuggee"))
+                    .await;
+                t.kubectl(&debug("kdebug", "kubectl-debuggee"), None).await;
+                // The same name again: kubectl's patch then changes the existing one.
+                t.kubectl(&debug("kdebug", "kubectl-debuggee"), None).await;
+                t.kubectl(&debug("kdebug2", "kubectl-debuggee"), None).await;
+                t.kubectl(&debug("kdebug", "missing"), None).await;
+                t.admin("GET", &ephemeral("kubectl-debuggee"), JSON, Value::Null)
+                    .await;
+                delete(t, &["kubectl-debuggee"]).await;
+            }
+        ),
+    ]
+}
+
+fn core_interactions() -> Vec<Interaction> {
     vec![
         interaction!("create the namespace", |t| {
             t.admin(

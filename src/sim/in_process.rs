@@ -82,13 +82,17 @@ pub fn controller_access(server: &ServerHandle) -> ApiAccess {
 }
 
 /// Starts every controller (and the scheduler, unless `config` leaves it out) against the
-/// simulated API server.
+/// simulated API server. The certificate signers sign with the server's own CA unless
+/// `config` names another, as kube-controller-manager is given the cluster CA.
 ///
 /// # Errors
 /// When a client cannot be built.
 pub async fn start_controllers(
     server: &ServerHandle,
-    config: ControllerConfig,
+    mut config: ControllerConfig,
 ) -> Result<Controllers, ControllersError> {
+    if config.cluster_signing.is_none() {
+        config.cluster_signing = server.signing_ca().cloned();
+    }
     Controllers::start_against(controller_access(server), config).await
 }

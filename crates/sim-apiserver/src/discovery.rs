@@ -258,6 +258,9 @@ pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
             &["create"],
         )),
         ("", "namespaces") => out.push(sub("finalize", "Namespace", None, &["update"])),
+        (crate::certificates::GROUP, crate::certificates::RESOURCE) => {
+            out.push(sub("approval", &t.kind, None, GET_PATCH_UPDATE));
+        }
         _ => {}
     }
     if !t.is_custom() {
@@ -432,6 +435,24 @@ mod tests {
             hash("authorization.k8s.io", "v1", "selfsubjectaccessreviews"),
             None
         );
+    }
+
+    #[test]
+    fn certificate_signing_requests_announce_approval_and_status() {
+        let r = Registry::new();
+        let csrs = r
+            .lookup("certificates.k8s.io", "v1", "certificatesigningrequests")
+            .unwrap();
+        let subresources: Vec<(&str, &[&str])> = subresources(csrs)
+            .iter()
+            .map(|s| (s.name, s.verbs))
+            .collect();
+        assert_eq!(
+            subresources,
+            [("approval", GET_PATCH_UPDATE), ("status", GET_PATCH_UPDATE)]
+        );
+        assert_eq!(csrs.short_names, ["csr"]);
+        assert!(!csrs.namespaced);
     }
 
     #[test]

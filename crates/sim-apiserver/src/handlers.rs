@@ -1,7 +1,8 @@
 //! The verbs on resources: get, list, create, update, patch (merge, JSON, strategic,
 //! apply), delete (preconditions, grace periods, finalizers, propagation) and
 //! deletecollection, plus the subresources (status, scale, binding, token, eviction,
-//! finalize), with kube-apiserver's semantics.
+//! ephemeralcontainers, a CertificateSigningRequest's approval, finalize), with
+//! kube-apiserver's semantics.
 //!
 //! An update (PUT) without a resourceVersion overwrites the latest version only where the
 //! type's strategy allows unconditional updates (everything but Leases, CRDs and custom
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::apply;
 use super::call::{Call, decode};
+use super::certificates;
 use super::create::{checks, invalid, meta_str, prepare_create, random_suffix, service_accounts};
 use super::names::Cause;
 use super::objects::{self, from_view, to_view};
@@ -92,9 +94,25 @@ fn finalizers(obj: &Value) -> Vec<String> {
 enum Part {
     Main,
     Status,
+    /// A CertificateSigningRequest's `approval`: its conditions.
+    Approval,
+}
+
+impl Part {
+    /// The subresource written through, as managedFields name it.
+    fn subresource(self) -> Option<&'static str> {
+        match self {
+            Part::Main => None,
+            Part::Status => Some("status"),
+            Part::Approval => Some("approval"),
+        }
+    }
 }
 
 /// Prepares an update of `old` to `new` (both stored form) and decides the write.
+/// `authorized` is the admission decision of a CertificateSigningRequest update through
+/// `approval` or `status`, made before the write.
+#[allow(clippy::too_many_arguments)]
 fn prepare_update(
     rt: &ResourceType,
     version: &str,
@@ -103,6 +121,7 @@ fn prepare_update(
     part: Part,
     manager: &str,
     managed_by_apply: bool,
+    authorized: Option<&certificates::Authorized>,
 ) -> Result<Write, ApiError> {
     let name = meta_str(old, "name").to_string();
     let new_uid = meta_str(&new, "uid").to_string();
@@ -117,7 +136,10 @@ fn prepare_update(
             )],
         ));
     }
-    if part == Part::Status && rt.is_custom() {
+    let csr = certificates::serves(rt);
+    if csr {
+        certificates::prepare_for_update(part.subresource(), old, &mut new)?;
+    } else if part == Part::Status && rt.is_custom() {
         // A custom resource's status update changes only status (and its field ownership).
         let mut merged = old.clone();
         merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
@@ -177,7 +199,10 @@ fn prepare_update(
             }
         }
     }
-    let causes = checks(rt, version, &mut new, Some(old));
+    let mut causes = checks(rt, version, &mut new, Some(old));
+    if csr {
+        causes.extend(certificates::validate_update(part.subresource(), &new, old));
+    }
     if !causes.is_empty() {
         return Err(invalid(rt, &name, causes));
     }
@@ -210,7 +235,7 @@ fn prepare_update(
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }
-    let subresource = (part == Part::Status).then_some("status");
+    let subresource = part.subresource();
     if !managed_by_apply {
         apply::record_update(
             old,
@@ -220,6 +245,16 @@ fn prepare_update(
             &objects::now(),
             subresource,
         );
+    }
+    if csr {
+        certificates::finish_update(
+            subresource,
+            old,
+            &mut new,
+            manager,
+            managed_by_apply,
+            authorized,
+        )?;
     }
     let mut old_cmp = old.clone();
     old_cmp["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"].clone();
@@ -356,6 +391,9 @@ impl<'a> Call<'a> {
             ("update", "status") if rt.status => self.update(&rt, Part::Status),
             ("patch", "") => self.patch(&rt, Part::Main),
             ("patch", "status") if rt.status => self.patch(&rt, Part::Status),
+            ("get", "approval") if certificates::serves(&rt) => self.get(&rt),
+            ("update", "approval") if certificates::serves(&rt) => self.update(&rt, Part::Approval),
+            ("patch", "approval") if certificates::serves(&rt) => self.patch(&rt, Part::Approval),
             ("delete", "") => self.delete(&rt),
             // Not every storage deletes collections (namespaces do not): kube-apiserver
             // has no such route, and answers 405.
@@ -370,6 +408,17 @@ impl<'a> Call<'a> {
             ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt),
             ("get", "log") if rt.resource == "pods" => self.pod_log(&rt),
             ("create", "eviction") if rt.resource == "pods" => self.evict_pod(&rt),
+            ("get", "ephemeralcontainers") if rt.resource == "pods" => self.get(&rt),
+            ("update", "ephemeralcontainers") if rt.resource == "pods" => {
+                self.update_ephemeral_containers(&rt)
+            }
+            ("patch", "ephemeralcontainers") if rt.resource == "pods" => {
+                self.patch_ephemeral_containers(&rt)
+            }
+            // Gets, updates and patches only: other verbs are not allowed (405), as upstream.
+            (_, "ephemeralcontainers") if rt.resource == "pods" => {
+                Err(ApiError::MethodNotSupported)
+            }
             ("create", "token") if rt.resource == "serviceaccounts" => {
                 super::reviews::token_request(self, &rt)
             }
@@ -532,7 +581,10 @@ impl<'a> Call<'a> {
         self.ensure_namespace(rt, &admission_name)?;
         let accounts = service_accounts(&self.state.store, rt, &self.ns(rt));
         accounts.admit(rt, &self.ns(rt), &admission_name, &obj)?;
-        let stored = prepare_create(
+        if certificates::serves(rt) {
+            certificates::before_create(&mut obj, self.user)?;
+        }
+        let mut stored = prepare_create(
             rt,
             &self.info.version,
             &self.ns(rt),
@@ -540,6 +592,9 @@ impl<'a> Call<'a> {
             &self.manager,
             &accounts,
         )?;
+        if certificates::serves(rt) {
+            certificates::finish_create(&mut stored, &self.manager);
+        }
         let written = self.write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
                 return Err(ApiError::already_exists(&rt.gr(), &name));
@@ -591,6 +646,8 @@ impl<'a> Call<'a> {
             self.ensure_namespace(rt, &name)?;
         }
         let accounts = service_accounts(&self.state.store, rt, &ns);
+        let authorized =
+            certificates::authorize_update(self.state, self.user, rt, part.subresource(), &name);
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -627,6 +684,7 @@ impl<'a> Call<'a> {
                 part,
                 &self.manager,
                 false,
+                authorized.as_ref(),
             )
         })?;
         Ok((
@@ -706,7 +764,9 @@ impl<'a> Call<'a> {
             self.ensure_namespace(rt, &name)?;
         }
         let ns = self.ns(rt);
-        let subresource = (part == Part::Status).then_some("status");
+        let subresource = part.subresource();
+        let authorized =
+            certificates::authorize_update(self.state, self.user, rt, subresource, &name);
         let accounts = if is_apply {
             service_accounts(&self.state.store, rt, &ns)
         } else {
@@ -715,7 +775,7 @@ impl<'a> Call<'a> {
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
-                if !is_apply || part == Part::Status {
+                if !is_apply || part != Part::Main {
                     return Err(ApiError::not_found(&rt.gr(), &name));
                 }
                 let applied = apply::apply(
@@ -732,6 +792,9 @@ impl<'a> Call<'a> {
                 obj["metadata"]["name"] = json!(name);
                 accounts.admit(rt, &ns, &name, &obj)?;
                 let managed = obj["metadata"]["managedFields"].clone();
+                if certificates::serves(rt) {
+                    certificates::before_create(&mut obj, self.user)?;
+                }
                 let mut stored = prepare_create(
                     rt,
                     &version,
@@ -741,6 +804,9 @@ impl<'a> Call<'a> {
                     &accounts,
                 )?;
                 stored["metadata"]["managedFields"] = managed;
+                if certificates::serves(rt) {
+                    certificates::finish_create(&mut stored, &self.manager);
+                }
                 created = true;
                 return Ok(Write::Put(stored));
             };
@@ -790,6 +856,7 @@ impl<'a> Call<'a> {
                 part,
                 &self.manager,
                 is_apply,
+                authorized.as_ref(),
             )
         })?;
         Ok((
@@ -995,6 +1062,7 @@ impl<'a> Call<'a> {
                 Part::Main,
                 &self.manager,
                 false,
+                None,
             )
         })?;
         let obj = self.view_written(rt, written);
@@ -1147,6 +1215,232 @@ impl<'a> Call<'a> {
             201,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         ))
+    }
+
+    /// The patch of a PATCH request: its content type (one of the four patch types for a
+    /// type that takes strategic merge patches), the decoded document, whether it is an
+    /// apply and whether the apply is forced. `fieldManager` is required for an apply,
+    /// `force` refused for anything else, and an apply must name the type's group, version
+    /// and kind.
+    fn patch_request(&self, rt: &ResourceType) -> Result<(String, Value, bool, bool), ApiError> {
+        let kind = self.content_type.as_str();
+        let known = matches!(
+            kind,
+            "application/json-patch+json"
+                | "application/merge-patch+json"
+                | "application/apply-patch+yaml"
+        ) || (kind == "application/strategic-merge-patch+json"
+            && rt.accepts_strategic_merge());
+        if !known {
+            let accepted = if rt.accepts_strategic_merge() {
+                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+            } else {
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+            };
+            return Err(ApiError::UnsupportedMediaType {
+                accepted: accepted.into(),
+            });
+        }
+        let is_apply = kind == "application/apply-patch+yaml";
+        let force = self.query.flag("force");
+        if is_apply && self.query.get("fieldManager").is_none_or(str::is_empty) {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause {
+                    field: "fieldManager".into(),
+                    value: Value::Null,
+                    reason: "FieldValueRequired",
+                    message: "is required for apply patch".into(),
+                }],
+            ));
+        }
+        if !is_apply && self.query.get("force").is_some() {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause {
+                    field: "force".into(),
+                    value: json!(force),
+                    reason: "FieldValueForbidden",
+                    message: "may not be specified for non-apply patch".into(),
+                }],
+            ));
+        }
+        let doc = decode(kind, &self.body)?;
+        if is_apply {
+            if !doc.is_object() {
+                return Err(ApiError::BadRequest("invalid object type".into()));
+            }
+            if doc["metadata"].get("managedFields").is_some() {
+                return Err(ApiError::BadRequest(
+                    "metadata.managedFields must be nil".into(),
+                ));
+            }
+            let av = doc["apiVersion"].as_str().unwrap_or_default();
+            if av != rt.api_version(&self.info.version) || doc["kind"] != json!(rt.kind) {
+                return Err(ApiError::BadRequest(format!(
+                    "Incorrect version specified in apply patch. Specified patch version: {av}, expected: {}",
+                    rt.api_version(&self.info.version)
+                )));
+            }
+        }
+        Ok((kind.to_string(), doc, is_apply, force))
+    }
+
+    /// `PUT …/pods/NAME/ephemeralcontainers`: the body is the whole Pod, of which only the
+    /// ephemeral containers are taken (see [`super::ephemeral`]); the answer is the whole
+    /// updated Pod. Unconditional without a resourceVersion, as pod updates are; never
+    /// creates a pod.
+    fn update_ephemeral_containers(&self, rt: &ResourceType) -> Reply {
+        let obj = body_object(self)?;
+        check_type(rt, &self.info.version, &obj)?;
+        let body_name = meta_str(&obj, "name");
+        if body_name != self.info.name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({})",
+                self.info.name
+            )));
+        }
+        let body_ns = meta_str(&obj, "namespace");
+        if !body_ns.is_empty() && body_ns != self.info.namespace {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        let rv = meta_str(&obj, "resourceVersion").to_string();
+        let new = from_view(rt, obj);
+        let name = self.info.name.clone();
+        let ns = self.ns(rt);
+        let written = self.write(rt, &ns, &name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+            check_update_uid(rt, &ns, &name, &new, Some(current))?;
+            if !rv_unspecified(&rv) && rv != meta_str(current, "resourceVersion") {
+                return Err(ApiError::modified(&rt.gr(), &name));
+            }
+            self.prepare_ephemeral_update(rt, current, &new, false)
+        })?;
+        Ok((200, self.view_written(rt, written)))
+    }
+
+    /// `PATCH …/pods/NAME/ephemeralcontainers`: the patch applies to the whole Pod (as
+    /// `kubectl debug` sends it: a strategic merge patch of `spec.ephemeralContainers`), of
+    /// which only the ephemeral containers are taken; the answer is the whole updated Pod.
+    fn patch_ephemeral_containers(&self, rt: &ResourceType) -> Reply {
+        let (kind, doc, is_apply, force) = self.patch_request(rt)?;
+        let name = self.info.name.clone();
+        let ns = self.ns(rt);
+        let version = self.info.version.clone();
+        let written = self.write(rt, &ns, &name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+            let live = to_view(rt, &version, current.clone());
+            let patched = match kind.as_str() {
+                "application/json-patch+json" => {
+                    let mut target = live;
+                    patch::json_patch(&mut target, &doc)?;
+                    target
+                }
+                "application/merge-patch+json" => {
+                    patch::check_merge_patch(&doc)?;
+                    let mut target = live;
+                    patch::merge_patch(&mut target, &doc);
+                    target
+                }
+                "application/strategic-merge-patch+json" => {
+                    patch::strategic_merge_patch(&live, &doc, &rt.kind)?
+                }
+                _ => apply::apply(
+                    Some(&live),
+                    &doc,
+                    &self.manager,
+                    force,
+                    &rt.kind,
+                    &objects::now(),
+                    Some(super::ephemeral::SUBRESOURCE),
+                )
+                .map_err(apply_error)?,
+            };
+            if !patched.is_object() {
+                return Err(ApiError::BadRequest(
+                    "the patch produced a non-object".into(),
+                ));
+            }
+            let rv = meta_str(&patched, "resourceVersion");
+            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+                return Err(ApiError::modified(&rt.gr(), &name));
+            }
+            let mut patched = from_view(rt, patched);
+            patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+            self.prepare_ephemeral_update(rt, current, &patched, is_apply)
+        })?;
+        Ok((200, self.view_written(rt, written)))
+    }
+
+    /// Decides the write of an update of the live pod `old` through
+    /// `pods/ephemeralcontainers` to `new` (stored form): the strategy keeps only the
+    /// ephemeral containers of `new`, defaults and validates them, moves the generation when
+    /// they changed, and records the writer's fields under the subresource.
+    fn prepare_ephemeral_update(
+        &self,
+        rt: &ResourceType,
+        old: &Value,
+        new: &Value,
+        managed_by_apply: bool,
+    ) -> Result<Write, ApiError> {
+        let name = meta_str(old, "name").to_string();
+        let new_uid = meta_str(new, "uid");
+        if !new_uid.is_empty() && new_uid != meta_str(old, "uid") {
+            return Err(invalid(
+                rt,
+                &name,
+                vec![objects::invalid(
+                    "metadata.uid",
+                    json!(new_uid),
+                    "field is immutable",
+                )],
+            ));
+        }
+        // The field manager records what the request changes (as decoded, so defaulted),
+        // before the strategy drops all but the ephemeral containers: labels or status a
+        // PUT sends are not stored, but owned by the writer from then on, as upstream.
+        let mut request = new.clone();
+        objects::apply_defaults(rt, &mut request);
+        if !managed_by_apply {
+            apply::record_update(
+                old,
+                &mut request,
+                &self.manager,
+                &rt.kind,
+                &objects::now(),
+                Some(super::ephemeral::SUBRESOURCE),
+            );
+        }
+        let mut updated = super::ephemeral::prepare_update(old, &request);
+        match request["metadata"].get("managedFields") {
+            Some(entries) => updated["metadata"]["managedFields"] = entries.clone(),
+            None => {
+                if let Some(meta) = updated["metadata"].as_object_mut() {
+                    meta.remove("managedFields");
+                }
+            }
+        }
+        super::ephemeral::drop_disabled_fields(&mut updated);
+        let causes = super::ephemeral::validate_update(&updated, old);
+        if !causes.is_empty() {
+            return Err(invalid(rt, &name, causes));
+        }
+        if objects::generation_changed(rt, old, &updated) {
+            let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+            updated["metadata"]["generation"] = json!(generation);
+        }
+        let mut old_cmp = old.clone();
+        old_cmp["metadata"]["resourceVersion"] = updated["metadata"]["resourceVersion"].clone();
+        if same_ignoring_time(&old_cmp, &updated) {
+            return Ok(Write::Keep);
+        }
+        Ok(Write::Put(updated))
     }
 }
 

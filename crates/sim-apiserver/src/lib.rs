@@ -22,9 +22,11 @@ pub mod apply;
 pub mod audit;
 pub mod auth;
 pub mod call;
+pub mod certificates;
 pub mod control;
 mod create;
 pub mod discovery;
+pub mod ephemeral;
 pub mod faults;
 pub mod handlers;
 pub mod names;
@@ -150,6 +152,11 @@ impl ServerHandle {
         &self.state.admin_token
     }
 
+    /// The cluster CA with its key, for the controllers' certificate signers.
+    pub fn signing_ca(&self) -> Option<&tls::SigningCa> {
+        self.state.signing_ca.as_ref()
+    }
+
     /// A kubeconfig for `server` (this server's URL, or a proxy in front of it) with `token`.
     pub fn kubeconfig_for(&self, server: &str, user: &str, token: &str) -> String {
         kubeconfig(
@@ -270,7 +277,9 @@ impl ApiServer {
         let addr = listener
             .local_addr()
             .map_err(|source| ApiServerError::Bind { addr, source })?;
-        let state = Arc::new(State::new(config, tls.ca_pem));
+        let mut state = State::new(config, tls.ca_pem);
+        state.signing_ca = Some(tls.signing);
+        let state = Arc::new(state);
         state.create_kubernetes_service(addr.port());
         let (shutdown, shutdown_rx) = signal::channel(false);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config);

@@ -361,7 +361,6 @@ enum Type {
     /// `bool` varint → JSON boolean.
     Bool,
     /// `bytes` → base64 JSON string.
-    #[allow(dead_code, reason = "no supported kind has a plain bytes field yet")]
     Bytes,
     /// meta/v1 `Time {seconds = 1, nanos = 2}` → RFC 3339 string at second precision.
     Time,
@@ -491,6 +490,11 @@ static KINDS: &[(&str, &str, &Message)] = &[
     ("v1", "Event", &EVENT),
     ("events.k8s.io/v1", "Event", &EVENTS_EVENT),
     ("coordination.k8s.io/v1", "Lease", &LEASE),
+    (
+        "certificates.k8s.io/v1",
+        "CertificateSigningRequest",
+        &CERTIFICATE_SIGNING_REQUEST,
+    ),
 ];
 
 // meta/v1 ---------------------------------------------------------------------------------------
@@ -736,6 +740,58 @@ static LEASE_SPEC: Message = Message {
         keep(5, "leaseTransitions", Type::Int32),
         keep(6, "strategy", Type::Str),
         keep(7, "preferredHolder", Type::Str),
+    ],
+};
+
+// certificates.k8s.io/v1 ------------------------------------------------------------------------
+
+/// What `kubectl certificate approve` and `deny` send to the `approval` subresource.
+static CERTIFICATE_SIGNING_REQUEST: Message = Message {
+    name: "CertificateSigningRequest",
+    fields: &[
+        msg(1, "metadata", &OBJECT_META),
+        msg(2, "spec", &CERTIFICATE_SIGNING_REQUEST_SPEC),
+        msg(3, "status", &CERTIFICATE_SIGNING_REQUEST_STATUS),
+    ],
+};
+
+/// `request` and `signerName` have no omitempty; `expirationSeconds` is a pointer.
+static CERTIFICATE_SIGNING_REQUEST_SPEC: Message = Message {
+    name: "CertificateSigningRequestSpec",
+    fields: &[
+        keep(1, "request", Type::Bytes),
+        opt(2, "username", Type::Str),
+        opt(3, "uid", Type::Str),
+        list(4, "groups", Type::Str),
+        list(5, "usages", Type::Str),
+        opt(6, "extra", Type::StringListMap),
+        keep(7, "signerName", Type::Str),
+        keep(8, "expirationSeconds", Type::Int32),
+    ],
+};
+
+static CERTIFICATE_SIGNING_REQUEST_STATUS: Message = Message {
+    name: "CertificateSigningRequestStatus",
+    fields: &[
+        list(
+            1,
+            "conditions",
+            Type::Message(&CERTIFICATE_SIGNING_REQUEST_CONDITION),
+        ),
+        opt(2, "certificate", Type::Bytes),
+    ],
+};
+
+/// `type` and `status` have no omitempty.
+static CERTIFICATE_SIGNING_REQUEST_CONDITION: Message = Message {
+    name: "CertificateSigningRequestCondition",
+    fields: &[
+        keep(1, "type", Type::Str),
+        opt(2, "reason", Type::Str),
+        opt(3, "message", Type::Str),
+        opt(4, "lastUpdateTime", Type::Time),
+        opt(5, "lastTransitionTime", Type::Time),
+        keep(6, "status", Type::Str),
     ],
 };
 

@@ -10,6 +10,8 @@
 //! `status_strategy.go`); `AllowCreateOnUpdate` is true only for Leases, Services
 //! (`core/service`), Events of both groups (`core/event`, which `events.k8s.io` reuses) and
 //! the four RBAC kinds (`rbac/{role,rolebinding,clusterrole,clusterrolebinding}`).
+//! CertificateSigningRequests (`certificates/certificates`) take both defaults; what their
+//! strategies and the `approval` subresource do is in [`super::certificates`].
 
 use std::collections::BTreeMap;
 
@@ -331,6 +333,18 @@ fn builtins() -> Vec<Builtin> {
                 "clusterrolebindings",
                 "clusterrolebinding",
                 "ClusterRoleBinding",
+                false,
+            )
+        },
+        Builtin {
+            short: &["csr"],
+            status: true,
+            ..b(
+                "certificates.k8s.io",
+                "v1",
+                "certificatesigningrequests",
+                "certificatesigningrequest",
+                "CertificateSigningRequest",
                 false,
             )
         },
@@ -665,6 +679,12 @@ mod tests {
                 false,
             ),
             ("apps", "deployments", true, false),
+            (
+                "certificates.k8s.io",
+                "certificatesigningrequests",
+                true,
+                false,
+            ),
             ("apps", "replicasets", true, false),
             ("coordination.k8s.io", "leases", false, true),
             ("events.k8s.io", "events", true, true),

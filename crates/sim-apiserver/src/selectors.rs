@@ -663,6 +663,8 @@ enum Selectable {
     Namespace,
     Secret,
     Service,
+    /// CertificateSigningRequests: `metadata.name` and `spec.signerName`.
+    CertificateSigningRequest,
     /// A custom resource: `metadata.*` and the selectable fields of the served version.
     Custom,
 }
@@ -727,6 +729,9 @@ impl SelectableFields {
             ("", "namespaces") => (Selectable::Namespace, &["status.phase"]),
             ("", "secrets") => (Selectable::Secret, &["type"]),
             ("", "services") => (Selectable::Service, &["spec.clusterIP", "spec.type"]),
+            ("certificates.k8s.io", "certificatesigningrequests") => {
+                (Selectable::CertificateSigningRequest, &["spec.signerName"])
+            }
             _ => (Selectable::Metadata, &[]),
         };
         let mut extra: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
@@ -744,7 +749,9 @@ impl SelectableFields {
     pub fn labels(&self) -> Vec<&str> {
         let metadata: &[&str] = match self.kind {
             // Their conversions leave out metadata.namespace.
-            Selectable::Node | Selectable::Namespace => &["metadata.name"],
+            Selectable::Node | Selectable::Namespace | Selectable::CertificateSigningRequest => {
+                &["metadata.name"]
+            }
             _ => &["metadata.name", "metadata.namespace"],
         };
         let mut labels = metadata.to_vec();
@@ -1153,6 +1160,21 @@ mod tests {
         FieldSelector::parse(selector)
             .and_then(|f| f.for_resource(rt, "v1"))
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn certificate_signing_requests_select_on_their_name_and_signer_only() {
+        const CSRS: (&str, &str) = ("certificates.k8s.io", "certificatesigningrequests");
+        let selector = bound("spec.signerName=example.com/a", CSRS.0, CSRS.1).unwrap();
+        assert!(selector.matches(&json!({"metadata": {"name": "x"},
+            "spec": {"signerName": "example.com/a"}})));
+        assert!(!selector.matches(&json!({"spec": {"signerName": "example.com/b"}})));
+        for label in ["metadata.namespace", "spec.username"] {
+            assert_eq!(
+                bound(&format!("{label}=x"), CSRS.0, CSRS.1).err(),
+                Some(format!("field label not supported: {label}"))
+            );
+        }
     }
 
     #[test]

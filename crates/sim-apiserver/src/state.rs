@@ -73,6 +73,9 @@ pub struct State {
     pub audit: AuditLog,
     /// The cluster CA (PEM).
     pub ca_pem: String,
+    /// The cluster CA with its key, when this server made it: what the controllers' certificate
+    /// signers sign with (kube-controller-manager's `--cluster-signing-cert-file`).
+    pub signing_ca: Option<crate::tls::SigningCa>,
     /// The admin token.
     pub admin_token: String,
 }
@@ -103,6 +106,7 @@ impl State {
             tokens: Tokens::new(&admin_token),
             audit: AuditLog::new(),
             ca_pem,
+            signing_ca: None,
             admin_token,
         };
         state.bootstrap();

@@ -29,6 +29,26 @@ pub struct ClusterTls {
     pub ca_pem: String,
     /// The rustls server configuration serving the leaf.
     pub server_config: Arc<rustls::ServerConfig>,
+    /// The CA with its key, for the controllers' certificate signers
+    /// (kube-controller-manager's `--cluster-signing-cert-file`/`--cluster-signing-key-file`).
+    pub signing: SigningCa,
+}
+
+/// A CA that signs certificates: its certificate and private key (PKCS #8), both PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SigningCa {
+    /// The CA certificate.
+    pub cert_pem: String,
+    /// Its private key.
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for SigningCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningCa")
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClusterTls {
@@ -78,9 +98,14 @@ impl ClusterTls {
             .with_single_cert(chain, key)
             .map_err(TlsError::Config)?;
         server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let signing = SigningCa {
+            cert_pem: ca.pem(),
+            key_pem: ca.key().serialize_pem(),
+        };
         Ok(Self {
             ca_pem: ca.pem(),
             server_config: Arc::new(server_config),
+            signing,
         })
     }
 }

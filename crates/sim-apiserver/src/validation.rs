@@ -4,6 +4,9 @@
 //! Secret type requires. Object metadata and immutability are checked by
 //! [`super::objects::validate`]; [`validate`] adds these causes after them.
 //!
+//! A new Pod may not have ephemeral containers (`ValidatePodCreate`: they are added through
+//! `pods/ephemeralcontainers` only, see [`super::ephemeral`]).
+//!
 //! Objects arrive in stored form, after defaulting: a Secret's `stringData` is already merged
 //! into `data`, so its keys are reported under `data[…]`, as upstream reports them.
 //!
@@ -25,8 +28,17 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
     match (rt.group.as_str(), rt.resource.as_str()) {
         ("", "configmaps") => validate_config_map(obj),
         ("", "secrets") => validate_secret(obj),
+        ("", "pods") if is_new(obj) => super::ephemeral::validate_create(obj),
         _ => Vec::new(),
     }
+}
+
+/// Whether `obj` is being created: an object has no `resourceVersion` until it is stored,
+/// and every update carries the one it was written against.
+fn is_new(obj: &Value) -> bool {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .is_none_or(str::is_empty)
 }
 
 fn entries<'v>(obj: &'v Value, field: &str) -> Option<&'v Map<String, Value>> {

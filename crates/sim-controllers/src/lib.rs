@@ -16,6 +16,8 @@
 //! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
 //! - [`podgc`]: force-deletes pods bound to nodes that no longer exist.
+//! - [`csrsigning`]: signs approved CertificateSigningRequests of the `kubernetes.io`
+//!   signers with the cluster CA ([`ControllerConfig::cluster_signing`]).
 //! - [`scheduler`]: binds pending pods to Ready nodes through `pods/binding`.
 //! - [`namespace_defaults`]: the `default` ServiceAccount and `kube-root-ca.crt` of every
 //!   namespace, for a real API server ([`ControllerConfig::namespace_defaults`]).
@@ -29,6 +31,7 @@
 //! - Only what the conformance features touch: no DaemonSets, Jobs, StatefulSets,
 //!   Services/Endpoints, quota, PDB-aware eviction, preemption or resource fitting.
 
+pub mod csrsigning;
 pub mod deployment;
 mod dynamic;
 pub mod garbage_collector;
@@ -59,6 +62,9 @@ const VERSION: &str = "v1.32.13";
 /// Errors starting the controllers.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllersError {
+    /// The certificate signers' CA could not be loaded.
+    #[error("cannot start the certificate signers")]
+    Signing(#[source] csrsigning::Error),
     /// The kubeconfig of a component could not be turned into a client.
     #[error("cannot build a client for {component}")]
     Client {
@@ -107,6 +113,13 @@ pub struct ControllerConfig {
     /// every namespace) run too. The simulated API server does both itself; a real one
     /// leaves them to kube-controller-manager.
     pub namespace_defaults: Option<String>,
+    /// The CA the certificate signers sign with (`--cluster-signing-cert-file` and
+    /// `--cluster-signing-key-file`); without one, approved CertificateSigningRequests stay
+    /// unsigned, as with a kube-controller-manager given none.
+    pub cluster_signing: Option<sim_apiserver::tls::SigningCa>,
+    /// The longest certificate the signers issue (`--cluster-signing-duration`). Real: one
+    /// year.
+    pub cluster_signing_duration: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -122,6 +135,8 @@ impl Default for ControllerConfig {
             unschedulable_retry: Duration::from_secs(300),
             scheduler: true,
             namespace_defaults: None,
+            cluster_signing: None,
+            cluster_signing_duration: Duration::from_secs(8760 * 3600),
         }
     }
 }
@@ -333,6 +348,17 @@ impl Controllers {
             informer_config,
             informers.node_leases.clone(),
         ));
+
+        if let Some(ca) = &config.cluster_signing {
+            tasks.push(
+                csrsigning::start(
+                    kcm(server, "certificate-controller").await?,
+                    ca,
+                    config.cluster_signing_duration,
+                )
+                .map_err(ControllersError::Signing)?,
+            );
+        }
 
         if let Some(bundle) = &config.namespace_defaults {
             let namespaces = Cache::new();

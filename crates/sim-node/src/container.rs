@@ -1,7 +1,8 @@
 //! One container's life in a pod: prepare (credentials, env, argv — the mapped executable,
 //! or the process found in a directory image, see [`super::image`]), start (a process group
 //! or a stand-in), probe, end (exit, crash, probe failure, graceful stop), and restart
-//! according to the restartPolicy with CrashLoopBackOff delays.
+//! according to the restartPolicy with CrashLoopBackOff delays. Ephemeral containers run
+//! the same way but only once: they are never restarted, never probed and never ready.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -55,6 +56,9 @@ pub enum ContainerError {
     /// A directory image has nothing to run.
     #[error(transparent)]
     Image(ImageError),
+    /// An ephemeral container's `targetContainerName` names no container of the pod.
+    #[error("unable to find target container {0}")]
+    NoTarget(String),
 }
 
 impl ContainerError {
@@ -149,23 +153,32 @@ pub struct ContainerTask {
     pub(crate) runtime: Arc<ContainerRuntime>,
     pub(crate) status: Arc<StatusCell>,
     pub(crate) spec: Container,
+    /// Its place in its list of the status: init, app or ephemeral containers.
     pub(crate) index: usize,
     pub(crate) init: bool,
+    /// An ephemeral container (`spec` is its common part; `init` is false).
+    pub(crate) ephemeral: bool,
+    /// The container an ephemeral container targets (`targetContainerName`).
+    pub(crate) target: Option<String>,
     pub(crate) pod_object: Arc<Pod>,
     pub(crate) stop: watch::Receiver<StopState>,
 }
 
 impl ContainerTask {
     fn update(&self, change: impl FnOnce(&mut ContainerStatus)) {
-        let (init, index) = (self.init, self.index);
+        let (init, ephemeral, index) = (self.init, self.ephemeral, self.index);
         self.status.update(|s| {
-            let list = if init {
+            let list = if ephemeral {
+                &mut s.ephemeral_containers
+            } else if init {
                 &mut s.init_containers
             } else {
                 &mut s.containers
             };
             if let Some(c) = list.get_mut(index) {
                 change(c);
+                // Nothing probes an ephemeral container: it is never ready.
+                c.ready &= !ephemeral;
             }
         });
     }
@@ -245,6 +258,7 @@ impl ContainerTask {
             }
             let code = terminated.exit_code;
             let restart = self.stop_state() == StopState::Run
+                && !self.ephemeral
                 && match self.restart_policy().as_str() {
                     "Never" => false,
                     "OnFailure" => code != 0,
@@ -330,6 +344,17 @@ impl ContainerTask {
 
     /// Credentials, env and argv for a mapped image; a stand-in otherwise.
     async fn prepare(&self) -> Result<Launch, ContainerError> {
+        if let Some(target) = &self.target {
+            let spec = self.pod_object.spec.as_ref();
+            let mut names = spec.into_iter().flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            });
+            if !names.any(|c| &c.name == target) {
+                return Err(ContainerError::NoTarget(target.clone()));
+            }
+        }
         let image = self.spec.image.clone().unwrap_or_default();
         let images = &self.shared.config.images;
         let Some(program) = images.get(&image).map(std::path::Path::to_path_buf) else {

@@ -24,7 +24,7 @@
 //!
 //! # Caveats
 //! - No volumes, no image pulls, no resource limits, no `exec`/`grpc` probes, no
-//!   `activeDeadlineSeconds`, no ephemeral containers; sidecar init containers
+//!   `activeDeadlineSeconds`; sidecar init containers
 //!   (`restartPolicy: Always`) run like ordinary init containers.
 //! - For an image mapped to an executable, a pod's `command[0]` names the image's
 //!   entrypoint: the mapped executable runs in its place, with `command[1..]` and `args` as

@@ -1,6 +1,11 @@
 //! Pods on this node: the watch of pods bound to it, and one worker per pod that sets up
 //! its sandbox (IP, proxy, working directory, credentials), runs its containers, reports
 //! its status, and on deletion stops the containers gracefully and makes the final delete.
+//!
+//! Ephemeral containers (added through `pods/ephemeralcontainers`) start as soon as a pod
+//! update shows them, init containers finished or not, and run once: never restarted, not
+//! even by a kubelet that starts again. They are stopped with the pod, and when the pod
+//! ends (`Succeeded` or `Failed`) while they still run.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -10,18 +15,18 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSpec};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, utils::Backoff};
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::container::ContainerTask;
 use super::error::KubeletError;
-use super::runtime::{ContainerRuntime, PodRuntime, StatusCell, StopState};
+use super::runtime::{ContainerRuntime, PodRuntime, StatusCell, StopState, lock};
 use super::shared::Shared;
 use super::status::{ContainerStatus, Eviction, PodStatus, State, Terminated, qos_class};
 use crate::proxy::{Mode, Proxy, ProxyError};
@@ -54,8 +59,8 @@ pub enum PodError {
 impl PodRuntime {
     pub(crate) fn crash(&self, container: Option<&str>) -> Result<(), KubeletError> {
         let c = match container {
-            Some(name) => self.containers.iter().find(|c| c.name == name),
-            None => self.containers.iter().find(|c| !c.init),
+            Some(name) => self.container(name),
+            None => self.containers.iter().find(|c| !c.init).cloned(),
         }
         .ok_or_else(|| KubeletError::NoSuchContainer {
             namespace: self.namespace.clone(),
@@ -322,6 +327,7 @@ async fn setup(
         proxy,
         sequence,
         containers,
+        ephemeral: std::sync::Mutex::new(Vec::new()),
         held: AtomicBool::new(false),
         node_held: Arc::new(move || weak.upgrade().is_some_and(|s| s.node_held())),
         terminal_on_arrival: is_terminal(pod),
@@ -443,6 +449,10 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
             stop_rx,
         )));
     }
+    let mut ephemerals = Ephemerals::default();
+    if !terminal_on_arrival {
+        ephemerals.start_new(&shared, &runtime, &pod, &stop_tx.subscribe(), true);
+    }
     let mut finished = pipeline.is_none();
     let mut deleting = false;
     let mut finalizer: Option<JoinHandle<()>> = None;
@@ -471,7 +481,7 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
         stop_by(&pod);
     }
     loop {
-        if finished && deleting && finalizer.is_none() {
+        if finished && ephemerals.tasks.is_empty() && deleting && finalizer.is_none() {
             finalizer = Some(tokio::spawn(final_delete(
                 shared.clone(),
                 api.clone(),
@@ -497,6 +507,9 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
                             deleting = true;
                             stop_by(&p);
                         }
+                        if !terminal_on_arrival {
+                            ephemerals.start_new(&shared, &runtime, &p, &stop_tx.subscribe(), false);
+                        }
                     }
                 }
             }
@@ -507,7 +520,20 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
                 }
             }, if !finished => {
                 finished = true;
+                // A pod that has ended stops what still runs: its ephemeral containers.
+                if status.read(PodStatus::terminal) {
+                    let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(0) as u64;
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
+                    stop_tx.send_if_modified(|state| {
+                        let run = *state == StopState::Run;
+                        if run {
+                            *state = StopState::Graceful(deadline);
+                        }
+                        run
+                    });
+                }
             }
+            Some(_) = ephemerals.tasks.join_next(), if !ephemerals.tasks.is_empty() => {}
         }
     }
     // Gone: kill at once, make no more API calls.
@@ -524,6 +550,13 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
         {
             abort.abort();
         }
+    }
+    let drained = async { while ephemerals.tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(10), drained)
+        .await
+        .is_err()
+    {
+        ephemerals.tasks.abort_all();
     }
     if let Some(s) = sync {
         s.abort();
@@ -544,6 +577,8 @@ async fn run_containers(
     let spec = pod.spec.clone().unwrap_or_default();
     let inits = spec.init_containers.clone().unwrap_or_default();
     let task = |index: usize, init: bool, container| ContainerTask {
+        ephemeral: false,
+        target: None,
         shared: shared.clone(),
         pod: runtime.clone(),
         runtime: runtime
@@ -610,6 +645,156 @@ async fn run_containers(
             }
         });
     }
+}
+
+/// The ephemeral containers of one pod: each started once, when a pod update first shows
+/// it, and never again.
+#[derive(Default)]
+struct Ephemerals {
+    /// The names seen so far.
+    seen: HashSet<String>,
+    /// Their tasks, until they end (dropping the set aborts them).
+    tasks: JoinSet<()>,
+}
+
+impl Ephemerals {
+    /// Starts the ephemeral containers of `pod` not seen before: each gets a status entry
+    /// (waiting, `PodInitializing` when the pod has init containers, else
+    /// `ContainerCreating`) and a task that runs it once. None starts in a pod that has
+    /// ended or is stopping. On the worker's `first` look, a container the pod's status
+    /// already reports ran under an earlier kubelet: it is reported as it was (or as
+    /// unknown, had it not ended) and not started again.
+    fn start_new(
+        &mut self,
+        shared: &Arc<Shared>,
+        runtime: &Arc<PodRuntime>,
+        pod: &Arc<Pod>,
+        stop: &watch::Receiver<StopState>,
+        first: bool,
+    ) {
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        let reported = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.ephemeral_container_statuses.as_ref());
+        let has_init = spec.init_containers.as_ref().is_some_and(|l| !l.is_empty());
+        for ec in spec.ephemeral_containers.iter().flatten() {
+            if !self.seen.insert(ec.name.clone()) {
+                continue;
+            }
+            let image = ec.image.clone().unwrap_or_default();
+            let earlier = reported
+                .filter(|_| first)
+                .and_then(|list| list.iter().find(|c| c.name == ec.name));
+            if let Some(earlier) = earlier {
+                let carried = carried_over(earlier, &image);
+                runtime
+                    .status
+                    .update(|s| s.ephemeral_containers.push(carried));
+                continue;
+            }
+            if *stop.borrow() != StopState::Run || runtime.status.read(PodStatus::terminal) {
+                continue;
+            }
+            let log = runtime.dir.join("logs").join(format!("{}.log", ec.name));
+            let container = Arc::new(ContainerRuntime::new(
+                &ec.name,
+                false,
+                log,
+                shared.config.log_limit_bytes,
+            ));
+            lock(&runtime.ephemeral).push(container.clone());
+            let reason = if has_init {
+                "PodInitializing"
+            } else {
+                "ContainerCreating"
+            };
+            let mut index = 0;
+            runtime.status.update(|s| {
+                index = s.ephemeral_containers.len();
+                s.ephemeral_containers
+                    .push(ContainerStatus::waiting(&ec.name, &image, reason));
+            });
+            let task = ContainerTask {
+                shared: shared.clone(),
+                pod: runtime.clone(),
+                runtime: container,
+                status: runtime.status.clone(),
+                spec: common_part(ec),
+                index,
+                init: false,
+                ephemeral: true,
+                target: ec.target_container_name.clone().filter(|t| !t.is_empty()),
+                pod_object: pod.clone(),
+                stop: stop.clone(),
+            };
+            self.tasks.spawn(task.run());
+        }
+    }
+}
+
+/// What of an ephemeral container runs: the fields the API allows it (probes, ports,
+/// resources, lifecycle hooks and restart policies never reach it).
+fn common_part(ec: &EphemeralContainer) -> Container {
+    Container {
+        name: ec.name.clone(),
+        image: ec.image.clone(),
+        command: ec.command.clone(),
+        args: ec.args.clone(),
+        working_dir: ec.working_dir.clone(),
+        env_from: ec.env_from.clone(),
+        env: ec.env.clone(),
+        volume_mounts: ec.volume_mounts.clone(),
+        volume_devices: ec.volume_devices.clone(),
+        termination_message_path: ec.termination_message_path.clone(),
+        termination_message_policy: ec.termination_message_policy.clone(),
+        image_pull_policy: ec.image_pull_policy.clone(),
+        security_context: ec.security_context.clone(),
+        stdin: ec.stdin,
+        stdin_once: ec.stdin_once,
+        tty: ec.tty,
+        ..Container::default()
+    }
+}
+
+/// The status an earlier kubelet reported for an ephemeral container: kept if it had
+/// ended, else unknown (its process died with that kubelet); either way done.
+fn carried_over(
+    earlier: &k8s_openapi::api::core::v1::ContainerStatus,
+    image: &str,
+) -> ContainerStatus {
+    let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.and_then(|t| chrono::DateTime::parse_from_rfc3339(&t.0.to_string()).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
+    };
+    let mut c = ContainerStatus::waiting(&earlier.name, image, "");
+    c.image_id = earlier.image_id.clone();
+    c.container_id = earlier.container_id.clone();
+    c.state = match earlier.state.as_ref().and_then(|s| s.terminated.as_ref()) {
+        Some(t) => State::Terminated(Terminated {
+            exit_code: t.exit_code,
+            signal: t.signal,
+            reason: t.reason.clone().unwrap_or_default(),
+            message: t.message.clone(),
+            started_at: time(t.started_at.as_ref()),
+            finished_at: time(t.finished_at.as_ref()).unwrap_or_else(chrono::Utc::now),
+            container_id: t.container_id.clone(),
+        }),
+        None => State::Terminated(Terminated {
+            exit_code: 137,
+            signal: None,
+            reason: "ContainerStatusUnknown".into(),
+            message: Some("The container could not be located when the pod was terminated".into()),
+            started_at: None,
+            finished_at: chrono::Utc::now(),
+            container_id: None,
+        }),
+    };
+    c.ever_started = true;
+    c.done = true;
+    c
 }
 
 struct AbortOnDrop(Vec<tokio::task::AbortHandle>);

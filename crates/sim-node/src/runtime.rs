@@ -1,6 +1,7 @@
 //! A pod and its containers while this kubelet runs them: the state the pod worker, the
 //! container tasks and the faults share. [`PodRuntime`] holds the pod's sandbox, its
-//! [`ContainerRuntime`]s, the [`StopState`] its worker tells the containers and the
+//! [`ContainerRuntime`]s (ephemeral containers join them while the pod runs), the
+//! [`StopState`] its worker tells the containers and the
 //! [`StatusCell`] they report into; the pod worker (`pod`) sets it up and the container
 //! tasks (`container`) act on it, so both depend on this module and it on neither. The
 //! faults that answer with a `KubeletError` (crash, eviction) are carried out in `pod`.
@@ -134,6 +135,8 @@ pub struct PodRuntime {
     pub sequence: u64,
     /// Init containers first, then app containers.
     pub containers: Vec<Arc<ContainerRuntime>>,
+    /// Ephemeral containers, in the order they were added to the pod.
+    pub(crate) ephemeral: Mutex<Vec<Arc<ContainerRuntime>>>,
     pub(crate) held: AtomicBool,
     pub(crate) node_held: Arc<dyn Fn() -> bool + Send + Sync>,
     /// Whether the pod had ended before this kubelet saw it (nothing runs; no status).
@@ -145,9 +148,32 @@ pub struct PodRuntime {
 }
 
 impl PodRuntime {
-    /// The process groups running now.
+    /// The process groups running now (ephemeral containers' included).
     pub fn groups(&self) -> Vec<Group> {
-        self.containers.iter().filter_map(|c| c.group()).collect()
+        self.containers
+            .iter()
+            .chain(self.ephemeral_containers().iter())
+            .filter_map(|c| c.group())
+            .collect()
+    }
+
+    /// The ephemeral containers added so far.
+    pub fn ephemeral_containers(&self) -> Vec<Arc<ContainerRuntime>> {
+        lock(&self.ephemeral).clone()
+    }
+
+    /// The container named `name`: an init, app or ephemeral container.
+    pub fn container(&self, name: &str) -> Option<Arc<ContainerRuntime>> {
+        self.containers
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
+            .or_else(|| {
+                lock(&self.ephemeral)
+                    .iter()
+                    .find(|c| c.name == name)
+                    .cloned()
+            })
     }
 
     /// Whether new processes must start frozen.
@@ -202,12 +228,14 @@ impl PodRuntime {
         std::fs::rename(tmp, self.dir.join("faketime"))
     }
 
+    /// A container's log; without a name, the only app container's (ephemeral containers
+    /// are read by name only).
     pub(crate) fn log_text(&self, container: Option<&str>, previous: bool) -> Option<String> {
         let apps: Vec<&Arc<ContainerRuntime>> =
             self.containers.iter().filter(|c| !c.init).collect();
         let c = match container {
-            Some(name) => self.containers.iter().find(|c| c.name == name)?,
-            None if apps.len() == 1 => apps[0],
+            Some(name) => self.container(name)?,
+            None if apps.len() == 1 => apps[0].clone(),
             None => return None,
         };
         c.log.text(previous)

@@ -190,6 +190,9 @@ pub struct PodStatus {
     pub init_containers: Vec<ContainerStatus>,
     /// App containers.
     pub containers: Vec<ContainerStatus>,
+    /// Ephemeral containers, in the order they were added: never ready, never restarted,
+    /// and of no account for the phase or the conditions.
+    pub ephemeral_containers: Vec<ContainerStatus>,
     /// Whether the sandbox (IP, proxy, files) is set up.
     pub sandbox_ready: bool,
     /// The pod's readiness gates (condition types that must also be True for Ready).
@@ -212,6 +215,7 @@ impl PodStatus {
             start_time: Utc::now(),
             init_containers: Vec::new(),
             containers: Vec::new(),
+            ephemeral_containers: Vec::new(),
             sandbox_ready: false,
             readiness_gates: Vec::new(),
             qos_class: "BestEffort".into(),
@@ -225,11 +229,13 @@ impl PodStatus {
         self.init_containers.iter().all(|c| c.done && c.succeeded())
     }
 
-    /// Whether every container, init containers included, will never run again.
+    /// Whether every container, init and ephemeral containers included, will never run
+    /// again.
     fn all_done(&self) -> bool {
         self.init_containers
             .iter()
             .chain(&self.containers)
+            .chain(&self.ephemeral_containers)
             .all(|c| c.done)
     }
 
@@ -439,6 +445,21 @@ impl PodStatus {
                     .collect::<Vec<_>>()
             );
         }
+        if !self.ephemeral_containers.is_empty() {
+            // The prober, which sets `started`, knows nothing of ephemeral containers.
+            let ephemeral: Vec<Value> = self
+                .ephemeral_containers
+                .iter()
+                .map(|c| {
+                    let mut c = c.to_json();
+                    if let Some(o) = c.as_object_mut() {
+                        o.remove("started");
+                    }
+                    c
+                })
+                .collect();
+            status["ephemeralContainerStatuses"] = json!(ephemeral);
+        }
         for key in ["nominatedNodeName", "resize", "resourceClaimStatuses"] {
             if let Some(v) = current.get(key) {
                 status[key] = v.clone();
@@ -604,6 +625,32 @@ mod tests {
         assert_eq!(of("Ready")[0]["status"], "False");
         assert_eq!(of("Ready")[0]["reason"], "PodCompleted");
         assert!(s.terminal());
+    }
+
+    #[test]
+    fn ephemeral_containers_are_reported_apart_and_leave_phase_and_readiness_alone() {
+        let mut s = PodStatus::new("127.101.0.1".into(), "127.0.10.1".into());
+        s.sandbox_ready = true;
+        let mut a = running("a");
+        a.ready = true;
+        s.containers = vec![a];
+        s.ephemeral_containers = vec![terminated("debugger", 3)];
+        let json = s.to_json(&json!({}));
+        assert_eq!(json["phase"], "Running");
+        let ready = json["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert_eq!(ready["status"], "True");
+        let debugger = &json["ephemeralContainerStatuses"][0];
+        assert_eq!(debugger["name"], "debugger");
+        assert_eq!(debugger["state"]["terminated"]["exitCode"], 3);
+        assert_eq!(debugger["ready"], false);
+        assert_eq!(debugger["restartCount"], 0);
+        assert!(debugger.get("started").is_none(), "{debugger}");
+        assert_eq!(json["containerStatuses"].as_array().unwrap().len(), 1);
     }
 
     #[test]
