@@ -565,6 +565,8 @@ fn certificate_interactions() -> Vec<Interaction> {
                     ("csr-bad-signature", "bad signature", CUSTOM),
                     ("csr-bad-signer", "plain", "Example.com/a_b"),
                     ("csr-masters", "masters", CLIENT),
+                    // Any name a path segment may be (no DNS subdomain needed).
+                    ("Any_Name.csr", "plain", CUSTOM),
                 ] {
                     send(
                         t,
@@ -576,6 +578,13 @@ fn certificate_interactions() -> Vec<Interaction> {
                     )
                     .await;
                 }
+                admin(
+                    t,
+                    "PATCH",
+                    &path("Any_Name.csr"),
+                    json!({"metadata": {"labels": {"checked": "yes"}}}),
+                )
+                .await;
                 let bob = as_user(t, "bob", &[]).await;
                 send(
                     t,
@@ -714,6 +723,20 @@ fn certificate_interactions() -> Vec<Interaction> {
                 let mut live = raw_get(t, &client).await;
                 live["status"]["certificate"] = json!(b64(t.ca_pem.as_bytes()));
                 admin(t, "PUT", &format!("{client}/status"), live).await;
+                // The Go type has no patch strategy for the conditions: a strategic merge
+                // patch replaces them, so one naming another type drops the approval, which
+                // is refused (merged by type, it would be accepted).
+                let extra =
+                    json!({"status": {"conditions": [condition("Reviewed", "True", "Reviewed")]}});
+                send(
+                    t,
+                    &t.admin,
+                    "PATCH",
+                    &format!("{}/approval", path("csr-custom")),
+                    STRATEGIC,
+                    extra,
+                )
+                .await;
             }
         ),
         interaction!(

@@ -3,72 +3,13 @@
 //! one, with the two in-process hooks only it has: the kubelets hand it their container
 //! logs, and it attributes each request to the pod whose IP sent it.
 
-use std::net::{IpAddr, SocketAddr};
-
-use async_trait::async_trait;
-
 use super::apiserver::ServerHandle;
-use super::apiserver::audit::PodRef;
-use super::apiserver::state::LogSource;
 use super::controllers::{
     ApiAccess, CONTROLLER_MANAGER_USER, ControllerConfig, Controllers, ControllersError,
     SCHEDULER_USER,
 };
-use super::kubelet::upstream::{Upstream, UpstreamError};
 
-/// The simulated API server as the kubelets' [`Upstream`].
-#[derive(Clone)]
-pub struct SimulatedUpstream(pub ServerHandle);
-
-#[async_trait]
-impl Upstream for SimulatedUpstream {
-    fn addr(&self) -> SocketAddr {
-        self.0.addr()
-    }
-
-    fn ca_pem(&self) -> String {
-        self.0.ca_pem().to_string()
-    }
-
-    fn cluster_name(&self) -> String {
-        self.0.state().config.name.clone()
-    }
-
-    async fn node_client(&self, server: &str, node: &str) -> Result<kube::Client, UpstreamError> {
-        self.0
-            .user_client(
-                server,
-                &format!("system:node:{node}"),
-                &["system:nodes", "system:masters"],
-            )
-            .await
-            .map_err(|e| UpstreamError::Client(Box::new(e)))
-    }
-
-    async fn service_account_token(
-        &self,
-        _client: &kube::Client,
-        pod: &PodRef,
-        account: &str,
-    ) -> Result<String, UpstreamError> {
-        self.0
-            .service_account_token(&pod.namespace, account)
-            .map_err(|e| UpstreamError::Token {
-                namespace: pod.namespace.clone(),
-                name: account.to_string(),
-                pod: pod.name.clone(),
-                source: Box::new(e),
-            })
-    }
-
-    fn add_log_source(&self, source: LogSource) {
-        self.0.state().add_log_source(source);
-    }
-
-    fn attribute(&self, ip: IpAddr, pod: Option<PodRef>) {
-        self.0.state().audit.set_pod_ip(ip, pod);
-    }
-}
+pub use super::kubelet::upstream::SimulatedUpstream;
 
 /// The simulated API server as the controllers reach it: kube-controller-manager and
 /// kube-scheduler, each in `system:masters`.

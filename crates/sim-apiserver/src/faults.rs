@@ -74,6 +74,26 @@ pub struct RequestFacts<'a> {
     pub user: &'a str,
 }
 
+impl<'a> RequestFacts<'a> {
+    /// The facts of the request `info` describes, sent from `pod` (if known) by `user`.
+    pub fn of(
+        info: &'a crate::request::RequestInfo,
+        pod: Option<&'a PodRef>,
+        user: &'a str,
+    ) -> Self {
+        Self {
+            verb: &info.verb,
+            group: &info.group,
+            resource: &info.resource,
+            subresource: &info.subresource,
+            namespace: &info.namespace,
+            name: &info.name,
+            pod,
+            user,
+        }
+    }
+}
+
 impl RequestMatch {
     /// Whether a request matches.
     pub fn matches(&self, r: &RequestFacts<'_>) -> bool {

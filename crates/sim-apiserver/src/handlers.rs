@@ -694,70 +694,8 @@ impl<'a> Call<'a> {
     }
 
     fn patch(&self, rt: &ResourceType, part: Part) -> Reply {
-        let kind = self.content_type.as_str();
-        let accepted = if rt.accepts_strategic_merge() {
-            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
-        } else {
-            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-        };
-        let known = matches!(
-            kind,
-            "application/json-patch+json"
-                | "application/merge-patch+json"
-                | "application/apply-patch+yaml"
-        ) || (kind == "application/strategic-merge-patch+json"
-            && rt.accepts_strategic_merge());
-        if !known {
-            return Err(ApiError::UnsupportedMediaType {
-                accepted: accepted.into(),
-            });
-        }
-        let is_apply = kind == "application/apply-patch+yaml";
-        let force = self.query.flag("force");
-        if is_apply && self.query.get("fieldManager").is_none_or(str::is_empty) {
-            return Err(ApiError::invalid(
-                "PatchOptions",
-                "meta.k8s.io",
-                "",
-                vec![Cause {
-                    field: "fieldManager".into(),
-                    value: Value::Null,
-                    reason: "FieldValueRequired",
-                    message: "is required for apply patch".into(),
-                }],
-            ));
-        }
-        if !is_apply && self.query.get("force").is_some() {
-            return Err(ApiError::invalid(
-                "PatchOptions",
-                "meta.k8s.io",
-                "",
-                vec![Cause {
-                    field: "force".into(),
-                    value: json!(force),
-                    reason: "FieldValueForbidden",
-                    message: "may not be specified for non-apply patch".into(),
-                }],
-            ));
-        }
-        let patch_doc = decode(kind, &self.body)?;
-        if is_apply {
-            if !patch_doc.is_object() {
-                return Err(ApiError::BadRequest("invalid object type".into()));
-            }
-            if patch_doc["metadata"].get("managedFields").is_some() {
-                return Err(ApiError::BadRequest(
-                    "metadata.managedFields must be nil".into(),
-                ));
-            }
-            let av = patch_doc["apiVersion"].as_str().unwrap_or_default();
-            if av != rt.api_version(&self.info.version) || patch_doc["kind"] != json!(rt.kind) {
-                return Err(ApiError::BadRequest(format!(
-                    "Incorrect version specified in apply patch. Specified patch version: {av}, expected: {}",
-                    rt.api_version(&self.info.version)
-                )));
-            }
-        }
+        let (kind, patch_doc, is_apply, force) = self.patch_request(rt)?;
+        let kind = kind.as_str();
         let name = self.info.name.clone();
         let version = self.info.version.clone();
         if is_apply {

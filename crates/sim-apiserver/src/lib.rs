@@ -537,16 +537,7 @@ async fn handle(
             return error_response(&e, &parts.headers).into();
         }
         let pod = state.audit.pod_of(peer.ip());
-        let facts = crate::faults::RequestFacts {
-            verb: &info.verb,
-            group: &info.group,
-            resource: &info.resource,
-            subresource: &info.subresource,
-            namespace: &info.namespace,
-            name: &info.name,
-            pod: pod.as_ref(),
-            user: &user.name,
-        };
+        let facts = crate::faults::RequestFacts::of(&info, pod.as_ref(), &user.name);
         // Dropped when this block ends, whatever it answered: rules waiting for this
         // request's answer learn of it then.
         let _passage = state.faults.arrived(&facts);

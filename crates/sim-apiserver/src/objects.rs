@@ -37,7 +37,9 @@ pub fn now_micros() -> String {
 pub fn name_rule(rt: &ResourceType) -> NameRule {
     match (rt.group.as_str(), rt.resource.as_str()) {
         ("", "namespaces") => NameRule::Label,
-        ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
+        // `ValidateCertificateRequestName` accepts any name: what a path segment may be.
+        ("rbac.authorization.k8s.io", _)
+        | ("certificates.k8s.io", "certificatesigningrequests") => NameRule::PathSegment,
         _ => NameRule::Subdomain,
     }
 }

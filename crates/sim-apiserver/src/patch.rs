@@ -351,6 +351,18 @@ pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
     }
 }
 
+/// How a strategic merge patch treats the list at `path`: as [`list_strategy`] says (the
+/// list's type, which field management follows too), except where the Go type's list is
+/// keyed (`+listType=map`) but has no patch strategy, so a strategic merge patch replaces
+/// it: a CertificateSigningRequest's conditions (kube-apiserver then refuses a patch that
+/// drops the approval).
+pub fn patch_strategy(kind: &str, path: &[&str]) -> ListStrategy {
+    match (kind, path) {
+        ("CertificateSigningRequest", ["status", "conditions"]) => ListStrategy::Replace,
+        _ => list_strategy(kind, path),
+    }
+}
+
 /// Applies an RFC 7386 JSON merge patch: `null` deletes a key, objects merge, everything else (lists included) replaces.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
@@ -804,7 +816,7 @@ struct Merger<'a> {
 impl Merger<'_> {
     fn strategy(&self, path: &[String]) -> ListStrategy {
         let names: Vec<&str> = path.iter().map(String::as_str).collect();
-        list_strategy(self.kind, &names)
+        patch_strategy(self.kind, &names)
     }
 
     /// Merges `patch` into `original`; `None` means the map is deleted (`$patch: delete`).
@@ -1467,6 +1479,24 @@ mod tests {
         assert_eq!(
             list_strategy("RoleBinding", &["subjects"]),
             ListStrategy::Replace
+        );
+    }
+
+    #[test]
+    fn a_strategic_merge_patch_replaces_a_certificate_requests_conditions_which_stay_keyed_by_type()
+    {
+        let kind = "CertificateSigningRequest";
+        assert_eq!(
+            patch_strategy(kind, &["status", "conditions"]),
+            ListStrategy::Replace
+        );
+        assert_eq!(
+            list_strategy(kind, &["status", "conditions"]),
+            ListStrategy::MergeByKey("type")
+        );
+        assert_eq!(
+            patch_strategy(kind, &["metadata", "finalizers"]),
+            ListStrategy::MergePrimitives
         );
     }
 

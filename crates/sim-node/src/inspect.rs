@@ -11,7 +11,7 @@
 //! bytes, before anything here sees them.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{Either, Full};
@@ -22,13 +22,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::rustls;
 
 use sim_apiserver::audit::PodRef;
-use sim_apiserver::faults::{
-    FaultError, FaultTarget, Faults, NodeFault, PodFault, RequestFacts, Verdict,
-};
+use sim_apiserver::faults::{FaultTarget, Faults, RequestFacts, Verdict};
 use sim_apiserver::request::{Query, parse};
 use sim_apiserver::tls::ClusterTls;
-
-use super::shared::Shared;
 
 /// Errors of setting up request inspection on a node.
 #[derive(Debug, thiserror::Error)]
@@ -127,12 +123,6 @@ impl NodeInspection {
     }
 }
 
-/// The pods of the node `shared` belongs to, as the target of the rules' holds (a rule
-/// holds the pod that sent the request, which runs there).
-pub(crate) fn node_pods(shared: &Arc<Shared>) -> Arc<dyn FaultTarget> {
-    Arc::new(NodePods(Arc::downgrade(shared)))
-}
-
 /// The inspection of one pod's requests.
 #[derive(Clone)]
 pub(crate) struct Inspection {
@@ -142,36 +132,6 @@ pub(crate) struct Inspection {
     pod: PodRef,
     user: String,
     target: Arc<dyn FaultTarget>,
-}
-
-/// See [`node_pods`].
-struct NodePods(Weak<Shared>);
-
-impl FaultTarget for NodePods {
-    fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError> {
-        let shared = self.0.upgrade().ok_or_else(|| {
-            FaultError::NoTarget(format!("pod {namespace}/{pod}: its kubelet stopped"))
-        })?;
-        let runtime = shared.find(namespace, pod).ok_or_else(|| {
-            FaultError::NoTarget(format!("pod {namespace}/{pod} is not running on this node"))
-        })?;
-        match fault {
-            PodFault::Hold => runtime.hold(),
-            PodFault::Release => runtime.release(shared.node_held()),
-            other => {
-                return Err(FaultError::Unsupported(format!(
-                    "a pod's proxy holds and releases its pod, nothing else ({other:?})"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    fn node(&self, node: &str, _fault: &NodeFault) -> Result<(), FaultError> {
-        Err(FaultError::Unsupported(format!(
-            "a pod's proxy acts on its pod, not on node {node}"
-        )))
-    }
 }
 
 type Answer = Response<Either<Incoming, Full<Bytes>>>;
@@ -231,16 +191,7 @@ async fn judged(
     let query = Query::parse(request.uri().query());
     let info = parse(request.method(), request.uri().path(), &query);
     let faults = &inspection.faults;
-    let facts = RequestFacts {
-        verb: &info.verb,
-        group: &info.group,
-        resource: &info.resource,
-        subresource: &info.subresource,
-        namespace: &info.namespace,
-        name: &info.name,
-        pod: Some(&inspection.pod),
-        user: &inspection.user,
-    };
+    let facts = RequestFacts::of(&info, Some(&inspection.pod), &inspection.user);
     // Dropped once the answer's head is back (or the request failed): rules waiting for
     // this request's answer learn of it then.
     let passage = faults.arrived(&facts);
@@ -294,7 +245,7 @@ async fn connect(
     upstream: SocketAddr,
     source: IpAddr,
 ) -> Result<Upstream, ForwardError> {
-    let tcp = super::proxy::connect_from(source, upstream)
+    let tcp = super::source::connect_from(source, upstream)
         .await
         .map_err(ForwardError::Connect)?;
     let name = rustls::pki_types::ServerName::IpAddress(match upstream.ip() {
@@ -332,146 +283,4 @@ fn rejected(code: u16, reason: &str, message: &str) -> Answer {
         .header("content-type", "application/json")
         .body(Either::Right(Full::new(Bytes::from(status.to_string()))))
         .expect("a status code of 400-599 and a fixed header")
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-    use std::time::Duration;
-
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::{Api, PostParams};
-    use sim_apiserver::faults::RequestMatch;
-    use sim_apiserver::{ApiServer, ApiServerConfig};
-
-    use super::*;
-    use crate::proxy::Proxy;
-
-    /// Records what the rules asked of it instead of signalling processes.
-    #[derive(Default)]
-    struct Recorded(Mutex<Vec<String>>);
-
-    impl FaultTarget for Recorded {
-        fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("{fault:?} {namespace}/{pod}"));
-            Ok(())
-        }
-
-        fn node(&self, node: &str, _: &NodeFault) -> Result<(), FaultError> {
-            Err(FaultError::NoTarget(node.into()))
-        }
-    }
-
-    /// A simulated API server, and a client of it that goes through an inspecting proxy
-    /// judging by `faults` and holding through `target`.
-    async fn behind_an_inspecting_proxy(
-        faults: Arc<Faults>,
-        target: Arc<Recorded>,
-    ) -> (ApiServer, Proxy, kube::Client) {
-        let server = ApiServer::start(ApiServerConfig::default()).await.unwrap();
-        let inspection = NodeInspection::new("node-1", faults, server.ca_pem()).unwrap();
-        let pod = PodRef {
-            namespace: "default".into(),
-            name: "p".into(),
-            uid: "u".into(),
-        };
-        let proxy = Proxy::start_inspecting(
-            "pod default/p",
-            server.addr(),
-            "127.0.0.1".parse().unwrap(),
-            Some(inspection.for_pod(pod, "system:serviceaccount:default:default".into(), target)),
-        )
-        .await
-        .unwrap();
-        // The pod trusts both CAs, as its ca.crt says.
-        let bundle = format!("{}\n{}", server.ca_pem(), inspection.ca_pem());
-        let kubeconfig = sim_apiserver::kubeconfig(
-            "sim",
-            &format!("https://{}", proxy.addr()),
-            &bundle,
-            "admin",
-            server.admin_token(),
-        );
-        let parsed: kube::config::Kubeconfig = serde_yaml::from_str(&kubeconfig).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
-            .await
-            .unwrap();
-        (server, proxy, kube::Client::try_from(config).unwrap())
-    }
-
-    async fn within<T>(answer: impl std::future::Future<Output = T>) -> T {
-        tokio::time::timeout(Duration::from_secs(10), answer)
-            .await
-            .expect("answered within 10 s")
-    }
-
-    fn configmap(name: &str) -> ConfigMap {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(name.into());
-        cm
-    }
-
-    fn get_configmap(name: &str) -> RequestMatch {
-        RequestMatch {
-            verbs: vec!["get".into()],
-            resource: Some("configmaps".into()),
-            name: Some(name.into()),
-            ..RequestMatch::default()
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn requests_pass_the_proxy_to_the_server_and_its_rules_reject_them_or_hold_their_sender()
-    {
-        let faults = Arc::new(Faults::new());
-        let target = Arc::new(Recorded::default());
-        let (server, _proxy, client) =
-            behind_an_inspecting_proxy(faults.clone(), target.clone()).await;
-        let maps: Api<ConfigMap> = Api::namespaced(client, "default");
-        // Through the proxy, with the pod's credentials, to the server.
-        within(maps.create(&PostParams::default(), &configmap("a")))
-            .await
-            .unwrap();
-        assert!(
-            server
-                .state()
-                .store
-                .get(
-                    &sim_apiserver::status::GroupResource::new("", "configmaps"),
-                    "default",
-                    "a"
-                )
-                .is_some()
-        );
-
-        // A reject rule answers in the server's stead, with its status and message.
-        let reject = faults
-            .reject(get_configmap("a"), 500, "InternalError", "refused here")
-            .unwrap();
-        let refused = within(maps.get("a")).await.unwrap_err();
-        assert!(
-            matches!(&refused, kube::Error::Api(s) if s.code == 500 && s.message == "refused here"),
-            "{refused:?}"
-        );
-        faults.allow(reject).unwrap();
-
-        // A hold rule freezes the sending pod at its matching request, then serves it.
-        faults.hold_sender(get_configmap("a"), Duration::from_secs(60), None);
-        let held = within(maps.get("a")).await.unwrap();
-        assert_eq!(held.metadata.name.as_deref(), Some("a"));
-        assert_eq!(
-            target.0.lock().unwrap().first().map(String::as_str),
-            Some("Hold default/p")
-        );
-        assert!(
-            faults.log().iter().any(
-                |e| e.verb == "hold" && e.detail.starts_with("at its get configmaps default/a")
-            ),
-            "{:?}",
-            faults.log()
-        );
-    }
 }

@@ -50,6 +50,7 @@ pub mod proxy;
 pub mod runtime;
 pub mod server;
 mod shared;
+mod source;
 pub mod status;
 pub mod upstream;
 

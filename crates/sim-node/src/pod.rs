@@ -285,7 +285,7 @@ async fn setup(
                 uid: uid.clone(),
             },
             format!("system:serviceaccount:{namespace}:{account}"),
-            crate::inspect::node_pods(shared),
+            shared.pods_as_fault_target(),
         )
     });
     let proxy = Proxy::start_inspecting(

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::inspect::Inspection;
@@ -179,20 +179,6 @@ async fn accept_loop(
     }
 }
 
-pub(crate) async fn connect_from(
-    source: IpAddr,
-    upstream: SocketAddr,
-) -> std::io::Result<TcpStream> {
-    let socket = match source {
-        IpAddr::V4(_) => TcpSocket::new_v4()?,
-        IpAddr::V6(_) => TcpSocket::new_v6()?,
-    };
-    socket.bind(SocketAddr::new(source, 0))?;
-    let stream = socket.connect(upstream).await?;
-    stream.set_nodelay(true)?;
-    Ok(stream)
-}
-
 async fn connection(
     client: TcpStream,
     upstream: SocketAddr,
@@ -204,7 +190,7 @@ async fn connection(
     let (client_read, client_write) = client.into_split();
     match inspection {
         None => {
-            let Ok(server) = connect_from(source, upstream).await else {
+            let Ok(server) = crate::source::connect_from(source, upstream).await else {
                 return;
             };
             let (server_read, server_write) = server.into_split();
@@ -413,5 +399,151 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(String::from_utf8_lossy(&buf[..n]).starts_with("held"));
+    }
+}
+
+/// The proxy inspecting requests: TLS terminated, each request judged by the rules.
+#[cfg(test)]
+mod inspecting {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use sim_apiserver::faults::RequestMatch;
+    use sim_apiserver::{ApiServer, ApiServerConfig};
+
+    use sim_apiserver::audit::PodRef;
+    use sim_apiserver::faults::{FaultError, FaultTarget, Faults, NodeFault, PodFault};
+
+    use super::Proxy;
+    use crate::inspect::NodeInspection;
+
+    /// Records what the rules asked of it instead of signalling processes.
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<String>>);
+
+    impl FaultTarget for Recorded {
+        fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{fault:?} {namespace}/{pod}"));
+            Ok(())
+        }
+
+        fn node(&self, node: &str, _: &NodeFault) -> Result<(), FaultError> {
+            Err(FaultError::NoTarget(node.into()))
+        }
+    }
+
+    /// A simulated API server, and a client of it that goes through an inspecting proxy
+    /// judging by `faults` and holding through `target`.
+    async fn behind_an_inspecting_proxy(
+        faults: Arc<Faults>,
+        target: Arc<Recorded>,
+    ) -> (ApiServer, Proxy, kube::Client) {
+        let server = ApiServer::start(ApiServerConfig::default()).await.unwrap();
+        let inspection = NodeInspection::new("node-1", faults, server.ca_pem()).unwrap();
+        let pod = PodRef {
+            namespace: "default".into(),
+            name: "p".into(),
+            uid: "u".into(),
+        };
+        let proxy = Proxy::start_inspecting(
+            "pod default/p",
+            server.addr(),
+            "127.0.0.1".parse().unwrap(),
+            Some(inspection.for_pod(pod, "system:serviceaccount:default:default".into(), target)),
+        )
+        .await
+        .unwrap();
+        // The pod trusts both CAs, as its ca.crt says.
+        let bundle = format!("{}\n{}", server.ca_pem(), inspection.ca_pem());
+        let kubeconfig = sim_apiserver::kubeconfig(
+            "sim",
+            &format!("https://{}", proxy.addr()),
+            &bundle,
+            "admin",
+            server.admin_token(),
+        );
+        let parsed: kube::config::Kubeconfig = serde_yaml::from_str(&kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+            .await
+            .unwrap();
+        (server, proxy, kube::Client::try_from(config).unwrap())
+    }
+
+    async fn within<T>(answer: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), answer)
+            .await
+            .expect("answered within 10 s")
+    }
+
+    fn configmap(name: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm
+    }
+
+    fn get_configmap(name: &str) -> RequestMatch {
+        RequestMatch {
+            verbs: vec!["get".into()],
+            resource: Some("configmaps".into()),
+            name: Some(name.into()),
+            ..RequestMatch::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_pass_the_proxy_to_the_server_and_its_rules_reject_them_or_hold_their_sender()
+    {
+        let faults = Arc::new(Faults::new());
+        let target = Arc::new(Recorded::default());
+        let (server, _proxy, client) =
+            behind_an_inspecting_proxy(faults.clone(), target.clone()).await;
+        let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+        // Through the proxy, with the pod's credentials, to the server.
+        within(maps.create(&PostParams::default(), &configmap("a")))
+            .await
+            .unwrap();
+        assert!(
+            server
+                .state()
+                .store
+                .get(
+                    &sim_apiserver::status::GroupResource::new("", "configmaps"),
+                    "default",
+                    "a"
+                )
+                .is_some()
+        );
+
+        // A reject rule answers in the server's stead, with its status and message.
+        let reject = faults
+            .reject(get_configmap("a"), 500, "InternalError", "refused here")
+            .unwrap();
+        let refused = within(maps.get("a")).await.unwrap_err();
+        assert!(
+            matches!(&refused, kube::Error::Api(s) if s.code == 500 && s.message == "refused here"),
+            "{refused:?}"
+        );
+        faults.allow(reject).unwrap();
+
+        // A hold rule freezes the sending pod at its matching request, then serves it.
+        faults.hold_sender(get_configmap("a"), Duration::from_secs(60), None);
+        let held = within(maps.get("a")).await.unwrap();
+        assert_eq!(held.metadata.name.as_deref(), Some("a"));
+        assert_eq!(
+            target.0.lock().unwrap().first().map(String::as_str),
+            Some("Hold default/p")
+        );
+        assert!(
+            faults.log().iter().any(
+                |e| e.verb == "hold" && e.detail.starts_with("at its get configmaps default/a")
+            ),
+            "{:?}",
+            faults.log()
+        );
     }
 }

@@ -6,9 +6,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use futures::future::BoxFuture;
+use sim_apiserver::faults::{FaultError, FaultTarget, NodeFault, PodFault};
 use tokio::sync::watch;
 
 use super::config::KubeletConfig;
@@ -151,5 +152,43 @@ impl Shared {
         for pod in self.all_pods() {
             pod.kill_all();
         }
+    }
+}
+
+/// The pods of a node, as what the request rules hold: a rule holds the pod that sent the
+/// request, which runs on the node whose pod proxy judged it.
+struct NodePods(Weak<Shared>);
+
+impl Shared {
+    /// This node's pods as the target of the request rules' holds.
+    pub(crate) fn pods_as_fault_target(self: &Arc<Self>) -> Arc<dyn FaultTarget> {
+        Arc::new(NodePods(Arc::downgrade(self)))
+    }
+}
+
+impl FaultTarget for NodePods {
+    fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError> {
+        let shared = self.0.upgrade().ok_or_else(|| {
+            FaultError::NoTarget(format!("pod {namespace}/{pod}: its kubelet stopped"))
+        })?;
+        let runtime = shared.find(namespace, pod).ok_or_else(|| {
+            FaultError::NoTarget(format!("pod {namespace}/{pod} is not running on this node"))
+        })?;
+        match fault {
+            PodFault::Hold => runtime.hold(),
+            PodFault::Release => runtime.release(shared.node_held()),
+            other => {
+                return Err(FaultError::Unsupported(format!(
+                    "a pod's proxy holds and releases its pod, nothing else ({other:?})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn node(&self, node: &str, _fault: &NodeFault) -> Result<(), FaultError> {
+        Err(FaultError::Unsupported(format!(
+            "a pod's proxy acts on its pod, not on node {node}"
+        )))
     }
 }

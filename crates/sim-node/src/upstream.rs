@@ -4,8 +4,8 @@
 //! (it reads container logs from the kubelet and attributes requests to pods by source IP).
 //!
 //! Implemented here by [`RealApiServer`], any kube-apiserver reached with a node token (pods
-//! get TokenRequest tokens bound to them); the harness implements it for the simulated API
-//! server in its own process, hooks included.
+//! get TokenRequest tokens bound to them), and by [`SimulatedUpstream`], the simulated API
+//! server of the same process, hooks included.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -172,4 +172,58 @@ async fn client_for(kubeconfig: &str) -> Result<kube::Client, UpstreamError> {
         .await
         .map_err(|e| failed(Box::new(e)))?;
     kube::Client::try_from(config).map_err(|e| failed(Box::new(e)))
+}
+
+/// The simulated API server as the kubelets' [`Upstream`].
+#[derive(Clone)]
+pub struct SimulatedUpstream(pub sim_apiserver::ServerHandle);
+
+#[async_trait]
+impl Upstream for SimulatedUpstream {
+    fn addr(&self) -> SocketAddr {
+        self.0.addr()
+    }
+
+    fn ca_pem(&self) -> String {
+        self.0.ca_pem().to_string()
+    }
+
+    fn cluster_name(&self) -> String {
+        self.0.state().config.name.clone()
+    }
+
+    async fn node_client(&self, server: &str, node: &str) -> Result<kube::Client, UpstreamError> {
+        self.0
+            .user_client(
+                server,
+                &format!("system:node:{node}"),
+                &["system:nodes", "system:masters"],
+            )
+            .await
+            .map_err(|e| UpstreamError::Client(Box::new(e)))
+    }
+
+    async fn service_account_token(
+        &self,
+        _client: &kube::Client,
+        pod: &PodRef,
+        account: &str,
+    ) -> Result<String, UpstreamError> {
+        self.0
+            .service_account_token(&pod.namespace, account)
+            .map_err(|e| UpstreamError::Token {
+                namespace: pod.namespace.clone(),
+                name: account.to_string(),
+                pod: pod.name.clone(),
+                source: Box::new(e),
+            })
+    }
+
+    fn add_log_source(&self, source: LogSource) {
+        self.0.state().add_log_source(source);
+    }
+
+    fn attribute(&self, ip: IpAddr, pod: Option<PodRef>) {
+        self.0.state().audit.set_pod_ip(ip, pod);
+    }
 }

@@ -3,19 +3,15 @@
 //! them), run once from a busybox-like image directory, logged, and reported in
 //! `status.ephemeralContainerStatuses` until they end — never restarted.
 
-use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sim_apiserver::audit::PodRef;
-use sim_apiserver::state::LogSource;
-use sim_apiserver::{ApiServer, ApiServerConfig, ServerHandle};
-use sim_node::upstream::{Upstream, UpstreamError};
+use sim_apiserver::{ApiServer, ApiServerConfig};
+use sim_node::upstream::SimulatedUpstream;
 use sim_node::{Kubelet, KubeletConfig};
 
 /// How long any wait of these tests may take.
@@ -23,59 +19,6 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// The image whose filesystem is a directory holding `bin/sh`.
 const BUSYBOX: &str = "busybox:1.36";
-
-/// The simulated API server as the kubelet's upstream, with its in-process hooks.
-struct InProcess(ServerHandle);
-
-#[async_trait]
-impl Upstream for InProcess {
-    fn addr(&self) -> SocketAddr {
-        self.0.addr()
-    }
-
-    fn ca_pem(&self) -> String {
-        self.0.ca_pem().to_string()
-    }
-
-    fn cluster_name(&self) -> String {
-        self.0.state().config.name.clone()
-    }
-
-    async fn node_client(&self, server: &str, node: &str) -> Result<kube::Client, UpstreamError> {
-        self.0
-            .user_client(
-                server,
-                &format!("system:node:{node}"),
-                &["system:nodes", "system:masters"],
-            )
-            .await
-            .map_err(|e| UpstreamError::Client(Box::new(e)))
-    }
-
-    async fn service_account_token(
-        &self,
-        _client: &kube::Client,
-        pod: &PodRef,
-        account: &str,
-    ) -> Result<String, UpstreamError> {
-        self.0
-            .service_account_token(&pod.namespace, account)
-            .map_err(|e| UpstreamError::Token {
-                namespace: pod.namespace.clone(),
-                name: account.to_string(),
-                pod: pod.name.clone(),
-                source: Box::new(e),
-            })
-    }
-
-    fn add_log_source(&self, source: LogSource) {
-        self.0.state().add_log_source(source);
-    }
-
-    fn attribute(&self, ip: IpAddr, pod: Option<PodRef>) {
-        self.0.state().audit.set_pod_ip(ip, pod);
-    }
-}
 
 /// An API server and one kubelet whose node runs [`BUSYBOX`] from a directory holding a
 /// `bin/sh` (the host's shell: a directory image has no chroot, see `sim_node::image`).
@@ -100,7 +43,7 @@ impl Node {
         let name = format!("ephemeral-{index}");
         let mut config = KubeletConfig::new(&name, index, dir.path().join("node"));
         config.images.insert(BUSYBOX, &busybox);
-        let kubelet = Kubelet::start(Arc::new(InProcess(server.handle())), config.clone())
+        let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config.clone())
             .await
             .expect("the kubelet starts");
         Self {
@@ -123,7 +66,7 @@ impl Node {
         if let Some(old) = self.kubelet.take() {
             old.shutdown().await;
         }
-        let upstream = Arc::new(InProcess(self._server.handle()));
+        let upstream = Arc::new(SimulatedUpstream(self._server.handle()));
         let fresh = Kubelet::start(upstream, self.config.clone()).await;
         self.kubelet = Some(fresh.expect("the kubelet starts again"));
     }
