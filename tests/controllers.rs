@@ -1128,7 +1128,10 @@ async fn kubectl_rollout_status_and_wait_for_available_are_satisfied() {
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, sim.server.admin_kubeconfig()).unwrap();
     let kubectl = |args: &[&str]| {
-        let mut cmd = tokio::process::Command::new(opconform::cluster::local::binaries::kubectl());
+        let mut cmd = tokio::process::Command::new(
+            opconform::cluster::local::binaries::kubectl()
+                .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e))),
+        );
         cmd.args(args)
             .env("KUBECONFIG", &kubeconfig)
             .env("KUBECACHEDIR", dir.path().join("cache"));

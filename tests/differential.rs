@@ -107,17 +107,19 @@ impl Target {
     /// kubectl with this target's admin kubeconfig; `stdin` is fed to it.
     async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Answer {
         use tokio::io::AsyncWriteExt as _;
-        let mut child =
-            tokio::process::Command::new(opconform::cluster::local::binaries::kubectl())
-                .arg("--kubeconfig")
-                .arg(&self.kubeconfig)
-                .args(args)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("kubectl is on PATH (ci/kubernetes/build.sh builds it)");
+        let mut child = tokio::process::Command::new(
+            opconform::cluster::local::binaries::kubectl()
+                .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e))),
+        )
+        .arg("--kubeconfig")
+        .arg(&self.kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl is on PATH (ci/kubernetes/build.sh builds it)");
         let mut input = child.stdin.take().unwrap();
         if let Some(text) = stdin {
             input.write_all(text.as_bytes()).await.unwrap();

@@ -26,10 +26,13 @@ impl Drop for Sim {
 }
 
 fn kubectl_available() {
-    let found = Command::new(opconform::cluster::local::binaries::kubectl())
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let found = Command::new(
+        opconform::cluster::local::binaries::kubectl()
+            .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e))),
+    )
+    .args(["version", "--client"])
+    .output()
+    .is_ok_and(|o| o.status.success());
     assert!(
         found,
         "kubectl was not found (neither built by ci/kubernetes/build.sh nor on PATH): these tests drive the simulator with a real kubectl; run ci/kubernetes/build.sh to build it"
@@ -67,7 +70,10 @@ impl Sim {
     }
 
     fn kubectl(&self) -> Command {
-        let mut cmd = Command::new(opconform::cluster::local::binaries::kubectl());
+        let mut cmd = Command::new(
+            opconform::cluster::local::binaries::kubectl()
+                .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e))),
+        );
         cmd.env("KUBECONFIG", self.kubeconfig())
             .env("KUBECACHEDIR", self.dir.path().join("cache"))
             .env_remove("KUBECTL_EXTERNAL_DIFF");

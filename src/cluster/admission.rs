@@ -29,7 +29,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
-use crate::fault::RequestMatch;
+use crate::cluster::ProviderError;
+use crate::fault::{FaultError, FaultLog, RequestMatch};
 
 /// Errors of turning a reject rule into an admission policy.
 #[derive(Debug, thiserror::Error)]
@@ -443,6 +444,116 @@ pub async fn remove_labelled(client: &Client, label: &str, value: &str) {
     .await;
     delete_all_labelled::<ValidatingAdmissionPolicy>(client, label, value, "admission policies")
         .await;
+}
+
+/// The reject rules one scenario keeps in force as admission policies: `reject`/`allow` of
+/// every provider in front of a real API server (local, kind), named after the scenario
+/// and labelled with its labels so teardown finds what is left.
+pub struct Rejects {
+    client: Client,
+    prefix: String,
+    labels: BTreeMap<String, String>,
+    rules: tokio::sync::Mutex<BTreeMap<u64, String>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Rejects {
+    /// No rules yet: policies will be named `<prefix>-reject-<id>` and carry `labels`.
+    pub fn new(client: Client, prefix: &str, labels: BTreeMap<String, String>) -> Self {
+        Self {
+            client,
+            prefix: prefix.to_string(),
+            labels,
+            rules: tokio::sync::Mutex::default(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Makes the API server refuse requests `matches` describes with `code` and
+    /// `message`, waits until the policy is in force and records `reject` in `faults`;
+    /// returns the rule's id.
+    ///
+    /// # Errors
+    /// [`ProviderError::Admission`] for a rule admission cannot carry out or a policy not
+    /// in force within [`IN_FORCE_WITHIN`] (it is removed again); [`ProviderError::Api`]
+    /// when the API server refuses the policy.
+    pub async fn reject(
+        &self,
+        matches: RequestMatch,
+        code: u16,
+        message: &str,
+        faults: &FaultLog,
+    ) -> Result<u64, ProviderError> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let name = format!("{}-reject-{id}", self.prefix);
+        let policy = reject_policy(&name, &self.labels, &matches, code, message)?;
+        apply(&self.client, &policy)
+            .await
+            .map_err(|source| ProviderError::Api {
+                action: format!("creating ValidatingAdmissionPolicy {name} and its binding"),
+                source,
+            })?;
+        if let Err(e) = wait_until_in_force(&self.client, &name, true, IN_FORCE_WITHIN).await {
+            let _ = remove(&self.client, &name).await;
+            return Err(e.into());
+        }
+        self.rules.lock().await.insert(id, name.clone());
+        let reason = reason_for_code(code).unwrap_or_default();
+        faults.record(
+            "reject",
+            &format!("rule {id}: {}", describe(&policy)),
+            &format!("{code} {reason}, ValidatingAdmissionPolicy {name}"),
+        );
+        Ok(id)
+    }
+
+    /// Removes rule `id` (undoes [`Rejects::reject`]), waits until the API server no
+    /// longer applies it and records `allow` in `faults`.
+    ///
+    /// # Errors
+    /// [`FaultError::NoRule`] for an id this scenario has no rule of;
+    /// [`ProviderError::Api`] when the policy cannot be deleted,
+    /// [`ProviderError::Admission`] when it stays in force.
+    pub async fn allow(&self, id: u64, faults: &FaultLog) -> Result<(), ProviderError> {
+        let mut rules = self.rules.lock().await;
+        let name = rules
+            .get(&id)
+            .cloned()
+            .ok_or(ProviderError::Fault(FaultError::NoRule(id)))?;
+        remove(&self.client, &name)
+            .await
+            .map_err(|source| ProviderError::Api {
+                action: format!("deleting ValidatingAdmissionPolicy {name} and its binding"),
+                source,
+            })?;
+        wait_until_in_force(&self.client, &name, false, IN_FORCE_WITHIN).await?;
+        rules.remove(&id);
+        drop(rules);
+        faults.record(
+            "allow",
+            &format!("rule {id}"),
+            &format!("ValidatingAdmissionPolicy {name} deleted"),
+        );
+        Ok(())
+    }
+
+    /// Removes every rule still in force, and whatever else carries the scenario's labels.
+    /// Errors are reported, not returned: teardown goes on.
+    pub async fn remove_all(&self) {
+        let rules = std::mem::take(&mut *self.rules.lock().await);
+        for name in rules.values() {
+            if let Err(e) = remove(&self.client, name).await {
+                eprintln!(
+                    "opconform: teardown of {}: deleting admission policy {name} failed: {}",
+                    self.prefix,
+                    crate::error_chain(&e)
+                );
+            }
+        }
+        for (label, value) in &self.labels {
+            remove_labelled(&self.client, label, value).await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 //! scenarios that need it carry a tag ([`Capability::tag`]) that the provider excludes.
 //!
 //! - [`sim`]: a fresh embedded simulated cluster per scenario (the default).
-//! - [`local`]: a fresh real control plane per scenario (local processes), our kubelet
-//!   as its nodes.
+//! - [`local`]: one real control plane for the run (local processes), our kubelet as its
+//!   nodes, a share of it per scenario.
 //! - [`kubeconfig`]: any running cluster reachable through a kubeconfig.
 //! - [`kind`]: one kind cluster for the run, created (or reused) and deleted by it.
 
@@ -66,6 +66,9 @@ pub enum ProviderError {
         #[source]
         source: kube::Error,
     },
+    /// A reject rule could not be put in force, or taken out, as an admission policy.
+    #[error("the admission policy of a reject rule failed")]
+    Admission(#[from] admission::AdmissionError),
     /// The local provider failed (its binaries, control plane or nodes).
     #[error("the local provider failed")]
     Local(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -284,10 +287,16 @@ impl ProviderKind {
         }
     }
 
-    /// Whether scenarios share one cluster (and so need their own namespaces, and
-    /// `@disruptive` ones run alone).
-    pub fn shared(self) -> bool {
-        !matches!(self, Self::Sim | Self::Local)
+    /// The tags of scenarios that run alone, besides `@serial`: on a shared cluster those
+    /// that disrupt it (`@disruptive`) or bound a moment to within a second (`@timing`:
+    /// another scenario's load can delay the samples that date it), and on `local` those
+    /// that set request rules, which are the run's nodes'.
+    pub fn alone_tags(self) -> &'static [&'static str] {
+        match self {
+            Self::Sim => &[],
+            Self::Local => &["disruptive", "timing", "request-rules"],
+            Self::Kubeconfig | Self::Kind => &["disruptive", "timing"],
+        }
     }
 }
 

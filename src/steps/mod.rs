@@ -119,8 +119,8 @@ impl World {
         Self::default()
     }
 
-    /// Starts (sim) or connects to (kubeconfig, kind) the scenario's cluster, as
-    /// `OPCONFORM_PROVIDER` says.
+    /// Starts (sim) the scenario's cluster, or takes its share of the run's (local, kind)
+    /// or of the user's (kubeconfig), as `OPCONFORM_PROVIDER` says.
     ///
     /// # Errors
     /// When the provider is unknown or cannot start.
@@ -139,19 +139,30 @@ impl World {
                 Ok(())
             }
             ProviderKind::Local => {
-                let binaries = crate::cluster::local::Binaries::find()
-                    .map_err(|e| ProviderError::Local(Box::new(e)))?;
-                // The operator's CRDs are there before the controllers start, as on a
-                // cluster that has had them a while (see ControlPlaneConfig::crds).
-                let crds = suite.subject.crd_manifests()?;
-                let provider = crate::cluster::local::LocalProvider::running(
-                    binaries,
-                    suite.subject.own_placement(),
-                    &suite.subject.binary()?,
-                    crds,
-                )
-                .await?;
-                self.provider = Some(Box::new(provider));
+                // One control plane for the run, started for the first scenario. The
+                // operator's CRDs are there before its controllers start, as on a cluster
+                // that has had them a while (see ControlPlaneConfig::crds).
+                let start = async {
+                    // Finding them may mean building them (minutes): not on a worker thread.
+                    let binaries =
+                        tokio::task::spawn_blocking(crate::cluster::local::Binaries::find)
+                            .await
+                            .map_err(|e| ProviderError::Local(Box::new(e)))?
+                            .map_err(|e| ProviderError::Local(Box::new(e)))?;
+                    let crds = suite.subject.crd_manifests()?;
+                    let provider = crate::cluster::local::LocalCluster::running(
+                        binaries,
+                        &suite.subject.own_placement().image,
+                        &suite.subject.binary()?,
+                        crds,
+                    )
+                    .await?;
+                    Ok::<_, StepError>(provider)
+                };
+                let share = crate::cluster::local::LocalRun::global()
+                    .share(start)
+                    .await?;
+                self.provider = Some(Box::new(share));
                 Ok(())
             }
         }
@@ -653,7 +664,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let summaries: std::sync::Arc<std::sync::Mutex<Vec<crate::report::ScenarioSummary>>> =
         Default::default();
     let collected = summaries.clone();
-    let shared = kind.shared();
+    let alone = kind.alone_tags();
     let begin = std::time::Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let failures = failures::Failures::default();
@@ -668,9 +679,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
                     .chain(scenario.tags.iter())
                     .any(|t| t == name)
             };
-            // On a shared cluster a scenario that bounds a moment to within a second runs
-            // alone: another scenario's load can delay the samples that date it.
-            if tagged("serial") || (shared && (tagged("disruptive") || tagged("timing"))) {
+            if tagged("serial") || alone.iter().any(|tag| tagged(tag)) {
                 cucumber::runner::ScenarioType::Serial
             } else {
                 cucumber::runner::ScenarioType::Concurrent
@@ -733,9 +742,11 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
             eprintln!("  {}", failure.to_string().replace('\n', "\n  "));
         }
     }
-    if kind == ProviderKind::Kind {
+    match kind {
         // The run's cluster goes whatever happened (its logs first when the run failed).
-        crate::cluster::kind::KindRun::global().finish(failed).await;
+        ProviderKind::Kind => crate::cluster::kind::KindRun::global().finish(failed).await,
+        ProviderKind::Local => crate::cluster::local::LocalRun::global().finish().await,
+        ProviderKind::Sim | ProviderKind::Kubeconfig => {}
     }
     if failed {
         eprintln!(

@@ -18,7 +18,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
@@ -47,8 +46,6 @@ struct Placed {
 /// Faults of this scenario still in force (to undo at teardown).
 #[derive(Debug, Default)]
 struct InForce {
-    /// Reject rules: id → policy name.
-    rules: BTreeMap<u64, String>,
     /// Pod partitions: `namespace/name` → (node, rules).
     partitions: BTreeMap<String, (String, Vec<node::Rule>)>,
     /// Held pods: `namespace/name`.
@@ -65,19 +62,21 @@ pub struct KindProvider {
     prefix: String,
     faults: FaultLog,
     in_force: tokio::sync::Mutex<InForce>,
-    next_rule: AtomicU64,
+    rejects: admission::Rejects,
     tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl KindProvider {
     /// A new share (`opconform-xxxxxx`) of `cluster`.
     pub fn new(cluster: Arc<KindCluster>) -> Self {
+        let prefix = random_name("opconform");
+        let labels = shared_placement(&prefix, cluster.image()).labels;
         Self {
+            rejects: admission::Rejects::new(cluster.client(), &prefix, labels),
             cluster,
-            prefix: random_name("opconform"),
+            prefix,
             faults: FaultLog::new(),
             in_force: tokio::sync::Mutex::default(),
-            next_rule: AtomicU64::new(0),
             tasks: std::sync::Mutex::default(),
         }
     }
@@ -247,7 +246,6 @@ impl KindProvider {
 
     /// Undoes what is still in force; errors are reported, teardown goes on.
     async fn undo_in_force(&self) {
-        let client = self.cluster.client();
         let tools = self.cluster.tools();
         let limit = self.cluster.timeouts().command;
         let network = self.cluster.network();
@@ -288,12 +286,7 @@ impl KindProvider {
                 report(format!("releasing {target}"), &e);
             }
         }
-        for name in in_force.rules.values() {
-            if let Err(e) = admission::remove(&client, name).await {
-                report(format!("deleting admission policy {name}"), &e);
-            }
-        }
-        admission::remove_labelled(&client, SCENARIO_LABEL, &self.prefix).await;
+        self.rejects.remove_all().await;
     }
 
     /// Follows the pods of `namespace` into `pods` (IP address → pod) until aborted.
@@ -458,67 +451,13 @@ impl Provider for KindProvider {
         code: u16,
         message: &str,
     ) -> Result<u64, ProviderError> {
-        let id = self.next_rule.fetch_add(1, Ordering::SeqCst) + 1;
-        let name = format!("{}-reject-{id}", self.prefix);
-        let labels = self.placement().labels;
-        let policy = admission::reject_policy(&name, &labels, &matches, code, message)
-            .map_err(KindError::from)?;
-        admission::apply(&self.cluster.client(), &policy)
+        self.rejects
+            .reject(matches, code, message, &self.faults)
             .await
-            .map_err(|source| ProviderError::Api {
-                action: format!("creating ValidatingAdmissionPolicy {name} and its binding"),
-                source,
-            })?;
-        if let Err(e) = admission::wait_until_in_force(
-            &self.cluster.client(),
-            &name,
-            true,
-            admission::IN_FORCE_WITHIN,
-        )
-        .await
-        {
-            let _ = admission::remove(&self.cluster.client(), &name).await;
-            return Err(KindError::from(e).into());
-        }
-        self.in_force.lock().await.rules.insert(id, name.clone());
-        let reason = admission::reason_for_code(code).unwrap_or_default();
-        self.faults.record(
-            "reject",
-            &format!("rule {id}: {}", admission::describe(&policy)),
-            &format!("{code} {reason}, ValidatingAdmissionPolicy {name}"),
-        );
-        Ok(id)
     }
 
     async fn allow(&self, id: u64) -> Result<(), ProviderError> {
-        let mut in_force = self.in_force.lock().await;
-        let name = in_force
-            .rules
-            .get(&id)
-            .cloned()
-            .ok_or(ProviderError::Fault(FaultError::NoRule(id)))?;
-        admission::remove(&self.cluster.client(), &name)
-            .await
-            .map_err(|source| ProviderError::Api {
-                action: format!("deleting ValidatingAdmissionPolicy {name} and its binding"),
-                source,
-            })?;
-        admission::wait_until_in_force(
-            &self.cluster.client(),
-            &name,
-            false,
-            admission::IN_FORCE_WITHIN,
-        )
-        .await
-        .map_err(|e| -> ProviderError { KindError::from(e).into() })?;
-        in_force.rules.remove(&id);
-        drop(in_force);
-        self.faults.record(
-            "allow",
-            &format!("rule {id}"),
-            &format!("ValidatingAdmissionPolicy {name} deleted"),
-        );
-        Ok(())
+        self.rejects.allow(id, &self.faults).await
     }
 
     async fn keep_artifacts(&self, dir: &Path) {

@@ -1,11 +1,13 @@
 //! Where the real Kubernetes binaries come from: setup-envtest's `KUBEBUILDER_ASSETS`, or
 //! the cache `ci/kubernetes/build.sh` fills from the Go module proxy, at the versions
-//! pinned in `ci/kubernetes/versions.env`.
+//! pinned in `ci/kubernetes/versions.env`. When neither has them, they are built into the
+//! cache on first use ([`super::provision`]), unless `OPCONFORM_NO_PROVISION=1`.
 
 use std::path::{Path, PathBuf};
 
-/// The pinned versions, shared with `ci/kubernetes/build.sh`.
-const VERSIONS: &str = include_str!("../../../ci/kubernetes/versions.env");
+use super::pinned::is_executable;
+pub use super::pinned::{build_dir, cache_dir, etcd_version, kubernetes_version};
+use super::provision::{self, ProvisionError, Provisioner};
 
 /// Errors of finding the binaries.
 #[derive(Debug, thiserror::Error)]
@@ -21,58 +23,114 @@ pub enum BinariesError {
         /// The directories looked in.
         searched: String,
     },
-}
-
-/// The pinned Kubernetes version (`v1.34.4`).
-pub fn kubernetes_version() -> &'static str {
-    pinned("KUBERNETES_VERSION")
-}
-
-/// The pinned etcd version.
-pub fn etcd_version() -> &'static str {
-    pinned("ETCD_VERSION")
-}
-
-fn pinned(key: &str) -> &'static str {
-    VERSIONS
-        .lines()
-        .filter_map(|line| line.trim().split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v.trim())
-        .unwrap_or_default()
-}
-
-/// opconform's cache directory: `OPCONFORM_CACHE`, else `$XDG_CACHE_HOME/opconform`, else
-/// `~/.cache/opconform` (the same rule as `ci/kubernetes/build.sh`).
-pub fn cache_dir() -> PathBuf {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    if let Some(dir) = var("OPCONFORM_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let base = var("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(var("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
-    });
-    base.join("opconform")
-}
-
-/// The directory `ci/kubernetes/build.sh` puts the binaries of the pinned version in.
-pub fn build_dir() -> PathBuf {
-    cache_dir()
-        .join(format!("kubernetes-{}", kubernetes_version()))
-        .join("bin")
+    /// They are not all in the cache, and could not be built there.
+    #[error(
+        "the Kubernetes binaries are not all in {}, and could not be built there",
+        dir.display()
+    )]
+    Provision {
+        /// The cache's binary directory.
+        dir: PathBuf,
+        /// Why building failed or could not start.
+        #[source]
+        source: ProvisionError,
+    },
 }
 
 /// The kubectl to run: the one in `KUBEBUILDER_ASSETS` or in [`build_dir`] when there,
-/// else `kubectl` from `PATH`.
-pub fn kubectl() -> PathBuf {
-    std::env::var_os("KUBEBUILDER_ASSETS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([build_dir()])
-        .map(|dir| dir.join("kubectl"))
-        .find(|path| is_executable(path))
-        .unwrap_or_else(|| PathBuf::from("kubectl"))
+/// else the one built into [`build_dir`] now (see [`Binaries::find`]); the one on `PATH`
+/// only when nothing can be built here (no Go 1.24 or newer) or building is turned off
+/// (`OPCONFORM_NO_PROVISION=1`).
+///
+/// # Errors
+/// [`BinariesError::Provision`] when the build failed, or when nothing can be built and
+/// there is no kubectl on `PATH` either; [`BinariesError::Missing`] when building is
+/// turned off and there is none anywhere.
+pub fn kubectl() -> Result<PathBuf, BinariesError> {
+    Lookup::from_env().kubectl()
+}
+
+/// Where to look for the binaries, and whether and how to build them when they are not
+/// there: read from the environment once per lookup.
+struct Lookup {
+    /// `KUBEBUILDER_ASSETS`.
+    assets: Option<PathBuf>,
+    /// Whether building is allowed (no `OPCONFORM_NO_PROVISION=1`).
+    provision: bool,
+    /// The build into the cache.
+    provisioner: Provisioner,
+}
+
+impl Lookup {
+    fn from_env() -> Self {
+        Self {
+            assets: std::env::var_os("KUBEBUILDER_ASSETS")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            provision: !provision::opted_out(),
+            provisioner: Provisioner::pinned(),
+        }
+    }
+
+    /// Builds the binaries into the cache unless they are all there.
+    fn provide(&self) -> Result<PathBuf, BinariesError> {
+        self.provisioner
+            .ensure()
+            .map_err(|source| BinariesError::Provision {
+                dir: self.provisioner.bin_dir(),
+                source,
+            })
+    }
+
+    fn binaries(&self) -> Result<Binaries, BinariesError> {
+        if let Some(dir) = &self.assets {
+            return Binaries::in_dir(dir);
+        }
+        if self.provision {
+            self.provide()?;
+        }
+        Binaries::in_dir(&self.provisioner.bin_dir())
+    }
+
+    fn kubectl(&self) -> Result<PathBuf, BinariesError> {
+        let dirs: Vec<PathBuf> = self
+            .assets
+            .iter()
+            .cloned()
+            .chain([self.provisioner.bin_dir()])
+            .collect();
+        if let Some(found) = dirs
+            .iter()
+            .map(|dir| dir.join("kubectl"))
+            .find(|path| is_executable(path))
+        {
+            return Ok(found);
+        }
+        let cannot_build = if self.provision {
+            match self.provide() {
+                Ok(dir) => return Ok(dir.join("kubectl")),
+                Err(BinariesError::Provision { source, dir }) if source.is_impossible() => {
+                    Some(BinariesError::Provision { dir, source })
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        let path = self.provisioner.search_path();
+        if let Some(found) = provision::on_path("kubectl", path) {
+            return Ok(found);
+        }
+        Err(cannot_build.unwrap_or_else(|| BinariesError::Missing {
+            binary: "kubectl",
+            searched: dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .chain(["PATH".to_string()])
+                .collect::<Vec<_>>()
+                .join(", "),
+        }))
+    }
 }
 
 /// The control-plane binaries found.
@@ -93,15 +151,16 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    /// Finds them: in `KUBEBUILDER_ASSETS` when it is set, else in [`build_dir`].
+    /// Finds them: in `KUBEBUILDER_ASSETS` when it is set, else in [`build_dir`], where
+    /// they are built first when one of them is missing (once, however many threads and
+    /// processes ask: see [`super::provision`]), unless `OPCONFORM_NO_PROVISION=1`. The
+    /// build blocks the calling thread; it reports its progress on stderr.
     ///
     /// # Errors
-    /// [`BinariesError::Missing`] when etcd or kube-apiserver is not there.
+    /// [`BinariesError::Missing`] when etcd or kube-apiserver is not there;
+    /// [`BinariesError::Provision`] when building them failed or is impossible here.
     pub fn find() -> Result<Self, BinariesError> {
-        match std::env::var_os("KUBEBUILDER_ASSETS").filter(|v| !v.is_empty()) {
-            Some(dir) => Self::in_dir(Path::new(&dir)),
-            None => Self::in_dir(&build_dir()),
-        }
+        Lookup::from_env().binaries()
     }
 
     /// Finds them in `dir`.
@@ -125,11 +184,6 @@ impl Binaries {
             dir: dir.to_path_buf(),
         })
     }
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[cfg(test)]
@@ -172,5 +226,139 @@ mod tests {
         assert_eq!(found.kube_controller_manager, None);
         assert_eq!(found.kube_scheduler, None);
         assert_eq!(found.kubectl, Some(dir.path().join("kubectl")));
+    }
+
+    use super::provision::fake::{self, BUILD};
+
+    /// A lookup into `<root>/cache` with the fake build, `KUBEBUILDER_ASSETS` unset.
+    fn lookup(root: &Path, provision: bool) -> Lookup {
+        Lookup {
+            assets: None,
+            provision,
+            provisioner: fake::provisioner(root, BUILD),
+        }
+    }
+
+    /// A lookup whose `PATH` is only `dirs`: no go, no bash.
+    fn lookup_without_go(root: &Path, provision: bool, dirs: &[&Path]) -> Lookup {
+        let path = std::env::join_paths(dirs).unwrap();
+        Lookup {
+            assets: None,
+            provision,
+            provisioner: Provisioner::new(root.join("cache"), BUILD.to_string(), path),
+        }
+    }
+
+    #[test]
+    fn an_empty_cache_is_filled_by_the_build_once_and_then_found_there() {
+        let root = tempfile::tempdir().unwrap();
+        let lookup = lookup(root.path(), true);
+        let found = lookup.binaries().unwrap();
+        let dir = lookup.provisioner.bin_dir();
+        assert_eq!(found.dir, dir);
+        assert_eq!(found.kube_scheduler, Some(dir.join("kube-scheduler")));
+        assert_eq!(lookup.kubectl().unwrap(), dir.join("kubectl"));
+        lookup.binaries().unwrap();
+        assert_eq!(fake::runs(root.path()), 1);
+    }
+
+    #[test]
+    fn with_building_turned_off_an_empty_cache_gives_the_missing_error_and_nothing_is_built() {
+        let root = tempfile::tempdir().unwrap();
+        let e = lookup(root.path(), false).binaries().unwrap_err();
+        assert!(
+            matches!(e, BinariesError::Missing { binary: "etcd", .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("ci/kubernetes/build.sh control-plane"),
+            "{e}"
+        );
+        assert_eq!(fake::runs(root.path()), 0);
+    }
+
+    #[test]
+    fn kubebuilder_assets_are_used_as_they_are_and_never_built_into() {
+        let root = tempfile::tempdir().unwrap();
+        let assets = root.path().join("assets");
+        fake::executable(&assets.join("etcd"), "");
+        let mut lookup = lookup(root.path(), true);
+        lookup.assets = Some(assets.clone());
+        let e = lookup.binaries().unwrap_err().to_string();
+        assert!(e.contains("no kube-apiserver in"), "{e}");
+        fake::executable(&assets.join("kube-apiserver"), "");
+        fake::executable(&assets.join("kubectl"), "");
+        assert_eq!(lookup.binaries().unwrap().dir, assets);
+        assert_eq!(lookup.kubectl().unwrap(), assets.join("kubectl"));
+        assert_eq!(fake::runs(root.path()), 0);
+    }
+
+    #[test]
+    fn a_missing_go_is_named_in_the_error_of_find_with_what_to_install() {
+        let root = tempfile::tempdir().unwrap();
+        let e = lookup_without_go(root.path(), true, &[])
+            .binaries()
+            .unwrap_err();
+        let chain = crate::error_chain(&e);
+        assert!(chain.contains("are not all in"), "{chain}");
+        assert!(
+            chain.contains("go is not on PATH: install Go 1.24 or newer"),
+            "{chain}"
+        );
+        assert!(chain.contains("KUBEBUILDER_ASSETS"), "{chain}");
+    }
+
+    #[test]
+    fn without_go_kubectl_is_the_one_on_path() {
+        let root = tempfile::tempdir().unwrap();
+        let tools = root.path().join("tools");
+        fake::executable(&tools.join("kubectl"), "");
+        let lookup = lookup_without_go(root.path(), true, &[&tools]);
+        assert_eq!(lookup.kubectl().unwrap(), tools.join("kubectl"));
+    }
+
+    #[test]
+    fn without_go_or_a_kubectl_on_path_the_kubectl_error_says_what_to_install() {
+        let root = tempfile::tempdir().unwrap();
+        let e = lookup_without_go(root.path(), true, &[])
+            .kubectl()
+            .unwrap_err();
+        let chain = crate::error_chain(&e);
+        assert!(chain.contains("install Go 1.24 or newer"), "{chain}");
+    }
+
+    #[test]
+    fn with_building_turned_off_kubectl_is_the_one_on_path_or_missing() {
+        let root = tempfile::tempdir().unwrap();
+        let tools = root.path().join("tools");
+        let e = lookup_without_go(root.path(), false, &[&tools])
+            .kubectl()
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BinariesError::Missing {
+                    binary: "kubectl",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("PATH"), "{e}");
+        fake::executable(&tools.join("kubectl"), "");
+        let lookup = lookup_without_go(root.path(), false, &[&tools]);
+        assert_eq!(lookup.kubectl().unwrap(), tools.join("kubectl"));
+    }
+
+    #[test]
+    fn a_failed_build_is_an_error_for_kubectl_not_a_fallback_to_path() {
+        let root = tempfile::tempdir().unwrap();
+        let mut lookup = lookup(root.path(), true);
+        lookup.provisioner = fake::provisioner(root.path(), "echo broken >&2; exit 1");
+        let e = lookup.kubectl().unwrap_err();
+        let chain = crate::error_chain(&e);
+        assert!(chain.contains("failed (exit status: 1)"), "{chain}");
+        assert!(chain.ends_with("broken"), "{chain}");
     }
 }

@@ -1,7 +1,9 @@
-//! The local provider: each scenario gets a real control plane of its own ([`ControlPlane`]:
-//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler as local processes) and
-//! three nodes run by our kubelet through that real API server — pods as local processes,
-//! the operator image mapped to the workspace's binary, as on the simulator.
+//! The local provider: one real control plane and three nodes run by our kubelet
+//! ([`LocalCluster`]) for a whole run, shared by its scenarios as kind's cluster is.
+//! [`LocalRun`] starts them for the first scenario and stops them when the run ends; each
+//! scenario gets a [`LocalShare`] — namespaces and cluster-scoped names of its own
+//! (`opconform-xxxxxx-…`), its own fault log — whose teardown deletes exactly what the
+//! scenario made.
 //!
 //! | fault | on local | undo |
 //! |---|---|---|
@@ -17,245 +19,256 @@
 //! The audit of writes is kube-apiserver's own JSON audit log (the kind policy), followed
 //! as a file; requests are attributed to pods by their bound ServiceAccount tokens, else by
 //! their source address (each pod's proxy connects from the pod's IP).
+//!
+//! # Caveats
+//! - The nodes are the run's: a scenario that freezes or cuts a node (`@disruptive`) must
+//!   run alone. Teardown undoes the node faults still in force, and the next share waits
+//!   until every node is Ready and free of the node lifecycle controller's taints.
+//! - The request rules of the pods' proxies are the run's too: a scenario that sets them
+//!   (`@request-rules`) runs alone, and its teardown removes every rule.
+//! - The operator's CustomResourceDefinitions are installed once, before the controllers
+//!   start, and never deleted while the run lasts.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 
-use super::{Binaries, ControlPlane, ControlPlaneConfig};
+use super::LocalCluster;
+use super::cluster::{NODES, NODES_READY_WITHIN, wait_for_ready_nodes};
 use crate::audit::AuditFeed;
 use crate::cluster::audit::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
+use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::sim::{node_fault_on, pod_fault_on};
-use crate::cluster::{Placement, Provider, ProviderError, admission};
-use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
-use crate::sim::cluster::Nodes;
-use crate::sim::kubelet::{ImageMap, Kubelet, KubeletConfig};
+use crate::cluster::{Placement, Provider, ProviderError, admission, random_name};
+use crate::fault::{FaultEvent, FaultLog, FaultStore, NodeFault, PodFault, RequestMatch};
 
-/// Nodes per cluster, as on the simulator.
-const NODES: u8 = 3;
-
-/// How long a node may miss heartbeats before the node lifecycle controller marks it
-/// NotReady: the simulator's fast setting, so node scenarios take seconds.
-const NODE_GRACE: Duration = Duration::from_secs(3);
-
-/// A scenario's own real control plane and nodes.
-pub struct LocalProvider {
-    plane: Option<ControlPlane>,
-    nodes: Arc<Nodes>,
-    client: Client,
-    /// The rules the pods' proxies judge requests by; its log is the fault log.
-    request_rules: Arc<crate::sim::faults::Faults>,
-    faults: FaultLog,
-    rules: tokio::sync::Mutex<BTreeMap<u64, String>>,
-    next_rule: AtomicU64,
-    tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
-    /// Where the operator under test goes: as its own manifests say.
-    placement: Placement,
-    _dir: tempfile::TempDir,
+/// The run's control plane, once asked for.
+enum State {
+    /// No scenario has asked for it yet.
+    Idle,
+    /// Running.
+    Up(Arc<LocalCluster>),
+    /// Its start failed (the first error, for every later scenario).
+    Failed(String),
+    /// The run ended.
+    Finished,
 }
 
-fn failed(e: impl std::error::Error + Send + Sync + 'static) -> ProviderError {
-    ProviderError::Local(Box::new(e))
+/// One run on `local`: starts the control plane once, hands out scenario shares, and
+/// stops it at the end.
+pub struct LocalRun {
+    state: tokio::sync::Mutex<State>,
 }
 
-impl LocalProvider {
-    /// [`LocalProvider::start`] with kubelets that run `binary` for the containers of the
-    /// operator under test, placed as `placement` says (its own manifests' namespace and
-    /// image: [`crate::subject::Subject::own_placement`]).
-    ///
-    /// # Errors
-    /// As [`LocalProvider::start`].
-    pub async fn running(
-        binaries: Binaries,
-        placement: Placement,
-        binary: &Path,
-        crds: Vec<String>,
-    ) -> Result<Self, ProviderError> {
-        let mut images = ImageMap::new();
-        images.insert(&placement.image, binary);
-        let mut provider = Self::start(binaries, images, crds).await?;
-        provider.placement = placement;
-        Ok(provider)
+impl Default for LocalRun {
+    fn default() -> Self {
+        Self::new()
     }
+}
 
-    /// Starts a control plane from `binaries`, with the CustomResourceDefinitions `crds`
-    /// (YAML) installed before its controllers start, and three nodes whose kubelets run
-    /// `images` as local processes; returns once every node is Ready.
-    ///
-    /// # Errors
-    /// When the control plane or a kubelet does not start, or the nodes are not Ready
-    /// within 60 s.
-    pub async fn start(
-        binaries: Binaries,
-        images: ImageMap,
-        crds: Vec<String>,
-    ) -> Result<Self, ProviderError> {
-        let names: Vec<String> = (1..=NODES).map(|i| format!("worker-{i}")).collect();
-        let mut config = ControlPlaneConfig::new(binaries);
-        config.nodes = names.clone();
-        config.node_monitor_grace_period = NODE_GRACE;
-        config.crds = crds;
-        let plane = ControlPlane::start(config).await.map_err(failed)?;
-        let controllers = plane.controllers();
-        if controllers != crate::cluster::local::ControllersRun::Real {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                eprintln!("opconform: on local, the built-in controllers are {controllers}")
-            });
-        }
-        match Self::with_plane(plane, &names, images).await {
-            Ok(provider) => Ok(provider),
-            Err((plane, e)) => {
-                plane.shutdown().await;
-                Err(e)
-            }
+impl LocalRun {
+    /// A run with nothing started yet.
+    pub fn new() -> Self {
+        Self {
+            state: tokio::sync::Mutex::new(State::Idle),
         }
     }
 
-    async fn with_plane(
-        plane: ControlPlane,
-        names: &[String],
-        images: ImageMap,
-    ) -> Result<Self, (ControlPlane, ProviderError)> {
-        let dir = match tempfile::Builder::new()
-            .prefix("opconform-local-nodes-")
-            .tempdir()
-        {
-            Ok(dir) => dir,
-            Err(e) => return Err((plane, failed(e))),
-        };
-        let cluster = next_cluster_id();
-        let upstream: Arc<dyn crate::sim::kubelet::upstream::Upstream> = Arc::new(plane.upstream());
-        let request_rules = Arc::new(crate::sim::faults::Faults::new());
-        let mut kubelets = Vec::new();
-        for (index, name) in (1u8..).zip(names) {
-            let mut kc = KubeletConfig::new(name, index, dir.path().join(name));
-            // Pod IPs 127.<100+node>.<cluster>.N: clusters in one process never share one.
-            kc.pod_ip_prefix = [100 + index, cluster];
-            kc.images = images.clone();
-            kc.heartbeat_interval = Duration::from_millis(500);
-            kc.request_rules = Some(request_rules.clone());
-            match Kubelet::start(upstream.clone(), kc).await {
-                Ok(kubelet) => kubelets.push(kubelet),
-                Err(e) => {
-                    Nodes::new(kubelets).shutdown().await;
-                    return Err((plane, failed(e)));
+    /// The run of this process.
+    pub fn global() -> &'static LocalRun {
+        static RUN: std::sync::OnceLock<LocalRun> = std::sync::OnceLock::new();
+        RUN.get_or_init(LocalRun::new)
+    }
+
+    /// A scenario's share of the run's control plane, which `start` starts for the first
+    /// scenario (later ones wait for it, and get the same error when it failed); waits
+    /// until every node is Ready and untainted.
+    ///
+    /// # Errors
+    /// `start`'s error, [`ProviderError::Local`] when it failed for an earlier scenario or
+    /// the run has ended, or when the nodes do not become Ready.
+    pub async fn share<E>(
+        &self,
+        start: impl std::future::Future<Output = Result<LocalCluster, E>>,
+    ) -> Result<LocalShare, E>
+    where
+        E: std::error::Error + From<ProviderError>,
+    {
+        let plane = {
+            let mut state = self.state.lock().await;
+            match &*state {
+                State::Up(plane) => plane.clone(),
+                State::Failed(e) => {
+                    return Err(ProviderError::Local(
+                        format!("the run's control plane did not start earlier: {e}").into(),
+                    )
+                    .into());
                 }
-            }
-        }
-        let nodes = Arc::new(Nodes::new(kubelets));
-        let client = match plane.admin_client().await {
-            Ok(client) => client,
-            Err(e) => {
-                nodes.shutdown().await;
-                return Err((plane, failed(e)));
+                State::Finished => {
+                    return Err(ProviderError::Local("the run on local has ended".into()).into());
+                }
+                State::Idle => match start.await {
+                    Ok(plane) => {
+                        let plane = Arc::new(plane);
+                        *state = State::Up(plane.clone());
+                        plane
+                    }
+                    Err(e) => {
+                        *state = State::Failed(crate::error_chain(&e));
+                        return Err(e);
+                    }
+                },
             }
         };
-        if let Err(e) = wait_for_ready_nodes(&client, names.len()).await {
-            nodes.shutdown().await;
-            return Err((plane, e));
+        wait_for_ready_nodes(&plane.client, NODES.into(), NODES_READY_WITHIN).await?;
+        Ok(LocalShare::new(plane))
+    }
+
+    /// Stops the control plane and its nodes (once every share is gone). Safe to call
+    /// more than once.
+    pub async fn finish(&self) {
+        let previous = std::mem::replace(&mut *self.state.lock().await, State::Finished);
+        let State::Up(plane) = previous else {
+            return;
+        };
+        match Arc::try_unwrap(plane) {
+            Ok(plane) => plane.shutdown().await,
+            // Dropping the last reference kills the processes all the same.
+            Err(_) => eprintln!(
+                "opconform: the local control plane is stopped while a scenario still holds it"
+            ),
         }
-        Ok(Self {
-            plane: Some(plane),
-            nodes,
-            client,
-            faults: FaultLog::kept_in(request_rules.clone()),
-            request_rules,
-            rules: tokio::sync::Mutex::default(),
-            next_rule: AtomicU64::new(0),
+    }
+}
+
+/// A scenario's fault log: what its share records, and what the run's request rules
+/// record while the scenario runs (rules are set only by scenarios that run alone).
+struct ScenarioFaults {
+    own: FaultLog,
+    rules: Arc<crate::sim::faults::Faults>,
+    /// How many events the rules' log had when the scenario began.
+    from: usize,
+}
+
+impl FaultStore for ScenarioFaults {
+    fn record(&self, verb: &str, target: &str, detail: &str) {
+        self.own.record(verb, target, detail);
+    }
+
+    fn events(&self) -> Vec<FaultEvent> {
+        let mut events = self.own.events();
+        events.extend(
+            self.rules
+                .log()
+                .into_iter()
+                .skip(self.from)
+                .map(FaultEvent::from),
+        );
+        // Stable: events of one store stay in the order they were recorded.
+        events.sort_by_key(|e| e.time);
+        events
+    }
+}
+
+/// Node faults of a share still in force (to undo at teardown).
+#[derive(Debug, Default)]
+struct NodesInForce {
+    held: BTreeSet<String>,
+    cut: BTreeSet<String>,
+}
+
+/// A scenario's share of the run's control plane and nodes.
+pub struct LocalShare {
+    plane: Arc<LocalCluster>,
+    prefix: String,
+    faults: FaultLog,
+    rejects: admission::Rejects,
+    nodes_in_force: std::sync::Mutex<NodesInForce>,
+    tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl LocalShare {
+    fn new(plane: Arc<LocalCluster>) -> Self {
+        let prefix = random_name("opconform");
+        let labels = shared_placement(&prefix, &plane.image).labels;
+        let faults = FaultLog::kept_in(Arc::new(ScenarioFaults {
+            own: FaultLog::new(),
+            rules: plane.request_rules.clone(),
+            from: plane.request_rules.log().len(),
+        }));
+        Self {
+            rejects: admission::Rejects::new(plane.client.clone(), &prefix, labels),
+            plane,
+            prefix,
+            faults,
+            nodes_in_force: std::sync::Mutex::default(),
             tasks: std::sync::Mutex::default(),
-            placement: Placement::bundled(),
-            _dir: dir,
-        })
-    }
-
-    /// The control plane.
-    pub fn control_plane(&self) -> &ControlPlane {
-        self.plane
-            .as_ref()
-            .expect("the control plane runs until teardown")
-    }
-
-    /// The nodes' kubelets.
-    pub fn nodes(&self) -> &Nodes {
-        &self.nodes
-    }
-}
-
-/// A process-wide id for each local cluster (1..=200, from a random start), the third
-/// octet of its pod IPs, so concurrent scenarios never share a pod or node address.
-fn next_cluster_id() -> u8 {
-    use std::sync::atomic::AtomicU32;
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let _ = NEXT.compare_exchange(
-        u32::MAX,
-        rand::random::<u32>() % 200,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    (NEXT.fetch_add(1, Ordering::SeqCst) % 200 + 1) as u8
-}
-
-async fn wait_for_ready_nodes(client: &Client, wanted: usize) -> Result<(), ProviderError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = nodes
-            .list(&ListParams::default())
-            .await
-            .map(|list| {
-                list.items
-                    .iter()
-                    .filter(|n| {
-                        n.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
-        if ready >= wanted {
-            return Ok(());
         }
-        if tokio::time::Instant::now() > deadline {
-            return Err(ProviderError::Unsupported {
-                provider: "local",
-                what: format!("get its nodes Ready ({ready} of {wanted} within 60 s)"),
-                hint: "see the kubelet and kube-apiserver logs in the scenario's artifacts",
-            });
+    }
+
+    /// The scenario's name prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn in_force(&self) -> std::sync::MutexGuard<'_, NodesInForce> {
+        self.nodes_in_force
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Releases and repairs the nodes this scenario froze or cut, and removes the request
+    /// rules it set.
+    fn undo_in_force(&self) {
+        let in_force = std::mem::take(&mut *self.in_force());
+        let undo =
+            |node: &str, fault: NodeFault| match node_fault_on(&self.plane.nodes, node, &fault) {
+                Ok(()) => self
+                    .faults
+                    .record(fault.verb(), &format!("node {node}"), "teardown"),
+                Err(e) => eprintln!(
+                    "opconform: teardown of {}: {} of node {node} failed: {}",
+                    self.prefix,
+                    fault.verb(),
+                    crate::error_chain(&e)
+                ),
+            };
+        for node in &in_force.held {
+            undo(node, NodeFault::Release);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        for node in &in_force.cut {
+            undo(node, NodeFault::Repair);
+        }
+        let rules = &self.plane.request_rules;
+        for rule in rules.rules() {
+            let _ = rules.allow(rule.id);
+        }
     }
 }
 
 #[async_trait]
-impl Provider for LocalProvider {
+impl Provider for LocalShare {
     fn name(&self) -> &'static str {
         "local"
     }
 
     fn client(&self) -> Client {
-        self.client.clone()
+        self.plane.client.clone()
     }
 
     fn namespace(&self, logical: &str) -> String {
-        logical.to_string()
+        format!("{}-{logical}", self.prefix)
     }
 
     fn placement(&self) -> Placement {
-        self.placement.clone()
+        shared_placement(&self.prefix, &self.plane.image)
     }
 
     fn faults(&self) -> FaultLog {
@@ -264,17 +277,20 @@ impl Provider for LocalProvider {
 
     fn audit(&self) -> Option<AuditFeed> {
         let pods = PodsByIp::default();
-        let api: Api<Pod> = Api::all(self.client.clone());
+        let api: Api<Pod> = Api::namespaced(self.client(), &self.placement().namespace);
         let task = watch_pod_addresses(api, pods.clone());
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(task.abort_handle());
-        followed_or_warned(self.control_plane().audit_log(), kube_apiserver_lines(pods))
+        followed_or_warned(
+            self.plane.control_plane().audit_log(),
+            kube_apiserver_lines(pods),
+        )
     }
 
     fn request_rules(&self) -> Option<Arc<crate::sim::faults::Faults>> {
-        Some(self.request_rules.clone())
+        Some(self.plane.request_rules.clone())
     }
 
     async fn pod_fault(
@@ -283,7 +299,7 @@ impl Provider for LocalProvider {
         pod: &str,
         fault: &PodFault,
     ) -> Result<(), ProviderError> {
-        pod_fault_on(&self.nodes, namespace, pod, fault)?;
+        pod_fault_on(&self.plane.nodes, namespace, pod, fault)?;
         self.faults.record(
             fault.verb(),
             &format!("pod {namespace}/{pod}"),
@@ -293,7 +309,16 @@ impl Provider for LocalProvider {
     }
 
     async fn node_fault(&self, node: &str, fault: &NodeFault) -> Result<(), ProviderError> {
-        node_fault_on(&self.nodes, node, fault)?;
+        node_fault_on(&self.plane.nodes, node, fault)?;
+        {
+            let mut in_force = self.in_force();
+            match fault {
+                NodeFault::Hold => in_force.held.insert(node.to_string()),
+                NodeFault::Release => in_force.held.remove(node),
+                NodeFault::Partition { .. } => in_force.cut.insert(node.to_string()),
+                NodeFault::Repair => in_force.cut.remove(node),
+            };
+        }
         self.faults
             .record(fault.verb(), &format!("node {node}"), &fault.detail());
         Ok(())
@@ -305,56 +330,13 @@ impl Provider for LocalProvider {
         code: u16,
         message: &str,
     ) -> Result<u64, ProviderError> {
-        let id = self.next_rule.fetch_add(1, Ordering::SeqCst) + 1;
-        let name = format!("opconform-reject-{id}");
-        let policy = admission::reject_policy(&name, &BTreeMap::new(), &matches, code, message)
-            .map_err(|e| ProviderError::Local(Box::new(e)))?;
-        admission::apply(&self.client, &policy)
+        self.rejects
+            .reject(matches, code, message, &self.faults)
             .await
-            .map_err(|source| ProviderError::Api {
-                action: format!("creating ValidatingAdmissionPolicy {name} and its binding"),
-                source,
-            })?;
-        if let Err(e) =
-            admission::wait_until_in_force(&self.client, &name, true, admission::IN_FORCE_WITHIN)
-                .await
-        {
-            let _ = admission::remove(&self.client, &name).await;
-            return Err(ProviderError::Local(Box::new(e)));
-        }
-        self.rules.lock().await.insert(id, name.clone());
-        let reason = admission::reason_for_code(code).unwrap_or_default();
-        self.faults.record(
-            "reject",
-            &format!("rule {id}: {}", admission::describe(&policy)),
-            &format!("{code} {reason}, ValidatingAdmissionPolicy {name}"),
-        );
-        Ok(id)
     }
 
     async fn allow(&self, id: u64) -> Result<(), ProviderError> {
-        let mut rules = self.rules.lock().await;
-        let name = rules
-            .get(&id)
-            .cloned()
-            .ok_or(ProviderError::Fault(FaultError::NoRule(id)))?;
-        admission::remove(&self.client, &name)
-            .await
-            .map_err(|source| ProviderError::Api {
-                action: format!("deleting ValidatingAdmissionPolicy {name} and its binding"),
-                source,
-            })?;
-        admission::wait_until_in_force(&self.client, &name, false, admission::IN_FORCE_WITHIN)
-            .await
-            .map_err(|e| -> ProviderError { ProviderError::Local(Box::new(e)) })?;
-        rules.remove(&id);
-        drop(rules);
-        self.faults.record(
-            "allow",
-            &format!("rule {id}"),
-            &format!("ValidatingAdmissionPolicy {name} deleted"),
-        );
-        Ok(())
+        self.rejects.allow(id, &self.faults).await
     }
 
     fn pod_ips_reachable(&self) -> bool {
@@ -362,12 +344,21 @@ impl Provider for LocalProvider {
     }
 
     async fn keep_artifacts(&self, dir: &Path) {
-        // The components' logs and the audit log; pod logs, events and locks are kept by
-        // the step library through the API.
-        self.control_plane().keep_logs(&dir.join("control-plane"));
+        // The components' logs and the audit log, shared with the run's other scenarios;
+        // pod logs, events and locks are kept by the step library through the API.
+        self.plane
+            .control_plane()
+            .keep_logs(&dir.join("control-plane"));
+        let text = format!(
+            "scenario prefix: {}\nThe control plane and its nodes are the run's: its logs hold every scenario's requests.\n",
+            self.prefix
+        );
+        if let Err(e) = crate::report::write(&dir.join("local.txt"), &text) {
+            eprintln!("opconform: {}", crate::error_chain(&e));
+        }
     }
 
-    async fn teardown(mut self: Box<Self>) {
+    async fn teardown(self: Box<Self>) {
         for task in self
             .tasks
             .lock()
@@ -376,9 +367,8 @@ impl Provider for LocalProvider {
         {
             task.abort();
         }
-        self.nodes.shutdown().await;
-        if let Some(plane) = self.plane.take() {
-            plane.shutdown().await;
-        }
+        self.undo_in_force();
+        self.rejects.remove_all().await;
+        delete_labelled(&self.plane.client, SCENARIO_LABEL, &self.prefix).await;
     }
 }
