@@ -2435,10 +2435,14 @@ fn record_events(t: &Target, asked: &str, code: u16, text: &str, rvs: &[(Value, 
         .iter()
         .map(|e| {
             let metadata = &e["object"]["metadata"];
-            let rv = rvs
-                .iter()
-                .find(|(rv, _)| *rv == metadata["resourceVersion"])
-                .map_or("other", |(_, name)| name);
+            let rv = if e["type"] == "BOOKMARK" {
+                bookmark_written_at(&metadata["resourceVersion"], rvs)
+            } else {
+                rvs.iter()
+                    .find(|(rv, _)| *rv == metadata["resourceVersion"])
+                    .map_or("other", |(_, name)| name)
+                    .to_string()
+            };
             json!({"type": e["type"], "kind": e["object"]["kind"], "name": metadata["name"],
                 "data": e["object"]["data"], "annotations": metadata["annotations"],
                 "written at": rv})
@@ -2449,6 +2453,23 @@ fn record_events(t: &Target, asked: &str, code: u16, text: &str, rvs: &[(Value, 
         code: i64::from(code),
         body: normalize(json!(summary)),
     });
+}
+
+/// Where a BOOKMARK's resourceVersion stands among the scenario's writes `rvs`: a bookmark
+/// carries the version its watch has reached, which any write of the cluster (kube-apiserver
+/// renews its identity Lease every 10 s) may have moved past the last write of the watched
+/// kind, so it is named by the last of `rvs` it is not older than.
+fn bookmark_written_at(rv: &Value, rvs: &[(Value, &str)]) -> String {
+    let number = |v: &Value| v.as_str().and_then(|s| s.parse::<u64>().ok());
+    let Some(at) = number(rv) else {
+        return "not a number".into();
+    };
+    rvs.iter()
+        .filter(|(written, _)| number(written).is_some_and(|w| w <= at))
+        .max_by_key(|(written, _)| number(written))
+        .map_or("before every write".into(), |(_, name)| {
+            format!("not older than {name}")
+        })
 }
 
 /// `GET path` in the aggregated form, with `If-None-Match` when given: the status code and

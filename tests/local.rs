@@ -91,8 +91,8 @@ async fn a_real_control_plane_serves_kube_rs_runs_its_controllers_and_audits_wri
         [
             "etcd",
             "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler"
+            "kube-scheduler",
+            "kube-controller-manager"
         ]
     );
     let client = plane.admin_client().await.unwrap();
@@ -181,7 +181,7 @@ async fn a_sigkilled_owner_leaves_no_control_plane_process_or_directory_behind()
     .expect("opconform local serves within 120 s");
     let serving = serving.expect("it said it was serving");
     assert!(
-        serving.contains("kube-controller-manager, kube-scheduler"),
+        serving.contains("kube-scheduler, kube-controller-manager"),
         "{serving}"
     );
     let dir = dir.unwrap();

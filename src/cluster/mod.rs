@@ -287,6 +287,16 @@ impl ProviderKind {
         }
     }
 
+    /// How many scenarios run at once. On the simulator each has a cluster of its own
+    /// whose time goes mostly to waiting on lease timers; on a shared cluster each adds
+    /// its pods to every other scenario's nodes.
+    pub fn concurrency(self) -> usize {
+        match self {
+            Self::Sim => SIM_CONCURRENCY,
+            Self::Local | Self::Kubeconfig | Self::Kind => 2,
+        }
+    }
+
     /// The tags of scenarios that run alone, besides `@serial`: on a shared cluster those
     /// that disrupt it (`@disruptive`) or bound a moment to within a second (`@timing`:
     /// another scenario's load can delay the samples that date it), and on `local` those
@@ -299,6 +309,9 @@ impl ProviderKind {
         }
     }
 }
+
+/// How many scenarios run at once on the simulator (see [`ProviderKind::concurrency`]).
+const SIM_CONCURRENCY: usize = 6;
 
 /// A random lowercase name `prefix-xxxxxx` valid as a namespace.
 pub fn random_name(prefix: &str) -> String {

@@ -669,7 +669,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let failures = failures::Failures::default();
     let writer = World::cucumber()
-        .max_concurrent_scenarios(2)
+        .max_concurrent_scenarios(concurrency(kind))
         .which_scenario(move |feature, rule, scenario| {
             let tagged = |name: &str| {
                 feature
@@ -758,6 +758,24 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
         failed,
         scenarios: summaries,
         wall,
+    }
+}
+
+/// How many scenarios run at once: `OPCONFORM_CONCURRENCY` when set, else the provider's
+/// own number ([`ProviderKind::concurrency`]). A value that is no positive whole number
+/// ends the run before it starts, naming it.
+fn concurrency(kind: ProviderKind) -> usize {
+    match std::env::var("OPCONFORM_CONCURRENCY") {
+        Err(_) => kind.concurrency(),
+        Ok(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!(
+                    "opconform: OPCONFORM_CONCURRENCY={text:?} is not a number of scenarios to run at once: expected a whole number of at least 1"
+                );
+                std::process::exit(2);
+            }
+        },
     }
 }
 

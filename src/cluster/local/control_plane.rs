@@ -368,8 +368,9 @@ fn token() -> String {
 }
 
 impl ControlPlane {
-    /// Starts etcd, then kube-apiserver, then (when configured and present)
-    /// kube-controller-manager and kube-scheduler, each waited for until ready.
+    /// Starts etcd, then kube-apiserver, each waited for until ready, then (when configured
+    /// and present) kube-scheduler and kube-controller-manager together: ready once the
+    /// controllers have made the `default` ServiceAccount with the scheduler still running.
     ///
     /// # Errors
     /// When a file cannot be written, a component cannot be started, exits, or is not
@@ -461,6 +462,13 @@ impl ControlPlane {
         plane.start_apiserver(&config, &etcd_url).await?;
         plane.install_crds(&config).await?;
         if config.controllers {
+            // kube-scheduler serves nothing to ask whether it is ready: it starts first and
+            // must still be running once the controllers are ready, which they are told
+            // by a condition of their own (see wait_for_default_service_account).
+            if let Some(scheduler) = &config.binaries.kube_scheduler {
+                let kubeconfig = plane.component_kubeconfig("kube-scheduler", &scheduler_token)?;
+                plane.spawn_scheduler(scheduler, &kubeconfig).await?;
+            }
             if let Some(kcm) = &config.binaries.kube_controller_manager {
                 let kubeconfig =
                     plane.component_kubeconfig("kube-controller-manager", &kcm_token)?;
@@ -472,12 +480,7 @@ impl ControlPlane {
                     .start_stand_ins(&config, kcm_token.clone(), scheduler_token.clone())
                     .await?;
             }
-            if let Some(scheduler) = &config.binaries.kube_scheduler {
-                let kubeconfig = plane.component_kubeconfig("kube-scheduler", &scheduler_token)?;
-                plane
-                    .start_scheduler(&config, scheduler, &kubeconfig)
-                    .await?;
-            }
+            plane.still_running("kube-scheduler").await?;
         }
         plane.started_in = begin.elapsed();
         Ok(plane)
@@ -532,7 +535,7 @@ impl ControlPlane {
         loop {
             let component = self.components.last_mut().expect("a component was started");
             if let Ok(exit) =
-                tokio::time::timeout(Duration::from_millis(100), component.instance.wait()).await
+                tokio::time::timeout(Duration::from_millis(25), component.instance.wait()).await
             {
                 let component = self.components.pop().expect("a component was started");
                 let tail = tail(&component.log);
@@ -734,6 +737,11 @@ impl ControlPlane {
             "--use-service-account-credentials=true".into(),
             "--controllers=*".into(),
             "--leader-elect=false".into(),
+            // With its own credentials per controller it makes several requests for each
+            // of its ~40 controllers before it starts their informers: at the default 20
+            // per second that alone took 4 s of a throw-away plane's start.
+            "--kube-api-qps=1000".into(),
+            "--kube-api-burst=2000".into(),
             "--node-monitor-period=1s".into(),
             format!("--node-monitor-grace-period={grace}s"),
             "--secure-port=0".into(),
@@ -796,31 +804,41 @@ impl ControlPlane {
         .map_err(|a| a.error)
     }
 
-    async fn start_scheduler(
+    async fn spawn_scheduler(
         &mut self,
-        config: &ControlPlaneConfig,
         program: &Path,
         kubeconfig: &Path,
     ) -> Result<(), ControlPlaneError> {
         let args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".into(),
+            "--kube-api-qps=1000".into(),
+            "--kube-api-burst=2000".into(),
             "--secure-port=0".into(),
             "--profiling=false".into(),
         ];
-        self.spawn("kube-scheduler", program, args).await?;
-        // The scheduler serves nothing here; it is ready once it has stayed up and the API
-        // server has seen it list nodes (the audit omits reads): give it a moment to fail.
-        let started = Instant::now();
-        self.wait_ready(config, || async move {
-            if started.elapsed() >= Duration::from_millis(500) {
-                Ok(())
-            } else {
-                Err("starting".to_string())
-            }
+        self.spawn("kube-scheduler", program, args).await
+    }
+
+    /// Fails with the end of its log when the component `name`, if started, has exited.
+    async fn still_running(&mut self, name: &'static str) -> Result<(), ControlPlaneError> {
+        let Some(index) = self.components.iter().position(|c| c.name == name) else {
+            return Ok(());
+        };
+        let exited = tokio::time::timeout(Duration::ZERO, self.components[index].instance.wait());
+        let Ok(exit) = exited.await else {
+            return Ok(());
+        };
+        let component = self.components.remove(index);
+        let tail = tail(&component.log);
+        let log = component.log.path().display().to_string();
+        component.instance.finish().await;
+        Err(ControlPlaneError::Exited {
+            component: name,
+            code: exit.code,
+            log,
+            tail,
         })
-        .await
-        .map_err(|a| a.error)
     }
 
     fn component_kubeconfig(&self, name: &str, token: &str) -> Result<PathBuf, ControlPlaneError> {
