@@ -653,6 +653,21 @@ fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement:
     container["args"] = json!(args);
 }
 
+impl crate::cluster::OperatorUnderTest for Subject {
+    fn own_placement(&self) -> Placement {
+        Subject::own_placement(self)
+    }
+
+    fn binary(&self) -> Result<PathBuf, crate::cluster::ProviderError> {
+        Subject::binary(self).map_err(|e| crate::cluster::ProviderError::Operator(Box::new(e)))
+    }
+
+    fn crd_manifests(&self) -> Result<Vec<String>, crate::cluster::ProviderError> {
+        Subject::crd_manifests(self)
+            .map_err(|e| crate::cluster::ProviderError::Operator(Box::new(e)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

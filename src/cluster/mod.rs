@@ -6,6 +6,10 @@
 //! it refuses with [`ProviderError::Unsupported`], naming the provider and the fault, and
 //! scenarios that need it carry a tag ([`Capability::tag`]) that the provider excludes.
 //!
+//! [`open`] is the one way a scenario gets its cluster, [`ProviderKind::supports`] says
+//! which capabilities a provider has, and [`start_run`] and [`finish_run`] bracket a run
+//! (the run-wide clusters of kind and local live between them).
+//!
 //! - [`sim`]: a fresh embedded simulated cluster per scenario (the default).
 //! - [`local`]: one real control plane for the run (local processes), our kubelet as its
 //!   nodes, a share of it per scenario.
@@ -69,6 +73,9 @@ pub enum ProviderError {
     /// A reject rule could not be put in force, or taken out, as an admission policy.
     #[error("the admission policy of a reject rule failed")]
     Admission(#[from] admission::AdmissionError),
+    /// The operator under test could not be built, or its manifests read.
+    #[error(transparent)]
+    Operator(Box<dyn std::error::Error + Send + Sync>),
     /// The local provider failed (its binaries, control plane or nodes).
     #[error("the local provider failed")]
     Local(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -86,6 +93,22 @@ pub enum ProviderError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What a provider needs of the operator under test to run it.
+pub trait OperatorUnderTest: Sync {
+    /// Where its own manifests put it (namespace, image), on a cluster of its own.
+    fn own_placement(&self) -> Placement;
+    /// The binary our kubelets run for its image (sim, local), built when needed.
+    ///
+    /// # Errors
+    /// [`ProviderError::Operator`] when it cannot be found or built.
+    fn binary(&self) -> Result<std::path::PathBuf, ProviderError>;
+    /// Its CustomResourceDefinitions (YAML).
+    ///
+    /// # Errors
+    /// [`ProviderError::Operator`] when its manifests cannot be read.
+    fn crd_manifests(&self) -> Result<Vec<String>, ProviderError>;
 }
 
 /// What a scenario may need beyond deploying and deleting.
@@ -287,6 +310,31 @@ impl ProviderKind {
         }
     }
 
+    /// Whether scenarios tagged with `capability`'s tag can run here; on kubeconfig the
+    /// audit needs `kubeconfig`'s audit log.
+    pub fn supports(
+        self,
+        capability: Capability,
+        kubeconfig: &kubeconfig::KubeconfigOptions,
+    ) -> bool {
+        match (self, capability) {
+            (Self::Sim | Self::Local, Capability::ClockSkew) => sim::can_skew_clocks(),
+            (Self::Sim, _) => true,
+            // Our kubelet does the pod and node faults, its pods' proxies the request rules;
+            // admission policies the rejects; the simulator's own scenarios stay on sim.
+            (Self::Local, c) => c != Capability::SimOnly,
+            (Self::Kind, c) => !matches!(
+                c,
+                Capability::SimOnly
+                    | Capability::ClockSkew
+                    | Capability::RequestRules
+                    | Capability::KubeletFaults
+            ),
+            (Self::Kubeconfig, Capability::Audit) => kubeconfig.audit_log.is_some(),
+            (Self::Kubeconfig, _) => false,
+        }
+    }
+
     /// How many scenarios run at once. On the simulator each has a cluster of its own
     /// whose time goes mostly to waiting on lease timers; on a shared cluster each adds
     /// its pods to every other scenario's nodes.
@@ -307,6 +355,64 @@ impl ProviderKind {
             Self::Local => &["disruptive", "timing", "request-rules"],
             Self::Kubeconfig | Self::Kind => &["disruptive", "timing"],
         }
+    }
+}
+
+/// Opens a scenario's cluster on the provider `kind`: a fresh simulated cluster (sim), a
+/// share of the run's (local, kind; the first scenario starts it), or of the user's
+/// (kubeconfig), ready for `operator`, the operator under test.
+///
+/// # Errors
+/// When the cluster cannot start or be reached, or the operator cannot be built.
+pub async fn open(
+    kind: ProviderKind,
+    operator: &dyn OperatorUnderTest,
+    kubeconfig: &self::kubeconfig::KubeconfigOptions,
+) -> Result<Box<dyn Provider>, ProviderError> {
+    Ok(match kind {
+        ProviderKind::Sim => Box::new(
+            sim::SimProvider::running(operator.own_placement(), &operator.binary()?).await?,
+        ),
+        ProviderKind::Kubeconfig => {
+            Box::new(self::kubeconfig::KubeconfigProvider::connect(kubeconfig.clone()).await?)
+        }
+        ProviderKind::Kind => Box::new(self::kind::KindRun::global().provider().await?),
+        ProviderKind::Local => {
+            // The operator's CRDs are there before the controllers start, as on a cluster
+            // that has had them a while (see ControlPlaneConfig::crds).
+            let start = async {
+                // Finding the binaries may mean building them (minutes): not on a worker.
+                let binaries = tokio::task::spawn_blocking(local::Binaries::find)
+                    .await
+                    .map_err(|e| ProviderError::Local(Box::new(e)))?
+                    .map_err(|e| ProviderError::Local(Box::new(e)))?;
+                local::LocalCluster::running(
+                    binaries,
+                    &operator.own_placement().image,
+                    &operator.binary()?,
+                    operator.crd_manifests()?,
+                )
+                .await
+            };
+            Box::new(local::LocalRun::global().share(start).await?)
+        }
+    })
+}
+
+/// Begins a run on `kind`: on kind, ctrl-c and SIGTERM then delete the run's cluster.
+pub fn start_run(kind: ProviderKind) {
+    if kind == ProviderKind::Kind {
+        self::kind::spawn_interrupt_handler(self::kind::KindRun::global());
+    }
+}
+
+/// Ends a run on `kind`, whatever happened: the run's kind cluster is deleted (its logs
+/// exported first when the run `failed`), the run's local control plane stopped.
+pub async fn finish_run(kind: ProviderKind, failed: bool) {
+    match kind {
+        ProviderKind::Kind => self::kind::KindRun::global().finish(failed).await,
+        ProviderKind::Local => local::LocalRun::global().finish().await,
+        ProviderKind::Sim | ProviderKind::Kubeconfig => {}
     }
 }
 

@@ -122,8 +122,7 @@ async fn evicted(world: &mut World) {
         message: LOW_ON_MEMORY.into(),
     };
     pod_fault(world, &pod, fault).await;
-    world.remembered.insert("evicted".into(), pod);
-    world.remembered.insert("evicted uid".into(), uid);
+    world.faulted.evicted = Some((pod, uid));
 }
 
 #[when(expr = "the leader is cut off from the API server for {duration}")]
@@ -186,7 +185,6 @@ async fn standby_clock_ahead(world: &mut World, seconds: i64) {
             )
         });
     pod_fault(world, &standby, PodFault::Skew { seconds }).await;
-    world.remembered.insert("skewed".into(), standby);
 }
 
 #[when("the lock is deleted by hand")]
@@ -226,15 +224,15 @@ async fn node_cut_off(world: &mut World) {
         .node_fault(&node, &NodeFault::Partition { cut: Cut::Drop })
         .await
         .unwrap_or_else(|e| panic!("partitioning node {node} failed: {}", super::chain(&e)));
-    world.remembered.insert("partitioned node".into(), node);
+    world.faulted.partitioned_node = Some(node);
 }
 
 #[when("the leader's node is reconnected")]
 async fn node_repaired(world: &mut World) {
     let node = world
-        .remembered
-        .get("partitioned node")
-        .cloned()
+        .faulted
+        .partitioned_node
+        .clone()
         .expect("a node was cut off before");
     world
         .provider()
@@ -331,10 +329,7 @@ async fn stays_terminating(world: &mut World, span: Dur) {
 
 #[then(expr = "within {duration} the evicted Pod is gone, deleted by a standby")]
 async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) {
-    let (Some(pod), Some(uid)) = (
-        world.remembered.get("evicted").cloned(),
-        world.remembered.get("evicted uid").cloned(),
-    ) else {
+    let Some((pod, uid)) = world.faulted.evicted.clone() else {
         panic!("no pod was evicted before this step");
     };
     let namespace = world.operator_namespace().expect("cluster");
@@ -422,8 +417,6 @@ async fn every_replica_runs(world: &mut World, within: Dur) {
 }
 
 /// Where the freezing steps remember the frozen replica.
-const FROZEN: &str = "frozen replica";
-
 #[when("one operator replica is frozen")]
 async fn one_replica_frozen(world: &mut World) {
     let replicas = running_replicas(&world.history_so_far());
@@ -432,14 +425,15 @@ async fn one_replica_frozen(world: &mut World) {
         .expect("an operator replica runs (see: every operator replica runs)")
         .clone();
     pod_fault(world, &pod, PodFault::Hold).await;
-    world.remembered.insert(FROZEN.into(), pod);
+    world.faulted.frozen = Some(pod);
 }
 
 /// Releases the replica a step froze, and forgets it; returns its name.
 async fn release_frozen(world: &mut World) -> String {
     let frozen = world
-        .remembered
-        .remove(FROZEN)
+        .faulted
+        .frozen
+        .take()
         .expect("a step froze a replica before this one");
     pod_fault(world, &frozen, PodFault::Release).await;
     frozen
@@ -453,7 +447,7 @@ async fn frozen_replica_swapped(world: &mut World) {
         .find(|p| *p != frozen)
         .unwrap_or_else(|| panic!("no operator replica runs beside the frozen {frozen}"));
     pod_fault(world, &other, PodFault::Hold).await;
-    world.remembered.insert(FROZEN.into(), other);
+    world.faulted.frozen = Some(other);
 }
 
 #[when("the frozen replica is released")]
@@ -468,7 +462,7 @@ async fn frozen_replica_released(world: &mut World) {
 async fn leader_frozen(world: &mut World) {
     let pod = leader(world);
     pod_fault(world, &pod, PodFault::Hold).await;
-    world.remembered.insert(FROZEN.into(), pod);
+    world.faulted.frozen = Some(pod);
 }
 
 /// The longest the API server holds each of two racing lock writes: longer than it takes
@@ -476,9 +470,6 @@ async fn leader_frozen(world: &mut World) {
 /// periods between tries), short enough that a race that cannot happen fails the scenario
 /// instead of hanging it.
 const RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Where the racing step remembers its two rules' ids, each with the standby it holds.
-const RACE_RULES: &str = "racing lock write rules";
 
 #[when("two standbys' next lock writes are made to race")]
 async fn lock_writes_race(world: &mut World) {
@@ -522,9 +513,7 @@ async fn lock_writes_race(world: &mut World) {
         Milestone::Answered,
         RACE_LIMIT,
     );
-    world
-        .remembered
-        .insert(RACE_RULES.into(), format!("{first} {c} {second} {b}"));
+    world.faulted.racing_rules = vec![(first, c.clone()), (second, b.clone())];
     world.note(&format!(
         "{c}'s next lock write waits for {b}'s to arrive; {b}'s, for {c}'s to be answered"
     ));
@@ -577,16 +566,16 @@ async fn lock_holder_now(world: &World) -> Result<Option<String>, String> {
 
 #[then(expr = "within {duration} the two standbys' lock writes raced")]
 async fn lock_writes_raced(world: &mut World, within: Dur) {
-    let remembered = world
-        .remembered
-        .get(RACE_RULES)
-        .expect("a step made two standbys' lock writes race before this one")
-        .clone();
-    let words: Vec<&str> = remembered.split(' ').collect();
+    assert!(
+        !world.faulted.racing_rules.is_empty(),
+        "a step made two standbys' lock writes race before this one"
+    );
     // (the rule as the fault log names it, the standby whose write it holds)
-    let rules: Vec<(String, &str)> = words
-        .chunks(2)
-        .map(|pair| (format!("rule {}: ", pair[0]), pair[1]))
+    let rules: Vec<(String, &str)> = world
+        .faulted
+        .racing_rules
+        .iter()
+        .map(|(id, pod)| (format!("rule {id}: "), pod.as_str()))
         .collect();
     let lock = &world.subject().lock.name;
     let (_, lock_resource) = lock_resource(world);

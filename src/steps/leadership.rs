@@ -68,7 +68,7 @@ async fn exactly_one_leads(world: &mut World, within: Dur) {
     let leader = wait_for_leader(world, within.0, None).await;
     world.note(&format!("{leader} leads"));
     if let Some(t) = lock_transitions(&world.history().await) {
-        world.remembered.insert("transitions".into(), t.to_string());
+        world.transitions_at_first_leader = Some(t);
     }
     world.leader = Some(leader);
 }
@@ -312,9 +312,7 @@ async fn gauges_sum_to_one(world: &mut World) {
 #[then(expr = "the lease transitions grew by exactly {int}")]
 async fn transitions_grew_by(world: &mut World, by: i64) {
     let before: i64 = world
-        .remembered
-        .get("transitions")
-        .and_then(|t| t.parse().ok())
+        .transitions_at_first_leader
         .expect("the lease's transitions were seen when the first leader was");
     let now = lease(world)
         .await
@@ -348,9 +346,8 @@ async fn nobody_leads_for(world: &mut World, span: Dur) {
 async fn old_leader_stops(world: &mut World, within: Dur) {
     // The leader replaced by an earlier step, else the one seen last.
     let old = world
-        .remembered
-        .get("old leader")
-        .cloned()
+        .old_leader
+        .clone()
         .or_else(|| world.leader.clone())
         .expect("a step saw a leader before this one");
     let what = format!("{old} no longer says it leads");
@@ -398,7 +395,7 @@ async fn another_leads(world: &mut World, within: Dur) {
     let old = world.leader.clone().expect("a leader was seen before");
     let leader = wait_for_leader(world, within.0, Some(&old)).await;
     world.note(&format!("{leader} leads after {old}"));
-    world.remembered.insert("old leader".into(), old);
+    world.old_leader = Some(old);
     world.leader = Some(leader);
 }
 

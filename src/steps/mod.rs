@@ -22,8 +22,7 @@ use std::time::Duration;
 
 use kube::Client;
 
-use crate::cluster::kubeconfig::{KubeconfigOptions, KubeconfigProvider};
-use crate::cluster::sim::SimProvider;
+use crate::cluster::kubeconfig::KubeconfigOptions;
 use crate::cluster::{Capability, Provider, ProviderError, ProviderKind};
 use crate::record::History;
 
@@ -50,6 +49,20 @@ pub enum StepError {
     /// The operator binary could not be found or built, or its manifests read.
     #[error(transparent)]
     Subject(#[from] SubjectError),
+}
+
+/// What the fault steps did that later steps look at.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Faulted {
+    /// The pod its kubelet evicted, and its uid.
+    pub evicted: Option<(String, String)>,
+    /// The node cut off from the API server.
+    pub partitioned_node: Option<String>,
+    /// The replica frozen until a step releases it.
+    pub frozen: Option<String>,
+    /// The two rules that make standbys' lock writes race: each rule's id and the standby
+    /// whose write it holds.
+    pub racing_rules: Vec<(u64, String)>,
 }
 
 /// A duration as features write it: `500ms`, `4s`, `2m`.
@@ -100,6 +113,12 @@ pub struct World {
     pub leader: Option<String>,
     /// Values remembered between steps, by name.
     pub remembered: std::collections::BTreeMap<String, String>,
+    /// The replica replaced by the last takeover.
+    pub old_leader: Option<String>,
+    /// The lock's transitions when its first leader was seen.
+    pub transitions_at_first_leader: Option<i64>,
+    /// What the fault steps did that later steps look at.
+    pub faulted: Faulted,
     /// When the scenario started (set before it runs).
     pub started: Option<std::time::Instant>,
 }
@@ -126,57 +145,19 @@ impl World {
     /// When the provider is unknown or cannot start.
     pub async fn start_cluster(&mut self) -> Result<(), StepError> {
         let suite = suite();
-        match suite.provider {
-            ProviderKind::Sim => self.start_simulated_cluster().await,
-            ProviderKind::Kubeconfig => {
-                let provider = KubeconfigProvider::connect(suite.kubeconfig.clone()).await?;
-                self.provider = Some(Box::new(provider));
-                Ok(())
-            }
-            ProviderKind::Kind => {
-                let provider = crate::cluster::kind::KindRun::global().provider().await?;
-                self.provider = Some(Box::new(provider));
-                Ok(())
-            }
-            ProviderKind::Local => {
-                // One control plane for the run, started for the first scenario. The
-                // operator's CRDs are there before its controllers start, as on a cluster
-                // that has had them a while (see ControlPlaneConfig::crds).
-                let start = async {
-                    // Finding them may mean building them (minutes): not on a worker thread.
-                    let binaries =
-                        tokio::task::spawn_blocking(crate::cluster::local::Binaries::find)
-                            .await
-                            .map_err(|e| ProviderError::Local(Box::new(e)))?
-                            .map_err(|e| ProviderError::Local(Box::new(e)))?;
-                    let crds = suite.subject.crd_manifests()?;
-                    let provider = crate::cluster::local::LocalCluster::running(
-                        binaries,
-                        &suite.subject.own_placement().image,
-                        &suite.subject.binary()?,
-                        crds,
-                    )
-                    .await?;
-                    Ok::<_, StepError>(provider)
-                };
-                let share = crate::cluster::local::LocalRun::global()
-                    .share(start)
-                    .await?;
-                self.provider = Some(Box::new(share));
-                Ok(())
-            }
-        }
+        self.provider =
+            Some(crate::cluster::open(suite.provider, &suite.subject, &suite.kubeconfig).await?);
+        Ok(())
     }
 
-    /// Starts this scenario's own simulated cluster, with the operator image mapped to
-    /// the built operator binary.
+    /// Starts this scenario's own simulated cluster, whatever the provider.
     ///
     /// # Errors
     /// When it cannot start.
     pub async fn start_simulated_cluster(&mut self) -> Result<(), StepError> {
-        let subject = self.subject();
-        let provider = SimProvider::running(subject.own_placement(), &subject.binary()?).await?;
-        self.provider = Some(Box::new(provider));
+        let suite = suite();
+        self.provider =
+            Some(crate::cluster::open(ProviderKind::Sim, &suite.subject, &suite.kubeconfig).await?);
         Ok(())
     }
 
@@ -502,23 +483,7 @@ impl Suite {
 
     /// Whether scenarios tagged with `capability`'s tag can run.
     pub fn supports(&self, capability: Capability) -> bool {
-        match (self.provider, capability) {
-            (ProviderKind::Sim, Capability::ClockSkew) => crate::cluster::sim::can_skew_clocks(),
-            (ProviderKind::Sim, _) => true,
-            (ProviderKind::Local, Capability::ClockSkew) => crate::cluster::sim::can_skew_clocks(),
-            // Our kubelet does the pod and node faults, its pods' proxies the request rules;
-            // admission policies the rejects; the simulator's own scenarios stay on sim.
-            (ProviderKind::Local, c) => c != Capability::SimOnly,
-            (ProviderKind::Kind, c) => !matches!(
-                c,
-                Capability::SimOnly
-                    | Capability::ClockSkew
-                    | Capability::RequestRules
-                    | Capability::KubeletFaults
-            ),
-            (ProviderKind::Kubeconfig, Capability::Audit) => self.kubeconfig.audit_log.is_some(),
-            (ProviderKind::Kubeconfig, _) => false,
-        }
+        self.provider.supports(capability, &self.kubeconfig)
     }
 
     /// The tags of scenarios the provider or the operator cannot run, with the reason:
@@ -658,9 +623,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     for (tag, why) in &excluded {
         eprintln!("opconform: leaving out scenarios tagged @{tag}: {why}");
     }
-    if kind == ProviderKind::Kind {
-        crate::cluster::kind::spawn_interrupt_handler(crate::cluster::kind::KindRun::global());
-    }
+    crate::cluster::start_run(kind);
     let summaries: std::sync::Arc<std::sync::Mutex<Vec<crate::report::ScenarioSummary>>> =
         Default::default();
     let collected = summaries.clone();
@@ -742,12 +705,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
             eprintln!("  {}", failure.to_string().replace('\n', "\n  "));
         }
     }
-    match kind {
-        // The run's cluster goes whatever happened (its logs first when the run failed).
-        ProviderKind::Kind => crate::cluster::kind::KindRun::global().finish(failed).await,
-        ProviderKind::Local => crate::cluster::local::LocalRun::global().finish().await,
-        ProviderKind::Sim | ProviderKind::Kubeconfig => {}
-    }
+    crate::cluster::finish_run(kind, failed).await;
     if failed {
         eprintln!(
             "opconform: the run failed; the timelines are indexed in {}",
@@ -767,15 +725,20 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
 fn concurrency(kind: ProviderKind) -> usize {
     match std::env::var("OPCONFORM_CONCURRENCY") {
         Err(_) => kind.concurrency(),
-        Ok(text) => match text.trim().parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => {
-                eprintln!(
-                    "opconform: OPCONFORM_CONCURRENCY={text:?} is not a number of scenarios to run at once: expected a whole number of at least 1"
-                );
-                std::process::exit(2);
-            }
-        },
+        Ok(text) => parse_concurrency(&text).unwrap_or_else(|e| {
+            eprintln!("opconform: {e}");
+            std::process::exit(2);
+        }),
+    }
+}
+
+/// `OPCONFORM_CONCURRENCY`'s value as a number of scenarios.
+fn parse_concurrency(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "OPCONFORM_CONCURRENCY={text:?} is not a number of scenarios to run at once: expected a whole number of at least 1"
+        )),
     }
 }
 
@@ -855,6 +818,30 @@ mod tests {
             why,
             "the profile of memcached-operator has no election.forLife: the operator has no such mode"
         );
+    }
+
+    #[test]
+    fn a_concurrency_that_is_no_positive_whole_number_is_refused_naming_it() {
+        assert_eq!(parse_concurrency(" 4 "), Ok(4));
+        for bad in ["0", "-1", "two", ""] {
+            let e = parse_concurrency(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+            assert!(e.contains("at least 1"), "{e}");
+        }
+    }
+
+    #[test]
+    fn on_local_scenarios_that_set_request_rules_run_alone_and_on_sim_none_must() {
+        assert!(ProviderKind::Local.alone_tags().contains(&"request-rules"));
+        assert!(!ProviderKind::Kind.alone_tags().contains(&"request-rules"));
+        assert!(ProviderKind::Sim.alone_tags().is_empty());
+        for kind in [
+            ProviderKind::Local,
+            ProviderKind::Kind,
+            ProviderKind::Kubeconfig,
+        ] {
+            assert!(kind.alone_tags().contains(&"disruptive"), "{kind:?}");
+        }
     }
 
     #[test]

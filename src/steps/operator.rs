@@ -304,9 +304,8 @@ async fn pod_logs(world: &mut World, within: Dur, text: String) {
 #[then(expr = "within {duration} the old leader logs {string}")]
 async fn old_leader_logs(world: &mut World, within: Dur, text: String) {
     let old = world
-        .remembered
-        .get("old leader")
-        .cloned()
+        .old_leader
+        .clone()
         .expect("a step saw another replica take over before this one");
     let namespace = world.operator_namespace().expect("cluster");
     let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);

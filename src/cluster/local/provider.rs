@@ -372,3 +372,35 @@ impl Provider for LocalShare {
         delete_labelled(&self.plane.client, SCENARIO_LABEL, &self.prefix).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenarios_fault_log_holds_its_own_faults_and_the_rules_events_since_it_began() {
+        let rules = Arc::new(crate::sim::faults::Faults::new());
+        rules.record("defer", "rule 1: an earlier scenario's", "");
+        let log = FaultLog::kept_in(Arc::new(ScenarioFaults {
+            own: FaultLog::new(),
+            rules: rules.clone(),
+            from: rules.log().len(),
+        }));
+        log.record("hold", "pod ns/a", "");
+        rules.record("serve", "rule 2: this scenario's", "");
+        log.record("release", "pod ns/a", "");
+        let seen: Vec<(String, String)> = log
+            .events()
+            .into_iter()
+            .map(|e| (e.verb, e.target))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("hold".to_string(), "pod ns/a".to_string()),
+                ("serve".to_string(), "rule 2: this scenario's".to_string()),
+                ("release".to_string(), "pod ns/a".to_string()),
+            ]
+        );
+    }
+}
