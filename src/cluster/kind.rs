@@ -40,7 +40,6 @@ use kube::Client;
 pub use command::{CommandError, Output, Tools};
 pub use provider::KindProvider;
 
-use super::admission::AdmissionError;
 use super::kubeconfig::client_from_kubeconfig;
 use super::{DEFAULT_OPERATOR_IMAGE, ProviderError, random_name};
 
@@ -126,9 +125,6 @@ pub enum KindError {
         /// Its address now.
         now: String,
     },
-    /// A reject rule cannot be an admission policy.
-    #[error(transparent)]
-    Admission(#[from] AdmissionError),
     /// Setting up the run's cluster failed earlier (every scenario sees the same cause).
     #[error("the run's kind cluster is not available: {0}")]
     Unavailable(String),

@@ -70,8 +70,9 @@ pub enum ProviderError {
         #[source]
         source: kube::Error,
     },
-    /// A reject rule could not be put in force, or taken out, as an admission policy.
-    #[error("the admission policy of a reject rule failed")]
+    /// A reject rule cannot be an admission policy, or its policy did not come into or go
+    /// out of force.
+    #[error(transparent)]
     Admission(#[from] admission::AdmissionError),
     /// The operator under test could not be built, or its manifests read.
     #[error(transparent)]
