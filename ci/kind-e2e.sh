@@ -5,7 +5,7 @@
 #    privileged containers, started) unless one is there;
 # 2. ci/kind/build.sh: kind and kubectl, the node image and the operator image, built
 #    here without pulling anything (cached: a second run builds nothing);
-# 3. OPCONFORM_PROVIDER=kind cargo test --test e2e: the harness creates a kind cluster
+# 3. OPCONFORM_PROVIDER=kind cargo test --workspace --test e2e: the harness creates a kind cluster
 #    from kind-config.yaml with that node image, loads the operator image, runs every
 #    scenario kind can run, and deletes the cluster at the end (a failed run's cluster
 #    logs go to target/opconform/kind-logs first);
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 export OPCONFORM_JUNIT="${OPCONFORM_JUNIT:-target/opconform/kind/junit.xml}"
 
 if [ "${OPCONFORM_KIND_BUILD:-1}" = 0 ]; then
-  OPCONFORM_PROVIDER=kind exec cargo test --test e2e -- "$@"
+  OPCONFORM_PROVIDER=kind exec cargo test --workspace --test e2e -- "$@"
 fi
 
 clusters_before=""
@@ -68,4 +68,4 @@ eval "$built"
 export PATH="$KIND_TOOLS_PATH:$PATH" OPCONFORM_KIND_NODE_IMAGE OPCONFORM_IMAGE
 echo "kind e2e: node image $OPCONFORM_KIND_NODE_IMAGE, operator image $OPCONFORM_IMAGE, $(kind version)" >&2
 clusters_before=$(kind get clusters 2>/dev/null | tr '\n' ' ')
-OPCONFORM_PROVIDER=kind cargo test --test e2e -- "$@"
+OPCONFORM_PROVIDER=kind cargo test --workspace --test e2e -- "$@"

@@ -3,7 +3,7 @@
 //! broken (with the step and the checker's verdict), or not applicable (left out, with
 //! why) — with the failover figures. Written as Markdown, JSON and an HTML page.
 //!
-//! Each profile runs in its own `cargo test --test e2e` (one suite per process), with
+//! Each profile runs in its own `cargo test --workspace --test e2e` (one suite per process), with
 //! `OPCONFORM_OPERATOR`, `OPCONFORM_PROVIDER` and `OPCONFORM_REPORTS` set; the table is
 //! read from the `suite.json` each run writes. A broken guarantee is a finding, not a
 //! failure of the command: it fails only when a run could not produce its report.
@@ -433,7 +433,17 @@ pub fn run(options: &Options) -> Result<Table, ConformanceError> {
             })?;
         let begin = std::time::Instant::now();
         let status = Command::new(&cargo)
-            .args(["test", "--test", "e2e", "--", "--tags", &options.tags])
+            // With the workspace's features, as `cargo test --workspace` built it: for the
+            // root package alone cargo would build the dependencies again.
+            .args([
+                "test",
+                "--workspace",
+                "--test",
+                "e2e",
+                "--",
+                "--tags",
+                &options.tags,
+            ])
             .current_dir(&root)
             .env("OPCONFORM_OPERATOR", profile)
             .env("OPCONFORM_PROVIDER", &options.provider)

@@ -75,6 +75,7 @@ type options struct {
 	releaseOnCancel bool
 	metricsAddr     string
 	workInterval    time.Duration
+	watchNamespaces string
 }
 
 func main() {
@@ -93,7 +94,7 @@ func main() {
 		os.Exit(1)
 	}
 	setupLog.Info("starting manager", "election", opts.election, "lock", opts.lockName,
-		"namespace", opts.namespace)
+		"namespace", opts.namespace, "watchNamespaces", opts.watchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		setupLog.Error(err, "problem running manager")
 		os.Exit(1)
@@ -118,6 +119,9 @@ func parseFlags(args []string) (options, error) {
 		"where controller-runtime serves /metrics (and /healthz)")
 	flags.DurationVar(&o.workInterval, "work-interval", 500*time.Millisecond,
 		"how often the leader writes its work ConfigMap")
+	flags.StringVar(&o.watchNamespaces, "watch-namespace", "",
+		"the namespaces a harness confines the operator to on a shared cluster (comma-separated); "+
+			"the subject watches only its lock and writes only in its own namespace, so it needs nothing more")
 	if err := flags.Parse(args); err != nil {
 		return o, err
 	}

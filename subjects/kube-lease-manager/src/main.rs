@@ -50,6 +50,11 @@ struct Args {
     /// How often the leader writes its work ConfigMap.
     #[arg(long, default_value = "500ms", value_parser = millis)]
     work_interval: Duration,
+    /// The namespaces a harness confines the operator to on a shared cluster
+    /// (comma-separated). The subject watches only its lock and writes only in its own
+    /// namespace, so it accepts them and needs nothing more.
+    #[arg(long, value_delimiter = ',')]
+    watch_namespace: Vec<String>,
 }
 
 /// What can stop this process.
@@ -159,6 +164,7 @@ async fn run(args: Args) -> Result<(), Error> {
     tracing::info!(
         lease = %args.lease_name,
         identity = %args.identity,
+        watch_namespaces = ?args.watch_namespace,
         duration = args.lease_duration,
         grace,
         "electing with kube-lease-manager"
