@@ -1051,7 +1051,8 @@ fn the_workflow_runs_the_commands_the_readme_documents() {
     assert!(runs("kubeconfig").contains("OPCONFORM_PROVIDER=kubeconfig cargo test --test e2e"));
     let script = text("ci/kind-e2e.sh");
     assert!(script.starts_with("#!"));
-    assert!(script.contains("OPCONFORM_PROVIDER=kind cargo test --test e2e"));
+    // With the workspace's features, as `cargo test --workspace` built it.
+    assert!(script.contains("OPCONFORM_PROVIDER=kind cargo test --workspace --test e2e"));
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(repository().join("ci/kind-e2e.sh"))
         .unwrap()
