@@ -1,9 +1,11 @@
 //! The fault vocabulary the features speak: what to match (which API requests a rule
-//! refuses or holds, and until which other request's [`Milestone`]), what to do (crash, evict, hold and release, partition and repair, delay, skew
-//! a pod; hold and release, partition and repair a node), and for how long (each fault is
-//! undone by its pair). Each provider carries it out its own way (the simulator through its
-//! API server and kubelets, kind with `docker` and admission policies, …) and records what
-//! it did in the scenario's [`FaultLog`], which the recorder merges into the history.
+//! refuses or holds, and until which other request's [`Milestone`]; the providers that see
+//! each request carry out [`RequestRules`]), what to do (crash, evict, hold and release,
+//! partition and repair, delay, skew a pod; hold and release, partition and repair a node),
+//! and for how long (each fault is undone by its pair). Each provider carries it out its
+//! own way (the simulator through its API server and kubelets, kind with `docker` and
+//! admission policies, …) and records what it did in the scenario's [`FaultLog`], which the
+//! recorder merges into the history.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -57,6 +59,38 @@ pub enum Milestone {
     Arrived,
     /// The API server is done with it: answered, whatever the status.
     Answered,
+}
+
+/// Rules that judge a pod's API requests one at a time, where a provider sees each of them
+/// (the simulated API server; on `local`, each pod's proxy). They hold a request, or its
+/// sender, to build the interleavings the election bugs need. What they do is logged in the
+/// scenario's [`FaultLog`]: `arm` when a rule is made, `defer` and `serve` around a held
+/// request.
+pub trait RequestRules: Send + Sync {
+    /// Freezes the pod that next sends a request matching `matches` for `span`, before that
+    /// request is served (with `after`: its first such request after one matching `after`
+    /// was served); returns the rule's id.
+    fn hold_sender(
+        &self,
+        matches: RequestMatch,
+        span: std::time::Duration,
+        after: Option<RequestMatch>,
+    ) -> u64;
+
+    /// Holds the next request matching `matches` unserved (its pod keeps running) until a
+    /// request matching `until` has reached `milestone` since now, or for at most `limit`,
+    /// then serves it; returns the rule's id.
+    fn defer_until(
+        &self,
+        matches: RequestMatch,
+        until: RequestMatch,
+        milestone: Milestone,
+        limit: std::time::Duration,
+    ) -> u64;
+
+    /// Whether the detail of a `serve` fault says the held request was let go because its
+    /// limit ran out, not because the request it waited for got there.
+    fn deferral_timed_out(&self, serve_detail: &str) -> bool;
 }
 
 /// How a partition cuts traffic.

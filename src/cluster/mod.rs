@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use kube::Client;
 
 use crate::audit::AuditFeed;
-use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
+use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch, RequestRules};
 
 /// The image the operator manifests name.
 pub const DEFAULT_OPERATOR_IMAGE: &str = "memcached-operator:dev";
@@ -246,20 +246,16 @@ pub trait Provider: Send + Sync {
     async fn allow(&self, id: u64) -> Result<(), ProviderError>;
     /// Keeps what the provider knows of a failed scenario in `dir` (cluster logs…).
     async fn keep_artifacts(&self, dir: &Path);
-    /// The simulated cluster, when the provider is the simulator.
-    fn simulated(&self) -> Option<&crate::sim::cluster::SimCluster> {
-        None
-    }
-    /// The request rules that hold, defer, delay or reject chosen API requests, when the
-    /// provider judges requests one by one: in the simulated API server (sim), in the pods'
-    /// proxies (local, whose kubelet is ours).
-    fn request_rules(&self) -> Option<std::sync::Arc<crate::sim::faults::Faults>> {
+    /// The request rules that hold chosen API requests or their senders, when the provider
+    /// judges requests one by one: in the simulated API server (sim), in the pods' proxies
+    /// (local, whose kubelet is ours).
+    fn request_rules(&self) -> Option<&dyn RequestRules> {
         None
     }
     /// Whether pod IPs can be reached from the harness (pods run as local processes);
     /// else the recorder goes through the API server's `pods/proxy`.
     fn pod_ips_reachable(&self) -> bool {
-        self.simulated().is_some()
+        false
     }
     /// Removes everything the scenario created, whatever happened.
     async fn teardown(self: Box<Self>);

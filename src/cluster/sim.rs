@@ -6,7 +6,6 @@
 //! which also holds what its API server and kubelets record as they carry faults out.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +14,7 @@ use tokio::sync::broadcast;
 
 use super::{Placement, Provider, ProviderError};
 use crate::audit::{AuditFeed, AuditRecord, PodRef};
-use crate::fault::{Cut, Milestone, NodeFault, PodFault, RequestMatch};
+use crate::fault::{Cut, Milestone, NodeFault, PodFault, RequestMatch, RequestRules};
 use crate::fault::{FaultError, FaultEvent, FaultLog, FaultStore};
 use crate::sim::apiserver::ServerHandle;
 use crate::sim::apiserver::audit::AuditEvent;
@@ -198,12 +197,12 @@ impl Provider for SimProvider {
         // Pod logs, events and locks are kept by the step library through the API.
     }
 
-    fn simulated(&self) -> Option<&SimCluster> {
-        Some(&self.cluster)
+    fn request_rules(&self) -> Option<&dyn RequestRules> {
+        Some(self.cluster.server().state().faults.as_ref())
     }
 
-    fn request_rules(&self) -> Option<Arc<simulated::Faults>> {
-        Some(self.cluster.server().state().faults.clone())
+    fn pod_ips_reachable(&self) -> bool {
+        true
     }
 
     async fn teardown(self: Box<Self>) {
@@ -211,38 +210,31 @@ impl Provider for SimProvider {
     }
 }
 
-/// Freezes the pod that next sends a request matching `matches` for `span`, before that
-/// request is served (with `after`: its first such request after one matching `after` was
-/// served); returns the rule's id. Only providers with [`Provider::request_rules`] can do
-/// this.
-pub fn hold_sender(
-    rules: &simulated::Faults,
-    matches: RequestMatch,
-    span: Duration,
-    after: Option<RequestMatch>,
-) -> u64 {
-    rules.hold_sender(matches.into(), span, after.map(Into::into))
-}
+/// The simulator's request rules, which its API server judges (sim) and which our kubelet's
+/// pod proxies judge (local).
+impl RequestRules for simulated::Faults {
+    fn hold_sender(
+        &self,
+        matches: RequestMatch,
+        span: Duration,
+        after: Option<RequestMatch>,
+    ) -> u64 {
+        simulated::Faults::hold_sender(self, matches.into(), span, after.map(Into::into))
+    }
 
-/// Holds the next request matching `matches` unserved (its pod keeps running) until a
-/// request matching `until` has reached `milestone` since now, or for at most `limit`, then
-/// serves it; returns the rule's id. The fault log shows the request held (`defer`) and let
-/// go (`serve`; see [`deferral_timed_out`]). Only providers with
-/// [`Provider::request_rules`] can do this.
-pub fn defer_until(
-    rules: &simulated::Faults,
-    matches: RequestMatch,
-    until: RequestMatch,
-    milestone: Milestone,
-    limit: Duration,
-) -> u64 {
-    rules.defer_until(matches.into(), until.into(), milestone.into(), limit)
-}
+    fn defer_until(
+        &self,
+        matches: RequestMatch,
+        until: RequestMatch,
+        milestone: Milestone,
+        limit: Duration,
+    ) -> u64 {
+        simulated::Faults::defer_until(self, matches.into(), until.into(), milestone.into(), limit)
+    }
 
-/// Whether the detail of a `serve` fault says the held request was let go because its
-/// limit ran out, not because the request it waited for got there.
-pub fn deferral_timed_out(detail: &str) -> bool {
-    detail.starts_with(simulated::DEFER_TIMED_OUT)
+    fn deferral_timed_out(&self, serve_detail: &str) -> bool {
+        serve_detail.starts_with(simulated::DEFER_TIMED_OUT)
+    }
 }
 
 /// Carries out a pod fault on simulated kubelets (the local provider's nodes), without
@@ -595,12 +587,7 @@ mod tests {
             (Milestone::Arrived, Duration::from_millis(20)),
             (Milestone::Answered, Duration::from_secs(10)),
         ] {
-            faults.defer_until(
-                writes_of("c").into(),
-                writes_of("b").into(),
-                milestone.into(),
-                limit,
-            );
+            RequestRules::defer_until(&faults, writes_of("c"), writes_of("b"), milestone, limit);
         }
         // B's write never comes: C's first is let go by its limit.
         let simulated::Verdict::Defer(first) = faults.verdict(&write(&c)) else {
@@ -608,7 +595,7 @@ mod tests {
         };
         faults.defer(first, "update leases").await;
         let timed_out = faults.log().pop().unwrap().detail;
-        assert!(deferral_timed_out(&timed_out), "{timed_out}");
+        assert!(faults.deferral_timed_out(&timed_out), "{timed_out}");
         // B's write was answered before C's next one: that one goes at once.
         drop(faults.arrived(&write(&b)));
         let simulated::Verdict::Defer(second) = faults.verdict(&write(&c)) else {
@@ -616,7 +603,7 @@ mod tests {
         };
         faults.defer(second, "update leases").await;
         let in_time = faults.log().pop().unwrap().detail;
-        assert!(!deferral_timed_out(&in_time), "{in_time}");
+        assert!(!faults.deferral_timed_out(&in_time), "{in_time}");
     }
 
     #[test]

@@ -7,74 +7,84 @@ use kube::api::{Api, DeleteParams};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use super::Doing as _;
 use super::wait::eventually;
-use super::{Dur, World};
-use crate::fault::{Cut, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestMatch};
+use super::{Dur, Step, StepError, World};
+use crate::fault::{
+    Cut, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestMatch, RequestRules,
+};
 use crate::record::Observation;
 
-fn leader(world: &World) -> String {
+/// Applies `fault` to the operator's pod `pod`.
+///
+/// # Errors
+/// When there is no cluster or the provider cannot apply it.
+async fn pod_fault(world: &World, pod: &str, fault: PodFault) -> Result<(), StepError> {
+    let namespace = world.operator_namespace()?;
     world
-        .leader
-        .clone()
-        .expect("a step saw a leader before this fault")
-}
-
-async fn pod_fault(world: &World, pod: &str, fault: PodFault) {
-    let namespace = world.operator_namespace().expect("cluster");
-    world
-        .provider()
-        .expect("cluster")
+        .provider()?
         .pod_fault(&namespace, pod, &fault)
         .await
-        .unwrap_or_else(|e| panic!("{} on pod {pod} failed: {}", fault.verb(), super::chain(&e)));
+        .doing(format!("{} on pod {pod}", fault.verb()))
 }
 
 /// Deletes the leader's Pod with `params`, recording the deletion as a fault first.
-async fn delete_leader(world: &World, params: DeleteParams, detail: &str) {
-    let pod = leader(world);
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
-    world.provider().expect("cluster").faults().record(
-        "delete",
-        &format!("pod {namespace}/{pod}"),
-        detail,
-    );
+///
+/// # Errors
+/// When no step saw a leader, or the deletion fails.
+async fn delete_leader(world: &World, params: DeleteParams, detail: &str) -> Result<(), StepError> {
+    let pod = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
+    world
+        .provider()?
+        .faults()
+        .record("delete", &format!("pod {namespace}/{pod}"), detail);
     pods.delete(&pod, &params)
         .await
-        .unwrap_or_else(|e| panic!("deleting {pod} ({detail}) failed: {e}"));
+        .doing(format!("deleting {pod} ({detail})"))?;
+    Ok(())
 }
 
 #[when("the leader pod is force deleted")]
-async fn force_delete(world: &mut World) {
+async fn force_delete(world: &mut World) -> Step {
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
-    delete_leader(world, params, "force, grace 0").await;
+    delete_leader(world, params, "force, grace 0").await?;
+    Ok(())
 }
 
 #[when("the leader pod is deleted")]
-async fn delete(world: &mut World) {
-    delete_leader(world, DeleteParams::default(), "graceful").await;
+async fn delete(world: &mut World) -> Step {
+    delete_leader(world, DeleteParams::default(), "graceful").await?;
+    Ok(())
 }
 
 #[when(expr = "the leader is frozen for {duration}")]
-async fn frozen_for(world: &mut World, span: Dur) {
-    let pod = leader(world);
-    pod_fault(world, &pod, PodFault::Hold).await;
+async fn frozen_for(world: &mut World, span: Dur) -> Step {
+    let pod = world.seen_leader()?;
+    pod_fault(world, &pod, PodFault::Hold).await?;
     // The step's meaning is "for this long": the one place a plain sleep belongs.
     tokio::time::sleep(span.0).await;
-    pod_fault(world, &pod, PodFault::Release).await;
+    pod_fault(world, &pod, PodFault::Release).await?;
+    Ok(())
 }
 
 #[when(
     expr = "memcached {string} is scaled to {int} while the leader is frozen for {duration} as it reads the Deployment"
 )]
-async fn scaled_while_frozen_at_read(world: &mut World, name: String, size: i64, span: Dur) {
-    let pod = leader(world);
-    let operator_namespace = world.operator_namespace().expect("cluster");
-    let namespace = super::memcached::namespace_of(world, &name);
-    let rules = request_rules(world, "freezing a pod at one of its requests");
+async fn scaled_while_frozen_at_read(
+    world: &mut World,
+    name: String,
+    size: i64,
+    span: Dur,
+) -> Step {
+    let pod = world.seen_leader()?;
+    let operator_namespace = world.operator_namespace()?;
+    let namespace = super::memcached::namespace_of(world, &name)?;
+    let rules = request_rules(world, "freezing a pod at one of its requests")?;
     let object = |verbs: &[&str], group: &str, resource: &str| RequestMatch {
         verbs: verbs.iter().map(|v| v.to_string()).collect(),
         group: Some(group.into()),
@@ -89,8 +99,7 @@ async fn scaled_while_frozen_at_read(world: &mut World, name: String, size: i64,
     // what it read before the takeover. The rule is armed as the change is sent (the
     // harness's own write does not pass the pods' proxies, where local judges requests), so
     // the scenario lets the operator fall idle first: no read of its own comes in between.
-    crate::cluster::sim::hold_sender(
-        &rules,
+    rules.hold_sender(
         RequestMatch {
             pod: Some(format!("{operator_namespace}/{pod}")),
             ..object(&["get"], "apps", "deployments")
@@ -98,46 +107,50 @@ async fn scaled_while_frozen_at_read(world: &mut World, name: String, size: i64,
         span.0,
         None,
     );
-    super::memcached::scale(world, &name, size).await;
+    super::memcached::scale(world, &name, size).await?;
+    Ok(())
 }
 
 #[when("the leader's container crashes")]
-async fn crashes(world: &mut World) {
-    let pod = leader(world);
-    pod_fault(world, &pod, PodFault::Crash { container: None }).await;
+async fn crashes(world: &mut World) -> Step {
+    let pod = world.seen_leader()?;
+    pod_fault(world, &pod, PodFault::Crash { container: None }).await?;
+    Ok(())
 }
 
 #[when("the leader pod is evicted by its kubelet")]
-async fn evicted(world: &mut World) {
-    let pod = leader(world);
-    let namespace = world.operator_namespace().expect("cluster");
-    let uid = Api::<Pod>::namespaced(world.client().expect("cluster"), &namespace)
+async fn evicted(world: &mut World) -> Step {
+    let pod = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let uid = Api::<Pod>::namespaced(world.client()?, &namespace)
         .get(&pod)
         .await
-        .unwrap_or_else(|e| panic!("reading the leader's Pod {pod} failed: {e}"))
+        .doing(format!("reading the leader's Pod {pod}"))?
         .metadata
         .uid
-        .unwrap_or_else(|| panic!("the leader's Pod {pod} has no uid"));
+        .ok_or_else(|| StepError::Unmet(format!("the leader's Pod {pod} has no uid")))?;
     let fault = PodFault::Evict {
         message: LOW_ON_MEMORY.into(),
     };
-    pod_fault(world, &pod, fault).await;
+    pod_fault(world, &pod, fault).await?;
     world.faulted.evicted = Some((pod, uid));
+    Ok(())
 }
 
 #[when(expr = "the leader is cut off from the API server for {duration}")]
-async fn cut_off_for(world: &mut World, span: Dur) {
-    let pod = leader(world);
-    pod_fault(world, &pod, PodFault::Partition { cut: Cut::Drop }).await;
+async fn cut_off_for(world: &mut World, span: Dur) -> Step {
+    let pod = world.seen_leader()?;
+    pod_fault(world, &pod, PodFault::Partition { cut: Cut::Drop }).await?;
     tokio::time::sleep(span.0).await;
-    pod_fault(world, &pod, PodFault::Repair).await;
+    pod_fault(world, &pod, PodFault::Repair).await?;
+    Ok(())
 }
 
 #[when(expr = "the API server rejects the leader's lease updates for {duration}")]
-async fn reject_lease_updates(world: &mut World, span: Dur) {
-    let pod = leader(world);
-    let namespace = world.operator_namespace().expect("cluster");
-    let provider = world.provider().expect("cluster");
+async fn reject_lease_updates(world: &mut World, span: Dur) -> Step {
+    let pod = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let provider = world.provider()?;
     // Update and patch (server-side apply too): as an admission policy's UPDATE matches
     // both on a real API server, a library renewing by patch is rejected everywhere.
     let rule = RequestMatch {
@@ -155,109 +168,109 @@ async fn reject_lease_updates(world: &mut World, span: Dur) {
     let id = provider
         .reject(rule, 403, "lease updates rejected by opconform")
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "rejecting {pod}'s lease updates failed: {}",
-                super::chain(&e)
-            )
-        });
+        .doing(format!("rejecting {pod}'s lease updates"))?;
     // The step's meaning is "for this long".
     tokio::time::sleep_until(begin + span.0).await;
-    provider.allow(id).await.unwrap_or_else(|e| {
-        panic!(
-            "allowing {pod}'s lease updates failed: {}",
-            super::chain(&e)
-        )
-    });
+    provider
+        .allow(id)
+        .await
+        .doing(format!("allowing {pod}'s lease updates"))?;
+    Ok(())
 }
 
 #[when(expr = "a standby's clock runs {int}s ahead")]
-async fn standby_clock_ahead(world: &mut World, seconds: i64) {
-    let leader = leader(world);
+async fn standby_clock_ahead(world: &mut World, seconds: i64) -> Step {
+    let leader = world.seen_leader()?;
     let standby = super::leadership::leading_candidates(&world.history().await)
         .into_iter()
         .find(|r| *r != leader)
-        .unwrap_or_else(|| {
-            panic!(
+        .ok_or_else(|| {
+            StepError::Missing(format!(
                 "no standby of {leader} seen yet (no leader gauge of another replica was \
                  scraped): wait for them first, with \"within {{duration}} the other replicas \
                  are ready standbys\""
-            )
-        });
-    pod_fault(world, &standby, PodFault::Skew { seconds }).await;
+            ))
+        })?;
+    pod_fault(world, &standby, PodFault::Skew { seconds }).await?;
+    Ok(())
 }
 
 #[when("the lock is deleted by hand")]
-async fn lock_deleted(world: &mut World) {
-    let namespace = world.operator_namespace().expect("cluster");
-    let client = world.client().expect("cluster");
+async fn lock_deleted(world: &mut World) -> Step {
+    let namespace = world.operator_namespace()?;
+    let client = world.client()?;
     let lock = &world.subject().lock.name;
-    world.provider().expect("cluster").faults().record(
-        "delete",
-        &format!("lock {namespace}/{lock}"),
-        "by hand",
-    );
+    world
+        .provider()?
+        .faults()
+        .record("delete", &format!("lock {namespace}/{lock}"), "by hand");
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
     let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let dp = DeleteParams::default();
     let lease = leases.delete(lock, &dp).await.is_ok();
     let map = maps.delete(lock, &dp).await.is_ok();
-    assert!(
+    ensure!(
         lease || map,
         "there was no lock {namespace}/{lock} to delete"
     );
+    Ok(())
 }
 
 #[when("the leader's node is cut off from the API server")]
-async fn node_cut_off(world: &mut World) {
-    let pod = leader(world);
-    let namespace = world.operator_namespace().expect("cluster");
-    let node = Api::<Pod>::namespaced(world.client().expect("cluster"), &namespace)
+async fn node_cut_off(world: &mut World) -> Step {
+    let pod = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let node = Api::<Pod>::namespaced(world.client()?, &namespace)
         .get(&pod)
         .await
-        .ok()
-        .and_then(|p| p.spec.and_then(|s| s.node_name))
-        .unwrap_or_else(|| panic!("the leader's Pod {pod} has no node"));
+        .doing(format!("reading the leader's Pod {pod}"))?
+        .spec
+        .and_then(|s| s.node_name)
+        .ok_or_else(|| StepError::Unmet(format!("the leader's Pod {pod} has no node")))?;
     world
-        .provider()
-        .expect("cluster")
+        .provider()?
         .node_fault(&node, &NodeFault::Partition { cut: Cut::Drop })
         .await
-        .unwrap_or_else(|e| panic!("partitioning node {node} failed: {}", super::chain(&e)));
+        .doing(format!("partitioning node {node}"))?;
     world.faulted.partitioned_node = Some(node);
+    Ok(())
 }
 
 #[when("the leader's node is reconnected")]
-async fn node_repaired(world: &mut World) {
-    let node = world
-        .faulted
-        .partitioned_node
-        .clone()
-        .expect("a node was cut off before");
+async fn node_repaired(world: &mut World) -> Step {
+    let node = world.faulted.partitioned_node.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no node was cut off before this step: run \"the leader's node is cut off from \
+             the API server\" first"
+                .into(),
+        )
+    })?;
     world
-        .provider()
-        .expect("cluster")
+        .provider()?
         .node_fault(&node, &NodeFault::Repair)
         .await
-        .unwrap_or_else(|e| panic!("repairing node {node} failed: {}", super::chain(&e)));
+        .doing(format!("repairing node {node}"))?;
+    Ok(())
 }
 
 #[then(expr = "within {duration} the old leader's Pod is terminating")]
-async fn old_pod_terminating(world: &mut World, within: Dur) {
-    let pod = leader(world);
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+async fn old_pod_terminating(world: &mut World, within: Dur) -> Step {
+    let pod = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let deadline = tokio::time::Instant::now() + within.0;
     loop {
-        let p = pods.get_opt(&pod).await.expect("reading the leader's Pod");
+        let p = pods
+            .get_opt(&pod)
+            .await
+            .doing(format!("reading the leader's Pod {pod}"))?;
         match p {
-            Some(p) if p.metadata.deletion_timestamp.is_some() => return,
+            Some(p) if p.metadata.deletion_timestamp.is_some() => return Ok(()),
             Some(_) => {}
-            None => panic!("the leader's Pod {pod} is gone: expected it to stay Terminating"),
+            None => bail!("the leader's Pod {pod} is gone: expected it to stay Terminating"),
         }
         if tokio::time::Instant::now() >= deadline {
-            let nodes: Api<k8s_openapi::api::core::v1::Node> =
-                Api::all(world.client().expect("cluster"));
+            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client()?);
             let seen: Vec<String> = nodes
                 .list(&Default::default())
                 .await
@@ -290,24 +303,27 @@ async fn old_pod_terminating(world: &mut World, within: Dur) {
                         .collect()
                 })
                 .unwrap_or_default();
-            panic!("{pod} was not evicted within {within:?}; nodes: {seen:?}");
+            bail!("{pod} was not evicted within {within:?}; nodes: {seen:?}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
 #[then(expr = "the old leader's Pod stays terminating and the lock stays its own for {duration}")]
-async fn stays_terminating(world: &mut World, span: Dur) {
-    let pod = leader(world);
-    let namespace = world.operator_namespace().expect("cluster");
-    let client = world.client().expect("cluster");
+async fn stays_terminating(world: &mut World, span: Dur) -> Step {
+    let pod = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let client = world.client()?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let lock = &world.subject().lock.name;
     let deadline = tokio::time::Instant::now() + span.0;
     while tokio::time::Instant::now() < deadline {
-        let p = pods.get_opt(&pod).await.expect("reading the leader's Pod");
-        assert!(
+        let p = pods
+            .get_opt(&pod)
+            .await
+            .doing(format!("reading the leader's Pod {pod}"))?;
+        ensure!(
             p.as_ref()
                 .is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
             "{pod} is no longer Terminating"
@@ -315,25 +331,29 @@ async fn stays_terminating(world: &mut World, span: Dur) {
         let owner = maps
             .get_opt(lock)
             .await
-            .expect("reading the lock")
+            .doing(format!("reading the lock {namespace}/{lock}"))?
             .and_then(|m| m.metadata.owner_references)
             .and_then(|o| o.first().map(|o| o.name.clone()));
-        assert_eq!(
-            owner.as_deref(),
-            Some(pod.as_str()),
-            "the lock changed owner"
+        ensure!(
+            owner.as_deref() == Some(pod.as_str()),
+            "the lock changed owner: expected {pod:?}, owned by {owner:?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    Ok(())
 }
 
 #[then(expr = "within {duration} the evicted Pod is gone, deleted by a standby")]
-async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) {
-    let Some((pod, uid)) = world.faulted.evicted.clone() else {
-        panic!("no pod was evicted before this step");
-    };
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) -> Step {
+    let (pod, uid) = world.faulted.evicted.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no pod was evicted before this step: run \"the leader pod is evicted by its \
+             kubelet\" first"
+                .into(),
+        )
+    })?;
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("{pod} (uid {uid}) gone, deleted by another replica of the operator");
     let by = eventually(within.0, &what, || async {
         let now = pods
@@ -375,8 +395,9 @@ async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) {
                 format!("{pod} is gone, but no replica's successful delete of it was audited; deletes of it by replicas: {deletes:?}")
             })
     })
-    .await;
+    .await?;
     world.note(&format!("{by} deleted the evicted {pod}"));
+    Ok(())
 }
 
 /// The operator's pods whose latest observation is Running and not terminating, by name.
@@ -400,7 +421,7 @@ fn running_replicas(history: &crate::record::History) -> Vec<String> {
 }
 
 #[given(expr = "within {duration} every operator replica runs")]
-async fn every_replica_runs(world: &mut World, within: Dur) {
+async fn every_replica_runs(world: &mut World, within: Dur) -> Step {
     let wanted = world.operator.as_ref().map_or(0, |o| o.replicas as usize);
     let what = format!("{wanted} operator pods running");
     eventually(within.0, &what, || {
@@ -413,56 +434,76 @@ async fn every_replica_runs(world: &mut World, within: Dur) {
             }
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 /// Where the freezing steps remember the frozen replica.
 #[when("one operator replica is frozen")]
-async fn one_replica_frozen(world: &mut World) {
+async fn one_replica_frozen(world: &mut World) -> Step {
     let replicas = running_replicas(&world.history_so_far());
     let pod = replicas
         .first()
-        .expect("an operator replica runs (see: every operator replica runs)")
+        .ok_or_else(|| {
+            StepError::Missing(
+                "no operator replica runs: run \"within {duration} every operator replica \
+                 runs\" first"
+                    .into(),
+            )
+        })?
         .clone();
-    pod_fault(world, &pod, PodFault::Hold).await;
+    pod_fault(world, &pod, PodFault::Hold).await?;
     world.faulted.frozen = Some(pod);
+    Ok(())
 }
 
 /// Releases the replica a step froze, and forgets it; returns its name.
-async fn release_frozen(world: &mut World) -> String {
-    let frozen = world
-        .faulted
-        .frozen
-        .take()
-        .expect("a step froze a replica before this one");
-    pod_fault(world, &frozen, PodFault::Release).await;
-    frozen
+///
+/// # Errors
+/// [`StepError::Missing`] when no step froze a replica; when the release fails.
+async fn release_frozen(world: &mut World) -> Result<String, StepError> {
+    let frozen = world.faulted.frozen.take().ok_or_else(|| {
+        StepError::Missing(
+            "no step froze a replica before this one: run \"one operator replica is frozen\" \
+             or \"the leader is frozen\" first"
+                .into(),
+        )
+    })?;
+    pod_fault(world, &frozen, PodFault::Release).await?;
+    Ok(frozen)
 }
 
 #[when("the frozen replica is released and another one is frozen")]
-async fn frozen_replica_swapped(world: &mut World) {
-    let frozen = release_frozen(world).await;
+async fn frozen_replica_swapped(world: &mut World) -> Step {
+    let frozen = release_frozen(world).await?;
     let other = running_replicas(&world.history_so_far())
         .into_iter()
         .find(|p| *p != frozen)
-        .unwrap_or_else(|| panic!("no operator replica runs beside the frozen {frozen}"));
-    pod_fault(world, &other, PodFault::Hold).await;
+        .ok_or_else(|| {
+            StepError::Unmet(format!(
+                "no operator replica runs beside the frozen {frozen}"
+            ))
+        })?;
+    pod_fault(world, &other, PodFault::Hold).await?;
     world.faulted.frozen = Some(other);
+    Ok(())
 }
 
 #[when("the frozen replica is released")]
-async fn frozen_replica_released(world: &mut World) {
-    release_frozen(world).await;
+async fn frozen_replica_released(world: &mut World) -> Step {
+    release_frozen(world).await?;
+    Ok(())
 }
 
 /// Freezes the leader with no end of its own: it stays frozen until "the frozen replica
 /// is released", or the scenario ends. Unlike a deleted leader it is not replaced by a new
 /// Pod, so no other replica joins the standbys.
 #[when("the leader is frozen")]
-async fn leader_frozen(world: &mut World) {
-    let pod = leader(world);
-    pod_fault(world, &pod, PodFault::Hold).await;
+async fn leader_frozen(world: &mut World) -> Step {
+    let pod = world.seen_leader()?;
+    pod_fault(world, &pod, PodFault::Hold).await?;
     world.faulted.frozen = Some(pod);
+    Ok(())
 }
 
 /// The longest the API server holds each of two racing lock writes: longer than it takes
@@ -472,20 +513,21 @@ async fn leader_frozen(world: &mut World) {
 const RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[when("two standbys' next lock writes are made to race")]
-async fn lock_writes_race(world: &mut World) {
-    let leader = leader(world);
+async fn lock_writes_race(world: &mut World) -> Step {
+    let leader = world.seen_leader()?;
     // Running, whether or not a gauge of theirs was scraped yet: an elector may publish its
     // gauge only once it has tried the lock.
     let mut standbys = running_replicas(&world.history_so_far());
     standbys.retain(|r| *r != leader);
     let [b, c] = standbys.as_slice() else {
-        panic!(
+        return Err(StepError::Missing(format!(
             "two running standbys beside {leader} are needed, seen: {standbys:?} (wait for them \
              first, with \"within {{duration}} the other replicas are ready standbys\")"
-        )
+        ))
+        .into());
     };
-    let rules = request_rules(world, "making two lock writes race");
-    let namespace = world.operator_namespace().expect("cluster");
+    let rules = request_rules(world, "making two lock writes race")?;
+    let namespace = world.operator_namespace()?;
     let lock = &world.subject().lock;
     let (group, resource) = lock_resource(world);
     let writes_of = |pod: &str| RequestMatch {
@@ -499,35 +541,28 @@ async fn lock_writes_race(world: &mut World) {
     };
     // Whichever standby writes first, C's write is served first, and B's — sent before B
     // could see C's — after it, against a lock C has changed.
-    let first = crate::cluster::sim::defer_until(
-        &rules,
-        writes_of(c),
-        writes_of(b),
-        Milestone::Arrived,
-        RACE_LIMIT,
-    );
-    let second = crate::cluster::sim::defer_until(
-        &rules,
-        writes_of(b),
-        writes_of(c),
-        Milestone::Answered,
-        RACE_LIMIT,
-    );
+    let first = rules.defer_until(writes_of(c), writes_of(b), Milestone::Arrived, RACE_LIMIT);
+    let second = rules.defer_until(writes_of(b), writes_of(c), Milestone::Answered, RACE_LIMIT);
     world.faulted.racing_rules = vec![(first, c.clone()), (second, b.clone())];
     world.note(&format!(
         "{c}'s next lock write waits for {b}'s to arrive; {b}'s, for {c}'s to be answered"
     ));
+    Ok(())
 }
 
-/// The provider's request rules, for `doing`; a provider without them fails the step.
-fn request_rules(world: &World, doing: &str) -> std::sync::Arc<crate::sim::faults::Faults> {
-    let provider = world.provider().expect("cluster");
-    provider.request_rules().unwrap_or_else(|| {
-        panic!(
+/// The provider's request rules, for `doing`.
+///
+/// # Errors
+/// [`StepError::NoCluster`] before a cluster was started; [`StepError::Unmet`] when the
+/// provider has no request rules.
+fn request_rules<'w>(world: &'w World, doing: &str) -> Result<&'w dyn RequestRules, StepError> {
+    let provider = world.provider()?;
+    provider.request_rules().ok_or_else(|| {
+        StepError::Unmet(format!(
             "{doing} needs an API server or proxy that judges requests one by one; the {} \
              provider has none (tag the scenario @request-rules)",
             provider.name()
-        )
+        ))
     })
 }
 
@@ -553,8 +588,8 @@ async fn lock_holder_now(world: &World) -> Result<Option<String>, String> {
     {
         Ok(api.get_opt(name).await?.as_ref().and_then(of))
     }
-    let ns = world.operator_namespace().expect("cluster");
-    let client = world.client().expect("cluster");
+    let ns = world.operator_namespace().map_err(|e| super::chain(&e))?;
+    let client = world.client().map_err(|e| super::chain(&e))?;
     let lock = &world.subject().lock;
     let name = lock.name.as_str();
     match lock.kind {
@@ -565,11 +600,15 @@ async fn lock_holder_now(world: &World) -> Result<Option<String>, String> {
 }
 
 #[then(expr = "within {duration} the two standbys' lock writes raced")]
-async fn lock_writes_raced(world: &mut World, within: Dur) {
-    assert!(
-        !world.faulted.racing_rules.is_empty(),
-        "a step made two standbys' lock writes race before this one"
-    );
+async fn lock_writes_raced(world: &mut World, within: Dur) -> Step {
+    if world.faulted.racing_rules.is_empty() {
+        return Err(StepError::Missing(
+            "no step made two standbys' lock writes race before this one: run \"two \
+             standbys' next lock writes are made to race\" first"
+                .into(),
+        )
+        .into());
+    }
     // (the rule as the fault log names it, the standby whose write it holds)
     let rules: Vec<(String, &str)> = world
         .faulted
@@ -629,12 +668,14 @@ async fn lock_writes_raced(world: &mut World, within: Dur) {
         }
         Ok(served)
     })
-    .await;
+    .await?;
     for (pod_detail, detail) in &served {
-        assert!(
-            !crate::cluster::sim::deferral_timed_out(detail),
+        ensure!(
+            !request_rules(world, "reading how the racing writes were let go")?
+                .deferral_timed_out(detail),
             "the standbys' lock writes did not race: {pod_detail}"
         );
         println!("raced: {pod_detail}");
     }
+    Ok(())
 }

@@ -10,10 +10,11 @@ use cucumber::{given, then, when};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
 use kube::api::{Api, DeleteParams, ListParams};
 
+use super::Doing as _;
 use super::memcached::{bulk, get, namespace_of};
 use super::reconcile::{accept, origin, refuse};
 use super::wait::{eventually, throughout};
-use super::{Dur, World};
+use super::{Dur, Step, StepError, World};
 use crate::fault::RequestMatch;
 use crate::record::Observation;
 
@@ -21,83 +22,101 @@ use crate::record::Observation;
 pub const REGISTRY: &str = "memcached-registry";
 
 /// The registry key of a Memcached.
-fn key(world: &World, name: &str) -> String {
-    format!("{}.{name}", namespace_of(world, name))
+fn key(world: &World, name: &str) -> Result<String, StepError> {
+    Ok(format!("{}.{name}", namespace_of(world, name)?))
+}
+
+/// The registry keys of Memcached objects `names`.
+fn keys_of(world: &World, names: &[String]) -> Result<Vec<String>, StepError> {
+    names.iter().map(|n| key(world, n)).collect()
 }
 
 /// The registry's keys (none when it does not exist).
-async fn registry_keys(world: &World) -> Result<Vec<String>, String> {
-    let namespace = world.operator_namespace().expect("cluster");
-    let cm = Api::<ConfigMap>::namespaced(world.client().expect("cluster"), &namespace)
+async fn registry_keys(world: &World) -> Result<Vec<String>, StepError> {
+    let namespace = world.operator_namespace()?;
+    let cm = Api::<ConfigMap>::namespaced(world.client()?, &namespace)
         .get_opt(REGISTRY)
         .await
-        .map_err(|e| format!("reading ConfigMap {namespace}/{REGISTRY}: {e}"))?;
+        .doing(format!("reading ConfigMap {namespace}/{REGISTRY}"))?;
     Ok(cm
         .and_then(|c| c.data)
         .map(|d| d.into_keys().collect())
         .unwrap_or_default())
 }
 
-async fn registry_has(world: &World, names: &[String]) -> Result<(), String> {
+/// Whether the registry holds an entry for each of `names`.
+///
+/// # Errors
+/// [`StepError::Unmet`] naming the entries it lacks; or when the registry cannot be read.
+async fn registry_has(world: &World, names: &[String]) -> Result<(), StepError> {
     let keys = registry_keys(world).await?;
-    let missing: Vec<String> = names
-        .iter()
-        .map(|n| key(world, n))
+    let missing: Vec<String> = keys_of(world, names)?
+        .into_iter()
         .filter(|k| !keys.contains(k))
         .collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("the registry lacks {missing:?}; it holds {keys:?}"))
-    }
+    ensure!(
+        missing.is_empty(),
+        "the registry lacks {missing:?}; it holds {keys:?}"
+    );
+    Ok(())
 }
 
-async fn registry_lacks(world: &World, names: &[String]) {
-    let keys = registry_keys(world).await.unwrap_or_else(|e| panic!("{e}"));
-    let left: Vec<String> = names
-        .iter()
-        .map(|n| key(world, n))
+async fn registry_lacks(world: &World, names: &[String]) -> Result<(), StepError> {
+    let keys = registry_keys(world).await?;
+    let left: Vec<String> = keys_of(world, names)?
+        .into_iter()
         .filter(|k| keys.contains(k))
         .collect();
-    assert!(
+    ensure!(
         left.is_empty(),
         "expected no registry entry for {names:?}; the registry still holds {left:?} (all keys: {keys:?})"
     );
+    Ok(())
 }
 
 #[given(expr = "within {duration} the registry holds an entry for memcached {string}")]
 #[then(expr = "within {duration} the registry holds an entry for memcached {string}")]
-async fn registry_holds(world: &mut World, within: Dur, name: String) {
-    let what = format!("the registry holds the key {}", key(world, &name));
-    eventually(within.0, &what, || {
+async fn registry_holds(world: &mut World, within: Dur, name: String) -> Step {
+    let what = format!("the registry holds the key {}", key(world, &name)?);
+    eventually(within.0, &what, || async {
         registry_has(world, std::slice::from_ref(&name))
+            .await
+            .map_err(|e| super::chain(&e))
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[given(expr = "within {duration} the registry holds an entry for each of the Memcached objects")]
 #[then(expr = "within {duration} the registry holds an entry for each of the Memcached objects")]
-async fn registry_holds_all(world: &mut World, within: Dur) {
+async fn registry_holds_all(world: &mut World, within: Dur) -> Step {
     let names = bulk(world);
     let what = format!("the registry holds a key for each of {names:?}");
-    eventually(within.0, &what, || registry_has(world, &names)).await;
+    eventually(within.0, &what, || async {
+        registry_has(world, &names)
+            .await
+            .map_err(|e| super::chain(&e))
+    })
+    .await?;
+    Ok(())
 }
 
 #[then(expr = "the registry still holds an entry for memcached {string}")]
-async fn registry_still_holds(world: &mut World, name: String) {
-    registry_has(world, std::slice::from_ref(&name))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+async fn registry_still_holds(world: &mut World, name: String) -> Step {
+    registry_has(world, std::slice::from_ref(&name)).await?;
+    Ok(())
 }
 
 #[then(expr = "the registry holds no entry for memcached {string}")]
-async fn registry_holds_none(world: &mut World, name: String) {
-    registry_lacks(world, &[name]).await;
+async fn registry_holds_none(world: &mut World, name: String) -> Step {
+    registry_lacks(world, &[name]).await?;
+    Ok(())
 }
 
 #[then(expr = "the registry holds no entry for any of the Memcached objects")]
-async fn registry_holds_none_of_all(world: &mut World) {
-    registry_lacks(world, &bulk(world)).await;
+async fn registry_holds_none_of_all(world: &mut World) -> Step {
+    registry_lacks(world, &bulk(world)).await?;
+    Ok(())
 }
 
 fn finalizers(object: &kube::api::DynamicObject) -> Vec<String> {
@@ -105,7 +124,12 @@ fn finalizers(object: &kube::api::DynamicObject) -> Vec<String> {
 }
 
 #[then(expr = "within {duration} memcached {string} carries the finalizer {string}")]
-async fn carries_finalizer(world: &mut World, within: Dur, name: String, finalizer: String) {
+async fn carries_finalizer(
+    world: &mut World,
+    within: Dur,
+    name: String,
+    finalizer: String,
+) -> Step {
     let what = format!("memcached {name} carries the finalizer {finalizer}");
     eventually(within.0, &what, || async {
         let mc = get(world, &name)
@@ -117,12 +141,13 @@ async fn carries_finalizer(world: &mut World, within: Dur, name: String, finaliz
             Err(format!("finalizers {:?}", finalizers(&mc)))
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(expr = "the finalizer was added to memcached {string} before its Deployment was created")]
-async fn finalizer_before_deployment(world: &mut World, name: String) {
-    let namespace = namespace_of(world, &name);
+async fn finalizer_before_deployment(world: &mut World, name: String) -> Step {
+    let namespace = namespace_of(world, &name)?;
     let history = world.history().await;
     let writes: Vec<_> = history
         .entries()
@@ -152,20 +177,21 @@ async fn finalizer_before_deployment(world: &mut World, name: String) {
     let shown = crate::record::describe(&writes, origin);
     match (finalizer, created) {
         (Some(f), Some(c)) if f < c => {}
-        (None, _) => panic!(
+        (None, _) => bail!(
             "the operator never updated memcached {name} (where the finalizer goes); its writes in {namespace}:\n{shown}"
         ),
         (_, None) => {
-            panic!("the operator never created a Deployment in {namespace}; its writes:\n{shown}")
+            bail!("the operator never created a Deployment in {namespace}; its writes:\n{shown}")
         }
-        (Some(_), Some(_)) => panic!(
+        (Some(_), Some(_)) => bail!(
             "the Deployment of memcached {name} was created before the finalizer was added; the operator's writes in {namespace}:\n{shown}"
         ),
     }
+    Ok(())
 }
 
 #[then(expr = "memcached {string} stays Terminating with its finalizer for {duration}")]
-async fn stays_terminating(world: &mut World, name: String, span: Dur) {
+async fn stays_terminating(world: &mut World, name: String, span: Dur) -> Step {
     let what = format!("memcached {name} exists, Terminating, with its finalizer");
     throughout(span.0, &what, || async {
         let mc = get(world, &name)
@@ -179,20 +205,19 @@ async fn stays_terminating(world: &mut World, name: String, span: Dur) {
         }
         Ok(())
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(expr = "an Event {string} was recorded for memcached {string}")]
-async fn event_recorded(world: &mut World, reason: String, name: String) {
-    let namespace = namespace_of(world, &name);
-    let uid = world
-        .remembered
-        .get(&format!("memcached {name} uid"))
-        .cloned();
-    let events = Api::<Event>::namespaced(world.client().expect("cluster"), &namespace)
+async fn event_recorded(world: &mut World, reason: String, name: String) -> Step {
+    let namespace = namespace_of(world, &name)?;
+    // The uid it had when a step deleted it: the Events of that object only.
+    let uid = world.memcacheds.deleted_uids.get(&name).cloned();
+    let events = Api::<Event>::namespaced(world.client()?, &namespace)
         .list(&ListParams::default())
         .await
-        .unwrap_or_else(|e| panic!("listing the events of {namespace}: {e}"));
+        .doing(format!("listing the events of {namespace}"))?;
     let about: Vec<&Event> = events
         .items
         .iter()
@@ -216,42 +241,48 @@ async fn event_recorded(world: &mut World, reason: String, name: String) {
                 )
             })
             .collect();
-        panic!("no Event {reason} about memcached {namespace}/{name}; its events: {seen:?}");
+        bail!("no Event {reason} about memcached {namespace}/{name}; its events: {seen:?}");
     }
+    Ok(())
 }
 
-fn registry_match(world: &World, configmap: &str) -> RequestMatch {
-    RequestMatch {
+fn registry_match(world: &World, configmap: &str) -> Result<RequestMatch, StepError> {
+    Ok(RequestMatch {
         verbs: ["update", "patch", "delete"].map(String::from).to_vec(),
         resource: Some("configmaps".into()),
         group: Some(String::new()),
-        namespace: Some(world.operator_namespace().expect("cluster")),
+        namespace: Some(world.operator_namespace()?),
         name: Some(configmap.to_string()),
         ..RequestMatch::default()
-    }
+    })
 }
 
 #[given(expr = "the API server rejects changes to ConfigMap {string} in the operator's namespace")]
 #[when(expr = "the API server rejects changes to ConfigMap {string} in the operator's namespace")]
-async fn rejects_changes(world: &mut World, configmap: String) {
-    let matches = registry_match(world, &configmap);
-    refuse(world, &format!("changes to ConfigMap {configmap}"), matches).await;
+async fn rejects_changes(world: &mut World, configmap: String) -> Step {
+    let matches = registry_match(world, &configmap)?;
+    refuse(world, &format!("changes to ConfigMap {configmap}"), matches).await?;
+    Ok(())
 }
 
 #[when(
     expr = "the API server accepts changes to ConfigMap {string} in the operator's namespace again"
 )]
-async fn accepts_changes(world: &mut World, configmap: String) {
-    accept(world, &format!("changes to ConfigMap {configmap}")).await;
+async fn accepts_changes(world: &mut World, configmap: String) -> Step {
+    accept(world, &format!("changes to ConfigMap {configmap}")).await?;
+    Ok(())
 }
 
 #[then(expr = "the registry entry of memcached {string} was removed by the new leader")]
-async fn removed_by_new_leader(world: &mut World, name: String) {
-    let leader = world
-        .leader
-        .clone()
-        .expect("a step saw the new leader before");
-    let namespace = world.operator_namespace().expect("cluster");
+async fn removed_by_new_leader(world: &mut World, name: String) -> Step {
+    let leader = world.leader.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no step saw the new leader before: run \"within {duration} another replica leads\" \
+             first"
+                .into(),
+        )
+    })?;
+    let namespace = world.operator_namespace()?;
     let history = world.history().await;
     let changes: Vec<_> = history
         .entries()
@@ -267,28 +298,30 @@ async fn removed_by_new_leader(world: &mut World, name: String) {
             if *replica == leader && (200..300).contains(code) && verb != "create")
     });
     let origin = origin(&history);
-    assert!(
+    ensure!(
         by_leader,
         "the new leader {leader} never changed the registry; the changes of {REGISTRY} (memcached {name}):\n{}",
         crate::record::describe(&changes, origin)
     );
+    Ok(())
 }
 
 #[when(expr = "namespace {string} is deleted")]
-async fn namespace_deleted(world: &mut World, logical: String) {
-    let name = world.namespace(&logical).expect("cluster");
-    Api::<Namespace>::all(world.client().expect("cluster"))
+async fn namespace_deleted(world: &mut World, logical: String) -> Step {
+    let name = world.namespace(&logical)?;
+    Api::<Namespace>::all(world.client()?)
         .delete(&name, &DeleteParams::default())
         .await
-        .unwrap_or_else(|e| panic!("deleting namespace {name} failed: {e}"));
+        .doing(format!("deleting namespace {name}"))?;
     world.note(&format!("deleted namespace {name}"));
+    Ok(())
 }
 
 #[then(expr = "within {duration} namespace {string} is gone")]
-async fn namespace_gone(world: &mut World, within: Dur, logical: String) {
-    let name = world.namespace(&logical).expect("cluster");
-    let namespaces: Api<Namespace> = Api::all(world.client().expect("cluster"));
-    let memcacheds = super::memcached::api(world, &name);
+async fn namespace_gone(world: &mut World, within: Dur, logical: String) -> Step {
+    let name = world.namespace(&logical)?;
+    let namespaces: Api<Namespace> = Api::all(world.client()?);
+    let memcacheds = super::memcached::api(world, &name)?;
     let what = format!("namespace {name} no longer exists");
     eventually(within.0, &what, || async {
         let Some(ns) = namespaces
@@ -321,5 +354,6 @@ async fn namespace_gone(world: &mut World, within: Dur, logical: String) {
                 .unwrap_or_else(|| "there".into())
         ))
     })
-    .await;
+    .await?;
+    Ok(())
 }

@@ -7,8 +7,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
 
+use super::Doing as _;
 use super::wait::{eventually, throughout};
-use super::{Dur, World};
+use super::{Dur, Step, StepError, World};
 use crate::record::{History, Observation};
 
 /// The lock's holder as last recorded (`None` when free, gone or never seen).
@@ -31,12 +32,21 @@ pub fn current_leader(history: &History) -> Option<String> {
     (leaders == [holder.as_str()]).then_some(holder)
 }
 
-async fn wait_for_leader(world: &World, within: Duration, unlike: Option<&str>) -> String {
+/// The replica that leads, once a single one does (other than `unlike`, when given).
+///
+/// # Errors
+/// [`StepError::NotWithin`] when no single (new) leader shows within `within`, with the
+/// last entries of the history.
+async fn wait_for_leader(
+    world: &World,
+    within: Duration,
+    unlike: Option<&str>,
+) -> Result<String, StepError> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let history = world.history_so_far();
         if let Some(leader) = current_leader(&history).filter(|l| Some(l.as_str()) != unlike) {
-            return leader;
+            return Ok(leader);
         }
         if tokio::time::Instant::now() >= deadline {
             let tail: Vec<_> = history
@@ -52,11 +62,14 @@ async fn wait_for_leader(world: &World, within: Duration, unlike: Option<&str>) 
                 .first()
                 .map(|e| e.time)
                 .unwrap_or_default();
-            panic!(
-                "no single {}leader within {within:?}; last observed:\n{}",
-                if unlike.is_some() { "new " } else { "" },
-                crate::record::describe(&tail, origin)
-            );
+            return Err(StepError::NotWithin {
+                within,
+                what: match unlike {
+                    Some(old) => format!("a single new leader, not {old}"),
+                    None => "a single leader".to_string(),
+                },
+                last: format!("\n{}", crate::record::describe(&tail, origin)),
+            });
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -64,13 +77,14 @@ async fn wait_for_leader(world: &World, within: Duration, unlike: Option<&str>) 
 
 #[given(expr = "within {duration} exactly one replica leads")]
 #[then(expr = "within {duration} exactly one replica leads")]
-async fn exactly_one_leads(world: &mut World, within: Dur) {
-    let leader = wait_for_leader(world, within.0, None).await;
+async fn exactly_one_leads(world: &mut World, within: Dur) -> Step {
+    let leader = wait_for_leader(world, within.0, None).await?;
     world.note(&format!("{leader} leads"));
     if let Some(t) = lock_transitions(&world.history().await) {
         world.transitions_at_first_leader = Some(t);
     }
     world.leader = Some(leader);
+    Ok(())
 }
 
 /// The lock's latest `leaseTransitions` in the history.
@@ -85,60 +99,67 @@ fn lock_transitions(history: &History) -> Option<i64> {
         .next_back()
 }
 
-fn leader(world: &World) -> String {
-    world
-        .leader
-        .clone()
-        .expect("a step saw a leader before this one")
-}
-
-async fn lease(world: &World) -> Lease {
-    let namespace = world.operator_namespace().expect("cluster");
-    let leases: Api<Lease> = Api::namespaced(world.client().expect("cluster"), &namespace);
+/// The operator's Lease.
+///
+/// # Errors
+/// When there is no cluster or the Lease cannot be read.
+async fn lease(world: &World) -> Result<Lease, StepError> {
+    let namespace = world.operator_namespace()?;
+    let leases: Api<Lease> = Api::namespaced(world.client()?, &namespace);
     let lock = &world.subject().lock.name;
     leases
         .get(lock)
         .await
-        .unwrap_or_else(|e| panic!("reading Lease {namespace}/{lock} failed: {e}"))
+        .doing(format!("reading Lease {namespace}/{lock}"))
 }
 
 #[then("the lock names the leader's Pod")]
-async fn lock_names_leader(world: &mut World) {
-    let leader = leader(world);
-    let namespace = world.operator_namespace().expect("cluster");
-    let client = world.client().expect("cluster");
+async fn lock_names_leader(world: &mut World) -> Step {
+    let leader = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let client = world.client()?;
     let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
         .get(&leader)
         .await
-        .unwrap_or_else(|e| panic!("reading the leader's Pod {leader} failed: {e}"));
+        .doing(format!("reading the leader's Pod {namespace}/{leader}"))?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
     let lock = &world.subject().lock.name;
-    if let Some(lease) = leases.get_opt(lock).await.expect("reading the Lease") {
+    if let Some(lease) = leases
+        .get_opt(lock)
+        .await
+        .doing(format!("reading Lease {namespace}/{lock}"))?
+    {
         let holder = lease
             .spec
             .and_then(|s| s.holder_identity)
             .unwrap_or_default();
-        assert_eq!(
-            crate::record::recorder::holder_of_identity(&holder).as_deref(),
-            Some(leader.as_str()),
-            "the Lease's holderIdentity {holder:?} does not name the leader's Pod"
+        let named = crate::record::recorder::holder_of_identity(&holder);
+        ensure!(
+            named.as_deref() == Some(leader.as_str()),
+            "the Lease's holderIdentity {holder:?} does not name the leader's Pod {leader} \
+             (it names {named:?})"
         );
-        return;
+        return Ok(());
     }
     let lock = Api::<ConfigMap>::namespaced(client, &namespace)
         .get(lock)
         .await
-        .unwrap_or_else(|e| panic!("neither a Lease nor a ConfigMap {lock}: {e}"));
+        .doing(format!(
+            "reading the lock: neither a Lease nor a ConfigMap {namespace}/{lock}"
+        ))?;
     let owners = lock.metadata.owner_references.unwrap_or_default();
-    assert!(
+    ensure!(
         owners.len() == 1 && owners[0].kind == "Pod",
         "the lock ConfigMap must have exactly one Pod owner, has {owners:?}"
     );
-    assert_eq!(
-        (owners[0].name.as_str(), Some(owners[0].uid.as_str())),
-        (leader.as_str(), pod.metadata.uid.as_deref()),
-        "the lock is not owned by the leader's Pod (name and uid)"
+    let owner = (owners[0].name.as_str(), Some(owners[0].uid.as_str()));
+    let wanted = (leader.as_str(), pod.metadata.uid.as_deref());
+    ensure!(
+        owner == wanted,
+        "the lock is not owned by the leader's Pod (name and uid): owned by {owner:?}, the \
+         leader's Pod is {wanted:?}"
     );
+    Ok(())
 }
 
 /// Replicas other than `leader` that are not Ready or say they lead, and how many are
@@ -182,9 +203,16 @@ fn standbys(history: &History, leader: &str) -> (usize, Vec<String>) {
 
 #[given(expr = "within {duration} the other replicas are ready standbys")]
 #[then(expr = "within {duration} the other replicas are ready standbys")]
-async fn others_are_standbys(world: &mut World, within: Dur) {
-    let leader = leader(world);
-    let wanted = world.operator.as_ref().map_or(0, |o| o.replicas as usize) - 1;
+async fn others_are_standbys(world: &mut World, within: Dur) -> Step {
+    let leader = world.seen_leader()?;
+    let operator = world.operator.as_ref().ok_or_else(|| {
+        StepError::Missing(
+            "the operator was not deployed: run a \"Given the operator is deployed with …\" \
+             step first"
+                .into(),
+        )
+    })?;
+    let wanted = (operator.replicas as usize).saturating_sub(1);
     let what = format!("{wanted} ready standbys beside {leader}");
     eventually(within.0, &what, || {
         let (ready, problems) = standbys(&world.history_so_far(), &leader);
@@ -196,30 +224,40 @@ async fn others_are_standbys(world: &mut World, within: Dur) {
             }
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(expr = "the lease is renewed within {duration}")]
-async fn lease_renewed(world: &mut World, within: Dur) {
-    let first = lease(world).await.spec.and_then(|s| s.renew_time);
+async fn lease_renewed(world: &mut World, within: Dur) -> Step {
+    let first = lease(world).await?.spec.and_then(|s| s.renew_time);
     eventually(within.0, "renewTime to advance", || async {
-        let now = lease(world).await.spec.and_then(|s| s.renew_time);
+        let now = lease(world)
+            .await
+            .map_err(|e| super::chain(&e))?
+            .spec
+            .and_then(|s| s.renew_time);
         if now.is_some() && now != first {
             Ok(())
         } else {
             Err(format!("renewTime {now:?}"))
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(expr = "the lease duration is {int}s")]
-async fn lease_duration_is(world: &mut World, seconds: i32) {
+async fn lease_duration_is(world: &mut World, seconds: i32) -> Step {
     let got = lease(world)
-        .await
+        .await?
         .spec
         .and_then(|s| s.lease_duration_seconds);
-    assert_eq!(got, Some(seconds), "spec.leaseDurationSeconds");
+    ensure!(
+        got == Some(seconds),
+        "spec.leaseDurationSeconds: expected {seconds}, found {got:?}"
+    );
+    Ok(())
 }
 
 /// Every live replica that reports a gauge (leaders and standbys).
@@ -300,35 +338,41 @@ pub fn leading_now(history: &History) -> Vec<String> {
 }
 
 #[then("the leader gauges sum to 1")]
-async fn gauges_sum_to_one(world: &mut World) {
+async fn gauges_sum_to_one(world: &mut World) -> Step {
     let leading = leading_now(&world.history().await);
-    assert_eq!(
-        leading.len(),
-        1,
-        "live replicas whose gauge says leader: {leading:?}"
+    ensure!(
+        leading.len() == 1,
+        "expected 1 live replica whose gauge says leader, found {}: {leading:?}",
+        leading.len()
     );
+    Ok(())
 }
 
 #[then(expr = "the lease transitions grew by exactly {int}")]
-async fn transitions_grew_by(world: &mut World, by: i64) {
-    let before: i64 = world
-        .transitions_at_first_leader
-        .expect("the lease's transitions were seen when the first leader was");
+async fn transitions_grew_by(world: &mut World, by: i64) -> Step {
+    let before: i64 = world.transitions_at_first_leader.ok_or_else(|| {
+        StepError::Missing(
+            "the lease's transitions were not seen when the first leader was: run \"within \
+             {duration} exactly one replica leads\" first"
+                .into(),
+        )
+    })?;
     let now = lease(world)
-        .await
+        .await?
         .spec
         .and_then(|s| s.lease_transitions)
         .map(i64::from)
         .unwrap_or_default();
-    assert_eq!(
-        now - before,
-        by,
-        "leaseTransitions went from {before} to {now}"
+    ensure!(
+        now - before == by,
+        "leaseTransitions went from {before} to {now}: grew by {}, expected {by}",
+        now - before
     );
+    Ok(())
 }
 
 #[then(expr = "no replica leads for {duration}")]
-async fn nobody_leads_for(world: &mut World, span: Dur) {
+async fn nobody_leads_for(world: &mut World, span: Dur) -> Step {
     throughout(span.0, "no replica leads", || {
         let leading = leading_now(&world.history_so_far());
         async move {
@@ -339,17 +383,17 @@ async fn nobody_leads_for(world: &mut World, span: Dur) {
             }
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(expr = "within {duration} the old leader no longer leads")]
-async fn old_leader_stops(world: &mut World, within: Dur) {
+async fn old_leader_stops(world: &mut World, within: Dur) -> Step {
     // The leader replaced by an earlier step, else the one seen last.
-    let old = world
-        .old_leader
-        .clone()
-        .or_else(|| world.leader.clone())
-        .expect("a step saw a leader before this one");
+    let old = match world.old_leader.clone() {
+        Some(old) => old,
+        None => world.seen_leader()?,
+    };
     let what = format!("{old} no longer says it leads");
     eventually(within.0, &what, || {
         let stopped = stopped_leading_after_last_fault(&world.history_so_far(), &old);
@@ -361,7 +405,8 @@ async fn old_leader_stops(world: &mut World, within: Dur) {
             }
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 /// Whether `replica` was seen not leading — a standby sample, down, or its Pod terminating
@@ -391,25 +436,30 @@ pub fn stopped_leading_after_last_fault(history: &History, replica: &str) -> boo
 }
 
 #[then(expr = "within {duration} another replica leads")]
-async fn another_leads(world: &mut World, within: Dur) {
-    let old = world.leader.clone().expect("a leader was seen before");
-    let leader = wait_for_leader(world, within.0, Some(&old)).await;
+async fn another_leads(world: &mut World, within: Dur) -> Step {
+    let old = world.seen_leader()?;
+    let leader = wait_for_leader(world, within.0, Some(&old)).await?;
     world.note(&format!("{leader} leads after {old}"));
     world.old_leader = Some(old);
     world.leader = Some(leader);
+    Ok(())
 }
 
 #[then(expr = "within {duration} the same replica leads again")]
-async fn same_leads_again(world: &mut World, within: Dur) {
-    let old = world.leader.clone().expect("a leader was seen before");
-    let leader = wait_for_leader(world, within.0, None).await;
-    assert_eq!(leader, old, "another replica took over instead of {old}");
+async fn same_leads_again(world: &mut World, within: Dur) -> Step {
+    let old = world.seen_leader()?;
+    let leader = wait_for_leader(world, within.0, None).await?;
+    ensure!(
+        leader == old,
+        "another replica took over instead of {old}: {leader} leads"
+    );
     world.note(&format!("{leader} leads again"));
+    Ok(())
 }
 
 #[then(expr = "the leader keeps leading for {duration}")]
-async fn keeps_leading(world: &mut World, span: Dur) {
-    let leader = world.leader.clone().expect("a leader was seen before");
+async fn keeps_leading(world: &mut World, span: Dur) -> Step {
+    let leader = world.seen_leader()?;
     let what = format!("{leader} keeps leading");
     throughout(span.0, &what, || {
         let now = current_leader(&world.history_so_far());
@@ -421,7 +471,8 @@ async fn keeps_leading(world: &mut World, span: Dur) {
             }
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

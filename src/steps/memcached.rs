@@ -3,8 +3,11 @@
 //!
 //! A Memcached is named in features by its name alone; the step that created it
 //! remembers its namespace (a logical one, `default` unless stated, prefixed on shared
-//! clusters), so later steps find it.
+//! clusters) in [`Memcacheds`], so later steps find it.
 
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
 use cucumber::{given, then, when};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -12,35 +15,41 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use super::Doing as _;
 use super::wait::{eventually, throughout};
-use super::{Dur, World};
+use super::{Dur, Step, StepError, World};
 
 /// The Memcached resource (`cache.example.com/v1alpha1`, plural `memcacheds`), as the
 /// recorder watches it.
 pub use crate::record::recorder::memcached_resource as resource;
 
 /// The Memcached objects of `namespace`.
-pub fn api(world: &World, namespace: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(world.client().expect("cluster"), namespace, &resource())
+///
+/// # Errors
+/// [`StepError::NoCluster`] before a cluster was started.
+pub fn api(world: &World, namespace: &str) -> Result<Api<DynamicObject>, StepError> {
+    Ok(Api::namespaced_with(
+        world.client()?,
+        namespace,
+        &resource(),
+    ))
 }
 
 /// The (real) namespace of the Memcached the scenario created under `name`; `default`
 /// when no step created it.
-pub fn namespace_of(world: &World, name: &str) -> String {
-    world
-        .remembered
-        .get(&format!("memcached {name}"))
-        .cloned()
-        .unwrap_or_else(|| world.namespace("default").expect("cluster"))
+///
+/// # Errors
+/// [`StepError::NoCluster`] before a cluster was started.
+pub fn namespace_of(world: &World, name: &str) -> Result<String, StepError> {
+    match world.memcacheds.namespaces.get(name) {
+        Some(namespace) => Ok(namespace.clone()),
+        None => world.namespace("default"),
+    }
 }
 
 /// The names of the Memcached objects the last bulk step created.
 pub fn bulk(world: &World) -> Vec<String> {
-    world
-        .remembered
-        .get("memcached bulk")
-        .map(|names| names.split(',').map(str::to_string).collect())
-        .unwrap_or_default()
+    world.memcacheds.bulk.clone()
 }
 
 fn memcached(name: &str, size: Value) -> DynamicObject {
@@ -54,23 +63,35 @@ fn memcached(name: &str, size: Value) -> DynamicObject {
 /// # Errors
 /// What went wrong reading it, as text for a step's "last observed".
 pub async fn get(world: &World, name: &str) -> Result<Option<DynamicObject>, String> {
-    let namespace = namespace_of(world, name);
-    api(world, &namespace)
+    read(world, name).await.map_err(|e| super::chain(&e))
+}
+
+/// Reads a Memcached: `None` when it does not exist.
+async fn read(world: &World, name: &str) -> Result<Option<DynamicObject>, StepError> {
+    let namespace = namespace_of(world, name)?;
+    api(world, &namespace)?
         .get_opt(name)
         .await
-        .map_err(|e| format!("reading memcached {namespace}/{name}: {e}"))
+        .doing(format!("reading memcached {namespace}/{name}"))
 }
 
 /// Reads the Deployment named after a Memcached: `None` when it does not exist.
 ///
 /// # Errors
-/// What went wrong reading it.
+/// What went wrong reading it, as text for a step's "last observed".
 pub async fn deployment(world: &World, name: &str) -> Result<Option<Deployment>, String> {
-    let namespace = namespace_of(world, name);
-    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
+    read_deployment(world, name)
+        .await
+        .map_err(|e| super::chain(&e))
+}
+
+/// Reads the Deployment named after a Memcached: `None` when it does not exist.
+async fn read_deployment(world: &World, name: &str) -> Result<Option<Deployment>, StepError> {
+    let namespace = namespace_of(world, name)?;
+    Api::<Deployment>::namespaced(world.client()?, &namespace)
         .get_opt(name)
         .await
-        .map_err(|e| format!("reading deployment {namespace}/{name}: {e}"))
+        .doing(format!("reading deployment {namespace}/{name}"))
 }
 
 /// `spec.size` of a Memcached as stored (any JSON value).
@@ -164,8 +185,9 @@ async fn pods_of(world: &World, name: &str) -> Result<Vec<String>, String> {
         .and_then(|s| s.selector.match_labels.clone())
         .unwrap_or_default();
     let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let namespace = namespace_of(world, name);
-    let pods = Api::<Pod>::namespaced(world.client().expect("cluster"), &namespace)
+    let namespace = namespace_of(world, name).map_err(|e| super::chain(&e))?;
+    let client = world.client().map_err(|e| super::chain(&e))?;
+    let pods = Api::<Pod>::namespaced(client, &namespace)
         .list(&ListParams::default().labels(&selector.join(",")))
         .await
         .map_err(|e| format!("listing the pods of {namespace}/{name}: {e}"))?;
@@ -197,47 +219,54 @@ async fn lists_its_pods(world: &World, name: &str, count: usize) -> Result<(), S
     Ok(())
 }
 
-async fn create(world: &mut World, name: &str, size: i64, logical_namespace: &str) {
-    let namespace = world.ensure_namespace(logical_namespace).await;
-    api(world, &namespace)
+async fn create(
+    world: &mut World,
+    name: &str,
+    size: i64,
+    logical_namespace: &str,
+) -> Result<(), StepError> {
+    let namespace = world.ensure_namespace(logical_namespace).await?;
+    api(world, &namespace)?
         .create(&PostParams::default(), &memcached(name, json!(size)))
         .await
-        .unwrap_or_else(|e| {
-            panic!("creating memcached {namespace}/{name} of size {size} failed: {e}")
-        });
+        .doing(format!(
+            "creating memcached {namespace}/{name} of size {size}"
+        ))?;
     world
-        .remembered
-        .insert(format!("memcached {name}"), namespace.clone());
+        .memcacheds
+        .namespaces
+        .insert(name.to_string(), namespace.clone());
     world.note(&format!(
         "created memcached {namespace}/{name} of size {size}"
     ));
+    Ok(())
 }
 
 #[given(expr = "a Memcached {string} of size {int}")]
-async fn a_memcached(world: &mut World, name: String, size: i64) {
-    create(world, &name, size, "default").await;
+async fn a_memcached(world: &mut World, name: String, size: i64) -> Step {
+    create(world, &name, size, "default").await?;
+    Ok(())
 }
 
 #[when(expr = "a Memcached {string} of size {int} is created")]
-async fn is_created(world: &mut World, name: String, size: i64) {
-    create(world, &name, size, "default").await;
+async fn is_created(world: &mut World, name: String, size: i64) -> Step {
+    create(world, &name, size, "default").await?;
+    Ok(())
 }
 
 #[given(expr = "a Memcached {string} of size {int} in namespace {string}")]
-async fn a_memcached_in(world: &mut World, name: String, size: i64, namespace: String) {
-    create(world, &name, size, &namespace).await;
+async fn a_memcached_in(world: &mut World, name: String, size: i64, namespace: String) -> Step {
+    create(world, &name, size, &namespace).await?;
+    Ok(())
 }
 
 #[given(expr = "{int} Memcached objects of size {int} in namespace {string}")]
 #[when(expr = "{int} Memcached objects of size {int} are created at once in namespace {string}")]
-async fn many_at_once(world: &mut World, count: usize, size: i64, logical: String) {
-    let namespace = world.ensure_namespace(&logical).await;
-    let api = api(world, &namespace);
+async fn many_at_once(world: &mut World, count: usize, size: i64, logical: String) -> Step {
+    let namespace = world.ensure_namespace(&logical).await?;
+    let api = api(world, &namespace)?;
     let names: Vec<String> = (1..=count).map(|i| format!("memcached-{i}")).collect();
-    world.remembered.insert(
-        "memcached bulk started".into(),
-        chrono::Utc::now().to_rfc3339(),
-    );
+    world.memcacheds.bulk_started = Some(Utc::now());
     let creates = names.iter().map(|name| {
         let api = api.clone();
         let object = memcached(name, json!(size));
@@ -252,7 +281,7 @@ async fn many_at_once(world: &mut World, count: usize, size: i64, logical: Strin
         .into_iter()
         .filter_map(Result::err)
         .collect();
-    assert!(
+    ensure!(
         failed.is_empty(),
         "creating {count} Memcached objects in {namespace} at once: {} failed: {}",
         failed.len(),
@@ -260,36 +289,35 @@ async fn many_at_once(world: &mut World, count: usize, size: i64, logical: Strin
     );
     for name in &names {
         world
-            .remembered
-            .insert(format!("memcached {name}"), namespace.clone());
+            .memcacheds
+            .namespaces
+            .insert(name.clone(), namespace.clone());
     }
-    world
-        .remembered
-        .insert("memcached bulk".into(), names.join(","));
+    world.memcacheds.bulk = names;
     world.note(&format!(
         "created {count} memcached objects of size {size} in {namespace}"
     ));
+    Ok(())
 }
 
 #[then(
     expr = "within {duration} all the Memcached objects have their Deployment and list their pods"
 )]
-async fn all_reconciled(world: &mut World, within: Dur) {
+async fn all_reconciled(world: &mut World, within: Dur) -> Step {
     let names = bulk(world);
-    assert!(
-        !names.is_empty(),
-        "no step created Memcached objects at once"
-    );
-    let namespace = namespace_of(world, &names[0]);
-    let client = world.client().expect("cluster");
-    let memcacheds = api(world, &namespace);
+    if names.is_empty() {
+        return Err(StepError::Missing(
+            "no step created Memcached objects at once: run \"{int} Memcached objects of size \
+             {int} in namespace {string}\" first"
+                .into(),
+        )
+        .into());
+    }
+    let namespace = namespace_of(world, &names[0])?;
+    let client = world.client()?;
+    let memcacheds = api(world, &namespace)?;
     let deployments: Api<Deployment> = Api::namespaced(client, &namespace);
-    let started = world
-        .remembered
-        .get("memcached bulk started")
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&chrono::Utc))
-        .unwrap_or_else(chrono::Utc::now);
+    let started = world.memcacheds.bulk_started.unwrap_or_else(Utc::now);
     let what = format!(
         "all {} Memcached objects in {namespace} have a Deployment of their size owned by them and list that many pods in status.nodes",
         names.len()
@@ -343,8 +371,8 @@ async fn all_reconciled(world: &mut World, within: Dur) {
             ))
         }
     })
-    .await;
-    let took = (chrono::Utc::now() - started).num_milliseconds() as f64 / 1000.0;
+    .await?;
+    let took = (Utc::now() - started).num_milliseconds() as f64 / 1000.0;
     println!(
         "all {} Memcached objects reconciled {took:.1}s after they were created",
         names.len()
@@ -353,59 +381,66 @@ async fn all_reconciled(world: &mut World, within: Dur) {
         "all {} memcached objects reconciled in {took:.1}s",
         names.len()
     ));
+    Ok(())
 }
 
 #[when(expr = "memcached {string} is scaled to {int}")]
-async fn scaled_to(world: &mut World, name: String, size: i64) {
-    scale(world, &name, size).await;
+async fn scaled_to(world: &mut World, name: String, size: i64) -> Step {
+    scale(world, &name, size).await?;
+    Ok(())
 }
 
 /// Sets the size of the Memcached the scenario created under `name`.
-pub async fn scale(world: &World, name: &str, size: i64) {
-    let namespace = namespace_of(world, name);
-    api(world, &namespace)
+///
+/// # Errors
+/// When there is no cluster or the API server does not take the change.
+pub async fn scale(world: &World, name: &str, size: i64) -> Result<(), StepError> {
+    let namespace = namespace_of(world, name)?;
+    api(world, &namespace)?
         .patch(
             name,
             &PatchParams::default(),
             &Patch::Merge(json!({ "spec": { "size": size } })),
         )
         .await
-        .unwrap_or_else(|e| panic!("scaling memcached {namespace}/{name} to {size} failed: {e}"));
+        .doing(format!("scaling memcached {namespace}/{name} to {size}"))?;
     world.note(&format!("scaled memcached {namespace}/{name} to {size}"));
+    Ok(())
 }
 
 #[when(expr = "memcached {string} is deleted")]
-async fn deleted(world: &mut World, name: String) {
-    let namespace = namespace_of(world, &name);
+async fn deleted(world: &mut World, name: String) -> Step {
+    let namespace = namespace_of(world, &name)?;
     if let Ok(Some(mc)) = get(world, &name).await {
-        world.remembered.insert(
-            format!("memcached {name} uid"),
-            mc.metadata.uid.unwrap_or_default(),
-        );
+        world
+            .memcacheds
+            .deleted_uids
+            .insert(name.clone(), mc.metadata.uid.unwrap_or_default());
     }
-    api(world, &namespace)
+    api(world, &namespace)?
         .delete(&name, &DeleteParams::default())
         .await
-        .unwrap_or_else(|e| panic!("deleting memcached {namespace}/{name} failed: {e}"));
+        .doing(format!("deleting memcached {namespace}/{name}"))?;
     world.note(&format!("deleted memcached {namespace}/{name}"));
+    Ok(())
 }
 
 #[when(expr = "the Deployment of memcached {string} is deleted")]
-async fn deployment_deleted(world: &mut World, name: String) {
-    let namespace = namespace_of(world, &name);
-    let old = deployment(world, &name)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("memcached {name} has no Deployment to delete"));
-    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
+async fn deployment_deleted(world: &mut World, name: String) -> Step {
+    let namespace = namespace_of(world, &name)?;
+    let Some(old) = read_deployment(world, &name).await? else {
+        bail!("memcached {name} has no Deployment to delete");
+    };
+    Api::<Deployment>::namespaced(world.client()?, &namespace)
         .delete(&name, &DeleteParams::background())
         .await
-        .unwrap_or_else(|e| panic!("deleting deployment {namespace}/{name} failed: {e}"));
-    world.remembered.insert(
-        format!("deleted deployment {name}"),
-        old.metadata.uid.unwrap_or_default(),
-    );
+        .doing(format!("deleting deployment {namespace}/{name}"))?;
+    world
+        .memcacheds
+        .deleted_deployments
+        .insert(name.clone(), old.metadata.uid.unwrap_or_default());
     world.note(&format!("deleted deployment {namespace}/{name}"));
+    Ok(())
 }
 
 #[given(
@@ -414,41 +449,50 @@ async fn deployment_deleted(world: &mut World, name: String) {
 #[then(
     expr = "within {duration} memcached {string} has a Deployment of {int} replica(s) owned by it"
 )]
-async fn has_deployment(world: &mut World, within: Dur, name: String, replicas: i32) {
+async fn has_deployment(world: &mut World, within: Dur, name: String, replicas: i32) -> Step {
     let what = format!("memcached {name} has a Deployment of {replicas} replicas it controls");
     eventually(within.0, &what, || {
         owned_deployment(world, &name, replicas, None)
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(
     expr = "within {duration} memcached {string} has a new Deployment of {int} replica(s) owned by it"
 )]
-async fn has_new_deployment(world: &mut World, within: Dur, name: String, replicas: i32) {
+async fn has_new_deployment(world: &mut World, within: Dur, name: String, replicas: i32) -> Step {
     let old = world
-        .remembered
-        .get(&format!("deleted deployment {name}"))
+        .memcacheds
+        .deleted_deployments
+        .get(&name)
         .cloned()
-        .unwrap_or_else(|| panic!("no step deleted the Deployment of memcached {name}"));
+        .ok_or_else(|| {
+            StepError::Missing(format!(
+                "no step deleted the Deployment of memcached {name}: run \
+                 \"the Deployment of memcached {name:?} is deleted\" first"
+            ))
+        })?;
     let what = format!(
         "memcached {name} has a new Deployment (not uid {old}) of {replicas} replicas it controls"
     );
     eventually(within.0, &what, || {
         owned_deployment(world, &name, replicas, Some(&old))
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[given(expr = "within {duration} the status of memcached {string} lists its {int} pod(s)")]
 #[then(expr = "within {duration} the status of memcached {string} lists its {int} pod(s)")]
-async fn status_lists_pods(world: &mut World, within: Dur, name: String, count: usize) {
+async fn status_lists_pods(world: &mut World, within: Dur, name: String, count: usize) -> Step {
     let what = format!("status.nodes of memcached {name} names its {count} pods");
-    eventually(within.0, &what, || lists_its_pods(world, &name, count)).await;
+    eventually(within.0, &what, || lists_its_pods(world, &name, count)).await?;
+    Ok(())
 }
 
 #[then(expr = "within {duration} memcached {string} is gone")]
-async fn is_gone(world: &mut World, within: Dur, name: String) {
+async fn is_gone(world: &mut World, within: Dur, name: String) -> Step {
     let what = format!("memcached {name} no longer exists");
     eventually(within.0, &what, || async {
         match get(world, &name).await? {
@@ -464,16 +508,13 @@ async fn is_gone(world: &mut World, within: Dur, name: String) {
             )),
         }
     })
-    .await;
-    world.remembered.insert(
-        format!("memcached {name} gone at"),
-        chrono::Utc::now().to_rfc3339(),
-    );
+    .await?;
     world.note(&format!("memcached {name} is gone"));
+    Ok(())
 }
 
 #[then(expr = "within {duration} the Deployment of memcached {string} is gone")]
-async fn deployment_is_gone(world: &mut World, within: Dur, name: String) {
+async fn deployment_is_gone(world: &mut World, within: Dur, name: String) -> Step {
     let what = format!("the Deployment of memcached {name} no longer exists");
     eventually(within.0, &what, || async {
         match deployment(world, &name).await? {
@@ -485,22 +526,36 @@ async fn deployment_is_gone(world: &mut World, within: Dur, name: String) {
             )),
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
-/// What the API server answered to the last submission: `Ok` or the refusal.
-fn remember_answer(world: &mut World, answer: Result<(), kube::Error>) {
-    let text = match answer {
-        Ok(()) => "accepted".to_string(),
-        Err(kube::Error::Api(s)) => json!({
-            "code": s.code,
-            "reason": s.reason,
-            "message": s.message,
-        })
-        .to_string(),
-        Err(other) => panic!("the request did not get an answer from the API server: {other}"),
+/// Remembers what the API server answered to the last submission (`doing`): that it
+/// accepted it or how it refused it.
+///
+/// # Errors
+/// [`StepError::Api`] when the request got no answer from the API server.
+fn remember_answer(
+    world: &mut World,
+    answer: Result<(), kube::Error>,
+    doing: &str,
+) -> Result<(), StepError> {
+    let answer = match answer {
+        Ok(()) => Answer::Accepted,
+        Err(kube::Error::Api(s)) => Answer::Refused {
+            code: s.code,
+            reason: s.reason,
+            message: s.message,
+        },
+        Err(source) => {
+            return Err(StepError::Api {
+                doing: format!("{doing}: the request did not get an answer from the API server"),
+                source,
+            });
+        }
     };
-    world.remembered.insert("last answer".into(), text);
+    world.memcacheds.last_answer = Some(answer);
+    Ok(())
 }
 
 fn json_value(text: &str) -> Value {
@@ -508,22 +563,28 @@ fn json_value(text: &str) -> Value {
 }
 
 #[when(expr = "a Memcached {string} of size {word} is submitted")]
-async fn submitted(world: &mut World, name: String, size: String) {
-    let namespace = world.ensure_namespace("default").await;
+async fn submitted(world: &mut World, name: String, size: String) -> Step {
+    let namespace = world.ensure_namespace("default").await?;
     world
-        .remembered
-        .insert(format!("memcached {name}"), namespace.clone());
-    let answer = api(world, &namespace)
+        .memcacheds
+        .namespaces
+        .insert(name.clone(), namespace.clone());
+    let answer = api(world, &namespace)?
         .create(&PostParams::default(), &memcached(&name, json_value(&size)))
         .await
         .map(|_| ());
-    remember_answer(world, answer);
+    remember_answer(
+        world,
+        answer,
+        &format!("submitting memcached {namespace}/{name} of size {size}"),
+    )?;
+    Ok(())
 }
 
 #[when(expr = "memcached {string} is changed to size {word}")]
-async fn changed_to(world: &mut World, name: String, size: String) {
-    let namespace = namespace_of(world, &name);
-    let answer = api(world, &namespace)
+async fn changed_to(world: &mut World, name: String, size: String) -> Step {
+    let namespace = namespace_of(world, &name)?;
+    let answer = api(world, &namespace)?
         .patch(
             &name,
             &PatchParams::default(),
@@ -531,58 +592,68 @@ async fn changed_to(world: &mut World, name: String, size: String) {
         )
         .await
         .map(|_| ());
-    remember_answer(world, answer);
+    remember_answer(
+        world,
+        answer,
+        &format!("changing memcached {namespace}/{name} to size {size}"),
+    )?;
+    Ok(())
 }
 
 #[then(expr = "the API server refused it as {word}, naming the field {string}")]
-async fn refused_as(world: &mut World, reason: String, field: String) {
-    let answer = world
-        .remembered
-        .get("last answer")
-        .cloned()
-        .expect("a step submitted something before");
-    let status: Value = serde_json::from_str(&answer)
-        .unwrap_or_else(|_| panic!("the API server accepted it; expected a refusal as {reason}"));
-    assert_eq!(
-        status["reason"], reason,
+async fn refused_as(world: &mut World, reason: String, field: String) -> Step {
+    let answer = world.memcacheds.last_answer.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no step submitted or changed a Memcached before: run \"a Memcached {string} of \
+             size {word} is submitted\" or \"memcached {string} is changed to size {word}\" \
+             first"
+                .into(),
+        )
+    })?;
+    let Answer::Refused {
+        code,
+        reason: answered,
+        message,
+    } = &answer
+    else {
+        bail!("the API server accepted it; expected a refusal as {reason}");
+    };
+    ensure!(
+        *answered == reason,
         "expected a refusal as {reason} naming {field}; the API server answered {answer}"
     );
     if reason == "Invalid" {
-        assert_eq!(status["code"], 422, "an Invalid refusal is a 422: {answer}");
+        ensure!(*code == 422, "an Invalid refusal is a 422: {answer}");
     }
-    let message = status["message"].as_str().unwrap_or_default();
-    assert!(
+    ensure!(
         message.contains(&field),
         "the refusal does not name the field {field}: {message}"
     );
+    Ok(())
 }
 
 #[then(expr = "memcached {string} does not exist")]
-async fn does_not_exist(world: &mut World, name: String) {
-    if let Some(mc) = get(world, &name).await.unwrap_or_else(|e| panic!("{e}")) {
-        panic!("memcached {name} exists with spec {}", mc.data["spec"]);
+async fn does_not_exist(world: &mut World, name: String) -> Step {
+    if let Some(mc) = read(world, &name).await? {
+        bail!("memcached {name} exists with spec {}", mc.data["spec"]);
     }
-    if let Some(d) = deployment(world, &name)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-    {
-        panic!(
+    if let Some(d) = read_deployment(world, &name).await? {
+        bail!(
             "memcached {name} does not exist but a Deployment of its name does, owned by {}",
             owners(&d)
         );
     }
+    Ok(())
 }
 
 #[then(
     expr = "for {duration} memcached {string} keeps size {int} and a Deployment of {int} replica(s)"
 )]
-async fn keeps_size(world: &mut World, span: Dur, name: String, size: i64, replicas: i32) {
-    let generation = get(world, &name)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("memcached {name} does not exist"))
-        .metadata
-        .generation;
+async fn keeps_size(world: &mut World, span: Dur, name: String, size: i64, replicas: i32) -> Step {
+    let Some(mc) = read(world, &name).await? else {
+        bail!("memcached {name} does not exist");
+    };
+    let generation = mc.metadata.generation;
     let what = format!(
         "memcached {name} keeps size {size} (generation {generation:?}) and its Deployment {replicas} replicas"
     );
@@ -601,7 +672,8 @@ async fn keeps_size(world: &mut World, span: Dur, name: String, size: i64, repli
             .await
             .map(|_| ())
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 /// The status of a condition of a Memcached (`True`, `False`, …), if it has it.
@@ -615,7 +687,7 @@ pub fn condition(object: &DynamicObject, type_: &str) -> Option<String> {
 
 #[given(expr = "within {duration} memcached {string} is available and no longer progressing")]
 #[then(expr = "within {duration} memcached {string} is available and no longer progressing")]
-async fn is_available(world: &mut World, within: Dur, name: String) {
+async fn is_available(world: &mut World, within: Dur, name: String) -> Step {
     let what = format!("memcached {name} has the conditions Available True and Progressing False");
     eventually(within.0, &what, || async {
         let mc = get(world, &name)
@@ -632,5 +704,54 @@ async fn is_available(world: &mut World, within: Dur, name: String) {
             ))
         }
     })
-    .await;
+    .await?;
+    Ok(())
+}
+
+/// What the API server answered to a submission or a change of a Memcached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// It accepted it.
+    Accepted,
+    /// It refused it.
+    Refused {
+        /// The status code (422 for an invalid object).
+        code: u16,
+        /// The reason (`Invalid`, `Forbidden`, …).
+        reason: String,
+        /// The message, which names the fields at fault.
+        message: String,
+    },
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Accepted => f.write_str("accepted"),
+            Self::Refused {
+                code,
+                reason,
+                message,
+            } => write!(f, "{code} {reason}: {message}"),
+        }
+    }
+}
+
+/// The Memcached objects the scenario made, and what became of them.
+#[derive(Debug, Default)]
+pub struct Memcacheds {
+    /// The (real) namespace of each Memcached a step created or submitted, by its name.
+    pub namespaces: BTreeMap<String, String>,
+    /// The names of the Memcached objects the last bulk step created, in order.
+    pub bulk: Vec<String>,
+    /// When the last bulk step started creating its Memcached objects.
+    pub bulk_started: Option<DateTime<Utc>>,
+    /// The uid each deleted Memcached had (empty when it had none), by its name: the
+    /// Events of that object, not of one created again under its name.
+    pub deleted_uids: BTreeMap<String, String>,
+    /// The uid of the Deployment a step deleted (empty when it had none), by the name of
+    /// its Memcached.
+    pub deleted_deployments: BTreeMap<String, String>,
+    /// What the API server answered to the last submission or change of a Memcached.
+    pub last_answer: Option<Answer>,
 }

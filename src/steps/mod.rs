@@ -2,6 +2,23 @@
 //! (cluster, operator, leadership, work, faults, memcached, reconcile, finalizers, history). Users
 //! write new features with these steps; `tests/e2e.rs` only runs them.
 
+/// Fails the step (returns from it) unless `cond` holds: what the step checks, with the
+/// message a person reads.
+macro_rules! ensure {
+    ($cond:expr, $($message:tt)+) => {
+        if !$cond {
+            return Err($crate::steps::StepError::Unmet(format!($($message)+)).into());
+        }
+    };
+}
+
+/// Fails the step (returns from it): what it checks does not hold.
+macro_rules! bail {
+    ($($message:tt)+) => {
+        return Err($crate::steps::StepError::Unmet(format!($($message)+)).into())
+    };
+}
+
 pub mod artifacts;
 pub mod cluster;
 pub mod failures;
@@ -27,19 +44,15 @@ use crate::cluster::{Capability, Provider, ProviderError, ProviderKind};
 use crate::record::History;
 
 use crate::record::recorder::{Feeds, Recorder, RecorderConfig};
-use crate::sim::cluster::SimCluster;
 use crate::subject::{OperatorSetup, Subject, SubjectError};
 use cucumber::gherkin::tagexpr::TagOperation;
 
-/// Errors of the step library.
+/// Errors of the step library: why a step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
     /// A step needs a cluster and the scenario has none yet.
     #[error("no cluster: start the scenario with \"Given a cluster\"")]
     NoCluster,
-    /// A step needs the simulated cluster and the scenario runs elsewhere.
-    #[error("this step needs the simulated cluster; the scenario runs on the {0} provider")]
-    NotSimulated(&'static str),
     /// The provider could not start, connect or act.
     #[error(transparent)]
     Provider(#[from] ProviderError),
@@ -49,6 +62,99 @@ pub enum StepError {
     /// The operator binary could not be found or built, or its manifests read.
     #[error(transparent)]
     Subject(#[from] SubjectError),
+    /// A request to the cluster failed; `doing` says what the step asked for.
+    #[error("{doing}")]
+    Api {
+        /// What the step was doing, as a person says it (`reading the leader's Pod p-1`).
+        doing: String,
+        /// What the API server or the connection answered.
+        #[source]
+        source: kube::Error,
+    },
+    /// The provider could not carry out what the step asked of it (a fault, a rule).
+    #[error("{doing}")]
+    Acting {
+        /// What the step asked for, as a person says it (`freezing pod p-1`).
+        doing: String,
+        /// Why the provider could not.
+        #[source]
+        source: ProviderError,
+    },
+    /// A step this one builds on has not run: no leader seen, no object created, no rule
+    /// made. The message names the step to run first.
+    #[error("{0}")]
+    Missing(String),
+    /// What the step checks does not hold.
+    #[error("{0}")]
+    Unmet(String),
+    /// A condition did not come true within the step's bound.
+    #[error("expected within {within:?}: {what}; last observed: {last}")]
+    NotWithin {
+        /// The step's bound.
+        within: Duration,
+        /// What was expected.
+        what: String,
+        /// What the last look saw.
+        last: String,
+    },
+    /// A condition stopped holding during the span the step keeps it for.
+    #[error("expected for {span:?}: {what}; after {after:?} observed: {observed}")]
+    NotThroughout {
+        /// The span the step keeps the condition for.
+        span: Duration,
+        /// What was expected.
+        what: String,
+        /// How far into the span it broke.
+        after: Duration,
+        /// What the look that broke it saw.
+        observed: String,
+    },
+}
+
+/// A failed step as cucumber prints it: the error with every cause on one line.
+#[derive(Debug)]
+pub struct Failed(pub StepError);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::error_chain(&self.0))
+    }
+}
+
+impl<E: Into<StepError>> From<E> for Failed {
+    fn from(e: E) -> Self {
+        Self(e.into())
+    }
+}
+
+/// What every step returns.
+pub type Step = Result<(), Failed>;
+
+/// Says what a step was doing when a request to the cluster, or the provider, failed.
+pub trait Doing<T> {
+    /// The error as [`StepError::Api`] or [`StepError::Acting`], `doing` what.
+    ///
+    /// # Errors
+    /// When `self` is an error.
+    fn doing(self, doing: impl Into<String>) -> Result<T, StepError>;
+}
+
+impl<T> Doing<T> for Result<T, kube::Error> {
+    fn doing(self, doing: impl Into<String>) -> Result<T, StepError> {
+        self.map_err(|source| StepError::Api {
+            doing: doing.into(),
+            source,
+        })
+    }
+}
+
+impl<T> Doing<T> for Result<T, ProviderError> {
+    fn doing(self, doing: impl Into<String>) -> Result<T, StepError> {
+        self.map_err(|source| StepError::Acting {
+            doing: doing.into(),
+            source,
+        })
+    }
 }
 
 /// What the fault steps did that later steps look at.
@@ -111,8 +217,14 @@ pub struct World {
     pub lease_duration: Option<Duration>,
     /// The replica last seen leading.
     pub leader: Option<String>,
-    /// Values remembered between steps, by name.
-    pub remembered: std::collections::BTreeMap<String, String>,
+    /// The ConfigMaps the cluster steps made, and what they saw of them.
+    pub config_maps: cluster::ConfigMapsSeen,
+    /// What the work steps gave the operator.
+    pub work: work::WorkGiven,
+    /// The Memcached objects the scenario made, and what became of them.
+    pub memcacheds: memcached::Memcacheds,
+    /// The requests the API server was made to refuse.
+    pub refusals: reconcile::Refusals,
     /// The replica replaced by the last takeover.
     pub old_leader: Option<String>,
     /// The lock's transitions when its first leader was seen.
@@ -182,16 +294,18 @@ impl World {
         Ok(self.provider()?.client())
     }
 
-    /// The scenario's simulated cluster.
+    /// The replica a step last saw leading.
     ///
     /// # Errors
-    /// [`StepError::NoCluster`] before a cluster was started,
-    /// [`StepError::NotSimulated`] on another provider.
-    pub fn cluster(&self) -> Result<&SimCluster, StepError> {
-        let provider = self.provider()?;
-        provider
-            .simulated()
-            .ok_or(StepError::NotSimulated(provider.name()))
+    /// [`StepError::Missing`] when no step saw a leader yet.
+    pub fn seen_leader(&self) -> Result<String, StepError> {
+        self.leader.clone().ok_or_else(|| {
+            StepError::Missing(
+                "no step saw a leader yet: run \"within {duration} exactly one replica leads\" \
+                 first"
+                    .into(),
+            )
+        })
     }
 
     /// The operator's namespace in this scenario.
@@ -213,11 +327,11 @@ impl World {
     /// The name a feature's namespace has in this scenario's cluster, created (with the
     /// scenario's labels) when it does not exist yet.
     ///
-    /// # Panics
+    /// # Errors
     /// When there is no cluster or the namespace cannot be created.
-    pub async fn ensure_namespace(&self, logical: &str) -> String {
+    pub async fn ensure_namespace(&self, logical: &str) -> Result<String, StepError> {
         use k8s_openapi::api::core::v1::Namespace;
-        let provider = self.provider().expect("a cluster");
+        let provider = self.provider()?;
         let name = provider.namespace(logical);
         let api: kube::Api<Namespace> = kube::Api::all(provider.client());
         let namespace = Namespace {
@@ -231,9 +345,14 @@ impl World {
         match api.create(&Default::default(), &namespace).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("cannot create namespace {name}: {e}"),
+            Err(source) => {
+                return Err(StepError::Api {
+                    doing: format!("creating namespace {name}"),
+                    source,
+                });
+            }
         }
-        name
+        Ok(name)
     }
 
     /// Starts recording the operator's namespace and the workload namespaces (once).
@@ -792,6 +911,33 @@ fn write_suite_reports(
 mod tests {
     use super::*;
     use cucumber::tag::Ext as _;
+
+    #[test]
+    fn a_failed_step_reads_what_it_was_doing_and_every_cause() {
+        let refused: Result<(), kube::Error> = Err(kube::Error::Api(
+            kube::core::Status::failure("pods \"p-1\" not found", "NotFound")
+                .with_code(404)
+                .boxed(),
+        ));
+        let failed = Failed::from(refused.doing("reading the leader's Pod p-1").unwrap_err());
+        let text = failed.to_string();
+        assert!(
+            text.starts_with("reading the leader's Pod p-1: ") && text.contains("not found"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn ensure_fails_the_step_with_its_message_only_when_the_condition_is_false() {
+        fn check(size: i64) -> Step {
+            ensure!(size == 3, "expected size 3, saw {size}");
+            Ok(())
+        }
+        assert!(check(3).is_ok());
+        let failed = check(2).unwrap_err();
+        assert!(matches!(&failed.0, StepError::Unmet(m) if m == "expected size 3, saw 2"));
+        assert_eq!(failed.to_string(), "expected size 3, saw 2");
+    }
 
     #[test]
     fn the_election_modes_a_profile_lacks_leave_their_scenarios_out() {

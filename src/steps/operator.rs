@@ -10,8 +10,10 @@ use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
 use super::wait::eventually;
 use serde_json::json;
 
-use super::{Dur, World};
-use crate::deploy::{Manifest, apply_all};
+use super::Doing as _;
+use super::{Dur, Step, StepError, World};
+use crate::cluster::ProviderError;
+use crate::deploy::{DeployError, Manifest, apply_all};
 use crate::subject::{OperatorSetup, Subject, kind_of};
 
 /// How features state a setup: the lease mode's timings are written as they are in a step.
@@ -19,80 +21,89 @@ impl OperatorSetup {
     /// Lease mode of `subject` with `timings` written `LEASE/RENEW/RETRY` (e.g. `4s/3s/1s`)
     /// and `extra` flags after them.
     ///
-    /// # Panics
-    /// When the timings are not three durations, or the operator's profile has no lease
-    /// mode (the scenarios of `@lease` features are then left out).
-    pub fn lease(subject: &Subject, replicas: i32, timings: &str, extra: &str) -> Self {
+    /// # Errors
+    /// [`StepError::Unmet`] when the timings are not three durations, or the operator's
+    /// profile has no lease mode (the scenarios of `@lease` features are then left out).
+    pub fn lease(
+        subject: &Subject,
+        replicas: i32,
+        timings: &str,
+        extra: &str,
+    ) -> Result<Self, StepError> {
         let parts: Vec<&str> = timings.split('/').collect();
         let [lease, renew, retry] = parts[..] else {
-            panic!("timings are LEASE/RENEW/RETRY, e.g. 4s/3s/1s: {timings}");
+            bail!("timings are LEASE/RENEW/RETRY, e.g. 4s/3s/1s: {timings}");
         };
-        let lease_duration = lease.parse::<Dur>().unwrap_or_else(|e| panic!("{e}")).0;
+        let lease_duration = lease.parse::<Dur>().map_err(StepError::Unmet)?.0;
         for p in [renew, retry] {
-            p.parse::<Dur>().unwrap_or_else(|e| panic!("{e}"));
+            p.parse::<Dur>().map_err(StepError::Unmet)?;
         }
         let mut args = subject
             .election
             .lease_args([lease, renew, retry])
-            .unwrap_or_else(|| {
-                panic!(
+            .ok_or_else(|| {
+                StepError::Unmet(format!(
                     "the profile of {} has no lease mode (election.lease)",
                     subject.name
-                )
-            });
+                ))
+            })?;
         args.extend(extra.split_whitespace().map(str::to_string));
-        Self {
+        Ok(Self {
             replicas,
             args,
             lease_duration: Some(lease_duration),
-        }
+        })
     }
 
     /// Leader-for-life mode of `subject`.
     ///
-    /// # Panics
-    /// When the operator's profile has no leader-for-life mode (the scenarios of
-    /// `@for-life` features and scenarios are then left out).
-    pub fn for_life(subject: &Subject, replicas: i32) -> Self {
-        let args = subject.election.for_life.clone().unwrap_or_else(|| {
-            panic!(
+    /// # Errors
+    /// [`StepError::Unmet`] when the operator's profile has no leader-for-life mode (the
+    /// scenarios of `@for-life` features and scenarios are then left out).
+    pub fn for_life(subject: &Subject, replicas: i32) -> Result<Self, StepError> {
+        let args = subject.election.for_life.clone().ok_or_else(|| {
+            StepError::Unmet(format!(
                 "the profile of {} has no leader-for-life mode (election.forLife)",
                 subject.name
-            )
-        });
-        Self {
+            ))
+        })?;
+        Ok(Self {
             replicas,
             args,
             lease_duration: None,
-        }
+        })
     }
 }
 
+/// A failure of the operator's manifests (read, applied) as the provider's: the operator
+/// under test could not be put into the cluster; its causes stay in the chain.
+fn operator_error(e: DeployError) -> ProviderError {
+    ProviderError::Operator(Box::new(e))
+}
+
 /// The operator's manifests for this scenario's placement and `setup`.
-fn manifests(world: &World, setup: &OperatorSetup) -> Vec<Manifest> {
-    let placement = world.provider().expect("cluster").placement();
+fn manifests(world: &World, setup: &OperatorSetup) -> Result<Vec<Manifest>, StepError> {
+    let placement = world.provider()?.placement();
     world
         .subject()
         .render(setup, &placement)
-        .expect("operator/config is readable")
+        .map_err(operator_error)
+        .doing("reading operator/config")
 }
 
 /// Deploys the operator into the scenario's cluster.
 ///
-/// # Panics
-/// When the manifests cannot be read or applied (the step fails with the reason).
-pub async fn deploy(world: &mut World, setup: OperatorSetup) {
+/// # Errors
+/// When there is no cluster, or the manifests cannot be read or applied (the step fails
+/// with the reason).
+pub async fn deploy(world: &mut World, setup: OperatorSetup) -> Result<(), StepError> {
     world.start_recorder();
-    let manifests = manifests(world, &setup);
-    let client = world.client().expect("cluster");
+    let manifests = manifests(world, &setup)?;
+    let client = world.client()?;
     apply_all(&client, &manifests, None)
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "deploying operator/config failed: {}",
-                crate::steps::chain(&e)
-            )
-        });
+        .map_err(operator_error)
+        .doing("deploying operator/config")?;
     world.note(&format!(
         "deployed {}: {} replicas, {}",
         world.subject().deployment,
@@ -100,13 +111,15 @@ pub async fn deploy(world: &mut World, setup: OperatorSetup) {
         setup.args.join(" ")
     ));
     world.operator = Some(setup);
+    Ok(())
 }
 
 #[given(expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word}")]
-async fn deployed_lease(world: &mut World, replicas: i32, timings: String) {
-    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "");
+async fn deployed_lease(world: &mut World, replicas: i32, timings: String) -> Step {
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "")?;
     world.lease_duration = setup.lease_duration;
-    deploy(world, setup).await;
+    deploy(world, setup).await?;
+    Ok(())
 }
 
 #[given(
@@ -117,40 +130,38 @@ async fn deployed_lease_with_flags(
     replicas: i32,
     timings: String,
     flags: String,
-) {
-    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, &flags);
+) -> Step {
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, &flags)?;
     world.lease_duration = setup.lease_duration;
-    deploy(world, setup).await;
+    deploy(world, setup).await?;
+    Ok(())
 }
 
 #[given(
     expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word}, releasing its lease on shutdown"
 )]
-async fn deployed_lease_releasing(world: &mut World, replicas: i32, timings: String) {
+async fn deployed_lease_releasing(world: &mut World, replicas: i32, timings: String) -> Step {
     let subject = world.subject();
-    let release = subject
-        .election
-        .release_on_cancel
-        .as_ref()
-        .unwrap_or_else(|| {
-            panic!(
-                "the profile of {} has no election.releaseOnCancel (its @release-on-cancel \
+    let release = subject.election.release_on_cancel.as_ref().ok_or_else(|| {
+        StepError::Unmet(format!(
+            "the profile of {} has no election.releaseOnCancel (its @release-on-cancel \
              scenarios are left out)",
-                subject.name
-            )
-        });
-    let setup = OperatorSetup::lease(subject, replicas, &timings, &release.join(" "));
+            subject.name
+        ))
+    })?;
+    let setup = OperatorSetup::lease(subject, replicas, &timings, &release.join(" "))?;
     world.lease_duration = setup.lease_duration;
-    deploy(world, setup).await;
+    deploy(world, setup).await?;
+    Ok(())
 }
 
 #[given(
     expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word} and no right to leases"
 )]
-async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) {
+async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) -> Step {
     world.start_recorder();
-    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "");
-    let mut manifests = manifests(world, &setup);
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "")?;
+    let mut manifests = manifests(world, &setup)?;
     for m in &mut manifests {
         if kind_of(&m.object) == "Role"
             && let Some(rules) = m.object.data["rules"].as_array_mut()
@@ -158,35 +169,48 @@ async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings
             rules.retain(|r| r["apiGroups"] != json!(["coordination.k8s.io"]));
         }
     }
-    apply(world, &manifests).await;
+    apply(world, &manifests).await?;
     world.note(&format!(
         "deployed {} without rights to leases",
         world.subject().deployment
     ));
     world.lease_duration = setup.lease_duration;
     world.operator = Some(setup);
+    Ok(())
 }
 
 #[when("the operator's Role is given its rights to leases")]
-async fn lease_rights_restored(world: &mut World) {
-    let setup = world.operator.clone().expect("the operator was deployed");
-    let roles: Vec<Manifest> = manifests(world, &setup)
+async fn lease_rights_restored(world: &mut World) -> Step {
+    let setup = world.operator.clone().ok_or_else(|| {
+        StepError::Missing(
+            "the operator was not deployed: run \"Given the operator is deployed with {int} \
+             replica(s) in lease mode with timings {word} and no right to leases\" first"
+                .into(),
+        )
+    })?;
+    let roles: Vec<Manifest> = manifests(world, &setup)?
         .into_iter()
         .filter(|m| kind_of(&m.object) == "Role")
         .collect();
-    apply(world, &roles).await;
+    apply(world, &roles).await?;
     world.note("the operator's Role has its rights to leases again");
+    Ok(())
 }
 
 #[given(
     expr = "a second operator {string} is deployed with {int} replica(s) in lease mode with timings {word} and the same lock"
 )]
-async fn second_operator(world: &mut World, instance: String, replicas: i32, timings: String) {
-    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "");
-    let mut deployment = manifests(world, &setup)
+async fn second_operator(
+    world: &mut World,
+    instance: String,
+    replicas: i32,
+    timings: String,
+) -> Step {
+    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "")?;
+    let mut deployment = manifests(world, &setup)?
         .into_iter()
         .find(|m| kind_of(&m.object) == "Deployment")
-        .expect("operator/config has the manager Deployment");
+        .ok_or_else(|| StepError::Unmet("operator/config has no manager Deployment".into()))?;
     let object = &mut deployment.object;
     let name = format!(
         "{}-{instance}",
@@ -196,28 +220,26 @@ async fn second_operator(world: &mut World, instance: String, replicas: i32, tim
     let spec = &mut object.data["spec"];
     spec["selector"]["matchLabels"]["app.kubernetes.io/instance"] = json!(instance);
     spec["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] = json!(instance);
-    apply(world, &[deployment]).await;
+    apply(world, &[deployment]).await?;
     world.note(&format!(
         "deployed a second operator {name} with the same lock"
     ));
+    Ok(())
 }
 
-async fn apply(world: &World, manifests: &[Manifest]) {
-    let client = world.client().expect("cluster");
+async fn apply(world: &World, manifests: &[Manifest]) -> Result<(), StepError> {
+    let client = world.client()?;
     apply_all(&client, manifests, None)
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "applying operator/config failed: {}",
-                crate::steps::chain(&e)
-            )
-        });
+        .map_err(operator_error)
+        .doing("applying operator/config")?;
+    Ok(())
 }
 
 #[then(expr = "within {duration} every operator pod has failed with {string}")]
-async fn pods_fail_with(world: &mut World, within: Dur, message: String) {
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+async fn pods_fail_with(world: &mut World, within: Dur, message: String) -> Step {
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("every operator pod exited with {message:?} in its log");
     let selector = world.subject().pod_selector.as_str();
     eventually(within.0, &what, || {
@@ -257,7 +279,8 @@ async fn pods_fail_with(world: &mut World, within: Dur, message: String) {
             }
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 /// The logs of `pod`: its previous container's (when it restarted) and its current one's.
@@ -275,9 +298,9 @@ async fn logs_of(pods: &Api<Pod>, pod: &str) -> String {
 }
 
 #[then(expr = "within {duration} an operator pod logs {string}")]
-async fn pod_logs(world: &mut World, within: Dur, text: String) {
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+async fn pod_logs(world: &mut World, within: Dur, text: String) -> Step {
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("an operator pod logs {text:?}");
     let selector = world.subject().pod_selector.as_str();
     eventually(within.0, &what, || {
@@ -298,17 +321,21 @@ async fn pod_logs(world: &mut World, within: Dur, text: String) {
             Err(format!("not in the logs of {names:?}"))
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(expr = "within {duration} the old leader logs {string}")]
-async fn old_leader_logs(world: &mut World, within: Dur, text: String) {
-    let old = world
-        .old_leader
-        .clone()
-        .expect("a step saw another replica take over before this one");
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+async fn old_leader_logs(world: &mut World, within: Dur, text: String) -> Step {
+    let old = world.old_leader.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no step saw another replica take over before this one: run \"Then within \
+             {duration} another replica leads\" first"
+                .into(),
+        )
+    })?;
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("{old} logs {text:?}");
     eventually(within.0, &what, || {
         let (pods, old, text) = (&pods, &old, &text);
@@ -322,19 +349,20 @@ async fn old_leader_logs(world: &mut World, within: Dur, text: String) {
             }
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then("there is no lease")]
-async fn no_lease(world: &mut World) {
-    let namespace = world.operator_namespace().expect("cluster");
+async fn no_lease(world: &mut World) -> Step {
+    let namespace = world.operator_namespace()?;
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(world.client().expect("cluster"), &namespace);
+        Api::namespaced(world.client()?, &namespace);
     let list = leases
         .list(&ListParams::default())
         .await
-        .expect("listing leases");
-    assert!(
+        .doing(format!("listing leases in {namespace}"))?;
+    ensure!(
         list.items.is_empty(),
         "expected no Lease in {namespace}, found {:?}",
         list.items
@@ -342,18 +370,19 @@ async fn no_lease(world: &mut World) {
             .map(|l| l.metadata.name.clone())
             .collect::<Vec<_>>()
     );
+    Ok(())
 }
 
 #[when("the operator Deployment is rolled out again")]
-async fn rolled_out_again(world: &mut World) {
-    let namespace = world.operator_namespace().expect("cluster");
+async fn rolled_out_again(world: &mut World) -> Step {
+    let namespace = world.operator_namespace()?;
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(world.client().expect("cluster"), &namespace);
+        Api::namespaced(world.client()?, &namespace);
     let patch = json!({"spec": {"template": {"metadata": {"annotations": {
         "opconform.io/restartedAt": chrono::Utc::now().to_rfc3339()
     }}}}});
     let deployment = &world.subject().deployment;
-    world.provider().expect("cluster").faults().record(
+    world.provider()?.faults().record(
         "rollout",
         &format!("deployment {namespace}/{deployment}"),
         "",
@@ -365,24 +394,40 @@ async fn rolled_out_again(world: &mut World) {
             &kube::api::Patch::Merge(&patch),
         )
         .await
-        .unwrap_or_else(|e| panic!("restarting the operator Deployment failed: {e}"));
+        .doing(format!(
+            "restarting the operator Deployment {namespace}/{deployment}"
+        ))?;
+    Ok(())
 }
 
 #[then(expr = "within {duration} the operator Deployment is rolled out")]
-async fn rolled_out(world: &mut World, within: Dur) {
-    let namespace = world.operator_namespace().expect("cluster");
-    crate::deploy::wait_for_rollout(
-        &world.client().expect("cluster"),
-        &namespace,
-        &world.subject().deployment,
-        within.0,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{}", crate::steps::chain(&e)));
+async fn rolled_out(world: &mut World, within: Dur) -> Step {
+    let namespace = world.operator_namespace()?;
+    let deployment = &world.subject().deployment;
+    match crate::deploy::wait_for_rollout(&world.client()?, &namespace, deployment, within.0).await
+    {
+        Ok(_) => Ok(()),
+        Err(DeployError::RolloutTimeout {
+            namespace,
+            name,
+            within,
+            last,
+        }) => Err(StepError::NotWithin {
+            within,
+            what: format!("deployment {namespace}/{name} rolls out"),
+            last,
+        }
+        .into()),
+        Err(e) => Err(StepError::Acting {
+            doing: format!("waiting for deployment {namespace}/{deployment} to roll out"),
+            source: operator_error(e),
+        }
+        .into()),
+    }
 }
 
 #[given(expr = "the operator is deployed with {int} replica(s) and the flags {string}")]
-async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) {
+async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) -> Step {
     let args = flags.split_whitespace().map(str::to_string).collect();
     deploy(
         world,
@@ -392,27 +437,32 @@ async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) {
             lease_duration: None,
         },
     )
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[when(expr = "the operator is scaled to {int} replica(s)")]
-async fn operator_scaled(world: &mut World, replicas: i32) {
-    let namespace = world.operator_namespace().expect("cluster");
-    Api::<Deployment>::namespaced(world.client().expect("cluster"), &namespace)
+async fn operator_scaled(world: &mut World, replicas: i32) -> Step {
+    let namespace = world.operator_namespace()?;
+    Api::<Deployment>::namespaced(world.client()?, &namespace)
         .patch(
             &world.subject().deployment,
             &PatchParams::default(),
             &Patch::Merge(json!({ "spec": { "replicas": replicas } })),
         )
         .await
-        .unwrap_or_else(|e| panic!("scaling the operator to {replicas} failed: {e}"));
+        .doing(format!(
+            "scaling the operator Deployment {namespace}/{} to {replicas}",
+            world.subject().deployment
+        ))?;
     world.note(&format!("scaled the operator to {replicas} replicas"));
+    Ok(())
 }
 
 #[then(expr = "within {duration} the operator has no pods")]
-async fn no_operator_pods(world: &mut World, within: Dur) {
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+async fn no_operator_pods(world: &mut World, within: Dur) -> Step {
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let selector = world.subject().pod_selector.as_str();
     eventually(within.0, "no operator pod exists", || async {
         let list = pods
@@ -430,13 +480,15 @@ async fn no_operator_pods(world: &mut World, within: Dur) {
             Err(format!("pods {names:?}"))
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[given(expr = "the operator is deployed with {int} replica(s) in for-life mode")]
-async fn deployed_for_life(world: &mut World, replicas: i32) {
-    let setup = OperatorSetup::for_life(world.subject(), replicas);
-    deploy(world, setup).await;
+async fn deployed_for_life(world: &mut World, replicas: i32) -> Step {
+    let setup = OperatorSetup::for_life(world.subject(), replicas)?;
+    deploy(world, setup).await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -445,7 +497,8 @@ mod tests {
 
     #[test]
     fn lease_timings_as_features_write_them_become_the_operators_flags() {
-        let setup = OperatorSetup::lease(&Subject::memcached(), 2, "4s/3s/1s", "--standby=poll");
+        let setup =
+            OperatorSetup::lease(&Subject::memcached(), 2, "4s/3s/1s", "--standby=poll").unwrap();
         assert_eq!(setup.replicas, 2);
         assert_eq!(
             setup.args,

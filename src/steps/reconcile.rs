@@ -3,6 +3,7 @@
 //! intervals of their retries (from the audit), periodic resyncs, and quiet once an object
 //! is gone.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -10,9 +11,10 @@ use cucumber::{given, then, when};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 
+use super::Doing as _;
 use super::memcached::namespace_of;
 use super::wait::eventually;
-use super::{Dur, World};
+use super::{Dur, Step, StepError, World};
 use crate::check::reconcile::{Reconcile, backing_off, collapse, parse_log, periodic};
 use crate::fault::RequestMatch;
 use crate::record::{Entry, History, Observation};
@@ -46,45 +48,37 @@ impl FromStr for Results {
 /// Makes the API server refuse requests matching `matches` with [`REFUSAL_CODE`],
 /// remembered under `key` (for the undo) and as the scenario's latest refusal (for the
 /// checks of refused requests).
-pub async fn refuse(world: &mut World, key: &str, matches: RequestMatch) {
+///
+/// # Errors
+/// When there is no cluster or the provider cannot make the rule.
+pub async fn refuse(world: &mut World, key: &str, matches: RequestMatch) -> Result<(), StepError> {
     let id = world
-        .provider()
-        .expect("cluster")
+        .provider()?
         .reject(matches.clone(), REFUSAL_CODE, "refused by the scenario")
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "making the API server refuse {key} failed: {}",
-                super::chain(&e)
-            )
-        });
-    world
-        .remembered
-        .insert(format!("refuse {key}"), id.to_string());
-    world.remembered.insert(
-        "refused requests".into(),
-        serde_json::to_string(&matches).unwrap_or_default(),
-    );
+        .doing(format!("making the API server refuse {key}"))?;
+    world.refusals.rules.insert(key.to_string(), id);
+    world.refusals.latest = Some(matches);
+    Ok(())
 }
 
 /// Undoes [`refuse`] for `key`.
-pub async fn accept(world: &mut World, key: &str) {
-    let id: u64 = world
-        .remembered
-        .remove(&format!("refuse {key}"))
-        .and_then(|id| id.parse().ok())
-        .unwrap_or_else(|| panic!("no step made the API server refuse {key}"));
+///
+/// # Errors
+/// [`StepError::Missing`] when no step made the API server refuse `key`; otherwise when
+/// there is no cluster or the provider cannot remove the rule.
+pub async fn accept(world: &mut World, key: &str) -> Result<(), StepError> {
+    let id = world.refusals.rules.remove(key).ok_or_else(|| {
+        StepError::Missing(format!(
+            "no step made the API server refuse {key}: run \"the API server rejects …\" first"
+        ))
+    })?;
     world
-        .provider()
-        .expect("cluster")
+        .provider()?
         .allow(id)
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "making the API server accept {key} again failed: {}",
-                super::chain(&e)
-            )
-        });
+        .doing(format!("making the API server accept {key} again"))?;
+    Ok(())
 }
 
 fn request_match(verb: &str, resource: &str, namespace: String) -> RequestMatch {
@@ -99,15 +93,17 @@ fn request_match(verb: &str, resource: &str, namespace: String) -> RequestMatch 
 
 #[given(expr = "the API server rejects requests to {word} {word} in namespace {string}")]
 #[when(expr = "the API server rejects requests to {word} {word} in namespace {string}")]
-async fn rejects(world: &mut World, verb: String, resource: String, namespace: String) {
-    let real = world.ensure_namespace(&namespace).await;
+async fn rejects(world: &mut World, verb: String, resource: String, namespace: String) -> Step {
+    let real = world.ensure_namespace(&namespace).await?;
     let key = format!("{verb} {resource} in {namespace}");
-    refuse(world, &key, request_match(&verb, &resource, real)).await;
+    refuse(world, &key, request_match(&verb, &resource, real)).await?;
+    Ok(())
 }
 
 #[when(expr = "the API server accepts requests to {word} {word} in namespace {string} again")]
-async fn accepts(world: &mut World, verb: String, resource: String, namespace: String) {
-    accept(world, &format!("{verb} {resource} in {namespace}")).await;
+async fn accepts(world: &mut World, verb: String, resource: String, namespace: String) -> Step {
+    accept(world, &format!("{verb} {resource} in {namespace}")).await?;
+    Ok(())
 }
 
 /// Whether an audited write is one the remembered refusal matches.
@@ -131,24 +127,35 @@ fn matched(rule: &RequestMatch, entry: &Entry) -> bool {
         && eq(&rule.name, name)
 }
 
+/// The requests the scenario's latest refusal matches.
+fn latest_refusal(world: &World) -> Result<&RequestMatch, StepError> {
+    world.refusals.latest.as_ref().ok_or_else(|| {
+        StepError::Missing(
+            "no step made the API server refuse requests before: run \"the API server rejects \
+             requests to {word} {word} in namespace {string}\" (or \"… rejects changes to \
+             ConfigMap {string} …\") first"
+                .into(),
+        )
+    })
+}
+
 /// The operator's requests the scenario's latest refusal turned away, in time order.
-pub async fn refused(world: &World) -> Vec<Entry> {
-    let rule: RequestMatch = world
-        .remembered
-        .get("refused requests")
-        .and_then(|m| serde_json::from_str(m).ok())
-        .expect("a step made the API server refuse requests before");
-    world
+///
+/// # Errors
+/// [`StepError::Missing`] when no step made the API server refuse requests.
+pub async fn refused(world: &World) -> Result<Vec<Entry>, StepError> {
+    let rule = latest_refusal(world)?;
+    Ok(world
         .history()
         .await
         .entries()
         .iter()
         .filter(|e| {
             matches!(e.observation, Observation::Write { code, .. } if code == REFUSAL_CODE)
-                && matched(&rule, e)
+                && matched(rule, e)
         })
         .cloned()
-        .collect()
+        .collect())
 }
 
 /// The time of a history's first entry: where failure messages count time from.
@@ -161,10 +168,12 @@ pub fn origin(history: &History) -> DateTime<Utc> {
 }
 
 #[then(expr = "within {duration} the API server refused the operator at least {int} times")]
-async fn refused_at_least(world: &mut World, within: Dur, times: usize) {
+async fn refused_at_least(world: &mut World, within: Dur, times: usize) -> Step {
+    // Without a refusal there is nothing to wait for: fail at once.
+    latest_refusal(world)?;
     let what = format!("the operator's requests were refused at least {times} times");
     eventually(within.0, &what, || async {
-        let refused = refused(world).await;
+        let refused = refused(world).await.map_err(|e| super::chain(&e))?;
         if refused.len() >= times {
             Ok(())
         } else {
@@ -175,31 +184,36 @@ async fn refused_at_least(world: &mut World, within: Dur, times: usize) {
             ))
         }
     })
-    .await;
+    .await?;
+    Ok(())
 }
 
 #[then(
     expr = "the refused requests were retried at least {int} times at intervals that never shrank by more than {duration} and grew by at least {duration}"
 )]
-async fn retried_backing_off(world: &mut World, retries: usize, slack: Dur, growth: Dur) {
-    let refused = refused(world).await;
+async fn retried_backing_off(world: &mut World, retries: usize, slack: Dur, growth: Dur) -> Step {
+    let refused = refused(world).await?;
     let verdict = backing_off(&refused, retries, slack.0, growth.0);
-    assert!(
+    ensure!(
         verdict.passed,
         "{}",
         verdict.explain(origin(&world.history_so_far()))
     );
     println!("{}", verdict.summary);
+    Ok(())
 }
 
 /// Every reconcile the operator's pods logged, in time order.
-pub async fn reconciles(world: &World) -> Result<Vec<Reconcile>, String> {
-    let namespace = world.operator_namespace().expect("cluster");
-    let pods: Api<Pod> = Api::namespaced(world.client().expect("cluster"), &namespace);
+///
+/// # Errors
+/// When there is no cluster or the operator's pods cannot be listed.
+pub async fn reconciles(world: &World) -> Result<Vec<Reconcile>, StepError> {
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let list = pods
         .list(&ListParams::default().labels(&world.subject().pod_selector))
         .await
-        .map_err(|e| format!("listing the operator's pods: {e}"))?;
+        .doing("listing the operator's pods")?;
     let mut all = Vec::new();
     for pod in list.items {
         let name = pod.metadata.name.unwrap_or_default();
@@ -214,8 +228,8 @@ pub async fn reconciles(world: &World) -> Result<Vec<Reconcile>, String> {
 }
 
 /// The reconciles of Memcached `name`.
-async fn reconciles_of(world: &World, name: &str) -> Result<Vec<Reconcile>, String> {
-    let namespace = namespace_of(world, name);
+async fn reconciles_of(world: &World, name: &str) -> Result<Vec<Reconcile>, StepError> {
+    let namespace = namespace_of(world, name)?;
     Ok(reconciles(world)
         .await?
         .into_iter()
@@ -235,15 +249,19 @@ fn describe(reconciles: &[Reconcile], origin: DateTime<Utc>) -> String {
 }
 
 #[then(expr = "within {duration} the reconcile results of memcached {string} were {results}")]
-async fn results_were(world: &mut World, within: Dur, name: String, expected: Results) {
+async fn results_were(world: &mut World, within: Dur, name: String, expected: Results) -> Step {
     let expected = expected.0;
     let what = format!(
         "the reconciles of memcached {name} ended in {} (repeats merged)",
         expected.join(", then ")
     );
     let origin = origin(&world.history().await);
-    let seen = eventually(within.0, &what, || async {
-        let seen = reconciles_of(world, &name).await?;
+    // The probe answers `Ok(Err(observed))` when the results left the expected course: the
+    // wait ends there and the step fails.
+    let course = eventually(within.0, &what, || async {
+        let seen = reconciles_of(world, &name)
+            .await
+            .map_err(|e| super::chain(&e))?;
         let results = collapse(seen.iter().map(|r| r.result.as_str()));
         let observed = || {
             format!(
@@ -253,29 +271,35 @@ async fn results_were(world: &mut World, within: Dur, name: String, expected: Re
             )
         };
         if results == expected {
-            return Ok(seen);
+            return Ok(Ok(seen));
         }
         // Results only ever get added: once they leave the expected course, no later
         // reconcile brings them back.
-        assert!(
-            expected.starts_with(&results),
-            "expected {what}; they took another course: {}",
-            observed()
-        );
+        if !expected.starts_with(&results) {
+            return Ok(Err(observed()));
+        }
         Err(observed())
     })
-    .await;
+    .await?;
+    let seen = match course {
+        Ok(seen) => seen,
+        Err(observed) => bail!("expected {what}; they took another course: {observed}"),
+    };
     world.note(&format!(
         "memcached {name}: {} reconciles, {}",
         seen.len(),
         expected.join(" → ")
     ));
+    Ok(())
 }
 
 /// Waits (at most 30 s) until nothing the operator watches has changed and the operator
 /// has written nothing for `quiet`: the reconciles that follow are the resync's, not the
 /// echo of a last status write or Deployment update.
-async fn settled(world: &World, quiet: std::time::Duration) {
+///
+/// # Errors
+/// [`StepError::Unmet`] when they never stayed unchanged that long within 30 s.
+async fn settled(world: &World, quiet: std::time::Duration) -> Result<(), StepError> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let history = world.history().await;
@@ -297,9 +321,9 @@ async fn settled(world: &World, quiet: std::time::Duration) {
         let quiet_since =
             last_change.map_or(quiet, |t| (Utc::now() - t).to_std().unwrap_or_default());
         if quiet_since >= quiet {
-            return;
+            return Ok(());
         }
-        assert!(
+        ensure!(
             tokio::time::Instant::now() < deadline,
             "the operator and its objects never stayed unchanged for {quiet:?} within 30s"
         );
@@ -310,7 +334,7 @@ async fn settled(world: &World, quiet: std::time::Duration) {
 
 #[given(expr = "the operator has been idle for {duration}")]
 #[when(expr = "the operator has been idle for {duration}")]
-async fn idle(world: &mut World, quiet: Dur) {
+async fn idle(world: &mut World, quiet: Dur) -> Step {
     // An operator whose profile gives it no more work to do works all the time (its leader
     // writes on its own): it is never idle, and the step says so instead of waiting.
     if let Some(work) = &world.subject().work
@@ -320,9 +344,10 @@ async fn idle(world: &mut World, quiet: Dur) {
             "{} works all the time: not waiting for it to be idle",
             world.subject().name
         ));
-        return;
+        return Ok(());
     }
-    settled(world, quiet.0).await;
+    settled(world, quiet.0).await?;
+    Ok(())
 }
 
 #[then(
@@ -335,18 +360,16 @@ async fn resynced(
     period: Dur,
     slack: Dur,
     result: String,
-) {
-    settled(world, period.0).await;
+) -> Step {
+    settled(world, period.0).await?;
     let from = Utc::now();
     // The step's meaning is "for this long": watch the window, then judge it.
     tokio::time::sleep(span.0).await;
     let to = Utc::now();
-    let seen = reconciles_of(world, &name)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let seen = reconciles_of(world, &name).await?;
     match periodic(&seen, from, to, period.0, slack.0, &result) {
         Ok(summary) => println!("{summary}"),
-        Err(why) => panic!(
+        Err(why) => bail!(
             "memcached {name} was not reconciled every {:?}: {why}",
             period.0
         ),
@@ -369,31 +392,41 @@ async fn resynced(
         })
         .cloned()
         .collect();
-    assert!(
+    ensure!(
         writes.is_empty(),
         "the resyncs of memcached {name} were expected to change nothing, but the operator wrote:\n{}",
         crate::record::describe(&writes, from)
     );
+    Ok(())
 }
 
 #[then(expr = "memcached {string} is not reconciled again for {duration}")]
-async fn not_reconciled_again(world: &mut World, name: String, span: Dur) {
+async fn not_reconciled_again(world: &mut World, name: String, span: Dur) -> Step {
     let from = Utc::now();
     // The step's meaning is "for this long".
     tokio::time::sleep(span.0).await;
-    let seen = reconciles_of(world, &name)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let seen = reconciles_of(world, &name).await?;
     let late: Vec<Reconcile> = seen
         .iter()
         .filter(|r| r.started() >= from)
         .cloned()
         .collect();
-    assert!(
+    ensure!(
         late.is_empty(),
         "memcached {name} was reconciled again within {:?} (times from the start of that window):\n{}\nall its reconciles:\n{}",
         span.0,
         describe(&late, from),
         describe(&seen, from)
     );
+    Ok(())
+}
+
+/// The requests the API server was made to refuse, for the undo and the checks.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    /// The provider's id of each refusal rule in force, by the key the step made it under
+    /// (`get memcacheds in default`, `changes to ConfigMap memcached-registry`).
+    pub rules: BTreeMap<String, u64>,
+    /// The requests the scenario's latest refusal matches (still remembered after its undo).
+    pub latest: Option<RequestMatch>,
 }

@@ -4,15 +4,21 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use super::StepError;
+
 /// How often a condition is looked at again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Polls `probe` until it answers `Ok`, at most for `within`; on timeout the step fails
-/// with `what` was expected and the probe's last answer (what it observed).
+/// Polls `probe` until it answers `Ok`, at most for `within`.
 ///
-/// # Panics
-/// On timeout.
-pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+/// # Errors
+/// [`StepError::NotWithin`] on timeout, with `what` was expected and the probe's last
+/// answer (what it observed).
+pub async fn eventually<T, F, Fut>(
+    within: Duration,
+    what: &str,
+    mut probe: F,
+) -> Result<T, StepError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -22,24 +28,28 @@ where
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, probe()).await {
-            Ok(Ok(value)) => return value,
+            Ok(Ok(value)) => return Ok(value),
             Ok(Err(observed)) => last = observed,
             Err(_) => {}
         }
         if Instant::now() >= deadline {
-            panic!("expected within {within:?}: {what}; last observed: {last}");
+            return Err(StepError::NotWithin {
+                within,
+                what: what.to_string(),
+                last,
+            });
         }
         tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
     }
 }
 
-/// Checks `probe` again and again for `span` (the step's meaning is "for this long"); the
-/// step fails at the first answer that is not `Ok`, with `what` was expected and what was
-/// observed, or when a look gets no answer within the span (at least 5 s).
+/// Checks `probe` again and again for `span` (the step's meaning is "for this long").
 ///
-/// # Panics
-/// At the first violation.
-pub async fn throughout<F, Fut>(span: Duration, what: &str, mut probe: F)
+/// # Errors
+/// [`StepError::NotThroughout`] at the first answer that is not `Ok`, with `what` was
+/// expected and what was observed, or when a look gets no answer within the span (at least
+/// 5 s).
+pub async fn throughout<F, Fut>(span: Duration, what: &str, mut probe: F) -> Result<(), StepError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
@@ -49,17 +59,25 @@ where
     loop {
         match tokio::time::timeout(patience, probe()).await {
             Ok(Ok(())) => {}
-            Ok(Err(observed)) => panic!(
-                "expected for {span:?}: {what}; after {:?} observed: {observed}",
-                begin.elapsed()
-            ),
-            Err(_) => panic!(
-                "expected for {span:?}: {what}; after {:?} a look got no answer within {patience:?}",
-                begin.elapsed()
-            ),
+            Ok(Err(observed)) => {
+                return Err(StepError::NotThroughout {
+                    span,
+                    what: what.to_string(),
+                    after: begin.elapsed(),
+                    observed,
+                });
+            }
+            Err(_) => {
+                return Err(StepError::NotThroughout {
+                    span,
+                    what: what.to_string(),
+                    after: begin.elapsed(),
+                    observed: format!("a look got no answer within {patience:?}"),
+                });
+            }
         }
         if begin.elapsed() >= span {
-            return;
+            return Ok(());
         }
         tokio::time::sleep(POLL.min(span.saturating_sub(begin.elapsed()))).await;
     }

@@ -11,19 +11,24 @@ use kube::discovery::{Discovery, Scope};
 
 use crate::deploy::{Manifest, apply_all, read_manifests, resolve};
 use crate::record::{History, Observation};
+use crate::steps::Doing as _;
 use crate::steps::wait::eventually;
-use crate::steps::{Dur, World};
+use crate::steps::{Dur, Step, StepError, World};
 use crate::subject::Work;
 
 /// The logical namespace the work objects are created in (each scenario has its own).
 const WORK_NAMESPACE: &str = "default";
 
-fn work(world: &World) -> &'static Work {
-    world.subject().work.as_ref().unwrap_or_else(|| {
-        panic!(
+/// The profile's work.
+///
+/// # Errors
+/// [`StepError::Unmet`] when the profile has none.
+fn work(world: &World) -> Result<&'static Work, StepError> {
+    world.subject().work.as_ref().ok_or_else(|| {
+        StepError::Unmet(format!(
             "the profile of {} has no work (its @work scenarios are left out)",
             world.subject().name
-        )
+        ))
     })
 }
 
@@ -57,37 +62,41 @@ fn work_done(
         .collect()
 }
 
-fn work_manifests(world: &World) -> Vec<Manifest> {
-    match &work(world).objects {
-        Some(path) => read_manifests(path).unwrap_or_else(|e| {
-            panic!(
+/// The objects that give the operator work (none when it works on its own).
+///
+/// # Errors
+/// When the profile has no work, or its objects cannot be read.
+fn work_manifests(world: &World) -> Result<Vec<Manifest>, StepError> {
+    match &work(world)?.objects {
+        Some(path) => read_manifests(path).map_err(|e| {
+            StepError::Unmet(format!(
                 "reading the work of {} failed: {}",
                 world.subject().name,
                 crate::steps::chain(&e)
-            )
+            ))
         }),
-        None => Vec::new(),
+        None => Ok(Vec::new()),
     }
 }
 
 #[given("the operator has work")]
-async fn has_work(world: &mut World) {
-    let manifests = work_manifests(world);
+async fn has_work(world: &mut World) -> Step {
+    let manifests = work_manifests(world)?;
     if manifests.is_empty() {
         world.note("the operator works on its own: no objects to create");
-        return;
+        return Ok(());
     }
-    let namespace = world.ensure_namespace(WORK_NAMESPACE).await;
-    let client = world.client().expect("cluster");
+    let namespace = world.ensure_namespace(WORK_NAMESPACE).await?;
+    let client = world.client()?;
     apply_all(&client, &manifests, Some(&namespace))
         .await
-        .unwrap_or_else(|e| {
-            panic!(
+        .map_err(|e| {
+            StepError::Unmet(format!(
                 "creating the work of {} in {namespace} failed: {}",
                 world.subject().name,
                 crate::steps::chain(&e)
-            )
-        });
+            ))
+        })?;
     let names: Vec<String> = manifests
         .iter()
         .map(|m| {
@@ -99,12 +108,13 @@ async fn has_work(world: &mut World) {
         })
         .collect();
     world.note(&format!("gave the operator work: {}", names.join(", ")));
+    Ok(())
 }
 
 #[given(expr = "within {duration} the operator has done work")]
 #[then(expr = "within {duration} the operator has done work")]
-async fn has_done_work(world: &mut World, within: Dur) {
-    let work = work(world);
+async fn has_done_work(world: &mut World, within: Dur) -> Step {
+    let work = work(world)?;
     let what = format!("a write of {} by a replica", work.writes.join(" or "));
     let (_, replica, write) = eventually(within.0, &what, || {
         let done = work_done(&world.history_so_far(), work, None);
@@ -114,56 +124,60 @@ async fn has_done_work(world: &mut World, within: Dur) {
                 .ok_or_else(|| "no such write in the audit log yet".to_string())
         }
     })
-    .await;
+    .await?;
     world.note(&format!("{replica} did work: {write}"));
+    Ok(())
 }
 
 #[when("the operator is given more work")]
-async fn more_work(world: &mut World) {
-    let work = work(world);
-    world
-        .remembered
-        .insert("more work at".into(), Utc::now().to_rfc3339());
+async fn more_work(world: &mut World) -> Step {
+    let work = work(world)?;
+    world.work.more_at = Some(Utc::now());
     let Some(patch) = &work.more else {
         world.note("the operator works on its own: no more work to give");
-        return;
+        return Ok(());
     };
-    let manifests = work_manifests(world);
-    let namespace = world.ensure_namespace(WORK_NAMESPACE).await;
-    let client = world.client().expect("cluster");
+    let manifests = work_manifests(world)?;
+    let namespace = world.ensure_namespace(WORK_NAMESPACE).await?;
+    let client = world.client()?;
     let discovery = Discovery::new(client.clone())
         .run()
         .await
-        .unwrap_or_else(|e| panic!("API discovery failed: {e}"));
+        .doing("running API discovery")?;
     for manifest in &manifests {
         let name = manifest.object.metadata.name.as_deref().unwrap_or_default();
         let kind = crate::subject::kind_of(&manifest.object);
         let (resource, capabilities) =
-            resolve(&discovery, manifest).unwrap_or_else(|e| panic!("{}", crate::steps::chain(&e)));
+            resolve(&discovery, manifest).map_err(|e| StepError::Unmet(crate::steps::chain(&e)))?;
         let api: Api<DynamicObject> = match capabilities.scope {
             Scope::Namespaced => Api::namespaced_with(client.clone(), &namespace, &resource),
             Scope::Cluster => Api::all_with(client.clone(), &resource),
         };
         api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .unwrap_or_else(|e| panic!("patching {kind} {name} with {patch} failed: {e}"));
+            .doing(format!("patching {kind} {name} with {patch}"))?;
     }
     world.note(&format!("gave the operator more work: {patch}"));
+    Ok(())
 }
 
 #[then(expr = "within {duration} the leader has done the new work")]
-async fn leader_did_new_work(world: &mut World, within: Dur) {
-    let work = work(world);
-    let leader = world
-        .leader
-        .clone()
-        .expect("a step saw a leader before this one");
-    let since = world
-        .remembered
-        .get("more work at")
-        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .expect("\"the operator is given more work\" came before this step");
+async fn leader_did_new_work(world: &mut World, within: Dur) -> Step {
+    let work = work(world)?;
+    let leader = world.leader.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no step saw a leader before this one: run \"within {duration} exactly one \
+             replica leads\" first"
+                .into(),
+        )
+    })?;
+    let since = world.work.more_at.ok_or_else(|| {
+        StepError::Missing(
+            "no step gave the operator more work before this one: run \"the operator is \
+             given more work\" first"
+                .into(),
+        )
+    })?;
     let what = format!(
         "a write of {} by {leader} after it was given more work",
         work.writes.join(" or ")
@@ -185,8 +199,9 @@ async fn leader_did_new_work(world: &mut World, within: Dur) {
                 })
         }
     })
-    .await;
+    .await?;
     world.note(&format!("{leader} did the new work: {write}"));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -239,4 +254,12 @@ mod tests {
         assert_eq!(done, [(2_000, "b".into()), (6_000, "c".into())]);
         assert_eq!(work_done(&history, &work, None).len(), 3);
     }
+}
+
+/// What the work steps gave the operator.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WorkGiven {
+    /// When "the operator is given more work" last ran: the leader's writes from then on
+    /// are the new work.
+    pub more_at: Option<DateTime<Utc>>,
 }

@@ -47,7 +47,9 @@ use crate::cluster::audit::{
 use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::sim::{node_fault_on, pod_fault_on};
 use crate::cluster::{Placement, Provider, ProviderError, admission, random_name};
-use crate::fault::{FaultEvent, FaultLog, FaultStore, NodeFault, PodFault, RequestMatch};
+use crate::fault::{
+    FaultEvent, FaultLog, FaultStore, NodeFault, PodFault, RequestMatch, RequestRules,
+};
 
 /// The run's control plane, once asked for.
 enum State {
@@ -289,8 +291,8 @@ impl Provider for LocalShare {
         )
     }
 
-    fn request_rules(&self) -> Option<Arc<crate::sim::faults::Faults>> {
-        Some(self.plane.request_rules.clone())
+    fn request_rules(&self) -> Option<&dyn RequestRules> {
+        Some(self.plane.request_rules.as_ref())
     }
 
     async fn pod_fault(
