@@ -7,38 +7,38 @@
 //!
 //! Module map:
 //! - [`sim`]: the simulated control plane (API server; knows nothing of the harness).
-//! - [`audit`]: the audit record every provider gives, and its live feed.
-//! - [`fault`]: the fault vocabulary the features speak; each provider carries it out.
-//! - [`cluster`]: the providers a scenario runs on (sim, kubeconfig, kind) behind one trait.
-//! - [`deploy`]: apply manifests through the API and wait for rollouts.
-//! - [`record`]: the history of a scenario; [`check`]: the checkers over it.
-//! - [`report`]: timelines (HTML + SVG) and the scenario index.
+//! - [`audit`], [`fault`], [`record`], [`check`], [`report`], [`deploy`]: the core
+//!   (`opconform-core`), re-exported: the audit record, the fault vocabulary, the history
+//!   and its recorder, the checkers, the reports, applying manifests. It knows no provider.
+//! - [`cluster`]: the providers a scenario runs on (sim, local, kubeconfig, kind) behind one
+//!   trait, the factory that opens them and the run hooks.
 //! - [`subject`]: the operator under test (namespace, lock, manifests, binary), described once;
 //!   [`profile`]: the YAML file that describes it.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
+//! - [`conformance`]: `opconform conformance`, the table of which guarantee each profile keeps.
 //! - [`bench`]: `opconform bench`, the operator's handoffs, API load and memory beside the anchors'.
 //! - [`cli`]: the `opconform` command line.
 
-pub mod audit;
 pub mod bench;
-pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod conformance;
-pub mod deploy;
-pub mod fault;
 pub mod profile;
-pub mod record;
-pub mod report;
 pub mod sim;
 pub mod steps;
 pub mod subject;
 
-/// An error and its causes, outermost first, joined by `: ` — what a person needs to see
-/// when an error is printed once at the top.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    std::iter::successors(Some(e), |e| e.source())
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
+pub use opconform_core::{audit, check, deploy, error_chain, fault, record};
+
+/// Timelines (HTML + SVG) and the scenario index ([`opconform_core::report`]), and where
+/// this repository keeps them.
+pub mod report {
+    pub use opconform_core::report::*;
+
+    /// Where reports go: `$CARGO_TARGET_DIR/opconform` when the variable is set (a relative
+    /// one is taken from the repository, as cargo does from where it runs), else the
+    /// repository's `target/opconform`.
+    pub fn reports_root() -> std::path::PathBuf {
+        reports_root_in(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+    }
 }

@@ -50,7 +50,14 @@ fn workspace_dependencies() -> BTreeMap<String, Vec<String>> {
 #[test]
 fn the_simulator_crates_are_in_the_workspace() {
     let packages = workspace_dependencies();
-    for name in ["sim-apiserver", "sim-node", "sim-controllers", "opconform"] {
+    for name in [
+        "cluster-vocabulary",
+        "sim-apiserver",
+        "sim-node",
+        "sim-controllers",
+        "opconform-core",
+        "opconform",
+    ] {
         assert!(packages.contains_key(name), "{name} missing: {packages:?}");
     }
 }
@@ -58,9 +65,11 @@ fn the_simulator_crates_are_in_the_workspace() {
 #[test]
 fn no_simulator_crate_depends_on_the_harness() {
     for (name, dependencies) in workspace_dependencies() {
-        if name.starts_with("sim-") {
+        if name.starts_with("sim-") || name == "cluster-vocabulary" {
             assert!(
-                !dependencies.iter().any(|d| d == "opconform"),
+                !dependencies
+                    .iter()
+                    .any(|d| d == "opconform" || d == "opconform-core"),
                 "{name} depends on the harness: {dependencies:?}"
             );
         }
@@ -77,9 +86,30 @@ fn ours_among(packages: &BTreeMap<String, Vec<String>>, name: &str) -> Vec<Strin
 }
 
 #[test]
-fn the_simulated_api_server_depends_on_no_workspace_crate_but_the_plain_http_client() {
+fn the_simulated_api_server_uses_no_workspace_crate_but_the_vocabulary_and_plain_http() {
     let packages = workspace_dependencies();
-    assert_eq!(ours_among(&packages, "sim-apiserver"), ["plain-http"]);
+    assert_eq!(
+        ours_among(&packages, "sim-apiserver"),
+        ["cluster-vocabulary", "plain-http"]
+    );
+}
+
+#[test]
+fn the_shared_vocabulary_depends_on_no_workspace_crate() {
+    let packages = workspace_dependencies();
+    assert_eq!(
+        ours_among(&packages, "cluster-vocabulary"),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn the_core_knows_no_provider_and_no_simulator_crate() {
+    let packages = workspace_dependencies();
+    assert_eq!(
+        ours_among(&packages, "opconform-core"),
+        ["cluster-vocabulary", "plain-http"]
+    );
 }
 
 #[test]
@@ -228,6 +258,8 @@ fn no_two_modules_of_a_crate_import_each_other_even_through_others() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for src in [
         "src",
+        "crates/core/src",
+        "crates/vocabulary/src",
         "crates/plain-http/src",
         "crates/sim-apiserver/src",
         "crates/sim-node/src",
@@ -256,4 +288,30 @@ fn a_cycle_between_two_sibling_modules_is_found() {
     assert_eq!(cycle.len(), 3, "{cycle:?}");
     std::fs::write(src.join("b.rs"), "pub struct B;\n").unwrap();
     assert_eq!(module_cycle(src), None);
+}
+
+/// The step library reaches a cluster through the `Provider` trait and the factory of
+/// `cluster` alone: no step names a provider's module or a simulator crate.
+#[test]
+fn the_steps_name_no_provider_module_and_no_simulator_crate() {
+    let providers = Regex::new(
+        r"\bcluster::(sim|sim_parts|local|kind|kubeconfig|admission|audit)\b|crate::sim\b|\bsim_(apiserver|node|controllers)\b",
+    )
+    .expect("regex");
+    let steps = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/steps");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&steps).expect("read src/steps") {
+        let path = entry.expect("dir entry").path();
+        let text = std::fs::read_to_string(&path).expect("read a step module");
+        for (number, line) in text.lines().enumerate() {
+            if providers.is_match(line) {
+                found.push(format!("{}:{}: {line}", path.display(), number + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "steps reach around the Provider trait:\n{}",
+        found.join("\n")
+    );
 }

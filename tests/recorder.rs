@@ -770,7 +770,9 @@ async fn faults_appear_once_each_however_many_snapshots_are_taken() {
         config(1),
         Feeds {
             audit: None,
-            faults: Some(FaultLog::kept_in(faults.clone())),
+            faults: Some(FaultLog::kept_in(std::sync::Arc::new(
+                opconform::cluster::sim_parts::SimRules::new(faults.clone()),
+            ))),
         },
     );
     recorder.note("rejecting deployment creation");

@@ -22,6 +22,10 @@ pub mod kind;
 pub mod kubeconfig;
 pub mod local;
 pub mod sim;
+pub mod sim_parts;
+
+/// The kubeconfig provider's settings, which [`open`] and [`ProviderKind::supports`] take.
+pub use kubeconfig::KubeconfigOptions;
 
 use std::path::Path;
 
@@ -315,7 +319,7 @@ impl ProviderKind {
         kubeconfig: &kubeconfig::KubeconfigOptions,
     ) -> bool {
         match (self, capability) {
-            (Self::Sim | Self::Local, Capability::ClockSkew) => sim::can_skew_clocks(),
+            (Self::Sim | Self::Local, Capability::ClockSkew) => sim_parts::can_skew_clocks(),
             (Self::Sim, _) => true,
             // Our kubelet does the pod and node faults, its pods' proxies the request rules;
             // admission policies the rejects; the simulator's own scenarios stay on sim.

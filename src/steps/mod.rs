@@ -39,8 +39,7 @@ use std::time::Duration;
 
 use kube::Client;
 
-use crate::cluster::kubeconfig::KubeconfigOptions;
-use crate::cluster::{Capability, Provider, ProviderError, ProviderKind};
+use crate::cluster::{Capability, KubeconfigOptions, Provider, ProviderError, ProviderKind};
 use crate::record::History;
 
 use crate::record::recorder::{Feeds, Recorder, RecorderConfig};

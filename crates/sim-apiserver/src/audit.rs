@@ -27,15 +27,7 @@ pub enum AuditError {
 }
 
 /// The pod a request came from, found by its source address.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// UID.
-    pub uid: String,
-}
+pub use cluster_vocabulary::PodRef;
 
 /// One audited request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,108 +8,33 @@
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::audit::PodRef;
+use crate::request::RequestInfo;
 
-/// Errors of fault handling.
-#[derive(Debug, thiserror::Error)]
-pub enum FaultError {
-    /// No rule has this id (already allowed, or never made).
-    #[error("no fault rule {0}")]
-    NoRule(u64),
-    /// The status code of a reject rule is not an error code.
-    #[error("a reject rule needs an error status code (400-599), got {0}")]
-    NotAnErrorCode(u16),
-    /// The target of a process or network fault does not exist.
-    #[error("no such target: {0}")]
-    NoTarget(String),
-    /// The provider or machine cannot carry out this fault.
-    #[error("{0}")]
-    Unsupported(String),
-}
+pub use cluster_vocabulary::{
+    Cut, FaultError, FaultEvent, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestFacts,
+    RequestMatch,
+};
 
-/// Which requests a rule applies to; every field set must match (unset matches all).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct RequestMatch {
-    /// RBAC verbs (get, list, watch, create, update, patch, delete, deletecollection).
-    pub verbs: Vec<String>,
-    /// API group (`""` is core; unset matches any).
-    pub group: Option<String>,
-    /// Plural resource.
-    pub resource: Option<String>,
-    /// Subresource (`status`, …); `Some("")` means the main resource only.
-    pub subresource: Option<String>,
-    /// Namespace.
-    pub namespace: Option<String>,
-    /// Object name.
-    pub name: Option<String>,
-    /// The requesting pod, as `namespace/name`.
-    pub pod: Option<String>,
-    /// The requesting user.
-    pub user: Option<String>,
-}
-
-/// What is being asked, for rule matching.
-#[derive(Debug, Clone, Default)]
-pub struct RequestFacts<'a> {
-    /// RBAC verb.
-    pub verb: &'a str,
-    /// API group.
-    pub group: &'a str,
-    /// Plural resource (empty for non-resource paths).
-    pub resource: &'a str,
-    /// Subresource.
-    pub subresource: &'a str,
-    /// Namespace.
-    pub namespace: &'a str,
-    /// Object name.
-    pub name: &'a str,
-    /// The pod the request came from.
-    pub pod: Option<&'a PodRef>,
-    /// The user.
-    pub user: &'a str,
-}
-
-impl<'a> RequestFacts<'a> {
-    /// The facts of the request `info` describes, sent from `pod` (if known) by `user`.
-    pub fn of(
-        info: &'a crate::request::RequestInfo,
-        pod: Option<&'a PodRef>,
-        user: &'a str,
-    ) -> Self {
-        Self {
-            verb: &info.verb,
-            group: &info.group,
-            resource: &info.resource,
-            subresource: &info.subresource,
-            namespace: &info.namespace,
-            name: &info.name,
-            pod,
-            user,
-        }
-    }
-}
-
-impl RequestMatch {
-    /// Whether a request matches.
-    pub fn matches(&self, r: &RequestFacts<'_>) -> bool {
-        let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
-        (self.verbs.is_empty() || self.verbs.iter().any(|v| v == r.verb))
-            && !r.resource.is_empty()
-            && eq(&self.group, r.group)
-            && eq(&self.resource, r.resource)
-            && eq(&self.subresource, r.subresource)
-            && eq(&self.namespace, r.namespace)
-            && eq(&self.name, r.name)
-            && eq(&self.user, r.user)
-            && self.pod.as_deref().is_none_or(|want| {
-                r.pod
-                    .is_some_and(|p| format!("{}/{}", p.namespace, p.name) == want)
-            })
+/// The facts of the request `info` describes, sent from `pod` (if known) by `user`.
+pub fn request_facts<'a>(
+    info: &'a RequestInfo,
+    pod: Option<&'a PodRef>,
+    user: &'a str,
+) -> RequestFacts<'a> {
+    RequestFacts {
+        verb: &info.verb,
+        group: &info.group,
+        resource: &info.resource,
+        subresource: &info.subresource,
+        namespace: &info.namespace,
+        name: &info.name,
+        pod,
+        user,
     }
 }
 
@@ -153,25 +78,11 @@ pub enum RuleAction {
     },
 }
 
-/// How far a request has got, for a [`RuleAction::Defer`] waiting for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Milestone {
-    /// It reached the server (authenticated and authorized, before any rule acted on it,
-    /// so a request held by a rule of its own has arrived).
-    Arrived,
-    /// The server is done with it: answered whatever the status (refused by a rule
-    /// included), or given up with its connection.
-    Answered,
-}
-
-impl Milestone {
-    /// What the fault log says: (waiting for it, reached, not reached).
-    fn words(self) -> (&'static str, &'static str, &'static str) {
-        match self {
-            Self::Arrived => ("has arrived", "arrived", "had not arrived"),
-            Self::Answered => ("has been answered", "was answered", "had not been answered"),
-        }
+/// What the fault log says of a milestone: (waiting for it, reached, not reached).
+fn milestone_words(milestone: Milestone) -> (&'static str, &'static str, &'static str) {
+    match milestone {
+        Milestone::Arrived => ("has arrived", "arrived", "had not arrived"),
+        Milestone::Answered => ("has been answered", "was answered", "had not been answered"),
     }
 }
 
@@ -280,21 +191,6 @@ impl Drop for Passage<'_> {
     }
 }
 
-/// One fault applied or undone, as the history shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FaultEvent {
-    /// When.
-    pub time: DateTime<Utc>,
-    /// The verb: `reject`, `allow`, `delay`, `crash`, `evict`, `hold`, `release`, `partition`, `repair`, `skew`, …
-    pub verb: String,
-    /// What it acted on (`pod ns/name`, `node worker-1`, `rule 3: create deployments`).
-    pub target: String,
-    /// Details (mode, offset, status).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub detail: String,
-}
-
 /// The rules of one API server and the fault log of its cluster.
 #[derive(Debug, Default)]
 pub struct Faults {
@@ -371,7 +267,7 @@ impl Faults {
                     format!(
                         "defer until the {} {}, at most {millis}ms",
                         describe(until),
-                        milestone.words().0
+                        milestone_words(*milestone).0
                     ),
                 )
             }
@@ -501,7 +397,7 @@ impl Faults {
     /// it let go (`serve`, the detail starting with [`DEFER_TIMED_OUT`] when the limit ran
     /// out). Does not serve it: the caller does, once this returns.
     pub async fn defer(&self, deferral: Deferral, what: &str) {
-        let (waiting, reached, missed) = deferral.milestone.words();
+        let (waiting, reached, missed) = milestone_words(deferral.milestone);
         self.record(
             "defer",
             &deferral.target,
@@ -736,6 +632,76 @@ fn describe(m: &RequestMatch) -> String {
 
 /// A shared set of faults.
 pub type SharedFaults = Arc<Faults>;
+
+/// The `Status` reason kube-apiserver gives with an HTTP error code.
+pub fn reason_for_code(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        409 => "Conflict",
+        410 => "Expired",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "Unknown",
+    }
+}
+
+/// Who carries out process and network faults (the simulated cluster's kubelets).
+pub trait FaultTarget: Send + Sync {
+    /// Applies a fault to a pod.
+    ///
+    /// # Errors
+    /// When the pod is not running on any node, or the fault cannot be done.
+    fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError>;
+    /// Applies a fault to a node.
+    ///
+    /// # Errors
+    /// When the node does not exist.
+    fn node(&self, node: &str, fault: &NodeFault) -> Result<(), FaultError>;
+}
+
+impl Faults {
+    /// Applies a pod fault through `target` and logs it.
+    ///
+    /// # Errors
+    /// What the target reports.
+    pub fn apply_pod(
+        &self,
+        target: &dyn FaultTarget,
+        namespace: &str,
+        pod: &str,
+        fault: &PodFault,
+    ) -> Result<(), FaultError> {
+        target.pod(namespace, pod, fault)?;
+        self.record(
+            fault.verb(),
+            &format!("pod {namespace}/{pod}"),
+            &fault.detail(),
+        );
+        Ok(())
+    }
+
+    /// Applies a node fault through `target` and logs it.
+    ///
+    /// # Errors
+    /// What the target reports.
+    pub fn apply_node(
+        &self,
+        target: &dyn FaultTarget,
+        node: &str,
+        fault: &NodeFault,
+    ) -> Result<(), FaultError> {
+        target.node(node, fault)?;
+        self.record(fault.verb(), &format!("node {node}"), &fault.detail());
+        Ok(())
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -1086,199 +1052,5 @@ mod tests {
             Faults::new().reject(RequestMatch::default(), 200, "OK", ""),
             Err(FaultError::NotAnErrorCode(200))
         ));
-    }
-}
-
-/// The `Status` reason kube-apiserver gives with an HTTP error code.
-pub fn reason_for_code(code: u16) -> &'static str {
-    match code {
-        400 => "BadRequest",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "NotFound",
-        405 => "MethodNotAllowed",
-        409 => "Conflict",
-        410 => "Expired",
-        422 => "Invalid",
-        429 => "TooManyRequests",
-        500 => "InternalError",
-        503 => "ServiceUnavailable",
-        504 => "Timeout",
-        _ => "Unknown",
-    }
-}
-
-/// How a partition cuts traffic (the per-pod proxy of the simulated nodes carries it out).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Cut {
-    /// Connections are refused and closed: clients see errors at once.
-    #[default]
-    Drop,
-    /// Connections hang: clients see timeouts.
-    Hang,
-    /// Requests arrive, responses never return (one-way).
-    HangResponses,
-}
-
-/// The message of a pod evicted because its node ran short of memory, as the kubelet
-/// words it (without its figures).
-pub const LOW_ON_MEMORY: &str = "The node was low on resource: memory.";
-
-fn low_on_memory() -> String {
-    LOW_ON_MEMORY.to_string()
-}
-
-/// A fault on one pod, carried out by the kubelet running it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "verb")]
-pub enum PodFault {
-    /// SIGKILL the container's processes; the kubelet restarts it per restartPolicy.
-    Crash {
-        /// One container, or all.
-        #[serde(default)]
-        container: Option<String>,
-    },
-    /// Evict the pod as the kubelet does under node pressure: SIGKILL its containers and
-    /// mark them terminated, set the phase `Failed` with reason `Evicted` and this message,
-    /// and never run them again. The Pod object stays until someone deletes it (the undo).
-    Evict {
-        /// The pod's `status.message`, naming the resource the node was low on.
-        #[serde(default = "low_on_memory")]
-        message: String,
-    },
-    /// SIGSTOP the pod's processes.
-    Hold,
-    /// SIGCONT them (undoes `hold`).
-    Release,
-    /// Cut the pod from the API server.
-    Partition {
-        /// How.
-        #[serde(default)]
-        cut: Cut,
-    },
-    /// Restore the pod's API traffic (undoes `partition` and `delay`).
-    Repair,
-    /// Add latency to the pod's API traffic.
-    Delay {
-        /// Milliseconds.
-        millis: u64,
-    },
-    /// Offset the pod's wall clock by this many seconds (0 undoes it; monotonic time is real).
-    Skew {
-        /// Seconds, may be negative.
-        seconds: i64,
-    },
-}
-
-impl PodFault {
-    /// The fault verb as the log writes it.
-    pub fn verb(&self) -> &'static str {
-        match self {
-            Self::Crash { .. } => "crash",
-            Self::Evict { .. } => "evict",
-            Self::Hold => "hold",
-            Self::Release => "release",
-            Self::Partition { .. } => "partition",
-            Self::Repair => "repair",
-            Self::Delay { .. } => "delay",
-            Self::Skew { .. } => "skew",
-        }
-    }
-
-    fn detail(&self) -> String {
-        match self {
-            Self::Crash { container: Some(c) } => format!("container {c}"),
-            Self::Evict { message } => message.clone(),
-            Self::Partition { cut } => format!("{cut:?}").to_lowercase(),
-            Self::Delay { millis } => format!("{millis}ms"),
-            Self::Skew { seconds } => format!("{seconds:+}s"),
-            _ => String::new(),
-        }
-    }
-}
-
-/// A fault on a whole node (its kubelet and every pod on it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "verb")]
-pub enum NodeFault {
-    /// Freeze the node: kubelet loops and all pod processes stop.
-    Hold,
-    /// Undo `hold`.
-    Release,
-    /// Cut the node (kubelet and pods) from the API server.
-    Partition {
-        /// How.
-        #[serde(default)]
-        cut: Cut,
-    },
-    /// Undo `partition`.
-    Repair,
-}
-
-impl NodeFault {
-    /// The fault verb as the log writes it.
-    pub fn verb(&self) -> &'static str {
-        match self {
-            Self::Hold => "hold",
-            Self::Release => "release",
-            Self::Partition { .. } => "partition",
-            Self::Repair => "repair",
-        }
-    }
-}
-
-/// Who carries out process and network faults (the simulated cluster's kubelets).
-pub trait FaultTarget: Send + Sync {
-    /// Applies a fault to a pod.
-    ///
-    /// # Errors
-    /// When the pod is not running on any node, or the fault cannot be done.
-    fn pod(&self, namespace: &str, pod: &str, fault: &PodFault) -> Result<(), FaultError>;
-    /// Applies a fault to a node.
-    ///
-    /// # Errors
-    /// When the node does not exist.
-    fn node(&self, node: &str, fault: &NodeFault) -> Result<(), FaultError>;
-}
-
-impl Faults {
-    /// Applies a pod fault through `target` and logs it.
-    ///
-    /// # Errors
-    /// What the target reports.
-    pub fn apply_pod(
-        &self,
-        target: &dyn FaultTarget,
-        namespace: &str,
-        pod: &str,
-        fault: &PodFault,
-    ) -> Result<(), FaultError> {
-        target.pod(namespace, pod, fault)?;
-        self.record(
-            fault.verb(),
-            &format!("pod {namespace}/{pod}"),
-            &fault.detail(),
-        );
-        Ok(())
-    }
-
-    /// Applies a node fault through `target` and logs it.
-    ///
-    /// # Errors
-    /// What the target reports.
-    pub fn apply_node(
-        &self,
-        target: &dyn FaultTarget,
-        node: &str,
-        fault: &NodeFault,
-    ) -> Result<(), FaultError> {
-        target.node(node, fault)?;
-        let detail = match fault {
-            NodeFault::Partition { cut } => format!("{cut:?}").to_lowercase(),
-            _ => String::new(),
-        };
-        self.record(fault.verb(), &format!("node {node}"), &detail);
-        Ok(())
     }
 }

@@ -4,12 +4,14 @@
 //! kube-apiserver for everything the conformance features touch.
 //!
 //! This crate knows nothing of nodes, controllers or the harness: the simulated nodes and
-//! controllers are clients of it like any other. Its fault rules ([`faults`]) act on the
+//! controllers are clients of it like any other. It speaks the fault vocabulary it shares
+//! with the harness (`cluster-vocabulary`). Its fault rules ([`faults`]) act on the
 //! requests it serves; process and network faults are handed to whoever registered as the
 //! [`faults::FaultTarget`] (the simulated nodes), and logged here.
 //!
 //! # Caveats
-//! - No protobuf, no Table output (kubectl falls back to NAME/AGE columns), no admission
+//! - Protobuf request bodies are decoded for the kinds [`protobuf`] lists; answers are
+//!   always JSON. No Table output (kubectl falls back to NAME/AGE columns), no admission
 //!   webhooks, no RBAC escalation checks, no ClusterRole aggregation.
 //! - `continue` pages are served from the current state, not a snapshot of the first page.
 //! - The `orphan`/`foregroundDeletion` finalizers are added on DELETE as the real server
@@ -537,7 +539,7 @@ async fn handle(
             return error_response(&e, &parts.headers).into();
         }
         let pod = state.audit.pod_of(peer.ip());
-        let facts = crate::faults::RequestFacts::of(&info, pod.as_ref(), &user.name);
+        let facts = crate::faults::request_facts(&info, pod.as_ref(), &user.name);
         // Dropped when this block ends, whatever it answered: rules waiting for this
         // request's answer learn of it then.
         let _passage = state.faults.arrived(&facts);

@@ -310,7 +310,7 @@ impl ServiceAccounts {
     }
 
     /// The ServiceAccount admission plugin's refusal of a pod create in `namespace` whose
-    /// account does not exist: the account the pod names ([`account_name`]) must be one of
+    /// account does not exist: the account the pod names (`account_name`) must be one of
     /// these. Mirror pods, and creates of anything but pods, pass.
     ///
     /// # Errors

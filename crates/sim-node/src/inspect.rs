@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::rustls;
 
 use sim_apiserver::audit::PodRef;
-use sim_apiserver::faults::{FaultTarget, Faults, RequestFacts, Verdict};
+use sim_apiserver::faults::{FaultTarget, Faults, Verdict, request_facts};
 use sim_apiserver::request::{Query, parse};
 use sim_apiserver::tls::ClusterTls;
 
@@ -191,7 +191,7 @@ async fn judged(
     let query = Query::parse(request.uri().query());
     let info = parse(request.method(), request.uri().path(), &query);
     let faults = &inspection.faults;
-    let facts = RequestFacts::of(&info, Some(&inspection.pod), &inspection.user);
+    let facts = request_facts(&info, Some(&inspection.pod), &inspection.user);
     // Dropped once the answer's head is back (or the request failed): rules waiting for
     // this request's answer learn of it then.
     let passage = faults.arrived(&facts);

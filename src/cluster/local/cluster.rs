@@ -14,6 +14,7 @@ use kube::api::{Api, ListParams};
 
 use super::{Binaries, ControlPlane, ControlPlaneConfig};
 use crate::cluster::ProviderError;
+use crate::cluster::sim_parts::SimRules;
 use crate::sim::cluster::Nodes;
 use crate::sim::kubelet::{ImageMap, Kubelet, KubeletConfig};
 
@@ -33,7 +34,7 @@ pub struct LocalCluster {
     pub(super) nodes: Arc<Nodes>,
     pub(super) client: Client,
     /// The rules the pods' proxies judge requests by, and their log.
-    pub(super) request_rules: Arc<crate::sim::faults::Faults>,
+    pub(super) request_rules: SimRules,
     /// The image of the operator under test, which the kubelets run as its binary.
     pub(super) image: String,
     _dir: tempfile::TempDir,
@@ -110,7 +111,7 @@ impl LocalCluster {
         };
         let cluster = next_cluster_id();
         let upstream: Arc<dyn crate::sim::kubelet::upstream::Upstream> = Arc::new(plane.upstream());
-        let request_rules = Arc::new(crate::sim::faults::Faults::new());
+        let request_rules = SimRules::default();
         let mut kubelets = Vec::new();
         for (index, name) in (1u8..).zip(names) {
             let mut kc = KubeletConfig::new(name, index, dir.path().join(name));
@@ -118,7 +119,7 @@ impl LocalCluster {
             kc.pod_ip_prefix = [100 + index, cluster];
             kc.images = images.clone();
             kc.heartbeat_interval = Duration::from_millis(500);
-            kc.request_rules = Some(request_rules.clone());
+            kc.request_rules = Some(Arc::clone(&request_rules));
             match Kubelet::start(upstream.clone(), kc).await {
                 Ok(kubelet) => kubelets.push(kubelet),
                 Err(e) => {

@@ -45,11 +45,12 @@ use crate::cluster::audit::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
 use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
-use crate::cluster::sim::{node_fault_on, pod_fault_on};
+use crate::cluster::sim_parts::SimRules;
 use crate::cluster::{Placement, Provider, ProviderError, admission, random_name};
 use crate::fault::{
     FaultEvent, FaultLog, FaultStore, NodeFault, PodFault, RequestMatch, RequestRules,
 };
+use crate::sim::faults::FaultTarget as _;
 
 /// The run's control plane, once asked for.
 enum State {
@@ -154,7 +155,7 @@ impl LocalRun {
 /// record while the scenario runs (rules are set only by scenarios that run alone).
 struct ScenarioFaults {
     own: FaultLog,
-    rules: Arc<crate::sim::faults::Faults>,
+    rules: SimRules,
     /// How many events the rules' log had when the scenario began.
     from: usize,
 }
@@ -166,13 +167,7 @@ impl FaultStore for ScenarioFaults {
 
     fn events(&self) -> Vec<FaultEvent> {
         let mut events = self.own.events();
-        events.extend(
-            self.rules
-                .log()
-                .into_iter()
-                .skip(self.from)
-                .map(FaultEvent::from),
-        );
+        events.extend(self.rules.log().into_iter().skip(self.from));
         // Stable: events of one store stay in the order they were recorded.
         events.sort_by_key(|e| e.time);
         events
@@ -230,18 +225,17 @@ impl LocalShare {
     /// rules it set.
     fn undo_in_force(&self) {
         let in_force = std::mem::take(&mut *self.in_force());
-        let undo =
-            |node: &str, fault: NodeFault| match node_fault_on(&self.plane.nodes, node, &fault) {
-                Ok(()) => self
-                    .faults
-                    .record(fault.verb(), &format!("node {node}"), "teardown"),
-                Err(e) => eprintln!(
-                    "opconform: teardown of {}: {} of node {node} failed: {}",
-                    self.prefix,
-                    fault.verb(),
-                    crate::error_chain(&e)
-                ),
-            };
+        let undo = |node: &str, fault: NodeFault| match self.plane.nodes.node(node, &fault) {
+            Ok(()) => self
+                .faults
+                .record(fault.verb(), &format!("node {node}"), "teardown"),
+            Err(e) => eprintln!(
+                "opconform: teardown of {}: {} of node {node} failed: {}",
+                self.prefix,
+                fault.verb(),
+                crate::error_chain(&e)
+            ),
+        };
         for node in &in_force.held {
             undo(node, NodeFault::Release);
         }
@@ -292,7 +286,7 @@ impl Provider for LocalShare {
     }
 
     fn request_rules(&self) -> Option<&dyn RequestRules> {
-        Some(self.plane.request_rules.as_ref())
+        Some(&self.plane.request_rules)
     }
 
     async fn pod_fault(
@@ -301,7 +295,7 @@ impl Provider for LocalShare {
         pod: &str,
         fault: &PodFault,
     ) -> Result<(), ProviderError> {
-        pod_fault_on(&self.plane.nodes, namespace, pod, fault)?;
+        self.plane.nodes.pod(namespace, pod, fault)?;
         self.faults.record(
             fault.verb(),
             &format!("pod {namespace}/{pod}"),
@@ -311,7 +305,7 @@ impl Provider for LocalShare {
     }
 
     async fn node_fault(&self, node: &str, fault: &NodeFault) -> Result<(), ProviderError> {
-        node_fault_on(&self.plane.nodes, node, fault)?;
+        self.plane.nodes.node(node, fault)?;
         {
             let mut in_force = self.in_force();
             match fault {
@@ -381,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_scenarios_fault_log_holds_its_own_faults_and_the_rules_events_since_it_began() {
-        let rules = Arc::new(crate::sim::faults::Faults::new());
+        let rules = SimRules::default();
         rules.record("defer", "rule 1: an earlier scenario's", "");
         let log = FaultLog::kept_in(Arc::new(ScenarioFaults {
             own: FaultLog::new(),

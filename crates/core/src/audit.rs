@@ -15,16 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-/// The pod a request came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// UID.
-    pub uid: String,
-}
+pub use cluster_vocabulary::PodRef;
 
 /// One audited request: what the checks need of it. Its JSON form (camelCase fields) reads
 /// the lines `opconform sim --audit-log` writes, which carry more.

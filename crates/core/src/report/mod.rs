@@ -26,14 +26,11 @@ pub enum ReportError {
     },
 }
 
-/// Where reports go: `$CARGO_TARGET_DIR/opconform` when the variable is set (a relative
-/// one is taken from the repository, as cargo does from where it runs), else the
-/// repository's `target/opconform`.
-pub fn reports_root() -> std::path::PathBuf {
-    reports_root_from(
-        std::env::var_os("CARGO_TARGET_DIR"),
-        Path::new(env!("CARGO_MANIFEST_DIR")),
-    )
+/// Where the reports of a run in `repository` go: `$CARGO_TARGET_DIR/opconform` when the
+/// variable is set (a relative one is taken from `repository`, as cargo does from where it
+/// runs), else `repository/target/opconform`.
+pub fn reports_root_in(repository: &Path) -> std::path::PathBuf {
+    reports_root_from(std::env::var_os("CARGO_TARGET_DIR"), repository)
 }
 
 fn reports_root_from(
