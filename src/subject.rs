@@ -790,7 +790,7 @@ mod tests {
     #[test]
     fn on_a_shared_cluster_every_object_moves_to_the_scenarios_namespace_and_names() {
         let subject = Subject::memcached();
-        let placement = crate::cluster::kubeconfig::shared_placement("opconform-x1", "op:1");
+        let placement = crate::cluster::shared::shared_placement("opconform-x1", "op:1");
         let manifests = subject.render(&setup(2, &[]), &placement).unwrap();
         for m in &manifests {
             let o = &m.object;

@@ -434,7 +434,7 @@ pub async fn remove(client: &Client, name: &str) -> Result<(), kube::Error> {
 /// Deletes every binding and policy labelled `label=value`. Errors are reported, not
 /// returned: teardown goes on.
 pub async fn remove_labelled(client: &Client, label: &str, value: &str) {
-    use crate::cluster::kubeconfig::delete_all_labelled;
+    use crate::cluster::shared::delete_all_labelled;
     delete_all_labelled::<ValidatingAdmissionPolicyBinding>(
         client,
         label,

@@ -40,7 +40,7 @@ use kube::Client;
 pub use command::{CommandError, Output, Tools};
 pub use provider::KindProvider;
 
-use super::kubeconfig::client_from_kubeconfig;
+use super::shared::client_from_kubeconfig;
 use super::{DEFAULT_OPERATOR_IMAGE, ProviderError, random_name};
 
 /// The tools the provider needs.

@@ -21,6 +21,7 @@ pub mod audit;
 pub mod kind;
 pub mod kubeconfig;
 pub mod local;
+pub mod shared;
 pub mod sim;
 pub mod sim_parts;
 
@@ -58,7 +59,7 @@ pub enum ProviderError {
     },
     /// The simulated cluster did not start.
     #[error("cannot start the simulated cluster")]
-    SimStart(#[source] Box<crate::sim::cluster::ClusterError>),
+    SimStart(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A client could not be built.
     #[error("cannot build a client for the cluster")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -86,7 +87,7 @@ pub enum ProviderError {
     Local(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The kind provider failed (a tool, the cluster's set-up, a fault's command).
     #[error(transparent)]
-    Kind(Box<kind::KindError>),
+    Kind(Box<dyn std::error::Error + Send + Sync>),
     /// A file of the provider could not be read or written.
     #[error("{action} {path}")]
     File {

@@ -31,7 +31,7 @@ use crate::cluster::admission;
 use crate::cluster::audit::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
-use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
+use crate::cluster::shared::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::{Placement, Provider, ProviderError, random_name};
 use crate::fault::{Cut, FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
 

@@ -919,7 +919,7 @@ impl ControlPlane {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .map_err(|e| ControlPlaneError::Client(e.into()))?;
-        kube::Client::try_from(crate::cluster::kubeconfig::without_retries(config))
+        kube::Client::try_from(crate::cluster::shared::without_retries(config))
             .map_err(|e| ControlPlaneError::Client(e.into()))
     }
 

@@ -44,7 +44,7 @@ use crate::audit::AuditFeed;
 use crate::cluster::audit::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
-use crate::cluster::kubeconfig::{SCENARIO_LABEL, delete_labelled, shared_placement};
+use crate::cluster::shared::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::sim_parts::SimRules;
 use crate::cluster::{Placement, Provider, ProviderError, admission, random_name};
 use crate::fault::{
