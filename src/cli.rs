@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 pub enum CliError {
     /// The simulated cluster did not start.
     #[error("cannot start the simulated control plane")]
-    Start(#[source] Box<crate::sim::cluster::ClusterError>),
+    Start(#[source] Box<crate::sim::ClusterError>),
     /// The kubeconfig could not be written.
     #[error("cannot write kubeconfig {path}")]
     Kubeconfig {
@@ -525,7 +525,7 @@ async fn fault(args: FaultArgs) -> Result<(), CliError> {
 }
 
 async fn sim(args: SimArgs) -> Result<(), CliError> {
-    use crate::sim::cluster::{SimCluster, SimClusterConfig};
+    use crate::sim::{SimCluster, SimClusterConfig};
     let begin = Instant::now();
     let mut config = if args.fast {
         SimClusterConfig::fast()

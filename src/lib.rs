@@ -21,24 +21,9 @@
 
 pub mod bench;
 pub mod cli;
-pub mod cluster;
 pub mod conformance;
-pub mod profile;
-pub mod sim;
-pub mod steps;
-pub mod subject;
+
+pub use opconform_providers::{cluster, report, repository_root, sim};
+pub use opconform_steps::{profile, steps, subject};
 
 pub use opconform_core::{audit, check, deploy, error_chain, fault, record};
-
-/// Timelines (HTML + SVG) and the scenario index ([`opconform_core::report`]), and where
-/// this repository keeps them.
-pub mod report {
-    pub use opconform_core::report::*;
-
-    /// Where reports go: `$CARGO_TARGET_DIR/opconform` when the variable is set (a relative
-    /// one is taken from the repository, as cargo does from where it runs), else the
-    /// repository's `target/opconform`.
-    pub fn reports_root() -> std::path::PathBuf {
-        reports_root_in(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
-    }
-}

@@ -10,9 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use opconform::sim::cluster::{SimCluster, SimClusterConfig};
 use opconform::sim::faults::{Cut, NodeFault};
 use opconform::sim::kubelet::ImageMap;
+use opconform::sim::{SimCluster, SimClusterConfig};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);

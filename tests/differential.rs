@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use opconform::cluster::local::{Binaries, ControlPlane, ControlPlaneConfig};
-use opconform::sim::cluster::{SimCluster, SimClusterConfig};
+use opconform::sim::{SimCluster, SimClusterConfig};
 use serde_json::{Value, json};
 
 mod support;

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams, PostParams};
-use opconform::sim::cluster::{SimCluster, SimClusterConfig};
 use opconform::sim::kubelet::{ImageConfig, ImageMap};
+use opconform::sim::{SimCluster, SimClusterConfig};
 use serde_json::{Value, json};
 use support::eventually;
 

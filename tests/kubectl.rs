@@ -1,7 +1,8 @@
 //! kubectl (v1.34, built by `ci/kubernetes/build.sh`), a real client, against a running `opconform sim`: CRDs, client-side and
 //! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
 //! on a finalizer, tokens and `auth can-i`, discovery (`api-resources`), APIServices, the
-//! `kubernetes` Service and field selectors.
+//! `kubernetes` Service and field selectors; and kubectl's rollout status and wait against
+//! the simulated controllers.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
@@ -547,4 +548,79 @@ fn kubectl_discovers_every_resource_lists_apiservices_and_the_kubernetes_service
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// kubectl's rollout rule, against the simulated API server and controllers of this process
+// with a fake kubelet in place of the nodes (sim-test-support's, as the controllers' own
+// tests start them): no `opconform sim` runs.
+
+#[tokio::test]
+async fn kubectl_rollout_status_and_wait_for_available_are_satisfied() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Api, PostParams};
+    use serde_json::json;
+    use sim_test_support::controllers::{Sim, available, deployment, rollout_complete};
+
+    let sim = Sim::start(&["node-a", "node-b"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("cli", 2, "cli:1", json!({"type": "RollingUpdate"})),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.server.admin_kubeconfig()).unwrap();
+    let kubectl = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(
+            opconform::cluster::local::binaries::kubectl()
+                .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e))),
+        );
+        cmd.args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECACHEDIR", dir.path().join("cache"));
+        cmd
+    };
+    let rollout = kubectl(&["rollout", "status", "deployment/cli", "--timeout=20s"])
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&rollout.stdout);
+    assert!(
+        rollout.status.success(),
+        "rollout status failed: {out} {}",
+        String::from_utf8_lossy(&rollout.stderr)
+    );
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let wait = kubectl(&[
+        "wait",
+        "--for=condition=Available",
+        "deployment/cli",
+        "--timeout=20s",
+    ])
+    .output()
+    .await
+    .unwrap();
+    assert!(
+        wait.status.success(),
+        "wait failed: {}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+
+    // The same rule, read from the status fields.
+    let d = deployments.get("cli").await.unwrap();
+    assert!(rollout_complete(&d) && available(&d), "{:?}", d.status);
+    let history = kubectl(&["rollout", "history", "deployment/cli"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        history.status.success(),
+        "{}",
+        String::from_utf8_lossy(&history.stderr)
+    );
+    sim.stop().await;
 }

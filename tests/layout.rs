@@ -52,9 +52,12 @@ fn the_simulator_crates_are_in_the_workspace() {
     let packages = workspace_dependencies();
     for name in [
         "cluster-vocabulary",
+        "opconform-providers",
+        "opconform-steps",
         "sim-apiserver",
         "sim-node",
         "sim-controllers",
+        "sim-test-support",
         "opconform-core",
         "opconform",
     ] {
@@ -85,12 +88,14 @@ fn ours_among(packages: &BTreeMap<String, Vec<String>>, name: &str) -> Vec<Strin
         .collect()
 }
 
+/// Its tests' helpers (`sim-test-support`, a dev-dependency) count too: they start the
+/// API server alone, the controllers only behind a feature its tests leave off.
 #[test]
 fn the_simulated_api_server_uses_no_workspace_crate_but_the_vocabulary_and_plain_http() {
     let packages = workspace_dependencies();
     assert_eq!(
         ours_among(&packages, "sim-apiserver"),
-        ["cluster-vocabulary", "plain-http"]
+        ["cluster-vocabulary", "plain-http", "sim-test-support"]
     );
 }
 
@@ -100,6 +105,40 @@ fn the_shared_vocabulary_depends_on_no_workspace_crate() {
     assert_eq!(
         ours_among(&packages, "cluster-vocabulary"),
         Vec::<String>::new()
+    );
+}
+
+/// The simulator's crates a harness crate might reach for.
+const SIMULATOR: [&str; 3] = ["sim-apiserver", "sim-node", "sim-controllers"];
+
+#[test]
+fn among_the_harness_crates_only_the_providers_use_the_simulator() {
+    let packages = workspace_dependencies();
+    assert!(
+        SIMULATOR
+            .iter()
+            .all(|sim| packages["opconform-providers"].iter().any(|d| d == sim)),
+        "the providers assemble the simulated cluster: {:?}",
+        packages["opconform-providers"]
+    );
+    for harness in ["opconform-core", "opconform-steps", "opconform"] {
+        let used: Vec<_> = packages[harness]
+            .iter()
+            .filter(|d| SIMULATOR.contains(&d.as_str()))
+            .collect();
+        assert!(
+            used.is_empty(),
+            "{harness} uses the simulator's crates {used:?}"
+        );
+    }
+}
+
+#[test]
+fn the_steps_reach_clusters_through_the_providers_and_never_the_binary() {
+    let packages = workspace_dependencies();
+    assert_eq!(
+        ours_among(&packages, "opconform-steps"),
+        ["opconform-core", "opconform-providers"]
     );
 }
 
@@ -259,11 +298,14 @@ fn no_two_modules_of_a_crate_import_each_other_even_through_others() {
     for src in [
         "src",
         "crates/core/src",
+        "crates/providers/src",
+        "crates/steps/src",
         "crates/vocabulary/src",
         "crates/plain-http/src",
         "crates/sim-apiserver/src",
         "crates/sim-node/src",
         "crates/sim-controllers/src",
+        "crates/sim-test-support/src",
         "operator/src",
     ] {
         if let Some(cycle) = module_cycle(&root.join(src)) {
@@ -298,9 +340,9 @@ fn the_steps_name_no_provider_module_and_no_simulator_crate() {
         r"\bcluster::(sim|sim_parts|local|kind|kubeconfig|admission|audit)\b|crate::sim\b|\bsim_(apiserver|node|controllers)\b",
     )
     .expect("regex");
-    let steps = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/steps");
+    let steps = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/steps/src/steps");
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(&steps).expect("read src/steps") {
+    for entry in std::fs::read_dir(&steps).expect("read crates/steps/src/steps") {
         let path = entry.expect("dir entry").path();
         let text = std::fs::read_to_string(&path).expect("read a step module");
         for (number, line) in text.lines().enumerate() {

@@ -858,7 +858,7 @@ async fn a_memcached_created_scaled_and_deleted_is_recorded_with_its_deployment_
     use k8s_openapi::api::core::v1::Event as CoreEvent;
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     use opconform::record::Change;
-    use opconform::sim::cluster::{SimCluster, SimClusterConfig};
+    use opconform::sim::{SimCluster, SimClusterConfig};
 
     let dir = tempfile::tempdir().unwrap();
     let cluster = SimCluster::start(SimClusterConfig {

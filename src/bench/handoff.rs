@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::audit::{
+use super::audit_tap::{
     last_renewal, lease_taken, lock_collected, lock_created, millis_between, pod_of,
 };
 use super::stage::{Election, LeaseTimings, Roles, Stage};

@@ -66,7 +66,7 @@
 //!   that runs do not wait five seconds for each replacement; nothing measured depends
 //!   on readiness.
 
-mod audit;
+mod audit_tap;
 mod chart;
 mod handoff;
 mod stage;
@@ -91,7 +91,7 @@ pub enum BenchError {
     Operator(#[source] crate::subject::SubjectError),
     /// A simulated cluster did not start.
     #[error("cannot start a simulated cluster")]
-    Cluster(#[source] Box<crate::sim::cluster::ClusterError>),
+    Cluster(#[source] Box<crate::sim::ClusterError>),
     /// A real control plane did not start.
     #[error("cannot start a real control plane")]
     ControlPlane(#[source] Box<crate::cluster::local::ControlPlaneError>),

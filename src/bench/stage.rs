@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
 
-use super::audit::{AuditTap, first_lock_request, pod_deleted};
+use super::audit_tap::{AuditTap, first_lock_request, pod_deleted};
 use super::{BenchError, Contender, Options};
 use crate::deploy::{Manifest, apply_all};
 use crate::record::recorder::holder_of_identity;
-use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::sim::kubelet::ImageMap;
+use crate::sim::{SimCluster, SimClusterConfig};
 use crate::subject::{OperatorSetup, Subject};
 
 /// Appended to the values of the selector's labels on a pod taken out of the Deployment

@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt as _};
 
-use super::audit::{last_work_write, millis_between, requests_by_pod};
+use super::audit_tap::{last_work_write, millis_between, requests_by_pod};
 use super::stage::{Election, LeaseTimings, Stage};
 use super::{BenchError, Contender, Options, SETTLE, Series};
-use crate::sim::cluster::{SimCluster, SimClusterConfig};
+use crate::sim::{SimCluster, SimClusterConfig};
 
 /// The namespace of the Memcached objects.
 const OBJECTS_NAMESPACE: &str = "bench";

@@ -35,6 +35,7 @@ pub mod csrsigning;
 pub mod deployment;
 mod dynamic;
 pub mod garbage_collector;
+pub mod in_process;
 mod informer;
 pub mod namespace;
 pub mod namespace_defaults;

@@ -263,3 +263,120 @@ pub struct FaultEvent {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str) -> PodRef {
+        PodRef {
+            namespace: "ops".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    fn lease_update<'a>(from: Option<&'a PodRef>) -> RequestFacts<'a> {
+        RequestFacts {
+            verb: "update",
+            group: "coordination.k8s.io",
+            resource: "leases",
+            namespace: "ops",
+            name: "lock",
+            pod: from,
+            user: "system:serviceaccount:ops:op",
+            ..RequestFacts::default()
+        }
+    }
+
+    #[test]
+    fn an_empty_match_matches_every_request_for_a_resource_and_none_for_a_path() {
+        let all = RequestMatch::default();
+        assert!(all.matches(&lease_update(None)));
+        let healthz = RequestFacts {
+            verb: "get",
+            ..RequestFacts::default()
+        };
+        assert!(!all.matches(&healthz));
+    }
+
+    #[test]
+    fn every_field_set_must_match_and_the_pod_is_named_namespace_slash_name() {
+        let a = pod("a");
+        let b = pod("b");
+        let writes_of_a = RequestMatch {
+            verbs: vec!["update".into(), "patch".into()],
+            resource: Some("leases".into()),
+            pod: Some("ops/a".into()),
+            ..RequestMatch::default()
+        };
+        assert!(writes_of_a.matches(&lease_update(Some(&a))));
+        assert!(!writes_of_a.matches(&lease_update(Some(&b))));
+        assert!(!writes_of_a.matches(&lease_update(None)));
+        let reads = RequestMatch {
+            verbs: vec!["get".into()],
+            ..RequestMatch::default()
+        };
+        assert!(!reads.matches(&lease_update(Some(&a))));
+    }
+
+    #[test]
+    fn an_empty_subresource_means_the_main_resource_only() {
+        let main_only = RequestMatch {
+            subresource: Some(String::new()),
+            ..RequestMatch::default()
+        };
+        let status = RequestFacts {
+            subresource: "status",
+            ..lease_update(None)
+        };
+        assert!(main_only.matches(&lease_update(None)));
+        assert!(!main_only.matches(&status));
+    }
+
+    #[test]
+    fn each_fault_is_logged_with_its_verb_and_details() {
+        let logged = [
+            (
+                PodFault::Crash {
+                    container: Some("manager".into()),
+                },
+                "crash",
+                "container manager",
+            ),
+            (PodFault::Crash { container: None }, "crash", ""),
+            (
+                PodFault::Partition {
+                    cut: Cut::HangResponses,
+                },
+                "partition",
+                "hangresponses",
+            ),
+            (PodFault::Delay { millis: 250 }, "delay", "250ms"),
+            (PodFault::Skew { seconds: -30 }, "skew", "-30s"),
+            (PodFault::Hold, "hold", ""),
+        ];
+        for (fault, verb, detail) in logged {
+            assert_eq!(
+                (fault.verb(), fault.detail().as_str()),
+                (verb, detail),
+                "{fault:?}"
+            );
+        }
+        let node = NodeFault::Partition { cut: Cut::Hang };
+        assert_eq!((node.verb(), node.detail().as_str()), ("partition", "hang"));
+    }
+
+    #[test]
+    fn a_fault_reads_from_the_json_a_rule_or_the_command_line_writes() {
+        let evict: PodFault = serde_json::from_str(r#"{"verb":"evict"}"#).unwrap();
+        assert_eq!(
+            evict,
+            PodFault::Evict {
+                message: LOW_ON_MEMORY.into()
+            }
+        );
+        let cut: NodeFault = serde_json::from_str(r#"{"verb":"partition"}"#).unwrap();
+        assert_eq!(cut, NodeFault::Partition { cut: Cut::Drop });
+    }
+}

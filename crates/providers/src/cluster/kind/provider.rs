@@ -28,7 +28,7 @@ use super::node::{self, Address};
 use super::{KindCluster, KindError};
 use crate::audit::AuditFeed;
 use crate::cluster::admission;
-use crate::cluster::audit::{
+use crate::cluster::audit_log::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
 use crate::cluster::shared::{SCENARIO_LABEL, delete_labelled, shared_placement};

@@ -223,7 +223,7 @@ impl KindOptions {
     /// `KIND_EXPERIMENTAL_DOCKER_NETWORK` applied.
     pub fn from_env() -> Self {
         let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-        let mut options = Self::new(env!("CARGO_MANIFEST_DIR"));
+        let mut options = Self::new(crate::repository_root());
         options.existing = var("OPCONFORM_KIND_CLUSTER");
         options.image = var("OPCONFORM_IMAGE");
         options.node_image = var("OPCONFORM_KIND_NODE_IMAGE");

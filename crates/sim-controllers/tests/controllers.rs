@@ -2,269 +2,31 @@
 //! collection in each propagation mode, Deployments (rollout, scale, RollingUpdate
 //! invariants, Recreate, kubectl's rollout rule), namespace deletion, node lifecycle with
 //! taint eviction, and scheduling. The tests create the Nodes and play the kubelet
-//! themselves (a small fake below: heartbeats, pods Running and Ready, terminations
-//! completed), so nothing here runs a process.
-
-mod support;
+//! themselves (a small fake, `sim_test_support::controllers::FakeKubelet`: heartbeats, pods
+//! Running and Ready, terminations completed), so nothing here runs a process. kubectl's
+//! own verdict on a rollout is checked in the harness's `tests/kubectl.rs`, which finds or
+//! builds the kubectl binary.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt as _;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt as _, watcher};
-use kube::{Client, ResourceExt as _};
-use opconform::sim::apiserver::ApiServer;
-use opconform::sim::controllers::{ControllerConfig, Controllers};
 use serde_json::{Value, json};
-use support::{WAIT, eventually};
-
-// ---------------------------------------------------------------------------------------
-// A fake kubelet: heartbeats (Lease and Ready condition), pods Running and Ready after a
-// short start-up, terminations completed with grace 0. A partitioned node does nothing.
-
-struct FakeKubelet {
-    partitioned: Arc<Mutex<HashSet<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for FakeKubelet {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn micro_now() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
-}
-
-fn secs_now() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-async fn heartbeat(client: &Client, node: &str) {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let _ = leases
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"renewTime": micro_now()}})),
-        )
-        .await;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let Ok(current) = nodes.get_status(node).await else {
-        return;
-    };
-    let ready = current
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .cloned();
-    let transition = match &ready {
-        Some(c) if c.status == "True" => json!(c.last_transition_time),
-        _ => json!(secs_now()),
-    };
-    let beat = secs_now();
-    let unchanged = ready.as_ref().is_some_and(|c| {
-        c.status == "True"
-            && c.last_heartbeat_time.as_ref().map(|t| t.0.to_string()) == Some(beat.clone())
-    });
-    if unchanged {
-        return;
-    }
-    let _ = nodes
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "kubelet is posting ready status",
-                "lastHeartbeatTime": beat, "lastTransitionTime": transition,
-            }]}})),
-        )
-        .await;
-}
-
-fn node_of(pod: &Pod) -> Option<String> {
-    pod.spec
-        .as_ref()?
-        .node_name
-        .clone()
-        .filter(|n| !n.is_empty())
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn run_pod(client: Client, pod: Pod) {
-    let namespace = pod.namespace().unwrap_or_default();
-    let name = pod.name_any();
-    let api: Api<Pod> = Api::namespaced(client, &namespace);
-    if pod.metadata.deletion_timestamp.is_some() {
-        let params = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(kube::api::Preconditions {
-                uid: pod.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        let _ = api.delete(&name, &params).await;
-        return;
-    }
-    if pod_ready(&pod) {
-        return;
-    }
-    // A container takes a moment to start.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let now = secs_now();
-    let _ = api
-        .patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "phase": "Running",
-                "conditions": [
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                ],
-            }})),
-        )
-        .await;
-}
-
-impl FakeKubelet {
-    async fn start(client: Client, nodes: &[&str]) -> Self {
-        let node_api: Api<Node> = Api::all(client.clone());
-        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-        for name in nodes {
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            }))
-            .unwrap();
-            node_api
-                .create(&PostParams::default(), &node)
-                .await
-                .unwrap();
-            let lease: Lease = serde_json::from_value(json!({
-                "metadata": {"name": name},
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
-            }))
-            .unwrap();
-            leases.create(&PostParams::default(), &lease).await.unwrap();
-            heartbeat(&client, name).await;
-        }
-        let names: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-        let partitioned: Arc<Mutex<HashSet<String>>> = Arc::default();
-        let cut = partitioned.clone();
-        let task = tokio::spawn(async move {
-            let pods = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-                .default_backoff()
-                .applied_objects();
-            let mut pods = std::pin::pin!(pods);
-            let mut tick = tokio::time::interval(Duration::from_millis(200));
-            let mut was_cut: HashSet<String> = HashSet::new();
-            loop {
-                tokio::select! {
-                    Some(Ok(pod)) = pods.next() => {
-                        let Some(node) = node_of(&pod) else { continue };
-                        if !names.contains(&node) || cut.lock().unwrap().contains(&node) {
-                            continue;
-                        }
-                        tokio::spawn(run_pod(client.clone(), pod));
-                    }
-                    _ = tick.tick() => {
-                        let now_cut = cut.lock().unwrap().clone();
-                        for node in &names {
-                            if now_cut.contains(node) {
-                                continue;
-                            }
-                            heartbeat(&client, node).await;
-                            if was_cut.contains(node) {
-                                // Back from a partition: catch up with the node's pods.
-                                let api: Api<Pod> = Api::all(client.clone());
-                                let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-                                if let Ok(list) = api.list(&lp).await {
-                                    for pod in list.items {
-                                        tokio::spawn(run_pod(client.clone(), pod));
-                                    }
-                                }
-                            }
-                        }
-                        was_cut = now_cut;
-                    }
-                }
-            }
-        });
-        Self { partitioned, task }
-    }
-
-    fn partition(&self, node: &str) {
-        self.partitioned.lock().unwrap().insert(node.to_string());
-    }
-
-    fn repair(&self, node: &str) {
-        self.partitioned.lock().unwrap().remove(node);
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-
-struct Sim {
-    client: Client,
-    server: ApiServer,
-    kubelet: FakeKubelet,
-    controllers: Option<Controllers>,
-}
-
-impl Sim {
-    async fn start(nodes: &[&str]) -> Self {
-        Self::start_with(nodes, ControllerConfig::fast()).await
-    }
-
-    async fn start_with(nodes: &[&str], config: ControllerConfig) -> Self {
-        let (server, client) = support::server().await;
-        let controllers = opconform::sim::in_process::start_controllers(&server.handle(), config)
-            .await
-            .expect("controllers start");
-        let kubelet = FakeKubelet::start(client.clone(), nodes).await;
-        Self {
-            client,
-            server,
-            kubelet,
-            controllers: Some(controllers),
-        }
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        Api::namespaced(self.client.clone(), "default")
-    }
-
-    async fn stop(mut self) {
-        if let Some(c) = self.controllers.take() {
-            c.shutdown().await;
-        }
-    }
-}
+use sim_controllers::ControllerConfig;
+use sim_test_support::controllers::{
+    Sim, available, deployment, node_of, pod_ready, rollout_complete,
+};
+use sim_test_support::{WAIT, eventually};
 
 fn cm(name: &str, owners: Value, finalizers: Value) -> ConfigMap {
     serde_json::from_value(json!({
@@ -599,54 +361,11 @@ async fn custom_resources_are_collected_and_orphaned_like_built_in_types() {
 // ---------------------------------------------------------------------------------------
 // Deployments.
 
-fn deployment(name: &str, replicas: i32, image: &str, strategy: Value) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "strategy": strategy,
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": image}]},
-            },
-        },
-    }))
-    .unwrap()
-}
-
 fn revision(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
     meta.annotations
         .as_ref()?
         .get("deployment.kubernetes.io/revision")
         .cloned()
-}
-
-/// kubectl's rollout rule (`polymorphichelpers/rollout_status.go`), as the reference
-/// quotes it.
-fn rollout_complete(d: &Deployment) -> bool {
-    let status = d.status.clone().unwrap_or_default();
-    let wanted = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let progressing = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "Progressing");
-    d.metadata.generation.unwrap_or(0) <= status.observed_generation.unwrap_or(0)
-        && progressing.is_none_or(|c| c.reason.as_deref() != Some("ProgressDeadlineExceeded"))
-        && status.updated_replicas.unwrap_or(0) >= wanted
-        && status.replicas.unwrap_or(0) <= status.updated_replicas.unwrap_or(0)
-        && status.available_replicas.unwrap_or(0) >= status.updated_replicas.unwrap_or(0)
-}
-
-fn available(d: &Deployment) -> bool {
-    let status = d.status.clone().unwrap_or_default();
-    status.observed_generation >= d.metadata.generation
-        && status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Available" && c.status == "True")
 }
 
 async fn wait_rolled_out(
@@ -1110,71 +829,6 @@ async fn a_recreate_deployment_removes_every_old_pod_before_the_new_replica_set_
         .find(|rs| rs.labels()["pod-template-hash"] == old_hash)
         .unwrap();
     assert_eq!(old_rs.spec.as_ref().unwrap().replicas, Some(0));
-    sim.stop().await;
-}
-
-#[tokio::test]
-async fn kubectl_rollout_status_and_wait_for_available_are_satisfied() {
-    let sim = Sim::start(&["node-a", "node-b"]).await;
-    let deployments: Api<Deployment> = sim.api();
-    deployments
-        .create(
-            &PostParams::default(),
-            &deployment("cli", 2, "cli:1", json!({"type": "RollingUpdate"})),
-        )
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.server.admin_kubeconfig()).unwrap();
-    let kubectl = |args: &[&str]| {
-        let mut cmd = tokio::process::Command::new(
-            opconform::cluster::local::binaries::kubectl()
-                .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e))),
-        );
-        cmd.args(args)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("KUBECACHEDIR", dir.path().join("cache"));
-        cmd
-    };
-    let rollout = kubectl(&["rollout", "status", "deployment/cli", "--timeout=20s"])
-        .output()
-        .await
-        .unwrap();
-    let out = String::from_utf8_lossy(&rollout.stdout);
-    assert!(
-        rollout.status.success(),
-        "rollout status failed: {out} {}",
-        String::from_utf8_lossy(&rollout.stderr)
-    );
-    assert!(out.contains("successfully rolled out"), "{out}");
-    let wait = kubectl(&[
-        "wait",
-        "--for=condition=Available",
-        "deployment/cli",
-        "--timeout=20s",
-    ])
-    .output()
-    .await
-    .unwrap();
-    assert!(
-        wait.status.success(),
-        "wait failed: {}",
-        String::from_utf8_lossy(&wait.stderr)
-    );
-
-    // The same rule, read from the status fields.
-    let d = deployments.get("cli").await.unwrap();
-    assert!(rollout_complete(&d) && available(&d), "{:?}", d.status);
-    let history = kubectl(&["rollout", "history", "deployment/cli"])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        history.status.success(),
-        "{}",
-        String::from_utf8_lossy(&history.stderr)
-    );
     sim.stop().await;
 }
 

@@ -26,7 +26,7 @@ use crate::subject::{
 pub const PROFILE_ENV: &str = "OPCONFORM_OPERATOR";
 
 /// The bundled operator's profile, as shipped.
-const BUNDLED: &str = include_str!("../profiles/memcached-operator/profile.yaml");
+const BUNDLED: &str = include_str!("../../../profiles/memcached-operator/profile.yaml");
 
 /// Errors of reading a profile.
 #[derive(Debug, thiserror::Error)]

@@ -270,7 +270,7 @@ fn match_conditions(matches: &RequestMatch) -> Vec<MatchCondition> {
     }
     if let Some(pod) = &matches.pod {
         let (namespace, name) = pod.split_once('/').unwrap_or(("", pod));
-        let key = cel_string(crate::cluster::audit::POD_NAME_EXTRA);
+        let key = cel_string(crate::cluster::audit_log::POD_NAME_EXTRA);
         conditions.push(MatchCondition {
             name: "pod".into(),
             expression: format!(

@@ -41,7 +41,7 @@ use kube::api::Api;
 use super::LocalCluster;
 use super::cluster::{NODES, NODES_READY_WITHIN, wait_for_ready_nodes};
 use crate::audit::AuditFeed;
-use crate::cluster::audit::{
+use crate::cluster::audit_log::{
     PodsByIp, followed_or_warned, kube_apiserver_lines, watch_pod_addresses,
 };
 use crate::cluster::shared::{SCENARIO_LABEL, delete_labelled, shared_placement};

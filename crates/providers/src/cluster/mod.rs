@@ -17,7 +17,7 @@
 //! - [`kind`]: one kind cluster for the run, created (or reused) and deleted by it.
 
 pub mod admission;
-pub mod audit;
+pub mod audit_log;
 pub mod kind;
 pub mod kubeconfig;
 pub mod local;

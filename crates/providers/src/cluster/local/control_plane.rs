@@ -36,7 +36,7 @@ use crate::sim::kubelet::logs::ContainerLog;
 use crate::sim::kubelet::process::{Instance, Spec};
 
 /// The audit policy of every real control plane the harness starts (kind's too).
-pub const AUDIT_POLICY: &str = include_str!("../../../ci/kind/audit-policy.yaml");
+pub const AUDIT_POLICY: &str = include_str!("../../../../../ci/kind/audit-policy.yaml");
 
 /// The user the harness acts as (in `system:masters`).
 pub const ADMIN_USER: &str = "opconform-admin";

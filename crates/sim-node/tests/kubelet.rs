@@ -2,8 +2,6 @@
 //! real processes (a small shell script written at test time), with their env, args, IPs,
 //! logs, probes, restarts, graceful deletion, and every process and network fault.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -16,11 +14,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams, LogParams, PostParams, WatchEvent, WatchParams};
-use opconform::sim::apiserver::ApiServer;
-use opconform::sim::kubelet::{Kubelet, KubeletConfig, find_faketime};
-use opconform::sim::proxy::Mode;
 use serde_json::{Value, json};
-use support::{WAIT, eventually};
+use sim_apiserver::ApiServer;
+use sim_node::proxy::Mode;
+use sim_node::upstream::SimulatedUpstream;
+use sim_node::{Kubelet, KubeletConfig, find_faketime};
+use sim_test_support::{WAIT, eventually};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// The fixture container: records each start in `starts`, prints its args and env, and
@@ -98,7 +97,7 @@ impl Cluster {
     }
 
     async fn start_with(index: u8, tweak: impl FnOnce(&mut KubeletConfig)) -> Self {
-        let (server, client) = support::server().await;
+        let (server, client) = sim_test_support::server().await;
         let dir = tempfile::tempdir().expect("tempdir");
         let fixture = write_fixture(dir.path());
         let node = format!("worker-{index}");
@@ -108,9 +107,7 @@ impl Cluster {
         config.restart_backoff_cap = Duration::from_millis(1600);
         tweak(&mut config);
         let kubelet = Kubelet::start(
-            std::sync::Arc::new(opconform::sim::in_process::SimulatedUpstream(
-                server.handle(),
-            )),
+            std::sync::Arc::new(SimulatedUpstream(server.handle())),
             config,
         )
         .await

@@ -3,15 +3,17 @@
 //! nothing of the harness.
 //!
 //! - [`apiserver`]: the Kubernetes API (HTTPS, auth, RBAC, watch, audit).
-//! - [`cluster`]: the whole simulated cluster behind one handle.
+//! - [`SimCluster`]: the whole simulated cluster behind one handle, assembled from them.
 //! - [`in_process`]: how the nodes and controllers reach the API server of the same process.
 //! - [`controllers`]: garbage collector, deployment, namespace, node lifecycle, scheduler.
 //! - [`kubelet`]: one per simulated node; runs containers as processes, heartbeats.
 //! - [`faults`]: API fault rules (reject, delay) and the log of every fault.
 //! - [`proxy`]: the per-pod and per-node TCP proxy where network faults act.
 
-pub mod cluster;
+mod assembly;
 pub mod in_process;
+
+pub use assembly::{ClusterError, Nodes, SimCluster, SimClusterConfig};
 
 pub use sim_apiserver as apiserver;
 pub use sim_apiserver::faults;

@@ -1,8 +1,6 @@
 //! The simulated API server as kube-rs sees it: every verb on every resource family, the
 //! real error answers, watches and reflectors, CRDs, deletion, server-side apply, RBAC.
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use futures::StreamExt as _;
@@ -25,9 +23,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{
     WatchStreamExt as _, reflector, wait::await_condition, wait::conditions, watcher,
 };
-use opconform::sim::apiserver::ApiServerConfig;
 use serde_json::{Value, json};
-use support::{api_error, eventually, json, raw, server, server_with};
+use sim_apiserver::ApiServerConfig;
+use sim_test_support::{WAIT, api_error, eventually, json, raw, server, server_with};
 
 fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
     serde_json::from_value(json!({
@@ -463,7 +461,7 @@ async fn install_crd(client: &kube::Client) -> Api<DynamicObject> {
         "memcacheds.cache.example.com",
         conditions::is_crd_established(),
     );
-    tokio::time::timeout(support::WAIT, established)
+    tokio::time::timeout(WAIT, established)
         .await
         .expect("established in time")
         .unwrap();
@@ -754,7 +752,7 @@ async fn the_other_resource_families_serve_create_get_list_and_delete() {
 #[tokio::test]
 async fn a_request_without_a_valid_token_is_unauthorized() {
     let (server, _client) = server().await;
-    let bad = opconform::sim::apiserver::ApiServer::client_for(&server.kubeconfig_for(
+    let bad = sim_apiserver::ApiServer::client_for(&server.kubeconfig_for(
         &server.url(),
         "nobody",
         "not-a-token",
@@ -1182,7 +1180,7 @@ async fn the_audit_attributes_every_request_to_its_user_with_verb_resource_and_c
 
 #[tokio::test]
 async fn a_reject_rule_answers_matching_requests_with_the_chosen_status_until_allowed() {
-    use opconform::sim::faults::RequestMatch;
+    use sim_apiserver::faults::RequestMatch;
     let (server, client) = server().await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let rule = server
@@ -1247,7 +1245,7 @@ async fn a_reject_rule_answers_matching_requests_with_the_chosen_status_until_al
 
 #[tokio::test]
 async fn a_delay_rule_adds_at_least_the_delay() {
-    use opconform::sim::faults::RequestMatch;
+    use sim_apiserver::faults::RequestMatch;
     let (server, client) = server().await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     server.state().faults.delay(

@@ -17,9 +17,9 @@ use crate::audit::{AuditFeed, AuditRecord};
 use crate::fault::{FaultLog, NodeFault, PodFault, RequestMatch, RequestRules};
 use crate::sim::apiserver::ServerHandle;
 use crate::sim::apiserver::audit::AuditEvent;
-use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::sim::faults::reason_for_code;
 use crate::sim::kubelet::ImageMap;
+use crate::sim::{SimCluster, SimClusterConfig};
 
 /// The live audit of a simulated API server, as the harness reads it: its events turned
 /// into records, caught up with by reading how many it has made.
@@ -226,7 +226,7 @@ mod tests {
         };
         let line = serde_json::to_string(&event).unwrap();
         assert_eq!(
-            crate::cluster::audit::parse_sim_line(&line),
+            crate::cluster::audit_log::parse_sim_line(&line),
             Some(record_of(event))
         );
     }

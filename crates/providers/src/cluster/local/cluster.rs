@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams};
 use super::{Binaries, ControlPlane, ControlPlaneConfig};
 use crate::cluster::ProviderError;
 use crate::cluster::sim_parts::SimRules;
-use crate::sim::cluster::Nodes;
+use crate::sim::Nodes;
 use crate::sim::kubelet::{ImageMap, Kubelet, KubeletConfig};
 
 /// Nodes per cluster, as on the simulator.

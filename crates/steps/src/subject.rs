@@ -246,9 +246,7 @@ pub struct Subject {
 }
 
 /// The repository root (where `operator/config` lives).
-pub fn repository_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+pub use crate::repository_root;
 
 impl Subject {
     /// The labels of the pod selector, as `(key, value)` pairs.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// The pinned versions, shared with `ci/kubernetes/build.sh`.
-pub(super) const VERSIONS: &str = include_str!("../../../ci/kubernetes/versions.env");
+pub(super) const VERSIONS: &str = include_str!("../../../../../ci/kubernetes/versions.env");
 
 /// The pinned Kubernetes version (`v1.34.4`).
 pub fn kubernetes_version() -> &'static str {

@@ -42,7 +42,7 @@ pub const CONTROL_PLANE: [&str; 5] = [
 pub const MIN_GO: (u32, u32) = (1, 24);
 
 /// The build script, run from a temporary directory beside a copy of the versions file.
-const BUILD_SCRIPT: &str = include_str!("../../../ci/kubernetes/build.sh");
+const BUILD_SCRIPT: &str = include_str!("../../../../../ci/kubernetes/build.sh");
 
 /// How often a running build is reported as still running.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);

@@ -1,15 +1,12 @@
-//! How the simulator's nodes and controllers reach the simulated API server of the same
-//! process. They are clients of any API server; these adapters give them the simulated
-//! one, with the two in-process hooks only it has: the kubelets hand it their container
-//! logs, and it attributes each request to the pod whose IP sent it.
+//! The controllers against the simulated API server of the same process: how the
+//! simulated cluster starts them, and the controllers' own tests.
 
-use super::apiserver::ServerHandle;
-use super::controllers::{
+use sim_apiserver::ServerHandle;
+
+use crate::{
     ApiAccess, CONTROLLER_MANAGER_USER, ControllerConfig, Controllers, ControllersError,
     SCHEDULER_USER,
 };
-
-pub use super::kubelet::upstream::SimulatedUpstream;
 
 /// The simulated API server as the controllers reach it: kube-controller-manager and
 /// kube-scheduler, each in `system:masters`.

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use kube::Client;
 use std::path::{Path, PathBuf};
 
-use super::audit::{any_format_lines, followed_or_warned};
+use super::audit_log::{any_format_lines, followed_or_warned};
 use super::shared::{SCENARIO_LABEL, client_from_kubeconfig, delete_labelled, shared_placement};
 use super::{DEFAULT_OPERATOR_IMAGE, Placement, Provider, ProviderError, random_name};
 use crate::audit::AuditFeed;

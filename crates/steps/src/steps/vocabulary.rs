@@ -1,6 +1,6 @@
 //! The step vocabulary as the README lists it, checked against the step definitions: every
-//! step defined in `src/steps/` appears in the README's table with its exact expression,
-//! and every expression the table lists is defined.
+//! step defined in `crates/steps/src/steps/` appears in the README's table with its exact
+//! expression, and every expression the table lists is defined.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -76,8 +76,8 @@ mod tests {
 
     #[test]
     fn the_readme_lists_exactly_the_steps_that_are_defined() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let defined = defined_steps(&root.join("src/steps")).unwrap();
+        let root = crate::repository_root();
+        let defined = defined_steps(&root.join("crates/steps/src/steps")).unwrap();
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let listed = listed_steps(&readme);
         let missing: Vec<_> = defined.difference(&listed).collect();
