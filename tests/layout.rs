@@ -357,3 +357,30 @@ fn the_steps_name_no_provider_module_and_no_simulator_crate() {
         found.join("\n")
     );
 }
+
+/// One module style: a module with submodules is a folder with a `mod.rs`, never a file
+/// beside a folder of the same name.
+#[test]
+fn no_module_is_a_file_beside_a_folder_of_the_same_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut dirs: Vec<PathBuf> = ["src", "crates", "operator", "subjects"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    let mut both = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read a source dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() && path.file_name().is_some_and(|n| n != "target") {
+                if path.with_extension("rs").is_file() {
+                    both.push(path.display().to_string());
+                }
+                dirs.push(path);
+            }
+        }
+    }
+    assert!(
+        both.is_empty(),
+        "modules that are a file and a folder (make them folder/mod.rs): {both:?}"
+    );
+}
