@@ -62,14 +62,15 @@ async fn wait_for_leader(
                 .first()
                 .map(|e| e.time)
                 .unwrap_or_default();
-            return Err(StepError::NotWithin {
+            let waited = StepError::NotWithin {
                 within,
                 what: match unlike {
                     Some(old) => format!("a single new leader, not {old}"),
                     None => "a single leader".to_string(),
                 },
                 last: format!("\n{}", crate::record::describe(&tail, origin)),
-            });
+            };
+            return Err(super::diagnosis::explained(world, waited).await);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -214,7 +215,7 @@ async fn others_are_standbys(world: &mut World, within: Dur) -> Step {
     })?;
     let wanted = (operator.replicas as usize).saturating_sub(1);
     let what = format!("{wanted} ready standbys beside {leader}");
-    eventually(within.0, &what, || {
+    let waited = eventually(within.0, &what, || {
         let (ready, problems) = standbys(&world.history_so_far(), &leader);
         async move {
             if ready == wanted && problems.is_empty() {
@@ -224,7 +225,10 @@ async fn others_are_standbys(world: &mut World, within: Dur) -> Step {
             }
         }
     })
-    .await?;
+    .await;
+    if let Err(e) = waited {
+        return Err(super::diagnosis::explained(world, e).await.into());
+    }
     Ok(())
 }
 

@@ -21,6 +21,7 @@ macro_rules! bail {
 
 pub mod artifacts;
 pub mod cluster;
+pub mod diagnosis;
 pub mod failures;
 pub mod faults;
 pub mod finalizers;
@@ -95,6 +96,15 @@ pub enum StepError {
         what: String,
         /// What the last look saw.
         last: String,
+    },
+    /// A wait on the operator ran out: the wait's error, then what the operator's pods
+    /// were doing ([`diagnosis`]).
+    #[error("{waited}\n{pods}")]
+    OperatorPods {
+        /// The wait that ran out.
+        waited: Box<StepError>,
+        /// Each pod's phase, restarts, last exit and last log lines.
+        pods: String,
     },
     /// A condition stopped holding during the span the step keeps it for.
     #[error("expected for {span:?}: {what}; after {after:?} observed: {observed}")]

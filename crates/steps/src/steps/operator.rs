@@ -412,12 +412,14 @@ async fn rolled_out(world: &mut World, within: Dur) -> Step {
             name,
             within,
             last,
-        }) => Err(StepError::NotWithin {
-            within,
-            what: format!("deployment {namespace}/{name} rolls out"),
-            last,
+        }) => {
+            let waited = StepError::NotWithin {
+                within,
+                what: format!("deployment {namespace}/{name} rolls out"),
+                last,
+            };
+            Err(super::diagnosis::explained(world, waited).await.into())
         }
-        .into()),
         Err(e) => Err(StepError::Acting {
             doing: format!("waiting for deployment {namespace}/{deployment} to roll out"),
             source: operator_error(e),

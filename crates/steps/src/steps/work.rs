@@ -116,7 +116,7 @@ async fn has_work(world: &mut World) -> Step {
 async fn has_done_work(world: &mut World, within: Dur) -> Step {
     let work = work(world)?;
     let what = format!("a write of {} by a replica", work.writes.join(" or "));
-    let (_, replica, write) = eventually(within.0, &what, || {
+    let waited = eventually(within.0, &what, || {
         let done = work_done(&world.history_so_far(), work, None);
         async move {
             done.into_iter()
@@ -124,7 +124,11 @@ async fn has_done_work(world: &mut World, within: Dur) -> Step {
                 .ok_or_else(|| "no such write in the audit log yet".to_string())
         }
     })
-    .await?;
+    .await;
+    let (_, replica, write) = match waited {
+        Ok(done) => done,
+        Err(e) => return Err(super::diagnosis::explained(world, e).await.into()),
+    };
     world.note(&format!("{replica} did work: {write}"));
     Ok(())
 }
