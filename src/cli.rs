@@ -363,7 +363,7 @@ fn profile(command: ProfileCommand) -> Result<(), CliError> {
         ProfileCommand::Check { path } => {
             let subject = Profile::read(&path).map_err(CliError::Profile)?;
             println!(
-                "{}: operator {} (Deployment {}/{}, pods {}, lock {} {}/{}, metrics on port {}, image {})",
+                "{}: operator {} (Deployment {}/{}, pods {}, lock {} {}/{}, metrics on port {}, image {}, {})",
                 path.display(),
                 subject.name,
                 subject.namespace,
@@ -374,6 +374,14 @@ fn profile(command: ProfileCommand) -> Result<(), CliError> {
                 subject.lock.name,
                 subject.metrics_port,
                 subject.image,
+                match &subject.watch_namespace {
+                    Some(crate::subject::WatchNamespace::Flag(flag)) =>
+                        format!("told its namespaces by {flag}"),
+                    Some(crate::subject::WatchNamespace::Env(name)) =>
+                        format!("told its namespaces by ${name}"),
+                    None => "watches every namespace: one scenario at a time on a shared cluster"
+                        .to_string(),
+                },
             );
         }
     }

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::subject::{
     BinaryBuild, BinarySource, Election, Lock, LockKind, ManifestSource, Subject,
-    TIMING_PLACEHOLDERS, Work,
+    TIMING_PLACEHOLDERS, WatchNamespace, Work,
 };
 
 /// The variable naming the profile of the operator under test.
@@ -88,11 +88,29 @@ pub struct Profile {
     pub binary: BinarySpec,
     /// Where its manifests are.
     pub manifests: ManifestSpec,
+    /// How it is told which namespaces to watch, so that scenarios sharing a cluster keep
+    /// apart: a flag (`{flag: --watch-namespace}`: the harness passes
+    /// `--watch-namespace=ns1,ns2`) or an environment variable of its manager container
+    /// (`{env: WATCH_NAMESPACE}`, operator-sdk's convention) [default: neither: it watches
+    /// every namespace, and its scenarios run one at a time on a shared cluster].
+    #[serde(default)]
+    pub watch_namespace: Option<WatchNamespaceSpec>,
     /// The work the leadership scenarios give it, so that the single-writer check has
     /// writes to judge and a new leader can be seen working [default: none; the scenarios
     /// tagged `@work` are left out].
     #[serde(default)]
     pub work: Option<WorkSpec>,
+}
+
+/// How an operator is told the namespaces it watches (one of the two; the namespaces are
+/// joined with commas).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WatchNamespaceSpec {
+    /// A flag of its manager, given as `FLAG=ns1,ns2` (replacing one its manifests set).
+    pub flag: Option<String>,
+    /// An environment variable of its manager container (replacing one its manifests set).
+    pub env: Option<String>,
 }
 
 /// The work a leader does: what gives it work, and which of its writes prove it did it.
@@ -297,6 +315,35 @@ impl Profile {
         ] {
             dns_subdomain(value).map_err(|p| (key, p))?;
         }
+        if let Some(watch) = &self.watch_namespace {
+            match (&watch.flag, &watch.env) {
+                (Some(flag), None) if flag.starts_with('-') && !flag.contains(['=', ' ']) => {}
+                (Some(flag), None) => {
+                    return Err((
+                        "watchNamespace.flag",
+                        format!("{flag:?} is no flag name: expected e.g. --watch-namespace"),
+                    ));
+                }
+                (None, Some(env))
+                    if !env.is_empty()
+                        && !env.starts_with(|c: char| c.is_ascii_digit())
+                        && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {}
+                (None, Some(env)) => {
+                    return Err((
+                        "watchNamespace.env",
+                        format!(
+                            "{env:?} is no environment variable name: expected e.g. WATCH_NAMESPACE"
+                        ),
+                    ));
+                }
+                _ => {
+                    return Err((
+                        "watchNamespace",
+                        "expected exactly one of flag and env".to_string(),
+                    ));
+                }
+            }
+        }
         if self.pod_selector.is_empty() {
             return Err((
                 "podSelector",
@@ -480,6 +527,11 @@ impl Profile {
                 for_life: self.election.for_life,
                 release_on_cancel: self.election.release_on_cancel,
             },
+            watch_namespace: self.watch_namespace.and_then(|w| match (w.flag, w.env) {
+                (Some(flag), _) => Some(WatchNamespace::Flag(flag)),
+                (None, Some(env)) => Some(WatchNamespace::Env(env)),
+                (None, None) => None,
+            }),
             work: self.work.map(|work| Work {
                 objects: work.objects.map(|o| base.join(o)),
                 more: work.more,
@@ -662,6 +714,38 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
             e.contains("podSelector: expected at least one label"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_watched_namespaces_go_by_a_flag_an_environment_variable_or_not_at_all() {
+        let with = |watch: &str| parse(&format!("{MINIMAL}watchNamespace: {watch}\n"));
+        assert_eq!(parse(MINIMAL).unwrap().watch_namespace, None);
+        assert_eq!(
+            with("{flag: --namespaces}").unwrap().watch_namespace,
+            Some(WatchNamespace::Flag("--namespaces".into()))
+        );
+        assert_eq!(
+            with("{env: WATCH_NAMESPACE}").unwrap().watch_namespace,
+            Some(WatchNamespace::Env("WATCH_NAMESPACE".into()))
+        );
+        for (watch, said) in [
+            ("{}", "watchNamespace: expected exactly one of flag and env"),
+            (
+                "{flag: --a, env: B}",
+                "watchNamespace: expected exactly one of flag and env",
+            ),
+            (
+                "{flag: watch}",
+                "watchNamespace.flag: \"watch\" is no flag name: expected e.g. --watch-namespace",
+            ),
+            (
+                "{env: 1WATCH}",
+                "watchNamespace.env: \"1WATCH\" is no environment variable name",
+            ),
+        ] {
+            let e = with(watch).unwrap_err().to_string();
+            assert!(e.contains(said), "{watch}: {e}");
+        }
     }
 
     #[test]

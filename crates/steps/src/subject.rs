@@ -241,8 +241,19 @@ pub struct Subject {
     pub binary: BinarySource,
     /// Its manifests.
     pub manifests: ManifestSource,
+    /// How it is told which namespaces to watch; `None` when it watches every namespace.
+    pub watch_namespace: Option<WatchNamespace>,
     /// The work the leadership scenarios give it.
     pub work: Option<Work>,
+}
+
+/// How an operator is told the namespaces it watches, on a cluster scenarios share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchNamespace {
+    /// A flag of its manager, given as `FLAG=ns1,ns2`.
+    Flag(String),
+    /// An environment variable of its manager container, set to `ns1,ns2`.
+    Env(String),
 }
 
 /// The repository root (where `operator/config` lives).
@@ -398,7 +409,7 @@ impl Subject {
         for m in &mut manifests {
             self.place(&mut m.object, placement);
             if kind_of(&m.object) == "Deployment" {
-                set_manager(&mut m.object, setup, placement);
+                set_manager(self, &mut m.object, setup, placement);
             }
         }
         Ok(manifests)
@@ -605,7 +616,12 @@ pub fn kind_of(object: &DynamicObject) -> &str {
     object.types.as_ref().map_or("", |t| t.kind.as_str())
 }
 
-fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement: &Placement) {
+fn set_manager(
+    subject: &Subject,
+    deployment: &mut DynamicObject,
+    setup: &OperatorSetup,
+    placement: &Placement,
+) {
     let spec = &mut deployment.data["spec"];
     spec["replicas"] = json!(setup.replicas);
     // Evicted 5 s after their node goes NotReady or unreachable, instead of the API
@@ -636,11 +652,12 @@ fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement:
         })
         .unwrap_or_default();
     let mut flags = Vec::new();
-    if !placement.watch_namespaces.is_empty() {
-        flags.push(format!(
-            "--watch-namespace={}",
-            placement.watch_namespaces.join(",")
-        ));
+    let watched = placement.watch_namespaces.join(",");
+    match (&subject.watch_namespace, watched.is_empty()) {
+        (Some(WatchNamespace::Flag(flag)), false) => flags.push(format!("{flag}={watched}")),
+        (Some(WatchNamespace::Env(name)), false) => set_env(container, name, &watched),
+        // Every namespace: on a cluster of its own, or an operator that cannot be told.
+        _ => {}
     }
     flags.extend(setup.args.iter().cloned());
     for flag in flags {
@@ -649,6 +666,15 @@ fn set_manager(deployment: &mut DynamicObject, setup: &OperatorSetup, placement:
         args.push(flag);
     }
     container["args"] = json!(args);
+}
+
+/// Sets the environment variable `name` of `container` to `value`, replacing the value its
+/// manifests gave it.
+fn set_env(container: &mut serde_json::Value, name: &str, value: &str) {
+    let mut env = container["env"].as_array().cloned().unwrap_or_default();
+    env.retain(|e| e["name"] != name);
+    env.push(json!({ "name": name, "value": value }));
+    container["env"] = json!(env);
 }
 
 impl crate::cluster::OperatorUnderTest for Subject {
@@ -842,6 +868,54 @@ mod tests {
         assert!(container["args"].as_array().unwrap().contains(&json!(
             "--watch-namespace=opconform-x1-default,opconform-x1-team-a,opconform-x1-team-b"
         )));
+    }
+
+    #[test]
+    fn an_operator_told_its_namespaces_by_a_variable_gets_it_in_its_manager_container() {
+        let mut subject = Subject::memcached();
+        subject.watch_namespace = Some(WatchNamespace::Env("WATCH_NAMESPACE".into()));
+        let placement = crate::cluster::shared::shared_placement("opconform-x1", "op:1");
+        let manifests = subject.render(&setup(2, &[]), &placement).unwrap();
+        let container =
+            &manifests.last().unwrap().object.data["spec"]["template"]["spec"]["containers"][0];
+        let env = container["env"].as_array().unwrap();
+        assert_eq!(
+            env.iter()
+                .filter(|e| e["name"] == "WATCH_NAMESPACE")
+                .collect::<Vec<_>>(),
+            [&json!({
+                "name": "WATCH_NAMESPACE",
+                "value": "opconform-x1-default,opconform-x1-team-a,opconform-x1-team-b"
+            })]
+        );
+        let args = container["args"].as_array().unwrap();
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.as_str().unwrap().starts_with("--watch-namespace")),
+            "{args:?}"
+        );
+        // An operator that watches every namespace is told nothing.
+        subject.watch_namespace = None;
+        let manifests = subject.render(&setup(2, &[]), &placement).unwrap();
+        let container =
+            &manifests.last().unwrap().object.data["spec"]["template"]["spec"]["containers"][0];
+        assert!(
+            !container["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "WATCH_NAMESPACE"),
+            "{container}"
+        );
+        assert!(
+            !container["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| { a.as_str().unwrap().starts_with("--watch-namespace") }),
+            "{container}"
+        );
     }
 
     #[test]

@@ -609,6 +609,20 @@ impl Suite {
         })
     }
 
+    /// Why the scenarios must run one at a time, when they must: on a cluster scenarios
+    /// share, an operator that watches every namespace would reconcile the objects of every
+    /// other scenario's.
+    pub fn one_at_a_time(&self) -> Option<String> {
+        (self.provider != ProviderKind::Sim && self.subject.watch_namespace.is_none()).then(|| {
+            format!(
+                "the profile of {} has no watchNamespace, so its operator watches every \
+                 namespace of the {} cluster the scenarios share",
+                self.subject.name,
+                self.provider.name()
+            )
+        })
+    }
+
     /// Whether scenarios tagged with `capability`'s tag can run.
     pub fn supports(&self, capability: Capability) -> bool {
         self.provider.supports(capability, &self.kubeconfig)
@@ -760,7 +774,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let failures = failures::Failures::default();
     let writer = World::cucumber()
-        .max_concurrent_scenarios(concurrency(kind))
+        .max_concurrent_scenarios(concurrency(suite))
         .which_scenario(move |feature, rule, scenario| {
             let tagged = |name: &str| {
                 feature
@@ -850,9 +864,13 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
 /// How many scenarios run at once: `OPCONFORM_CONCURRENCY` when set, else the provider's
 /// own number ([`ProviderKind::concurrency`]). A value that is no positive whole number
 /// ends the run before it starts, naming it.
-fn concurrency(kind: ProviderKind) -> usize {
+fn concurrency(suite: &Suite) -> usize {
+    if let Some(why) = suite.one_at_a_time() {
+        eprintln!("opconform: running one scenario at a time: {why}");
+        return 1;
+    }
     match std::env::var("OPCONFORM_CONCURRENCY") {
-        Err(_) => kind.concurrency(),
+        Err(_) => suite.provider.concurrency(),
         Ok(text) => parse_concurrency(&text).unwrap_or_else(|e| {
             eprintln!("opconform: {e}");
             std::process::exit(2);
@@ -972,6 +990,34 @@ mod tests {
         assert_eq!(
             why,
             "the profile of memcached-operator has no election.forLife: the operator has no such mode"
+        );
+    }
+
+    #[test]
+    fn an_operator_that_watches_every_namespace_runs_its_scenarios_one_at_a_time_on_a_shared_cluster()
+     {
+        let mut suite = Suite {
+            subject: Subject::memcached(),
+            provider: ProviderKind::Kind,
+            kubeconfig: KubeconfigOptions::default(),
+            reports: PathBuf::new(),
+        };
+        assert_eq!(
+            suite.one_at_a_time(),
+            None,
+            "the bundled operator is told its namespaces"
+        );
+        suite.subject.watch_namespace = None;
+        let why = suite.one_at_a_time().expect("one at a time on kind");
+        assert!(
+            why.contains("memcached-operator has no watchNamespace"),
+            "{why}"
+        );
+        suite.provider = ProviderKind::Sim;
+        assert_eq!(
+            suite.one_at_a_time(),
+            None,
+            "each scenario has a cluster of its own"
         );
     }
 
