@@ -545,9 +545,13 @@ async fn removing_the_leases_rule_from_the_role_produces_the_real_forbidden_erro
 
     // The rule back (the shipped RBAC applied again): the same process acquires the lease.
     let rbac = opconform::deploy::read_manifests(&harness::config_dir("rbac")).expect("rbac");
-    opconform::deploy::apply_all(&bench.admin, &rbac, Some(NS))
-        .await
-        .expect("shipped RBAC re-applied");
+    opconform::deploy::apply_all(
+        &bench.admin,
+        &rbac,
+        opconform::deploy::Namespacing::Into(NS),
+    )
+    .await
+    .expect("shipped RBAC re-applied");
     eventually("the candidate to lead once it may", || async {
         lease_leader(&bench, &[&a]).await.ok()
     })

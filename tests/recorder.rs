@@ -881,9 +881,13 @@ async fn a_memcached_created_scaled_and_deleted_is_recorded_with_its_deployment_
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("operator/config/crd"),
     )
     .unwrap();
-    opconform::deploy::apply_all(&client, &crd, None)
-        .await
-        .unwrap();
+    opconform::deploy::apply_all(
+        &client,
+        &crd,
+        opconform::deploy::Namespacing::Default("default"),
+    )
+    .await
+    .unwrap();
     // As on the simulator: every namespace; as on a shared cluster: the scenario's own.
     let everywhere = Recorder::start(client.clone(), config(1), Feeds::default());
     let scoped = Recorder::start(

@@ -14,7 +14,7 @@ use kube::{Client, ResourceExt as _};
 
 use super::audit_tap::{AuditTap, first_lock_request, pod_deleted};
 use super::{BenchError, Contender, Options};
-use crate::deploy::{Manifest, apply_all};
+use crate::deploy::{Manifest, Namespacing, apply_all};
 use crate::record::recorder::holder_of_identity;
 use crate::sim::kubelet::ImageMap;
 use crate::sim::{SimCluster, SimClusterConfig};
@@ -239,9 +239,13 @@ impl Stage {
             .render(&setup, &self.subject.own_placement())
             .map_err(|e| BenchError::Deploy(Box::new(e)))?;
         quick_readiness(&mut manifests);
-        apply_all(&self.client, &manifests, None)
-            .await
-            .map_err(|e| BenchError::Deploy(Box::new(e)))?;
+        apply_all(
+            &self.client,
+            &manifests,
+            Namespacing::Default(&self.subject.namespace),
+        )
+        .await
+        .map_err(|e| BenchError::Deploy(Box::new(e)))?;
         Ok(())
     }
 

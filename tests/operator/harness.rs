@@ -17,7 +17,7 @@ use memcached_operator::cli::Args;
 use memcached_operator::controller::error_chain;
 use memcached_operator::run::{self, Env};
 use memcached_operator::shutdown::{self, ShutdownTrigger};
-use opconform::deploy::{apply_all, read_manifests};
+use opconform::deploy::{Namespacing, apply_all, read_manifests};
 use opconform::sim::apiserver::ApiServer;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::task::JoinHandle;
@@ -116,11 +116,11 @@ impl Bench {
         let (server, admin) = support::server().await;
         create_namespace(&admin, NS).await;
         let crd = read_manifests(&config_dir("crd")).expect("operator/config/crd reads");
-        apply_all(&admin, &crd, None)
+        apply_all(&admin, &crd, Namespacing::Default(NS))
             .await
             .expect("the CRD applies");
         let rbac = read_manifests(&config_dir("rbac")).expect("operator/config/rbac reads");
-        apply_all(&admin, &rbac, Some(NS))
+        apply_all(&admin, &rbac, Namespacing::Into(NS))
             .await
             .expect("the RBAC applies");
         Self { server, admin }

@@ -179,16 +179,25 @@ pub fn resolve(
         })
 }
 
-/// Server-side applies manifests in order. Namespaced objects go to `namespace` when
-/// given (else to their own, else `default`); CRDs are waited for until Established before
-/// later documents are resolved.
+/// Where [`apply_all`] puts namespaced objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Namespacing<'a> {
+    /// Every namespaced object into this namespace, whatever it names.
+    Into(&'a str),
+    /// Those that name no namespace into this one, as `kubectl apply -n` does; the others
+    /// where they say.
+    Default(&'a str),
+}
+
+/// Server-side applies manifests in order, namespaced objects as `namespacing` says; CRDs
+/// are waited for until Established before later documents are resolved.
 ///
 /// # Errors
 /// Unknown kinds, refused applies.
 pub async fn apply_all(
     client: &Client,
     manifests: &[Manifest],
-    namespace: Option<&str>,
+    namespacing: Namespacing<'_>,
 ) -> Result<Vec<DynamicObject>, DeployError> {
     let mut discovery = Discovery::new(client.clone())
         .run()
@@ -213,10 +222,14 @@ pub async fn apply_all(
         let api: Api<DynamicObject> = match caps.scope {
             Scope::Cluster => Api::all_with(client.clone(), &resource),
             Scope::Namespaced => {
-                let ns = namespace
-                    .map(str::to_string)
-                    .or_else(|| object.metadata.namespace.clone())
-                    .unwrap_or_else(|| "default".to_string());
+                let ns = match namespacing {
+                    Namespacing::Into(ns) => ns.to_string(),
+                    Namespacing::Default(ns) => object
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| ns.to_string()),
+                };
                 object.metadata.namespace = Some(ns.clone());
                 Api::namespaced_with(client.clone(), &ns, &resource)
             }

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::Doing as _;
 use super::{Dur, Step, StepError, World};
 use crate::cluster::ProviderError;
-use crate::deploy::{DeployError, Manifest, apply_all};
+use crate::deploy::{DeployError, Manifest, Namespacing, apply_all};
 use crate::subject::{OperatorSetup, Subject, kind_of};
 
 /// How features state a setup: the lease mode's timings are written as they are in a step.
@@ -100,7 +100,8 @@ pub async fn deploy(world: &mut World, setup: OperatorSetup) -> Result<(), StepE
     world.start_recorder();
     let manifests = manifests(world, &setup)?;
     let client = world.client()?;
-    apply_all(&client, &manifests, None)
+    let namespace = world.operator_namespace()?;
+    apply_all(&client, &manifests, Namespacing::Default(&namespace))
         .await
         .map_err(operator_error)
         .doing("deploying operator/config")?;
@@ -229,7 +230,8 @@ async fn second_operator(
 
 async fn apply(world: &World, manifests: &[Manifest]) -> Result<(), StepError> {
     let client = world.client()?;
-    apply_all(&client, manifests, None)
+    let namespace = world.operator_namespace()?;
+    apply_all(&client, manifests, Namespacing::Default(&namespace))
         .await
         .map_err(operator_error)
         .doing("applying operator/config")?;

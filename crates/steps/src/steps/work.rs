@@ -9,7 +9,7 @@ use cucumber::{given, then, when};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 
-use crate::deploy::{Manifest, apply_all, read_manifests, resolve};
+use crate::deploy::{Manifest, Namespacing, apply_all, read_manifests, resolve};
 use crate::record::{History, Observation};
 use crate::steps::Doing as _;
 use crate::steps::wait::eventually;
@@ -88,7 +88,7 @@ async fn has_work(world: &mut World) -> Step {
     }
     let namespace = world.ensure_namespace(WORK_NAMESPACE).await?;
     let client = world.client()?;
-    apply_all(&client, &manifests, Some(&namespace))
+    apply_all(&client, &manifests, Namespacing::Into(&namespace))
         .await
         .map_err(|e| {
             StepError::Unmet(format!(
