@@ -18,8 +18,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::subject::{
-    BinaryBuild, BinarySource, Election, Lock, LockKind, ManifestSource, Subject,
-    TIMING_PLACEHOLDERS, WatchNamespace, Work,
+    BinaryBuild, BinarySource, Election, LeaveOut, Lock, LockKind, ManagerPatch, ManifestSource,
+    Subject, TIMING_PLACEHOLDERS, WatchNamespace, Work,
 };
 
 /// The variable naming the profile of the operator under test.
@@ -95,6 +95,15 @@ pub struct Profile {
     /// every namespace, and its scenarios run one at a time on a shared cluster].
     #[serde(default)]
     pub watch_namespace: Option<WatchNamespaceSpec>,
+    /// Changes to the manager container of its Deployment, as a kustomize patch of it
+    /// would make them (e.g. `env: {ENABLE_WEBHOOKS: "false"}`) [default: none].
+    #[serde(default)]
+    pub manager: Option<ManagerPatchSpec>,
+    /// Objects of its manifests that are not applied, each printed as it is left out
+    /// (e.g. cert-manager's kinds and the webhook configurations of an operator run with
+    /// its webhooks off) [default: none].
+    #[serde(default)]
+    pub leave_out: Option<LeaveOutSpec>,
     /// The work the leadership scenarios give it, so that the single-writer check has
     /// writes to judge and a new leader can be seen working [default: none; the scenarios
     /// tagged `@work` are left out].
@@ -111,6 +120,35 @@ pub struct WatchNamespaceSpec {
     pub flag: Option<String>,
     /// An environment variable of its manager container (replacing one its manifests set).
     pub env: Option<String>,
+}
+
+/// Changes to an operator's manager container.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManagerPatchSpec {
+    /// The container's name [default: the Deployment's first container].
+    pub container: Option<String>,
+    /// Environment variables to set (replacing the manifests' values).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Arguments to add (a flag given again replaces the manifests' one).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Flags to remove, by name (`--metrics-secure` removes `--metrics-secure=true` too).
+    #[serde(default)]
+    pub remove_args: Vec<String>,
+}
+
+/// Objects of an operator's manifests that are not applied.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaveOutSpec {
+    /// Kinds left out entirely (`Certificate`, `ValidatingWebhookConfiguration`).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Single objects left out, as `Kind/name` (`Service/webhook-service`).
+    #[serde(default)]
+    pub objects: Vec<String>,
 }
 
 /// The work a leader does: what gives it work, and which of its writes prove it did it.
@@ -314,6 +352,26 @@ impl Profile {
             ("lock.name", &self.lock.name),
         ] {
             dns_subdomain(value).map_err(|p| (key, p))?;
+        }
+        if let Some(manager) = &self.manager {
+            if let Some(flag) = manager.remove_args.iter().find(|f| !f.starts_with('-')) {
+                return Err((
+                    "manager.removeArgs",
+                    format!("{flag:?} is no flag name: expected e.g. --metrics-secure"),
+                ));
+            }
+            if manager.container.as_deref() == Some("") {
+                return Err(("manager.container", "expected a container's name".into()));
+            }
+        }
+        if let Some(object) = self.leave_out.iter().flat_map(|l| &l.objects).find(|o| {
+            o.split_once('/')
+                .is_none_or(|(kind, name)| kind.is_empty() || name.is_empty())
+        }) {
+            return Err((
+                "leaveOut.objects",
+                format!("{object:?}: expected Kind/name, e.g. Service/webhook-service"),
+            ));
         }
         if let Some(watch) = &self.watch_namespace {
             match (&watch.flag, &watch.env) {
@@ -527,6 +585,18 @@ impl Profile {
                 for_life: self.election.for_life,
                 release_on_cancel: self.election.release_on_cancel,
             },
+            manager: self
+                .manager
+                .map_or_else(ManagerPatch::default, |m| ManagerPatch {
+                    container: m.container,
+                    env: m.env,
+                    args: m.args,
+                    remove_args: m.remove_args,
+                }),
+            leave_out: self.leave_out.map_or_else(LeaveOut::default, |l| LeaveOut {
+                kinds: l.kinds,
+                objects: l.objects,
+            }),
             watch_namespace: self.watch_namespace.and_then(|w| match (w.flag, w.env) {
                 (Some(flag), _) => Some(WatchNamespace::Flag(flag)),
                 (None, Some(env)) => Some(WatchNamespace::Env(env)),
@@ -745,6 +815,41 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
         ] {
             let e = with(watch).unwrap_err().to_string();
             assert!(e.contains(said), "{watch}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_profile_patches_the_manager_and_leaves_objects_out_as_it_says() {
+        let subject = parse(&format!(
+            "{MINIMAL}manager: {{container: manager, env: {{ENABLE_WEBHOOKS: \"false\"}}, \
+             args: [--x=1], removeArgs: [--metrics-secure]}}\n\
+             leaveOut: {{kinds: [Certificate], objects: [Service/webhook-service]}}\n"
+        ))
+        .unwrap();
+        assert_eq!(subject.manager.container.as_deref(), Some("manager"));
+        assert_eq!(subject.manager.env["ENABLE_WEBHOOKS"], "false");
+        assert_eq!(subject.manager.args, ["--x=1"]);
+        assert_eq!(subject.manager.remove_args, ["--metrics-secure"]);
+        assert_eq!(subject.leave_out.kinds, ["Certificate"]);
+        assert_eq!(subject.leave_out.objects, ["Service/webhook-service"]);
+        for (extra, said) in [
+            (
+                "manager: {removeArgs: [metrics-secure]}",
+                "manager.removeArgs: \"metrics-secure\" is no flag name",
+            ),
+            (
+                "leaveOut: {objects: [webhook-service]}",
+                "leaveOut.objects: \"webhook-service\": expected Kind/name",
+            ),
+            (
+                "manager: {environment: {}}",
+                "manager: unknown field `environment`",
+            ),
+        ] {
+            let e = parse(&format!("{MINIMAL}{extra}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(said), "{extra}: {e}");
         }
     }
 

@@ -243,8 +243,47 @@ pub struct Subject {
     pub manifests: ManifestSource,
     /// How it is told which namespaces to watch; `None` when it watches every namespace.
     pub watch_namespace: Option<WatchNamespace>,
+    /// Changes to its manager container.
+    pub manager: ManagerPatch,
+    /// Objects of its manifests that are not applied.
+    pub leave_out: LeaveOut,
     /// The work the leadership scenarios give it.
     pub work: Option<Work>,
+}
+
+/// Changes to an operator's manager container, made to every Deployment it is given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManagerPatch {
+    /// The container's name; the first when `None`.
+    pub container: Option<String>,
+    /// Environment variables to set.
+    pub env: BTreeMap<String, String>,
+    /// Arguments to add.
+    pub args: Vec<String>,
+    /// Flags to remove, by name.
+    pub remove_args: Vec<String>,
+}
+
+/// Objects of an operator's manifests that are not applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaveOut {
+    /// Kinds left out entirely.
+    pub kinds: Vec<String>,
+    /// Single objects left out, as `Kind/name`.
+    pub objects: Vec<String>,
+}
+
+impl LeaveOut {
+    /// Whether `object` is left out.
+    pub fn covers(&self, object: &DynamicObject) -> bool {
+        let kind = kind_of(object);
+        let name = object.metadata.name.as_deref().unwrap_or_default();
+        self.kinds.iter().any(|k| k == kind)
+            || self
+                .objects
+                .iter()
+                .any(|o| o.split_once('/') == Some((kind, name)))
+    }
 }
 
 /// How an operator is told the namespaces it watches, on a cluster scenarios share.
@@ -399,6 +438,21 @@ impl Subject {
         for dir in &self.manifests.dirs {
             manifests.extend(read_manifests(&config.join(dir))?);
         }
+        let (left_out, mut manifests): (Vec<_>, Vec<_>) = manifests
+            .into_iter()
+            .partition(|m| self.leave_out.covers(&m.object));
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            for m in &left_out {
+                eprintln!(
+                    "opconform: leaving out {} {} ({}), as the profile of {} says",
+                    kind_of(&m.object),
+                    m.object.metadata.name.as_deref().unwrap_or_default(),
+                    m.path.display(),
+                    self.name
+                );
+            }
+        });
         // The Namespace first, so the RBAC and the Deployment have somewhere to go.
         manifests.sort_by_key(|m| match kind_of(&m.object) {
             "CustomResourceDefinition" => 0,
@@ -409,7 +463,12 @@ impl Subject {
         for m in &mut manifests {
             self.place(&mut m.object, placement);
             if kind_of(&m.object) == "Deployment" {
-                set_manager(self, &mut m.object, setup, placement);
+                set_manager(self, &mut m.object, setup, placement).map_err(|reason| {
+                    DeployError::Patch {
+                        path: m.path.clone(),
+                        reason,
+                    }
+                })?;
             }
         }
         Ok(manifests)
@@ -616,12 +675,17 @@ pub fn kind_of(object: &DynamicObject) -> &str {
     object.types.as_ref().map_or("", |t| t.kind.as_str())
 }
 
+/// Sets the manager container of `deployment`: image, replicas, tolerations, the profile's
+/// patch, the watched namespaces and `setup`'s flags.
+///
+/// # Errors
+/// What is wrong, when the profile's patch names no container of it.
 fn set_manager(
     subject: &Subject,
     deployment: &mut DynamicObject,
     setup: &OperatorSetup,
     placement: &Placement,
-) {
+) -> Result<(), String> {
     let spec = &mut deployment.data["spec"];
     spec["replicas"] = json!(setup.replicas);
     // Evicted 5 s after their node goes NotReady or unreachable, instead of the API
@@ -641,7 +705,21 @@ fn set_manager(
         }));
     }
     pod_spec["tolerations"] = json!(tolerations);
-    let container = &mut spec["template"]["spec"]["containers"][0];
+    let containers = spec["template"]["spec"]["containers"]
+        .as_array_mut()
+        .ok_or_else(|| format!("Deployment {} has no containers", subject.deployment))?;
+    let patch = &subject.manager;
+    let container = match &patch.container {
+        None => containers.first_mut(),
+        Some(name) => containers.iter_mut().find(|c| c["name"] == name.as_str()),
+    }
+    .ok_or_else(|| {
+        format!(
+            "the profile's manager.container {:?} names no container of Deployment {}",
+            patch.container.as_deref().unwrap_or_default(),
+            subject.deployment
+        )
+    })?;
     container["image"] = json!(placement.image);
     let mut args: Vec<String> = container["args"]
         .as_array()
@@ -651,7 +729,12 @@ fn set_manager(
                 .collect()
         })
         .unwrap_or_default();
-    let mut flags = Vec::new();
+    let name_of = |flag: &str| flag.split('=').next().unwrap_or(flag).to_string();
+    args.retain(|a| !patch.remove_args.contains(&name_of(a)));
+    let mut flags = patch.args.clone();
+    for (name, value) in &patch.env {
+        set_env(container, name, value);
+    }
     let watched = placement.watch_namespaces.join(",");
     match (&subject.watch_namespace, watched.is_empty()) {
         (Some(WatchNamespace::Flag(flag)), false) => flags.push(format!("{flag}={watched}")),
@@ -661,11 +744,12 @@ fn set_manager(
     }
     flags.extend(setup.args.iter().cloned());
     for flag in flags {
-        let name = flag.split('=').next().unwrap_or(&flag).to_string();
-        args.retain(|a| a.split('=').next() != Some(name.as_str()));
+        let name = name_of(&flag);
+        args.retain(|a| name_of(a) != name);
         args.push(flag);
     }
     container["args"] = json!(args);
+    Ok(())
 }
 
 /// Sets the environment variable `name` of `container` to `value`, replacing the value its
@@ -915,6 +999,74 @@ mod tests {
                 .iter()
                 .any(|a| { a.as_str().unwrap().starts_with("--watch-namespace") }),
             "{container}"
+        );
+    }
+
+    #[test]
+    fn the_profiles_patch_of_the_manager_sets_env_adds_and_removes_flags_and_leaves_objects_out() {
+        let mut subject = Subject::memcached();
+        subject.manager = ManagerPatch {
+            container: Some("manager".into()),
+            env: [("ENABLE_WEBHOOKS".to_string(), "false".to_string())].into(),
+            args: vec!["--zap-log-level=debug".into()],
+            remove_args: vec!["--health-probe-bind-address".into()],
+        };
+        subject.leave_out = LeaveOut {
+            kinds: vec!["ClusterRole".into()],
+            objects: vec!["ServiceAccount/memcached-operator".into()],
+        };
+        let manifests = subject
+            .render(
+                &setup(1, &["--leader-election=none"]),
+                &subject.own_placement(),
+            )
+            .unwrap();
+        for m in &manifests {
+            assert!(
+                !matches!(kind_of(&m.object), "ClusterRole" | "ServiceAccount"),
+                "{} was not left out",
+                kind_of(&m.object)
+            );
+        }
+        assert!(
+            manifests
+                .iter()
+                .any(|m| kind_of(&m.object) == "ClusterRoleBinding")
+        );
+        let container =
+            &manifests.last().unwrap().object.data["spec"]["template"]["spec"]["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(args.contains(&"--zap-log-level=debug"), "{args:?}");
+        assert!(args.contains(&"--leader-election=none"), "{args:?}");
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.starts_with("--health-probe-bind-address")),
+            "{args:?}"
+        );
+        assert!(
+            container["env"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"name": "ENABLE_WEBHOOKS", "value": "false"})),
+            "{container}"
+        );
+        subject.manager.container = Some("kube-rbac-proxy".into());
+        let e = subject
+            .render(&setup(1, &[]), &subject.own_placement())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "the profile's manager.container \"kube-rbac-proxy\" names no container of \
+                 Deployment memcached-operator"
+            ),
+            "{e}"
         );
     }
 

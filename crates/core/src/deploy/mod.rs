@@ -37,6 +37,14 @@ pub enum DeployError {
         /// What is wrong.
         reason: String,
     },
+    /// A manifest could not be changed as the operator's profile says.
+    #[error("manifest {path}: {reason}")]
+    Patch {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// Discovery failed.
     #[error("cannot discover the cluster's api resources")]
     Discovery(#[source] Box<kube::Error>),
