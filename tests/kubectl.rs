@@ -624,3 +624,82 @@ async fn kubectl_rollout_status_and_wait_for_available_are_satisfied() {
     );
     sim.stop().await;
 }
+
+/// Writes `files` (name, text) into `dir`.
+fn write_all(dir: &std::path::Path, files: &[(&str, &str)]) {
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).expect("write a manifest");
+    }
+}
+
+#[test]
+fn a_kustomize_directory_is_rendered_as_kubectl_kustomize_renders_it() {
+    use opconform::subject::{ManifestSource, kind_of};
+    kubectl_available();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_all(
+        dir.path(),
+        &[
+            (
+                "kustomization.yaml",
+                "namespace: shop-system\nnamePrefix: shop-\nresources: [manager.yaml]\n",
+            ),
+            (
+                "manager.yaml",
+                "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: controller-manager}\n---\n\
+                 apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: controller-manager}\n\
+                 spec:\n  selector: {matchLabels: {app: shop}}\n  template:\n    metadata: \
+                 {labels: {app: shop}}\n    spec:\n      serviceAccountName: controller-manager\n      \
+                 containers: [{name: manager, image: controller:latest}]\n",
+            ),
+        ],
+    );
+    let manifests = ManifestSource::Kustomize(dir.path().to_path_buf())
+        .read()
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+    let placed: Vec<(String, String, String)> = manifests
+        .iter()
+        .map(|m| {
+            (
+                kind_of(&m.object).to_string(),
+                m.object.metadata.namespace.clone().unwrap_or_default(),
+                m.object.metadata.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let expected = |kind: &str| {
+        (
+            kind.to_string(),
+            "shop-system".to_string(),
+            "shop-controller-manager".to_string(),
+        )
+    };
+    assert_eq!(placed, [expected("ServiceAccount"), expected("Deployment")]);
+    // kustomize's own renaming reaches the references: the pod runs as the renamed account.
+    assert_eq!(
+        manifests[1].object.data["spec"]["template"]["spec"]["serviceAccountName"],
+        "shop-controller-manager"
+    );
+}
+
+#[test]
+fn a_kustomization_that_names_a_missing_resource_fails_with_kustomizes_own_error() {
+    use opconform::subject::ManifestSource;
+    kubectl_available();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_all(
+        dir.path(),
+        &[("kustomization.yaml", "resources: [gone.yaml]\n")],
+    );
+    let e = ManifestSource::Kustomize(dir.path().to_path_buf())
+        .read()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(&format!(
+            "cannot render the manifests of {}: ",
+            dir.path().display()
+        )) && e.contains("gone.yaml"),
+        "{e}"
+    );
+}

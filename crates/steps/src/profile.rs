@@ -266,15 +266,22 @@ pub struct CargoSpec {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ManifestSpec {
-    /// Their directory (relative to the profile's directory).
-    pub dir: PathBuf,
-    /// Its subdirectories to apply, in this order (then ordered by kind).
+    /// A directory of plain manifests (relative to the profile's directory); with `apply`.
+    pub dir: Option<PathBuf>,
+    /// The directory's subdirectories to apply, in this order (then ordered by kind).
+    #[serde(default)]
     pub apply: Vec<String>,
-    /// Its subdirectory of CustomResourceDefinitions (installed before the controllers
-    /// start on providers that start their own) [default: none, an operator of built-in
-    /// kinds only].
+    /// The directory's subdirectory of CustomResourceDefinitions (installed before the
+    /// controllers start on providers that start their own) [default: none, an operator of
+    /// built-in kinds only].
     #[serde(default)]
     pub crds: Option<String>,
+    /// A kustomize directory (e.g. a kubebuilder project's `config/default`), rendered as
+    /// `kubectl kustomize` renders it, by the kubectl the harness builds.
+    pub kustomize: Option<PathBuf>,
+    /// One YAML file of every object, already rendered (e.g. `make build-installer`'s
+    /// `dist/install.yaml`).
+    pub file: Option<PathBuf>,
 }
 
 impl Profile {
@@ -530,11 +537,31 @@ impl Profile {
                 ));
             }
         }
-        if self.manifests.apply.is_empty() {
-            return Err((
-                "manifests.apply",
-                "expected at least one subdirectory of manifests to apply".into(),
-            ));
+        let m = &self.manifests;
+        match (&m.dir, &m.kustomize, &m.file) {
+            (Some(_), None, None) if m.apply.is_empty() => {
+                return Err((
+                    "manifests.apply",
+                    "expected at least one subdirectory of manifests to apply".into(),
+                ));
+            }
+            (Some(_), None, None) => {}
+            (None, Some(_), None) | (None, None, Some(_)) => {
+                for (key, set) in [
+                    ("manifests.apply", !m.apply.is_empty()),
+                    ("manifests.crds", m.crds.is_some()),
+                ] {
+                    if set {
+                        return Err((key, "expected only with `manifests.dir`".into()));
+                    }
+                }
+            }
+            _ => {
+                return Err((
+                    "manifests",
+                    "expected one of `dir`, `kustomize` and `file`".into(),
+                ));
+            }
         }
         Ok(())
     }
@@ -616,10 +643,20 @@ impl Profile {
                 env: self.binary.env,
                 build,
             },
-            manifests: ManifestSource {
-                config: normalize(&base.join(self.manifests.dir)),
-                dirs: self.manifests.apply,
-                crds: self.manifests.crds,
+            manifests: match (
+                self.manifests.dir,
+                self.manifests.kustomize,
+                self.manifests.file,
+            ) {
+                (Some(dir), _, _) => ManifestSource::Dirs {
+                    config: normalize(&base.join(dir)),
+                    dirs: self.manifests.apply,
+                    crds: self.manifests.crds,
+                },
+                (None, Some(dir), _) => ManifestSource::Kustomize(normalize(&base.join(dir))),
+                (None, None, file) => {
+                    ManifestSource::File(normalize(&base.join(file.unwrap_or_default())))
+                }
             },
         }
     }
@@ -742,8 +779,12 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
             subject.binary.build,
             BinaryBuild::Path(PathBuf::from("/p/bin/op"))
         );
-        assert_eq!(subject.manifests.config, PathBuf::from("/p/config"));
-        assert_eq!(subject.manifests.dirs, ["rbac", "manager"]);
+        let ManifestSource::Dirs { config, dirs, crds } = &subject.manifests else {
+            panic!("plain manifests: {:?}", subject.manifests);
+        };
+        assert_eq!(config, &PathBuf::from("/p/config"));
+        assert_eq!(dirs, &["rbac", "manager"]);
+        assert_eq!(crds.as_deref(), Some("crd"));
     }
 
     #[test]
@@ -850,6 +891,45 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(said), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn manifests_come_from_one_of_a_directory_a_kustomization_and_a_rendered_file() {
+        let plain = "manifests: {dir: config, apply: [rbac, manager], crds: crd}";
+        let with = |manifests: &str| parse(&MINIMAL.replace(plain, manifests));
+        assert_eq!(
+            with("manifests: {kustomize: config/default}")
+                .unwrap()
+                .manifests,
+            ManifestSource::Kustomize(PathBuf::from("/p/config/default"))
+        );
+        assert_eq!(
+            with("manifests: {file: dist/install.yaml}")
+                .unwrap()
+                .manifests,
+            ManifestSource::File(PathBuf::from("/p/dist/install.yaml"))
+        );
+        for (manifests, said) in [
+            (
+                "manifests: {kustomize: config/default, file: dist/install.yaml}",
+                "manifests: expected one of `dir`, `kustomize` and `file`",
+            ),
+            (
+                "manifests: {}",
+                "manifests: expected one of `dir`, `kustomize` and `file`",
+            ),
+            (
+                "manifests: {kustomize: config/default, apply: [rbac]}",
+                "manifests.apply: expected only with `manifests.dir`",
+            ),
+            (
+                "manifests: {dir: config}",
+                "manifests.apply: expected at least one subdirectory",
+            ),
+        ] {
+            let e = with(manifests).unwrap_err().to_string();
+            assert!(e.contains(said), "{manifests}: {e}");
         }
     }
 
@@ -1002,7 +1082,11 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
         let subject = Profile::bundled().unwrap();
         let root = crate::subject::repository_root();
         assert_eq!(subject.name, "memcached-operator");
-        assert_eq!(subject.manifests.config, root.join("operator/config"));
+        assert!(
+            matches!(&subject.manifests, ManifestSource::Dirs { config, .. } if *config == root.join("operator/config")),
+            "{:?}",
+            subject.manifests
+        );
         assert_eq!(
             subject.binary.build,
             BinaryBuild::Cargo {

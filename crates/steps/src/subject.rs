@@ -15,7 +15,7 @@ use kube::api::DynamicObject;
 use serde_json::json;
 
 use crate::cluster::Placement;
-use crate::deploy::{DeployError, Manifest, read_manifests};
+use crate::deploy::{DeployError, Manifest, parse_manifests, read_manifests};
 
 /// How long the operator's pods tolerate a NotReady or unreachable node before eviction.
 pub const NODE_TOLERATION_SECONDS: i64 = 5;
@@ -35,6 +35,9 @@ pub enum SubjectError {
     /// The profile names a binary that is not there, or only a variable that is not set.
     #[error("no operator binary: {0}")]
     NoBinary(String),
+    /// The operator's manifests could not be read or rendered.
+    #[error(transparent)]
+    Render(DeployError),
     /// A manifest of the operator could not be read.
     #[error("cannot read {path}")]
     Manifest {
@@ -198,13 +201,74 @@ pub enum BinaryBuild {
 
 /// Where the operator's manifests are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManifestSource {
-    /// The directory of the manifests.
-    pub config: PathBuf,
-    /// Its subdirectories that are applied, read in this order (then ordered by kind).
-    pub dirs: Vec<String>,
-    /// Its subdirectory of CustomResourceDefinitions, if it has any.
-    pub crds: Option<String>,
+pub enum ManifestSource {
+    /// Subdirectories of plain manifests.
+    Dirs {
+        /// The directory of the manifests.
+        config: PathBuf,
+        /// Its subdirectories that are applied, read in this order (then ordered by kind).
+        dirs: Vec<String>,
+        /// Its subdirectory of CustomResourceDefinitions, if it has any.
+        crds: Option<String>,
+    },
+    /// A kustomize directory, rendered by `kubectl kustomize`.
+    Kustomize(PathBuf),
+    /// One file of rendered manifests.
+    File(PathBuf),
+}
+
+impl ManifestSource {
+    /// Every object the manifests hold, in their order.
+    ///
+    /// # Errors
+    /// When they cannot be read or rendered.
+    pub fn read(&self) -> Result<Vec<Manifest>, DeployError> {
+        match self {
+            Self::Dirs { config, dirs, .. } => {
+                let mut manifests = Vec::new();
+                for dir in dirs {
+                    manifests.extend(read_manifests(&config.join(dir))?);
+                }
+                Ok(manifests)
+            }
+            Self::Kustomize(dir) => parse_manifests(&kustomize(dir)?, dir),
+            Self::File(file) => read_manifests(file),
+        }
+    }
+
+    /// Where they are, as a person names them.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Dirs { config, dirs, .. } => {
+                format!("{} ({})", config.display(), dirs.join(", "))
+            }
+            Self::Kustomize(dir) => format!("kustomize {}", dir.display()),
+            Self::File(file) => file.display().to_string(),
+        }
+    }
+}
+
+/// What `kubectl kustomize dir` prints, run with the kubectl the harness builds (or finds).
+///
+/// # Errors
+/// [`DeployError::Render`] when there is no kubectl, or kustomize fails (its error).
+fn kustomize(dir: &Path) -> Result<String, DeployError> {
+    let failed = |reason: String| DeployError::Render {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    let kubectl = crate::cluster::kubectl().map_err(|e| failed(crate::error_chain(&e)))?;
+    let out = Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .map_err(|e| failed(format!("cannot run {}: {e}", kubectl.display())))?;
+    if !out.status.success() {
+        return Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| failed(format!("its output is not UTF-8: {e}")))
 }
 
 /// How a scenario or a benchmark runs the operator.
@@ -337,10 +401,31 @@ impl Subject {
     /// # Errors
     /// When the directory or a file cannot be read.
     pub fn crd_manifests(&self) -> Result<Vec<String>, SubjectError> {
-        let Some(crds) = &self.manifests.crds else {
-            return Ok(Vec::new());
+        let (config, crds) = match &self.manifests {
+            ManifestSource::Dirs {
+                crds: Some(crds),
+                config,
+                ..
+            } => (config, crds),
+            ManifestSource::Dirs { crds: None, .. } => return Ok(Vec::new()),
+            rendered => {
+                return rendered
+                    .read()
+                    .map_err(SubjectError::Render)?
+                    .iter()
+                    .filter(|m| kind_of(&m.object) == "CustomResourceDefinition")
+                    .map(|m| {
+                        serde_yaml::to_string(&m.object).map_err(|e| {
+                            SubjectError::Render(DeployError::Render {
+                                dir: m.path.clone(),
+                                reason: format!("cannot write a CRD back as YAML: {e}"),
+                            })
+                        })
+                    })
+                    .collect();
+            }
         };
-        let dir = self.manifests.config.join(crds);
+        let dir = config.join(crds);
         let unreadable = |path: &Path| {
             let path = path.to_path_buf();
             move |source| SubjectError::Manifest { path, source }
@@ -433,11 +518,7 @@ impl Subject {
         setup: &OperatorSetup,
         placement: &Placement,
     ) -> Result<Vec<Manifest>, DeployError> {
-        let config = &self.manifests.config;
-        let mut manifests = Vec::new();
-        for dir in &self.manifests.dirs {
-            manifests.extend(read_manifests(&config.join(dir))?);
-        }
+        let manifests = self.manifests.read()?;
         let (left_out, mut manifests): (Vec<_>, Vec<_>) = manifests
             .into_iter()
             .partition(|m| self.leave_out.covers(&m.object));

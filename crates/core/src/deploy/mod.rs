@@ -37,6 +37,14 @@ pub enum DeployError {
         /// What is wrong.
         reason: String,
     },
+    /// Manifests could not be rendered (kustomize).
+    #[error("cannot render the manifests of {dir}: {reason}")]
+    Render {
+        /// The directory rendered.
+        dir: PathBuf,
+        /// What went wrong: the renderer's own error.
+        reason: String,
+    },
     /// A manifest could not be changed as the operator's profile says.
     #[error("manifest {path}: {reason}")]
     Patch {

@@ -28,6 +28,9 @@ pub mod sim_parts;
 /// The kubeconfig provider's settings, which [`open`] and [`ProviderKind::supports`] take.
 pub use kubeconfig::KubeconfigOptions;
 
+/// The kubectl the harness builds (or finds): for the tools it runs, such as kustomize.
+pub use local::binaries::kubectl;
+
 use std::path::Path;
 
 use async_trait::async_trait;
