@@ -6,6 +6,10 @@ Feature: Leader with lease
   periods — that a leader which cannot renew steps down before anyone else may take over,
   and that a replica that lost the lease writes nothing more: its write guard refuses, and
   without the guard the harness catches the split brain.
+  The bounds are written in the lease's own timings, as client-go names them
+  (LeaseDuration, RenewDeadline, RetryPeriod), so the same scenarios judge an operator at
+  whatever timings it runs with: one whose profile fixes its timings (a kubebuilder
+  scaffold's 15s/10s/2s) runs every scenario at those instead of the timings stated.
 
   Background:
     Given a cluster
@@ -14,8 +18,8 @@ Feature: Leader with lease
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     Then within 30s exactly one replica leads
     And the lock names the leader's Pod
-    And the lease duration is 4s
-    And the lease is renewed within 3s
+    And the lease duration is LeaseDuration
+    And the lease is renewed within RenewDeadline
     And the leader gauges sum to 1
     And within 15s the other replicas are ready standbys
     And the leader keeps leading for 3s
@@ -32,7 +36,7 @@ Feature: Leader with lease
     Then within 10s another replica leads
     When the operator is given more work
     Then within 30s the leader has done the new work
-    And the old leader released the lock after the delete and another took it within 1s
+    And the old leader released the lock after the delete and another took it within RetryPeriod
     And the lease transitions grew by exactly 1
     And there was never more than one leader
     And no replica wrote after losing leadership
@@ -44,10 +48,10 @@ Feature: Leader with lease
     And within 30s the operator has done work
     And within 30s exactly one replica leads
     When the leader pod is force deleted
-    Then within 20s another replica leads
+    Then within 5 × LeaseDuration another replica leads
     When the operator is given more work
     Then within 30s the leader has done the new work
-    And the new leader took over between 4s and 6s after the old leader's last renewal
+    And the new leader took over between LeaseDuration and LeaseDuration + 2 × RetryPeriod after the old leader's last renewal
     And there was never more than one leader
     And no replica wrote after losing leadership
     And the lease transitions never decreased
@@ -58,12 +62,12 @@ Feature: Leader with lease
     And the operator has work
     And within 30s the operator has done work
     And within 30s exactly one replica leads
-    When the leader is cut off from the API server for 8s
-    Then within 20s another replica leads
+    When the leader is cut off from the API server for 2 × LeaseDuration
+    Then within 5 × LeaseDuration another replica leads
     When the operator is given more work
     Then within 30s the leader has done the new work
-    And the old leader stopped leading at most 3500ms after the partition
-    And the new leader took over between 4s and 6s after the old leader's last renewal
+    And the old leader stopped leading at most RenewDeadline + RetryPeriod / 2 after the partition
+    And the new leader took over between LeaseDuration and LeaseDuration + 2 × RetryPeriod after the old leader's last renewal
     And there was never more than one leader
     And no replica wrote after losing leadership
 
@@ -79,11 +83,11 @@ Feature: Leader with lease
     And within 30s the operator has done work
     And within 30s exactly one replica leads
     And the operator has been idle for 1s
-    When the leader is frozen for 8s
-    Then within 20s another replica leads
+    When the leader is frozen for 2 × LeaseDuration
+    Then within 5 × LeaseDuration another replica leads
     When the operator is given more work
     Then within 30s the leader has done the new work
-    And within 5s the old leader no longer leads
+    And within LeaseDuration + RetryPeriod the old leader no longer leads
     And there was never more than one leader
     And no replica wrote after losing leadership
 
@@ -94,8 +98,8 @@ Feature: Leader with lease
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
     And the operator has been idle for 1s
-    When memcached "cache" is scaled to 2 while the leader is frozen for 8s as it reads the Deployment
-    Then within 20s another replica leads
+    When memcached "cache" is scaled to 2 while the leader is frozen for 2 × LeaseDuration as it reads the Deployment
+    Then within 5 × LeaseDuration another replica leads
     And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And within 20s the old leader logs "write refused"
     And there was never more than one leader
@@ -108,8 +112,8 @@ Feature: Leader with lease
     And within 30s memcached "cache" has a Deployment of 1 replica owned by it
     And within 30s exactly one replica leads
     And the operator has been idle for 1s
-    When memcached "cache" is scaled to 2 while the leader is frozen for 8s as it reads the Deployment
-    Then within 20s another replica leads
+    When memcached "cache" is scaled to 2 while the leader is frozen for 2 × LeaseDuration as it reads the Deployment
+    Then within 5 × LeaseDuration another replica leads
     And within 30s memcached "cache" has a Deployment of 2 replicas owned by it
     And within 30s the single-writer check reports a stale writer
     And within 30s the single-leader check reports two leaders
@@ -118,8 +122,8 @@ Feature: Leader with lease
   Scenario: Lease updates rejected for less than the renew deadline keep the leader
     Given the operator is deployed with 3 replicas in lease mode with timings 6s/5s/1s
     And within 30s exactly one replica leads
-    When the API server rejects the leader's lease updates for 2s
-    Then the leader keeps leading for 3s
+    When the API server rejects the leader's lease updates for 2 × RetryPeriod
+    Then the leader keeps leading for RenewDeadline - 2 × RetryPeriod
     And the lease transitions grew by exactly 0
     And there was never more than one leader
 
@@ -127,9 +131,9 @@ Feature: Leader with lease
   Scenario: Lease updates rejected for longer than the renew deadline make the leader step down
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
     And within 30s exactly one replica leads
-    When the API server rejects the leader's lease updates for 6s
-    Then within 20s another replica leads
-    And the old leader stopped leading at most 3500ms after the reject
+    When the API server rejects the leader's lease updates for 2 × RenewDeadline
+    Then within 5 × LeaseDuration another replica leads
+    And the old leader stopped leading at most RenewDeadline + RetryPeriod / 2 after the reject
     And there was never more than one leader
 
   @request-rules
@@ -163,7 +167,7 @@ Feature: Leader with lease
     And within 30s exactly one replica leads
     And within 30s the other replicas are ready standbys
     When a standby's clock runs 30s ahead
-    Then the leader keeps leading for 6s
+    Then the leader keeps leading for LeaseDuration + 2 × RetryPeriod
     And there was never more than one leader
 
   Scenario: Two operators configured with the same lock: only one of them ever leads
@@ -197,6 +201,6 @@ Feature: Leader with lease
     Then within 40s another replica leads
     When the operator is given more work
     Then within 30s the leader has done the new work
-    And the new leader took over between 15s and 19s after the old leader's last renewal
+    And the new leader took over between LeaseDuration and LeaseDuration + 2 × RetryPeriod after the old leader's last renewal
     And there was never more than one leader
     And no replica wrote after losing leadership

@@ -167,7 +167,7 @@ pub struct BenchArgs {
 }
 
 fn parse_window(s: &str) -> Result<std::time::Duration, String> {
-    s.parse::<crate::steps::Dur>().map(|d| d.0)
+    crate::subject::parse_duration(s)
 }
 
 /// Arguments of `opconform fault`.

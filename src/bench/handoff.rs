@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::audit_tap::{
     last_renewal, lease_taken, lock_collected, lock_created, millis_between, pod_of,
 };
-use super::stage::{Election, LeaseTimings, Roles, Stage};
+use super::stage::{Election, HANDOFF_TIMINGS, Roles, Stage};
 use super::{BenchError, Contender, Detail, HANDOFF, Options, SETTLE, Series};
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::subject::Lock;
@@ -129,7 +129,7 @@ fn progress(options: &Options, what: &str, who: &Contender, run: usize, ms: f64,
 
 /// Measures the lease rows for one contender: `runs` graceful releases (when `release`),
 /// then `runs` kills (when `kill`), on one cluster with one replica (and its replacement) at
-/// [`LeaseTimings::HANDOFF`], releasing on cancel as its profile says.
+/// [`HANDOFF_TIMINGS`], releasing on cancel as its profile says.
 ///
 /// # Errors
 /// When the stage cannot start, or a settle or handoff does not happen in its bound.
@@ -140,12 +140,12 @@ pub(crate) async fn lease(
     kill: bool,
 ) -> Result<LeaseSeries, BenchError> {
     let election = Election::Lease {
-        timings: LeaseTimings::HANDOFF,
+        timings: HANDOFF_TIMINGS,
         release_on_cancel: true,
     };
     options.say(&format!(
         "lease {}, {contender}: starting a simulated cluster and the operator",
-        LeaseTimings::HANDOFF.describe()
+        HANDOFF_TIMINGS
     ));
     Stage::run(options, (contender, election, 1), async |stage| {
         lease_runs(options, stage, contender, release, kill).await
@@ -194,7 +194,7 @@ async fn lease_runs(
                 ))
             })?;
         let expiry = renewed
-            + chrono::Duration::from_std(LeaseTimings::HANDOFF.lease_duration).unwrap_or_default();
+            + chrono::Duration::from_std(HANDOFF_TIMINGS.lease_duration).unwrap_or_default();
         let note = format!("last renewal at {}", renewed.to_rfc3339());
         let detail = detail(run, fault.time, &taken, &roles.leader, Some(note));
         let ms = millis_between(fault.time, taken.time);

@@ -80,7 +80,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use stage::LeaseTimings;
+pub use stage::{HANDOFF_TIMINGS, LeaseTimings};
 pub use stats::Stats;
 
 /// Errors of the benchmarks.
@@ -980,8 +980,8 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
         runs,
         objects: options.objects,
         window_seconds: options.window.as_secs_f64(),
-        handoff_lease: LeaseTimings::HANDOFF.describe(),
-        steady_lease: LeaseTimings::DEFAULTS.describe(),
+        handoff_lease: HANDOFF_TIMINGS.to_string(),
+        steady_lease: LeaseTimings::CONTROLLER_RUNTIME.to_string(),
         rows,
     })
 }

@@ -27,51 +27,14 @@ const DETACHED: &str = "-detached";
 /// How often [`Stage::settle`] looks.
 const SETTLE_POLL: Duration = Duration::from_millis(50);
 
-/// Lease timings, as the subjects' `{leaseDuration}`, `{renewDeadline}` and `{retryPeriod}`
-/// flags take them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTimings {
-    /// `--lease-duration`.
-    pub lease_duration: Duration,
-    /// `--renew-deadline`.
-    pub renew_deadline: Duration,
-    /// `--retry-period`.
-    pub retry_period: Duration,
-}
+pub use crate::subject::LeaseTimings;
 
-impl LeaseTimings {
-    /// Short timings for the handoff rows, so that many runs finish fast.
-    pub const HANDOFF: LeaseTimings = LeaseTimings {
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(500),
-    };
-
-    /// controller-runtime's defaults (15 s / 10 s / 2 s), for the API load rows: what
-    /// operators run with.
-    pub const DEFAULTS: LeaseTimings = LeaseTimings {
-        lease_duration: Duration::from_secs(15),
-        renew_deadline: Duration::from_secs(10),
-        retry_period: Duration::from_secs(2),
-    };
-
-    /// `2s/1.5s/0.5s`: LeaseDuration/RenewDeadline/RetryPeriod.
-    pub fn describe(&self) -> String {
-        [self.lease_duration, self.renew_deadline, self.retry_period]
-            .map(|d| format!("{}s", d.as_secs_f64()))
-            .join("/")
-    }
-}
-
-/// A duration as the subjects' flags take it (`2s`, `1500ms`: Rust's and Go's parsers
-/// both read these).
-fn flag_duration(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
-}
+/// Short timings for the handoff rows, so that many runs finish fast.
+pub const HANDOFF_TIMINGS: LeaseTimings = LeaseTimings {
+    lease_duration: Duration::from_secs(2),
+    renew_deadline: Duration::from_millis(1500),
+    retry_period: Duration::from_millis(500),
+};
 
 /// The election a stage runs.
 #[derive(Debug, Clone, Copy)]
@@ -103,15 +66,9 @@ impl Election {
                 timings,
                 release_on_cancel,
             } => {
-                let timings = [
-                    timings.lease_duration,
-                    timings.renew_deadline,
-                    timings.retry_period,
-                ]
-                .map(flag_duration);
                 let mut args = subject
                     .election
-                    .lease_args(timings.each_ref().map(String::as_str))
+                    .lease_args(timings)
                     .ok_or_else(|| missing("lease mode"))?;
                 if *release_on_cancel {
                     let release = subject.election.release_on_cancel.as_ref();
@@ -232,7 +189,7 @@ impl Stage {
         let setup = OperatorSetup {
             replicas: i32::try_from(self.replicas).unwrap_or(i32::MAX),
             args,
-            lease_duration: None,
+            timings: None,
         };
         let mut manifests = self
             .subject
@@ -515,7 +472,7 @@ mod tests {
     #[test]
     fn each_subject_gets_its_own_election_flags_with_the_timings_as_it_parses_them() {
         let release = Election::Lease {
-            timings: LeaseTimings::HANDOFF,
+            timings: HANDOFF_TIMINGS,
             release_on_cancel: true,
         };
         let ours = Contender::ours(Subject::memcached(), "/nonexistent".into());
@@ -542,7 +499,7 @@ mod tests {
             ]
         );
         let steady = Election::Lease {
-            timings: LeaseTimings::DEFAULTS,
+            timings: LeaseTimings::CONTROLLER_RUNTIME,
             release_on_cancel: false,
         };
         assert_eq!(
@@ -564,8 +521,8 @@ mod tests {
         );
         // operator-lib has no lease mode: asking for one is refused, not guessed.
         assert!(release.args(&operator_lib).is_err());
-        assert_eq!(LeaseTimings::HANDOFF.describe(), "2s/1.5s/0.5s");
-        assert_eq!(LeaseTimings::DEFAULTS.describe(), "15s/10s/2s");
+        assert_eq!(HANDOFF_TIMINGS.to_string(), "2s/1500ms/500ms");
+        assert_eq!(LeaseTimings::CONTROLLER_RUNTIME.to_string(), "15s/10s/2s");
     }
 
     #[test]
@@ -573,7 +530,7 @@ mod tests {
         let setup = OperatorSetup {
             replicas: 2,
             args: vec![],
-            lease_duration: None,
+            timings: None,
         };
         let subject = Subject::memcached();
         let mut manifests = subject.render(&setup, &subject.own_placement()).unwrap();

@@ -67,10 +67,10 @@ pub(crate) async fn measure(
 ) -> Result<Steady, BenchError> {
     options.say(&format!(
         "api and memory, {contender}: starting a simulated cluster with 2 replicas, lease {}",
-        LeaseTimings::DEFAULTS.describe()
+        LeaseTimings::CONTROLLER_RUNTIME
     ));
     let election = Election::Lease {
-        timings: LeaseTimings::DEFAULTS,
+        timings: LeaseTimings::CONTROLLER_RUNTIME,
         release_on_cancel: false,
     };
     Stage::run(options, (contender, election, 2), async |stage| {

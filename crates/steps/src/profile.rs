@@ -18,8 +18,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::subject::{
-    BinaryBuild, BinarySource, Election, LeaveOut, Lock, LockKind, ManagerPatch, ManifestSource,
-    Subject, TIMING_PLACEHOLDERS, WatchNamespace, Work,
+    BinaryBuild, BinarySource, Election, LeaseElection, LeaseTimings, LeaveOut, Lock, LockKind,
+    ManagerPatch, ManifestSource, Subject, TIMING_PLACEHOLDERS, WatchNamespace, Work,
 };
 
 /// The variable naming the profile of the operator under test.
@@ -188,11 +188,13 @@ pub struct LockSpec {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ElectionSpec {
-    /// A Lease renewed by the leader: its arguments, where `{leaseDuration}`,
-    /// `{renewDeadline}` and `{retryPeriod}` stand for the timings a feature states
-    /// (as it writes them, e.g. `4s`).
+    /// A Lease renewed by the leader: either its arguments, where `{leaseDuration}`,
+    /// `{renewDeadline}` and `{retryPeriod}` stand for the timings a feature states (as a
+    /// flag takes them, e.g. `4s`), or, for an operator with no flags for them, its fixed
+    /// timings and any arguments (`{timings: 15s/10s/2s, args: [--leader-elect]}`): the
+    /// features then run at those timings, their bounds following them.
     #[serde(default)]
-    pub lease: Option<Vec<String>>,
+    pub lease: Option<LeaseSpec>,
     /// Leader-for-life (a lock owned by the leader's Pod): its arguments.
     #[serde(default)]
     pub for_life: Option<Vec<String>>,
@@ -201,6 +203,60 @@ pub struct ElectionSpec {
     /// tagged `@release-on-cancel` are left out].
     #[serde(default)]
     pub release_on_cancel: Option<Vec<String>>,
+}
+
+/// How an operator elects with a Lease: the flags that set its timings, or its fixed
+/// timings.
+#[derive(Debug, Clone, JsonSchema)]
+#[schemars(untagged)]
+pub enum LeaseSpec {
+    /// Its arguments, with `{leaseDuration}`, `{renewDeadline}` and `{retryPeriod}`.
+    Flags(Vec<String>),
+    /// Fixed timings.
+    Fixed(FixedLeaseSpec),
+}
+
+/// An operator whose lease timings no flag sets.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixedLeaseSpec {
+    /// LeaseDuration/RenewDeadline/RetryPeriod as it runs with them (controller-runtime's
+    /// defaults are `15s/10s/2s`); client-go's rules apply: the lease duration above the
+    /// renew deadline, the renew deadline above 1.2 retry periods.
+    pub timings: String,
+    /// Arguments that choose lease mode (e.g. `--leader-elect`) [default: none].
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for LeaseSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = LeaseSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "a list of arguments with {leaseDuration}, {renewDeadline} and \
+                     {retryPeriod}, or a map with `timings` (e.g. 15s/10s/2s) and `args`",
+                )
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<LeaseSpec, A::Error> {
+                Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(LeaseSpec::Flags)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<LeaseSpec, A::Error> {
+                FixedLeaseSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(LeaseSpec::Fixed)
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
 }
 
 /// The kind of object a lock is.
@@ -468,13 +524,15 @@ impl Profile {
                         .into(),
                 ));
             }
-            (Some(args), _) => {
+            (Some(LeaseSpec::Flags(args)), _) => {
                 for placeholder in TIMING_PLACEHOLDERS {
                     if !args.iter().any(|a| a.contains(placeholder)) {
                         return Err((
                             "election.lease",
                             format!(
-                                "expected an argument with {placeholder}: the features set {}",
+                                "expected an argument with {placeholder}: the features set {} \
+                                 (or, for an operator with no flags for its timings, \
+                                 `lease: {{timings: 15s/10s/2s}}`)",
                                 TIMING_PLACEHOLDERS.join(", ")
                             ),
                         ));
@@ -489,6 +547,20 @@ impl Profile {
                         format!(
                             "unknown placeholder {unknown}: expected {}",
                             TIMING_PLACEHOLDERS.join(", ")
+                        ),
+                    ));
+                }
+            }
+            (Some(LeaseSpec::Fixed(fixed)), _) => {
+                LeaseTimings::parse(&fixed.timings)
+                    .and_then(|t| t.check())
+                    .map_err(|p| ("election.lease.timings", p))?;
+                if let Some(unknown) = fixed.args.iter().find_map(|a| unknown_placeholder(a, &[])) {
+                    return Err((
+                        "election.lease.args",
+                        format!(
+                            "placeholder {unknown} in an argument: the timings are fixed \
+                             (election.lease.timings), no flag sets them"
                         ),
                     ));
                 }
@@ -608,7 +680,14 @@ impl Profile {
                     .unwrap_or_else(|| self.namespace.clone()),
             },
             election: Election {
-                lease: self.election.lease,
+                lease: self.election.lease.map(|lease| match lease {
+                    LeaseSpec::Flags(args) => LeaseElection { args, fixed: None },
+                    LeaseSpec::Fixed(fixed) => LeaseElection {
+                        // Checked by `check`.
+                        fixed: LeaseTimings::parse(&fixed.timings).ok(),
+                        args: fixed.args,
+                    },
+                }),
                 for_life: self.election.for_life,
                 release_on_cancel: self.election.release_on_cancel,
             },
@@ -1015,6 +1094,46 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
                 "work.more: expected a JSON merge patch",
             ),
             ("{writes: [x], extra: 1}", "unknown field `extra`"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(expected), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_operator_without_timing_flags_states_its_fixed_timings() {
+        let lease = "  lease: [--elect=lease, '--lease={leaseDuration}', '--renew={renewDeadline}', '--retry={retryPeriod}']";
+        let with = |spec: &str| parse(&MINIMAL.replace(lease, &format!("  lease: {spec}")));
+        let subject = with("{timings: 15s/10s/2s, args: [--leader-elect]}").unwrap();
+        let election = subject.election.lease.unwrap();
+        assert_eq!(election.fixed, Some(LeaseTimings::CONTROLLER_RUNTIME));
+        assert_eq!(election.args, ["--leader-elect"]);
+        assert_eq!(
+            with("{timings: 15s/10s/2s}")
+                .unwrap()
+                .election
+                .lease
+                .unwrap()
+                .args,
+            Vec::<String>::new()
+        );
+        for (bad, expected) in [
+            (
+                "{timings: 10s/10s/2s}",
+                "election.lease.timings: 10s/10s/2s: client-go refuses them: the lease duration must be greater than the renew deadline",
+            ),
+            (
+                "{timings: 15s/2s/2s}",
+                "election.lease.timings: 15s/2s/2s: client-go refuses them: the renew deadline must be greater than the retry period times 1.2",
+            ),
+            ("{timings: 15s/10s}", "expected LEASE/RENEW/RETRY"),
+            ("{timings: 15s/10s/2h}", "unknown unit \"h\""),
+            (
+                "{timings: 15s/10s/2s, args: ['--lease={leaseDuration}']}",
+                "election.lease.args: placeholder {leaseDuration} in an argument: the timings are fixed",
+            ),
+            ("{timing: 15s/10s/2s}", "unknown field `timing`"),
+            ("7", "a list of arguments with {leaseDuration}"),
         ] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains(expected), "{bad}: {e}");

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use kube::api::DynamicObject;
 use serde_json::json;
@@ -113,12 +114,134 @@ pub const TIMING_PLACEHOLDERS: [&str; 3] = ["{leaseDuration}", "{renewDeadline}"
 /// The flags of each election mode the operator has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Election {
-    /// Lease mode, with the [`TIMING_PLACEHOLDERS`] in its arguments.
-    pub lease: Option<Vec<String>>,
+    /// Lease mode.
+    pub lease: Option<LeaseElection>,
     /// Leader-for-life.
     pub for_life: Option<Vec<String>>,
     /// What makes a leader release its Lease on shutdown (`None`: it never does).
     pub release_on_cancel: Option<Vec<String>>,
+}
+
+/// How an operator elects its leader with a Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseElection {
+    /// Its arguments: with the [`TIMING_PLACEHOLDERS`] when its timings are set by flags,
+    /// without them when they are fixed.
+    pub args: Vec<String>,
+    /// Its timings when it has no flags for them (a kubebuilder scaffold runs with
+    /// controller-runtime's 15s/10s/2s); `None` when the features set them.
+    pub fixed: Option<LeaseTimings>,
+}
+
+/// The three timings of a lease-based election, as client-go names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTimings {
+    /// LeaseDuration: how long a standby waits, from the last renewal it saw, before it
+    /// may take the lease.
+    pub lease_duration: Duration,
+    /// RenewDeadline: how long the leader tries to renew before it steps down.
+    pub renew_deadline: Duration,
+    /// RetryPeriod: how often every candidate tries.
+    pub retry_period: Duration,
+}
+
+/// client-go's `JitterFactor`: a renew deadline must exceed the retry period times this.
+const JITTER_FACTOR: f64 = 1.2;
+
+impl LeaseTimings {
+    /// controller-runtime's defaults, 15s/10s/2s: what most operators run with.
+    pub const CONTROLLER_RUNTIME: LeaseTimings = LeaseTimings {
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+
+    /// Reads `LEASE/RENEW/RETRY`, each a whole number of `ms`, `s` or `m` (`4s/3s/1s`,
+    /// `2s/1500ms/500ms`).
+    ///
+    /// # Errors
+    /// What is wrong with `text`, and what was expected.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = text.split('/').collect();
+        let [lease, renew, retry] = parts[..] else {
+            return Err(format!(
+                "{text:?}: expected LEASE/RENEW/RETRY, e.g. 15s/10s/2s"
+            ));
+        };
+        Ok(Self {
+            lease_duration: parse_duration(lease)?,
+            renew_deadline: parse_duration(renew)?,
+            retry_period: parse_duration(retry)?,
+        })
+    }
+
+    /// Whether client-go's `NewLeaderElector` accepts them.
+    ///
+    /// # Errors
+    /// Its refusal: the lease duration must exceed the renew deadline, which must exceed
+    /// the retry period times 1.2, each above zero.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease_duration <= self.renew_deadline {
+            return Err(format!(
+                "{self}: client-go refuses them: the lease duration must be greater than the renew deadline"
+            ));
+        }
+        if self.renew_deadline.as_secs_f64() <= JITTER_FACTOR * self.retry_period.as_secs_f64() {
+            return Err(format!(
+                "{self}: client-go refuses them: the renew deadline must be greater than the retry period times 1.2"
+            ));
+        }
+        if self.retry_period.is_zero() {
+            return Err(format!(
+                "{self}: client-go refuses them: the retry period must be greater than zero"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each timing as a flag takes it (`4s`, `1500ms`: Rust's and Go's parsers both read
+    /// these), in the order of [`TIMING_PLACEHOLDERS`].
+    pub fn as_flags(&self) -> [String; 3] {
+        [self.lease_duration, self.renew_deadline, self.retry_period].map(flag_duration)
+    }
+}
+
+impl std::fmt::Display for LeaseTimings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [lease, renew, retry] = self.as_flags();
+        write!(f, "{lease}/{renew}/{retry}")
+    }
+}
+
+/// A duration as a flag takes it: whole seconds as `4s`, else milliseconds.
+fn flag_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// A whole number of `ms`, `s` or `m`.
+///
+/// # Errors
+/// What is wrong, and what was expected.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map(|i| text.split_at(i))
+        .ok_or_else(|| format!("duration {text:?} needs a unit: ms, s or m"))?;
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("duration {text:?} must start with a whole number"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!(
+            "duration {text:?}: unknown unit {unit:?}, expected ms, s or m"
+        )),
+    }
 }
 
 /// The work a leader does, so that its writes can be judged.
@@ -141,17 +264,19 @@ impl Work {
 }
 
 impl Election {
-    /// The lease mode's arguments for `timings` (lease duration, renew deadline, retry
-    /// period, as a feature writes them), `None` when the operator has no lease mode.
-    pub fn lease_args(&self, timings: [&str; 3]) -> Option<Vec<String>> {
-        let template = self.lease.as_ref()?;
+    /// The lease mode's arguments for `timings`, `None` when the operator has no lease
+    /// mode; an operator with fixed timings gets its arguments as they are.
+    pub fn lease_args(&self, timings: &LeaseTimings) -> Option<Vec<String>> {
+        let lease = self.lease.as_ref()?;
+        let values = timings.as_flags();
         Some(
-            template
+            lease
+                .args
                 .iter()
                 .map(|arg| {
                     TIMING_PLACEHOLDERS
                         .iter()
-                        .zip(timings)
+                        .zip(&values)
                         .fold(arg.clone(), |arg, (placeholder, value)| {
                             arg.replace(placeholder, value)
                         })
@@ -278,8 +403,8 @@ pub struct OperatorSetup {
     pub replicas: i32,
     /// Flags after the manifest's own (they win): election mode, timings, …
     pub args: Vec<String>,
-    /// The lease duration the flags set, in lease mode.
-    pub lease_duration: Option<std::time::Duration>,
+    /// The timings it elects with, in lease mode.
+    pub timings: Option<LeaseTimings>,
 }
 
 /// The operator under test.
@@ -864,7 +989,7 @@ mod tests {
     fn setup(replicas: i32, args: &[&str]) -> OperatorSetup {
         OperatorSetup {
             replicas,
-            lease_duration: None,
+            timings: None,
             args: args.iter().map(|a| a.to_string()).collect(),
         }
     }

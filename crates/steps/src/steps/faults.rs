@@ -67,7 +67,7 @@ async fn frozen_for(world: &mut World, span: Dur) -> Step {
     let pod = world.seen_leader()?;
     pod_fault(world, &pod, PodFault::Hold).await?;
     // The step's meaning is "for this long": the one place a plain sleep belongs.
-    tokio::time::sleep(span.0).await;
+    tokio::time::sleep(world.span(&span)?).await;
     pod_fault(world, &pod, PodFault::Release).await?;
     Ok(())
 }
@@ -104,7 +104,7 @@ async fn scaled_while_frozen_at_read(
             pod: Some(format!("{operator_namespace}/{pod}")),
             ..object(&["get"], "apps", "deployments")
         },
-        span.0,
+        world.span(&span)?,
         None,
     );
     super::memcached::scale(world, &name, size).await?;
@@ -141,7 +141,7 @@ async fn evicted(world: &mut World) -> Step {
 async fn cut_off_for(world: &mut World, span: Dur) -> Step {
     let pod = world.seen_leader()?;
     pod_fault(world, &pod, PodFault::Partition { cut: Cut::Drop }).await?;
-    tokio::time::sleep(span.0).await;
+    tokio::time::sleep(world.span(&span)?).await;
     pod_fault(world, &pod, PodFault::Repair).await?;
     Ok(())
 }
@@ -170,7 +170,7 @@ async fn reject_lease_updates(world: &mut World, span: Dur) -> Step {
         .await
         .doing(format!("rejecting {pod}'s lease updates"))?;
     // The step's meaning is "for this long".
-    tokio::time::sleep_until(begin + span.0).await;
+    tokio::time::sleep_until(begin + world.span(&span)?).await;
     provider
         .allow(id)
         .await
@@ -258,7 +258,7 @@ async fn old_pod_terminating(world: &mut World, within: Dur) -> Step {
     let pod = world.seen_leader()?;
     let namespace = world.operator_namespace()?;
     let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
-    let deadline = tokio::time::Instant::now() + within.0;
+    let deadline = tokio::time::Instant::now() + world.span(&within)?;
     loop {
         let p = pods
             .get_opt(&pod)
@@ -317,7 +317,7 @@ async fn stays_terminating(world: &mut World, span: Dur) -> Step {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let lock = &world.subject().lock.name;
-    let deadline = tokio::time::Instant::now() + span.0;
+    let deadline = tokio::time::Instant::now() + world.span(&span)?;
     while tokio::time::Instant::now() < deadline {
         let p = pods
             .get_opt(&pod)
@@ -355,7 +355,7 @@ async fn evicted_pod_deleted_by_standby(world: &mut World, within: Dur) -> Step 
     let namespace = world.operator_namespace()?;
     let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("{pod} (uid {uid}) gone, deleted by another replica of the operator");
-    let by = eventually(within.0, &what, || async {
+    let by = eventually(world.span(&within)?, &what, || async {
         let now = pods
             .get_opt(&pod)
             .await
@@ -424,7 +424,7 @@ fn running_replicas(history: &crate::record::History) -> Vec<String> {
 async fn every_replica_runs(world: &mut World, within: Dur) -> Step {
     let wanted = world.operator.as_ref().map_or(0, |o| o.replicas as usize);
     let what = format!("{wanted} operator pods running");
-    eventually(within.0, &what, || {
+    eventually(world.span(&within)?, &what, || {
         let running = running_replicas(&world.history_so_far());
         async move {
             if running.len() == wanted {
@@ -619,7 +619,7 @@ async fn lock_writes_raced(world: &mut World, within: Dur) -> Step {
     let lock = &world.subject().lock.name;
     let (_, lock_resource) = lock_resource(world);
     let what = "both racing lock writes answered, and the history's lock caught up with the lock";
-    let served = eventually(within.0, what, || async {
+    let served = eventually(world.span(&within)?, what, || async {
         let history = world.history_so_far();
         let mut served = Vec::new();
         for (rule, pod) in &rules {

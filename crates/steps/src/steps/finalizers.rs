@@ -78,7 +78,7 @@ async fn registry_lacks(world: &World, names: &[String]) -> Result<(), StepError
 #[then(expr = "within {duration} the registry holds an entry for memcached {string}")]
 async fn registry_holds(world: &mut World, within: Dur, name: String) -> Step {
     let what = format!("the registry holds the key {}", key(world, &name)?);
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         registry_has(world, std::slice::from_ref(&name))
             .await
             .map_err(|e| super::chain(&e))
@@ -92,7 +92,7 @@ async fn registry_holds(world: &mut World, within: Dur, name: String) -> Step {
 async fn registry_holds_all(world: &mut World, within: Dur) -> Step {
     let names = bulk(world);
     let what = format!("the registry holds a key for each of {names:?}");
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         registry_has(world, &names)
             .await
             .map_err(|e| super::chain(&e))
@@ -131,7 +131,7 @@ async fn carries_finalizer(
     finalizer: String,
 ) -> Step {
     let what = format!("memcached {name} carries the finalizer {finalizer}");
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         let mc = get(world, &name)
             .await?
             .ok_or_else(|| format!("memcached {name} does not exist"))?;
@@ -193,7 +193,7 @@ async fn finalizer_before_deployment(world: &mut World, name: String) -> Step {
 #[then(expr = "memcached {string} stays Terminating with its finalizer for {duration}")]
 async fn stays_terminating(world: &mut World, name: String, span: Dur) -> Step {
     let what = format!("memcached {name} exists, Terminating, with its finalizer");
-    throughout(span.0, &what, || async {
+    throughout(world.span(&span)?, &what, || async {
         let mc = get(world, &name)
             .await?
             .ok_or_else(|| format!("memcached {name} is gone"))?;
@@ -323,7 +323,7 @@ async fn namespace_gone(world: &mut World, within: Dur, logical: String) -> Step
     let namespaces: Api<Namespace> = Api::all(world.client()?);
     let memcacheds = super::memcached::api(world, &name)?;
     let what = format!("namespace {name} no longer exists");
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         let Some(ns) = namespaces
             .get_opt(&name)
             .await

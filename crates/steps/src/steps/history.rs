@@ -81,10 +81,11 @@ async fn measured_failover(world: &World, verb: &str) -> Result<std::time::Durat
 #[then(expr = "the failover after the {word} took at most {duration}")]
 async fn failover_at_most(world: &mut World, verb: String, bound: Dur) -> Step {
     let took = measured_failover(world, &verb).await?;
+    let limit = world.span(&bound)?;
     ensure!(
-        took <= bound.0,
-        "the failover took {took:?}, more than {:?}",
-        bound.0
+        took <= limit,
+        "the failover took {took:?}, more than {}",
+        bound.shown(limit)
     );
     Ok(())
 }
@@ -102,10 +103,11 @@ async fn handover_within(world: &mut World, verb: String, bound: Dur) -> Step {
         "the lock stood free {} ms between the release and the next holder",
         took.as_millis()
     );
+    let limit = world.span(&bound)?;
     ensure!(
-        took <= bound.0,
-        "the lock stood free {took:?}, more than {:?}",
-        bound.0
+        took <= limit,
+        "the lock stood free {took:?}, more than {}",
+        bound.shown(limit)
     );
     Ok(())
 }
@@ -113,10 +115,11 @@ async fn handover_within(world: &mut World, verb: String, bound: Dur) -> Step {
 #[then(expr = "the failover after the {word} took at least {duration}")]
 async fn failover_at_least(world: &mut World, verb: String, bound: Dur) -> Step {
     let took = measured_failover(world, &verb).await?;
+    let limit = world.span(&bound)?;
     ensure!(
-        took >= bound.0,
-        "the failover took {took:?}, less than {:?}",
-        bound.0
+        took >= limit,
+        "the failover took {took:?}, less than {}",
+        bound.shown(limit)
     );
     Ok(())
 }
@@ -132,10 +135,11 @@ async fn stepped_down_within(world: &mut World, bound: Dur, verb: String) -> Ste
         "the old leader stepped down {} ms after the {verb}",
         took.as_millis()
     );
+    let limit = world.span(&bound)?;
     ensure!(
-        took <= bound.0,
-        "it stepped down after {took:?}, more than {:?}",
-        bound.0
+        took <= limit,
+        "it stepped down after {took:?}, more than {}",
+        bound.shown(limit)
     );
     Ok(())
 }
@@ -157,11 +161,12 @@ async fn takeover_window(world: &mut World, at_least: Dur, at_most: Dur) -> Step
         "the new leader took over {} ms after the old leader's last renewal",
         took.as_millis()
     );
+    let (low, high) = (world.span(&at_least)?, world.span(&at_most)?);
     ensure!(
-        took >= at_least.0 && took <= at_most.0,
-        "the takeover came {took:?} after the last renewal, outside [{:?}, {:?}]",
-        at_least.0,
-        at_most.0
+        took >= low && took <= high,
+        "the takeover came {took:?} after the last renewal, outside [{}, {}]",
+        at_least.shown(low),
+        at_most.shown(high)
     );
     Ok(())
 }
@@ -178,7 +183,7 @@ async fn wait_for_violation(
     checker: fn(&crate::record::History) -> check::Verdict,
 ) -> Result<(), StepError> {
     let what = format!("the {name} check to report a violation");
-    let summary = eventually(within.0, &what, || {
+    let summary = eventually(world.span(&within)?, &what, || {
         let v = checker(&world.history_so_far());
         async move {
             if v.passed {

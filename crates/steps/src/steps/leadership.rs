@@ -79,7 +79,7 @@ async fn wait_for_leader(
 #[given(expr = "within {duration} exactly one replica leads")]
 #[then(expr = "within {duration} exactly one replica leads")]
 async fn exactly_one_leads(world: &mut World, within: Dur) -> Step {
-    let leader = wait_for_leader(world, within.0, None).await?;
+    let leader = wait_for_leader(world, world.span(&within)?, None).await?;
     world.note(&format!("{leader} leads"));
     if let Some(t) = lock_transitions(&world.history().await) {
         world.transitions_at_first_leader = Some(t);
@@ -215,7 +215,7 @@ async fn others_are_standbys(world: &mut World, within: Dur) -> Step {
     })?;
     let wanted = (operator.replicas as usize).saturating_sub(1);
     let what = format!("{wanted} ready standbys beside {leader}");
-    let waited = eventually(within.0, &what, || {
+    let waited = eventually(world.span(&within)?, &what, || {
         let (ready, problems) = standbys(&world.history_so_far(), &leader);
         async move {
             if ready == wanted && problems.is_empty() {
@@ -235,7 +235,7 @@ async fn others_are_standbys(world: &mut World, within: Dur) -> Step {
 #[then(expr = "the lease is renewed within {duration}")]
 async fn lease_renewed(world: &mut World, within: Dur) -> Step {
     let first = lease(world).await?.spec.and_then(|s| s.renew_time);
-    eventually(within.0, "renewTime to advance", || async {
+    eventually(world.span(&within)?, "renewTime to advance", || async {
         let now = lease(world)
             .await
             .map_err(|e| super::chain(&e))?
@@ -251,15 +251,22 @@ async fn lease_renewed(world: &mut World, within: Dur) -> Step {
     Ok(())
 }
 
-#[then(expr = "the lease duration is {int}s")]
-async fn lease_duration_is(world: &mut World, seconds: i32) -> Step {
+#[then(expr = "the lease duration is {duration}")]
+async fn lease_duration_is(world: &mut World, duration: Dur) -> Step {
+    let expected = world.span(&duration)?;
+    ensure!(
+        expected.subsec_nanos() == 0,
+        "a Lease holds whole seconds (spec.leaseDurationSeconds): {} is not",
+        duration.shown(expected)
+    );
     let got = lease(world)
         .await?
         .spec
         .and_then(|s| s.lease_duration_seconds);
     ensure!(
-        got == Some(seconds),
-        "spec.leaseDurationSeconds: expected {seconds}, found {got:?}"
+        got.and_then(|s| u64::try_from(s).ok()) == Some(expected.as_secs()),
+        "spec.leaseDurationSeconds: expected {}, found {got:?}",
+        duration.shown(expected)
     );
     Ok(())
 }
@@ -377,7 +384,7 @@ async fn transitions_grew_by(world: &mut World, by: i64) -> Step {
 
 #[then(expr = "no replica leads for {duration}")]
 async fn nobody_leads_for(world: &mut World, span: Dur) -> Step {
-    throughout(span.0, "no replica leads", || {
+    throughout(world.span(&span)?, "no replica leads", || {
         let leading = leading_now(&world.history_so_far());
         async move {
             if leading.is_empty() {
@@ -399,7 +406,7 @@ async fn old_leader_stops(world: &mut World, within: Dur) -> Step {
         None => world.seen_leader()?,
     };
     let what = format!("{old} no longer says it leads");
-    eventually(within.0, &what, || {
+    eventually(world.span(&within)?, &what, || {
         let stopped = stopped_leading_after_last_fault(&world.history_so_far(), &old);
         async move {
             if stopped {
@@ -442,7 +449,7 @@ pub fn stopped_leading_after_last_fault(history: &History, replica: &str) -> boo
 #[then(expr = "within {duration} another replica leads")]
 async fn another_leads(world: &mut World, within: Dur) -> Step {
     let old = world.seen_leader()?;
-    let leader = wait_for_leader(world, within.0, Some(&old)).await?;
+    let leader = wait_for_leader(world, world.span(&within)?, Some(&old)).await?;
     world.note(&format!("{leader} leads after {old}"));
     world.old_leader = Some(old);
     world.leader = Some(leader);
@@ -452,7 +459,7 @@ async fn another_leads(world: &mut World, within: Dur) -> Step {
 #[then(expr = "within {duration} the same replica leads again")]
 async fn same_leads_again(world: &mut World, within: Dur) -> Step {
     let old = world.seen_leader()?;
-    let leader = wait_for_leader(world, within.0, None).await?;
+    let leader = wait_for_leader(world, world.span(&within)?, None).await?;
     ensure!(
         leader == old,
         "another replica took over instead of {old}: {leader} leads"
@@ -465,7 +472,7 @@ async fn same_leads_again(world: &mut World, within: Dur) -> Step {
 async fn keeps_leading(world: &mut World, span: Dur) -> Step {
     let leader = world.seen_leader()?;
     let what = format!("{leader} keeps leading");
-    throughout(span.0, &what, || {
+    throughout(world.span(&span)?, &what, || {
         let now = current_leader(&world.history_so_far());
         let leader = &leader;
         async move {

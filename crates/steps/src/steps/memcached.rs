@@ -322,7 +322,7 @@ async fn all_reconciled(world: &mut World, within: Dur) -> Step {
         "all {} Memcached objects in {namespace} have a Deployment of their size owned by them and list that many pods in status.nodes",
         names.len()
     );
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         let objects = memcacheds
             .list(&ListParams::default())
             .await
@@ -451,7 +451,7 @@ async fn deployment_deleted(world: &mut World, name: String) -> Step {
 )]
 async fn has_deployment(world: &mut World, within: Dur, name: String, replicas: i32) -> Step {
     let what = format!("memcached {name} has a Deployment of {replicas} replicas it controls");
-    eventually(within.0, &what, || {
+    eventually(world.span(&within)?, &what, || {
         owned_deployment(world, &name, replicas, None)
     })
     .await?;
@@ -476,7 +476,7 @@ async fn has_new_deployment(world: &mut World, within: Dur, name: String, replic
     let what = format!(
         "memcached {name} has a new Deployment (not uid {old}) of {replicas} replicas it controls"
     );
-    eventually(within.0, &what, || {
+    eventually(world.span(&within)?, &what, || {
         owned_deployment(world, &name, replicas, Some(&old))
     })
     .await?;
@@ -487,14 +487,17 @@ async fn has_new_deployment(world: &mut World, within: Dur, name: String, replic
 #[then(expr = "within {duration} the status of memcached {string} lists its {int} pod(s)")]
 async fn status_lists_pods(world: &mut World, within: Dur, name: String, count: usize) -> Step {
     let what = format!("status.nodes of memcached {name} names its {count} pods");
-    eventually(within.0, &what, || lists_its_pods(world, &name, count)).await?;
+    eventually(world.span(&within)?, &what, || {
+        lists_its_pods(world, &name, count)
+    })
+    .await?;
     Ok(())
 }
 
 #[then(expr = "within {duration} memcached {string} is gone")]
 async fn is_gone(world: &mut World, within: Dur, name: String) -> Step {
     let what = format!("memcached {name} no longer exists");
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         match get(world, &name).await? {
             None => Ok(()),
             Some(mc) => Err(format!(
@@ -516,7 +519,7 @@ async fn is_gone(world: &mut World, within: Dur, name: String) -> Step {
 #[then(expr = "within {duration} the Deployment of memcached {string} is gone")]
 async fn deployment_is_gone(world: &mut World, within: Dur, name: String) -> Step {
     let what = format!("the Deployment of memcached {name} no longer exists");
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         match deployment(world, &name).await? {
             None => Ok(()),
             Some(d) => Err(format!(
@@ -657,7 +660,7 @@ async fn keeps_size(world: &mut World, span: Dur, name: String, size: i64, repli
     let what = format!(
         "memcached {name} keeps size {size} (generation {generation:?}) and its Deployment {replicas} replicas"
     );
-    throughout(span.0, &what, || async {
+    throughout(world.span(&span)?, &what, || async {
         let mc = get(world, &name)
             .await?
             .ok_or_else(|| format!("memcached {name} is gone"))?;
@@ -689,7 +692,7 @@ pub fn condition(object: &DynamicObject, type_: &str) -> Option<String> {
 #[then(expr = "within {duration} memcached {string} is available and no longer progressing")]
 async fn is_available(world: &mut World, within: Dur, name: String) -> Step {
     let what = format!("memcached {name} has the conditions Available True and Progressing False");
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         let mc = get(world, &name)
             .await?
             .ok_or_else(|| format!("memcached {name} does not exist"))?;

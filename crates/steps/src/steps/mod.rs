@@ -180,30 +180,201 @@ pub struct Faulted {
     pub racing_rules: Vec<(u64, String)>,
 }
 
-/// A duration as features write it: `500ms`, `4s`, `2m`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, cucumber::Parameter)]
-#[param(name = "duration", regex = r"\d+(?:ms|s|m)")]
-pub struct Dur(pub Duration);
+/// A duration as features write it: a literal (`500ms`, `4s`, `2m`), or a sum of terms
+/// that name the lease timings of the operator the scenario deployed, as client-go names
+/// them (`LeaseDuration + 2 × RetryPeriod`, `RenewDeadline + RetryPeriod / 2`,
+/// `2 × LeaseDuration`, `LeaseDuration - 500ms`). A term is a literal or a timing, times a
+/// whole number before it (`×` or `*`) and divided by one after it (`/`); terms are added
+/// and subtracted. A step resolves it with [`World::span`], so the same scenario judges an
+/// operator at the timings it runs with.
+#[derive(Debug, Clone, PartialEq, Eq, cucumber::Parameter)]
+#[param(
+    name = "duration",
+    regex = r"(?:\d+ ?[×*] ?)?(?:\d+(?:ms|s|m)|LeaseDuration|RenewDeadline|RetryPeriod)(?: ?/ ?\d+)?(?: [+-] (?:\d+ ?[×*] ?)?(?:\d+(?:ms|s|m)|LeaseDuration|RenewDeadline|RetryPeriod)(?: ?/ ?\d+)?)*"
+)]
+pub struct Dur {
+    /// As the feature wrote it.
+    text: String,
+    /// Its terms, each added or (when `true`) subtracted.
+    terms: Vec<(bool, Term)>,
+}
+
+/// One term of a [`Dur`]: `times × quantity / over`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Term {
+    times: u32,
+    quantity: Quantity,
+    over: u32,
+}
+
+/// What a term counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quantity {
+    /// A literal duration.
+    Literal(Duration),
+    /// One of the operator's lease timings.
+    Timing(Timing),
+}
+
+/// A lease timing, as client-go names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timing {
+    LeaseDuration,
+    RenewDeadline,
+    RetryPeriod,
+}
+
+impl Dur {
+    /// A literal duration.
+    pub fn of(duration: Duration) -> Self {
+        Self {
+            text: format!("{}ms", duration.as_millis()),
+            terms: vec![(
+                false,
+                Term {
+                    times: 1,
+                    quantity: Quantity::Literal(duration),
+                    over: 1,
+                },
+            )],
+        }
+    }
+
+    /// What it comes to at `timings` (`None`: no operator in lease mode was deployed).
+    ///
+    /// # Errors
+    /// When it names a timing and there are none, divides by zero, or comes to less than
+    /// nothing.
+    pub fn at(&self, timings: Option<&crate::subject::LeaseTimings>) -> Result<Duration, String> {
+        let mut total: i128 = 0;
+        for (minus, term) in &self.terms {
+            let base = match term.quantity {
+                Quantity::Literal(d) => d,
+                Quantity::Timing(timing) => {
+                    let t = timings.ok_or_else(|| {
+                        format!(
+                            "{:?} names {timing:?}, but the scenario deployed no operator in lease mode",
+                            self.text
+                        )
+                    })?;
+                    match timing {
+                        Timing::LeaseDuration => t.lease_duration,
+                        Timing::RenewDeadline => t.renew_deadline,
+                        Timing::RetryPeriod => t.retry_period,
+                    }
+                }
+            };
+            if term.over == 0 {
+                return Err(format!("{:?} divides by zero", self.text));
+            }
+            let nanos = base.as_nanos() as i128 * i128::from(term.times) / i128::from(term.over);
+            total += if *minus { -nanos } else { nanos };
+        }
+        u64::try_from(total)
+            .map(Duration::from_nanos)
+            .map_err(|_| format!("{:?} comes to less than nothing", self.text))
+    }
+
+    /// Whether it names a lease timing.
+    pub fn names_a_timing(&self) -> bool {
+        self.terms
+            .iter()
+            .any(|(_, t)| matches!(t.quantity, Quantity::Timing(_)))
+    }
+
+    /// `value` (what it came to) for a message: with the expression when it names a timing
+    /// (`LeaseDuration + 2 × RetryPeriod = 6s`).
+    pub fn shown(&self, value: Duration) -> String {
+        if self.names_a_timing() {
+            format!("{} = {value:?}", self.text)
+        } else {
+            format!("{value:?}")
+        }
+    }
+}
+
+impl std::fmt::Display for Dur {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
 
 impl FromStr for Dur {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (number, unit) = s
-            .find(|c: char| !c.is_ascii_digit())
-            .map(|i| s.split_at(i))
-            .ok_or_else(|| format!("duration {s:?} needs a unit: ms, s or m"))?;
-        let n: u64 = number
-            .parse()
-            .map_err(|_| format!("duration {s:?} must start with a whole number"))?;
-        match unit {
-            "ms" => Ok(Self(Duration::from_millis(n))),
-            "s" => Ok(Self(Duration::from_secs(n))),
-            "m" => Ok(Self(Duration::from_secs(n * 60))),
-            _ => Err(format!(
-                "duration {s:?}: unknown unit {unit:?}, expected ms, s or m"
-            )),
+        let spaced = s
+            .replace('×', " × ")
+            .replace(['*'], " × ")
+            .replace('/', " / ")
+            .replace('+', " + ");
+        // A `-` only separates terms (durations have no sign of their own).
+        let spaced = spaced.replace('-', " - ");
+        let mut tokens = spaced.split_whitespace().peekable();
+        let mut terms = Vec::new();
+        let mut minus = false;
+        loop {
+            let first = tokens
+                .next()
+                .ok_or_else(|| format!("duration {s:?} ends where a term was expected"))?;
+            let (times, quantity) = if tokens.peek() == Some(&"×") {
+                tokens.next();
+                let times = first.parse::<u32>().map_err(|_| {
+                    format!("duration {s:?}: {first:?} before × is not a whole number")
+                })?;
+                let quantity = tokens
+                    .next()
+                    .ok_or_else(|| format!("duration {s:?} ends after ×"))?;
+                (times, quantity)
+            } else {
+                (1, first)
+            };
+            let quantity = match quantity {
+                "LeaseDuration" => Quantity::Timing(Timing::LeaseDuration),
+                "RenewDeadline" => Quantity::Timing(Timing::RenewDeadline),
+                "RetryPeriod" => Quantity::Timing(Timing::RetryPeriod),
+                literal => Quantity::Literal(crate::subject::parse_duration(literal).map_err(
+                    |e| {
+                        format!(
+                            "{e} (or LeaseDuration, RenewDeadline, RetryPeriod: the lease's timings)"
+                        )
+                    },
+                )?),
+            };
+            let over = if tokens.peek() == Some(&"/") {
+                tokens.next();
+                let over = tokens
+                    .next()
+                    .ok_or_else(|| format!("duration {s:?} ends after /"))?;
+                over.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("duration {s:?}: {over:?} after / is not a whole number above 0")
+                })?
+            } else {
+                1
+            };
+            terms.push((
+                minus,
+                Term {
+                    times,
+                    quantity,
+                    over,
+                },
+            ));
+            match tokens.next() {
+                None => break,
+                Some("+") => minus = false,
+                Some("-") => minus = true,
+                Some(other) => {
+                    return Err(format!(
+                        "duration {s:?}: expected + or - between terms, found {other:?}"
+                    ));
+                }
+            }
         }
+        Ok(Self {
+            text: s.to_string(),
+            terms,
+        })
     }
 }
 
@@ -222,8 +393,9 @@ pub struct World {
     recorder: Option<Recorder>,
     /// How the operator was deployed, once it was.
     pub operator: Option<OperatorSetup>,
-    /// The configured lease duration (lease mode).
-    pub lease_duration: Option<Duration>,
+    /// The lease timings the operator was deployed with (lease mode): what the
+    /// scenario's durations that name them come to.
+    pub timings: Option<crate::subject::LeaseTimings>,
     /// The replica last seen leading.
     pub leader: Option<String>,
     /// The ConfigMaps the cluster steps made, and what they saw of them.
@@ -301,6 +473,15 @@ impl World {
     /// [`StepError::NoCluster`] before a cluster was started.
     pub fn client(&self) -> Result<Client, StepError> {
         Ok(self.provider()?.client())
+    }
+
+    /// What a duration a step was given comes to, at the lease timings the operator was
+    /// deployed with.
+    ///
+    /// # Errors
+    /// [`StepError::Unmet`] when it names a timing and the operator runs in no lease mode.
+    pub fn span(&self, duration: &Dur) -> Result<Duration, StepError> {
+        duration.at(self.timings.as_ref()).map_err(StepError::Unmet)
     }
 
     /// The replica a step last saw leading.
@@ -937,7 +1118,83 @@ fn write_suite_reports(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::subject::LeaseTimings;
     use cucumber::tag::Ext as _;
+
+    fn at(text: &str, timings: &str) -> Result<Duration, String> {
+        text.parse::<Dur>()?
+            .at(Some(&LeaseTimings::parse(timings).unwrap()))
+    }
+
+    #[test]
+    fn durations_in_the_lease_timings_come_to_todays_literal_bounds_at_4s_3s_1s() {
+        for (text, expected) in [
+            ("LeaseDuration", 4000),
+            ("LeaseDuration + 2 × RetryPeriod", 6000),
+            ("RenewDeadline + RetryPeriod / 2", 3500),
+            ("2 × LeaseDuration", 8000),
+            ("5 × LeaseDuration", 20_000),
+            ("LeaseDuration + RetryPeriod", 5000),
+            ("2 × RenewDeadline", 6000),
+            ("2*RetryPeriod", 2000),
+            ("LeaseDuration - 500ms", 3500),
+        ] {
+            assert_eq!(
+                at(text, "4s/3s/1s"),
+                Ok(Duration::from_millis(expected)),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            at("RenewDeadline - 2 × RetryPeriod", "6s/5s/1s"),
+            Ok(Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn the_same_durations_follow_controller_runtimes_timings() {
+        assert_eq!(
+            at("LeaseDuration + 2 × RetryPeriod", "15s/10s/2s"),
+            Ok(Duration::from_secs(19))
+        );
+        assert_eq!(
+            at("RenewDeadline + RetryPeriod / 2", "15s/10s/2s"),
+            Ok(Duration::from_secs(11))
+        );
+    }
+
+    #[test]
+    fn a_literal_duration_needs_no_timings_and_a_timing_needs_a_lease() {
+        let literal: Dur = "1500ms".parse().unwrap();
+        assert_eq!(literal.at(None), Ok(Duration::from_millis(1500)));
+        assert!(!literal.names_a_timing());
+        let timing: Dur = "LeaseDuration".parse().unwrap();
+        let e = timing.at(None).unwrap_err();
+        assert!(e.contains("no operator in lease mode"), "{e}");
+    }
+
+    #[test]
+    fn malformed_durations_are_refused_with_what_was_expected() {
+        for (text, says) in [
+            ("4", "needs a unit"),
+            ("4h", "unknown unit"),
+            ("LeaseDuration +", "ends where a term was expected"),
+            ("LeaseDuration / 0", "not a whole number above 0"),
+            ("x × LeaseDuration", "not a whole number"),
+            (
+                "LeaseDurations",
+                "LeaseDuration, RenewDeadline, RetryPeriod",
+            ),
+        ] {
+            let e = text.parse::<Dur>().unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        assert!(
+            at("RetryPeriod - LeaseDuration", "4s/3s/1s")
+                .unwrap_err()
+                .contains("less than nothing")
+        );
+    }
 
     #[test]
     fn a_failed_step_reads_what_it_was_doing_and_every_cause() {

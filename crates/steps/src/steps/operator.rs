@@ -14,12 +14,13 @@ use super::Doing as _;
 use super::{Dur, Step, StepError, World};
 use crate::cluster::ProviderError;
 use crate::deploy::{DeployError, Manifest, Namespacing, apply_all};
-use crate::subject::{OperatorSetup, Subject, kind_of};
+use crate::subject::{LeaseTimings, OperatorSetup, Subject, kind_of};
 
 /// How features state a setup: the lease mode's timings are written as they are in a step.
 impl OperatorSetup {
     /// Lease mode of `subject` with `timings` written `LEASE/RENEW/RETRY` (e.g. `4s/3s/1s`)
-    /// and `extra` flags after them.
+    /// and `extra` flags after them. An operator whose profile fixes its timings runs at
+    /// those instead (the step's are only what it would have asked for).
     ///
     /// # Errors
     /// [`StepError::Unmet`] when the timings are not three durations, or the operator's
@@ -30,28 +31,24 @@ impl OperatorSetup {
         timings: &str,
         extra: &str,
     ) -> Result<Self, StepError> {
-        let parts: Vec<&str> = timings.split('/').collect();
-        let [lease, renew, retry] = parts[..] else {
-            bail!("timings are LEASE/RENEW/RETRY, e.g. 4s/3s/1s: {timings}");
-        };
-        let lease_duration = lease.parse::<Dur>().map_err(StepError::Unmet)?.0;
-        for p in [renew, retry] {
-            p.parse::<Dur>().map_err(StepError::Unmet)?;
-        }
-        let mut args = subject
+        let stated = LeaseTimings::parse(timings).map_err(StepError::Unmet)?;
+        let timings = subject
             .election
-            .lease_args([lease, renew, retry])
-            .ok_or_else(|| {
-                StepError::Unmet(format!(
-                    "the profile of {} has no lease mode (election.lease)",
-                    subject.name
-                ))
-            })?;
+            .lease
+            .as_ref()
+            .and_then(|l| l.fixed)
+            .unwrap_or(stated);
+        let mut args = subject.election.lease_args(&timings).ok_or_else(|| {
+            StepError::Unmet(format!(
+                "the profile of {} has no lease mode (election.lease)",
+                subject.name
+            ))
+        })?;
         args.extend(extra.split_whitespace().map(str::to_string));
         Ok(Self {
             replicas,
             args,
-            lease_duration: Some(lease_duration),
+            timings: Some(timings),
         })
     }
 
@@ -70,7 +67,7 @@ impl OperatorSetup {
         Ok(Self {
             replicas,
             args,
-            lease_duration: None,
+            timings: None,
         })
     }
 }
@@ -115,10 +112,31 @@ pub async fn deploy(world: &mut World, setup: OperatorSetup) -> Result<(), StepE
     Ok(())
 }
 
+/// The lease setup a step states, its timings kept for the durations that name them; when
+/// the operator's timings are fixed the scenario says so.
+fn lease_setup(
+    world: &mut World,
+    replicas: i32,
+    timings: &str,
+    extra: &str,
+) -> Result<OperatorSetup, StepError> {
+    let setup = OperatorSetup::lease(world.subject(), replicas, timings, extra)?;
+    if let Some(fixed) = setup.timings
+        && LeaseTimings::parse(timings).ok() != Some(fixed)
+    {
+        world.note(&format!(
+            "the operator's lease timings are fixed at {fixed} (its profile's \
+             election.lease.timings): the scenario's {timings} do not apply, and its durations \
+             that name LeaseDuration, RenewDeadline or RetryPeriod follow {fixed}"
+        ));
+    }
+    world.timings = setup.timings;
+    Ok(setup)
+}
+
 #[given(expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word}")]
 async fn deployed_lease(world: &mut World, replicas: i32, timings: String) -> Step {
-    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "")?;
-    world.lease_duration = setup.lease_duration;
+    let setup = lease_setup(world, replicas, &timings, "")?;
     deploy(world, setup).await?;
     Ok(())
 }
@@ -132,8 +150,7 @@ async fn deployed_lease_with_flags(
     timings: String,
     flags: String,
 ) -> Step {
-    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, &flags)?;
-    world.lease_duration = setup.lease_duration;
+    let setup = lease_setup(world, replicas, &timings, &flags)?;
     deploy(world, setup).await?;
     Ok(())
 }
@@ -150,8 +167,8 @@ async fn deployed_lease_releasing(world: &mut World, replicas: i32, timings: Str
             subject.name
         ))
     })?;
-    let setup = OperatorSetup::lease(subject, replicas, &timings, &release.join(" "))?;
-    world.lease_duration = setup.lease_duration;
+    let release = release.join(" ");
+    let setup = lease_setup(world, replicas, &timings, &release)?;
     deploy(world, setup).await?;
     Ok(())
 }
@@ -161,7 +178,7 @@ async fn deployed_lease_releasing(world: &mut World, replicas: i32, timings: Str
 )]
 async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) -> Step {
     world.start_recorder();
-    let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "")?;
+    let setup = lease_setup(world, replicas, &timings, "")?;
     let mut manifests = manifests(world, &setup)?;
     for m in &mut manifests {
         if kind_of(&m.object) == "Role"
@@ -175,7 +192,6 @@ async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings
         "deployed {} without rights to leases",
         world.subject().deployment
     ));
-    world.lease_duration = setup.lease_duration;
     world.operator = Some(setup);
     Ok(())
 }
@@ -244,7 +260,7 @@ async fn pods_fail_with(world: &mut World, within: Dur, message: String) -> Step
     let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("every operator pod exited with {message:?} in its log");
     let selector = world.subject().pod_selector.as_str();
-    eventually(within.0, &what, || {
+    eventually(world.span(&within)?, &what, || {
         let (pods, message) = (&pods, &message);
         async move {
             let list = pods
@@ -305,7 +321,7 @@ async fn pod_logs(world: &mut World, within: Dur, text: String) -> Step {
     let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("an operator pod logs {text:?}");
     let selector = world.subject().pod_selector.as_str();
-    eventually(within.0, &what, || {
+    eventually(world.span(&within)?, &what, || {
         let (pods, text) = (&pods, &text);
         async move {
             let list = pods
@@ -339,7 +355,7 @@ async fn old_leader_logs(world: &mut World, within: Dur, text: String) -> Step {
     let namespace = world.operator_namespace()?;
     let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let what = format!("{old} logs {text:?}");
-    eventually(within.0, &what, || {
+    eventually(world.span(&within)?, &what, || {
         let (pods, old, text) = (&pods, &old, &text);
         async move {
             let log = logs_of(pods, old).await;
@@ -406,7 +422,13 @@ async fn rolled_out_again(world: &mut World) -> Step {
 async fn rolled_out(world: &mut World, within: Dur) -> Step {
     let namespace = world.operator_namespace()?;
     let deployment = &world.subject().deployment;
-    match crate::deploy::wait_for_rollout(&world.client()?, &namespace, deployment, within.0).await
+    match crate::deploy::wait_for_rollout(
+        &world.client()?,
+        &namespace,
+        deployment,
+        world.span(&within)?,
+    )
+    .await
     {
         Ok(_) => Ok(()),
         Err(DeployError::RolloutTimeout {
@@ -438,7 +460,7 @@ async fn deployed_with_flags(world: &mut World, replicas: i32, flags: String) ->
         OperatorSetup {
             replicas,
             args,
-            lease_duration: None,
+            timings: None,
         },
     )
     .await?;
@@ -468,7 +490,7 @@ async fn no_operator_pods(world: &mut World, within: Dur) -> Step {
     let namespace = world.operator_namespace()?;
     let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     let selector = world.subject().pod_selector.as_str();
-    eventually(within.0, "no operator pod exists", || async {
+    eventually(world.span(&within)?, "no operator pod exists", || async {
         let list = pods
             .list(&ListParams::default().labels(selector))
             .await
@@ -514,9 +536,24 @@ mod tests {
                 "--standby=poll",
             ]
         );
-        assert_eq!(
-            setup.lease_duration,
-            Some(std::time::Duration::from_secs(4))
-        );
+        assert_eq!(setup.timings, LeaseTimings::parse("4s/3s/1s").ok());
+    }
+
+    #[test]
+    fn an_operator_with_fixed_timings_runs_at_them_whatever_the_scenario_states() {
+        let mut subject = Subject::memcached();
+        subject.election.lease = Some(crate::subject::LeaseElection {
+            args: vec!["--leader-elect".into()],
+            fixed: Some(LeaseTimings::CONTROLLER_RUNTIME),
+        });
+        let setup = OperatorSetup::lease(&subject, 3, "4s/3s/1s", "").unwrap();
+        assert_eq!(setup.args, ["--leader-elect"]);
+        assert_eq!(setup.timings, Some(LeaseTimings::CONTROLLER_RUNTIME));
+    }
+
+    #[test]
+    fn timings_that_are_not_three_durations_are_refused_naming_the_form() {
+        let e = OperatorSetup::lease(&Subject::memcached(), 3, "4s/3s", "").unwrap_err();
+        assert!(e.to_string().contains("LEASE/RENEW/RETRY"), "{e}");
     }
 }

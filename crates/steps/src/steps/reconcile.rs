@@ -172,7 +172,7 @@ async fn refused_at_least(world: &mut World, within: Dur, times: usize) -> Step 
     // Without a refusal there is nothing to wait for: fail at once.
     latest_refusal(world)?;
     let what = format!("the operator's requests were refused at least {times} times");
-    eventually(within.0, &what, || async {
+    eventually(world.span(&within)?, &what, || async {
         let refused = refused(world).await.map_err(|e| super::chain(&e))?;
         if refused.len() >= times {
             Ok(())
@@ -193,7 +193,7 @@ async fn refused_at_least(world: &mut World, within: Dur, times: usize) -> Step 
 )]
 async fn retried_backing_off(world: &mut World, retries: usize, slack: Dur, growth: Dur) -> Step {
     let refused = refused(world).await?;
-    let verdict = backing_off(&refused, retries, slack.0, growth.0);
+    let verdict = backing_off(&refused, retries, world.span(&slack)?, world.span(&growth)?);
     ensure!(
         verdict.passed,
         "{}",
@@ -258,7 +258,7 @@ async fn results_were(world: &mut World, within: Dur, name: String, expected: Re
     let origin = origin(&world.history().await);
     // The probe answers `Ok(Err(observed))` when the results left the expected course: the
     // wait ends there and the step fails.
-    let course = eventually(within.0, &what, || async {
+    let course = eventually(world.span(&within)?, &what, || async {
         let seen = reconciles_of(world, &name)
             .await
             .map_err(|e| super::chain(&e))?;
@@ -346,7 +346,7 @@ async fn idle(world: &mut World, quiet: Dur) -> Step {
         ));
         return Ok(());
     }
-    settled(world, quiet.0).await?;
+    settled(world, world.span(&quiet)?).await?;
     Ok(())
 }
 
@@ -361,17 +361,24 @@ async fn resynced(
     slack: Dur,
     result: String,
 ) -> Step {
-    settled(world, period.0).await?;
+    settled(world, world.span(&period)?).await?;
     let from = Utc::now();
     // The step's meaning is "for this long": watch the window, then judge it.
-    tokio::time::sleep(span.0).await;
+    tokio::time::sleep(world.span(&span)?).await;
     let to = Utc::now();
     let seen = reconciles_of(world, &name).await?;
-    match periodic(&seen, from, to, period.0, slack.0, &result) {
+    match periodic(
+        &seen,
+        from,
+        to,
+        world.span(&period)?,
+        world.span(&slack)?,
+        &result,
+    ) {
         Ok(summary) => println!("{summary}"),
         Err(why) => bail!(
             "memcached {name} was not reconciled every {:?}: {why}",
-            period.0
+            world.span(&period)?
         ),
     }
     let writes: Vec<Entry> = world
@@ -404,7 +411,7 @@ async fn resynced(
 async fn not_reconciled_again(world: &mut World, name: String, span: Dur) -> Step {
     let from = Utc::now();
     // The step's meaning is "for this long".
-    tokio::time::sleep(span.0).await;
+    tokio::time::sleep(world.span(&span)?).await;
     let seen = reconciles_of(world, &name).await?;
     let late: Vec<Reconcile> = seen
         .iter()
@@ -414,7 +421,7 @@ async fn not_reconciled_again(world: &mut World, name: String, span: Dur) -> Ste
     ensure!(
         late.is_empty(),
         "memcached {name} was reconciled again within {:?} (times from the start of that window):\n{}\nall its reconciles:\n{}",
-        span.0,
+        world.span(&span)?,
         describe(&late, from),
         describe(&seen, from)
     );

@@ -116,7 +116,7 @@ async fn has_work(world: &mut World) -> Step {
 async fn has_done_work(world: &mut World, within: Dur) -> Step {
     let work = work(world)?;
     let what = format!("a write of {} by a replica", work.writes.join(" or "));
-    let waited = eventually(within.0, &what, || {
+    let waited = eventually(world.span(&within)?, &what, || {
         let done = work_done(&world.history_so_far(), work, None);
         async move {
             done.into_iter()
@@ -186,7 +186,7 @@ async fn leader_did_new_work(world: &mut World, within: Dur) -> Step {
         "a write of {} by {leader} after it was given more work",
         work.writes.join(" or ")
     );
-    let write = eventually(within.0, &what, || {
+    let write = eventually(world.span(&within)?, &what, || {
         let done = work_done(&world.history_so_far(), work, Some(since));
         let leader = leader.clone();
         async move {
