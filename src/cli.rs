@@ -95,8 +95,12 @@ pub struct ConformanceArgs {
     /// The profiles, one column each [default: every profile.yaml and *.profile.yaml in
     /// the folders of profiles/ and subjects/ of the repository].
     pub profiles: Vec<PathBuf>,
-    /// Where the scenarios run: sim or local.
-    #[arg(long, default_value = "sim", value_parser = ["sim", "local"])]
+    /// Where the scenarios run: sim, local or kind (one kind cluster for every profile,
+    /// created and deleted by the command unless OPCONFORM_KIND_CLUSTER names one; each
+    /// profile's image is loaded into it: OPCONFORM_IMAGE, else the local Docker engine's
+    /// image of the name its manifests give, else built from its binary on
+    /// OPCONFORM_KIND_BASE_IMAGE).
+    #[arg(long, default_value = "sim", value_parser = ["sim", "local", "kind"])]
     pub provider: String,
     /// The scenarios to run (a cucumber tag expression).
     #[arg(long, default_value = "@lease or @for-life")]
@@ -326,11 +330,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Fault(args) => fault(args).await,
         Command::Bench(args) => bench(args).await,
         Command::Profile(command) => profile(command),
-        Command::Conformance(args) => conformance(args),
+        Command::Conformance(args) => conformance(args).await,
     }
 }
 
-fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
+async fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
     let profiles = if args.profiles.is_empty() {
         crate::conformance::shipped_profiles(&crate::subject::repository_root())
     } else {
@@ -346,8 +350,9 @@ fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
         profiles,
         tags: args.tags,
     };
-    let table =
-        crate::conformance::run(&options).map_err(|e| CliError::Conformance(Box::new(e)))?;
+    let table = crate::conformance::run(&options)
+        .await
+        .map_err(|e| CliError::Conformance(Box::new(e)))?;
     print!("{}", table.markdown());
     eprintln!(
         "conformance: the table is in {} (also conformance.md and conformance.json)",
@@ -363,7 +368,7 @@ fn profile(command: ProfileCommand) -> Result<(), CliError> {
         ProfileCommand::Check { path } => {
             let subject = Profile::read(&path).map_err(CliError::Profile)?;
             println!(
-                "{}: operator {} (Deployment {}/{}, pods {}, lock {} {}/{}, metrics on port {}, image {}, {})",
+                "{}: operator {} (Deployment {}/{}, pods {}, lock {} {}/{}, metrics at {}://POD:{}{}{}, image {}, {})",
                 path.display(),
                 subject.name,
                 subject.namespace,
@@ -372,7 +377,17 @@ fn profile(command: ProfileCommand) -> Result<(), CliError> {
                 subject.lock.kind.as_str(),
                 subject.lock.namespace,
                 subject.lock.name,
-                subject.metrics_port,
+                if subject.metrics.https {
+                    "https"
+                } else {
+                    "http"
+                },
+                subject.metrics.port,
+                subject.metrics.path,
+                match &subject.metrics.token_cluster_role {
+                    Some(role) => format!(" with a token bound to {role}"),
+                    None => String::new(),
+                },
                 subject.image,
                 match &subject.watch_namespace {
                     Some(crate::subject::WatchNamespace::Flag(flag)) =>

@@ -1,17 +1,27 @@
 //! The conformance table: the leadership features run against several operators (one
 //! profile each) on one provider, and what each scenario found for each of them — held,
-//! broken (with the step and the checker's verdict), or not applicable (left out, with
-//! why) — with the failover figures. Written as Markdown, JSON and an HTML page.
+//! broken (with the step and the checker's verdict), or not applicable (left out; for an
+//! operator that cannot run on the provider at all, every scenario, with the reason its
+//! run gave) — with the failover figures. Written as Markdown, JSON and an HTML page.
 //!
 //! Each profile runs in its own `cargo test --workspace --test e2e` (one suite per process), with
 //! `OPCONFORM_OPERATOR`, `OPCONFORM_PROVIDER` and `OPCONFORM_REPORTS` set; the table is
-//! read from the `suite.json` each run writes. A broken guarantee is a finding, not a
+//! read from the `suite.json` each run writes. A broken guarantee, or an operator that
+//! cannot run on the provider (`notApplicable` in its `suite.json`), is a finding, not a
 //! failure of the command: it fails only when a run could not produce its report.
+//!
+//! On kind the profiles share one kind cluster: the command creates it before the first
+//! run (unless `OPCONFORM_KIND_CLUSTER` names one), hands it to each run as
+//! `OPCONFORM_KIND_CLUSTER` (each loads its own operator's image into it), and deletes it
+//! at the end, also after a failure and on ctrl-c or SIGTERM: each profile saves a
+//! cluster's creation (25 to 80 s measured on 2 cores) and deletion (5 to 30 s).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde::{Deserialize, Serialize};
+
+use crate::cluster::{ProviderError, ProviderKind};
 
 /// Errors of a conformance run.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +66,24 @@ pub enum ConformanceError {
         #[source]
         source: std::io::Error,
     },
+    /// The provider is not one the table can run on.
+    #[error(transparent)]
+    Provider(ProviderError),
+    /// One prebuilt image cannot stand for several operators.
+    #[error(
+        "OPCONFORM_IMAGE={image} would replace the image of each of the {profiles} profiles on kind: \
+         unset it, so that each runs its own (from the local Docker engine, or built from its \
+         binary on OPCONFORM_KIND_BASE_IMAGE), or give one profile"
+    )]
+    OneImage {
+        /// The prebuilt image.
+        image: String,
+        /// How many profiles.
+        profiles: usize,
+    },
+    /// The kind cluster the profiles share could not be set up.
+    #[error("cannot set up the kind cluster the profiles share")]
+    SharedCluster(#[source] ProviderError),
 }
 
 /// The `suite.json` of one run, as far as the table needs it.
@@ -69,6 +97,10 @@ pub struct SuiteReport {
     /// The tags left out, and why.
     #[serde(default)]
     pub left_out: Vec<LeftOut>,
+    /// Why the operator cannot run on the provider at all, when it cannot (its run then
+    /// has no results).
+    #[serde(default)]
+    pub not_applicable: Option<String>,
     /// Every scenario that ran.
     pub results: Vec<ScenarioResult>,
 }
@@ -120,8 +152,13 @@ pub enum Cell {
         /// The timeline.
         link: String,
     },
-    /// Not run for this subject (a tag it cannot serve was left out).
-    NotApplicable,
+    /// Not run for this subject: a tag it cannot serve was left out (no reason), or the
+    /// operator cannot run on the provider at all (the reason its run gave).
+    NotApplicable {
+        /// Why the operator cannot run on the provider.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// One subject's column.
@@ -142,6 +179,9 @@ pub struct Subject {
     pub wall_seconds: f64,
     /// What was left out, and why.
     pub left_out: Vec<LeftOut>,
+    /// Why the operator cannot run on the provider at all, when it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_applicable: Option<String>,
 }
 
 /// The table.
@@ -168,7 +208,7 @@ pub struct Row {
 impl Table {
     /// The table of `runs` (subject, profile, its reports directory name, its report), rows
     /// in the order the scenarios first appear.
-    pub fn of(provider: &str, runs: &[(String, PathBuf, String, SuiteReport)]) -> Self {
+    pub fn of(provider: &str, runs: &[Run]) -> Self {
         let mut scenarios: Vec<String> = Vec::new();
         for (_, _, _, report) in runs {
             for r in &report.results {
@@ -183,8 +223,13 @@ impl Table {
                 let cells = runs
                     .iter()
                     .map(|(_, _, dir, report)| {
+                        if let Some(reason) = &report.not_applicable {
+                            return Cell::NotApplicable {
+                                reason: Some(reason.clone()),
+                            };
+                        }
                         let Some(r) = report.results.iter().find(|r| r.name == scenario) else {
-                            return Cell::NotApplicable;
+                            return Cell::NotApplicable { reason: None };
                         };
                         let link = if r.link.is_empty() {
                             String::new()
@@ -223,6 +268,7 @@ impl Table {
                 ran: report.results.len(),
                 wall_seconds: report.wall_seconds,
                 left_out: report.left_out.clone(),
+                not_applicable: report.not_applicable.clone(),
             })
             .collect();
         Self {
@@ -253,7 +299,10 @@ impl Table {
                     Cell::Broken { why, failovers, .. } => {
                         with_failovers(&format!("**broken**: {}", cell_text(why)), failovers)
                     }
-                    Cell::NotApplicable => "n/a".to_string(),
+                    Cell::NotApplicable { reason: None } => "n/a".to_string(),
+                    Cell::NotApplicable {
+                        reason: Some(reason),
+                    } => format!("n/a: {}", cell_text(reason)),
                 };
                 out.push_str(&format!(" {text} |"));
             }
@@ -261,12 +310,14 @@ impl Table {
         }
         out.push('\n');
         for s in &self.subjects {
+            let verdict = match &s.not_applicable {
+                Some(reason) => format!("not applicable on {}: {reason}", self.provider),
+                None => format!("{} of {} held", s.held, s.ran),
+            };
             out.push_str(&format!(
-                "- **{}** (`{}`): {} of {} held, {:.0} s",
+                "- **{}** (`{}`): {verdict}, {:.0} s",
                 s.name,
                 s.profile.display(),
-                s.held,
-                s.ran,
                 s.wall_seconds
             ));
             for l in &s.left_out {
@@ -282,11 +333,13 @@ impl Table {
         use crate::report::escape;
         let mut head = String::from("<tr><th>scenario</th>");
         for s in &self.subjects {
+            let verdict = match &s.not_applicable {
+                Some(_) => "n/a".to_string(),
+                None => format!("{} of {} held", s.held, s.ran),
+            };
             head.push_str(&format!(
-                "<th>{}<br><small>{} of {} held</small></th>",
+                "<th>{}<br><small>{verdict}</small></th>",
                 escape(&s.name),
-                s.held,
-                s.ran
             ));
         }
         head.push_str("</tr>");
@@ -301,8 +354,17 @@ impl Table {
                         failovers,
                         link,
                     } => ("broken", format!("broken: {why}"), failovers, link),
-                    Cell::NotApplicable => {
+                    Cell::NotApplicable { reason: None } => {
                         body.push_str("<td class=\"na\">n/a</td>");
+                        continue;
+                    }
+                    Cell::NotApplicable {
+                        reason: Some(reason),
+                    } => {
+                        body.push_str(&format!(
+                            "<td class=\"na\" title=\"{}\">n/a</td>",
+                            escape(reason)
+                        ));
                         continue;
                     }
                 };
@@ -318,6 +380,14 @@ impl Table {
         }
         let mut notes = String::new();
         for s in &self.subjects {
+            if let Some(reason) = &s.not_applicable {
+                notes.push_str(&format!(
+                    "<li>{}: not applicable on {}: {}</li>",
+                    escape(&s.name),
+                    escape(&self.provider),
+                    escape(reason)
+                ));
+            }
             for l in &s.left_out {
                 notes.push_str(&format!(
                     "<li>{}: left out @{}: {}</li>",
@@ -382,7 +452,7 @@ pub fn shipped_profiles(root: &Path) -> Vec<PathBuf> {
 /// How a conformance run is set up.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The provider (`sim` or `local`).
+    /// The provider (`sim`, `local` or `kind`).
     pub provider: String,
     /// The profiles, one column each.
     pub profiles: Vec<PathBuf>,
@@ -392,18 +462,73 @@ pub struct Options {
     pub out: PathBuf,
 }
 
-/// Runs the scenarios for every profile, one after another, and writes the table
-/// (`conformance.md`, `conformance.json`, `index.html`) into `options.out`; returns it.
+/// One profile's run: its subject's name, the profile as shown, its reports directory
+/// name, its report.
+type Run = (String, PathBuf, String, SuiteReport);
+
+/// Runs the scenarios for every profile, one after another (on kind, on one kind cluster
+/// for all of them), and writes the table (`conformance.md`, `conformance.json`,
+/// `index.html`) into `options.out`; returns it.
 ///
 /// # Errors
-/// A profile that cannot be read, a run that cannot start or writes no report, or a
-/// table that cannot be written.
-pub fn run(options: &Options) -> Result<Table, ConformanceError> {
+/// A profile that cannot be read, an unknown provider, a shared kind cluster that cannot
+/// be set up, a run that cannot start or writes no report, or a table that cannot be
+/// written.
+pub async fn run(options: &Options) -> Result<Table, ConformanceError> {
+    let provider =
+        ProviderKind::parse(Some(&options.provider)).map_err(ConformanceError::Provider)?;
+    let subjects = options
+        .profiles
+        .iter()
+        .map(|profile| crate::profile::Profile::read(profile))
+        .collect::<Result<Vec<_>, _>>()?;
+    let runs = if provider == ProviderKind::Kind {
+        if let Some(image) = std::env::var("OPCONFORM_IMAGE")
+            .ok()
+            .filter(|i| !i.is_empty() && options.profiles.len() > 1)
+        {
+            return Err(ConformanceError::OneImage {
+                image,
+                profiles: options.profiles.len(),
+            });
+        }
+        // From here on ctrl-c and SIGTERM delete the cluster this command creates.
+        crate::cluster::start_run(ProviderKind::Kind);
+        let runs = match crate::cluster::kind::KindRun::global().cluster().await {
+            Ok(cluster) => run_profiles(options, &subjects, Some(cluster.name())).await,
+            Err(e) => Err(ConformanceError::SharedCluster(e)),
+        };
+        // Each run exported the logs of its own failures: the cluster just goes.
+        crate::cluster::finish_run(ProviderKind::Kind, false).await;
+        runs?
+    } else {
+        run_profiles(options, &subjects, None).await?
+    };
+    let table = Table::of(&options.provider, &runs);
+    let write = |name: &str, text: String| {
+        let path = options.out.join(name);
+        std::fs::write(&path, text).map_err(|source| ConformanceError::Write { path, source })
+    };
+    write("conformance.md", table.markdown())?;
+    write(
+        "conformance.json",
+        serde_json::to_string_pretty(&table).unwrap_or_default(),
+    )?;
+    write("index.html", table.html())?;
+    Ok(table)
+}
+
+/// Runs each profile's scenarios in a `cargo test` of its own, on `kind_cluster` when
+/// given (`OPCONFORM_KIND_CLUSTER`), and reads its report.
+async fn run_profiles(
+    options: &Options,
+    subjects: &[crate::subject::Subject],
+    kind_cluster: Option<&str>,
+) -> Result<Vec<Run>, ConformanceError> {
     let root = crate::subject::repository_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut runs = Vec::new();
-    for (i, profile) in options.profiles.iter().enumerate() {
-        let subject = crate::profile::Profile::read(profile)?;
+    for (i, (profile, subject)) in options.profiles.iter().zip(subjects).enumerate() {
         let dir = subject.name.clone();
         let reports = options.out.join(&dir);
         std::fs::create_dir_all(&reports).map_err(|source| ConformanceError::Write {
@@ -414,9 +539,10 @@ pub fn run(options: &Options) -> Result<Table, ConformanceError> {
         let report = reports.join("suite.json");
         let _ = std::fs::remove_file(&report);
         eprintln!(
-            "conformance: {} on {} ({} of {}; output in {})…",
+            "conformance: {} on {}{} ({} of {}; output in {})…",
             subject.name,
             options.provider,
+            kind_cluster.map_or_else(String::new, |c| format!(" (kind cluster {c})")),
             i + 1,
             options.profiles.len(),
             log.display()
@@ -432,7 +558,8 @@ pub fn run(options: &Options) -> Result<Table, ConformanceError> {
                 source,
             })?;
         let begin = std::time::Instant::now();
-        let status = Command::new(&cargo)
+        let mut command = tokio::process::Command::new(&cargo);
+        command
             // With the workspace's features, as `cargo test --workspace` built it: for the
             // root package alone cargo would build the dependencies again.
             .args([
@@ -451,7 +578,13 @@ pub fn run(options: &Options) -> Result<Table, ConformanceError> {
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(errors)
+            .kill_on_drop(true);
+        if let Some(cluster) = kind_cluster {
+            command.env("OPCONFORM_KIND_CLUSTER", cluster);
+        }
+        let status = command
             .status()
+            .await
             .map_err(|source| ConformanceError::Spawn {
                 subject: subject.name.clone(),
                 source,
@@ -466,33 +599,28 @@ pub fn run(options: &Options) -> Result<Table, ConformanceError> {
                 path: report.clone(),
                 source,
             })?;
-        eprintln!(
-            "conformance: {}: {} of {} scenarios held in {:.0}s{}",
-            subject.name,
-            parsed.results.iter().filter(|r| r.passed).count(),
-            parsed.results.len(),
-            begin.elapsed().as_secs_f64(),
-            if status.success() {
-                ""
-            } else {
-                " (the others found a broken guarantee)"
-            }
-        );
+        let seconds = begin.elapsed().as_secs_f64();
+        match &parsed.not_applicable {
+            Some(reason) => eprintln!(
+                "conformance: {}: not applicable on {} ({reason}), {seconds:.0}s",
+                subject.name, options.provider
+            ),
+            None => eprintln!(
+                "conformance: {}: {} of {} scenarios held in {seconds:.0}s{}",
+                subject.name,
+                parsed.results.iter().filter(|r| r.passed).count(),
+                parsed.results.len(),
+                if status.success() {
+                    ""
+                } else {
+                    " (the others found a broken guarantee)"
+                }
+            ),
+        }
         let shown = profile.strip_prefix(&root).unwrap_or(profile).to_path_buf();
         runs.push((subject.name.clone(), shown, dir, parsed));
     }
-    let table = Table::of(&options.provider, &runs);
-    let write = |name: &str, text: String| {
-        let path = options.out.join(name);
-        std::fs::write(&path, text).map_err(|source| ConformanceError::Write { path, source })
-    };
-    write("conformance.md", table.markdown())?;
-    write(
-        "conformance.json",
-        serde_json::to_string_pretty(&table).unwrap_or_default(),
-    )?;
-    write("index.html", table.html())?;
-    Ok(table)
+    Ok(runs)
 }
 
 #[cfg(test)]
@@ -507,6 +635,7 @@ mod tests {
                 tag: "memcached".into(),
                 why: "no Memcached CRD".into(),
             }],
+            not_applicable: None,
             results: results
                 .iter()
                 .map(|(name, failure)| ScenarioResult {
@@ -544,7 +673,7 @@ mod tests {
         let table = Table::of("sim", &runs);
         assert_eq!(table.rows.len(), 2);
         assert_eq!(table.rows[0].scenario, "One leader");
-        assert_eq!(table.rows[0].cells[1], Cell::NotApplicable);
+        assert_eq!(table.rows[0].cells[1], Cell::NotApplicable { reason: None });
         assert!(matches!(
             &table.rows[1].cells[1],
             Cell::Broken { why, link, .. }
@@ -557,6 +686,93 @@ mod tests {
         assert!(html.contains("<td class=\"na\">n/a</td>"));
         assert!(html.contains("href=\"theirs/skew/timeline.html\""));
         assert_eq!(table.subjects[1].held, 0);
+    }
+
+    #[test]
+    fn an_operator_that_cannot_run_on_the_provider_is_not_applicable_everywhere_with_the_reason() {
+        let reason = "its manager reads the service-account files | which pods on local lack";
+        let suite: SuiteReport = serde_json::from_value(serde_json::json!({
+            "provider": "local",
+            "subject": "kubebuilder",
+            "wallSeconds": 2.5,
+            "leftOut": [],
+            "notApplicable": reason,
+            "scenarios": 0,
+            "passed": 0,
+            "results": [],
+        }))
+        .unwrap();
+        let runs = vec![
+            (
+                "ours".to_string(),
+                PathBuf::from("profiles/ours/profile.yaml"),
+                "ours".to_string(),
+                report(&[("One leader", None), ("Skew", Some("a step failed"))]),
+            ),
+            (
+                "kubebuilder".to_string(),
+                PathBuf::from("subjects/kubebuilder/profile.yaml"),
+                "kubebuilder".to_string(),
+                suite,
+            ),
+        ];
+        let table = Table::of("local", &runs);
+        let na = Cell::NotApplicable {
+            reason: Some(reason.into()),
+        };
+        assert_eq!(table.rows.len(), 2);
+        assert!(table.rows.iter().all(|row| row.cells[1] == na));
+        assert_eq!(table.subjects[1].not_applicable.as_deref(), Some(reason));
+        assert_eq!((table.subjects[1].held, table.subjects[1].ran), (0, 0));
+        // A scenario a subject merely did not run has no reason.
+        let left = Table::of("local", &runs[..1]);
+        assert!(left.subjects[0].not_applicable.is_none());
+
+        let md = table.markdown();
+        let escaped = "its manager reads the service-account files \\| which pods on local lack";
+        assert!(
+            md.contains(&format!(
+                "| One leader | held (failover reject: 4158 ms) | n/a: {escaped} |"
+            )),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!(
+                "- **kubebuilder** (`subjects/kubebuilder/profile.yaml`): not applicable on local: {reason}, 2 s"
+            )),
+            "{md}"
+        );
+        let html = table.html();
+        let title = "its manager reads the service-account files | which pods on local lack";
+        assert!(
+            html.contains(&format!("<td class=\"na\" title=\"{title}\">n/a</td>")),
+            "{html}"
+        );
+        assert!(html.contains("<th>kubebuilder<br><small>n/a</small></th>"));
+        assert!(html.contains(&format!(
+            "<li>kubebuilder: not applicable on local: {title}</li>"
+        )));
+        let json = serde_json::to_value(&table).unwrap();
+        assert_eq!(
+            json["rows"][0]["cells"][1],
+            serde_json::json!({"verdict": "notApplicable", "reason": reason})
+        );
+        assert_eq!(json["subjects"][1]["notApplicable"], reason);
+        assert!(json["subjects"][0].get("notApplicable").is_none());
+        assert_eq!(
+            serde_json::to_value(Cell::NotApplicable { reason: None }).unwrap(),
+            serde_json::json!({"verdict": "notApplicable"})
+        );
+    }
+
+    #[test]
+    fn a_report_without_not_applicable_reads_as_one_that_ran() {
+        let suite: SuiteReport = serde_json::from_str(
+            r#"{"provider":"sim","wallSeconds":1.0,"results":[{"name":"One leader","passed":true}]}"#,
+        )
+        .unwrap();
+        assert!(suite.not_applicable.is_none());
+        assert_eq!(suite.results.len(), 1);
     }
 
     #[test]

@@ -83,7 +83,7 @@ fn profile_check_describes_the_shipped_profile_and_names_the_bad_key_of_another(
     let bad = dir.path().join("profile.yaml");
     let text = std::fs::read_to_string(shipped)
         .unwrap()
-        .replace("metricsPort: 8080", "metricsPort: 0");
+        .replace("metrics: {port: 8080}", "metrics: {port: 0}");
     std::fs::write(&bad, text).unwrap();
     let out = opconform()
         .args(["profile", "check"])
@@ -94,7 +94,7 @@ fn profile_check_describes_the_shipped_profile_and_names_the_bad_key_of_another(
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "operator profile {}: metricsPort: expected a port from 1 to 65535",
+            "operator profile {}: metrics.port: expected a port from 1 to 65535",
             bad.display()
         )),
         "{stderr}"

@@ -1,8 +1,9 @@
 //! The kind provider, exercised through its exact command sequences: stand-in `kind`,
-//! `docker` and `kubectl` scripts record their arguments and answer as the real tools do,
-//! and `kind get kubeconfig` hands out an embedded simulated API server, so that the kube
-//! client side (pods, namespaces) is real. Also: `kind-config.yaml`, its audit policy, the
-//! workflow and the script the README documents.
+//! `docker` and `kubectl` scripts record their arguments and answer as the real tools do
+//! (the stand-in `docker` keeps the images it built, with their labels), and `kind get
+//! kubeconfig` hands out an embedded simulated API server, so that the kube client side
+//! (pods, namespaces) is real. Also: where the operator's image comes from,
+//! `kind-config.yaml`, its audit policy, the workflow and the scripts the README documents.
 
 mod support;
 
@@ -15,7 +16,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use opconform::cluster::kind::node::SIGNAL_SCRIPT;
 use opconform::cluster::kind::{KindOptions, KindProvider, KindRun, Timeouts, Tools};
-use opconform::cluster::{Provider, ProviderError};
+use opconform::cluster::{OperatorUnderTest, Placement, Provider, ProviderError};
 use opconform::fault::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 use opconform::sim::apiserver::{ApiServer, ApiServerConfig};
 use serde_json::json;
@@ -48,11 +49,22 @@ exit 0
 
 const DOCKER: &str = r#"#!/bin/sh
 if [ "$1" = build ]; then echo "docker $* DOCKER_BUILDKIT=$DOCKER_BUILDKIT" >> ROOT/calls.log; else echo "docker $*" >> ROOT/calls.log; fi
+image_file() { echo "ROOT/images/$(echo "$1" | /usr/bin/tr '/:' '__')"; }
 case "$*" in
   "info "*) echo 28.2.2 ;;
   "image inspect "*)
-    if [ ! -e ROOT/flags/image-present ]; then echo "Error response from daemon: No such image" >&2; exit 1; fi
-    echo sha256:0123 ;;
+    if [ ! -e "$(image_file "$5")" ]; then echo "Error: No such image: $5" >&2; exit 1; fi
+    if [ "$4" = "{{.Id}}" ]; then /usr/bin/cut -d' ' -f1 "$(image_file "$5")"; else /bin/cat "$(image_file "$5")"; fi ;;
+  "build "*)
+    if [ -e ROOT/flags/build-fails ]; then echo "Step 2/4 : COPY operator /manager: no space left on device" >&2; exit 1; fi
+    label=""; tag=""; context=""
+    while [ $# -gt 0 ]; do
+      case "$1" in --label) label=$2; shift ;; --tag) tag=$2; shift ;; esac
+      context=$1; shift
+    done
+    if [ -f "$context/Dockerfile" ]; then /bin/cp "$context/Dockerfile" ROOT/built.Dockerfile; /bin/cp "$context/operator" ROOT/built.operator; fi
+    id=sha256:$(printf '%s' "$label" | /usr/bin/sha256sum | /usr/bin/cut -c1-12)
+    printf '%s {"%s":"%s"}\n' "$id" "${label%%=*}" "${label#*=}" > "$(image_file "$tag")" ;;
   "inspect --format {{json .Mounts}} "*) /bin/cat ROOT/mounts.json ;;
   "inspect --format {{json .NetworkSettings.Networks}} "*)
     if [ -e ROOT/flags/moved ]; then echo '{"kind":{"IPAddress":"172.18.0.9","GlobalIPv6Address":"fc00::9"}}';
@@ -79,9 +91,10 @@ impl Fake {
         use std::os::unix::fs::PermissionsExt as _;
         let root = tempfile::tempdir().unwrap();
         let r = root.path();
-        for dir in ["bin", "flags", "repo/operator", "work", "logs"] {
+        for dir in ["bin", "flags", "images", "repo/operator", "work", "logs"] {
             std::fs::create_dir_all(r.join(dir)).unwrap();
         }
+        std::fs::write(r.join("repo/operator/Dockerfile"), "FROM scratch\n").unwrap();
         std::fs::write(r.join("calls.log"), "").unwrap();
         for (name, script) in [("kind", KIND), ("docker", DOCKER), ("kubectl", KUBECTL)] {
             if !tools.contains(&name) {
@@ -113,6 +126,31 @@ impl Fake {
         std::fs::write(self.path("flags").join(name), "").unwrap();
     }
 
+    /// Puts `image` in the stand-in engine, with id `sha256:0123` and `labels` (JSON,
+    /// `null` for none).
+    fn image(&self, image: &str, labels: &str) {
+        let file = image.replace(['/', ':'], "_");
+        std::fs::write(
+            self.path("images").join(file),
+            format!("sha256:0123 {labels}"),
+        )
+        .unwrap();
+    }
+
+    /// The id and labels of `image` in the stand-in engine, when it has it.
+    fn inspect(&self, image: &str) -> Option<(String, serde_json::Value)> {
+        let file = self.path("images").join(image.replace(['/', ':'], "_"));
+        let text = std::fs::read_to_string(file).ok()?;
+        let (id, labels) = text.split_once(' ').unwrap();
+        Some((id.to_string(), serde_json::from_str(labels).unwrap()))
+    }
+
+    fn options_with_base(&self, base: &str) -> KindOptions {
+        let mut o = self.options();
+        o.base_image = Some(base.into());
+        o
+    }
+
     fn options(&self) -> KindOptions {
         let mut o = KindOptions::new(self.path("repo"));
         o.tools = Tools::new(format!("{}:/usr/bin:/bin", self.shown("bin")));
@@ -133,15 +171,28 @@ impl Fake {
         text.lines().map(str::to_string).collect()
     }
 
-    /// The set-up sequence of a new cluster `name`.
+    /// The set-up sequence of a new cluster `name` for the bundled operator.
     fn created(&self, name: &str) -> Vec<String> {
         let repo = self.shown("repo");
+        let mut calls = vec![
+            "docker info --format {{.ServerVersion}}".into(),
+            "docker image inspect --format {{.Id}} {{json .Config.Labels}} memcached-operator:dev"
+                .into(),
+            format!(
+                "docker build --file {repo}/operator/Dockerfile --label io.opconform.build-input=operator/Dockerfile --tag memcached-operator:dev {repo} DOCKER_BUILDKIT=1"
+            ),
+        ];
+        calls.extend(self.cluster_created(name));
+        calls.push(format!(
+            "kind load docker-image memcached-operator:dev --name {name}"
+        ));
+        calls
+    }
+
+    /// `kind create cluster` of `name` until its nodes are Ready.
+    fn cluster_created(&self, name: &str) -> Vec<String> {
         let dir = self.shown(&format!("work/{name}"));
         vec![
-            "docker info --format {{.ServerVersion}}".into(),
-            format!(
-                "docker build --file {repo}/operator/Dockerfile --tag memcached-operator:dev {repo} DOCKER_BUILDKIT=1"
-            ),
             format!(
                 "kind create cluster --name {name} --config {dir}/kind-config.yaml --wait 300s"
             ),
@@ -149,7 +200,6 @@ impl Fake {
             format!(
                 "kubectl --kubeconfig {dir}/kubeconfig wait --for=condition=Ready nodes --all --timeout=180s"
             ),
-            format!("kind load docker-image memcached-operator:dev --name {name}"),
         ]
     }
 
@@ -176,10 +226,52 @@ impl Fake {
     }
 }
 
+/// An operator under test whose manifests name `image`, with its binary (`None`: it has
+/// none) and the path its manager container runs.
+struct Operator {
+    image: String,
+    binary: Option<PathBuf>,
+    entrypoint: Option<String>,
+}
+
+impl Operator {
+    /// The bundled operator, as far as the provider sees it.
+    fn bundled() -> Self {
+        Self {
+            image: "memcached-operator:dev".into(),
+            binary: None,
+            entrypoint: None,
+        }
+    }
+}
+
+impl OperatorUnderTest for Operator {
+    fn own_placement(&self) -> Placement {
+        Placement {
+            image: self.image.clone(),
+            ..Placement::bundled()
+        }
+    }
+
+    fn binary(&self) -> Result<PathBuf, ProviderError> {
+        self.binary
+            .clone()
+            .ok_or_else(|| ProviderError::Operator("this operator has no binary".into()))
+    }
+
+    fn crd_manifests(&self) -> Result<Vec<String>, ProviderError> {
+        Ok(Vec::new())
+    }
+
+    fn entrypoint_in_image(&self) -> Result<Option<String>, ProviderError> {
+        Ok(self.entrypoint.clone())
+    }
+}
+
 /// A provider on a new cluster, with the set-up calls forgotten.
 async fn scenario(fake: &Fake) -> (Arc<KindRun>, KindProvider, String) {
     let run = Arc::new(KindRun::new(fake.options()));
-    let provider = run.provider().await.unwrap();
+    let provider = run.provider(&Operator::bundled()).await.unwrap();
     let name = provider.cluster().name().to_string();
     fake.take_calls();
     (run, provider, name)
@@ -239,6 +331,8 @@ fn fault_log(provider: &KindProvider) -> Vec<(String, String)> {
 async fn a_new_cluster_is_built_created_loaded_and_deleted_at_the_end() {
     let fake = Fake::new().await;
     let run = KindRun::new(fake.options());
+    let provider = run.provider(&Operator::bundled()).await.unwrap();
+    assert_eq!(provider.placement().image, "memcached-operator:dev");
     let cluster = run.cluster().await.unwrap();
     let name = cluster.name().to_string();
     assert!(name.starts_with("opconform-") && name.len() == "opconform-".len() + 6);
@@ -275,8 +369,9 @@ async fn a_new_cluster_is_built_created_loaded_and_deleted_at_the_end() {
     assert_eq!(mode & 0o777, 0o600);
     cluster.client().apiserver_version().await.unwrap();
     // A second scenario shares it: nothing runs again.
-    let again = run.cluster().await.unwrap();
-    assert!(Arc::ptr_eq(&cluster, &again));
+    let again = run.provider(&Operator::bundled()).await.unwrap();
+    assert_eq!(again.cluster().name(), name);
+    assert!(Arc::ptr_eq(&cluster, &run.cluster().await.unwrap()));
     assert!(fake.take_calls().is_empty());
     run.finish(false).await;
     assert_eq!(
@@ -289,9 +384,35 @@ async fn a_new_cluster_is_built_created_loaded_and_deleted_at_the_end() {
 }
 
 #[tokio::test]
+async fn a_bundled_image_built_again_unchanged_is_kept() {
+    let fake = Fake::new().await;
+    for _ in 0..2 {
+        let run = KindRun::new(fake.options());
+        run.provider(&Operator::bundled()).await.unwrap();
+        run.finish(false).await;
+    }
+    let calls = fake.take_calls();
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("docker build --file"))
+            .count(),
+        2
+    );
+    // The second build named the same image as the first: nothing to remove.
+    assert!(
+        calls.contains(&"docker image inspect --format {{.Id}} memcached-operator:dev".to_string())
+    );
+    assert!(
+        !calls.iter().any(|c| c.starts_with("docker rmi")),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_existing_cluster_is_reused_with_a_prebuilt_image_and_never_deleted() {
     let fake = Fake::new().await;
-    fake.flag("image-present");
+    fake.image("registry.example/op:1", "null");
     let audit = fake.path("reused-audit");
     std::fs::create_dir_all(&audit).unwrap();
     std::fs::write(audit.join("kube-apiserver-audit.log"), "").unwrap();
@@ -308,26 +429,30 @@ async fn an_existing_cluster_is_reused_with_a_prebuilt_image_and_never_deleted()
     options.existing = Some("existing".into());
     options.image = Some("registry.example/op:1".into());
     let run = KindRun::new(options);
+    let provider = run.provider(&Operator::bundled()).await.unwrap();
+    // The prebuilt image replaces the one the manifests name.
+    assert_eq!(provider.placement().image, "registry.example/op:1");
     let cluster = run.cluster().await.unwrap();
     assert!(!cluster.owned());
-    assert_eq!(cluster.image(), "registry.example/op:1");
     assert_eq!(
         cluster.audit_log(),
         Some(audit.join("kube-apiserver-audit.log").as_path())
     );
-    let dir = fake.shown("work/existing");
+    // Its files go in a directory of this run's own: the cluster's own directory may be
+    // the one of the run that created it.
+    let dir = fake.shown(&format!("work/existing/run-{}", std::process::id()));
     assert_eq!(
         fake.take_calls(),
         [
             "docker info --format {{.ServerVersion}}".to_string(),
+            "docker image inspect --format {{.Id}} registry.example/op:1".into(),
             "kind get clusters".into(),
             "kind get kubeconfig --name existing".into(),
             format!(
                 "kubectl --kubeconfig {dir}/kubeconfig wait --for=condition=Ready nodes --all --timeout=180s"
             ),
-            "docker image inspect --format {{.Id}} registry.example/op:1".into(),
-            "kind load docker-image registry.example/op:1 --name existing".into(),
             "docker inspect --format {{json .Mounts}} existing-control-plane".into(),
+            "kind load docker-image registry.example/op:1 --name existing".into(),
         ]
     );
     // A failed run exports the logs, and still leaves the cluster alone.
@@ -341,6 +466,7 @@ async fn an_existing_cluster_is_reused_with_a_prebuilt_image_and_never_deleted()
     );
     run.interrupt().await;
     assert!(fake.take_calls().is_empty(), "a reused cluster was deleted");
+    assert!(!Path::new(&dir).exists(), "the run's directory is left");
 }
 
 #[tokio::test]
@@ -349,18 +475,254 @@ async fn a_prebuilt_image_not_in_the_local_engine_is_left_for_the_nodes_to_pull(
     let mut options = fake.options();
     options.image = Some("registry.example/op:1".into());
     let run = KindRun::new(options);
-    let name = run.cluster().await.unwrap().name().to_string();
+    let provider = run.provider(&Operator::bundled()).await.unwrap();
+    assert_eq!(provider.placement().image, "registry.example/op:1");
+    let name = provider.cluster().name().to_string();
     let calls = fake.take_calls();
     assert!(!calls.iter().any(|c| c.starts_with("docker build")));
     assert!(!calls.iter().any(|c| c.starts_with("kind load")));
     assert_eq!(
-        calls.last().unwrap(),
+        calls[1],
         "docker image inspect --format {{.Id}} registry.example/op:1"
     );
     run.finish(false).await;
     assert_eq!(
         fake.take_calls(),
         [format!("kind delete cluster --name {name}")]
+    );
+}
+
+/// An operator whose manifests name `image` and run `entrypoint`, with a binary of its own
+/// in `fake`'s directory.
+fn built_operator(fake: &Fake, image: &str, entrypoint: Option<&str>) -> Operator {
+    let binary = fake.path("manager-bin");
+    std::fs::write(&binary, "#!/bin/true\nthe operator\n").unwrap();
+    Operator {
+        image: image.into(),
+        binary: Some(binary),
+        entrypoint: entrypoint.map(str::to_string),
+    }
+}
+
+/// Why `run` gives `operator` no share of its cluster.
+async fn refused(run: &KindRun, operator: &Operator) -> String {
+    match run.provider(operator).await {
+        Ok(_) => panic!("a share was given"),
+        Err(e) => opconform::error_chain(&e),
+    }
+}
+
+#[tokio::test]
+async fn an_image_nobody_has_is_built_from_the_binary_on_the_base_and_reused_by_the_next_run() {
+    let fake = Fake::new().await;
+    fake.image("opconform/debian:bookworm-1", "null");
+    let operator = built_operator(
+        &fake,
+        "opconform/kubebuilder-memcached:dev",
+        Some("/manager"),
+    );
+    let mut options = fake.options();
+    options.base_image = Some("opconform/debian:bookworm-1".into());
+    let run = KindRun::new(options.clone());
+    let provider = run.provider(&operator).await.unwrap();
+    // Under the manifests' own name: nothing in them changes.
+    assert_eq!(
+        provider.placement().image,
+        "opconform/kubebuilder-memcached:dev"
+    );
+    let name = provider.cluster().name().to_string();
+    let calls = fake.take_calls();
+    let build = calls
+        .iter()
+        .find(|c| c.starts_with("docker build"))
+        .expect("a build");
+    let out = std::process::Command::new("sha256sum")
+        .arg(fake.path("manager-bin"))
+        .output()
+        .unwrap();
+    let sum = String::from_utf8(out.stdout).unwrap()[..64].to_string();
+    let input = format!("binary=sha256:{sum} base=sha256:0123 path=/manager format=1");
+    assert!(
+        build.starts_with(&format!(
+            "docker build --quiet --label io.opconform.build-input={input} --tag opconform/kubebuilder-memcached:dev {}/image-",
+            fake.shown("work")
+        )),
+        "{build}"
+    );
+    let mut expected = vec![
+        "docker info --format {{.ServerVersion}}".to_string(),
+        "docker image inspect --format {{.Id}} {{json .Config.Labels}} opconform/kubebuilder-memcached:dev"
+            .into(),
+        "docker image inspect --format {{.Id}} opconform/debian:bookworm-1".into(),
+        build.clone(),
+    ];
+    expected.extend(fake.cluster_created(&name));
+    expected.push(format!(
+        "kind load docker-image opconform/kubebuilder-memcached:dev --name {name}"
+    ));
+    assert_eq!(calls, expected);
+    // The base, the binary where the manager container runs it, the user of ours.
+    assert_eq!(
+        std::fs::read_to_string(fake.path("built.Dockerfile")).unwrap(),
+        "FROM opconform/debian:bookworm-1\nCOPY operator /manager\nUSER 65532:65532\nENTRYPOINT [\"/manager\"]\n"
+    );
+    assert_eq!(
+        std::fs::read(fake.path("built.operator")).unwrap(),
+        std::fs::read(fake.path("manager-bin")).unwrap()
+    );
+    let (built, labels) = fake.inspect("opconform/kubebuilder-memcached:dev").unwrap();
+    assert_eq!(labels["io.opconform.build-input"], input.as_str());
+    // The build context is gone.
+    let left: Vec<_> = std::fs::read_dir(fake.path("work"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("image-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    run.finish(false).await;
+    fake.take_calls();
+
+    // The next run finds it built from the same binary on the same base.
+    let next = KindRun::new(options);
+    let provider = next.provider(&operator).await.unwrap();
+    let name = provider.cluster().name().to_string();
+    let mut expected = vec![
+        "docker info --format {{.ServerVersion}}".to_string(),
+        "docker image inspect --format {{.Id}} {{json .Config.Labels}} opconform/kubebuilder-memcached:dev"
+            .into(),
+        "docker image inspect --format {{.Id}} opconform/debian:bookworm-1".into(),
+    ];
+    expected.extend(fake.cluster_created(&name));
+    expected.push(format!(
+        "kind load docker-image opconform/kubebuilder-memcached:dev --name {name}"
+    ));
+    assert_eq!(fake.take_calls(), expected);
+    next.finish(false).await;
+    fake.take_calls();
+
+    // Another binary is built again, and the earlier build goes.
+    std::fs::write(fake.path("manager-bin"), "#!/bin/true\nthe next operator\n").unwrap();
+    let after = KindRun::new(fake.options_with_base("opconform/debian:bookworm-1"));
+    after.provider(&operator).await.unwrap();
+    let calls = fake.take_calls();
+    let build = calls
+        .iter()
+        .position(|c| c.starts_with("docker build --quiet"))
+        .expect("a build");
+    assert_eq!(
+        calls[build + 1..build + 3],
+        [
+            "docker image inspect --format {{.Id}} opconform/kubebuilder-memcached:dev".to_string(),
+            format!("docker rmi {built}"),
+        ]
+    );
+    assert_ne!(
+        fake.inspect("opconform/kubebuilder-memcached:dev")
+            .unwrap()
+            .0,
+        built
+    );
+    after.finish(false).await;
+}
+
+#[tokio::test]
+async fn a_binary_the_container_runs_by_the_entrypoint_goes_to_usr_local_bin() {
+    let fake = Fake::new().await;
+    fake.image("b:1", "null");
+    let operator = built_operator(&fake, "go-election-subject:dev", None);
+    let run = KindRun::new(fake.options_with_base("b:1"));
+    run.provider(&operator).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(fake.path("built.Dockerfile")).unwrap(),
+        "FROM b:1\nCOPY operator /usr/local/bin/manager-bin\nUSER 65532:65532\nENTRYPOINT [\"/usr/local/bin/manager-bin\"]\n"
+    );
+    run.finish(false).await;
+}
+
+#[tokio::test]
+async fn the_users_own_image_of_the_manifests_name_is_loaded_as_it_is() {
+    let fake = Fake::new().await;
+    fake.image(
+        "go-election-subject:dev",
+        r#"{"org.opencontainers.image.title":"mine"}"#,
+    );
+    // Not even a base image is needed, nor the binary.
+    let operator = Operator {
+        image: "go-election-subject:dev".into(),
+        binary: None,
+        entrypoint: None,
+    };
+    let run = KindRun::new(fake.options());
+    let provider = run.provider(&operator).await.unwrap();
+    assert_eq!(provider.placement().image, "go-election-subject:dev");
+    let name = provider.cluster().name().to_string();
+    let calls = fake.take_calls();
+    assert!(!calls.iter().any(|c| c.starts_with("docker build")));
+    assert_eq!(
+        calls.last().unwrap(),
+        &format!("kind load docker-image go-election-subject:dev --name {name}")
+    );
+    run.finish(false).await;
+}
+
+#[tokio::test]
+async fn an_image_nothing_provides_is_named_with_the_ways_to_provide_it_before_any_cluster() {
+    let fake = Fake::new().await;
+    let operator = built_operator(&fake, "go-election-subject:dev", None);
+    let run = KindRun::new(fake.options());
+    let e = refused(&run, &operator).await;
+    for named in [
+        "no image go-election-subject:dev",
+        "OPCONFORM_IMAGE",
+        "build go-election-subject:dev into the local Docker engine",
+        "OPCONFORM_KIND_BASE_IMAGE",
+        "ci/kind/build.sh base",
+    ] {
+        assert!(e.contains(named), "{named}: {e}");
+    }
+    assert_eq!(
+        fake.take_calls(),
+        [
+            "docker info --format {{.ServerVersion}}",
+            "docker image inspect --format {{.Id}} {{json .Config.Labels}} go-election-subject:dev",
+        ]
+    );
+    // Later scenarios get the same answer without trying again.
+    let again = refused(&run, &operator).await;
+    assert!(
+        again.contains(
+            "providing the operator image go-election-subject:dev failed earlier in this run"
+        ) && again.contains("no image go-election-subject:dev"),
+        "{again}"
+    );
+    assert!(fake.take_calls().is_empty());
+    run.finish(true).await;
+    assert!(fake.take_calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_build_leaves_no_context_and_creates_no_cluster() {
+    let fake = Fake::new().await;
+    fake.image("b:1", "null");
+    fake.flag("build-fails");
+    let operator = built_operator(&fake, "go-election-subject:dev", None);
+    let run = KindRun::new(fake.options_with_base("b:1"));
+    let e = refused(&run, &operator).await;
+    assert!(e.contains("no space left on device"), "{e}");
+    let calls = fake.take_calls();
+    assert!(calls.last().unwrap().starts_with("docker build --quiet"));
+    assert!(!calls.iter().any(|c| c.starts_with("kind")), "{calls:?}");
+    assert_eq!(std::fs::read_dir(fake.path("work")).unwrap().count(), 0);
+    // A base image the engine lacks is named with how to build one.
+    let fake = Fake::new().await;
+    let run = KindRun::new(fake.options_with_base("gone:1"));
+    let e = refused(&run, &operator).await;
+    assert!(
+        e.contains(
+            "OPCONFORM_KIND_BASE_IMAGE=gone:1, but the local Docker engine has no such image"
+        ) && e.contains("ci/kind/build.sh base"),
+        "{e}"
     );
 }
 
@@ -411,8 +773,9 @@ async fn a_failed_creation_deletes_what_was_made_and_is_not_tried_again() {
     assert!(e.contains("node(s) already exist"), "{e}");
     assert!(e.contains("`kind create cluster --name opconform-"), "{e}");
     let calls = fake.take_calls();
-    let name = calls[2]
-        .strip_prefix("kind create cluster --name ")
+    let name = calls
+        .iter()
+        .find_map(|c| c.strip_prefix("kind create cluster --name "))
         .unwrap()
         .split(' ')
         .next()
@@ -1008,6 +1371,35 @@ fn the_audit_policy_is_an_audit_k8s_io_v1_policy_logging_every_write() {
             .unwrap();
         assert_eq!(rule.level, "Metadata", "{verb}");
     }
+}
+
+#[test]
+fn the_kind_script_runs_the_conformance_table_with_each_profiles_own_image_in_its_lifecycle() {
+    let script = text("ci/kind-e2e.sh");
+    // The same Docker lifecycle and build, the table in place of the features.
+    assert!(script.contains("ci/kind/docker.sh up"));
+    assert!(script.contains("ci/kind/docker.sh down"));
+    assert!(script.contains("opconform\" conformance --provider kind \"$@\""));
+    // Each profile runs its own image: the bundled operator's is not given to every one.
+    assert!(script.contains("unset OPCONFORM_IMAGE"));
+    assert!(script.contains("OPCONFORM_KIND_BASE_IMAGE"));
+    let build = text("ci/kind/build.sh");
+    assert!(build.contains("echo \"OPCONFORM_KIND_BASE_IMAGE=$base_image\""));
+    assert!(build.contains("  base)"));
+    // CI runs the kubebuilder subject's table there once its profile exists.
+    let ci = text(".ci/run");
+    let stage = ci
+        .split("\nstage \"")
+        .find(|s| s.starts_with("the leadership conformance table on kind"))
+        .expect("a stage for the table on kind");
+    assert!(
+        stage.contains("if [ -f \"$kubebuilder_profile\" ]"),
+        "{stage}"
+    );
+    assert!(
+        stage.contains("ci/kind-e2e.sh conformance \"$kubebuilder_profile\""),
+        "{stage}"
+    );
 }
 
 #[test]

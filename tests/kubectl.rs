@@ -703,3 +703,77 @@ fn a_kustomization_that_names_a_missing_resource_fails_with_kustomizes_own_error
         "{e}"
     );
 }
+
+#[test]
+fn the_kubebuilder_scaffold_renders_from_its_kustomize_tree_and_follows_its_operator_when_moved() {
+    use opconform::subject::{OperatorSetup, kind_of};
+    kubectl_available();
+    let root = opconform::subject::repository_root();
+    let subject = opconform::profile::Profile::read(
+        &root.join("subjects/kubebuilder-memcached/profile.yaml"),
+    )
+    .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+    assert_eq!(
+        subject.manager_command().map_err(|e| e.to_string()),
+        Ok(Some("/manager".to_string())),
+        "the image the kind provider builds puts the binary where the manager runs it"
+    );
+    let placement = opconform::cluster::shared::shared_placement("opconform-t1", "kb:dev");
+    let setup = OperatorSetup::lease(&subject, 3, "4s/3s/1s", "").expect("lease setup");
+    let manifests = subject
+        .render(&setup, &placement)
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+    let object = |kind: &str, name: &str| {
+        manifests
+            .iter()
+            .map(|m| &m.object)
+            .find(|o| kind_of(o) == kind && o.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no {kind} {name} in the rendered manifests"))
+    };
+    let deployment = object("Deployment", "memcached-operator-controller-manager");
+    assert_eq!(
+        deployment.metadata.namespace.as_deref(),
+        Some("opconform-t1-system")
+    );
+    let manager = &deployment.data["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(manager["image"], "kb:dev");
+    assert_eq!(deployment.data["spec"]["replicas"], 3);
+    // The scaffold's own flags stay, the timings are its own: nothing is added for them.
+    let args: Vec<&str> = manager["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "--metrics-bind-address=:8443",
+            "--health-probe-bind-address=:8081",
+            "--leader-elect"
+        ]
+    );
+    // Its RBAC follows it: the lease Role where it runs, the ClusterRoleBindings to the
+    // renamed roles and its moved ServiceAccount.
+    let role = object("Role", "memcached-operator-leader-election-role");
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some("opconform-t1-system")
+    );
+    let binding = object(
+        "ClusterRoleBinding",
+        "memcached-operator-metrics-auth-rolebinding-opconform-t1",
+    );
+    assert_eq!(
+        binding.data["roleRef"]["name"],
+        "memcached-operator-metrics-auth-role-opconform-t1"
+    );
+    assert_eq!(
+        binding.data["subjects"][0]["namespace"],
+        "opconform-t1-system"
+    );
+    object(
+        "ClusterRole",
+        "memcached-operator-metrics-reader-opconform-t1",
+    );
+}

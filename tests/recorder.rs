@@ -14,7 +14,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use opconform::check;
 use opconform::fault::FaultLog;
-use opconform::record::recorder::{Feeds, Recorder, RecorderConfig};
+use opconform::record::recorder::{Feeds, HolderNaming, MetricsEndpoint, Recorder, RecorderConfig};
 use opconform::record::{History, Observation};
 use opconform::sim::apiserver::ApiServer;
 use opconform::sim::faults::RequestMatch;
@@ -32,7 +32,8 @@ fn config(metrics_port: u16) -> RecorderConfig {
         namespace: NS.into(),
         lock_name: "lock".into(),
         pod_selector: SELECTOR.into(),
-        metrics_port,
+        metrics: MetricsEndpoint::http(metrics_port),
+        holder_naming: HolderNaming::default(),
         scrape_through_api: false,
         scrape_interval: Duration::from_millis(50),
         workload_namespaces: Vec::new(),

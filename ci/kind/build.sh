@@ -5,8 +5,11 @@
 #   ci/kind/build.sh tools      kind (KIND_VERSION) and kubectl; prints their directories
 #   ci/kind/build.sh node       the node image; prints its reference
 #   ci/kind/build.sh operator   the operator image from this workspace's binary; prints it
-#   ci/kind/build.sh            all three, printed as shell assignments:
-#                               KIND_TOOLS_PATH=… OPCONFORM_KIND_NODE_IMAGE=… OPCONFORM_IMAGE=…
+#   ci/kind/build.sh base       the Debian base image of the operator image; prints it (the
+#                               kind provider builds the image of any other operator on it)
+#   ci/kind/build.sh            all four, printed as shell assignments:
+#                               KIND_TOOLS_PATH=… OPCONFORM_KIND_NODE_IMAGE=…
+#                               OPCONFORM_IMAGE=… OPCONFORM_KIND_BASE_IMAGE=…
 #
 # The node image (opconform/kind-node:<kubernetes version>-<hash>) is Debian bookworm
 # (debootstrap) with systemd, containerd, runc and the CNI plugins, the kubelet, kubeadm
@@ -18,6 +21,12 @@
 # memcached:1.6-alpine, here Debian's memcached package under that name. Its tag is a
 # hash of its inputs (versions, these scripts and files, the binaries), so a second run
 # finds it (`docker image inspect`) and builds nothing.
+#
+# The base image (opconform/debian:bookworm-<hash>) is a minimal Debian bookworm (glibc
+# 2.36): the operator image is the workspace's binary on it, and the kind provider puts on
+# it the binary of an operator whose image neither OPCONFORM_IMAGE nor the Docker engine
+# has (OPCONFORM_KIND_BASE_IMAGE). A binary must be static (the Go subjects are built with
+# CGO_ENABLED=0) or need no newer glibc.
 #
 # Needs root (debootstrap, chroot), a running Docker engine (ci/kind/docker.sh up), Go,
 # gcc, debootstrap (both installed from Debian when missing) and cargo. Caches under
@@ -351,16 +360,22 @@ case "${1-all}" in
   tools) tools; echo "$kind_bin:$kube_bin" ;;
   node) node ;;
   operator) operator ;;
+  base)
+    mkdir -p "$work"
+    command -v debootstrap >/dev/null 2>&1 || host_packages
+    debian_image "" ;;
   all)
     node_image=$(node)
     operator_image=$(operator)
+    base_image=$(debian_image "")
     tools
     echo "KIND_TOOLS_PATH=$kind_bin:$kube_bin"
     echo "OPCONFORM_KIND_NODE_IMAGE=$node_image"
     echo "OPCONFORM_IMAGE=$operator_image"
+    echo "OPCONFORM_KIND_BASE_IMAGE=$base_image"
     ;;
   *)
     step="reading the arguments"
-    echo "usage: ci/kind/build.sh [tools|node|operator]" >&2
+    echo "usage: ci/kind/build.sh [tools|node|operator|base]" >&2
     exit 2 ;;
 esac

@@ -15,7 +15,6 @@ use kube::{Client, ResourceExt as _};
 use super::audit_tap::{AuditTap, first_lock_request, pod_deleted};
 use super::{BenchError, Contender, Options};
 use crate::deploy::{Manifest, Namespacing, apply_all};
-use crate::record::recorder::holder_of_identity;
 use crate::sim::kubelet::ImageMap;
 use crate::sim::{SimCluster, SimClusterConfig};
 use crate::subject::{OperatorSetup, Subject};
@@ -328,7 +327,7 @@ impl Stage {
                     .await
                     .map_err(unreadable)?
                     .and_then(|l| l.spec?.holder_identity)
-                    .and_then(|id| holder_of_identity(&id))
+                    .and_then(|id| lock.holder.holder_of_identity(&id))
                     .and_then(|name| pods.iter().find(|p| p.name_any() == name))
             }
             Election::ForLife => {

@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::record::recorder::HolderNaming;
 use crate::subject::{
     BinaryBuild, BinarySource, Election, LeaseElection, LeaseTimings, LeaveOut, Lock, LockKind,
-    ManagerPatch, ManifestSource, Subject, TIMING_PLACEHOLDERS, WatchNamespace, Work,
+    ManagerPatch, ManifestSource, Metrics, Subject, TIMING_PLACEHOLDERS, WatchNamespace, Work,
 };
 
 /// The variable naming the profile of the operator under test.
@@ -74,8 +75,9 @@ pub struct Profile {
     pub deployment: String,
     /// The labels that select its pods (and only its pods).
     pub pod_selector: BTreeMap<String, String>,
-    /// The port its pods serve Prometheus metrics on (`/metrics`).
-    pub metrics_port: u16,
+    /// Where its pods serve their Prometheus metrics (the leader gauge, the reconcile
+    /// counter).
+    pub metrics: MetricsSpec,
     /// Its leader-election lock.
     pub lock: LockSpec,
     /// The flags that choose how it elects its leader, per mode: the features of a mode
@@ -88,6 +90,13 @@ pub struct Profile {
     pub binary: BinarySpec,
     /// Where its manifests are.
     pub manifests: ManifestSpec,
+    /// Its manager works only as a container: it reads what a container of the pod has,
+    /// such as the service-account files (controller-runtime finds its leader-election
+    /// namespace there when none is given), or its image's own filesystem. On providers
+    /// whose pods are processes of the host (sim, local), its scenarios are then not
+    /// applicable, and the conformance table says so [default: false].
+    #[serde(default)]
+    pub needs_container: bool,
     /// How it is told which namespaces to watch, so that scenarios sharing a cluster keep
     /// apart: a flag (`{flag: --watch-namespace}`: the harness passes
     /// `--watch-namespace=ns1,ns2`) or an environment variable of its manager container
@@ -181,6 +190,67 @@ pub struct LockSpec {
     /// Its namespace in the manifests [default: the operator's namespace].
     #[serde(default)]
     pub namespace: Option<String>,
+    /// How a Lease's holderIdentity names the leader's pod: `beforeUnderscore` (client-go's
+    /// and controller-runtime's `<host name>_<unique id>`: the part before the last `_`)
+    /// or `whole` (the holder is the pod's host name alone) [default: beforeUnderscore].
+    #[serde(default)]
+    pub holder: HolderSpec,
+}
+
+/// How a Lease's holder names its pod.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum HolderSpec {
+    /// `<pod>_<unique id>`.
+    #[default]
+    BeforeUnderscore,
+    /// `<pod>`.
+    Whole,
+}
+
+/// Where an operator's pods serve their metrics.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// The port, on each pod's IP.
+    pub port: u16,
+    /// `http`, or `https` (a kubebuilder v4 scaffold's `--metrics-secure`, served with a
+    /// certificate the manager makes itself: it is not verified, as the scaffold's own
+    /// ServiceMonitor does not verify it) [default: http].
+    #[serde(default)]
+    pub scheme: MetricsSchemeSpec,
+    /// The path [default: /metrics].
+    #[serde(default = "default_metrics_path")]
+    pub path: String,
+    /// A bearer token the harness gets itself, for metrics behind controller-runtime's
+    /// authentication and authorization filter: a ServiceAccount of its own, bound to this
+    /// ClusterRole of the operator's manifests (a kubebuilder scaffold's
+    /// `<prefix>metrics-reader`), and a TokenRequest for it [default: none, no token].
+    #[serde(default)]
+    pub token: Option<MetricsTokenSpec>,
+}
+
+fn default_metrics_path() -> String {
+    "/metrics".into()
+}
+
+/// The scheme metrics are served with.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsSchemeSpec {
+    /// Plain HTTP.
+    #[default]
+    Http,
+    /// HTTPS.
+    Https,
+}
+
+/// The token for metrics behind authentication.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MetricsTokenSpec {
+    /// The ClusterRole that may read them, as the manifests name it.
+    pub cluster_role: String,
 }
 
 /// The flags of each election mode an operator has, appended to its manager container's
@@ -481,8 +551,20 @@ impl Profile {
                 format!("label {key:?}: expected a label key and value without ',' or '='"),
             ));
         }
-        if self.metrics_port == 0 {
-            return Err(("metricsPort", "expected a port from 1 to 65535".into()));
+        if self.metrics.port == 0 {
+            return Err(("metrics.port", "expected a port from 1 to 65535".into()));
+        }
+        if !self.metrics.path.starts_with('/') {
+            return Err((
+                "metrics.path",
+                format!(
+                    "{:?}: expected an absolute path, e.g. /metrics",
+                    self.metrics.path
+                ),
+            ));
+        }
+        if let Some(token) = &self.metrics.token {
+            dns_subdomain(&token.cluster_role).map_err(|p| ("metrics.token.clusterRole", p))?;
         }
         if self.image.trim().is_empty() {
             return Err(("image", "expected an image reference".into()));
@@ -674,6 +756,10 @@ impl Profile {
                     LockKindSpec::ConfigMap => LockKind::ConfigMap,
                 },
                 name: self.lock.name,
+                holder: match self.lock.holder {
+                    HolderSpec::BeforeUnderscore => HolderNaming::BeforeUnderscore,
+                    HolderSpec::Whole => HolderNaming::Whole,
+                },
                 namespace: self
                     .lock
                     .namespace
@@ -716,7 +802,13 @@ impl Profile {
             namespace: self.namespace,
             deployment: self.deployment,
             pod_selector,
-            metrics_port: self.metrics_port,
+            metrics: Metrics {
+                https: matches!(self.metrics.scheme, MetricsSchemeSpec::Https),
+                port: self.metrics.port,
+                path: self.metrics.path,
+                token_cluster_role: self.metrics.token.map(|t| t.cluster_role),
+            },
+            needs_container: self.needs_container,
             image: self.image,
             binary: BinarySource {
                 env: self.binary.env,
@@ -838,7 +930,7 @@ name: op
 namespace: op-system
 deployment: op-manager
 podSelector: {app: op}
-metricsPort: 8080
+metrics: {port: 8080}
 lock: {kind: Lease, name: op-lock}
 election:
   lease: [--elect=lease, '--lease={leaseDuration}', '--renew={renewDeadline}', '--retry={retryPeriod}']
@@ -886,10 +978,10 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
             e.contains("lock.kind: unknown variant `Secret`, expected `Lease` or `ConfigMap`"),
             "{e}"
         );
-        let e = parse(&MINIMAL.replace("metricsPort: 8080", "metricsPort: 70000"))
+        let e = parse(&MINIMAL.replace("metrics: {port: 8080}", "metrics: {port: 70000}"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("metricsPort: invalid value"), "{e}");
+        assert!(e.contains("metrics.port: invalid value"), "{e}");
         let e = parse(&MINIMAL.replace("namespace: op-system", "namespace: Op_System"))
             .unwrap_err()
             .to_string();
@@ -1096,6 +1188,60 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
             ("{writes: [x], extra: 1}", "unknown field `extra`"),
         ] {
             let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(expected), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn metrics_over_https_with_a_token_and_a_whole_holder_are_read_as_written() {
+        let subject = parse(
+            &MINIMAL
+                .replace(
+                    "metrics: {port: 8080}",
+                    "metrics: {port: 8443, scheme: https, token: {clusterRole: op-metrics-reader}}",
+                )
+                .replace(
+                    "lock: {kind: Lease, name: op-lock}",
+                    "lock: {kind: Lease, name: op-lock, holder: whole}\nneedsContainer: true",
+                ),
+        )
+        .unwrap();
+        assert_eq!(
+            subject.metrics,
+            Metrics {
+                https: true,
+                port: 8443,
+                path: "/metrics".into(),
+                token_cluster_role: Some("op-metrics-reader".into()),
+            }
+        );
+        assert_eq!(subject.lock.holder, HolderNaming::Whole);
+        assert!(subject.needs_container);
+        let plain = parse(MINIMAL).unwrap();
+        assert_eq!(plain.metrics, Metrics::http(8080));
+        assert_eq!(plain.lock.holder, HolderNaming::BeforeUnderscore);
+        assert!(!plain.needs_container);
+        for (bad, expected) in [
+            (
+                "metrics: {port: 8443, scheme: tls}",
+                "unknown variant `tls`",
+            ),
+            (
+                "metrics: {port: 8443, path: metrics}",
+                "metrics.path: \"metrics\": expected an absolute path",
+            ),
+            (
+                "metrics: {port: 8443, token: {clusterRole: Bad_Role}}",
+                "metrics.token.clusterRole",
+            ),
+            (
+                "metrics: {port: 8443, token: {}}",
+                "missing field `clusterRole`",
+            ),
+        ] {
+            let e = parse(&MINIMAL.replace("metrics: {port: 8080}", bad))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(expected), "{bad}: {e}");
         }
     }

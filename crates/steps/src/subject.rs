@@ -106,6 +106,34 @@ pub struct Lock {
     pub name: String,
     /// Its namespace in the manifests; it moves with the operator's own.
     pub namespace: String,
+    /// How a Lease's holderIdentity names the pod.
+    pub holder: crate::record::recorder::HolderNaming,
+}
+
+/// Where an operator's pods serve their metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metrics {
+    /// Over HTTPS (a certificate of the manager's own, not verified), else plain HTTP.
+    pub https: bool,
+    /// The port on each pod's IP.
+    pub port: u16,
+    /// The path (`/metrics`).
+    pub path: String,
+    /// The ClusterRole (as the manifests name it) a ServiceAccount of the harness is bound
+    /// to, whose token the scrapes carry; `None`: no token.
+    pub token_cluster_role: Option<String>,
+}
+
+impl Metrics {
+    /// Plain HTTP on `port`, `/metrics`, no token.
+    pub fn http(port: u16) -> Self {
+        Self {
+            https: false,
+            port,
+            path: "/metrics".into(),
+            token_cluster_role: None,
+        }
+    }
 }
 
 /// The placeholders of the lease mode's arguments, for the timings a feature states.
@@ -418,8 +446,10 @@ pub struct Subject {
     pub deployment: String,
     /// The label selector of its pods (`key=value,…`).
     pub pod_selector: String,
-    /// The port its pods serve metrics on.
-    pub metrics_port: u16,
+    /// Where its pods serve metrics.
+    pub metrics: Metrics,
+    /// Its manager works only as a container (see the profile's `needsContainer`).
+    pub needs_container: bool,
     /// Its leader-election lock.
     pub lock: Lock,
     /// How its election mode is chosen.
@@ -980,6 +1010,41 @@ impl crate::cluster::OperatorUnderTest for Subject {
         Subject::crd_manifests(self)
             .map_err(|e| crate::cluster::ProviderError::Operator(Box::new(e)))
     }
+
+    fn entrypoint_in_image(&self) -> Result<Option<String>, crate::cluster::ProviderError> {
+        Subject::manager_command(self)
+            .map(|command| command.filter(|c| c.starts_with('/')))
+            .map_err(|e| crate::cluster::ProviderError::Operator(Box::new(e)))
+    }
+}
+
+impl Subject {
+    /// The program the manager container of its manifests runs (its `command[0]`, e.g.
+    /// `/manager`), `None` when it runs its image's ENTRYPOINT.
+    ///
+    /// # Errors
+    /// When the manifests cannot be read.
+    pub fn manager_command(&self) -> Result<Option<String>, DeployError> {
+        let setup = OperatorSetup {
+            replicas: 1,
+            args: Vec::new(),
+            timings: None,
+        };
+        let manifests = self.render(&setup, &self.own_placement())?;
+        let deployment = manifests.iter().find(|m| {
+            kind_of(&m.object) == "Deployment"
+                && m.object.metadata.name.as_deref() == Some(self.deployment.as_str())
+        });
+        let containers = deployment
+            .and_then(|d| d.object.data["spec"]["template"]["spec"]["containers"].as_array());
+        let container = containers.and_then(|c| match &self.manager.container {
+            None => c.first(),
+            Some(name) => c.iter().find(|c| c["name"] == name.as_str()),
+        });
+        Ok(container
+            .and_then(|c| c["command"][0].as_str())
+            .map(str::to_string))
+    }
 }
 
 #[cfg(test)]
@@ -1046,7 +1111,7 @@ mod tests {
         );
         assert!(args.contains(&json!(format!(
             "--metrics-bind-address=$(POD_IP):{}",
-            subject.metrics_port
+            subject.metrics.port
         ))));
 
         // The operator may take its lock where the lock is.

@@ -2,12 +2,14 @@
 //! each replica's leadership gauge, the lock's holder as watched, pod phases, the
 //! Memcached objects, their Deployments and the Events as watched, faults as applied and
 //! undone, and the audit of writes attributed to replicas. Checkers ([`crate::check`])
-//! decide pass or fail over it afterwards.
+//! decide pass or fail over it afterwards. The [`recorder`] writes it; [`scrape`] is how it
+//! reads the replicas' metrics.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub mod recorder;
+pub mod scrape;
 
 impl Observation {
     /// What this observation says of a replica's leadership: its gauge (leader or not), or

@@ -6,6 +6,7 @@
 //! What it records:
 //! - [`Observation::Lock`] from watches of both a `coordination.k8s.io/v1` Lease and a `v1`
 //!   ConfigMap named after the lock: changes of holder or transitions only, not renewals;
+//!   a Lease's holder is read from its `holderIdentity` as [`HolderNaming`] says;
 //! - [`Observation::Pod`] from a watch of the pods matching the selector: changes of phase,
 //!   readiness or termination (and `Deleted` once a pod is gone);
 //! - [`Observation::Memcached`] from a watch of the Memcached objects of the workload
@@ -18,8 +19,11 @@
 //!   event recorder writes) of the operator's and the workload namespaces: each Event once,
 //!   again when its count grows;
 //! - [`Observation::Gauge`] (every sample) and [`Observation::Reconciles`] (changes only)
-//!   from a scrape of `http://<podIP>:<port>/metrics` of every known pod, and
-//!   [`Observation::Down`] when a scrape is refused (nothing listens: no process runs);
+//!   from a scrape of every known pod's metrics ([`MetricsEndpoint`]: plain HTTP, or HTTPS
+//!   with a bearer token as kubebuilder v4 serves them; the ways there are in
+//!   [`super::scrape`]), [`Observation::Down`] when a scrape is refused (nothing listens:
+//!   no process runs), and a [`Observation::Note`] when a replica's scrapes start being
+//!   denied (401 or 403: the token lacks the `metrics-reader` role);
 //! - [`Observation::Write`] from the audit feed: writes sent from the operator's pods;
 //! - [`Observation::Fault`] from the fault log, merged in when a snapshot is taken;
 //! - [`Observation::Note`] from [`Recorder::note`].
@@ -51,11 +55,11 @@ use tokio::task::JoinHandle;
 
 use crate::audit::{AuditCatchUp, AuditFeed, AuditRecord};
 use crate::fault::FaultLog;
+use crate::record::scrape::{ScrapeError, Scraper};
 use crate::record::{Change, Entry, History, Observation};
 use plain_http::PlainHttpError;
 
-/// How long one scrape of a replica's `/metrics` may take, connection included.
-pub const SCRAPE_TIMEOUT: Duration = Duration::from_millis(300);
+pub use crate::record::scrape::{MetricsEndpoint, MetricsScheme, SCRAPE_TIMEOUT};
 
 /// How long [`Recorder::caught_up`] waits for the audit feed.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,9 +86,13 @@ pub struct RecorderConfig {
     pub lock_name: String,
     /// The label selector of the operator's pods, e.g. `app.kubernetes.io/name=memcached-operator`.
     pub pod_selector: String,
-    /// The port of each replica's `/metrics` on its pod IP (8080).
-    pub metrics_port: u16,
-    /// Scrape through the API server's `pods/proxy` instead of the pod IP directly.
+    /// Where each replica serves its metrics: [`MetricsEndpoint::http`] on 8080 for the
+    /// bundled operator; HTTPS on 8443 with a bearer token for a kubebuilder v4 scaffold.
+    pub metrics: MetricsEndpoint,
+    /// How a Lease's `holderIdentity` names the replica holding it.
+    pub holder_naming: HolderNaming,
+    /// Scrape through the API server instead of the pod IP directly: its `pods/proxy`, or a
+    /// port-forward when a bearer token is to be sent (`pods/proxy` cannot carry one).
     pub scrape_through_api: bool,
     /// How often each replica is scraped (e.g. 100 ms).
     pub scrape_interval: Duration,
@@ -116,6 +124,42 @@ impl RecorderConfig {
     }
 }
 
+/// How a Lease's `holderIdentity` names the replica (the pod) holding it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HolderNaming {
+    /// client-go's and controller-runtime's `<hostname>_<uuid>`: the pod is everything
+    /// before the last `_` (the whole identity when it has none).
+    #[default]
+    BeforeUnderscore,
+    /// The whole `holderIdentity` is the pod's host name.
+    Whole,
+}
+
+impl HolderNaming {
+    /// The replica named by a lease's `holderIdentity`; `None` for an empty identity.
+    #[must_use]
+    pub fn holder_of_identity(self, identity: &str) -> Option<String> {
+        if identity.is_empty() {
+            return None;
+        }
+        let replica = match self {
+            Self::BeforeUnderscore => identity.rsplit_once('_').map_or(identity, |(pod, _)| pod),
+            Self::Whole => identity,
+        };
+        Some(replica.to_string())
+    }
+
+    /// The replica holding a Lease, as the history records it.
+    #[must_use]
+    pub fn lease_holder(self, lease: &Lease) -> Option<String> {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            .and_then(|identity| self.holder_of_identity(identity))
+    }
+}
+
 /// The Memcached resource (`cache.example.com/v1alpha1`, plural `memcacheds`).
 pub fn memcached_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -139,16 +183,20 @@ pub struct Feeds {
 /// # Guarantees
 /// - Watches are retried after errors with a short backoff (100 ms doubling to 2 s); a
 ///   re-list that no longer shows an object records it as gone.
-/// - Scrapes run concurrently with [`SCRAPE_TIMEOUT`] each, at most one in flight per
-///   replica: a frozen replica delays none of the others. A refused scrape records the
-///   replica down (once, until it answers again); any other failure records nothing.
+/// - Scrapes run concurrently with [`SCRAPE_TIMEOUT`] each (plus the opening of a
+///   port-forward), at most one in flight per replica: a frozen replica delays none of the
+///   others. A refused scrape records the replica down (once, until it answers again); a
+///   denied one (401 or 403) a note (once per change of what it says, until the replica
+///   answers or goes down); any other failure records nothing.
 /// - Snapshots are rebuilt from what was observed, so faults and writes appear once
 ///   however many snapshots are taken.
 ///
 /// # Caveats
 /// - Direct scrapes need the pod IPs reachable from the test process (they are on the
 ///   simulator); [`RecorderConfig::scrape_through_api`] goes through the API server's
-///   `pods/proxy` instead, as on kind or any cluster.
+///   `pods/proxy` instead, as on kind or any cluster, or through a port-forward when a
+///   bearer token is to be sent; the simulated API server serves no port-forward.
+/// - An HTTPS endpoint's certificate is not verified (see [`super::scrape`]).
 /// - Audit events missed because the recorder fell behind the feed are reported as a
 ///   [`Observation::Note`], not recovered.
 /// - A Lease and a ConfigMap of the lock's name are both recorded under that name; an
@@ -186,6 +234,7 @@ impl Recorder {
                     lock: config.lock_name.clone(),
                     resource: "leases",
                     state_of: lease_state,
+                    naming: config.holder_naming,
                 },
                 shared.clone(),
                 stop_rx.clone(),
@@ -197,6 +246,7 @@ impl Recorder {
                     lock: config.lock_name.clone(),
                     resource: "configmaps",
                     state_of: config_map_state,
+                    naming: config.holder_naming,
                 },
                 shared.clone(),
                 stop_rx.clone(),
@@ -207,24 +257,30 @@ impl Recorder {
                 shared.clone(),
                 stop_rx.clone(),
             )),
-            tokio::spawn(scrape_loop(
+        ];
+        let scraper = if config.scrape_through_api {
+            Scraper::through_api(
+                config.metrics.clone(),
+                client.clone(),
+                config.namespace.clone(),
+            )
+        } else {
+            Scraper::direct(config.metrics.clone())
+        };
+        match scraper {
+            Ok(scraper) => tasks.push(tokio::spawn(scrape_loop(
                 shared.clone(),
                 config.lock_name.clone(),
-                if config.scrape_through_api {
-                    Scraper::ApiServer {
-                        client: client.clone(),
-                        namespace: config.namespace.clone(),
-                        port: config.metrics_port,
-                    }
-                } else {
-                    Scraper::Direct {
-                        port: config.metrics_port,
-                    }
-                },
+                scraper,
                 config.scrape_interval,
                 stop_rx.clone(),
-            )),
-        ];
+            ))),
+            Err(e) => {
+                let text = format!("recorder: no scrapes: {}", crate::error_chain(&e));
+                tracing::error!("{text}");
+                shared.record(Utc::now(), Observation::Note { text });
+            }
+        }
         for scope in config.workload_scopes() {
             let memcacheds = match &scope {
                 Some(ns) => Api::namespaced_with(client.clone(), ns, &memcached_resource()),
@@ -406,16 +462,6 @@ impl std::fmt::Debug for Recorder {
             .field("entries", &self.shared.lock().entries.len())
             .finish_non_exhaustive()
     }
-}
-
-/// The replica named by a lease's `holderIdentity` (`<POD_NAME>_<uuid>`): everything before
-/// the last `_`, the whole identity when it has none; `None` for an empty identity.
-pub fn holder_of_identity(identity: &str) -> Option<String> {
-    if identity.is_empty() {
-        return None;
-    }
-    let replica = identity.rsplit_once('_').map_or(identity, |(pod, _)| pod);
-    Some(replica.to_string())
 }
 
 /// What one scrape of `/metrics` says.
@@ -635,9 +681,9 @@ struct LockState {
     transitions: Option<i64>,
 }
 
-fn lease_state(lease: &Lease) -> LockState {
+fn lease_state(lease: &Lease, naming: HolderNaming) -> LockState {
     LockState {
-        holder: lease_holder(lease),
+        holder: naming.lease_holder(lease),
         transitions: lease
             .spec
             .as_ref()
@@ -646,16 +692,8 @@ fn lease_state(lease: &Lease) -> LockState {
     }
 }
 
-/// The replica holding a Lease, as the history records it (see [`holder_of_identity`]).
-pub fn lease_holder(lease: &Lease) -> Option<String> {
-    lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.as_deref())
-        .and_then(holder_of_identity)
-}
-
-fn config_map_state(cm: &ConfigMap) -> LockState {
+/// A ConfigMap lock names its holder by its owner, whatever the naming.
+fn config_map_state(cm: &ConfigMap, _naming: HolderNaming) -> LockState {
     LockState {
         holder: config_map_holder(cm),
         transitions: None,
@@ -674,7 +712,8 @@ pub fn config_map_holder(cm: &ConfigMap) -> Option<String> {
 struct LockWatch<K> {
     lock: String,
     resource: &'static str,
-    state_of: fn(&K) -> LockState,
+    state_of: fn(&K, HolderNaming) -> LockState,
+    naming: HolderNaming,
 }
 
 /// A watch stream retried with a short backoff.
@@ -734,7 +773,7 @@ async fn watch_lock<K>(
     };
     let applied = |obj: &K| {
         (
-            Some((spec.state_of)(obj)),
+            Some((spec.state_of)(obj, spec.naming)),
             obj.resource_version().unwrap_or_default(),
         )
     };
@@ -1169,70 +1208,45 @@ async fn watch_objects<S: Tracked>(
     }
 }
 
-/// How a replica's `/metrics` is read.
-#[derive(Clone)]
-enum Scraper {
-    /// `http://<pod IP>:<port>/metrics` from the test process.
-    Direct { port: u16 },
-    /// `GET /api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy/metrics` through the API server.
-    ApiServer {
-        client: Client,
-        namespace: String,
-        port: u16,
-    },
+/// What the scrape loop has recorded of each replica's failed scrapes, so that each failure
+/// is recorded once per change, not once per scrape.
+#[derive(Debug, Default)]
+struct Failures {
+    /// Replicas recorded as down and not answered since.
+    down: HashSet<String>,
+    /// The denial last noted of each replica, until it answers or goes down.
+    denied: HashMap<String, String>,
 }
 
-/// Why a scrape got no metrics.
-struct ScrapeFailure {
-    /// Nothing listened: no process of the replica runs.
-    refused: bool,
-    /// What happened, for the log and the history.
-    message: String,
-}
-
-impl ScrapeFailure {
-    fn other(message: String) -> Self {
-        Self {
-            refused: false,
-            message,
-        }
+impl Failures {
+    /// `replica` answered: its next failure is recorded again.
+    fn answered(&mut self, replica: &str) {
+        self.down.remove(replica);
+        self.denied.remove(replica);
     }
-}
 
-impl Scraper {
-    async fn scrape(self, name: String, ip: IpAddr) -> Result<String, ScrapeFailure> {
-        match self {
-            Self::Direct { port } => get_metrics(SocketAddr::new(ip, port), SCRAPE_TIMEOUT)
-                .await
-                .map_err(|e| ScrapeFailure {
-                    refused: e.is_refused(),
-                    message: crate::error_chain(&e),
-                }),
-            Self::ApiServer {
-                client,
-                namespace,
-                port,
-            } => {
-                let request = http::Request::get(format!(
-                    "/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/metrics"
-                ))
-                .body(Vec::new())
-                .map_err(|e| ScrapeFailure::other(e.to_string()))?;
-                tokio::time::timeout(SCRAPE_TIMEOUT, client.request_text(request))
-                    .await
-                    .map_err(|_| {
-                        ScrapeFailure::other(format!("no answer within {SCRAPE_TIMEOUT:?}"))
-                    })?
-                    .map_err(|e| {
-                        let message = e.to_string();
-                        // kube-apiserver's proxy relays the dial error: "…: connect: connection refused".
-                        ScrapeFailure {
-                            refused: message.contains("connection refused"),
-                            message,
-                        }
-                    })
-            }
+    /// What a failed scrape of `replica` records: [`Observation::Down`] when it was refused
+    /// and the replica was not down already; a [`Observation::Note`] when it was denied
+    /// otherwise than last noted; nothing for any other failure.
+    fn failed(&mut self, replica: &str, e: &ScrapeError) -> Option<Observation> {
+        let message = crate::error_chain(e);
+        if e.is_refused() {
+            self.denied.remove(replica);
+            return self
+                .down
+                .insert(replica.to_string())
+                .then(|| Observation::Down {
+                    replica: replica.to_string(),
+                    reason: message,
+                });
         }
+        if !e.is_denied() || self.denied.get(replica) == Some(&message) {
+            return None;
+        }
+        self.denied.insert(replica.to_string(), message.clone());
+        Some(Observation::Note {
+            text: format!("recorder: the scrape of {replica} was denied: {message}"),
+        })
     }
 }
 
@@ -1248,16 +1262,20 @@ async fn scrape_loop(
     let mut in_flight = FuturesUnordered::new();
     let mut busy: HashSet<String> = HashSet::new();
     let mut counters: HashMap<(String, String), u64> = HashMap::new();
-    // Replicas recorded as down and not answered since.
-    let mut down: HashSet<String> = HashSet::new();
+    let mut failures = Failures::default();
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             _ = ticker.tick() => {
-                for (name, ip) in shared.targets() {
+                let targets = shared.targets();
+                scraper.keep_only(&targets.iter().map(|(name, _)| name.clone()).collect());
+                for (name, ip) in targets {
                     if busy.insert(name.clone()) {
-                        let scrape = scraper.clone().scrape(name.clone(), ip);
-                        in_flight.push(async move { (name, scrape.await) });
+                        let scraper = scraper.clone();
+                        in_flight.push(async move {
+                            let result = scraper.scrape(&name, ip).await;
+                            (name, result)
+                        });
                     }
                 }
             }
@@ -1265,19 +1283,16 @@ async fn scrape_loop(
                 busy.remove(&name);
                 match result {
                     Ok(text) => {
-                        down.remove(&name);
+                        failures.answered(&name);
                         record_scrape(&shared, &name, &parse_metrics(&text, &lock), &mut counters);
                     }
-                    Err(failure) => {
-                        tracing::debug!(replica = %name, error = %failure.message, "scrape failed");
-                        if failure.refused && down.insert(name.clone()) {
-                            shared.lock().entries.push(Entry {
-                                time: Utc::now(),
-                                observation: Observation::Down {
-                                    replica: name,
-                                    reason: failure.message,
-                                },
-                            });
+                    Err(e) => {
+                        tracing::debug!(replica = %name, error = %crate::error_chain(&e), "scrape failed");
+                        if let Some(observation) = failures.failed(&name, &e) {
+                            if e.is_denied() {
+                                tracing::warn!(replica = %name, error = %crate::error_chain(&e), "scrape denied");
+                            }
+                            shared.record(Utc::now(), observation);
                         }
                     }
                 }
@@ -1404,12 +1419,113 @@ mod tests {
     #[test]
     fn the_holder_is_the_identity_up_to_its_last_underscore() {
         assert_eq!(
-            holder_of_identity("op-a_1234-uuid").as_deref(),
+            HolderNaming::BeforeUnderscore
+                .holder_of_identity("op-a_1234-uuid")
+                .as_deref(),
             Some("op-a")
         );
-        assert_eq!(holder_of_identity("a_b_c").as_deref(), Some("a_b"));
-        assert_eq!(holder_of_identity("plain").as_deref(), Some("plain"));
-        assert_eq!(holder_of_identity(""), None);
+        assert_eq!(
+            HolderNaming::BeforeUnderscore
+                .holder_of_identity("a_b_c")
+                .as_deref(),
+            Some("a_b")
+        );
+        assert_eq!(
+            HolderNaming::BeforeUnderscore
+                .holder_of_identity("plain")
+                .as_deref(),
+            Some("plain")
+        );
+        assert_eq!(HolderNaming::BeforeUnderscore.holder_of_identity(""), None);
+        assert_eq!(HolderNaming::default(), HolderNaming::BeforeUnderscore);
+    }
+
+    #[test]
+    fn under_whole_naming_the_holder_is_the_whole_identity() {
+        let whole = HolderNaming::Whole;
+        assert_eq!(
+            whole.holder_of_identity("op-a_1234-uuid").as_deref(),
+            Some("op-a_1234-uuid")
+        );
+        assert_eq!(whole.holder_of_identity("op-a").as_deref(), Some("op-a"));
+        assert_eq!(whole.holder_of_identity(""), None);
+    }
+
+    #[test]
+    fn a_lease_is_held_by_the_replica_its_naming_reads_from_the_holder_identity() {
+        let lease: Lease = from_json(serde_json::json!({
+            "metadata": {"name": "lock", "namespace": "ops"},
+            "spec": {"holderIdentity": "op-a_7f3c", "leaseTransitions": 2},
+        }));
+        assert_eq!(
+            HolderNaming::BeforeUnderscore
+                .lease_holder(&lease)
+                .as_deref(),
+            Some("op-a")
+        );
+        assert_eq!(
+            lease_state(&lease, HolderNaming::BeforeUnderscore),
+            LockState {
+                holder: Some("op-a".into()),
+                transitions: Some(2),
+            }
+        );
+        assert_eq!(
+            lease_state(&lease, HolderNaming::Whole).holder.as_deref(),
+            Some("op-a_7f3c")
+        );
+        let released: Lease = from_json(serde_json::json!({
+            "metadata": {"name": "lock"}, "spec": {"holderIdentity": ""},
+        }));
+        assert_eq!(HolderNaming::Whole.lease_holder(&released), None);
+    }
+
+    #[test]
+    fn a_refused_scrape_records_down_and_a_denied_one_a_note_once_per_change() {
+        let denied = |status: u16, why: &str| ScrapeError::Denied {
+            target: "10.0.0.7:8443".into(),
+            status,
+            why: why.into(),
+        };
+        let refused = ScrapeError::Http(PlainHttpError::Connect {
+            target: "10.0.0.7:8443".into(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        });
+        let late = ScrapeError::Timeout {
+            target: "10.0.0.7:8443".into(),
+            timeout: SCRAPE_TIMEOUT,
+        };
+        let mut failures = Failures::default();
+        let note = failures.failed("op-a", &denied(401, "the bearer token lacks it"));
+        assert_eq!(
+            note,
+            Some(Observation::Note {
+                text: "recorder: the scrape of op-a was denied: 10.0.0.7:8443 answered 401: \
+                       the bearer token lacks it"
+                    .into()
+            })
+        );
+        assert_eq!(
+            failures.failed("op-a", &denied(401, "the bearer token lacks it")),
+            None
+        );
+        assert_eq!(failures.failed("op-a", &late), None);
+        assert_eq!(
+            failures.failed("op-a", &denied(401, "the bearer token lacks it")),
+            None
+        );
+        assert!(failures.failed("op-a", &denied(403, "now this")).is_some());
+        assert!(failures.failed("op-b", &denied(403, "now this")).is_some());
+        assert!(matches!(
+            failures.failed("op-a", &refused),
+            Some(Observation::Down { .. })
+        ));
+        assert_eq!(failures.failed("op-a", &refused), None);
+        failures.answered("op-a");
+        assert!(failures.failed("op-a", &refused).is_some());
+        assert!(failures.failed("op-a", &denied(403, "now this")).is_some());
+        failures.answered("op-a");
+        assert!(failures.failed("op-a", &denied(403, "now this")).is_some());
     }
 
     #[test]
@@ -1657,7 +1773,8 @@ garbage line\n";
             namespace: "op-system".into(),
             lock_name: "lock".into(),
             pod_selector: "app=op".into(),
-            metrics_port: 8080,
+            metrics: MetricsEndpoint::http(8080),
+            holder_naming: HolderNaming::default(),
             scrape_through_api: false,
             scrape_interval: Duration::from_millis(100),
             workload_namespaces: Vec::new(),

@@ -118,6 +118,26 @@ pub trait OperatorUnderTest: Sync {
     /// # Errors
     /// [`ProviderError::Operator`] when its manifests cannot be read.
     fn crd_manifests(&self) -> Result<Vec<String>, ProviderError>;
+    /// Where [`OperatorUnderTest::binary`] goes in an image the kind provider builds for
+    /// it (when neither `OPCONFORM_IMAGE` nor the local Docker engine has one; see
+    /// [`kind::image`]), so that the manager container of its manifests runs it unchanged:
+    ///
+    /// - `Some(path)`: the absolute path the manager container runs, its `command[0]`
+    ///   (`/manager` for a kubebuilder project); the binary is copied there, and is also
+    ///   the image's ENTRYPOINT;
+    /// - `None` (the default): the container runs the image's ENTRYPOINT; the binary goes
+    ///   to `/usr/local/bin/<its file name>`, made the ENTRYPOINT.
+    ///
+    /// Either way the image is the base image plus that one file, run as user 65532, so
+    /// the binary must be static (Go with `CGO_ENABLED=0`) or need no newer glibc than the
+    /// base's; a path that is not absolute, names a directory, or holds a space, quote,
+    /// backslash or `$` is refused.
+    ///
+    /// # Errors
+    /// [`ProviderError::Operator`] when its manifests cannot be read.
+    fn entrypoint_in_image(&self) -> Result<Option<String>, ProviderError> {
+        Ok(None)
+    }
 }
 
 /// What a scenario may need beyond deploying and deleting.
@@ -350,6 +370,20 @@ impl ProviderKind {
         }
     }
 
+    /// Why a pod of this provider is not a container, when it is not: on sim and local
+    /// our kubelet runs each as a process of the host, without the service-account files,
+    /// host name and image filesystem a container has.
+    pub fn pods_are_not_containers(self) -> Option<&'static str> {
+        match self {
+            Self::Sim | Self::Local => Some(
+                "its pods are processes of the host, not containers: they have no \
+                 service-account files (/var/run/secrets/kubernetes.io/serviceaccount), \
+                 host name or image filesystem of their own",
+            ),
+            Self::Kubeconfig | Self::Kind => None,
+        }
+    }
+
     /// The tags of scenarios that run alone, besides `@serial`: on a shared cluster those
     /// that disrupt it (`@disruptive`) or bound a moment to within a second (`@timing`:
     /// another scenario's load can delay the samples that date it), and on `local` those
@@ -365,7 +399,8 @@ impl ProviderKind {
 
 /// Opens a scenario's cluster on the provider `kind`: a fresh simulated cluster (sim), a
 /// share of the run's (local, kind; the first scenario starts it), or of the user's
-/// (kubeconfig), ready for `operator`, the operator under test.
+/// (kubeconfig), ready for `operator`, the operator under test (on kind, with the image
+/// its manifests name in the cluster: see [`kind::image`]).
 ///
 /// # Errors
 /// When the cluster cannot start or be reached, or the operator cannot be built.
@@ -381,7 +416,7 @@ pub async fn open(
         ProviderKind::Kubeconfig => {
             Box::new(self::kubeconfig::KubeconfigProvider::connect(kubeconfig.clone()).await?)
         }
-        ProviderKind::Kind => Box::new(self::kind::KindRun::global().provider().await?),
+        ProviderKind::Kind => Box::new(self::kind::KindRun::global().provider(operator).await?),
         ProviderKind::Local => {
             // The operator's CRDs are there before the controllers start, as on a cluster
             // that has had them a while (see ControlPlaneConfig::crds).

@@ -576,12 +576,12 @@ fn lock_resource(world: &World) -> (&'static str, &'static str) {
 
 /// The replica holding the lock now, read from the API server, as the history names it.
 async fn lock_holder_now(world: &World) -> Result<Option<String>, String> {
-    use crate::record::recorder::{config_map_holder, lease_holder};
+    use crate::record::recorder::config_map_holder;
     use crate::subject::LockKind;
     async fn holder<K>(
         api: Api<K>,
         name: &str,
-        of: fn(&K) -> Option<String>,
+        of: impl Fn(&K) -> Option<String>,
     ) -> kube::Result<Option<String>>
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -593,7 +593,13 @@ async fn lock_holder_now(world: &World) -> Result<Option<String>, String> {
     let lock = &world.subject().lock;
     let name = lock.name.as_str();
     match lock.kind {
-        LockKind::Lease => holder(Api::namespaced(client, &ns), name, lease_holder).await,
+        LockKind::Lease => {
+            let naming = lock.holder;
+            holder(Api::namespaced(client, &ns), name, |l| {
+                naming.lease_holder(l)
+            })
+            .await
+        }
         LockKind::ConfigMap => holder(Api::namespaced(client, &ns), name, config_map_holder).await,
     }
     .map_err(|e| format!("reading the lock {ns}/{name}: {e}"))

@@ -134,7 +134,7 @@ async fn lock_names_leader(world: &mut World) -> Step {
             .spec
             .and_then(|s| s.holder_identity)
             .unwrap_or_default();
-        let named = crate::record::recorder::holder_of_identity(&holder);
+        let named = world.subject().lock.holder.holder_of_identity(&holder);
         ensure!(
             named.as_deref() == Some(leader.as_str()),
             "the Lease's holderIdentity {holder:?} does not name the leader's Pod {leader} \

@@ -28,6 +28,7 @@ pub mod finalizers;
 pub mod history;
 pub mod leadership;
 pub mod memcached;
+pub mod metrics;
 pub mod operator;
 pub mod reconcile;
 pub mod vocabulary;
@@ -545,8 +546,14 @@ impl World {
         Ok(name)
     }
 
-    /// Starts recording the operator's namespace and the workload namespaces (once).
-    pub fn start_recorder(&mut self) {
+    /// Whether the recorder was started.
+    pub fn recording(&self) -> bool {
+        self.recorder.is_some()
+    }
+
+    /// Starts recording the operator's namespace and the workload namespaces (once), its
+    /// metrics scraped with `metrics_token` when they ask for one (see [`metrics`]).
+    pub fn start_recorder(&mut self, metrics_token: Option<String>) {
         if self.recorder.is_some() {
             return;
         }
@@ -561,7 +568,17 @@ impl World {
                 namespace: placement.namespace,
                 lock_name: subject.lock.name.clone(),
                 pod_selector: subject.pod_selector.clone(),
-                metrics_port: subject.metrics_port,
+                metrics: crate::record::recorder::MetricsEndpoint {
+                    scheme: if subject.metrics.https {
+                        crate::record::recorder::MetricsScheme::Https
+                    } else {
+                        crate::record::recorder::MetricsScheme::Http
+                    },
+                    port: subject.metrics.port,
+                    path: subject.metrics.path.clone(),
+                    bearer_token: metrics_token,
+                },
+                holder_naming: subject.lock.holder,
                 // Pod IPs are reachable where pods are local processes; kube-apiserver's
                 // pods/proxy refuses loopback addresses.
                 scrape_through_api: !provider.pod_ips_reachable(),
@@ -804,6 +821,20 @@ impl Suite {
         })
     }
 
+    /// Why no scenario of the operator can run on the provider, when none can: its manager
+    /// works only as a container (`needsContainer`) and the provider's pods are not.
+    pub fn not_applicable(&self) -> Option<String> {
+        let not_containers = self.provider.pods_are_not_containers()?;
+        self.subject.needs_container.then(|| {
+            format!(
+                "the profile of {} says its manager works only as a container \
+                 (needsContainer), and on {} {not_containers}",
+                self.subject.name,
+                self.provider.name()
+            )
+        })
+    }
+
     /// Whether scenarios tagged with `capability`'s tag can run.
     pub fn supports(&self, capability: Capability) -> bool {
         self.provider.supports(capability, &self.kubeconfig)
@@ -937,6 +968,18 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let _ = SUITE.set(suite);
     let suite = self::suite();
     let kind = suite.provider;
+    if let Some(why) = suite.not_applicable() {
+        // Nothing to run: the report says why, and the run is not a failure.
+        eprintln!("opconform: no scenario runs: {why}");
+        let begin = std::time::Instant::now();
+        let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        write_suite_reports(&[], begin.elapsed(), &started_at, suite);
+        return SuiteOutcome {
+            failed: false,
+            scenarios: Vec::new(),
+            wall: begin.elapsed(),
+        };
+    }
     let mut cli = cucumber::cli::Opts::<_, _, _, RunOptions>::parsed();
     let junit = report_file(cli.custom.junit.as_ref(), "JUnit");
     let json = report_file(cli.custom.json.as_ref(), "JSON");
@@ -1096,6 +1139,7 @@ fn write_suite_reports(
         "provider": kind.name(),
         "subject": suite.subject.name,
         "leftOut": left_out,
+        "notApplicable": suite.not_applicable(),
         "startedAt": started_at,
         "wallSeconds": wall.as_secs_f64(),
         "scenarios": summaries.len(),

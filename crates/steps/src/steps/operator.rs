@@ -88,13 +88,22 @@ fn manifests(world: &World, setup: &OperatorSetup) -> Result<Vec<Manifest>, Step
         .doing("reading operator/config")
 }
 
+/// Starts the recorder before the operator is deployed, with the token its metrics ask for.
+async fn start_recording(world: &mut World) -> Result<(), StepError> {
+    if !world.recording() {
+        let token = super::metrics::metrics_token(world).await?;
+        world.start_recorder(token);
+    }
+    Ok(())
+}
+
 /// Deploys the operator into the scenario's cluster.
 ///
 /// # Errors
 /// When there is no cluster, or the manifests cannot be read or applied (the step fails
 /// with the reason).
 pub async fn deploy(world: &mut World, setup: OperatorSetup) -> Result<(), StepError> {
-    world.start_recorder();
+    start_recording(world).await?;
     let manifests = manifests(world, &setup)?;
     let client = world.client()?;
     let namespace = world.operator_namespace()?;
@@ -177,7 +186,7 @@ async fn deployed_lease_releasing(world: &mut World, replicas: i32, timings: Str
     expr = "the operator is deployed with {int} replica(s) in lease mode with timings {word} and no right to leases"
 )]
 async fn deployed_without_lease_rights(world: &mut World, replicas: i32, timings: String) -> Step {
-    world.start_recorder();
+    start_recording(world).await?;
     let setup = lease_setup(world, replicas, &timings, "")?;
     let mut manifests = manifests(world, &setup)?;
     for m in &mut manifests {

@@ -123,6 +123,7 @@ pub fn install_hint(tool: &str) -> &'static str {
             "install kind v0.32.0 or later (`go install sigs.k8s.io/kind@v0.32.0`, or a release binary: https://kind.sigs.k8s.io/docs/user/quick-start/#installation)"
         }
         "kubectl" => "install kubectl (https://kubernetes.io/docs/tasks/tools/)",
+        "sha256sum" => "install GNU coreutils (Debian package coreutils)",
         _ => "install it or add its directory to PATH",
     }
 }

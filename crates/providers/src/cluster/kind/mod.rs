@@ -1,19 +1,24 @@
 //! The kind provider: one kind cluster for the whole run (created, or an existing one
-//! reused), the operator image built and loaded into it, and each scenario a share of it
+//! reused), the image of the operator under test in it, and each scenario a share of it
 //! with namespaces and cluster-scoped names of its own, as on any shared cluster
 //! ([`super::kubeconfig`]). Faults are carried out by real means on the nodes (Docker
 //! containers) and through admission policies (see [`provider`] for the mapping).
 //!
 //! # The run
-//! [`KindRun::cluster`] sets the cluster up once, on the first scenario that needs it:
+//! [`KindRun::provider`] sets the run up on the first scenario that needs it:
 //! 1. `docker`, `kind` and `kubectl` must be on the search path (a missing one is named
 //!    with how to install it), and `docker info` must reach the engine;
-//! 2. the operator image is built (`docker build -f operator/Dockerfile -t
-//!    memcached-operator:dev .`), unless `OPCONFORM_IMAGE` names a prebuilt one;
-//! 3. `kind create cluster --name opconform-<random> --config <kind-config.yaml made
-//!    absolute> --wait 5m`, unless `OPCONFORM_KIND_CLUSTER` names a cluster to reuse;
-//! 4. the kubeconfig from `kind get kubeconfig`, then `kubectl wait` until every node is
-//!    Ready, then `kind load docker-image`.
+//! 2. the operator's image, once per image the manifests name ([`image`] says where it
+//!    comes from): `OPCONFORM_IMAGE`'s prebuilt one; else the local Docker engine's image
+//!    of that name; else one built from the operator's binary on `OPCONFORM_KIND_BASE_IMAGE`
+//!    under that name; else, for the bundled operator, `docker build -f
+//!    operator/Dockerfile -t memcached-operator:dev .`;
+//! 3. [`KindRun::cluster`]: `kind create cluster --name opconform-<random> --config
+//!    <kind-config.yaml made absolute> --wait 5m`, unless `OPCONFORM_KIND_CLUSTER` names a
+//!    cluster to reuse (`opconform conformance --provider kind` creates one for all its
+//!    profiles and hands it to each run so); then the kubeconfig from `kind get
+//!    kubeconfig` and `kubectl wait` until every node is Ready;
+//! 4. `kind load docker-image` of the operator's image, once per image.
 //!
 //! [`KindRun::finish`] ends it: `kind export logs` into `target/opconform/kind-logs` when
 //! the run failed, then `kind delete cluster` — never for a reused cluster. A failure
@@ -28,12 +33,14 @@
 
 pub mod command;
 pub mod config;
+pub mod image;
 pub mod node;
 pub mod provider;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 
@@ -41,7 +48,7 @@ pub use command::{CommandError, Output, Tools};
 pub use provider::KindProvider;
 
 use super::shared::client_from_kubeconfig;
-use super::{DEFAULT_OPERATOR_IMAGE, ProviderError, random_name};
+use super::{DEFAULT_OPERATOR_IMAGE, OperatorUnderTest, ProviderError, random_name};
 
 /// The tools the provider needs.
 pub const REQUIRED_TOOLS: [&str; 3] = ["docker", "kind", "kubectl"];
@@ -128,6 +135,49 @@ pub enum KindError {
     /// Setting up the run's cluster failed earlier (every scenario sees the same cause).
     #[error("the run's kind cluster is not available: {0}")]
     Unavailable(String),
+    /// Checking the tools and the engine failed (every scenario sees the same cause).
+    #[error("{0}")]
+    Preflight(String),
+    /// Providing or loading the operator's image failed earlier in the run (every later
+    /// scenario sees the same cause).
+    #[error("{what} failed earlier in this run: {why}")]
+    FailedEarlier {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        why: String,
+    },
+    /// The manifests name an image that nothing provides.
+    #[error(
+        "no image {image} for the operator under test: set OPCONFORM_IMAGE to a prebuilt image \
+         (it replaces {image} in the manifests), build {image} into the local Docker engine \
+         (it is loaded as it is), or set OPCONFORM_KIND_BASE_IMAGE to a base image to build \
+         {image} on from the operator's binary (`ci/kind/build.sh base` builds one and prints \
+         its name)"
+    )]
+    NoImage {
+        /// The image the manifests name.
+        image: String,
+    },
+    /// `OPCONFORM_KIND_BASE_IMAGE` names an image the local Docker engine does not have.
+    #[error(
+        "OPCONFORM_KIND_BASE_IMAGE={base}, but the local Docker engine has no such image \
+         (`ci/kind/build.sh base` builds one and prints its name)"
+    )]
+    NoBaseImage {
+        /// The base image.
+        base: String,
+    },
+    /// An image of the operator's binary cannot be made as asked.
+    #[error("cannot build {image} from {binary}: {why}")]
+    Build {
+        /// The image.
+        image: String,
+        /// The binary.
+        binary: String,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 impl From<KindError> for ProviderError {
@@ -151,7 +201,8 @@ pub struct Timeouts {
     pub create: Duration,
     /// `kubectl wait` for the nodes to be Ready.
     pub nodes_ready: Duration,
-    /// `docker build` of the operator image.
+    /// `docker build` of the operator image (from `operator/Dockerfile`, or of its binary
+    /// on the base image).
     pub build: Duration,
     /// `kind load docker-image`.
     pub load: Duration,
@@ -179,8 +230,11 @@ pub struct KindOptions {
     pub tools: Tools,
     /// An existing cluster to use and never delete (`OPCONFORM_KIND_CLUSTER`).
     pub existing: Option<String>,
-    /// A prebuilt operator image to use instead of building one (`OPCONFORM_IMAGE`).
+    /// A prebuilt operator image deployed in place of the manifests' (`OPCONFORM_IMAGE`).
     pub image: Option<String>,
+    /// The base image an image of the operator's binary is built on, when the manifests'
+    /// image is neither prebuilt nor in the local engine (`OPCONFORM_KIND_BASE_IMAGE`).
+    pub base_image: Option<String>,
     /// The node image (`OPCONFORM_KIND_NODE_IMAGE`), else kind's default.
     pub node_image: Option<String>,
     /// The kind configuration (`OPCONFORM_KIND_CONFIG`, default `kind-config.yaml`).
@@ -200,14 +254,15 @@ pub struct KindOptions {
 }
 
 impl KindOptions {
-    /// Defaults for a repository at `repository`: tools from `PATH`, a new cluster, the
-    /// image built from `operator/Dockerfile`, files under `target/opconform`.
+    /// Defaults for a repository at `repository`: tools from `PATH`, a new cluster, no
+    /// prebuilt image nor base image, files under `target/opconform`.
     pub fn new(repository: impl Into<PathBuf>) -> Self {
         let repository = repository.into();
         Self {
             tools: Tools::from_env(),
             existing: None,
             image: None,
+            base_image: None,
             node_image: None,
             config: repository.join("kind-config.yaml"),
             workdir: crate::report::reports_root().join("kind"),
@@ -219,13 +274,14 @@ impl KindOptions {
     }
 
     /// [`KindOptions::new`] for this repository, with `OPCONFORM_KIND_CLUSTER`,
-    /// `OPCONFORM_IMAGE`, `OPCONFORM_KIND_NODE_IMAGE`, `OPCONFORM_KIND_CONFIG` and
-    /// `KIND_EXPERIMENTAL_DOCKER_NETWORK` applied.
+    /// `OPCONFORM_IMAGE`, `OPCONFORM_KIND_BASE_IMAGE`, `OPCONFORM_KIND_NODE_IMAGE`,
+    /// `OPCONFORM_KIND_CONFIG` and `KIND_EXPERIMENTAL_DOCKER_NETWORK` applied.
     pub fn from_env() -> Self {
         let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
         let mut options = Self::new(crate::repository_root());
         options.existing = var("OPCONFORM_KIND_CLUSTER");
         options.image = var("OPCONFORM_IMAGE");
+        options.base_image = var("OPCONFORM_KIND_BASE_IMAGE");
         options.node_image = var("OPCONFORM_KIND_NODE_IMAGE");
         if let Some(config) = var("OPCONFORM_KIND_CONFIG") {
             options.config = config.into();
@@ -234,11 +290,6 @@ impl KindOptions {
             options.network = network;
         }
         options
-    }
-
-    /// The operator image scenarios deploy.
-    pub fn operator_image(&self) -> &str {
-        self.image.as_deref().unwrap_or(DEFAULT_OPERATOR_IMAGE)
     }
 }
 
@@ -273,7 +324,6 @@ pub struct KindCluster {
     kubeconfig: PathBuf,
     audit_log: Option<PathBuf>,
     client: Client,
-    image: String,
     tools: Tools,
     network: String,
     timeouts: Timeouts,
@@ -316,11 +366,6 @@ impl KindCluster {
         self.client.clone()
     }
 
-    /// The operator image loaded into it.
-    pub fn image(&self) -> &str {
-        &self.image
-    }
-
     /// The tools.
     pub fn tools(&self) -> &Tools {
         &self.tools
@@ -337,14 +382,68 @@ impl KindCluster {
     }
 }
 
-/// One run on kind: sets the cluster up once, hands out scenario shares, and always
-/// ends it.
+/// An image scenarios deploy, and where it came from.
+#[derive(Debug, Clone)]
+struct Provided {
+    /// Its name.
+    image: String,
+    /// Where it came from.
+    origin: image::Origin,
+    /// Whether the local Docker engine has it (it is loaded), else the nodes pull it.
+    local: bool,
+}
+
+/// One image the manifests name: provided (named, found or built) once, then loaded into
+/// the run's cluster once.
+#[derive(Default)]
+struct ImageState {
+    provided: tokio::sync::OnceCell<Result<Provided, String>>,
+    loaded: tokio::sync::OnceCell<Result<(), String>>,
+}
+
+/// One run on kind: checks the tools and sets the cluster up once, provides and loads
+/// each operator image once, hands out scenario shares, and always ends it.
 pub struct KindRun {
     options: KindOptions,
+    checked: tokio::sync::OnceCell<Result<(), String>>,
     cluster: tokio::sync::OnceCell<Result<Arc<KindCluster>, String>>,
+    /// By the image the manifests name.
+    images: Mutex<BTreeMap<String, Arc<ImageState>>>,
     /// The cluster this run created and has not deleted yet, from the moment its creation
     /// starts: what an interrupt deletes.
     to_delete: Mutex<Option<String>>,
+    /// When the creation of the cluster this run created began and how long `kind create`
+    /// took, until the first operator image is in it ([`ClusterStart`]).
+    starting: Mutex<Option<(Instant, Duration)>>,
+}
+
+/// `cell`'s value, `init` run by the first call: the first caller gets its error as it is,
+/// later ones [`KindError::FailedEarlier`] with `what` was being done.
+async fn once<T: Clone>(
+    cell: &tokio::sync::OnceCell<Result<T, String>>,
+    what: impl FnOnce() -> String,
+    init: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    let mut first = None;
+    let cached = cell
+        .get_or_init(|| async {
+            init.await.map_err(|e| {
+                let why = crate::error_chain(&e);
+                first = Some(e);
+                why
+            })
+        })
+        .await;
+    if let Some(e) = first {
+        return Err(e);
+    }
+    cached
+        .clone()
+        .map_err(|why| KindError::FailedEarlier { what: what(), why }.into())
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl KindRun {
@@ -352,8 +451,11 @@ impl KindRun {
     pub fn new(options: KindOptions) -> Self {
         Self {
             options,
+            checked: tokio::sync::OnceCell::new(),
             cluster: tokio::sync::OnceCell::new(),
+            images: Mutex::default(),
             to_delete: Mutex::new(None),
+            starting: Mutex::new(None),
         }
     }
 
@@ -368,12 +470,37 @@ impl KindRun {
         &self.options
     }
 
+    /// The tools on the search path and a Docker engine that answers, checked once.
+    async fn preflight(&self) -> Result<(), ProviderError> {
+        let o = &self.options;
+        let checked = self
+            .checked
+            .get_or_init(|| async {
+                let check = async {
+                    o.tools.require(&REQUIRED_TOOLS)?;
+                    o.tools
+                        .run(
+                            "docker",
+                            &["info", "--format", "{{.ServerVersion}}"],
+                            o.timeouts.command,
+                        )
+                        .await
+                        .map_err(KindError::NoEngine)?;
+                    Ok::<(), KindError>(())
+                };
+                check.await.map_err(|e| crate::error_chain(&e))
+            })
+            .await;
+        checked.clone().map_err(|e| KindError::Preflight(e).into())
+    }
+
     /// The run's cluster, set up on the first call (later calls wait for it, and get the
-    /// same error when it failed).
+    /// same error when it failed). No operator image is loaded into it here.
     ///
     /// # Errors
     /// [`KindError`] from the set-up, or [`KindError::Unavailable`] after it failed.
     pub async fn cluster(&self) -> Result<Arc<KindCluster>, ProviderError> {
+        self.preflight().await?;
         let mut fresh = false;
         let cached = self
             .cluster
@@ -392,27 +519,307 @@ impl KindRun {
         }
     }
 
-    /// A scenario's share of the run's cluster.
+    /// A scenario's share of the run's cluster, with `operator`'s image in it: provided
+    /// (see [`image`]) before the cluster is set up, so a build that fails costs no
+    /// cluster, then loaded; each once per image the manifests name.
     ///
     /// # Errors
-    /// When the cluster cannot be set up.
-    pub async fn provider(&self) -> Result<KindProvider, ProviderError> {
-        Ok(KindProvider::new(self.cluster().await?))
+    /// When the image cannot be provided or loaded, or the cluster set up.
+    pub async fn provider(
+        &self,
+        operator: &dyn OperatorUnderTest,
+    ) -> Result<KindProvider, ProviderError> {
+        let wanted = operator.own_placement().image;
+        let state = locked(&self.images)
+            .entry(wanted.clone())
+            .or_default()
+            .clone();
+        let provided = once(
+            &state.provided,
+            || format!("providing the operator image {wanted}"),
+            async {
+                self.preflight().await?;
+                self.provide(operator, &wanted).await
+            },
+        )
+        .await?;
+        let cluster = self.cluster().await?;
+        once(
+            &state.loaded,
+            || {
+                format!(
+                    "loading {} into kind cluster {}",
+                    provided.image,
+                    cluster.name()
+                )
+            },
+            async { Ok(self.load(&cluster, &provided).await?) },
+        )
+        .await?;
+        if let Some((began, created)) = locked(&self.starting).take() {
+            let start = ClusterStart {
+                cluster: cluster.name().to_string(),
+                created_seconds: created.as_secs_f64(),
+                ready_seconds: began.elapsed().as_secs_f64(),
+            };
+            progress(&format!(
+                "kind cluster {} created in {:.1}s, ready with the operator image in it in {:.1}s",
+                start.cluster, start.created_seconds, start.ready_seconds
+            ));
+            start.write(&cluster_start_file());
+        }
+        Ok(KindProvider::new(cluster, provided.image))
+    }
+
+    /// The image scenarios deploy for an operator whose manifests name `wanted` (see
+    /// [`image`] for the order), built when needed; says which on stderr.
+    async fn provide(
+        &self,
+        operator: &dyn OperatorUnderTest,
+        wanted: &str,
+    ) -> Result<Provided, ProviderError> {
+        use image::Origin;
+        let o = &self.options;
+        if let Some(prebuilt) = &o.image {
+            let local = self.inspect(prebuilt, "{{.Id}}").await?.is_some();
+            progress(&format!(
+                "deploying {prebuilt} (OPCONFORM_IMAGE) in place of {wanted}, the image the operator's manifests name{}",
+                if local {
+                    ""
+                } else {
+                    "; the local Docker engine has no such image: the nodes will pull it"
+                }
+            ));
+            return Ok(Provided {
+                image: prebuilt.clone(),
+                origin: Origin::Prebuilt,
+                local,
+            });
+        }
+        let found = match self.inspect(wanted, image::ID_AND_LABELS).await? {
+            None => None,
+            Some(text) => {
+                Some(
+                    image::Found::parse(&text).ok_or_else(|| KindError::Unexpected {
+                        what: "the image's id and labels",
+                        line: format!("docker image inspect {wanted}"),
+                        output: text.clone(),
+                    })?,
+                )
+            }
+        };
+        let provided = |origin| Provided {
+            image: wanted.to_string(),
+            origin,
+            local: true,
+        };
+        if found.as_ref().is_some_and(|f| f.built_from.is_none()) {
+            progress(&format!(
+                "using {wanted} from the local Docker engine as it is (not built by opconform: remove it to have one built from the operator's binary)"
+            ));
+            return Ok(provided(Origin::Local));
+        }
+        if let Some(base) = &o.base_image {
+            let origin = self
+                .build_on_base(operator, wanted, base, found.as_ref())
+                .await?;
+            return Ok(provided(origin));
+        }
+        if wanted == DEFAULT_OPERATOR_IMAGE && o.repository.join("operator/Dockerfile").is_file() {
+            self.build_dockerfile(wanted).await?;
+            if let Some(earlier) = &found {
+                self.remove_earlier(wanted, &earlier.id).await;
+            }
+            return Ok(provided(Origin::Dockerfile));
+        }
+        Err(KindError::NoImage {
+            image: wanted.to_string(),
+        }
+        .into())
+    }
+
+    /// `docker image inspect --format FORMAT image`: what it printed, `None` when the
+    /// local engine has no such image.
+    async fn inspect(&self, image: &str, format: &str) -> Result<Option<String>, KindError> {
+        let o = &self.options;
+        let out = o
+            .tools
+            .output(
+                "docker",
+                &["image", "inspect", "--format", format, image],
+                &[],
+                o.timeouts.command,
+            )
+            .await?;
+        if out.success() {
+            return Ok(Some(out.stdout.trim().to_string()));
+        }
+        if out.stderr.contains("No such image") {
+            return Ok(None);
+        }
+        Err(out.check().err().map_or_else(
+            || KindError::Unexpected {
+                what: "whether the image exists",
+                line: format!("docker image inspect {image}"),
+                output: String::new(),
+            },
+            KindError::Command,
+        ))
+    }
+
+    /// The image `image` of `operator`'s binary on `base`, unless the image of that name
+    /// the engine has, `found` (one of ours), is built from the same input already; an
+    /// earlier build it replaces is removed.
+    async fn build_on_base(
+        &self,
+        operator: &dyn OperatorUnderTest,
+        image: &str,
+        base: &str,
+        found: Option<&image::Found>,
+    ) -> Result<image::Origin, ProviderError> {
+        let o = &self.options;
+        let binary = operator.binary()?;
+        let shown = binary.display().to_string();
+        let build_error = |why: String| KindError::Build {
+            image: image.to_string(),
+            binary: shown.clone(),
+            why,
+        };
+        let plan = image::BuildPlan::new(image, base, &binary, operator.entrypoint_in_image()?)
+            .map_err(build_error)?;
+        let base_id =
+            self.inspect(base, "{{.Id}}")
+                .await?
+                .ok_or_else(|| KindError::NoBaseImage {
+                    base: base.to_string(),
+                })?;
+        let summed = o
+            .tools
+            .run("sha256sum", &[&shown], o.timeouts.command)
+            .await?;
+        let sum = image::parse_sha256sum(&summed.stdout).ok_or_else(|| KindError::Unexpected {
+            what: "the binary's hash",
+            line: summed.line.clone(),
+            output: summed.stdout.clone(),
+        })?;
+        let input = plan.input(sum, &base_id);
+        if found.and_then(|f| f.built_from.as_deref()) == Some(input.as_str()) {
+            progress(&format!(
+                "{image} is built already from {shown} on {base} (its label {}: {input})",
+                image::INPUT_LABEL
+            ));
+            return Ok(image::Origin::Cached);
+        }
+        progress(&format!(
+            "building {image} from {shown} on {base}, the binary at {} (up to {})…",
+            plan.path,
+            minutes(o.timeouts.build)
+        ));
+        let begin = Instant::now();
+        std::fs::create_dir_all(&o.workdir).map_err(file_error("cannot create", &o.workdir))?;
+        // Removed when dropped, whatever happens.
+        let context = tempfile::Builder::new()
+            .prefix("image-")
+            .tempdir_in(&o.workdir)
+            .map_err(file_error("cannot create a directory in", &o.workdir))?;
+        let copy = context.path().join(image::CONTEXT_BINARY);
+        std::fs::copy(&binary, &copy).map_err(file_error("cannot copy", &binary))?;
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
+                .map_err(file_error("cannot make executable", &copy))?;
+        }
+        let dockerfile = context.path().join("Dockerfile");
+        std::fs::write(&dockerfile, plan.dockerfile())
+            .map_err(file_error("cannot write", &dockerfile))?;
+        let label = format!("{}={input}", image::INPUT_LABEL);
+        let context_arg = context.path().display().to_string();
+        o.tools
+            .run(
+                "docker",
+                &[
+                    "build",
+                    "--quiet",
+                    "--label",
+                    &label,
+                    "--tag",
+                    image,
+                    &context_arg,
+                ],
+                o.timeouts.build,
+            )
+            .await?;
+        progress(&format!(
+            "built {image} in {:.1}s",
+            begin.elapsed().as_secs_f64()
+        ));
+        if let Some(earlier) = found {
+            self.remove_earlier(image, &earlier.id).await;
+        }
+        Ok(image::Origin::Built)
+    }
+
+    /// Removes the image `earlier`, an earlier build of ours that `image` named, once
+    /// `image` names another (it would stay as a nameless image); a failure (a container
+    /// still uses it) is said and changes nothing else.
+    async fn remove_earlier(&self, image: &str, earlier: &str) {
+        let o = &self.options;
+        match self.inspect(image, "{{.Id}}").await {
+            Ok(Some(now)) if now != earlier => {}
+            _ => return,
+        }
+        let removed = o
+            .tools
+            .output("docker", &["rmi", earlier], &[], o.timeouts.command)
+            .await
+            .map_err(|e| crate::error_chain(&e))
+            .and_then(|out| out.check().map(drop).map_err(|e| crate::error_chain(&e)));
+        match removed {
+            Ok(()) => progress(&format!("removed the earlier build of {image} ({earlier})")),
+            Err(e) => progress(&format!(
+                "the earlier build of {image} ({earlier}) is kept: {e}"
+            )),
+        }
+    }
+
+    /// The bundled operator's image from `operator/Dockerfile` (labelled, so that a later
+    /// run does not take it for the user's own).
+    async fn build_dockerfile(&self, image: &str) -> Result<(), KindError> {
+        let o = &self.options;
+        let dockerfile = o.repository.join("operator/Dockerfile");
+        progress(&format!(
+            "building {image} from operator/Dockerfile (up to {}; the first build compiles the operator)…",
+            minutes(o.timeouts.build)
+        ));
+        let dockerfile = dockerfile.display().to_string();
+        let context = o.repository.display().to_string();
+        let label = format!("{}=operator/Dockerfile", image::INPUT_LABEL);
+        o.tools
+            .output(
+                "docker",
+                &[
+                    "build",
+                    "--file",
+                    &dockerfile,
+                    "--label",
+                    &label,
+                    "--tag",
+                    image,
+                    &context,
+                ],
+                // The Dockerfile's cache mounts need BuildKit; without it, say so plainly.
+                &[("DOCKER_BUILDKIT", "1")],
+                o.timeouts.build,
+            )
+            .await?
+            .check()?;
+        Ok(())
     }
 
     async fn set_up(&self) -> Result<KindCluster, KindError> {
         let o = &self.options;
         let tools = &o.tools;
         let t = o.timeouts;
-        tools.require(&REQUIRED_TOOLS)?;
-        tools
-            .run(
-                "docker",
-                &["info", "--format", "{{.ServerVersion}}"],
-                t.command,
-            )
-            .await
-            .map_err(KindError::NoEngine)?;
         if let Some(name) = &o.existing {
             let out = tools.run("kind", &["get", "clusters"], t.command).await?;
             if !out.stdout.lines().any(|l| l.trim() == name) {
@@ -427,35 +834,37 @@ impl KindRun {
                 });
             }
         }
-        let image = self.image().await?;
         let (name, owned) = match &o.existing {
             Some(name) => (name.clone(), false),
             None => (random_name("opconform"), true),
         };
-        let dir = o.workdir.join(&name);
-        std::fs::create_dir_all(&dir).map_err(file_error("cannot create", &dir))?;
         if !owned {
+            // A directory of this process's own: the cluster's own directory may be the
+            // run's that created it (a conformance run's), which this run must not remove.
+            let dir = o
+                .workdir
+                .join(&name)
+                .join(format!("run-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(file_error("cannot create", &dir))?;
             progress(&format!(
                 "using the existing kind cluster {name} (OPCONFORM_KIND_CLUSTER; it is not deleted)"
             ));
-            return self.ready(name, false, dir, image).await;
+            return self.ready(name, false, dir).await;
         }
-        *self.lock() = Some(name.clone());
+        let dir = o.workdir.join(&name);
+        std::fs::create_dir_all(&dir).map_err(file_error("cannot create", &dir))?;
+        *locked(&self.to_delete) = Some(name.clone());
         let made = async {
-            let begin = std::time::Instant::now();
+            let begin = Instant::now();
             self.create(&name, &dir).await?;
             let created = begin.elapsed();
-            let cluster = self.ready(name.clone(), true, dir.clone(), image).await?;
-            let start = ClusterStart {
-                cluster: name.clone(),
-                created_seconds: created.as_secs_f64(),
-                ready_seconds: begin.elapsed().as_secs_f64(),
-            };
+            let cluster = self.ready(name.clone(), true, dir.clone()).await?;
             progress(&format!(
-                "kind cluster {name} created in {:.1}s, ready with the operator image loaded in {:.1}s",
-                start.created_seconds, start.ready_seconds
+                "kind cluster {name} created in {:.1}s, its nodes Ready in {:.1}s",
+                created.as_secs_f64(),
+                begin.elapsed().as_secs_f64()
             ));
-            start.write(&cluster_start_file());
+            *locked(&self.starting) = Some((begin, created));
             Ok(cluster)
         }
         .await;
@@ -464,33 +873,6 @@ impl KindRun {
             self.delete_owned().await;
         }
         made
-    }
-
-    /// Builds the operator image, or checks for the prebuilt one; returns its name.
-    async fn image(&self) -> Result<String, KindError> {
-        let o = &self.options;
-        let image = o.operator_image().to_string();
-        if o.image.is_some() {
-            return Ok(image);
-        }
-        let dockerfile = o.repository.join("operator/Dockerfile");
-        progress(&format!(
-            "building {image} from operator/Dockerfile (up to {}; the first build compiles the operator)…",
-            minutes(o.timeouts.build)
-        ));
-        let dockerfile = dockerfile.display().to_string();
-        let context = o.repository.display().to_string();
-        o.tools
-            .output(
-                "docker",
-                &["build", "--file", &dockerfile, "--tag", &image, &context],
-                // The Dockerfile's cache mounts need BuildKit; without it, say so plainly.
-                &[("DOCKER_BUILDKIT", "1")],
-                o.timeouts.build,
-            )
-            .await?
-            .check()?;
-        Ok(image)
     }
 
     async fn create(&self, name: &str, dir: &Path) -> Result<(), KindError> {
@@ -529,13 +911,12 @@ impl KindRun {
         Ok(())
     }
 
-    /// Kubeconfig, Ready nodes, the image loaded, a client, the audit log found.
+    /// Kubeconfig, Ready nodes, a client, the audit log found.
     async fn ready(
         &self,
         name: String,
         owned: bool,
         dir: PathBuf,
-        image: String,
     ) -> Result<KindCluster, KindError> {
         let o = &self.options;
         let tools = &o.tools;
@@ -566,7 +947,6 @@ impl KindRun {
                 t.nodes_ready + Duration::from_secs(30),
             )
             .await?;
-        self.load(&name, &image).await?;
         let client = client_from_kubeconfig(Some(&kubeconfig), None)
             .await
             .map_err(|e| KindError::Kubeconfig {
@@ -595,36 +975,25 @@ impl KindRun {
             kubeconfig,
             audit_log,
             client,
-            image,
             tools: tools.clone(),
             network: o.network.clone(),
             timeouts: t,
         })
     }
 
-    async fn load(&self, name: &str, image: &str) -> Result<(), KindError> {
-        let o = &self.options;
-        if o.image.is_some() {
-            let local = o
-                .tools
-                .output(
-                    "docker",
-                    &["image", "inspect", "--format", "{{.Id}}", image],
-                    &[],
-                    o.timeouts.command,
-                )
-                .await?;
-            if !local.success() {
-                progress(&format!(
-                    "{image} is not in the local Docker engine: the nodes will pull it"
-                ));
-                return Ok(());
-            }
+    /// `kind load docker-image` of an image the local engine has into `cluster`.
+    async fn load(&self, cluster: &KindCluster, provided: &Provided) -> Result<(), KindError> {
+        if !provided.local {
+            return Ok(());
         }
+        let o = &self.options;
+        let (image, name) = (provided.image.as_str(), cluster.name());
         progress(&format!(
-            "loading {image} into kind cluster {name} (up to {})…",
+            "loading {image} ({}) into kind cluster {name} (up to {})…",
+            provided.origin.describe(),
             minutes(o.timeouts.load)
         ));
+        let begin = Instant::now();
         o.tools
             .run(
                 "kind",
@@ -632,6 +1001,10 @@ impl KindRun {
                 o.timeouts.load,
             )
             .await?;
+        progress(&format!(
+            "loaded {image} into kind cluster {name} in {:.1}s",
+            begin.elapsed().as_secs_f64()
+        ));
         Ok(())
     }
 
@@ -674,18 +1047,15 @@ impl KindRun {
         Ok(found)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.to_delete.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Deletes the cluster this run created, once.
     async fn delete_owned(&self) {
-        let Some(name) = self.lock().take() else {
+        let Some(name) = locked(&self.to_delete).take() else {
             return;
         };
         let o = &self.options;
         progress(&format!("deleting kind cluster {name}…"));
-        if let Err(e) = o
+        let begin = Instant::now();
+        match o
             .tools
             .run(
                 "kind",
@@ -694,16 +1064,20 @@ impl KindRun {
             )
             .await
         {
-            eprintln!(
+            Ok(_) => progress(&format!(
+                "deleted kind cluster {name} in {:.1}s",
+                begin.elapsed().as_secs_f64()
+            )),
+            Err(e) => eprintln!(
                 "opconform: {}; delete it with `kind delete cluster --name {name}`",
                 crate::error_chain(&e)
-            );
+            ),
         }
     }
 
     /// Ends the run: when it `failed`, exports the cluster's logs to
-    /// [`KindOptions::logs`] and keeps its audit log; deletes the cluster the run created
-    /// (never a reused one). Safe to call more than once.
+    /// [`KindOptions::logs`] and keeps the audit log of a cluster it created; deletes the
+    /// cluster the run created (never a reused one). Safe to call more than once.
     pub async fn finish(&self, failed: bool) {
         let cluster = self.cluster.get().and_then(|c| c.as_ref().ok()).cloned();
         if let Some(cluster) = &cluster {
@@ -714,7 +1088,8 @@ impl KindRun {
         }
         self.delete_owned().await;
         if let Some(cluster) = &cluster {
-            if failed {
+            // A reused cluster's directory is this run's own and holds only the kubeconfig.
+            if failed && cluster.owned {
                 if let Some(log) = &cluster.audit_log {
                     progress(&format!(
                         "the API server's audit log is kept in {}",

@@ -59,6 +59,7 @@ struct InForce {
 /// A scenario's share of the run's kind cluster.
 pub struct KindProvider {
     cluster: Arc<KindCluster>,
+    image: String,
     prefix: String,
     faults: FaultLog,
     in_force: tokio::sync::Mutex<InForce>,
@@ -67,13 +68,16 @@ pub struct KindProvider {
 }
 
 impl KindProvider {
-    /// A new share (`opconform-xxxxxx`) of `cluster`.
-    pub fn new(cluster: Arc<KindCluster>) -> Self {
+    /// A new share (`opconform-xxxxxx`) of `cluster`, whose operator runs `image` (one the
+    /// cluster has, or can pull).
+    pub fn new(cluster: Arc<KindCluster>, image: impl Into<String>) -> Self {
         let prefix = random_name("opconform");
-        let labels = shared_placement(&prefix, cluster.image()).labels;
+        let image = image.into();
+        let labels = shared_placement(&prefix, &image).labels;
         Self {
             rejects: admission::Rejects::new(cluster.client(), &prefix, labels),
             cluster,
+            image,
             prefix,
             faults: FaultLog::new(),
             in_force: tokio::sync::Mutex::default(),
@@ -315,7 +319,7 @@ impl Provider for KindProvider {
     }
 
     fn placement(&self) -> Placement {
-        shared_placement(&self.prefix, self.cluster.image())
+        shared_placement(&self.prefix, &self.image)
     }
 
     fn faults(&self) -> FaultLog {
