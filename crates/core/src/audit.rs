@@ -51,11 +51,31 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    /// Whether the request could change state (create, update, patch, delete, deletecollection).
+    /// Whether the request could change state (create, update, patch, delete,
+    /// deletecollection). The create of a review (TokenReview, SubjectAccessReview and
+    /// their kin) is not one: it asks the API server a question and stores nothing, as every
+    /// replica's metrics filter does to check a scraper's token.
     pub fn is_write(&self) -> bool {
         matches!(
             self.verb.as_str(),
             "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) && !self.is_review()
+    }
+
+    /// Whether it is the create of a review, answered and not stored.
+    fn is_review(&self) -> bool {
+        matches!(
+            (self.api_group.as_str(), self.resource.as_str()),
+            (
+                "authentication.k8s.io",
+                "tokenreviews" | "selfsubjectreviews"
+            ) | (
+                "authorization.k8s.io",
+                "subjectaccessreviews"
+                    | "selfsubjectaccessreviews"
+                    | "localsubjectaccessreviews"
+                    | "selfsubjectrulesreviews"
+            )
         )
     }
 }
@@ -149,6 +169,31 @@ impl std::fmt::Debug for AuditCatchUp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(verb: &str, api_group: &str, resource: &str) -> AuditRecord {
+        AuditRecord {
+            time: Utc::now(),
+            seq: 1,
+            user: "u".into(),
+            pod: None,
+            verb: verb.into(),
+            api_group: api_group.into(),
+            resource: resource.into(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            code: 201,
+        }
+    }
+
+    #[test]
+    fn a_review_asks_a_question_and_is_no_write_while_other_creates_are() {
+        assert!(!record("create", "authentication.k8s.io", "tokenreviews").is_write());
+        assert!(!record("create", "authorization.k8s.io", "subjectaccessreviews").is_write());
+        assert!(record("create", "apps", "deployments").is_write());
+        assert!(record("patch", "", "configmaps").is_write());
+        assert!(!record("get", "apps", "deployments").is_write());
+    }
 
     #[tokio::test]
     async fn a_counted_feed_publishes_what_its_source_counts() {
