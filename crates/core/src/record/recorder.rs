@@ -1250,6 +1250,10 @@ impl Failures {
     }
 }
 
+/// How long one scrape may take in all, a port-forward opened included: past it the scrape
+/// is abandoned (its own timeouts end it sooner; this bounds what they might miss).
+const SCRAPE_BOUND: Duration = Duration::from_secs(4);
+
 async fn scrape_loop(
     shared: Arc<Shared>,
     lock: String,
@@ -1271,16 +1275,39 @@ async fn scrape_loop(
                 scraper.keep_only(&targets.iter().map(|(name, _)| name.clone()).collect());
                 for (name, ip) in targets {
                     if busy.insert(name.clone()) {
-                        let scraper = scraper.clone();
+                        // Each scrape is a task of its own with a bound of its own: however
+                        // one replica's connection misbehaves, the others are scraped.
+                        let task = tokio::spawn({
+                            let scraper = scraper.clone();
+                            let name = name.clone();
+                            async move { scraper.scrape(&name, ip).await }
+                        });
                         in_flight.push(async move {
-                            let result = scraper.scrape(&name, ip).await;
+                            let abort = task.abort_handle();
+                            let result = tokio::time::timeout(SCRAPE_BOUND, task).await;
+                            if result.is_err() {
+                                abort.abort();
+                            }
                             (name, result)
                         });
                     }
                 }
             }
-            Some((name, result)) = in_flight.next(), if !in_flight.is_empty() => {
+            Some((name, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
                 busy.remove(&name);
+                let result = match outcome {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(e)) => {
+                        tracing::warn!(replica = %name, error = %e, "a scrape task ended without an answer");
+                        scraper.forget(&name);
+                        continue;
+                    }
+                    Err(_) => {
+                        tracing::warn!(replica = %name, bound = ?SCRAPE_BOUND, "a scrape did not end within its bound; its connection is dropped");
+                        scraper.forget(&name);
+                        continue;
+                    }
+                };
                 match result {
                     Ok(text) => {
                         failures.answered(&name);

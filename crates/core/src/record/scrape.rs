@@ -372,6 +372,11 @@ impl Scraper {
         })
     }
 
+    /// Closes the kept connection of `pod`, if any: the next scrape opens a new one.
+    pub(crate) fn forget(&self, pod: &str) {
+        self.kept().remove(pod);
+    }
+
     /// Closes the kept connections of pods other than `pods` (gone, or no longer scraped).
     pub(crate) fn keep_only(&self, pods: &HashSet<String>) {
         self.kept().retain(|pod, _| pods.contains(pod));
