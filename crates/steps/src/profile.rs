@@ -146,6 +146,11 @@ pub struct ManagerPatchSpec {
     /// Flags to remove, by name (`--metrics-secure` removes `--metrics-secure=true` too).
     #[serde(default)]
     pub remove_args: Vec<String>,
+    /// Volumes of the manager's pod to remove, by name, with every container's mounts of
+    /// them (e.g. the Secret of a webhook's certificate, which only cert-manager makes, for
+    /// a manager run with its webhooks off).
+    #[serde(default)]
+    pub remove_volumes: Vec<String>,
 }
 
 /// Objects of an operator's manifests that are not applied.
@@ -784,6 +789,7 @@ impl Profile {
                     env: m.env,
                     args: m.args,
                     remove_args: m.remove_args,
+                    remove_volumes: m.remove_volumes,
                 }),
             leave_out: self.leave_out.map_or_else(LeaveOut::default, |l| LeaveOut {
                 kinds: l.kinds,
@@ -1034,7 +1040,7 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
     fn a_profile_patches_the_manager_and_leaves_objects_out_as_it_says() {
         let subject = parse(&format!(
             "{MINIMAL}manager: {{container: manager, env: {{ENABLE_WEBHOOKS: \"false\"}}, \
-             args: [--x=1], removeArgs: [--metrics-secure]}}\n\
+             args: [--x=1], removeArgs: [--metrics-secure], removeVolumes: [cert]}}\n\
              leaveOut: {{kinds: [Certificate], objects: [Service/webhook-service]}}\n"
         ))
         .unwrap();
@@ -1042,6 +1048,7 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
         assert_eq!(subject.manager.env["ENABLE_WEBHOOKS"], "false");
         assert_eq!(subject.manager.args, ["--x=1"]);
         assert_eq!(subject.manager.remove_args, ["--metrics-secure"]);
+        assert_eq!(subject.manager.remove_volumes, ["cert"]);
         assert_eq!(subject.leave_out.kinds, ["Certificate"]);
         assert_eq!(subject.leave_out.objects, ["Service/webhook-service"]);
         for (extra, said) in [

@@ -481,6 +481,8 @@ pub struct ManagerPatch {
     pub args: Vec<String>,
     /// Flags to remove, by name.
     pub remove_args: Vec<String>,
+    /// Volumes of its pod to remove, with their mounts, by name.
+    pub remove_volumes: Vec<String>,
 }
 
 /// Objects of an operator's manifests that are not applied.
@@ -941,6 +943,28 @@ fn set_manager(
         }));
     }
     pod_spec["tolerations"] = json!(tolerations);
+    let removed = &subject.manager.remove_volumes;
+    if !removed.is_empty() {
+        let named = |v: &serde_json::Value| {
+            v["name"]
+                .as_str()
+                .is_some_and(|name| removed.iter().any(|r| r == name))
+        };
+        if let Some(volumes) = pod_spec
+            .get_mut("volumes")
+            .and_then(serde_json::Value::as_array_mut)
+        {
+            volumes.retain(|v| !named(v));
+        }
+        for container in pod_spec["containers"].as_array_mut().into_iter().flatten() {
+            if let Some(mounts) = container
+                .get_mut("volumeMounts")
+                .and_then(serde_json::Value::as_array_mut)
+            {
+                mounts.retain(|m| !named(m));
+            }
+        }
+    }
     let containers = spec["template"]["spec"]["containers"]
         .as_array_mut()
         .ok_or_else(|| format!("Deployment {} has no containers", subject.deployment))?;
@@ -1274,6 +1298,43 @@ mod tests {
     }
 
     #[test]
+    fn a_removed_volume_goes_from_the_pod_with_every_mount_of_it() {
+        let mut subject = Subject::memcached();
+        subject.manager.remove_volumes = vec!["webhook-certs".into()];
+        let mut deployment: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "memcached-operator"},
+            "spec": {"template": {"spec": {
+                "volumes": [
+                    {"name": "webhook-certs", "secret": {"secretName": "webhook-server-cert"}},
+                    {"name": "tmp", "emptyDir": {}}
+                ],
+                "containers": [{
+                    "name": "manager",
+                    "volumeMounts": [
+                        {"name": "webhook-certs", "mountPath": "/tmp/k8s-webhook-server/serving-certs"},
+                        {"name": "tmp", "mountPath": "/tmp"}
+                    ]
+                }]
+            }}}
+        }))
+        .unwrap();
+        set_manager(
+            &subject,
+            &mut deployment,
+            &setup(1, &[]),
+            &subject.own_placement(),
+        )
+        .unwrap();
+        let pod = &deployment.data["spec"]["template"]["spec"];
+        assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {}}]));
+        assert_eq!(
+            pod["containers"][0]["volumeMounts"],
+            json!([{"name": "tmp", "mountPath": "/tmp"}])
+        );
+    }
+
+    #[test]
     fn the_profiles_patch_of_the_manager_sets_env_adds_and_removes_flags_and_leaves_objects_out() {
         let mut subject = Subject::memcached();
         subject.manager = ManagerPatch {
@@ -1281,6 +1342,7 @@ mod tests {
             env: [("ENABLE_WEBHOOKS".to_string(), "false".to_string())].into(),
             args: vec!["--zap-log-level=debug".into()],
             remove_args: vec!["--health-probe-bind-address".into()],
+            remove_volumes: vec!["certs".into()],
         };
         subject.leave_out = LeaveOut {
             kinds: vec!["ClusterRole".into()],
