@@ -881,6 +881,16 @@ impl Suite {
                     ),
                 )
             }))
+            .chain(election.lease.as_ref().and_then(|l| l.fixed).map(|fixed| {
+                (
+                    "slow",
+                    format!(
+                        "the profile of {} fixes its timings at {fixed}: every lease scenario \
+                         runs at them already, so the production-timing ones would repeat them",
+                        self.subject.name
+                    ),
+                )
+            }))
             .chain(election.release_on_cancel.is_none().then(|| {
                 (
                     "release-on-cancel",
@@ -1291,6 +1301,42 @@ mod tests {
         assert_eq!(
             why,
             "the profile of memcached-operator has no election.forLife: the operator has no such mode"
+        );
+    }
+
+    #[test]
+    fn an_operator_with_fixed_timings_skips_the_production_timing_repeats_and_one_that_needs_a_container_skips_sim()
+     {
+        let mut subject = Subject::memcached();
+        let suite = |subject: Subject, provider| Suite {
+            subject,
+            provider,
+            kubeconfig: KubeconfigOptions::default(),
+            reports: PathBuf::new(),
+        };
+        let tags = |s: &Suite| -> Vec<&'static str> {
+            s.excluded_tags().into_iter().map(|(tag, _)| tag).collect()
+        };
+        assert!(!tags(&suite(subject.clone(), ProviderKind::Sim)).contains(&"slow"));
+        assert_eq!(
+            suite(subject.clone(), ProviderKind::Sim).not_applicable(),
+            None
+        );
+        if let Some(lease) = subject.election.lease.as_mut() {
+            lease.fixed = Some(crate::subject::LeaseTimings::CONTROLLER_RUNTIME);
+        }
+        subject.needs_container = true;
+        assert!(tags(&suite(subject.clone(), ProviderKind::Kind)).contains(&"slow"));
+        assert_eq!(
+            suite(subject.clone(), ProviderKind::Kind).not_applicable(),
+            None
+        );
+        let why = suite(subject.clone(), ProviderKind::Local)
+            .not_applicable()
+            .expect("not applicable on local");
+        assert!(
+            why.contains("needsContainer") && why.contains("service-account files"),
+            "{why}"
         );
     }
 
