@@ -297,7 +297,44 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 struct Forward {
     forwarder: Portforwarder,
     /// Resolves with the kubelet's error for the port, or `None` when the forward ends.
-    failed: Pin<Box<dyn Future<Output = Option<String>> + Send>>,
+    failed: Failed,
+}
+
+/// The end of a port-forward, as kube reports it: resolves once, and then again with the
+/// same outcome however often it is polled (kube's future may not be polled after it
+/// resolved; a connection's several waits on it may each poll it).
+struct Failed {
+    pending: Option<Pin<Box<dyn Future<Output = Option<String>> + Send>>>,
+    outcome: Option<Option<String>>,
+}
+
+impl Failed {
+    fn new(future: impl Future<Output = Option<String>> + Send + 'static) -> Self {
+        Self {
+            pending: Some(Box::pin(future)),
+            outcome: None,
+        }
+    }
+}
+
+impl Future for Failed {
+    type Output = Option<String>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<String>> {
+        if let Some(outcome) = &self.outcome {
+            return std::task::Poll::Ready(outcome.clone());
+        }
+        let Some(pending) = self.pending.as_mut() else {
+            return std::task::Poll::Pending;
+        };
+        let outcome = std::task::ready!(pending.as_mut().poll(cx));
+        self.pending = None;
+        self.outcome = Some(outcome.clone());
+        std::task::Poll::Ready(outcome)
+    }
 }
 
 impl Drop for Forward {
@@ -671,7 +708,7 @@ async fn open_forward(
         stream,
         Forward {
             forwarder,
-            failed: Box::pin(failed),
+            failed: Failed::new(failed),
         },
     ))
 }
@@ -694,7 +731,7 @@ fn forward_failure(pod: &str, port: u16, failed: Option<String>) -> ScrapeError 
 /// The forward's error if it has already failed (the kubelet's error comes before the end
 /// of the stream it breaks). The connection is dropped after this.
 fn forward_failed_now(forward: Option<&mut Forward>, pod: &str, port: u16) -> Option<ScrapeError> {
-    let failed = forward?.failed.as_mut().now_or_never()?;
+    let failed = (&mut forward?.failed).now_or_never()?;
     Some(forward_failure(pod, port, failed))
 }
 
@@ -986,6 +1023,23 @@ mod tests {
         assert!(!printed.contains(TOKEN), "{printed}");
         assert!(printed.contains("bearer_token: Some(\"…\")"), "{printed}");
         assert!(format!("{:?}", MetricsEndpoint::http(8080)).contains("bearer_token: None"));
+    }
+
+    #[test]
+    fn the_end_of_a_port_forward_can_be_waited_on_again_after_it_came() {
+        // kube's error future is a `Map`, which panics when polled after it resolved.
+        let mut failed = Failed::new(
+            futures::future::ready(Some("lost connection to pod".to_string()))
+                .map(|message| message),
+        );
+        assert_eq!(
+            (&mut failed).now_or_never(),
+            Some(Some("lost connection to pod".to_string()))
+        );
+        assert_eq!(
+            (&mut failed).now_or_never(),
+            Some(Some("lost connection to pod".to_string()))
+        );
     }
 
     #[test]
