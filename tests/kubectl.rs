@@ -750,9 +750,35 @@ fn the_kubebuilder_scaffold_renders_from_its_kustomize_tree_and_follows_its_oper
         [
             "--metrics-bind-address=:8443",
             "--health-probe-bind-address=:8081",
+            "--zap-time-encoding=rfc3339nano",
             "--leader-elect"
         ]
     );
+    // Its webhooks off: the env, no certificate volume, none of cert-manager's objects and
+    // no webhook configuration.
+    assert!(
+        manager["env"]
+            .as_array()
+            .expect("env")
+            .contains(&serde_json::json!({"name": "ENABLE_WEBHOOKS", "value": "false"})),
+        "{manager}"
+    );
+    assert_eq!(manager["volumeMounts"], serde_json::json!([]));
+    assert_eq!(
+        deployment.data["spec"]["template"]["spec"]["volumes"],
+        serde_json::json!([])
+    );
+    for m in &manifests {
+        let kind = kind_of(&m.object);
+        assert!(
+            !kind.contains("Webhook") && kind != "Certificate" && kind != "Issuer",
+            "{kind} was applied"
+        );
+        assert_ne!(
+            m.object.metadata.name.as_deref(),
+            Some("memcached-operator-webhook-service")
+        );
+    }
     // Its RBAC follows it: the lease Role where it runs, the ClusterRoleBindings to the
     // renamed roles and its moved ServiceAccount.
     let role = object("Role", "memcached-operator-leader-election-role");

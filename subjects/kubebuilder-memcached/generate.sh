@@ -3,9 +3,11 @@
 # memcached operator is made (see README.md beside this script). Needs only Go and the Go
 # module proxy: kubebuilder, controller-gen and kustomize are built with `go install`.
 #
-#   subjects/kubebuilder-memcached/generate.sh
+#   subjects/kubebuilder-memcached/generate.sh [OUT_DIR]
 #
-# KUBEBUILDER_VERSION overrides the pinned kubebuilder. Progress goes to stderr.
+# OUT_DIR (the argument, else the OUT_DIR environment variable, else project/ beside this
+# script) is replaced by the result. KUBEBUILDER_VERSION overrides the pinned kubebuilder.
+# Progress goes to stderr.
 set -euo pipefail
 
 KUBEBUILDER_VERSION=${KUBEBUILDER_VERSION:-v4.16.0}
@@ -13,7 +15,9 @@ KUBEBUILDER_VERSION=${KUBEBUILDER_VERSION:-v4.16.0}
 IMAGE=opconform/kubebuilder-memcached:dev
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-out="$here/project"
+out=${1:-${OUT_DIR:-$here/project}}
+mkdir -p "$(dirname "$out")"
+out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 export GOTOOLCHAIN=local
 
 log() { echo "generate.sh: $*" >&2; }
@@ -43,7 +47,9 @@ log "kubebuilder create api (deploy-image/v1-alpha)"
   --run-as-user="1001" \
   --make=false >&2
 
-# No webhook: see README.md ("Why no webhook").
+log "kubebuilder create webhook (defaulting, programmatic validation)"
+"$kubebuilder" create webhook --group cache --version v1alpha1 --kind Memcached \
+  --defaulting --programmatic-validation >&2
 
 log "make manifests generate fmt"
 # fmt: the deploy-image scaffold leaves cmd/main.go unaligned; `make build` and `make run`
