@@ -145,9 +145,30 @@ async fn carries_finalizer(
     Ok(())
 }
 
+/// How long a write already seen through the API may take to reach the audit:
+/// kube-apiserver logs a request once it has answered it, so a client can see the object
+/// before the audit has its create.
+const AUDIT_LAG: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[then(expr = "the finalizer was added to memcached {string} before its Deployment was created")]
 async fn finalizer_before_deployment(world: &mut World, name: String) -> Step {
     let namespace = namespace_of(world, &name)?;
+    // The steps before saw the Deployment; its create may still be on its way to the audit.
+    // Waiting for it ends at once when it is there; when it never comes, the check below
+    // says what the audit holds.
+    let _ = eventually(
+        AUDIT_LAG,
+        &format!("the create of a Deployment in {namespace} in the audit"),
+        || async {
+            let history = world.history().await;
+            let created = history.entries().iter().any(|e| {
+                matches!(&e.observation, Observation::Write { namespace: ns, verb, resource, code, .. }
+                    if *ns == namespace && verb == "create" && resource == "deployments" && (200..300).contains(code))
+            });
+            if created { Ok(()) } else { Err("not yet".to_string()) }
+        },
+    )
+    .await;
     let history = world.history().await;
     let writes: Vec<_> = history
         .entries()
