@@ -55,10 +55,14 @@ where
     }
 }
 
-fn deployment(replicas: i32, toleration: Option<i64>) -> Deployment {
+/// The Deployment of the fixture, which sees `dir` at the same path (a hostPath volume,
+/// for pods that are containers) to record its events there.
+fn deployment(replicas: i32, toleration: Option<i64>, dir: &Path) -> Deployment {
     let mut spec = json!({
         "containers": [{"name": "app", "image": "fixture:1",
-                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}],
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "volumeMounts": [{"name": "events", "mountPath": dir}]}],
+        "volumes": [{"name": "events", "hostPath": {"path": dir, "type": "Directory"}}],
         "terminationGracePeriodSeconds": 5
     });
     if let Some(seconds) = toleration {
@@ -102,7 +106,7 @@ async fn a_deployment_of_an_executable_runs_scales_down_gracefully_and_replaces_
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     deployments
-        .create(&PostParams::default(), &deployment(3, None))
+        .create(&PostParams::default(), &deployment(3, None, dir.path()))
         .await
         .unwrap();
     opconform::deploy::wait_for_rollout(&client, "default", "app", WAIT)
@@ -203,7 +207,7 @@ async fn a_partitioned_node_goes_unknown_its_pods_are_evicted_and_stay_terminati
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
     deployments
-        .create(&PostParams::default(), &deployment(3, Some(1)))
+        .create(&PostParams::default(), &deployment(3, Some(1), dir.path()))
         .await
         .unwrap();
     opconform::deploy::wait_for_rollout(&client, "default", "app", WAIT)

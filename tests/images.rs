@@ -1,11 +1,10 @@
 //! Images mapped to a directory holding their filesystem: a simulated cluster runs a
-//! busybox-like image's `sh -c "…"` found on the container's PATH inside the directory,
+//! busybox image's `sh -c "…"` found on the container's PATH inside the directory,
 //! serves its output as the pod's log, runs a configured entrypoint and cmd, and reports a
 //! container it cannot start as a real runtime does.
 
 mod support;
 
-use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -15,24 +14,17 @@ use opconform::sim::{SimCluster, SimClusterConfig};
 use serde_json::{Value, json};
 use support::eventually;
 
-/// A busybox-like filesystem: `bin/sh`, `bin/echo` and `usr/bin/env` are links to the
-/// host's programs.
-fn busybox_like(root: &Path) {
-    for dir in ["bin", "usr/bin"] {
-        std::fs::create_dir_all(root.join(dir)).unwrap();
-    }
-    for (link, name) in [
-        ("bin/sh", "sh"),
-        ("bin/echo", "echo"),
-        ("usr/bin/env", "env"),
-    ] {
-        let host = ["/bin", "/usr/bin"]
-            .iter()
-            .map(|d| Path::new(d).join(name))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("the host has no {name}"));
-        symlink(host, root.join(link)).unwrap();
-    }
+/// A busybox filesystem made from the host's static busybox, under `dir/busybox`.
+fn busybox_like(dir: &Path) -> std::path::PathBuf {
+    sim_test_support::busybox_image(dir)
+}
+
+/// Whether the cluster's pods are containers (rather than host processes).
+fn containers() -> bool {
+    matches!(
+        opconform::sim::kubelet::oci::Isolation::detect(&std::env::temp_dir()),
+        opconform::sim::kubelet::oci::Isolation::Containers(_)
+    )
 }
 
 /// A one-node cluster with `busybox:1.36` mapped to a busybox-like directory and
@@ -41,8 +33,7 @@ fn busybox_like(root: &Path) {
 async fn start() -> (tempfile::TempDir, SimCluster, Api<Pod>) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let root = dir.join("busybox");
-    busybox_like(&root);
+    let root = busybox_like(dir);
     let mut images = ImageMap::new();
     images.insert("busybox:1.36", &root);
     images.insert_filesystem(
@@ -117,7 +108,13 @@ async fn a_busybox_like_image_runs_sh_from_its_directory_and_its_output_is_the_p
     assert_eq!(c["state"]["terminated"]["reason"], "Completed", "{c}");
     let text = log(&pods, "hello").await;
     assert!(text.contains("hello from hello\n"), "{text}");
-    let cwd = dir.path().join("busybox/work");
+    // The working directory is in the image: its root for a container, the directory for
+    // a host process.
+    let cwd = if containers() {
+        "/work".into()
+    } else {
+        dir.path().join("busybox/work")
+    };
     assert!(text.contains(&format!("cwd {}\n", cwd.display())), "{text}");
     assert!(text.contains("POD_NAME=hello\n"), "{text}");
     assert!(

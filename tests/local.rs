@@ -266,9 +266,18 @@ async fn our_kubelet_runs_pods_the_real_scheduler_binds_with_bound_tokens_and_se
     assert!(pod_ip.starts_with("127.171."), "{pod_ip}");
     assert_eq!(kubelet.pids().len(), 1, "one process for the one container");
 
-    // Its ServiceAccount token came from a TokenRequest bound to the pod.
+    // Its ServiceAccount token came from a TokenRequest bound to the pod: in the projected
+    // volume the API server added, for a container; in its directory, for a host process.
     let pod_dir = kubelet.pod_dir("default", "sleeper").unwrap();
-    let token = std::fs::read_to_string(pod_dir.join("serviceaccount/token")).unwrap();
+    let volume = std::fs::read_dir(pod_dir.join("volumes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("kube-api-access-"));
+    let token_file =
+        volume.map_or_else(|| pod_dir.join("serviceaccount/token"), |v| v.join("token"));
+    let token = std::fs::read_to_string(token_file).unwrap();
     let claims = token.split('.').nth(1).expect("a JWT");
     let claims: serde_json::Value = {
         use base64::Engine as _;

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::image::ImageConfig;
+use super::oci::Isolation;
 
 /// Errors of the kubelet's configuration.
 #[derive(Debug, thiserror::Error)]
@@ -258,13 +259,39 @@ pub struct KubeletConfig {
     /// API server, which the harness cannot make judge requests. `None` passes the bytes
     /// through (the simulated API server judges them itself).
     pub request_rules: Option<std::sync::Arc<sim_apiserver::faults::Faults>>,
+    /// How pods run: as containers of an OCI runtime, or as host processes.
+    pub isolation: Isolation,
+    /// Where images mapped to OCI layouts or archives are unpacked, by digest.
+    pub image_cache: PathBuf,
+}
+
+/// `$XDG_CACHE_HOME/opconform/images`, else `~/.cache/opconform/images`, else one under
+/// the temporary directory.
+pub fn default_image_cache() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("opconform")
+        .join("images")
 }
 
 impl KubeletConfig {
+    /// The scheme of the container IDs and image IDs this kubelet reports: the runtime's
+    /// name, or `opconform` for host processes.
+    pub fn isolation_name(&self) -> &str {
+        match &self.isolation {
+            Isolation::Containers(rt) => rt.name(),
+            Isolation::Processes { .. } => "opconform",
+        }
+    }
+
     /// Defaults for node number `index` of a simulated cluster: node IP `127.0.10.<index>`,
     /// pod IPs `127.<100+index>.0.N`, 1 s heartbeats, a 40 s lease, the real
     /// CrashLoopBackOff of 10 s doubling to 300 s, libfaketime when installed, no images.
     pub fn new(node_name: &str, index: u8, work_dir: PathBuf) -> Self {
+        let isolation = Isolation::detect(Path::new(super::oci::STATE_DIR));
         Self {
             node_name: node_name.to_string(),
             node_ip: Ipv4Addr::new(127, 0, 10, index),
@@ -280,6 +307,8 @@ impl KubeletConfig {
             log_limit_bytes: 1024 * 1024,
             kubelet_port: 10250,
             request_rules: None,
+            isolation,
+            image_cache: default_image_cache(),
         }
     }
 }

@@ -17,14 +17,17 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::bundle::{self, BundleError};
 use super::env::{self, Env, PodFacts, SourceKind, Sources};
 use super::image::{self, ImageError};
 use super::node::CAPACITY;
+use super::oci::{BindMount, ContainerSpec, Isolation, OciRuntime, Rootfs};
 use super::probe::{self, Kind, Target, Verdict};
 use super::process::{Exit, Instance, Spec};
 use super::runtime::{ContainerRuntime, PodRuntime, StatusCell, StopState, lock};
 use super::shared::Shared;
 use super::status::{ContainerStatus, State, Terminated};
+use super::volume::{self, VolumeError, VolumeSources};
 
 /// Errors preparing a container (shown as `CreateContainerConfigError`, or
 /// `CreateContainerError` when the image has nothing to run).
@@ -56,6 +59,30 @@ pub enum ContainerError {
     /// A directory image has nothing to run.
     #[error(transparent)]
     Image(ImageError),
+    /// The security context refuses the container.
+    #[error(transparent)]
+    Security(#[from] BundleError),
+    /// A volume could not be set up (the pod stays `ContainerCreating`).
+    #[error(transparent)]
+    Mount(VolumeError),
+    /// A volume mount of the container is wrong.
+    #[error(transparent)]
+    Volume(VolumeError),
+    /// The image could not be unpacked (`ErrImagePull`).
+    #[error("failed to pull and unpack image {image:?}")]
+    Pull {
+        /// The image.
+        image: String,
+        /// The cause.
+        #[source]
+        source: oci_image::ImageError,
+    },
+    /// The unpacking of an image stopped before it ended (the kubelet is stopping).
+    #[error("the unpacking of image {0:?} was cut short")]
+    Unpacking(String),
+    /// A volume's ServiceAccount token could not be had.
+    #[error(transparent)]
+    VolumeToken(Box<super::upstream::UpstreamError>),
     /// An ephemeral container's `targetContainerName` names no container of the pod.
     #[error("unable to find target container {0}")]
     NoTarget(String),
@@ -66,6 +93,8 @@ impl ContainerError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Image(_) => "CreateContainerError",
+            Self::Mount(_) | Self::VolumeToken(_) => "ContainerCreating",
+            Self::Pull { .. } | Self::Unpacking(_) => "ErrImagePull",
             _ => "CreateContainerConfigError",
         }
     }
@@ -126,6 +155,8 @@ pub fn go_duration(d: Duration) -> String {
 enum Launch {
     /// A process, with its `argv[0]` when that is not the executable's path.
     Process(Spec, Option<String>),
+    /// A container, through the runtime, and the image it runs (for `imageID`).
+    Container(Arc<OciRuntime>, Box<ContainerSpec>, String),
     /// A process the runtime cannot start (shown as `StartError`).
     Unstartable(ImageError),
     StandIn,
@@ -144,6 +175,25 @@ impl Drop for Tasks {
             t.abort();
         }
     }
+}
+
+/// What a container's image runs from.
+#[derive(Debug, Clone, Default)]
+struct ResolvedImage {
+    /// The executable, or the root filesystem's directory.
+    root: PathBuf,
+    /// Whether `root` is a root filesystem.
+    filesystem: bool,
+    /// Its entrypoint and cmd.
+    config: image::ImageConfig,
+    /// Its environment (before the container's).
+    env: Vec<(String, String)>,
+    /// Its working directory.
+    working_dir: Option<String>,
+    /// Its user.
+    user: Option<String>,
+    /// Its `imageID`, when it has a digest.
+    id: Option<String>,
 }
 
 /// One container's life.
@@ -356,13 +406,18 @@ impl ContainerTask {
             }
         }
         let image = self.spec.image.clone().unwrap_or_default();
-        let images = &self.shared.config.images;
-        let Some(program) = images.get(&image).map(std::path::Path::to_path_buf) else {
+        let Some(resolved) = self.resolve_image(&image).await? else {
             return Ok(Launch::StandIn);
         };
-        // A directory is the image's filesystem; anything else runs as an executable.
-        let filesystem = program.is_dir();
-        self.write_credentials().await?;
+        let program = resolved.root.clone();
+        let filesystem = resolved.filesystem;
+        let runtime = match &self.shared.config.isolation {
+            Isolation::Containers(rt) => Some(rt.clone()),
+            Isolation::Processes { .. } => None,
+        };
+        if runtime.is_none() {
+            self.write_credentials().await?;
+        }
         let sources = self.fetch_sources().await?;
         let dir = &self.pod.dir;
         let port = self.pod.proxy.addr().port().to_string();
@@ -373,17 +428,24 @@ impl ContainerTask {
             std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
         };
         base.set("PATH", path);
-        base.set("HOME", dir.display().to_string());
-        base.set("HOSTNAME", self.pod.name.clone());
+        for (k, v) in &resolved.env {
+            base.set(k, v.clone());
+        }
+        if runtime.is_none() {
+            base.set("HOME", dir.display().to_string());
+        }
+        base.set("HOSTNAME", super::names::hostname(&self.pod_object));
         base.set("KUBERNETES_SERVICE_HOST", "127.0.0.1");
         base.set("KUBERNETES_SERVICE_PORT", port.clone());
         base.set("KUBERNETES_SERVICE_PORT_HTTPS", port.clone());
         base.set("KUBERNETES_PORT", format!("tcp://127.0.0.1:{port}"));
-        base.set("KUBECONFIG", dir.join("kubeconfig").display().to_string());
-        base.set(
-            "OPCONFORM_SERVICEACCOUNT_DIR",
-            dir.join("serviceaccount").display().to_string(),
-        );
+        if runtime.is_none() {
+            base.set("KUBECONFIG", dir.join("kubeconfig").display().to_string());
+            base.set(
+                "OPCONFORM_SERVICEACCOUNT_DIR",
+                dir.join("serviceaccount").display().to_string(),
+            );
+        }
         let facts = PodFacts {
             pod: &self.pod_object,
             pod_ip: self.pod.ip.to_string(),
@@ -391,11 +453,16 @@ impl ContainerTask {
             allocatable: CAPACITY,
         };
         let env = env::container_env(&self.spec, &facts, &sources, &base)?;
+        if let Some(rt) = runtime {
+            return self
+                .prepare_container(rt, &image, &resolved, &env, &facts)
+                .await;
+        }
         let found = if filesystem {
             let expand = |list: &Option<Vec<String>>| -> Vec<String> {
                 list.iter().flatten().map(|a| env.expand(a)).collect()
             };
-            let config = images.config(&image).cloned().unwrap_or_default();
+            let config = resolved.config.clone();
             match image::process(
                 &image,
                 &program,
@@ -403,7 +470,10 @@ impl ContainerTask {
                 &expand(&self.spec.command),
                 &expand(&self.spec.args),
                 env.get("PATH"),
-                self.spec.working_dir.as_deref(),
+                self.spec
+                    .working_dir
+                    .as_deref()
+                    .or(resolved.working_dir.as_deref()),
             ) {
                 Ok(p) => Some(p),
                 Err(e @ ImageError::NoCommand { .. }) => return Err(ContainerError::Image(e)),
@@ -421,7 +491,7 @@ impl ContainerTask {
             vars.push(("LD_PRELOAD".into(), lib.display().to_string()));
             vars.push((
                 "FAKETIME_TIMESTAMP_FILE".into(),
-                dir.join("faketime").display().to_string(),
+                self.pod.clock_file().display().to_string(),
             ));
             vars.push(("FAKETIME_CACHE_DURATION".into(), "1".into()));
             // A skewed clock is a wall-clock matter (NTP drift, a wrong RTC): the
@@ -448,6 +518,264 @@ impl ContainerTask {
                 None,
             ),
         })
+    }
+
+    /// A container of the runtime: its volumes synced, its argv, environment, root
+    /// filesystem, mounts, security and limits.
+    async fn prepare_container(
+        &self,
+        runtime: Arc<OciRuntime>,
+        image: &str,
+        resolved: &ResolvedImage,
+        env: &Env,
+        facts: &PodFacts<'_>,
+    ) -> Result<Launch, ContainerError> {
+        let (program, filesystem) = (resolved.root.clone(), resolved.filesystem);
+        let sources = self.volume_sources().await?;
+        self.pod
+            .volumes
+            .sync(facts, &sources)
+            .map_err(ContainerError::Mount)?;
+        let lookup = |name: &str| env.get(name).map(str::to_string);
+        let volume_mounts = self
+            .pod
+            .volumes
+            .mounts(&self.pod_object, &self.spec, &lookup)
+            .map_err(ContainerError::Volume)?;
+        let expand = |list: &Option<Vec<String>>| -> Vec<String> {
+            list.iter().flatten().map(|a| env.expand(a)).collect()
+        };
+        let working_dir = self
+            .spec
+            .working_dir
+            .clone()
+            .or_else(|| resolved.working_dir.clone())
+            .unwrap_or_else(|| "/".into());
+        let (rootfs, args, cwd) = if filesystem {
+            let config = resolved.config.clone();
+            let (command, args) = (expand(&self.spec.command), expand(&self.spec.args));
+            match image::process(
+                image,
+                &program,
+                &config,
+                &command,
+                &args,
+                env.get("PATH"),
+                Some(working_dir.as_str()),
+            ) {
+                Ok(_) => {}
+                Err(e @ ImageError::NoCommand { .. }) => return Err(ContainerError::Image(e)),
+                Err(e) => return Ok(Launch::Unstartable(e)),
+            }
+            (
+                Rootfs::Image(program.clone()),
+                image::argv(&config, &command, &args),
+                working_dir,
+            )
+        } else {
+            let command0 = self
+                .spec
+                .command
+                .as_ref()
+                .and_then(|c| c.first())
+                .map(|c| env.expand(c));
+            let at = bundle::executable_place(command0.as_deref(), &program);
+            let mut args = vec![at.clone()];
+            args.extend(env::container_args(&self.spec, env));
+            (
+                Rootfs::Executable {
+                    program: program.clone(),
+                    at,
+                },
+                args,
+                working_dir,
+            )
+        };
+        let security = bundle::security(
+            &self.pod_object,
+            &self.spec,
+            resolved.user.as_deref(),
+            filesystem.then_some(program.as_path()),
+        )?;
+        let mut vars: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut mounts = bundle::name_mounts(&self.pod.names_dir());
+        mounts.extend(volume_mounts.into_iter().map(|m| BindMount {
+            source: m.source,
+            destination: m.destination,
+            read_only: m.read_only,
+        }));
+        if let Some(lib) = &self.shared.config.faketime_library {
+            vars.retain(|(k, _)| !k.starts_with("FAKETIME") && k != "LD_PRELOAD");
+            vars.push(("LD_PRELOAD".into(), lib.display().to_string()));
+            vars.push((
+                "FAKETIME_TIMESTAMP_FILE".into(),
+                format!("{}/{}", bundle::CLOCK_DIR, bundle::CLOCK_FILE),
+            ));
+            vars.push(("FAKETIME_CACHE_DURATION".into(), "1".into()));
+            vars.push(("DONT_FAKE_MONOTONIC".into(), "1".into()));
+            mounts.extend(bundle::clock_mounts(&self.pod.clock_dir(), lib));
+        }
+        // Unique beyond this kubelet's life: a kubelet started again must not reuse an id.
+        let n = &uuid::Uuid::new_v4().simple().to_string()[..12];
+        let id = format!("{}-{}-{n}", self.pod.uid, self.spec.name);
+        let spec = ContainerSpec {
+            bundle: self
+                .pod
+                .dir
+                .join("containers")
+                .join(format!("{}-{n}", self.spec.name)),
+            id,
+            rootfs,
+            args,
+            env: vars,
+            cwd,
+            hostname: super::names::hostname(&self.pod_object),
+            mounts,
+            security,
+            limits: bundle::limits(&self.spec),
+        };
+        let image_id = resolved.id.clone().unwrap_or_else(|| {
+            format!(
+                "{}://{}",
+                self.shared.config.isolation_name(),
+                program.display()
+            )
+        });
+        Ok(Launch::Container(runtime, Box::new(spec), image_id))
+    }
+
+    /// What `image` is mapped to, made runnable: an executable, a directory, or an image
+    /// layout or archive unpacked (cached by digest); `None` for a stand-in.
+    async fn resolve_image(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
+        let images = &self.shared.config.images;
+        let Some(path) = images.get(image).map(std::path::Path::to_path_buf) else {
+            return Ok(None);
+        };
+        let source = match image::kind_of(&path) {
+            image::Kind::Executable => {
+                return Ok(Some(ResolvedImage {
+                    root: path,
+                    filesystem: false,
+                    ..ResolvedImage::default()
+                }));
+            }
+            image::Kind::Directory => {
+                return Ok(Some(ResolvedImage {
+                    root: path,
+                    filesystem: true,
+                    config: images.config(image).cloned().unwrap_or_default(),
+                    ..ResolvedImage::default()
+                }));
+            }
+            image::Kind::Layout => oci_image::Source::Layout(path),
+            image::Kind::Archive => oci_image::Source::Archive(path),
+        };
+        let store = oci_image::ImageStore::new(self.shared.config.image_cache.clone());
+        let reference = image.to_string();
+        let unpacked = tokio::task::spawn_blocking(move || store.unpack(&source, Some(&reference)))
+            .await
+            .map_err(|_| ContainerError::Unpacking(image.to_string()))?
+            .map_err(|source| ContainerError::Pull {
+                image: image.to_string(),
+                source,
+            })?;
+        let env = unpacked
+            .config
+            .env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(Some(ResolvedImage {
+            root: unpacked.rootfs,
+            filesystem: true,
+            config: image::ImageConfig {
+                entrypoint: unpacked.config.entrypoint,
+                cmd: unpacked.config.cmd,
+            },
+            env,
+            working_dir: unpacked.config.working_dir.filter(|w| !w.is_empty()),
+            user: unpacked.config.user.filter(|u| !u.is_empty()),
+            id: Some(format!("{image}@{}", unpacked.digest)),
+        }))
+    }
+
+    /// What the pod's volumes need: ConfigMaps, Secrets and ServiceAccount tokens.
+    async fn volume_sources(&self) -> Result<VolumeSources, ContainerError> {
+        let wanted = volume::references(&self.pod_object);
+        let namespace = &self.pod.namespace;
+        let limit = Duration::from_secs(5);
+        let mut sources = VolumeSources {
+            extra_ca: self
+                .shared
+                .inspection
+                .as_ref()
+                .map(|i| i.ca_pem().to_string()),
+            ..VolumeSources::default()
+        };
+        for name in wanted.config_maps {
+            let api: Api<ConfigMap> = Api::namespaced(self.shared.client.clone(), namespace);
+            if let Some(cm) = flatten_fetch(
+                "configmap",
+                tokio::time::timeout(limit, api.get_opt(&name)).await,
+            )? {
+                sources.config_maps.insert(name, cm);
+            }
+        }
+        for name in wanted.secrets {
+            let api: Api<Secret> = Api::namespaced(self.shared.client.clone(), namespace);
+            if let Some(secret) = flatten_fetch(
+                "secret",
+                tokio::time::timeout(limit, api.get_opt(&name)).await,
+            )? {
+                sources.secrets.insert(name, secret);
+            }
+        }
+        let account = self
+            .pod_object
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        for token in wanted.tokens {
+            let text = self
+                .token(&account, &token)
+                .await
+                .map_err(|e| ContainerError::VolumeToken(Box::new(e)))?;
+            sources.tokens.insert(token, text);
+        }
+        Ok(sources)
+    }
+
+    /// A ServiceAccount token of `account` for the projection `spec`, bound to the pod: the
+    /// one the pod holds while the kubelet's token manager would keep it, else a new one.
+    async fn token(
+        &self,
+        account: &str,
+        spec: &volume::TokenSpec,
+    ) -> Result<String, super::upstream::UpstreamError> {
+        let mut tokens = self.pod.tokens.lock().await;
+        if let Some((token, issued)) = tokens.get(spec) {
+            let expiration = Duration::from_secs(spec.expiration_seconds.max(0) as u64);
+            if std::time::SystemTime::now() < volume::refresh_due(*issued, expiration) {
+                return Ok(token.clone());
+            }
+        }
+        let pod = sim_apiserver::audit::PodRef {
+            namespace: self.pod.namespace.clone(),
+            name: self.pod.name.clone(),
+            uid: self.pod.uid.clone(),
+        };
+        let token = self
+            .shared
+            .server
+            .service_account_token(&self.shared.client, &pod, account)
+            .await?;
+        tokens.insert(spec.clone(), (token.clone(), std::time::SystemTime::now()));
+        Ok(token)
     }
 
     /// The ServiceAccount files and the kubeconfig (server = the pod's proxy).
@@ -587,7 +915,7 @@ impl ContainerTask {
                 match Instance::spawn_as(&spec, arg0.as_deref(), self.runtime.log.clone()).await {
                     Ok(instance) => {
                         let group = instance.group();
-                        *lock(&self.runtime.group) = Some(group);
+                        *lock(&self.runtime.group) = Some(group.clone());
                         if self.pod.frozen() {
                             let _ = group.stop();
                         }
@@ -599,6 +927,34 @@ impl ContainerTask {
                         )
                     }
                     Err(e) => return start_error(error_chain(&e), started_at),
+                }
+            }
+            Launch::Container(runtime, spec, image_id) => {
+                let started = runtime
+                    .prepare(&spec)
+                    .map_err(|e| error_chain(&e))
+                    .map(Arc::new);
+                let spawned = match started {
+                    Ok(container) => Instance::spawn_container(container, self.runtime.log.clone())
+                        .await
+                        .map_err(|e| error_chain(&e)),
+                    Err(e) => Err(e),
+                };
+                match spawned {
+                    Ok(instance) => {
+                        let group = instance.group();
+                        *lock(&self.runtime.group) = Some(group.clone());
+                        if self.pod.frozen() {
+                            let _ = group.stop();
+                        }
+                        let id = format!("{}://{}", runtime.name(), spec.id);
+                        *lock(&self.runtime.bundle) = Some(spec.bundle.clone());
+                        (Running::Process(Box::new(instance)), id, image_id)
+                    }
+                    Err(message) => {
+                        let _ = std::fs::remove_dir_all(&spec.bundle);
+                        return start_error(message, started_at);
+                    }
                 }
             }
             Launch::StandIn => {
@@ -707,6 +1063,11 @@ impl ContainerTask {
         *lock(&self.runtime.standin) = None;
         if let Running::Process(instance) = running {
             instance.finish().await;
+        }
+        let bundle = lock(&self.runtime.bundle).take();
+        if let Some(bundle) = bundle {
+            // The container is deleted: its bundle (and copy-on-write layer) goes with it.
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(bundle)).await;
         }
         Terminated {
             exit_code: exit.code,

@@ -189,7 +189,8 @@ pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn field_value(path: &str, facts: &PodFacts<'_>) -> Result<String, EnvError> {
+/// The value of a Downward API `fieldRef` (env vars and downwardAPI volumes alike).
+pub(crate) fn field_value(path: &str, facts: &PodFacts<'_>) -> Result<String, EnvError> {
     let meta = &facts.pod.metadata;
     let spec = facts.pod.spec.as_ref();
     let keyed = |prefix: &str, map: Option<&BTreeMap<String, String>>| -> Option<String> {
@@ -256,7 +257,9 @@ pub fn parse_quantity(q: &str) -> Option<f64> {
     Some(number * factor)
 }
 
-fn resource_value(
+/// The value of a Downward API `resourceFieldRef` of `container` (env vars and
+/// downwardAPI volumes alike): limits not set fall back to the node's allocatable.
+pub(crate) fn resource_value(
     container: &Container,
     resource: &str,
     divisor: Option<&str>,

@@ -21,6 +21,41 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Component, Path, PathBuf};
 
+/// What a mapped path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An executable (anything that is neither a directory nor a tar archive).
+    Executable,
+    /// A directory holding an image's filesystem.
+    Directory,
+    /// An OCI image layout (a directory with an `oci-layout` file).
+    Layout,
+    /// A tar archive: a `docker save` archive or an OCI layout archive.
+    Archive,
+}
+
+/// What `path` is, from the file system: a directory with an `oci-layout` file is an image
+/// layout, another directory a filesystem; a file whose header is a tar header (`ustar` at
+/// byte 257) an archive, another file an executable.
+pub fn kind_of(path: &Path) -> Kind {
+    if path.is_dir() {
+        return if path.join("oci-layout").is_file() {
+            Kind::Layout
+        } else {
+            Kind::Directory
+        };
+    }
+    let mut header = [0u8; 262];
+    let is_tar = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
+        .is_ok_and(|()| &header[257..262] == b"ustar");
+    if is_tar {
+        Kind::Archive
+    } else {
+        Kind::Executable
+    }
+}
+
 /// The `PATH` of a container whose image and spec set none (the runtimes' default).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 

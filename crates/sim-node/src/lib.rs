@@ -1,7 +1,8 @@
 //! The simulated kubelet: one per node. It registers its Node and keeps it heartbeating,
-//! watches the pods bound to it and runs them — containers of mapped images as local
-//! process groups, the rest as stand-ins that are Running and Ready without a process —
-//! and carries out the process and network faults of its pods and of the whole node.
+//! watches the pods bound to it and runs them — containers of mapped images as containers
+//! of an OCI runtime (see [`oci`]) or, without one, as local process groups; the rest as
+//! stand-ins that are Running and Ready without a process — and carries out the process
+//! and network faults of its pods and of the whole node.
 //!
 //! - [`config`]: [`KubeletConfig`] and the [`ImageMap`].
 //! - [`node`]: Node registration, the node Lease and the Ready heartbeat.
@@ -13,28 +14,40 @@
 //! - [`image`]: what a mapped image runs: its executable, or the process found in the
 //!   directory holding its filesystem.
 //! - [`env`], [`probe`], [`logs`], [`status`]: what those need.
+//! - [`oci`]: containers through an OCI runtime (runc, crun): the runtime found at start,
+//!   each container's bundle and root filesystem, signals, pause and resume, removal.
+//! - [`bundle`]: what a pod's container runs with in the runtime: its security context,
+//!   limits and mounts.
+//! - [`names`]: a pod's host name, `/etc/hosts` and `/etc/resolv.conf`.
+//! - [`volume`]: a pod's volumes laid out on the host as the kubelet lays them out
+//!   (configMap, secret, downwardAPI, projected, emptyDir, hostPath) and each container's
+//!   bind mounts of them.
 //!
 //! # Guarantees
 //! - No pod process outlives the kubelet: [`Kubelet::shutdown`] and dropping the
-//!   [`Kubelet`] SIGKILL every process group, and every group also dies by itself when the
-//!   process owning the kubelet ends in any way, SIGKILL included (see [`process`]).
+//!   [`Kubelet`] SIGKILL every process group (every container's init process), and every
+//!   group also dies by itself when the process owning the kubelet ends in any way, SIGKILL
+//!   included, its watchdog deleting its container through the runtime (see [`process`]).
 //! - Everything the kubelet asks of the API server goes through the node's [`Proxy`]
 //!   (source address = the node IP) as `system:node:<node>`; everything a pod asks goes
 //!   through the pod's own proxy (source address = the pod IP), so the audit attributes it.
 //!
 //! # Caveats
-//! - No volumes, no image pulls, no resource limits, no `exec`/`grpc` probes, no
-//!   `activeDeadlineSeconds`; sidecar init containers
-//!   (`restartPolicy: Always`) run like ordinary init containers.
+//! - No image pulls, no `exec`/`grpc` probes, no `activeDeadlineSeconds`, no termination
+//!   message files; sidecar init containers (`restartPolicy: Always`) run like ordinary
+//!   init containers. Volumes and limits only for containers: host processes get neither.
 //! - For an image mapped to an executable, a pod's `command[0]` names the image's
 //!   entrypoint: the mapped executable runs in its place, with `command[1..]` and `args` as
 //!   its arguments. An image mapped to a directory runs `command[0]` (or the entrypoint the
-//!   mapping gives) found inside the directory, but without chroot or mounts: the process
-//!   sees the host's filesystem (see [`image`]).
+//!   mapping gives) found inside the directory: as a container, in it as its root; as a
+//!   host process, without chroot or mounts, seeing the host's filesystem (see [`image`]).
+//! - Volumes are synced when a container starts, not periodically: a running container
+//!   sees an updated ConfigMap or Secret only after a restart.
 //! - In-place image updates of a running pod are not acted on; `hostNetwork` pods get a
 //!   pod IP of their own like any other pod.
 //! - Pod IPs are `127.P0.P1.1..=254`: at most 254 pods at once per node.
 
+pub mod bundle;
 pub mod config;
 pub mod container;
 pub mod env;
@@ -42,7 +55,9 @@ mod error;
 pub mod image;
 pub mod inspect;
 pub mod logs;
+pub mod names;
 pub mod node;
+pub mod oci;
 pub mod pod;
 pub mod probe;
 pub mod process;
@@ -53,6 +68,7 @@ mod shared;
 mod source;
 pub mod status;
 pub mod upstream;
+pub mod volume;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -93,6 +109,10 @@ impl Kubelet {
         config: KubeletConfig,
     ) -> Result<Kubelet, KubeletError> {
         let node = config.node_name.clone();
+        if let Some(line) = config.isolation.warning() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::warn!("{line}"));
+        }
         std::fs::create_dir_all(config.work_dir.join("pods")).map_err(|source| {
             KubeletError::WorkDir {
                 path: config.work_dir.clone(),
@@ -376,20 +396,32 @@ impl Kubelet {
             .log_text(container, previous)
     }
 
-    /// Every live process of every container on this node (process-group members,
-    /// grandchildren included; the kubelet's watchdogs excluded).
+    /// Every live process of every container on this node: the members of each host
+    /// process's group (grandchildren included; the kubelet's watchdogs excluded), and the
+    /// processes of each container (its runtime's own excluded).
     pub fn pids(&self) -> Vec<u32> {
-        let groups: Vec<i32> = self
+        let groups: Vec<process::Group> = self
             .shared
             .all_pods()
             .iter()
             .flat_map(|p| p.groups())
-            .map(|g| g.pgid)
             .collect();
-        process::group_members(&groups)
+        let (containers, plain): (Vec<_>, Vec<_>) =
+            groups.iter().partition(|g| g.container.is_some());
+        let pgids: Vec<i32> = plain.iter().map(|g| g.pgid).collect();
+        let mut pids: Vec<u32> = process::group_members(&pgids)
             .into_iter()
-            .filter(|pid| !groups.contains(&(*pid as i32)))
-            .collect()
+            .filter(|pid| !pgids.contains(&(*pid as i32)))
+            .collect();
+        pids.extend(
+            containers
+                .iter()
+                .filter_map(|g| g.container_pids())
+                .flatten(),
+        );
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 
     /// Stops the kubelet like a machine losing power: the loops stop, every process group

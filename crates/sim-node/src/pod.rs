@@ -264,10 +264,39 @@ async fn setup(
             source,
         })
         .map_err(release)?;
-    if shared.config.faketime_library.is_some() && !dir.join("faketime").exists() {
-        std::fs::write(dir.join("faketime"), "+0\n")
+    let clock = dir.join(super::bundle::CLOCK_HOST_DIR);
+    let names = dir.join("etc");
+    let files = [
+        (
+            clock.join(super::bundle::CLOCK_FILE),
+            "+0\n".to_string(),
+            shared.config.faketime_library.is_some(),
+        ),
+        (
+            names.join("hosts"),
+            super::names::hosts_file(pod, &ip.to_string()),
+            true,
+        ),
+        (
+            names.join("resolv.conf"),
+            super::names::resolver(pod, &super::names::Resolver::of_node()).render(),
+            true,
+        ),
+        (
+            names.join("hostname"),
+            format!("{}\n", super::names::hostname(pod)),
+            true,
+        ),
+    ];
+    for (path, text, wanted) in files {
+        if !wanted || path.exists() {
+            continue;
+        }
+        path.parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, text))
             .map_err(|source| PodError::Dir {
-                path: dir.clone(),
+                path: path.clone(),
                 source,
             })
             .map_err(release)?;
@@ -319,6 +348,8 @@ async fn setup(
     let status = initial_status(pod, &spec, ip, shared.config.node_ip.to_string());
     let weak = Arc::downgrade(shared);
     Ok(Arc::new(PodRuntime {
+        volumes: super::volume::PodVolumes::new(&dir),
+        tokens: tokio::sync::Mutex::new(HashMap::new()),
         namespace,
         name,
         uid,

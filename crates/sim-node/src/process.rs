@@ -12,6 +12,13 @@
 //! group id can never be reused by an unrelated process while this code may signal it.
 //! Dropping an [`Instance`] SIGKILLs its group at once.
 //!
+//! A container ([`Instance::spawn_container`]) runs the same way, its OCI runtime's `run`
+//! being the process in the group. Its init process leaves the group (the runtime gives it
+//! a session of its own), so the watchdog of a container deletes it through the runtime
+//! before killing the group, and dropping its [`Instance`] leaves that to the watchdog by
+//! closing the pipe. Its signals go to its init process and its freezing is the runtime's
+//! pause (see [`super::oci`]).
+//!
 //! # Caveats
 //! A container process that moves itself to another process group or session (a
 //! daemonizing program) escapes the group and with it these guarantees.
@@ -29,6 +36,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
 use super::logs::ContainerLog;
+use super::oci::Container;
 
 /// Errors of container processes.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +53,12 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
+    /// The OCI runtime refused to pause or resume a container.
+    #[error(transparent)]
+    Runtime(Box<super::oci::OciError>),
+    /// The OCI runtime did not create the container.
+    #[error("the container runtime did not create the container within {0:?}")]
+    NotCreated(Duration),
     /// A signal could not be delivered.
     #[error("cannot send {signal} to process group {pgid}")]
     Signal {
@@ -62,6 +76,14 @@ pub enum ProcessError {
 /// shared memory), wait for the owner's pipe to close, clean up and kill the group.
 const WATCHDOG: &str = "trap '' TERM INT HUP QUIT; read pid; read _; \
      rm -f /dev/shm/faketime_shm_$pid /dev/shm/sem.faketime_sem_$pid; kill -9 0";
+
+/// The watchdog of a container: the same, but it first has the runtime delete the
+/// container (its arguments are the runtime's `delete --force` command line).
+const CONTAINER_WATCHDOG: &str =
+    "trap '' TERM INT HUP QUIT; read pid; read _; \"$@\" >/dev/null 2>&1; kill -9 0";
+
+/// How long [`Instance::spawn_container`] waits for the runtime to create the container.
+pub const CREATE_BOUND: Duration = Duration::from_secs(30);
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -85,26 +107,41 @@ pub struct Exit {
     pub signal: Option<i32>,
 }
 
-/// A running process group, as far as signals are concerned (cheap to copy and share).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A running process group, as far as signals are concerned (cheap to clone and share).
+#[derive(Debug, Clone)]
 pub struct Group {
     /// The process group id (the watchdog's pid).
     pub pgid: i32,
-    /// The container process.
+    /// The container process (a container's init process, on the host).
     pub pid: u32,
+    /// The container, when the group runs one through an OCI runtime.
+    pub container: Option<Arc<Container>>,
 }
 
+impl PartialEq for Group {
+    fn eq(&self, other: &Self) -> bool {
+        self.pgid == other.pgid && self.pid == other.pid
+    }
+}
+
+impl Eq for Group {}
+
 impl Group {
-    /// Sends `signal` to every process of the group (the watchdog ignores SIGTERM).
+    /// Sends `signal` to every process of the group (the watchdog ignores SIGTERM), or to
+    /// a container's init process.
     ///
     /// # Errors
     /// When the group no longer exists or the signal cannot be sent.
     pub fn signal(&self, signal: Signal) -> Result<(), ProcessError> {
-        killpg(Pid::from_raw(self.pgid), signal).map_err(|source| ProcessError::Signal {
+        let error = |source| ProcessError::Signal {
             signal,
             pgid: self.pgid,
             source,
-        })
+        };
+        match &self.container {
+            Some(c) => c.signal(signal).map_err(error),
+            None => killpg(Pid::from_raw(self.pgid), signal).map_err(error),
+        }
     }
 
     /// Freezes the container's processes (SIGSTOP), leaving the watchdog running, and
@@ -114,6 +151,9 @@ impl Group {
     /// # Errors
     /// When the group no longer exists.
     pub fn stop(&self) -> Result<(), ProcessError> {
+        if let Some(c) = &self.container {
+            return c.pause().map_err(|e| ProcessError::Runtime(Box::new(e)));
+        }
         self.signal(Signal::SIGSTOP)?;
         // The watchdog must stay able to kill a frozen group when the owner dies.
         let _ = kill(Pid::from_raw(self.pgid), Signal::SIGCONT);
@@ -129,7 +169,15 @@ impl Group {
     /// # Errors
     /// When the group no longer exists.
     pub fn resume(&self) -> Result<(), ProcessError> {
-        self.signal(Signal::SIGCONT)
+        match &self.container {
+            Some(c) => c.resume().map_err(|e| ProcessError::Runtime(Box::new(e))),
+            None => self.signal(Signal::SIGCONT),
+        }
+    }
+
+    /// The processes of a container (its runtime's `ps`); `None` for a plain group.
+    pub fn container_pids(&self) -> Option<Vec<u32>> {
+        self.container.as_ref().map(|c| c.pids())
     }
 }
 
@@ -186,9 +234,62 @@ impl Instance {
         arg0: Option<&str>,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
+        Self::launch(spec, arg0, WATCHDOG, &[], log).await
+    }
+
+    /// Starts `container` (prepared by its runtime) in a new watched process group and
+    /// returns once the runtime has created it (bounded by [`CREATE_BOUND`]); its output
+    /// goes to `log`. The group's `pid` is the container's init process.
+    ///
+    /// # Errors
+    /// When the watchdog or the runtime cannot be started, or the runtime exits or takes
+    /// too long before the container exists (what it said is then in `log`).
+    pub async fn spawn_container(
+        container: Arc<Container>,
+        log: Arc<ContainerLog>,
+    ) -> Result<Self, ProcessError> {
+        let (program, args) = container.command();
+        let spec = Spec {
+            program,
+            args,
+            env: vec![("PATH".into(), path_env())],
+            cwd: PathBuf::from("/"),
+        };
+        let words = container.delete_words();
+        let mut instance = Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, log).await?;
+        let begin = tokio::time::Instant::now();
+        let pid = loop {
+            if let Some(pid) = container.init_pid() {
+                break pid;
+            }
+            if matches!(instance.leader.try_wait(), Ok(Some(_))) {
+                // It could not create the container: report how it exited, as a process.
+                instance.group.container = Some(container);
+                return Ok(instance);
+            }
+            if begin.elapsed() > CREATE_BOUND {
+                container.delete();
+                return Err(ProcessError::NotCreated(CREATE_BOUND));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        instance.group.pid = pid as u32;
+        instance.group.container = Some(container);
+        Ok(instance)
+    }
+
+    async fn launch(
+        spec: &Spec,
+        arg0: Option<&str>,
+        watchdog_script: &str,
+        watchdog_args: &[String],
+        log: Arc<ContainerLog>,
+    ) -> Result<Self, ProcessError> {
         let mut watchdog = Command::new("/bin/sh")
             .arg("-c")
-            .arg(WATCHDOG)
+            .arg(watchdog_script)
+            .arg("sh")
+            .args(watchdog_args)
             .env_clear()
             .env("PATH", path_env())
             .stdin(Stdio::piped())
@@ -244,7 +345,11 @@ impl Instance {
             readers.push(tokio::spawn(copy_output(err, log)));
         }
         Ok(Self {
-            group: Group { pgid, pid },
+            group: Group {
+                pgid,
+                pid,
+                container: None,
+            },
             leader,
             watchdog,
             pipe,
@@ -255,12 +360,24 @@ impl Instance {
 
     /// The group, for signals.
     pub fn group(&self) -> Group {
-        self.group
+        self.group.clone()
     }
 
     /// Waits for the container process to exit (cancel-safe).
     pub async fn wait(&mut self) -> Exit {
+        let container = self.group.container.is_some();
         match self.leader.wait().await {
+            // A runtime reports a container killed by a signal as 128 + the signal.
+            Ok(status) if container => Exit {
+                code: status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+                signal: status
+                    .code()
+                    .filter(|c| (129..160).contains(c))
+                    .map(|c| c - 128)
+                    .or(status.signal()),
+            },
             Ok(status) => Exit {
                 code: status
                     .code()
@@ -278,6 +395,9 @@ impl Instance {
     /// After the container process exited: kills what is left of the group (and the
     /// watchdog), reaps it and waits (briefly) for the output to drain.
     pub async fn finish(mut self) {
+        if let Some(c) = self.group.container.clone() {
+            let _ = tokio::task::spawn_blocking(move || c.delete()).await;
+        }
         let _ = killpg(Pid::from_raw(self.group.pgid), Signal::SIGKILL);
         let _ = self.leader.wait().await;
         let _ = self.watchdog.wait().await;
@@ -298,7 +418,15 @@ impl Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        if !self.finished {
+        if let Some(container) = self.group.container.as_ref().filter(|_| !self.finished) {
+            // Its processes die now; the watchdog deletes the container (cgroups, state),
+            // then kills the group.
+            let _ = container.signal(Signal::SIGKILL);
+            self.pipe = None;
+            for reader in &self.readers {
+                reader.abort();
+            }
+        } else if !self.finished {
             let _ = killpg(Pid::from_raw(self.group.pgid), Signal::SIGKILL);
             remove_faketime_shm(self.group.pid);
             for reader in &self.readers {

@@ -15,10 +15,14 @@ use nix::sys::signal::Signal;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use std::collections::HashMap;
+use std::time::SystemTime;
+
 use super::logs::ContainerLog;
 use super::process::Group;
 use super::proxy::Proxy;
 use super::status::PodStatus;
+use super::volume::{PodVolumes, TokenSpec};
 
 /// Locks `m`, also when a thread panicked while holding it.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -48,6 +52,8 @@ pub struct ContainerRuntime {
     pub log: Arc<ContainerLog>,
     pub(crate) group: Mutex<Option<Group>>,
     pub(crate) standin: Mutex<Option<Arc<Notify>>>,
+    /// The bundle of the container running now, removed when it ends.
+    pub(crate) bundle: Mutex<Option<PathBuf>>,
 }
 
 impl ContainerRuntime {
@@ -58,13 +64,14 @@ impl ContainerRuntime {
             init,
             log: Arc::new(ContainerLog::new(log_path, log_limit)),
             group: Mutex::new(None),
+            bundle: Mutex::new(None),
             standin: Mutex::new(None),
         }
     }
 
     /// Its running process group.
     pub fn group(&self) -> Option<Group> {
-        *lock(&self.group)
+        lock(&self.group).clone()
     }
 
     /// Kills the running instance as a crash would; `false` when nothing runs.
@@ -141,6 +148,10 @@ pub struct PodRuntime {
     pub(crate) node_held: Arc<dyn Fn() -> bool + Send + Sync>,
     /// Whether the pod had ended before this kubelet saw it (nothing runs; no status).
     pub(crate) terminal_on_arrival: bool,
+    /// Its volumes (used when pods are containers).
+    pub volumes: PodVolumes,
+    /// The ServiceAccount tokens of its volumes, with when each was issued.
+    pub(crate) tokens: tokio::sync::Mutex<HashMap<TokenSpec, (String, SystemTime)>>,
     /// What the containers are told: run, stop, be killed, be evicted.
     pub(crate) stop: watch::Sender<StopState>,
     /// The status the kubelet reports.
@@ -223,9 +234,24 @@ impl PodRuntime {
         let sign = if millis < 0 { '-' } else { '+' };
         let abs = millis.unsigned_abs();
         let text = format!("{sign}{}.{:03}\n", abs / 1000, abs % 1000);
-        let tmp = self.dir.join(".faketime.tmp");
+        let tmp = self.clock_dir().join(".faketime.tmp");
         std::fs::write(&tmp, text)?;
-        std::fs::rename(tmp, self.dir.join("faketime"))
+        std::fs::rename(tmp, self.clock_file())
+    }
+
+    /// The directory of the pod's clock file (bound into its containers).
+    pub fn clock_dir(&self) -> PathBuf {
+        self.dir.join(super::bundle::CLOCK_HOST_DIR)
+    }
+
+    /// libfaketime's `FAKETIME_TIMESTAMP_FILE` of the pod, on the host.
+    pub fn clock_file(&self) -> PathBuf {
+        self.clock_dir().join(super::bundle::CLOCK_FILE)
+    }
+
+    /// The directory of the pod's `hosts`, `resolv.conf` and `hostname`.
+    pub fn names_dir(&self) -> PathBuf {
+        self.dir.join("etc")
     }
 
     /// A container's log; without a name, the only app container's (ephemeral containers

@@ -20,8 +20,8 @@ const WAIT: Duration = Duration::from_secs(20);
 /// The image whose filesystem is a directory holding `bin/sh`.
 const BUSYBOX: &str = "busybox:1.36";
 
-/// An API server and one kubelet whose node runs [`BUSYBOX`] from a directory holding a
-/// `bin/sh` (the host's shell: a directory image has no chroot, see `sim_node::image`).
+/// An API server and one kubelet whose node runs [`BUSYBOX`] from a directory made from
+/// the host's static busybox.
 struct Node {
     _server: ApiServer,
     client: kube::Client,
@@ -91,6 +91,19 @@ impl Node {
             .expect("the pod is created");
     }
 
+    /// A host directory the tests write flags into, which pods see at `/flags`.
+    fn flags(&self) -> PathBuf {
+        let dir = self.dir.path().join("flags");
+        std::fs::create_dir_all(&dir).expect("the flags directory is made");
+        dir
+    }
+
+    /// Gives `pod` the volume `flags`: [`Node::flags`] as a hostPath.
+    fn mount_flags(&self, pod: &mut Value) {
+        pod["spec"]["volumes"] =
+            json!([{"name": "flags", "hostPath": {"path": self.flags(), "type": "Directory"}}]);
+    }
+
     /// Adds ephemeral container `name` running `script` with `sh -c`, as `kubectl debug`
     /// does: a strategic merge patch of `pods/ephemeralcontainers`.
     async fn debug(&self, pod: &str, name: &str, script: &str) {
@@ -141,10 +154,7 @@ impl Node {
 
 /// A directory image holding `bin/sh` (a link to the host's shell).
 fn busybox(dir: &Path) -> PathBuf {
-    let root = dir.join("busybox");
-    std::fs::create_dir_all(root.join("bin")).expect("bin created");
-    std::os::unix::fs::symlink("/bin/sh", root.join("bin/sh")).expect("sh linked");
-    root
+    sim_test_support::busybox_image(dir)
 }
 
 /// The status of ephemeral container `name`, `null` while there is none.
@@ -198,7 +208,10 @@ async fn an_ephemeral_container_runs_once_and_ends_terminated_with_its_exit_code
         .kubelet()
         .log("default", "debuggee", Some("debugger"), false)
         .expect("the debugger's log");
-    assert_eq!(log, "hello from debuggee\nto stderr\n");
+    // Two pipes: the order of their lines is the order they were read in.
+    let mut lines: Vec<&str> = log.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["hello from debuggee", "to stderr"], "{log}");
     assert_eq!(node.api_log("debuggee", "debugger").await, log);
     // The app container's log stays the default one.
     assert_eq!(node.api_log("debuggee", "main").await, "main up\n");
@@ -275,11 +288,12 @@ async fn a_second_ephemeral_container_runs_beside_the_first_and_stops_with_the_p
 #[tokio::test]
 async fn an_ephemeral_container_starts_while_init_containers_still_run() {
     let node = Node::start(143).await;
-    let flag = node.dir.path().join("initialized");
-    let wait_for_flag = format!("while [ ! -e {} ]; do sleep 0.1; done", flag.display());
+    let flag = node.flags().join("initialized");
+    let wait_for_flag = "while [ ! -e /flags/initialized ]; do sleep 0.1; done";
     node.create("initializing", IDLE, |pod| {
-        pod["spec"]["initContainers"] =
-            json!([{"name": "setup", "image": BUSYBOX, "command": ["sh", "-c", wait_for_flag]}]);
+        pod["spec"]["initContainers"] = json!([{"name": "setup", "image": BUSYBOX,
+            "command": ["sh", "-c", wait_for_flag], "volumeMounts": [{"name": "flags", "mountPath": "/flags"}]}]);
+        node.mount_flags(pod);
     })
     .await;
     node.wait("initializing", "initializing", |p| {
@@ -305,10 +319,13 @@ async fn an_ephemeral_container_starts_while_init_containers_still_run() {
 #[tokio::test]
 async fn an_ephemeral_container_still_running_is_stopped_when_its_pod_ends() {
     let node = Node::start(144).await;
-    let flag = node.dir.path().join("done");
-    let until_flag = format!("while [ ! -e {} ]; do sleep 0.1; done", flag.display());
-    node.create("finite", &until_flag, |pod| {
+    let flag = node.flags().join("done");
+    let until_flag = "while [ ! -e /flags/done ]; do sleep 0.1; done";
+    node.create("finite", until_flag, |pod| {
         pod["spec"]["restartPolicy"] = json!("Never");
+        pod["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "flags", "mountPath": "/flags"}]);
+        node.mount_flags(pod);
     })
     .await;
     node.wait("finite", "running", |p| phase(p) == "Running")

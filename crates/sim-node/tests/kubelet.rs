@@ -16,6 +16,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, LogParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 use sim_apiserver::ApiServer;
+use sim_node::oci::Isolation;
 use sim_node::proxy::Mode;
 use sim_node::upstream::SimulatedUpstream;
 use sim_node::{Kubelet, KubeletConfig, find_faketime};
@@ -102,6 +103,11 @@ impl Cluster {
         let fixture = write_fixture(dir.path());
         let node = format!("worker-{index}");
         let mut config = KubeletConfig::new(&node, index, dir.path().join("node"));
+        // The fixture is a host script that reads and writes its pod directory: these tests
+        // are the process path's (tests/containers.rs runs containers).
+        config.isolation = Isolation::Processes {
+            reason: "the process path is under test".into(),
+        };
         config.images.insert(IMAGE, &fixture);
         config.restart_backoff_base = Duration::from_millis(200);
         config.restart_backoff_cap = Duration::from_millis(1600);

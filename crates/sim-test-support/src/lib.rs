@@ -83,3 +83,59 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A busybox image directory made from the host's statically linked busybox (Debian's
+/// `busybox-static`): `bin/busybox` and a link for each of its applets, under `dir/busybox`.
+///
+/// # Panics
+/// When no statically linked busybox is on `PATH`, saying which package provides one.
+pub fn busybox_image(dir: &std::path::Path) -> std::path::PathBuf {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.join("busybox"))
+        .find(|p| p.is_file())
+        .expect("a busybox on PATH (Debian: apt-get install busybox-static)");
+    let listed = std::process::Command::new(&found)
+        .arg("--list-full")
+        .output()
+        .expect("busybox --list-full runs");
+    let elf = std::fs::read(&found).expect("busybox readable");
+    assert!(
+        !has_interpreter(&elf),
+        "{} is dynamically linked: an image needs a static busybox (Debian: apt-get install busybox-static)",
+        found.display()
+    );
+    let root = dir.join("busybox");
+    for sub in ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "tmp", "root"] {
+        std::fs::create_dir_all(root.join(sub)).expect("image directory created");
+    }
+    std::fs::copy(&found, root.join("bin/busybox")).expect("busybox copied");
+    for applet in String::from_utf8_lossy(&listed.stdout).lines() {
+        let link = root.join(applet.trim_start_matches('/'));
+        if applet.trim().is_empty() || link == root.join("bin/busybox") {
+            continue;
+        }
+        let _ = std::os::unix::fs::symlink("/bin/busybox", link);
+    }
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    )
+    .expect("passwd written");
+    std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n").expect("group written");
+    root
+}
+
+/// Whether a 64-bit little-endian ELF file asks for a dynamic loader (a `PT_INTERP`
+/// program header).
+fn has_interpreter(elf: &[u8]) -> bool {
+    let word = |at: usize, len: usize| -> usize {
+        elf.get(at..at + len)
+            .map(|b| b.iter().rev().fold(0usize, |n, x| (n << 8) | *x as usize))
+            .unwrap_or(0)
+    };
+    let (offset, size, count) = (word(0x20, 8), word(0x36, 2), word(0x38, 2));
+    (0..count).any(|i| word(offset + i * size, 4) == 3)
+}

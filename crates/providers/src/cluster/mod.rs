@@ -370,15 +370,27 @@ impl ProviderKind {
         }
     }
 
-    /// Why a pod of this provider is not a container, when it is not: on sim and local
-    /// our kubelet runs each as a process of the host, without the service-account files,
-    /// host name and image filesystem a container has.
-    pub fn pods_are_not_containers(self) -> Option<&'static str> {
+    /// Why a pod of this provider is not the container a manager expects, when it is not:
+    /// on sim and local our kubelet runs each as a host process where it cannot make
+    /// containers (no service-account files, host name or image filesystem), and even as
+    /// containers they share the host's network namespace (two replicas of a manager that
+    /// binds fixed ports, such as a kubebuilder scaffold's `:8443` and `:8081`, collide).
+    pub fn pods_are_not_containers(self) -> Option<String> {
         match self {
             Self::Sim | Self::Local => Some(
-                "its pods are processes of the host, not containers: they have no \
-                 service-account files (/var/run/secrets/kubernetes.io/serviceaccount), \
-                 host name or image filesystem of their own",
+                match sim_node::oci::Isolation::detect(&std::env::temp_dir()) {
+                    sim_node::oci::Isolation::Processes { reason } => format!(
+                        "its pods are processes of the host, not containers ({reason}): they \
+                         have no service-account files \
+                         (/var/run/secrets/kubernetes.io/serviceaccount), host name or image \
+                         filesystem of their own"
+                    ),
+                    sim_node::oci::Isolation::Containers(_) => {
+                        "its pods are containers that share the host's network namespace: \
+                         replicas of a manager that binds fixed ports collide"
+                            .to_string()
+                    }
+                },
             ),
             Self::Kubeconfig | Self::Kind => None,
         }

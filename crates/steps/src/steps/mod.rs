@@ -1335,7 +1335,8 @@ mod tests {
             .not_applicable()
             .expect("not applicable on local");
         assert!(
-            why.contains("needsContainer") && why.contains("service-account files"),
+            why.contains("needsContainer")
+                && (why.contains("service-account files") || why.contains("network namespace")),
             "{why}"
         );
     }

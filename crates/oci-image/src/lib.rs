@@ -1,0 +1,75 @@
+//! Container images on disk, unpacked into root filesystems for a container runtime
+//! (runc) to run: the simulated kubelet's image store.
+//!
+//! An image comes from a [`Source`] — an OCI image layout directory, or a tar file that
+//! is a `docker save` archive (legacy or docker 25+) or an OCI layout archive (skopeo's
+//! `oci-archive`) — and is named by a reference (`example.org/op:dev`, `busybox`) or is
+//! the only one there. [`ImageStore::unpack`] finds it, picks this machine's platform
+//! from a multi-platform index, verifies every blob it reads against its digest, applies
+//! its layers (whiteouts included, nothing written outside the root) and caches the
+//! result by config digest, returning an [`Image`]: its root filesystem and what it runs
+//! ([`ImageConfig`]). [`write_layout`] does the reverse for a directory, to build small
+//! images here.
+//!
+//! ```no_run
+//! use oci_image::{ImageStore, Source};
+//!
+//! let store = ImageStore::new("/var/cache/opconform/images");
+//! let image = store.unpack(&Source::Archive("busybox.tar".into()), Some("busybox"))?;
+//! println!("{} runs {:?} in {}", image.digest, image.config.cmd, image.rootfs.display());
+//! # Ok::<(), oci_image::ImageError>(())
+//! ```
+//!
+//! Modules (private; their docs say how each part works and what it leaves out):
+//! - `source`: [`Source`], and reading a layout directory or an archive in place.
+//! - `resolve`, `oci`, `docker`, `reference`, `platform`: finding an image's config and
+//!   layers from a reference.
+//! - `store`: [`ImageStore`], the cache, and verifying layers as they are read.
+//! - `unpack`: applying layers to a root filesystem safely.
+//! - `write`: [`write_layout`].
+//! - `digest`, `error`: sha256 digests; [`ImageError`].
+//!
+//! Nothing here is async: unpacking is file-system work, to run on a blocking thread.
+//!
+//! # Caveats
+//! - No registry pulls yet (a later step): only images already on disk.
+//! - OCI layer diff ids are not checked against the config (each layer blob's own digest
+//!   is); zstd layers are refused; extended attributes are not applied; device nodes and
+//!   fifos in layers are skipped (the runtime provides `/dev`).
+//! - See each module's own caveats.
+
+mod digest;
+mod docker;
+mod error;
+mod oci;
+mod platform;
+mod reference;
+mod resolve;
+mod source;
+mod store;
+mod unpack;
+mod write;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::ImageError;
+pub use source::Source;
+pub use store::{Image, ImageStore};
+pub use write::write_layout;
+
+/// What an image runs, from its config: the defaults a container's `command`, `args`,
+/// `env` and `workingDir` are applied over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageConfig {
+    /// The image's `ENTRYPOINT` (empty when it has none).
+    pub entrypoint: Vec<String>,
+    /// The image's `CMD` (empty when it has none).
+    pub cmd: Vec<String>,
+    /// The image's environment, `K=V` each.
+    pub env: Vec<String>,
+    /// The working directory, when the image sets one.
+    pub working_dir: Option<String>,
+    /// The user (`name`, `uid`, `uid:gid`…), when the image sets one.
+    pub user: Option<String>,
+}

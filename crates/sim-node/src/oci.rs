@@ -1,0 +1,863 @@
+//! Containers through a real OCI runtime: which runtime runs this node's pods (runc or
+//! crun, found at start, or none), each container instance's bundle (`config.json` and its
+//! root filesystem) as the container runtime interface would ask for it, the command line
+//! that starts it, and the [`Container`] handle the faults act through (signals to its init
+//! process, the runtime's pause and resume, removal).
+//!
+//! # What a container gets
+//! - Its own mount, UTS, IPC and PID namespaces, and the host's network namespace: the
+//!   pod's address and its API proxy stay as they are, so every network fault keeps working.
+//! - Its host name (the pod's, see [`super::names`]), `/etc/hosts`, `/etc/resolv.conf` and
+//!   `/etc/hostname` bound from the pod's directory, and the bind mounts the caller gives
+//!   (the service-account files among them).
+//! - A root filesystem: an image directory under a copy-on-write layer of its own (overlayfs,
+//!   mounted in a private mount namespace that only the runtime process and the container
+//!   see, so it vanishes with them; a copy of the directory where overlayfs is not
+//!   available), or, for an image mapped to an executable, a fresh directory holding the
+//!   executable and the host's `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc`, read-only.
+//! - The user, groups, capabilities and read-only root of its `securityContext`, and its
+//!   memory and CPU limits as cgroup limits (`cgroupsPath` = `/opconform-<id>`).
+//!
+//! # Guarantees
+//! A container never outlives the kubelet's process: its runtime process runs in a watched
+//! process group (see [`super::process`]) whose watchdog, when the kubelet's process ends in
+//! any way, asks the runtime to delete the container by force (its processes, its cgroups,
+//! its state) before killing the group.
+//!
+//! # Caveats
+//! - Only as root: without root the kubelet runs pods as host processes and says so once
+//!   ([`Isolation::detect`]); rootless containers are not supported yet.
+//! - No seccomp profile, AppArmor or SELinux label; `procMount`, `sysctls` and
+//!   `windowsOptions` are ignored.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use oci_spec::runtime::{
+    Capabilities, Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder,
+    LinuxDeviceCgroupBuilder, LinuxMemoryBuilder, LinuxNamespaceBuilder, LinuxNamespaceType,
+    LinuxResourcesBuilder, Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
+    UserBuilder, get_default_mounts,
+};
+
+/// The variable that chooses how pods run: `runc`, `crun`, a runtime's path, or
+/// `processes` (host processes, no containers).
+pub const RUNTIME_VAR: &str = "OPCONFORM_POD_RUNTIME";
+
+/// Where the runtime keeps its containers' state: one directory for every kubelet of the
+/// machine (container ids are unique), outside any kubelet's working directory, so that a
+/// container can still be deleted after its kubelet's directory is gone (a test's
+/// temporary directory, say), as runc keeps its own under `/run/runc`.
+pub const STATE_DIR: &str = "/run/opconform";
+
+/// Errors of containers.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// A file or directory of the bundle could not be written.
+    #[error("cannot write {path}")]
+    Bundle {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bundle's configuration could not be built.
+    #[error("cannot build the container's configuration")]
+    Spec(#[source] oci_spec::OciSpecError),
+    /// The image directory could not be copied (where overlayfs is not available).
+    #[error("cannot copy the image directory {from} to {to}")]
+    Copy {
+        /// The image directory.
+        from: PathBuf,
+        /// The container's root.
+        to: PathBuf,
+        /// What `cp` said.
+        message: String,
+    },
+    /// The runtime refused a command.
+    #[error("{runtime} {command} {id}: {message}")]
+    Runtime {
+        /// The runtime.
+        runtime: String,
+        /// The command (`pause`, `resume`, `delete`, `ps`).
+        command: &'static str,
+        /// The container.
+        id: String,
+        /// What it said.
+        message: String,
+    },
+}
+
+/// How this machine's pods run.
+#[derive(Debug, Clone)]
+pub enum Isolation {
+    /// As containers, through this runtime.
+    Containers(Arc<OciRuntime>),
+    /// As host processes, for the reason given (a line for the user).
+    Processes {
+        /// What is missing, and what a pod lacks therefore.
+        reason: String,
+    },
+}
+
+impl Isolation {
+    /// Finds how pods run here: [`RUNTIME_VAR`] when set, else runc or crun on `PATH` when
+    /// this process is root, else host processes. `state_dir` holds the runtime's state:
+    /// see [`STATE_DIR`].
+    pub fn detect(state_dir: &Path) -> Self {
+        let wanted = std::env::var(RUNTIME_VAR).ok().filter(|v| !v.is_empty());
+        if wanted.as_deref() == Some("processes") {
+            return Self::Processes {
+                reason: format!("{RUNTIME_VAR}=processes"),
+            };
+        }
+        if !nix::unistd::geteuid().is_root() {
+            return Self::Processes {
+                reason: "not root (rootless containers are not supported yet)".into(),
+            };
+        }
+        let candidates: Vec<String> = match &wanted {
+            Some(w) => vec![w.clone()],
+            None => vec!["runc".into(), "crun".into()],
+        };
+        let found = candidates
+            .iter()
+            .find_map(|c| find_program(c).map(|p| (c.clone(), p)));
+        let Some((name, program)) = found else {
+            return Self::Processes {
+                reason: match wanted {
+                    Some(w) => format!("{RUNTIME_VAR}={w} is not an executable on PATH"),
+                    None => {
+                        "neither runc nor crun is on PATH (Debian: apt-get install runc)".into()
+                    }
+                },
+            };
+        };
+        let name = Path::new(&name)
+            .file_name()
+            .map_or(name.clone(), |n| n.to_string_lossy().into_owned());
+        Self::Containers(Arc::new(OciRuntime {
+            name,
+            program,
+            root: state_dir.to_path_buf(),
+            unshare: find_program("unshare"),
+            overlay: std::fs::read_to_string("/proc/filesystems")
+                .is_ok_and(|f| f.lines().any(|l| l.trim_end().ends_with("\toverlay"))),
+            limits: Path::new("/sys/fs/cgroup/memory").is_dir()
+                || Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
+        }))
+    }
+
+    /// The line a user reads at start when pods are not containers.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            Self::Containers(_) => None,
+            Self::Processes { reason } => Some(format!(
+                "pods run as host processes, not containers: {reason}; a pod has no host name, \
+                 no root filesystem of its own and no service-account files at \
+                 /var/run/secrets/kubernetes.io/serviceaccount"
+            )),
+        }
+    }
+}
+
+fn find_program(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return is_executable(&p).then_some(p);
+    }
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_else(|| {
+            [
+                "/usr/local/sbin",
+                "/usr/local/bin",
+                "/usr/sbin",
+                "/usr/bin",
+                "/sbin",
+                "/bin",
+            ]
+            .iter()
+            .map(PathBuf::from)
+            .collect()
+        })
+        .into_iter()
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// An OCI runtime on this machine.
+#[derive(Debug)]
+pub struct OciRuntime {
+    name: String,
+    program: PathBuf,
+    root: PathBuf,
+    unshare: Option<PathBuf>,
+    overlay: bool,
+    limits: bool,
+}
+
+/// The root filesystem of a container instance.
+#[derive(Debug, Clone)]
+pub enum Rootfs {
+    /// An image's filesystem (a directory), under a copy-on-write layer of the instance.
+    Image(PathBuf),
+    /// An image mapped to an executable: the executable, bound read-only at `at`, and the
+    /// host's system directories.
+    Executable {
+        /// The executable on the host.
+        program: PathBuf,
+        /// Where the container sees it.
+        at: String,
+    },
+}
+
+/// A host path bound into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    /// On the host.
+    pub source: PathBuf,
+    /// In the container.
+    pub destination: String,
+    /// Read-only.
+    pub read_only: bool,
+}
+
+/// What a container's process may do: its `securityContext`, resolved.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+    /// Supplementary groups (`fsGroup`, `supplementalGroups`).
+    pub additional_gids: Vec<u32>,
+    /// `privileged`: every capability, no masked paths, every device.
+    pub privileged: bool,
+    /// `capabilities.add` (names with or without `CAP_`, or `ALL`).
+    pub add: Vec<String>,
+    /// `capabilities.drop`.
+    pub drop: Vec<String>,
+    /// `readOnlyRootFilesystem`.
+    pub read_only_root: bool,
+    /// `allowPrivilegeEscalation: false`.
+    pub no_new_privileges: bool,
+}
+
+/// Limits as cgroup settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// `limits.memory`, bytes.
+    pub memory_bytes: Option<i64>,
+    /// `limits.cpu`, millicores.
+    pub cpu_millis: Option<i64>,
+    /// `requests.cpu`, millicores (CPU shares).
+    pub cpu_request_millis: Option<i64>,
+}
+
+/// Everything one container instance runs with.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    /// Unique on the machine (it names the cgroups too): `[A-Za-z0-9_.-]+`.
+    pub id: String,
+    /// A fresh directory for the bundle, removed by the caller after the instance.
+    pub bundle: PathBuf,
+    /// The root filesystem.
+    pub rootfs: Rootfs,
+    /// argv (`argv[0]` is looked up on the container's `PATH` when it has no slash).
+    pub args: Vec<String>,
+    /// The environment.
+    pub env: Vec<(String, String)>,
+    /// The working directory in the container.
+    pub cwd: String,
+    /// The host name.
+    pub hostname: String,
+    /// Bind mounts, in order, after the runtime's own (`/proc`, `/dev`, `/sys`…).
+    pub mounts: Vec<BindMount>,
+    /// The security context.
+    pub security: Security,
+    /// The limits.
+    pub limits: Limits,
+}
+
+/// The capabilities containerd gives a container by default (Kubernetes' defaults).
+const DEFAULT_CAPABILITIES: &[&str] = &[
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FSETID",
+    "FOWNER",
+    "MKNOD",
+    "NET_RAW",
+    "SETGID",
+    "SETUID",
+    "SETFCAP",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+    "KILL",
+    "AUDIT_WRITE",
+];
+
+/// Every capability Linux defines, for `ALL` and `privileged`.
+const ALL_CAPABILITIES: &[&str] = &[
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// The host's directories an executable image sees (read-only), when they exist.
+const HOST_SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+
+fn capability_set(names: impl IntoIterator<Item = String>) -> Capabilities {
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let n = n.trim().to_ascii_uppercase();
+            let n = n.strip_prefix("CAP_").unwrap_or(&n).to_string();
+            n.parse::<Capability>().ok()
+        })
+        .collect()
+}
+
+/// The capability set of `security` as containerd computes it: the defaults (or all, when
+/// privileged), plus `add`, minus `drop` (`ALL` in either meaning every capability).
+fn capabilities(security: &Security) -> Capabilities {
+    let all = || ALL_CAPABILITIES.iter().map(|c| c.to_string());
+    let mentions_all = |list: &[String]| list.iter().any(|c| c.eq_ignore_ascii_case("ALL"));
+    if security.privileged {
+        return capability_set(all());
+    }
+    let mut set = if mentions_all(&security.add) {
+        capability_set(all())
+    } else {
+        let mut s = capability_set(DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()));
+        s.extend(capability_set(security.add.iter().cloned()));
+        s
+    };
+    if mentions_all(&security.drop) {
+        set = capability_set(security.add.iter().cloned());
+    } else {
+        for c in capability_set(security.drop.iter().cloned()) {
+            set.remove(&c);
+        }
+    }
+    set
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OciError + '_ {
+    move |source| OciError::Bundle {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn bind(source: &Path, destination: &str, read_only: bool) -> Result<Mount, OciError> {
+    let mut options = vec!["rbind".to_string(), "rprivate".to_string()];
+    if read_only {
+        options.push("ro".into());
+    }
+    MountBuilder::default()
+        .destination(destination)
+        .typ("bind")
+        .source(source)
+        .options(options)
+        .build()
+        .map_err(OciError::Spec)
+}
+
+/// Whether `path` can go into overlayfs's mount options unquoted.
+fn overlay_safe(path: &Path) -> bool {
+    path.to_str()
+        .is_some_and(|p| !p.contains([',', ':', '\\', '"']))
+}
+
+impl OciRuntime {
+    /// The runtime's name (`runc`, `crun`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The runtime's executable.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// The runtime's state directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Writes the bundle of `spec` and returns the container, not started: run
+    /// [`Container::command`] to start it.
+    ///
+    /// # Errors
+    /// When the bundle cannot be written.
+    pub fn prepare(self: &Arc<Self>, spec: &ContainerSpec) -> Result<Container, OciError> {
+        let bundle = &spec.bundle;
+        let rootfs = bundle.join("rootfs");
+        std::fs::create_dir_all(&rootfs).map_err(io(&rootfs))?;
+        let mut mounts = get_default_mounts();
+        let mut overlay = None;
+        match &spec.rootfs {
+            Rootfs::Image(lower) => {
+                let (upper, work) = (bundle.join("upper"), bundle.join("work"));
+                if self.overlay
+                    && self.unshare.is_some()
+                    && [lower, &upper, &work, &rootfs]
+                        .iter()
+                        .all(|p| overlay_safe(p))
+                {
+                    std::fs::create_dir_all(&upper).map_err(io(&upper))?;
+                    std::fs::create_dir_all(&work).map_err(io(&work))?;
+                    overlay = Some([lower.clone(), upper, work, rootfs.clone()]);
+                } else {
+                    copy_dir(lower, &rootfs)?;
+                }
+            }
+            Rootfs::Executable { program, at } => {
+                for dir in HOST_SYSTEM_DIRS {
+                    let host = Path::new(dir);
+                    let inside = rootfs.join(&dir[1..]);
+                    match std::fs::symlink_metadata(host) {
+                        Ok(m) if m.file_type().is_symlink() => {
+                            let target = std::fs::read_link(host).map_err(io(host))?;
+                            std::os::unix::fs::symlink(target, &inside).map_err(io(&inside))?;
+                        }
+                        Ok(m) if m.is_dir() => mounts.push(bind(host, dir, true)?),
+                        _ => {}
+                    }
+                }
+                mounts.push(bind(program, at, true)?);
+            }
+        }
+        for m in &spec.mounts {
+            mounts.push(bind(&m.source, &m.destination, m.read_only)?);
+        }
+        let config = self.config(spec, mounts)?;
+        let path = bundle.join("config.json");
+        config.save(&path).map_err(|e| match e {
+            oci_spec::OciSpecError::Io(source) => OciError::Bundle { path, source },
+            other => OciError::Spec(other),
+        })?;
+        Ok(Container {
+            runtime: self.clone(),
+            id: spec.id.clone(),
+            bundle: bundle.clone(),
+            overlay,
+            paused: AtomicBool::new(false),
+            init: OnceLock::new(),
+        })
+    }
+
+    fn config(&self, spec: &ContainerSpec, mounts: Vec<Mount>) -> Result<Spec, OciError> {
+        let security = &spec.security;
+        let caps = capabilities(security);
+        let root_user = security.uid == 0;
+        let effective = if root_user {
+            caps.clone()
+        } else {
+            Capabilities::new()
+        };
+        let capabilities = LinuxCapabilitiesBuilder::default()
+            .bounding(caps.clone())
+            .permitted(effective.clone())
+            .effective(effective)
+            .inheritable(Capabilities::new())
+            .ambient(Capabilities::new())
+            .build()
+            .map_err(OciError::Spec)?;
+        let user = UserBuilder::default()
+            .uid(security.uid)
+            .gid(security.gid)
+            .additional_gids(security.additional_gids.clone())
+            .build()
+            .map_err(OciError::Spec)?;
+        let process = ProcessBuilder::default()
+            .terminal(false)
+            .user(user)
+            .args(spec.args.clone())
+            .env(
+                spec.env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>(),
+            )
+            .cwd(spec.cwd.clone())
+            .capabilities(capabilities)
+            .no_new_privileges(security.no_new_privileges)
+            .build()
+            .map_err(OciError::Spec)?;
+        let root = RootBuilder::default()
+            .path("rootfs")
+            .readonly(security.read_only_root)
+            .build()
+            .map_err(OciError::Spec)?;
+        let namespaces = [
+            LinuxNamespaceType::Pid,
+            LinuxNamespaceType::Ipc,
+            LinuxNamespaceType::Uts,
+            LinuxNamespaceType::Mount,
+        ]
+        .into_iter()
+        .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(OciError::Spec)?;
+        let mut resources = LinuxResourcesBuilder::default().devices(vec![
+            LinuxDeviceCgroupBuilder::default()
+                .allow(security.privileged)
+                .access("rwm")
+                .build()
+                .map_err(OciError::Spec)?,
+        ]);
+        if self.limits {
+            if let Some(bytes) = spec.limits.memory_bytes {
+                resources = resources.memory(
+                    LinuxMemoryBuilder::default()
+                        .limit(bytes)
+                        .build()
+                        .map_err(OciError::Spec)?,
+                );
+            }
+            let mut cpu = LinuxCpuBuilder::default();
+            let mut any = false;
+            if let Some(millis) = spec.limits.cpu_millis {
+                // Kubernetes: a 100 ms period, the quota in proportion (at least 1 ms).
+                cpu = cpu.period(100_000u64).quota((millis * 100).max(1000));
+                any = true;
+            }
+            if let Some(millis) = spec.limits.cpu_request_millis {
+                cpu = cpu.shares(((millis * 1024) / 1000).max(2) as u64);
+                any = true;
+            }
+            if any {
+                resources = resources.cpu(cpu.build().map_err(OciError::Spec)?);
+            }
+        }
+        let mut linux = LinuxBuilder::default()
+            .namespaces(namespaces)
+            .resources(resources.build().map_err(OciError::Spec)?)
+            .cgroups_path(PathBuf::from(format!("/opconform-{}", spec.id)));
+        if !security.privileged {
+            let defaults = oci_spec::runtime::Linux::default();
+            linux = linux
+                .masked_paths(defaults.masked_paths().clone().unwrap_or_default())
+                .readonly_paths(defaults.readonly_paths().clone().unwrap_or_default());
+        }
+        SpecBuilder::default()
+            .version("1.0.2")
+            .root(root)
+            .hostname(spec.hostname.clone())
+            .mounts(mounts)
+            .process(process)
+            .linux(linux.build().map_err(OciError::Spec)?)
+            .build()
+            .map_err(OciError::Spec)
+    }
+}
+
+/// `cp -a from/. to`: the container's own copy of an image directory.
+fn copy_dir(from: &Path, to: &Path) -> Result<(), OciError> {
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(to)
+        .output()
+        .map_err(|source| OciError::Bundle {
+            path: to.to_path_buf(),
+            source,
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(OciError::Copy {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// How long the runtime commands of [`Container`] may take.
+const COMMAND_BOUND: Duration = Duration::from_secs(10);
+
+/// One container instance of the runtime: what starts it, and the faults' handle on it.
+#[derive(Debug)]
+pub struct Container {
+    runtime: Arc<OciRuntime>,
+    id: String,
+    bundle: PathBuf,
+    /// lower, upper, work, merged: mounted in the runtime's own mount namespace.
+    overlay: Option<[PathBuf; 4]>,
+    paused: AtomicBool,
+    /// The init process's pid, once read.
+    init: OnceLock<i32>,
+}
+
+impl Container {
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The runtime's name.
+    pub fn runtime_name(&self) -> &str {
+        &self.runtime.name
+    }
+
+    /// Where the runtime writes the init process's pid.
+    pub fn pid_file(&self) -> PathBuf {
+        self.bundle.join("init.pid")
+    }
+
+    /// The program and arguments that run the container in the foreground (its exit status
+    /// is the container's): the runtime's `run`, inside a private mount namespace that holds
+    /// the overlay when there is one.
+    pub fn command(&self) -> (PathBuf, Vec<String>) {
+        let rt = &self.runtime;
+        let mut run = vec![
+            rt.program.display().to_string(),
+            "--root".into(),
+            rt.root.display().to_string(),
+            "run".into(),
+            "--bundle".into(),
+            self.bundle.display().to_string(),
+            "--pid-file".into(),
+            self.pid_file().display().to_string(),
+            self.id.clone(),
+        ];
+        match (&self.overlay, &rt.unshare) {
+            (Some([lower, upper, work, merged]), Some(unshare)) => {
+                let mut args = vec![
+                    "--mount".to_string(),
+                    "--propagation".into(),
+                    "private".into(),
+                    "--".into(),
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    r#"mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#.into(),
+                    "sh".into(),
+                ];
+                args.extend([lower, upper, work, merged].map(|p| p.display().to_string()));
+                args.append(&mut run);
+                (unshare.clone(), args)
+            }
+            _ => {
+                let program = PathBuf::from(run.remove(0));
+                (program, run)
+            }
+        }
+    }
+
+    /// The shell words the watchdog runs when the kubelet's process is gone: delete the
+    /// container by force.
+    pub fn delete_words(&self) -> Vec<String> {
+        vec![
+            self.runtime.program.display().to_string(),
+            "--root".into(),
+            self.runtime.root.display().to_string(),
+            "delete".into(),
+            "--force".into(),
+            self.id.clone(),
+        ]
+    }
+
+    /// The init process's pid on the host, once the runtime has created the container.
+    pub fn init_pid(&self) -> Option<i32> {
+        if let Some(pid) = self.init.get() {
+            return Some(*pid);
+        }
+        let pid = std::fs::read_to_string(self.pid_file())
+            .ok()
+            .and_then(|p| p.trim().parse().ok())?;
+        Some(*self.init.get_or_init(|| pid))
+    }
+
+    /// Sends `signal` to the container's init process, as the kubelet's runtime does (a
+    /// SIGKILL of the init process ends every process of its PID namespace). A paused
+    /// container is resumed after a SIGKILL, since frozen processes cannot die.
+    ///
+    /// # Errors
+    /// When the container has no init process yet or it is gone.
+    pub fn signal(&self, signal: Signal) -> Result<(), nix::Error> {
+        let pid = self.init_pid().ok_or(nix::Error::ESRCH)?;
+        kill(Pid::from_raw(pid), signal)?;
+        if signal == Signal::SIGKILL && self.paused.load(Ordering::SeqCst) {
+            let _ = self.resume();
+        }
+        Ok(())
+    }
+
+    /// Freezes every process of the container (the runtime's `pause`: the cgroup freezer),
+    /// retrying while the container is still being created (bounded).
+    ///
+    /// # Errors
+    /// What the runtime said.
+    pub fn pause(&self) -> Result<(), OciError> {
+        self.paused.store(true, Ordering::SeqCst);
+        let begin = Instant::now();
+        loop {
+            match self.run_command("pause", &[]) {
+                Ok(_) => return Ok(()),
+                Err(e) if begin.elapsed() > Duration::from_secs(2) => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    /// Thaws the container (the runtime's `resume`).
+    ///
+    /// # Errors
+    /// What the runtime said.
+    pub fn resume(&self) -> Result<(), OciError> {
+        self.paused.store(false, Ordering::SeqCst);
+        self.run_command("resume", &[]).map(|_| ())
+    }
+
+    /// The host pids of the container's processes (the runtime's `ps`).
+    pub fn pids(&self) -> Vec<u32> {
+        self.run_command("ps", &["--format", "json"])
+            .ok()
+            .and_then(|out| serde_json::from_str::<Vec<u32>>(&out).ok())
+            .unwrap_or_default()
+    }
+
+    /// Deletes the container by force: its processes, cgroups and state. Nothing happens
+    /// when it is already gone.
+    pub fn delete(&self) {
+        let _ = self.run_command("delete", &["--force"]);
+    }
+
+    fn run_command(&self, command: &'static str, extra: &[&str]) -> Result<String, OciError> {
+        let rt = &self.runtime;
+        let error = |message: String| OciError::Runtime {
+            runtime: rt.name.clone(),
+            command,
+            id: self.id.clone(),
+            message,
+        };
+        let mut child = Command::new(&rt.program)
+            .arg("--root")
+            .arg(&rt.root)
+            .arg(command)
+            .args(extra)
+            .arg(&self.id)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| error(e.to_string()))?;
+        let begin = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if begin.elapsed() > COMMAND_BOUND => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(error(format!("no answer within {COMMAND_BOUND:?}")));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => return Err(error(e.to_string())),
+            }
+        }
+        let out = child.wait_with_output().map_err(|e| error(e.to_string()))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(error(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_are_containerds_defaults_with_add_and_drop_applied() {
+        let s = Security {
+            add: vec!["NET_ADMIN".into(), "CAP_SYS_TIME".into()],
+            drop: vec!["chown".into()],
+            ..Security::default()
+        };
+        let caps = capabilities(&s);
+        assert!(caps.contains(&Capability::NetAdmin));
+        assert!(caps.contains(&Capability::SysTime));
+        assert!(caps.contains(&Capability::Kill));
+        assert!(!caps.contains(&Capability::Chown));
+        assert_eq!(caps.len(), DEFAULT_CAPABILITIES.len() + 1);
+        let none = capabilities(&Security {
+            drop: vec!["ALL".into()],
+            add: vec!["NET_BIND_SERVICE".into()],
+            ..Security::default()
+        });
+        assert_eq!(
+            none.into_iter().collect::<Vec<_>>(),
+            [Capability::NetBindService]
+        );
+        let all = capabilities(&Security {
+            privileged: true,
+            ..Security::default()
+        });
+        assert!(all.contains(&Capability::SysAdmin));
+    }
+
+    #[test]
+    fn overlay_options_refuse_paths_that_would_split_them() {
+        assert!(overlay_safe(Path::new("/tmp/a/b")));
+        assert!(!overlay_safe(Path::new("/tmp/a,b")));
+        assert!(!overlay_safe(Path::new("/tmp/a:b")));
+    }
+}
