@@ -23,20 +23,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
-	_ "unsafe" // go:linkname, for operator-lib's namespace (see useServiceAccountDir)
 
 	"github.com/operator-framework/operator-lib/leader"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -51,12 +44,6 @@ import (
 const (
 	// fieldOwner is the field manager of the work ConfigMap's server-side applies.
 	fieldOwner = "go-election-subject"
-	// inClusterNamespaceFile is where a pod's service-account namespace is mounted, the only
-	// place operator-lib's leader.Become reads its namespace from.
-	inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-	// serviceAccountDirEnv names the directory that stands for the service-account mount
-	// where pods run as local processes (opconform's simulator and local providers).
-	serviceAccountDirEnv = "OPCONFORM_SERVICEACCOUNT_DIR"
 	// leaderGaugeHelp is the help of controller-runtime's leader gauge, word for word: a
 	// collector must describe the metric exactly as the registered one does to be handed it.
 	leaderGaugeHelp = "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name."
@@ -148,10 +135,8 @@ func newManager(cfg *rest.Config, o options) (manager.Manager, error) {
 			ExtraHandlers: map[string]http.Handler{"/healthz": healthz.CheckHandler{Checker: healthz.Ping}},
 		},
 	}
-	holder := os.Getenv("POD_NAME")
-	if holder == "" {
-		holder, _ = os.Hostname()
-	}
+	// A pod's host name is its name.
+	holder, _ := os.Hostname()
 	work := &workRunnable{
 		namespace: o.namespace,
 		name:      o.lockName + "-work",
@@ -165,9 +150,6 @@ func newManager(cfg *rest.Config, o options) (manager.Manager, error) {
 			return nil, err
 		}
 		gauge.Set(0)
-		if err := useServiceAccountDir(); err != nil {
-			return nil, err
-		}
 		mopts.LeaderElection = false
 		mgr, err := ctrl.NewManager(cfg, mopts)
 		if err != nil {
@@ -181,20 +163,10 @@ func newManager(cfg *rest.Config, o options) (manager.Manager, error) {
 		return mgr, mgr.Add(work)
 	}
 
-	// controller-runtime's identity is os.Hostname() + "_" + uuid, and os.Hostname() is the
-	// kernel's host name, not $HOSTNAME: pods run as processes share one. The lock below is
-	// the one controller-runtime's leaderelection.NewResourceLock builds, with POD_NAME in
-	// the host name's place.
-	id := holder + "_" + string(uuid.NewUUID())
-	lock, err := newLeaseLock(cfg, o, id)
-	if err != nil {
-		return nil, err
-	}
 	mopts.LeaderElection = true
 	mopts.LeaderElectionID = o.lockName // also the gauge's name label
 	mopts.LeaderElectionNamespace = o.namespace
 	mopts.LeaderElectionResourceLock = resourcelock.LeasesResourceLock
-	mopts.LeaderElectionResourceLockInterface = lock
 	mopts.LeaseDuration = &o.leaseDuration
 	mopts.RenewDeadline = &o.renewDeadline
 	mopts.RetryPeriod = &o.retryPeriod
@@ -203,37 +175,8 @@ func newManager(cfg *rest.Config, o options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The recorder controller-runtime gives its own lock: the manager's, named by the identity.
-	lock.LockConfig.EventRecorder = mgr.GetEventRecorderFor(id)
 	work.client = mgr.GetClient()
-	setupLog.Info("lease identity", "identity", id)
 	return mgr, mgr.Add(work)
-}
-
-// newLeaseLock is controller-runtime v0.22's leaderelection.NewResourceLock for "leases"
-// with the identity given: a user agent suffixed "leader-election" and a client timeout of
-// max(1s, RenewDeadline/2), so that one hung request cannot cost the lease.
-func newLeaseLock(cfg *rest.Config, o options, id string) (*resourcelock.LeaseLock, error) {
-	config := rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
-	config.Timeout = max(o.renewDeadline/2, time.Second)
-	core, err := corev1client.NewForConfig(config)
-	if err != nil {
-		return nil, err
-	}
-	coordination, err := coordinationv1client.NewForConfig(config)
-	if err != nil {
-		return nil, err
-	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.namespace, o.lockName,
-		core, coordination, resourcelock.ResourceLockConfig{Identity: id})
-	if err != nil {
-		return nil, err
-	}
-	lease, ok := lock.(*resourcelock.LeaseLock)
-	if !ok {
-		return nil, fmt.Errorf("client-go made a %T for %q", lock, resourcelock.LeasesResourceLock)
-	}
-	return lease, nil
 }
 
 // leaderGauge is controller-runtime's own leader_election_master_status series for lock:
@@ -255,39 +198,6 @@ func leaderGauge(lock string) (prometheus.Gauge, error) {
 		vec = existing
 	}
 	return vec.WithLabelValues(lock), nil
-}
-
-// leaderReadNamespace is operator-lib's leader.readNamespace, the function Become asks for
-// the operator's namespace. Become has no option and honours no variable for it: it reads
-// the service-account mount, a fixed path.
-//
-//go:linkname leaderReadNamespace github.com/operator-framework/operator-lib/leader.readNamespace
-var leaderReadNamespace func() (string, error)
-
-// useServiceAccountDir points leader.Become at $OPCONFORM_SERVICEACCOUNT_DIR/namespace when
-// there is no service-account mount but that variable is set (a pod run as a process).
-// In a cluster it changes nothing: Become reads the mount itself.
-func useServiceAccountDir() error {
-	dir := os.Getenv(serviceAccountDirEnv)
-	if dir == "" {
-		return nil
-	}
-	if _, err := os.Stat(inClusterNamespaceFile); !errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	path := filepath.Join(dir, "namespace")
-	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("%s: %w", serviceAccountDirEnv, err)
-	}
-	leaderReadNamespace = func() (string, error) {
-		ns, err := os.ReadFile(path)
-		if err != nil {
-			return "", err
-		}
-		return strings.TrimSpace(string(ns)), nil
-	}
-	setupLog.Info("operator-lib reads the namespace from " + path)
-	return nil
 }
 
 // becomeRunnable is leader-for-life: it waits in leader.Become (with its own client from

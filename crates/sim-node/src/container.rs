@@ -441,10 +441,6 @@ impl ContainerTask {
         base.set("KUBERNETES_PORT", format!("tcp://127.0.0.1:{port}"));
         if runtime.is_none() {
             base.set("KUBECONFIG", dir.join("kubeconfig").display().to_string());
-            base.set(
-                "OPCONFORM_SERVICEACCOUNT_DIR",
-                dir.join("serviceaccount").display().to_string(),
-            );
         }
         let facts = PodFacts {
             pod: &self.pod_object,
@@ -531,7 +527,7 @@ impl ContainerTask {
         facts: &PodFacts<'_>,
     ) -> Result<Launch, ContainerError> {
         let (program, filesystem) = (resolved.root.clone(), resolved.filesystem);
-        let sources = self.volume_sources().await?;
+        let sources = volume_sources(&self.shared, &self.pod, &self.pod_object).await?;
         self.pod
             .volumes
             .sync(facts, &sources)
@@ -701,81 +697,6 @@ impl ContainerTask {
             user: unpacked.config.user.filter(|u| !u.is_empty()),
             id: Some(format!("{image}@{}", unpacked.digest)),
         }))
-    }
-
-    /// What the pod's volumes need: ConfigMaps, Secrets and ServiceAccount tokens.
-    async fn volume_sources(&self) -> Result<VolumeSources, ContainerError> {
-        let wanted = volume::references(&self.pod_object);
-        let namespace = &self.pod.namespace;
-        let limit = Duration::from_secs(5);
-        let mut sources = VolumeSources {
-            extra_ca: self
-                .shared
-                .inspection
-                .as_ref()
-                .map(|i| i.ca_pem().to_string()),
-            ..VolumeSources::default()
-        };
-        for name in wanted.config_maps {
-            let api: Api<ConfigMap> = Api::namespaced(self.shared.client.clone(), namespace);
-            if let Some(cm) = flatten_fetch(
-                "configmap",
-                tokio::time::timeout(limit, api.get_opt(&name)).await,
-            )? {
-                sources.config_maps.insert(name, cm);
-            }
-        }
-        for name in wanted.secrets {
-            let api: Api<Secret> = Api::namespaced(self.shared.client.clone(), namespace);
-            if let Some(secret) = flatten_fetch(
-                "secret",
-                tokio::time::timeout(limit, api.get_opt(&name)).await,
-            )? {
-                sources.secrets.insert(name, secret);
-            }
-        }
-        let account = self
-            .pod_object
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_else(|| "default".into());
-        for token in wanted.tokens {
-            let text = self
-                .token(&account, &token)
-                .await
-                .map_err(|e| ContainerError::VolumeToken(Box::new(e)))?;
-            sources.tokens.insert(token, text);
-        }
-        Ok(sources)
-    }
-
-    /// A ServiceAccount token of `account` for the projection `spec`, bound to the pod: the
-    /// one the pod holds while the kubelet's token manager would keep it, else a new one.
-    async fn token(
-        &self,
-        account: &str,
-        spec: &volume::TokenSpec,
-    ) -> Result<String, super::upstream::UpstreamError> {
-        let mut tokens = self.pod.tokens.lock().await;
-        if let Some((token, issued)) = tokens.get(spec) {
-            let expiration = Duration::from_secs(spec.expiration_seconds.max(0) as u64);
-            if std::time::SystemTime::now() < volume::refresh_due(*issued, expiration) {
-                return Ok(token.clone());
-            }
-        }
-        let pod = sim_apiserver::audit::PodRef {
-            namespace: self.pod.namespace.clone(),
-            name: self.pod.name.clone(),
-            uid: self.pod.uid.clone(),
-        };
-        let token = self
-            .shared
-            .server
-            .service_account_token(&self.shared.client, &pod, account)
-            .await?;
-        tokens.insert(spec.clone(), (token.clone(), std::time::SystemTime::now()));
-        Ok(token)
     }
 
     /// The ServiceAccount files and the kubeconfig (server = the pod's proxy).
@@ -1077,6 +998,115 @@ impl ContainerTask {
             started_at: Some(started_at),
             finished_at: Utc::now(),
             container_id: Some(container_id),
+        }
+    }
+}
+
+/// What the volumes of `object` (run by `pod`) need: ConfigMaps, Secrets and
+/// ServiceAccount tokens, with the CA of the node's proxy for `kube-root-ca.crt`.
+///
+/// # Errors
+/// When the API server cannot be read or issues no token.
+pub(crate) async fn volume_sources(
+    shared: &Shared,
+    pod: &PodRuntime,
+    object: &Pod,
+) -> Result<VolumeSources, ContainerError> {
+    let wanted = volume::references(object);
+    let namespace = &pod.namespace;
+    let limit = Duration::from_secs(5);
+    let mut sources = VolumeSources {
+        extra_ca: shared.inspection.as_ref().map(|i| i.ca_pem().to_string()),
+        ..VolumeSources::default()
+    };
+    for name in wanted.config_maps {
+        let api: Api<ConfigMap> = Api::namespaced(shared.client.clone(), namespace);
+        let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
+        if let Some(cm) = flatten_fetch("configmap", got)? {
+            sources.config_maps.insert(name, cm);
+        }
+    }
+    for name in wanted.secrets {
+        let api: Api<Secret> = Api::namespaced(shared.client.clone(), namespace);
+        let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
+        if let Some(secret) = flatten_fetch("secret", got)? {
+            sources.secrets.insert(name, secret);
+        }
+    }
+    let account = object
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    for token in wanted.tokens {
+        let text = service_account_token(shared, pod, &account, &token)
+            .await
+            .map_err(|e| ContainerError::VolumeToken(Box::new(e)))?;
+        sources.tokens.insert(token, text);
+    }
+    Ok(sources)
+}
+
+/// A ServiceAccount token of `account` for the projection `spec`, bound to the pod: the
+/// one the pod holds while the kubelet's token manager would keep it, else a new one.
+async fn service_account_token(
+    shared: &Shared,
+    pod: &PodRuntime,
+    account: &str,
+    spec: &volume::TokenSpec,
+) -> Result<String, super::upstream::UpstreamError> {
+    let mut tokens = pod.tokens.lock().await;
+    if let Some((token, issued)) = tokens.get(spec) {
+        let expiration = Duration::from_secs(spec.expiration_seconds.max(0) as u64);
+        if std::time::SystemTime::now() < volume::refresh_due(*issued, expiration) {
+            return Ok(token.clone());
+        }
+    }
+    let owner = sim_apiserver::audit::PodRef {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    };
+    let token = shared
+        .server
+        .service_account_token(&shared.client, &owner, account)
+        .await?;
+    tokens.insert(spec.clone(), (token.clone(), std::time::SystemTime::now()));
+    Ok(token)
+}
+
+/// How often a running pod's volumes are synced again (ConfigMap, Secret and Downward API
+/// updates, renewed tokens). The kubelet resyncs each pod about every minute, plus the TTL
+/// of its object cache; this is shorter, so that a scenario sees an update in seconds.
+pub const VOLUME_RESYNC: Duration = Duration::from_secs(10);
+
+/// Syncs the volumes of the pod `runtime` runs every [`VOLUME_RESYNC`], with the pod's
+/// latest object from `latest`, until the task is aborted. Failures are logged and retried
+/// at the next round, as the kubelet retries a failed remount.
+pub(crate) async fn resync_volumes(
+    shared: Arc<Shared>,
+    runtime: Arc<PodRuntime>,
+    mut latest: watch::Receiver<Arc<Pod>>,
+) {
+    loop {
+        tokio::time::sleep(VOLUME_RESYNC).await;
+        shared.gate().await;
+        let object = latest.borrow_and_update().clone();
+        let facts = PodFacts {
+            pod: &object,
+            pod_ip: runtime.ip.to_string(),
+            host_ip: shared.config.node_ip.to_string(),
+            allocatable: CAPACITY,
+        };
+        let synced = match volume_sources(&shared, &runtime, &object).await {
+            Ok(sources) => runtime
+                .volumes
+                .sync(&facts, &sources)
+                .map_err(ContainerError::Mount),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = synced {
+            tracing::debug!(pod = %format!("{}/{}", runtime.namespace, runtime.name), error = %error_chain(&e), "volume resync failed");
         }
     }
 }

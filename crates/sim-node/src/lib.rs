@@ -41,8 +41,8 @@
 //!   its arguments. An image mapped to a directory runs `command[0]` (or the entrypoint the
 //!   mapping gives) found inside the directory: as a container, in it as its root; as a
 //!   host process, without chroot or mounts, seeing the host's filesystem (see [`image`]).
-//! - Volumes are synced when a container starts, not periodically: a running container
-//!   sees an updated ConfigMap or Secret only after a restart.
+//! - Volumes are synced when a container starts and then every
+//!   [`container::VOLUME_RESYNC`] (the kubelet: about a minute plus its cache's TTL).
 //! - In-place image updates of a running pod are not acted on; `hostNetwork` pods get a
 //!   pod IP of their own like any other pod.
 //! - Pod IPs are `127.P0.P1.1..=254`: at most 254 pods at once per node.

@@ -480,6 +480,18 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
             stop_rx,
         )));
     }
+    // Containers see their volumes' updates; host processes have no volumes.
+    let containers = matches!(
+        shared.config.isolation,
+        super::oci::Isolation::Containers(_)
+    );
+    let resync = (!terminal_on_arrival && containers && spec.volumes.is_some()).then(|| {
+        tokio::spawn(super::container::resync_volumes(
+            shared.clone(),
+            runtime.clone(),
+            latest_tx.subscribe(),
+        ))
+    });
     let mut ephemerals = Ephemerals::default();
     if !terminal_on_arrival {
         ephemerals.start_new(&shared, &runtime, &pod, &stop_tx.subscribe(), true);
@@ -591,6 +603,9 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
     }
     if let Some(s) = sync {
         s.abort();
+    }
+    if let Some(r) = resync {
+        r.abort();
     }
     shared.unregister(&uid);
     shared.release_ip(runtime.ip);

@@ -460,3 +460,40 @@ async fn an_image_from_an_oci_archive_runs_its_entrypoint_env_user_and_working_d
     );
     kubelet.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_configmap_update_reaches_the_volume_of_a_running_container() {
+    if !containers_available() {
+        return;
+    }
+    let node = Node::start(157).await;
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(node.client.clone(), "default");
+    let map = |text: &str| {
+        serde_json::from_value(json!({"metadata": {"name": "greeting"}, "data": {"text": text}}))
+            .expect("a ConfigMap")
+    };
+    maps.create(&PostParams::default(), &map("hello"))
+        .await
+        .expect("the ConfigMap is created");
+    node.create(
+        "reader",
+        "last=; while :; do now=$(cat /config/text); \
+         [ \"$now\" != \"$last\" ] && echo \"text=$now\" && last=$now; sleep 0.2; done",
+        |pod| {
+            pod["spec"]["volumes"] = json!([{"name": "config", "configMap": {"name": "greeting"}}]);
+            pod["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "config", "mountPath": "/config", "readOnly": true}]);
+        },
+    )
+    .await;
+    node.log_with("reader", "text=hello").await;
+    maps.replace("greeting", &PostParams::default(), &{
+        let mut m = maps.get("greeting").await.expect("the ConfigMap is read");
+        m.data = Some([("text".to_string(), "bonjour".to_string())].into());
+        m
+    })
+    .await
+    .expect("the ConfigMap is updated");
+    node.log_with("reader", "text=bonjour").await;
+}

@@ -395,10 +395,6 @@ async fn three_fixture_pods_get_distinct_ips_run_with_their_env_and_args_and_ser
                 "env: KUBECONFIG={}",
                 c.dir(&name).join("kubeconfig").display()
             ),
-            format!(
-                "env: OPCONFORM_SERVICEACCOUNT_DIR={}",
-                c.dir(&name).join("serviceaccount").display()
-            ),
             "env: KUBERNETES_SERVICE_HOST=127.0.0.1".into(),
         ] {
             assert!(
