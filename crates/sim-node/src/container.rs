@@ -281,6 +281,9 @@ impl ContainerTask {
         let mut backoff =
             RestartBackoff::new(config.restart_backoff_base, config.restart_backoff_cap);
         let mut restarts = 0;
+        // The image back-off: the kubelet's, base and cap as the restarts'.
+        let (pull_base, pull_cap) = (config.restart_backoff_base, config.restart_backoff_cap);
+        let mut pull_delay = pull_base;
         loop {
             if self.stop_state() != StopState::Run {
                 self.never_again();
@@ -289,6 +292,31 @@ impl ContainerTask {
             self.shared.gate().await;
             let launch = match self.prepare().await {
                 Ok(l) => l,
+                Err(e @ (ContainerError::Pull { .. } | ContainerError::Unpacking(_))) => {
+                    // ErrImagePull, then ImagePullBackOff until the next attempt.
+                    let message = error_chain(&e);
+                    let image = self.spec.image.clone().unwrap_or_default();
+                    self.update(|c| {
+                        c.state = State::Waiting {
+                            reason: "ErrImagePull".into(),
+                            message: Some(message.clone()),
+                        }
+                    });
+                    if self.sleep_or_stop(Duration::from_secs(1)).await {
+                        continue;
+                    }
+                    self.update(|c| {
+                        c.state = State::Waiting {
+                            reason: "ImagePullBackOff".into(),
+                            message: Some(format!(
+                                "Back-off pulling image {image:?}: ErrImagePull: {message}"
+                            )),
+                        }
+                    });
+                    self.sleep_or_stop(pull_delay).await;
+                    pull_delay = (pull_delay * 2).min(pull_cap);
+                    continue;
+                }
                 Err(e) => {
                     let message = error_chain(&e);
                     let reason = e.reason();

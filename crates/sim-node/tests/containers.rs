@@ -22,6 +22,10 @@ use sim_test_support::{WAIT, eventually};
 
 const BUSYBOX: &str = "busybox:1.35";
 
+/// An image mapped to the host's shell: an executable image, which sees the host's
+/// system directories.
+const HOST_SHELL: &str = "host-shell:1";
+
 /// The variable that makes [`the_child_kubelet`] run (the path of its directory).
 const CHILD_VAR: &str = "OPCONFORM_CONTAINERS_TEST_CHILD";
 
@@ -65,6 +69,7 @@ impl Node {
         let name = format!("box-{index}");
         let mut config = KubeletConfig::new(&name, index, dir.path().join("node"));
         config.images.insert(BUSYBOX, &busybox);
+        config.images.insert(HOST_SHELL, "/bin/sh");
         config.restart_backoff_base = Duration::from_millis(200);
         config.restart_backoff_cap = Duration::from_millis(400);
         let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
@@ -496,4 +501,98 @@ async fn a_configmap_update_reaches_the_volume_of_a_running_container() {
     .await
     .expect("the ConfigMap is updated");
     node.log_with("reader", "text=bonjour").await;
+}
+
+#[tokio::test]
+async fn skew_shifts_the_clock_inside_a_container_of_an_executable_image() {
+    if !containers_available() {
+        return;
+    }
+    assert!(
+        sim_node::find_faketime().is_some(),
+        "libfaketime is missing: apt-get install faketime (clock skew needs it)"
+    );
+    let node = Node::start(158).await;
+    node.create("skewed", "", |pod| {
+        pod["spec"]["containers"][0] = json!({"name": "main", "image": HOST_SHELL,
+            "command": ["/bin/sh", "-c", "while :; do date +%s; sleep 0.2; done"]});
+    })
+    .await;
+    let offset = || {
+        let log = node.kubelet.log("default", "skewed", None, false)?;
+        let last: i64 = log.lines().last()?.trim().parse().ok()?;
+        Some(last - chrono::Utc::now().timestamp())
+    };
+    eventually("the container's clock to match ours", || async {
+        offset().filter(|d| d.abs() <= 2)
+    })
+    .await;
+    node.kubelet
+        .skew_pod("default", "skewed", chrono::Duration::hours(1))
+        .expect("the pod is skewed");
+    eventually("the container's clock to run an hour ahead", || async {
+        offset().filter(|d| (d - 3600).abs() <= 2)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_image_missing_from_its_archive_waits_in_err_image_pull_then_image_pull_back_off() {
+    if !containers_available() {
+        return;
+    }
+    let (server, client) = sim_test_support::server().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let rootfs = sim_test_support::busybox_image(dir.path());
+    let layout = dir.path().join("layout");
+    oci_image::write_layout(
+        &layout,
+        "example.org/other:1",
+        &rootfs,
+        &oci_image::ImageConfig::default(),
+    )
+    .expect("the layout is written");
+    let mut config = KubeletConfig::new("box-159", 159, dir.path().join("node"));
+    config.images.insert("example.org/wanted:1", &layout);
+    config.image_cache = dir.path().join("cache");
+    config.restart_backoff_base = Duration::from_millis(500);
+    let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
+        .await
+        .expect("the kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "unpulled", "namespace": "default"},
+        "spec": {"nodeName": "box-159",
+            "containers": [{"name": "main", "image": "example.org/wanted:1"}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the pod is created");
+    let waiting = |reason: &'static str| {
+        let pods = pods.clone();
+        async move {
+            eventually(&format!("the container waiting in {reason}"), || async {
+                let pod = serde_json::to_value(pods.get_opt("unpulled").await.ok()??).ok()?;
+                let waiting = pod["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+                (waiting["reason"] == reason).then_some(waiting)
+            })
+            .await
+        }
+    };
+    let pull = waiting("ErrImagePull").await;
+    let message = pull["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains("example.org/wanted:1") && message.contains("example.org/other:1"),
+        "names the image and what the layout holds: {message}"
+    );
+    let backoff = waiting("ImagePullBackOff").await;
+    assert!(
+        backoff["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Back-off pulling image \"example.org/wanted:1\""),
+        "{backoff}"
+    );
+    kubelet.shutdown().await;
 }
