@@ -485,13 +485,26 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
         shared.config.isolation,
         super::oci::Isolation::Containers(_)
     );
-    let resync = (!terminal_on_arrival && containers && spec.volumes.is_some()).then(|| {
-        tokio::spawn(super::container::resync_volumes(
-            shared.clone(),
-            runtime.clone(),
-            latest_tx.subscribe(),
-        ))
-    });
+    // Stand-ins (images not mapped) have nothing that reads a volume.
+    let runs_something = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| {
+            shared
+                .config
+                .images
+                .get(c.image.as_deref().unwrap_or_default())
+                .is_some()
+        });
+    let resync = (!terminal_on_arrival && containers && runs_something && spec.volumes.is_some())
+        .then(|| {
+            tokio::spawn(super::container::resync_volumes(
+                shared.clone(),
+                runtime.clone(),
+                latest_tx.subscribe(),
+            ))
+        });
     let mut ephemerals = Ephemerals::default();
     if !terminal_on_arrival {
         ephemerals.start_new(&shared, &runtime, &pod, &stop_tx.subscribe(), true);

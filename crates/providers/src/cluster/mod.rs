@@ -370,6 +370,19 @@ impl ProviderKind {
         }
     }
 
+    /// The line a user reads when this provider's pods cannot be containers on this
+    /// machine (sim and local without root or an OCI runtime): what is missing, and what
+    /// a pod lacks therefore.
+    pub fn pods_as_processes_warning(self) -> Option<String> {
+        match self {
+            Self::Sim | Self::Local => {
+                sim_node::oci::Isolation::detect(std::path::Path::new(sim_node::oci::STATE_DIR))
+                    .warning()
+            }
+            Self::Kubeconfig | Self::Kind => None,
+        }
+    }
+
     /// Why a pod of this provider is not the container a manager expects, when it is not:
     /// on sim and local our kubelet runs each as a host process where it cannot make
     /// containers (no service-account files, host name or image filesystem), and even as

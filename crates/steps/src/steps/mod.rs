@@ -956,6 +956,9 @@ pub async fn run(features: impl AsRef<std::path::Path>) {
         eprintln!("opconform: {}", crate::error_chain(&e));
         std::process::exit(2);
     });
+    if let Some(line) = suite.provider.pods_as_processes_warning() {
+        eprintln!("opconform: {line}");
+    }
     let outcome = run_suite(features, suite).await;
     if outcome.failed {
         std::process::exit(1);
