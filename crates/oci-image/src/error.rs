@@ -1,9 +1,18 @@
-//! The crate's one error type, [`ImageError`]: every way finding, verifying, unpacking or
-//! writing an image can fail. Messages are lowercase and name the input (file, reference,
-//! blob digest) and what was expected; the underlying cause is kept as the error's
-//! `source`, not repeated in the message.
+//! The crate's one error type, [`ImageError`]: every way finding, pulling, verifying,
+//! unpacking or writing an image can fail. Messages are lowercase and name the input
+//! (file, reference, registry, blob digest) and what was expected; the underlying cause is
+//! kept as the error's `source`, not repeated in the message.
+//!
+//! A failed registry pull is one of [`ImageError::ImageNotFound`] (the registry does not
+//! know the manifest), [`ImageError::Unauthorized`], [`ImageError::Unreachable`] or, for
+//! anything else the registry or the transfer got wrong, [`ImageError::Pull`] — what a
+//! kubelet reports as `ErrImagePull`.
 
 use std::path::PathBuf;
+
+/// The cause of a registry error: the registry client's error, or a description of what
+/// was wrong with what the registry sent.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Errors finding, verifying, unpacking or writing an image.
 #[derive(Debug, thiserror::Error)]
@@ -216,5 +225,102 @@ pub enum ImageError {
     Reference {
         /// The reference.
         reference: String,
+    },
+    /// A reference given to [`ImageStore::pull`](crate::ImageStore::pull) is not a valid
+    /// image reference.
+    #[error("{reference:?} is not a valid image reference")]
+    InvalidReference {
+        /// The reference.
+        reference: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// The registry does not know the image: no manifest for the tag or digest, or no
+    /// such repository.
+    #[error("image {reference} not found in registry {registry} (manifest unknown)")]
+    ImageNotFound {
+        /// The reference pulled.
+        reference: String,
+        /// The registry (`host[:port]`, `docker.io` for Docker Hub).
+        registry: String,
+        /// The registry's answer.
+        #[source]
+        source: BoxError,
+    },
+    /// The registry refused the pull: no credentials, wrong ones, or not allowed to pull
+    /// this repository (Docker Hub answers so for a repository that does not exist, too).
+    #[error(
+        "not authorized to pull {reference} from registry {registry}: credentials missing or wrong, or no such repository"
+    )]
+    Unauthorized {
+        /// The reference pulled.
+        reference: String,
+        /// The registry.
+        registry: String,
+        /// The registry's answer.
+        #[source]
+        source: BoxError,
+    },
+    /// The registry could not be reached: no connection, TLS failure, or a timeout.
+    #[error("cannot reach registry {registry} to pull {reference}")]
+    Unreachable {
+        /// The reference pulled.
+        reference: String,
+        /// The registry.
+        registry: String,
+        /// The connection error.
+        #[source]
+        source: BoxError,
+    },
+    /// A pull failed otherwise: a server error, a blob that does not match its digest, a
+    /// manifest that is not an image's, a blob that could not be stored…
+    #[error("cannot pull {reference} from registry {registry}")]
+    Pull {
+        /// The reference pulled.
+        reference: String,
+        /// The registry.
+        registry: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// A manifest fetched by digest (the reference's, or an index entry's) does not match
+    /// that digest.
+    #[error(
+        "manifest {expected} of {reference} from registry {registry} does not match its digest: its content hashes to {actual}"
+    )]
+    ManifestDigest {
+        /// The reference pulled.
+        reference: String,
+        /// The registry.
+        registry: String,
+        /// The digest asked for.
+        expected: String,
+        /// The digest of what the registry sent.
+        actual: String,
+    },
+    /// No manifest of the image's index in the registry is for this machine.
+    #[error("image {reference} in registry {registry} is not for {wanted}: it has {}", .found.join(", "))]
+    RegistryPlatform {
+        /// The reference pulled.
+        reference: String,
+        /// The registry.
+        registry: String,
+        /// This machine's platform, `linux/<GOARCH>`.
+        wanted: String,
+        /// The platforms found (`unknown` where an entry names none).
+        found: Vec<String>,
+    },
+    /// The credentials for a registry in a `.dockerconfigjson` (or `.dockercfg`) could
+    /// not be read.
+    #[error(
+        "cannot read the credentials for registry {registry} from the docker config: {problem}"
+    )]
+    DockerConfig {
+        /// The registry asked for.
+        registry: String,
+        /// What is wrong, naming the entry.
+        problem: String,
     },
 }

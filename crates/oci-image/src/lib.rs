@@ -1,5 +1,5 @@
-//! Container images on disk, unpacked into root filesystems for a container runtime
-//! (runc) to run: the simulated kubelet's image store.
+//! Container images on disk or in a registry, unpacked into root filesystems for a
+//! container runtime (runc) to run: the simulated kubelet's image store.
 //!
 //! An image comes from a [`Source`] — an OCI image layout directory, or a tar file that
 //! is a `docker save` archive (legacy or docker 25+) or an OCI layout archive (skopeo's
@@ -11,6 +11,11 @@
 //! ([`ImageConfig`]). [`write_layout`] does the reverse for a directory, to build small
 //! images here.
 //!
+//! [`ImageStore::pull`] gets an image from a registry instead, through the OCI
+//! distribution API ([`PullOptions`]: [`Credentials`], which
+//! [`Credentials::from_docker_config`] picks from a pull secret, and whether the registry
+//! is insecure), and unpacks it with the same code into the same cache.
+//!
 //! ```no_run
 //! use oci_image::{ImageStore, Source};
 //!
@@ -20,30 +25,53 @@
 //! # Ok::<(), oci_image::ImageError>(())
 //! ```
 //!
+//! ```no_run
+//! use oci_image::{Credentials, ImageStore, PullOptions};
+//!
+//! # async fn pull(secret: serde_json::Value) -> Result<(), oci_image::ImageError> {
+//! let store = ImageStore::new("/var/cache/opconform/images");
+//! let reference = "127.0.0.1:5000/tools/busybox:1.35";
+//! let options = PullOptions {
+//!     credentials: Credentials::from_docker_config(&secret, &oci_image::registry_of(reference)?)?,
+//!     ..PullOptions::default()
+//! };
+//! let image = store.pull(reference, &options).await?;
+//! println!("{reference} is {} in {}", image.digest, image.rootfs.display());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Modules (private; their docs say how each part works and what it leaves out):
 //! - `source`: [`Source`], and reading a layout directory or an archive in place.
 //! - `resolve`, `oci`, `docker`, `reference`, `platform`: finding an image's config and
 //!   layers from a reference.
 //! - `store`: [`ImageStore`], the cache, and verifying layers as they are read.
 //! - `unpack`: applying layers to a root filesystem safely.
+//! - `registry`: [`ImageStore::pull`], [`PullOptions`], [`registry_of`].
+//! - `credentials`: [`Credentials`], and picking them from a docker config.
 //! - `write`: [`write_layout`].
 //! - `digest`, `error`: sha256 digests; [`ImageError`].
 //!
-//! Nothing here is async: unpacking is file-system work, to run on a blocking thread.
+//! Only [`ImageStore::pull`] is async (it needs a tokio runtime, as oci-client does, and
+//! unpacks on tokio's blocking pool); the rest is file-system work, to run on a blocking
+//! thread.
 //!
 //! # Caveats
-//! - No registry pulls yet (a later step): only images already on disk.
 //! - OCI layer diff ids are not checked against the config (each layer blob's own digest
 //!   is); zstd layers are refused; extended attributes are not applied; device nodes and
 //!   fifos in layers are skipped (the runtime provides `/dev`).
+//! - A pull downloads layers to disk before unpacking them and keeps no blob cache: see
+//!   `registry`'s caveats.
 //! - See each module's own caveats.
 
+mod credentials;
 mod digest;
 mod docker;
 mod error;
 mod oci;
 mod platform;
 mod reference;
+mod registry;
 mod resolve;
 mod source;
 mod store;
@@ -53,7 +81,9 @@ mod write;
 #[cfg(test)]
 mod tests;
 
-pub use error::ImageError;
+pub use credentials::Credentials;
+pub use error::{BoxError, ImageError};
+pub use registry::{PullOptions, registry_of};
 pub use source::Source;
 pub use store::{Image, ImageStore};
 pub use write::write_layout;

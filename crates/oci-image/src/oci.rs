@@ -254,21 +254,10 @@ fn pick_platform<'a>(
     image: &str,
     entries: &[&'a Descriptor],
 ) -> Result<&'a Descriptor, ImageError> {
-    entries
-        .iter()
-        .copied()
-        .find(|d| {
-            d.platform()
-                .as_ref()
-                .is_some_and(platform::is_this_platform)
-        })
-        .ok_or_else(|| ImageError::Platform {
-            path: store.path().to_owned(),
-            image: image.to_owned(),
-            wanted: platform::wanted(),
-            found: entries
-                .iter()
-                .map(|d| platform::describe(d.platform().as_ref()))
-                .collect(),
-        })
+    platform::pick(entries).map_err(|found| ImageError::Platform {
+        path: store.path().to_owned(),
+        image: image.to_owned(),
+        wanted: platform::wanted(),
+        found,
+    })
 }

@@ -6,7 +6,7 @@
 //! `os.version`/`os.features` are shown in messages but not used to choose; the first
 //! entry of the right OS and architecture wins.
 
-use oci_spec::image::Platform;
+use oci_spec::image::{Descriptor, Platform};
 
 /// This machine's architecture as Go names it (`GOARCH`), as image platforms do.
 pub(crate) fn this_arch() -> &'static str {
@@ -40,6 +40,21 @@ pub(crate) fn is_this_platform(platform: &Platform) -> bool {
         &platform.os().to_string(),
         &platform.architecture().to_string(),
     )
+}
+
+/// The first of `entries` (of an image index) whose platform is this machine's; when
+/// none is, the platforms found, as [`describe`] names them.
+pub(crate) fn pick<'a>(entries: &[&'a Descriptor]) -> Result<&'a Descriptor, Vec<String>> {
+    entries
+        .iter()
+        .copied()
+        .find(|d| d.platform().as_ref().is_some_and(is_this_platform))
+        .ok_or_else(|| {
+            entries
+                .iter()
+                .map(|d| describe(d.platform().as_ref()))
+                .collect()
+        })
 }
 
 /// `os/arch[/variant]`, or `unknown` when an entry names no platform.

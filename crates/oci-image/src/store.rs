@@ -15,8 +15,10 @@
 //! unpack and the temporary directory is deleted, so unverified content never reaches the
 //! cache.
 //!
+//! A registry pull (`registry`) hands the blobs it downloaded to [`ImageStore::unpack`] as
+//! an OCI layout, so pulled images are verified, unpacked and cached by this same code.
+//!
 //! # Caveats
-//! - No registry pulls (a later step): images come from files on disk.
 //! - OCI layer diff ids are not checked against the config (the layer blob's own digest
 //!   is); only legacy `docker save` layers, which have no other digest, are checked
 //!   against their diff id.
@@ -71,6 +73,12 @@ impl ImageStore {
         &self.cache_dir
     }
 
+    /// Where the root filesystem of the image whose config digest is `sha256:<hex>` is
+    /// unpacked.
+    pub(crate) fn rootfs_dir(&self, hex: &str) -> PathBuf {
+        self.cache_dir.join("rootfs").join(hex)
+    }
+
     /// Finds `reference` (e.g. `example.org/op:dev`, `busybox`, or `None` for the only
     /// image) in `source`, verifies it, unpacks it (once: cached by config digest) and
     /// returns it.
@@ -82,8 +90,8 @@ impl ImageStore {
                 path: store.path().to_owned(),
                 digest: resolved.config_digest.clone(),
             })?;
+        let rootfs = self.rootfs_dir(hex);
         let parent = self.cache_dir.join("rootfs");
-        let rootfs = parent.join(hex);
         let image = Image {
             digest: resolved.config_digest.clone(),
             rootfs: rootfs.clone(),
