@@ -75,7 +75,7 @@ pub enum ContainerError {
         image: String,
         /// The cause.
         #[source]
-        source: oci_image::ImageError,
+        source: Box<oci_image::ImageError>,
     },
     /// The unpacking of an image stopped before it ended (the kubelet is stopping).
     #[error("the unpacking of image {0:?} was cut short")]
@@ -704,7 +704,7 @@ impl ContainerTask {
             .map_err(|_| ContainerError::Unpacking(image.to_string()))?
             .map_err(|source| ContainerError::Pull {
                 image: image.to_string(),
-                source,
+                source: Box::new(source),
             })?;
         let env = unpacked
             .config
