@@ -1,7 +1,7 @@
 //! `opconform bench` end to end: every row measured twice for ours and for its anchor (the
-//! controller-runtime or operator-lib subject) or peer (an election crate's subject), a
-//! well-formed table, JSON with every
-//! sample, and the SVG chart. Asserts nothing about the
+//! controller-runtime or operator-lib subject) or peer (an election crate's subject), the
+//! pod start rows once (30 pods as containers and as host processes), a well-formed table,
+//! JSON with every sample, and the SVG chart. Asserts nothing about the
 //! numbers themselves: the bench reports, it does not judge.
 
 use assert_cmd::Command;
@@ -23,7 +23,7 @@ const KUBE_LEASE_MANAGER: &str = "kube-lease-manager 0.13.1";
 
 /// Every row of the table, in order, with its id in the JSON and what its anchor line
 /// starts with.
-const ROWS: [(&str, &str, &str); 22] = [
+const ROWS: [(&str, &str, &str); 25] = [
     (
         "lease-release",
         "lease handoff after graceful release",
@@ -125,6 +125,21 @@ const ROWS: [(&str, &str, &str); 22] = [
         "anchor (kind)",
     ),
     (
+        "pod-start",
+        "pod start, create to Running: containers vs host processes",
+        "anchor (processes)",
+    ),
+    (
+        "pod-rss",
+        "RSS per idle pod, its own processes: containers vs host processes",
+        "anchor (processes)",
+    ),
+    (
+        "pod-runtime-rss",
+        "RSS per pod of the OCI runtime's run process (not in the row above)",
+        "anchor (processes)",
+    ),
+    (
         "suite",
         "feature suite wall time: sim vs local (real control plane)",
         "anchor (local)",
@@ -196,7 +211,7 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
         !stdout.contains("(poll)"),
         "a --standby poll row is left:\n{stdout}"
     );
-    for heading in ["min", "p50", "p90", "max", "ours/anchor"] {
+    for heading in ["min", "p50", "p90", "p95", "max", "ours/anchor"] {
         assert!(stdout.contains(heading), "{heading} missing in\n{stdout}");
     }
     assert!(stderr.contains("run 2/2"), "no progress lines:\n{stderr}");
@@ -214,12 +229,20 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
         let ours = &row["ours"];
         let samples = ours["samples"].as_array().unwrap();
         let expected = match id {
-            id if id.starts_with("api-") || id.starts_with("suite") => 1,
+            // 30 pods once, whatever the runs; their memory is one figure per pod.
+            "pod-start" => 30,
+            id if id.starts_with("api-") || id.starts_with("suite") || id.starts_with("pod-") => 1,
             _ => 2,
         };
+        // Pods are containers only where the harness is root and has a runtime; else the
+        // table says why.
+        if id.starts_with("pod-") && ours["notMeasured"].is_string() {
+            assert_eq!(ours["behaviour"], "containers", "{id}");
+            continue;
+        }
         assert_eq!(samples.len(), expected, "{id}: {ours}");
         assert_eq!(ours["n"], expected, "{id}");
-        for stat in ["min", "p50", "p90", "max"] {
+        for stat in ["min", "p50", "p90", "p95", "max"] {
             assert!(ours[stat].is_number(), "{id}: no {stat} in {ours}");
         }
         let anchor = &row["anchor"];
@@ -267,6 +290,17 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
                 "{id}: {anchor}"
             ),
             "local" => assert_eq!(anchor["samples"][0], 425.0, "{id}"),
+            "processes" if id == "pod-runtime-rss" => {
+                assert!(anchor["notMeasured"].is_string(), "{id}: {anchor}");
+            }
+            "processes" => {
+                assert_eq!(
+                    anchor["samples"].as_array().unwrap().len(),
+                    expected,
+                    "{id}"
+                );
+                assert_eq!(ours["behaviour"], "containers", "{id}");
+            }
             other => panic!("{id}: anchor behaviour {other}"),
         }
         if row["group"] == "lease-release" || row["group"] == "lease-kill" || id == "for-life" {

@@ -1,7 +1,8 @@
 //! `opconform bench`: the bundled operator's failover times, API load and memory, measured
 //! side by side with the real anchors — the election libraries operator authors use
 //! today, deployed as subjects with their own profiles and flags — on the embedded control
-//! plane, plus the simulated cluster's start time and the feature suite's wall time.
+//! plane, plus the simulated cluster's start time, its pods' start time and memory as
+//! containers and as host processes, and the feature suite's wall time.
 //!
 //! # Who is measured
 //! - **ours**: the bundled memcached operator ([`Options::subject`]) with
@@ -12,7 +13,10 @@
 //! - **anchor** of the for-life row: operator-lib's `leader.Become` ([`FOR_LIFE_ANCHOR`]);
 //! - **peers** in the API and memory rows: the election crates of the kube-rs ecosystem
 //!   ([`PEER_SUBJECTS`], named with the versions `Cargo.lock` pins, [`PEER_VERSIONS`]),
-//!   their work quiet as the anchor's.
+//!   their work quiet as the anchor's;
+//! - in the pod start rows, **ours** is the simulator's pods as containers of the OCI
+//!   runtime its kubelets find (runc, else crun) and the **anchor** the same pods as host
+//!   processes (the kubelets' process path).
 //!
 //! Both anchors are the Go program in `subjects/go-election` (built by `go build` when
 //! missing or stale; `OPCONFORM_GO_ELECTION_BIN` names a prebuilt one), named in the table
@@ -41,6 +45,18 @@
 //!   and to all nodes Ready; beside it, a real control plane (etcd, kube-apiserver,
 //!   kube-controller-manager, kube-scheduler, from [`crate::cluster::local::Binaries`])
 //!   to every component ready, at most [`REAL_STARTS`] times;
+//! - **pod start**: 30 busybox pods (`sh -c "sleep 3600"`, an image directory made from
+//!   the host's static busybox, Debian's `busybox-static`) created at once on a fresh
+//!   3-node cluster, each from the audit of its create to the audit of its kubelet's status
+//!   write that first reported it Running (which write that is comes from the store's event
+//!   log, see `src/bench/pod_start.rs`); once with the pods as containers (absent, with
+//!   why, where the harness is not root or has no runtime), once as host processes
+//!   ([`crate::sim::SimClusterConfig::isolation`]); 30 pods once per run, whatever `--runs`.
+//!   The goal: containers at most 300 ms at p50 and at most twice the process path;
+//! - **RSS per idle pod**: a second after those pods are Running, the VmRSS of every process
+//!   of the cluster's pods (a container's processes, not its runtime's) summed and divided
+//!   by the pods; beside it, for containers, the VmRSS of the runtime's `run` process that
+//!   stays in the foreground for each container, per pod;
 //! - **feature suite**: read from the files the suite's runner writes on the simulator
 //!   ([`default_suite_file`]) and on the `local` provider ([`default_local_suite_file`]),
 //!   never re-run here.
@@ -69,6 +85,7 @@
 mod audit_tap;
 mod chart;
 mod handoff;
+mod pod_start;
 mod stage;
 pub mod stats;
 mod steady;
@@ -80,6 +97,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use pod_start::PodStartError;
 pub use stage::{HANDOFF_TIMINGS, LeaseTimings};
 pub use stats::Stats;
 
@@ -135,6 +153,9 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
+    /// The pod start rows could not be prepared (no static busybox, say).
+    #[error("cannot prepare the pod start rows")]
+    PodStart(#[source] PodStartError),
     /// The run was interrupted (ctrl-c or SIGTERM).
     #[error("interrupted; every simulated cluster and pod process was stopped")]
     Interrupted,
@@ -156,6 +177,8 @@ pub enum RowGroup {
     Rss,
     /// Simulated cluster start.
     ClusterStart,
+    /// Pod start and memory per idle pod, as containers and as host processes.
+    PodStart,
     /// The feature suite's wall time (read from a file).
     Suite,
 }
@@ -487,7 +510,7 @@ pub struct Row {
     pub group: RowGroup,
     /// What it measures.
     pub title: String,
-    /// Unit of every number: `ms`, `req/min`, `MiB`, `s`.
+    /// Unit of every number: `ms`, `req/min`, `MiB`, `KiB`, `s`.
     pub unit: &'static str,
     /// The performance target.
     pub target: &'static str,
@@ -630,7 +653,7 @@ struct Spec {
     reference: &'static str,
 }
 
-const SPECS: [Spec; 22] = [
+const SPECS: [Spec; 25] = [
     Spec {
         id: "lease-release",
         group: RowGroup::LeaseRelease,
@@ -792,6 +815,30 @@ const SPECS: [Spec; 22] = [
         reference: "the kind cluster a CI job creates before its tests",
     },
     Spec {
+        id: "pod-start",
+        group: RowGroup::PodStart,
+        title: "pod start, create to Running: containers vs host processes",
+        unit: "ms",
+        target: "p50 <= 300 ms and <= 2x processes",
+        reference: "the same 30 pods as host processes: the kubelet's process path (no bundle, no runtime)",
+    },
+    Spec {
+        id: "pod-rss",
+        group: RowGroup::PodStart,
+        title: "RSS per idle pod, its own processes: containers vs host processes",
+        unit: "KiB",
+        target: "-",
+        reference: "VmRSS summed over the pods' processes / 30: a container's as its runtime's ps lists them (not the runtime), a host process pod's group without the kubelet's watchdog shell",
+    },
+    Spec {
+        id: "pod-runtime-rss",
+        group: RowGroup::PodStart,
+        title: "RSS per pod of the OCI runtime's run process (not in the row above)",
+        unit: "KiB",
+        target: "-",
+        reference: "host process pods have no runtime process; on neither side: the kubelet's watchdog shell per pod",
+    },
+    Spec {
         id: "suite",
         group: RowGroup::Suite,
         title: "feature suite wall time: sim vs local (real control plane)",
@@ -923,6 +970,16 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
             "start-kind",
             ready,
             read_kind_start(&options.kind_cluster_file),
+        ));
+    }
+    if options.wants(RowGroup::PodStart) {
+        let pods = pod_start::measure(options).await?;
+        measured.push(("pod-start", pods.start.0, pods.start.1));
+        measured.push(("pod-rss", pods.memory.0, pods.memory.1));
+        measured.push((
+            "pod-runtime-rss",
+            pods.runtime_memory.0,
+            pods.runtime_memory.1,
         ));
     }
     if options.wants(RowGroup::Suite) {

@@ -443,7 +443,7 @@ fn pod_name_of(pid: u32) -> Option<String> {
 }
 
 /// `VmRSS` of a process, in KiB.
-fn vm_rss_kib(pid: u32) -> Option<u64> {
+pub(crate) fn vm_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     parse_vm_rss(&status)
 }

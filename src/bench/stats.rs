@@ -1,4 +1,5 @@
-//! Summary statistics of a benchmark's samples: count, min, nearest-rank p50 and p90, max.
+//! Summary statistics of a benchmark's samples: count, min, nearest-rank p50, p90 and p95,
+//! max.
 
 use serde::Serialize;
 
@@ -13,6 +14,8 @@ pub struct Stats {
     pub p50: f64,
     /// The 90th percentile (nearest rank).
     pub p90: f64,
+    /// The 95th percentile (nearest rank).
+    pub p95: f64,
     /// The largest.
     pub max: f64,
 }
@@ -37,6 +40,7 @@ impl Stats {
             min: sorted[0],
             p50: rank(50),
             p90: rank(90),
+            p95: rank(95),
             max: sorted[sorted.len() - 1],
         })
     }
@@ -57,15 +61,18 @@ mod tests {
         let samples: Vec<f64> = (1..=20).rev().map(f64::from).collect();
         let s = Stats::of(&samples).unwrap();
         assert_eq!(
-            (s.n, s.min, s.p50, s.p90, s.max),
-            (20, 1.0, 10.0, 18.0, 20.0)
+            (s.n, s.min, s.p50, s.p90, s.p95, s.max),
+            (20, 1.0, 10.0, 18.0, 19.0, 20.0)
         );
     }
 
     #[test]
     fn one_sample_is_every_statistic_and_none_is_no_statistic() {
         let s = Stats::of(&[7.5]).unwrap();
-        assert_eq!((s.min, s.p50, s.p90, s.max), (7.5, 7.5, 7.5, 7.5));
+        assert_eq!(
+            (s.min, s.p50, s.p90, s.p95, s.max),
+            (7.5, 7.5, 7.5, 7.5, 7.5)
+        );
         assert_eq!(Stats::of(&[]), None);
         assert_eq!(Stats::of(&[f64::NAN]), None);
     }

@@ -1,6 +1,6 @@
 //! The bench table as printed: a header naming the machine and the timings, two lines per
-//! row (ours, then the anchor subject by name and version) with n / min / p50 / p90 / max
-//! and ours over the anchor's, then what the anchors are known to do.
+//! row (ours, then the anchor subject by name and version) with n / min / p50 / p90 / p95 /
+//! max and ours over the anchor's, then what the anchors are known to do.
 
 use std::fmt::Write as _;
 
@@ -19,7 +19,7 @@ pub(crate) fn sig3(v: f64) -> String {
     format!("{v:.d$}")
 }
 
-const HEADINGS: [&str; 10] = [
+const HEADINGS: [&str; 11] = [
     "row",
     "unit",
     "behaviour",
@@ -27,6 +27,7 @@ const HEADINGS: [&str; 10] = [
     "min",
     "p50",
     "p90",
+    "p95",
     "max",
     "ours/anchor",
     "target",
@@ -39,6 +40,7 @@ fn cells(series: &Series) -> Vec<String> {
             sig3(s.min),
             sig3(s.p50),
             sig3(s.p90),
+            sig3(s.p95),
             sig3(s.max),
         ],
         (None, why) => vec![
@@ -60,7 +62,7 @@ pub(crate) fn render(report: &Report) -> String {
             };
             line.push(series.label(ours));
             let measured = cells(series);
-            let full = measured.len() == 5;
+            let full = measured.len() == 6;
             line.extend(measured);
             if full {
                 line.push(if ours {
@@ -77,10 +79,13 @@ pub(crate) fn render(report: &Report) -> String {
             lines.push(line);
         }
     }
-    // Column widths from the fully measured lines; a "not measured" reason runs on.
+    // Column widths from the fully measured lines, and from every line's title, unit and
+    // behaviour; a "not measured" reason runs on.
     let mut widths = [0usize; HEADINGS.len()];
-    for line in lines.iter().filter(|l| l.len() == HEADINGS.len()) {
-        for (w, cell) in widths.iter_mut().zip(line) {
+    for line in &lines {
+        let full = line.len() == HEADINGS.len();
+        let columns = if full { HEADINGS.len() } else { 3 };
+        for (w, cell) in widths.iter_mut().zip(line).take(columns) {
             *w = (*w).max(cell.chars().count());
         }
     }
@@ -106,12 +111,25 @@ pub(crate) fn render(report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "ours = the bundled operator with --standby watch; anchors and peers = the subjects named, built from subjects/go-election and the workspace; ours/anchor compares p50\n"
+        "ours = the bundled operator with --standby watch; anchors and peers = the subjects named, built from subjects/go-election and the workspace; ours/anchor compares p50"
     );
+    if report
+        .rows
+        .iter()
+        .any(|r| r.group == super::RowGroup::PodStart)
+    {
+        let _ = writeln!(
+            out,
+            "pod start: {} busybox pods (sh -c \"sleep 3600\") created at once on {} nodes, once per run whatever the runs; ours = the pods as containers of the OCI runtime found (runc, else crun), anchor = the same pods as host processes; create and Running from the API server's audit",
+            super::pod_start::PODS,
+            super::pod_start::NODES
+        );
+    }
+    let _ = writeln!(out);
     for line in &lines {
         let mut text = String::new();
         for (i, cell) in line.iter().enumerate() {
-            let numeric = (3..=8).contains(&i) && line.len() == HEADINGS.len();
+            let numeric = (3..=9).contains(&i) && line.len() == HEADINGS.len();
             let width = widths[i.min(HEADINGS.len() - 1)];
             if i + 1 == line.len() {
                 if numeric {
@@ -235,5 +253,18 @@ mod tests {
         let ours = table.lines().find(|l| l.contains("ours (watch)")).unwrap();
         let end = |l: &str, word: &str| l.rfind(word).unwrap() + word.len();
         assert_eq!(end(heading, "max"), end(ours, "5.00"));
+    }
+
+    #[test]
+    fn a_line_not_measured_keeps_its_label_under_behaviour() {
+        let mut report = report();
+        report.rows[1].title = "a title longer than any other row's title here".into();
+        let table = render(&report);
+        let heading = table.lines().find(|l| l.starts_with("row")).unwrap();
+        let column = heading.find("behaviour").unwrap();
+        for label in ["ours (suite)", "anchor (n/a)", "ours (watch)"] {
+            let line = table.lines().find(|l| l.contains(label)).unwrap();
+            assert_eq!(line.find(label), Some(column), "{line}");
+        }
     }
 }

@@ -13,6 +13,7 @@ use super::apiserver::{ApiServer, ApiServerConfig, ApiServerError, ServerHandle}
 use super::controllers::{ControllerConfig, Controllers, ControllersError};
 use super::faults::{Cut, FaultError, FaultTarget, NodeFault, PodFault};
 use super::in_process::{SimulatedUpstream, start_controllers};
+use super::kubelet::oci::Isolation;
 use super::kubelet::{ImageMap, Kubelet, KubeletConfig, KubeletError};
 use super::proxy::Mode;
 
@@ -66,6 +67,10 @@ pub struct SimClusterConfig {
     pub faketime_library: Option<PathBuf>,
     /// Where node and pod directories go (a fresh temporary directory when unset).
     pub work_dir: Option<PathBuf>,
+    /// How every node runs its pods; `None` lets each kubelet find out
+    /// ([`Isolation::detect`]: containers of runc or crun as root, else host processes).
+    /// Set to compare the two paths on one machine (`opconform bench`'s pod start rows).
+    pub isolation: Option<Isolation>,
 }
 
 impl Default for SimClusterConfig {
@@ -78,6 +83,7 @@ impl Default for SimClusterConfig {
             heartbeat_interval: Duration::from_secs(10),
             faketime_library: super::kubelet::find_faketime(),
             work_dir: None,
+            isolation: None,
         }
     }
 }
@@ -256,6 +262,9 @@ impl SimCluster {
             kc.images = config.images.clone();
             kc.heartbeat_interval = config.heartbeat_interval;
             kc.faketime_library = config.faketime_library.clone();
+            if let Some(isolation) = &config.isolation {
+                kc.isolation = isolation.clone();
+            }
             let handle = handle.clone();
             async move {
                 Kubelet::start(Arc::new(SimulatedUpstream(handle)), kc)
