@@ -34,7 +34,8 @@ struct Node {
     client: kube::Client,
     kubelet: Kubelet,
     name: String,
-    dir: tempfile::TempDir,
+    /// Holds the images and the node's directory until the node is gone.
+    _dir: tempfile::TempDir,
 }
 
 /// Whether containers can run here; when not, says why (and fails under `CI`).
@@ -80,7 +81,7 @@ impl Node {
             client,
             kubelet,
             name,
-            dir,
+            _dir: dir,
         }
     }
 
@@ -302,7 +303,6 @@ async fn deleting_a_pod_sends_sigterm_to_its_container_and_leaves_no_container_b
     })
     .await;
     assert_eq!(node.runtime_state(&id), None, "the runtime forgot it");
-    let _ = node.dir.path();
 }
 
 /// What a container leaves on the host: its runtime state, its cgroups, its mounts.
