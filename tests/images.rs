@@ -42,6 +42,7 @@ async fn start() -> (tempfile::TempDir, SimCluster, Api<Pod>) {
         ImageConfig {
             entrypoint: vec!["sh".into(), "-c".into()],
             cmd: vec!["echo the default cmd of $POD_NAME".into()],
+            user: None,
         },
     );
     let config = SimClusterConfig {

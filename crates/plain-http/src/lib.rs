@@ -4,13 +4,15 @@
 //! [`get_text`], bounded in time); or over a byte stream the caller opened and bounds in time
 //! (TLS, a port-forward), with a bearer token and the connection kept for more GETs, as the
 //! recorder scrapes HTTPS `/metrics` ([`get_over`]). TLS itself is the caller's.
+//!
+//! [`get`] dials with [`pod_network::connect`]: a simulated pod's address is reached inside
+//! the pod's own network namespace.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 
 /// The largest response read.
 const MAX_RESPONSE: usize = 4 * 1024 * 1024;
@@ -154,12 +156,13 @@ pub async fn get_text(
 
 async fn exchange(addr: SocketAddr, path: &str) -> Result<(u16, Vec<u8>), PlainHttpError> {
     let target = addr.to_string();
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .map_err(|source| PlainHttpError::Connect {
-            target: target.clone(),
-            source,
-        })?;
+    let mut stream =
+        pod_network::connect(addr)
+            .await
+            .map_err(|source| PlainHttpError::Connect {
+                target: target.clone(),
+                source,
+            })?;
     let get = Get {
         path,
         host: &target,

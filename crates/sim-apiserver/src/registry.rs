@@ -376,20 +376,39 @@ fn builtins() -> Vec<Builtin> {
     ]
 }
 
-/// The review resources of authorization.k8s.io/v1 (create-only, never stored).
+/// The review resources of authorization.k8s.io/v1 and authentication.k8s.io/v1
+/// (create-only, never stored).
 fn virtuals() -> Vec<ResourceType> {
+    const AUTHORIZATION: &str = "authorization.k8s.io";
     [
-        ("selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
-        ("subjectaccessreviews", "SubjectAccessReview", false),
         (
+            AUTHORIZATION,
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+        ),
+        (
+            AUTHORIZATION,
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+        ),
+        (
+            AUTHORIZATION,
             "localsubjectaccessreviews",
             "LocalSubjectAccessReview",
             true,
         ),
+        (
+            "authentication.k8s.io",
+            "tokenreviews",
+            "TokenReview",
+            false,
+        ),
     ]
     .into_iter()
-    .map(|(resource, kind, namespaced)| ResourceType {
-        group: "authorization.k8s.io".into(),
+    .map(|(group, resource, kind, namespaced)| ResourceType {
+        group: group.into(),
         versions: vec!["v1".into()],
         resource: resource.into(),
         singular: String::new(),

@@ -1,5 +1,6 @@
-//! Computed, never-stored resources: access reviews (`kubectl auth can-i`) and
-//! ServiceAccount TokenRequests (`kubectl create token`).
+//! Computed, never-stored resources: access reviews (`kubectl auth can-i`), token reviews
+//! (how a pod's server, such as controller-runtime's metrics filter, authenticates a bearer
+//! token) and ServiceAccount TokenRequests (`kubectl create token`).
 
 use chrono::{Duration, SecondsFormat, Utc};
 use serde_json::{Value, json};
@@ -48,6 +49,13 @@ pub fn create(call: &Call<'_>, rt: &ResourceType) -> Result<(u16, Value), ApiErr
             "the object provided is unrecognized or malformed".into(),
         ));
     }
+    if !review["metadata"].is_object() {
+        review["metadata"] = json!({});
+    }
+    review["metadata"]["creationTimestamp"] = Value::Null;
+    if rt.resource == "tokenreviews" {
+        return token_review(call, review);
+    }
     let spec = review["spec"].clone();
     let (user, ns) = match rt.resource.as_str() {
         "selfsubjectaccessreviews" => (call.user.clone(), None),
@@ -73,14 +81,46 @@ pub fn create(call: &Call<'_>, rt: &ResourceType) -> Result<(u16, Value), ApiErr
     let decision = auth::authorize(&call.state.store, &user, &attributes_of(&spec, ns));
     review["apiVersion"] = json!("authorization.k8s.io/v1");
     review["kind"] = json!(rt.kind);
-    if !review["metadata"].is_object() {
-        review["metadata"] = json!({});
-    }
-    review["metadata"]["creationTimestamp"] = Value::Null;
     let mut status = json!({"allowed": decision.allowed});
     if !decision.reason.is_empty() {
         status["reason"] = json!(decision.reason);
     }
+    review["status"] = status;
+    Ok((201, review))
+}
+
+/// A TokenReview, as kube-apiserver's registry answers it: a token it accepts is
+/// `authenticated`, with its user, and the audiences asked for (the API server's own when
+/// none are); any other gets an empty user. (A token this server issued is valid for every
+/// audience asked for.)
+fn token_review(call: &Call<'_>, mut review: Value) -> Result<(u16, Value), ApiError> {
+    let token = review["spec"]["token"].as_str().unwrap_or_default();
+    if token.is_empty() {
+        return Err(ApiError::BadRequest(
+            "token is required for TokenReview in authentication".into(),
+        ));
+    }
+    let asked: Vec<Value> = review["spec"]["audiences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let status = match call.state.tokens.authenticate(token, &call.state.store) {
+        Some(user) => {
+            let mut who = json!({"username": user.name, "groups": user.groups});
+            if !user.uid.is_empty() {
+                who["uid"] = json!(user.uid);
+            }
+            let audiences = if asked.is_empty() {
+                API_AUDIENCES.iter().map(|a| json!(a)).collect()
+            } else {
+                asked
+            };
+            json!({"authenticated": true, "user": who, "audiences": audiences})
+        }
+        None => json!({"user": {}}),
+    };
+    review["apiVersion"] = json!("authentication.k8s.io/v1");
+    review["kind"] = json!("TokenReview");
     review["status"] = status;
     Ok((201, review))
 }
@@ -388,6 +428,52 @@ mod tests {
 
     fn token(state: &State, body: &str) -> Result<(u16, Value), ApiError> {
         send(state, Method::POST, &format!("{ACCOUNTS}/sa/token"), body)
+    }
+
+    fn review_token(state: &State, token: &str) -> Result<(u16, Value), ApiError> {
+        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                          "spec": {"token": token}});
+        send(
+            state,
+            Method::POST,
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            &body.to_string(),
+        )
+    }
+
+    #[test]
+    fn a_token_review_names_the_account_of_an_issued_token_and_no_one_for_another() {
+        let (state, uid) = with_account();
+        let (_, issued) = token(
+            &state,
+            r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let issued = issued["status"]["token"].as_str().unwrap_or_default();
+        let (code, review) = review_token(&state, issued).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code, 201);
+        assert_eq!(review["kind"], "TokenReview");
+        assert_eq!(review["status"]["authenticated"], true);
+        assert_eq!(
+            review["status"]["user"]["username"],
+            "system:serviceaccount:default:sa"
+        );
+        assert_eq!(review["status"]["user"]["uid"], json!(uid));
+        assert_eq!(
+            review["status"]["audiences"],
+            json!(["https://kubernetes.default.svc.cluster.local"])
+        );
+        let (_, unknown) = review_token(&state, "not-a-token").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(unknown["status"], json!({"user": {}}));
+        match review_token(&state, "") {
+            Err(ApiError::BadRequest(message)) => {
+                assert_eq!(
+                    message,
+                    "token is required for TokenReview in authentication"
+                );
+            }
+            other => panic!("an empty token is a bad request, not {other:?}"),
+        }
     }
 
     #[test]

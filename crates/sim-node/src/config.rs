@@ -71,7 +71,8 @@ impl ImageMap {
     }
 
     /// Maps `image` to the directory `root` holding its filesystem, with the entrypoint and
-    /// cmd its containers run when they do not say (ignored when `root` is an executable).
+    /// cmd its containers run when they do not say (ignored when `root` is an executable)
+    /// and the user they run as.
     pub fn insert_filesystem(
         &mut self,
         image: impl Into<String>,
@@ -106,7 +107,7 @@ impl ImageMap {
             .map(|(name, m)| (name.as_str(), m))
     }
 
-    /// Changes the entrypoint and cmd of `image`, matched as [`ImageMap::get`] matches;
+    /// Changes the entrypoint, cmd or user of `image`, matched as [`ImageMap::get`] matches;
     /// `false` when it is not mapped.
     pub fn configure(&mut self, image: &str, change: impl FnOnce(&mut ImageConfig)) -> bool {
         let key = match self.find(image) {

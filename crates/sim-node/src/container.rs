@@ -657,6 +657,7 @@ impl ContainerTask {
             env: vars,
             cwd,
             hostname: super::names::hostname(&self.pod_object),
+            network: self.pod.network.as_ref().map(|n| n.namespace.path()),
             mounts,
             security,
             limits: bundle::limits(&self.spec),
@@ -683,14 +684,17 @@ impl ContainerTask {
                 return Ok(Some(ResolvedImage {
                     root: path,
                     filesystem: false,
+                    user: images.config(image).and_then(|c| c.user.clone()),
                     ..ResolvedImage::default()
                 }));
             }
             image::Kind::Directory => {
+                let config = images.config(image).cloned().unwrap_or_default();
                 return Ok(Some(ResolvedImage {
                     root: path,
                     filesystem: true,
-                    config: images.config(image).cloned().unwrap_or_default(),
+                    user: config.user.clone(),
+                    config,
                     ..ResolvedImage::default()
                 }));
             }
@@ -719,6 +723,7 @@ impl ContainerTask {
             config: image::ImageConfig {
                 entrypoint: unpacked.config.entrypoint,
                 cmd: unpacked.config.cmd,
+                user: None,
             },
             env,
             working_dir: unpacked.config.working_dir.filter(|w| !w.is_empty()),

@@ -104,14 +104,18 @@ pub enum ImageError {
     },
 }
 
-/// What a directory image runs when the container does not say: its `ENTRYPOINT` and
-/// `CMD`, as an image's metadata would give them (both empty by default).
+/// What a mapped image runs when the container does not say: its `ENTRYPOINT` and `CMD`
+/// (a directory image's; both empty by default) and its `USER` (any mapped image's), as an
+/// image's metadata would give them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageConfig {
     /// The image's entrypoint, replaced by the container's `command`.
     pub entrypoint: Vec<String>,
     /// The image's cmd, replaced by the container's `args`.
     pub cmd: Vec<String>,
+    /// The image's `USER` (`uid[:gid]` or a name), used when the pod does not say; `None`
+    /// is root.
+    pub user: Option<String>,
 }
 
 /// The process of a container of a directory image, as the host runs it.
@@ -247,6 +251,7 @@ mod tests {
         ImageConfig {
             entrypoint: strings(entrypoint),
             cmd: strings(cmd),
+            user: None,
         }
     }
 

@@ -5,8 +5,10 @@
 //! process, the runtime's pause and resume, removal).
 //!
 //! # What a container gets
-//! - Its own mount, UTS, IPC and PID namespaces, and the host's network namespace: the
-//!   pod's address and its API proxy stay as they are, so every network fault keeps working.
+//! - Its own mount, UTS, IPC and PID namespaces, and the pod's network namespace (see
+//!   [`pod_network`]; the host's for a `hostNetwork` pod): replicas bind the same ports. The
+//!   pod's API proxy listens inside it and connects upstream from the pod's address on the
+//!   host, so the audit and every network fault act as before.
 //! - Its host name (the pod's, see [`super::names`]), `/etc/hosts`, `/etc/resolv.conf` and
 //!   `/etc/hostname` bound from the pod's directory, and the bind mounts the caller gives
 //!   (the service-account files among them).
@@ -283,6 +285,9 @@ pub struct ContainerSpec {
     pub cwd: String,
     /// The host name.
     pub hostname: String,
+    /// The network namespace to join (the pod's: see [`pod_network`]); `None` is the
+    /// host's.
+    pub network: Option<PathBuf>,
     /// Bind mounts, in order, after the runtime's own (`/proc`, `/dev`, `/sys`…).
     pub mounts: Vec<BindMount>,
     /// The security context.
@@ -551,6 +556,12 @@ impl OciRuntime {
         ]
         .into_iter()
         .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
+        .chain(spec.network.iter().map(|path| {
+            LinuxNamespaceBuilder::default()
+                .typ(LinuxNamespaceType::Network)
+                .path(path.clone())
+                .build()
+        }))
         .collect::<Result<Vec<_>, _>>()
         .map_err(OciError::Spec)?;
         let mut resources = LinuxResourcesBuilder::default().devices(vec![

@@ -26,7 +26,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::container::ContainerTask;
 use super::error::KubeletError;
-use super::runtime::{ContainerRuntime, PodRuntime, StatusCell, StopState, lock};
+use super::runtime::{ContainerRuntime, PodNetwork, PodRuntime, StatusCell, StopState, lock};
 use super::shared::Shared;
 use super::status::{ContainerStatus, Eviction, PodStatus, State, Terminated, qos_class};
 use crate::proxy::{Mode, Proxy, ProxyError};
@@ -50,6 +50,9 @@ pub enum PodError {
     /// The pod's proxy could not be started.
     #[error("cannot start the pod's api proxy")]
     Proxy(#[source] ProxyError),
+    /// The pod's network namespace could not be made.
+    #[error("cannot make the pod's network namespace")]
+    Network(#[source] pod_network::NetworkError),
 }
 
 /// The faults that end a pod's containers (a crash, an eviction). They answer with a
@@ -317,11 +320,22 @@ async fn setup(
             shared.pods_as_fault_target(),
         )
     });
+    // Containers get the pod's own network namespace, as a real pod's do; host processes
+    // (and `hostNetwork` pods) stay in the host's.
+    let network = (matches!(
+        shared.config.isolation,
+        crate::oci::Isolation::Containers(_)
+    ) && !spec.host_network.unwrap_or(false))
+    .then(|| PodNetwork::create(ip))
+    .transpose()
+    .map_err(PodError::Network)
+    .map_err(release)?;
     let proxy = Proxy::start_inspecting(
         &format!("pod {namespace}/{name}"),
         shared.server.addr(),
         IpAddr::V4(ip),
         inspection,
+        network.as_ref().map(|n| &*n.namespace),
     )
     .await
     .map_err(PodError::Proxy)
@@ -356,6 +370,7 @@ async fn setup(
         ip,
         dir,
         proxy,
+        network,
         sequence,
         containers,
         ephemeral: std::sync::Mutex::new(Vec::new()),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Why one probe attempt failed (the message lands in the container's events and logs).
@@ -121,10 +121,14 @@ fn resolve_port(port: &IntOrString, container: &Container) -> Result<u16, ProbeE
 }
 
 async fn connect(target: Target, addr: SocketAddr) -> Result<TcpStream, ProbeError> {
-    let socket = TcpSocket::new_v4().map_err(|source| ProbeError::Connect { addr, source })?;
-    // From the node's address, as the real kubelet probes from the host network; fall back
-    // to any source if that address cannot be bound.
-    let _ = socket.bind(SocketAddr::new(IpAddr::V4(target.node_ip), 0));
+    // Into the pod's network namespace when it has one (see `pod_network`); else from the
+    // node's address, as the real kubelet probes from the host network, falling back to
+    // any source if that address cannot be bound.
+    let (socket, inside) =
+        pod_network::socket_for(addr).map_err(|source| ProbeError::Connect { addr, source })?;
+    if !inside {
+        let _ = socket.bind(SocketAddr::new(IpAddr::V4(target.node_ip), 0));
+    }
     socket
         .connect(addr)
         .await

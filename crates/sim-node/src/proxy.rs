@@ -67,11 +67,11 @@ impl Proxy {
         upstream: SocketAddr,
         source: IpAddr,
     ) -> Result<Self, ProxyError> {
-        Self::start_inspecting(owner, upstream, source, None).await
+        Self::start_inspecting(owner, upstream, source, None, None).await
     }
 
     /// [`Proxy::start`], judging each request by the request rules when `inspection` is
-    /// given.
+    /// given, and listening inside `network` (the pod's own namespace) when given.
     ///
     /// # Errors
     /// When the listening socket cannot be bound.
@@ -80,13 +80,17 @@ impl Proxy {
         upstream: SocketAddr,
         source: IpAddr,
         inspection: Option<Inspection>,
+        network: Option<&pod_network::Namespace>,
     ) -> Result<Self, ProxyError> {
-        let listener = TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))
-            .await
-            .map_err(|source| ProxyError::Bind {
-                owner: owner.to_string(),
-                source,
-            })?;
+        let at = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+        let listener = match network {
+            None => TcpListener::bind(at).await,
+            Some(namespace) => namespace.listen(at).map_err(std::io::Error::from),
+        }
+        .map_err(|source| ProxyError::Bind {
+            owner: owner.to_string(),
+            source,
+        })?;
         let addr = listener.local_addr().map_err(|source| ProxyError::Bind {
             owner: owner.to_string(),
             source,
@@ -455,6 +459,7 @@ mod inspecting {
             server.addr(),
             "127.0.0.1".parse().unwrap(),
             Some(inspection.for_pod(pod, "system:serviceaccount:default:default".into(), target)),
+            None,
         )
         .await
         .unwrap();

@@ -124,6 +124,30 @@ impl StatusCell {
     }
 }
 
+/// A pod's own network (see [`pod_network`]).
+pub struct PodNetwork {
+    /// The namespace its containers join and its proxy listens in.
+    pub namespace: Arc<pod_network::Namespace>,
+    /// The pod IP's route into the namespace: dials of the pod IP from this process enter
+    /// it.
+    _route: pod_network::Route,
+}
+
+impl PodNetwork {
+    /// A new namespace, with `ip` routed to it.
+    ///
+    /// # Errors
+    /// When the namespace cannot be made.
+    pub fn create(ip: Ipv4Addr) -> Result<Self, pod_network::NetworkError> {
+        let namespace = Arc::new(pod_network::Namespace::create()?);
+        let route = pod_network::route(ip.into(), &namespace);
+        Ok(Self {
+            namespace,
+            _route: route,
+        })
+    }
+}
+
 /// A pod while this kubelet runs it: what the faults act on.
 pub struct PodRuntime {
     /// Namespace.
@@ -138,6 +162,9 @@ pub struct PodRuntime {
     pub dir: PathBuf,
     /// Its API proxy.
     pub proxy: Proxy,
+    /// Its own network namespace, when it has one: pods that are containers do, unless
+    /// they ask for `hostNetwork`; `None` is the host's.
+    pub network: Option<PodNetwork>,
     /// Admission order on this node.
     pub sequence: u64,
     /// Init containers first, then app containers.

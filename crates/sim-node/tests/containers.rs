@@ -1,6 +1,7 @@
 //! Pods as containers of a real OCI runtime, on the simulated kubelet against the simulated
 //! API server of this process: a busybox image made from the host's static busybox sees
-//! its own host name, root filesystem, PID namespace, service-account files and hosts file;
+//! its own host name, root filesystem, PID and network namespaces, service-account files and
+//! hosts file;
 //! the faults act on the container (crash, hold and release, graceful deletion); and nothing
 //! of a container is left when the process owning the kubelet is SIGKILLed.
 //!
@@ -595,4 +596,46 @@ async fn an_image_missing_from_its_archive_waits_in_err_image_pull_then_image_pu
         "{backoff}"
     );
     kubelet.shutdown().await;
+}
+
+#[tokio::test]
+async fn replicas_binding_one_port_serve_each_in_its_own_network_namespace() {
+    if !containers_available() {
+        return;
+    }
+    let node = Node::start(159).await;
+    // Both bind every address's port 8081, as a manager binds `:8081`.
+    let script = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8081 -h /www";
+    for name in ["web-a", "web-b"] {
+        node.create(name, script, |pod| {
+            pod["spec"]["containers"][0]["readinessProbe"] =
+                json!({"httpGet": {"path": "/", "port": 8081}, "periodSeconds": 1});
+        })
+        .await;
+    }
+    for name in ["web-a", "web-b"] {
+        // Ready: the kubelet's probe reached the pod inside its namespace.
+        let pod = node
+            .wait(name, "ready", |p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .await;
+        let ip: std::net::IpAddr = pod["status"]["podIP"]
+            .as_str()
+            .and_then(|ip| ip.parse().ok())
+            .expect("a pod IP");
+        let addr = std::net::SocketAddr::new(ip, 8081);
+        let page = plain_http::get_text(addr, "/", Duration::from_secs(5))
+            .await
+            .expect("the pod's server answers at its address");
+        assert_eq!(page, format!("{name}\n"));
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "nothing listens at {addr} in the host's namespace"
+        );
+    }
 }

@@ -2,7 +2,9 @@
 //! plain HTTP, or HTTPS with a bearer token as a kubebuilder v4 scaffold serves them) and
 //! the way there, chosen once for all replicas:
 //!
-//! - from the test process to the pod IP: plain HTTP on a new connection each scrape; HTTPS
+//! - from the test process to the pod IP (dialled with [`pod_network::connect`], which
+//!   enters a simulated pod's own network namespace): plain HTTP on a new connection each
+//!   scrape; HTTPS
 //!   (with the bearer token, when there is one) on a connection kept for the next scrapes
 //!   (HTTP/1.1 keep-alive) and opened again after any failure;
 //! - through the API server without a token: `pods/<name>:<port>/proxy<path>`, or
@@ -38,7 +40,6 @@ use kube::Client;
 use kube::api::{Api, Portforwarder};
 use plain_http::{Get, PlainHttpError, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls;
@@ -441,7 +442,7 @@ impl Scraper {
         let target = addr.to_string();
         let exchange = async {
             let mut stream =
-                TcpStream::connect(addr)
+                pod_network::connect(addr)
                     .await
                     .map_err(|source| PlainHttpError::Connect {
                         target: target.clone(),
@@ -568,7 +569,7 @@ impl Scraper {
             }
             _ => {
                 let addr = SocketAddr::new(ip, port);
-                let stream = tokio::time::timeout_at(*deadline, TcpStream::connect(addr))
+                let stream = tokio::time::timeout_at(*deadline, pod_network::connect(addr))
                     .await
                     .map_err(|_| timeout(target))?
                     .map_err(|source| PlainHttpError::Connect {

@@ -42,6 +42,19 @@ use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch, Requ
 /// The image the operator manifests name.
 pub const DEFAULT_OPERATOR_IMAGE: &str = "memcached-operator:dev";
 
+/// The images of our kubelets (sim and local) for the operator under test: `image`, the one
+/// its manifests name, mapped to its `binary` and run as [`kind::image::USER`] (as the image
+/// the kind provider builds from a binary runs), so that a manager whose pod says
+/// `runAsNonRoot` runs unchanged everywhere.
+pub fn operator_images(image: &str, binary: &Path) -> crate::sim::kubelet::ImageMap {
+    let mut images = crate::sim::kubelet::ImageMap::new();
+    images.insert(image, binary);
+    images.configure(image, |config| {
+        config.user = Some(kind::image::USER.to_string());
+    });
+    images
+}
+
 /// Errors of the providers.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -385,26 +398,22 @@ impl ProviderKind {
 
     /// Why a pod of this provider is not the container a manager expects, when it is not:
     /// on sim and local our kubelet runs each as a host process where it cannot make
-    /// containers (no service-account files, host name or image filesystem), and even as
-    /// containers they share the host's network namespace (two replicas of a manager that
-    /// binds fixed ports, such as a kubebuilder scaffold's `:8443` and `:8081`, collide).
+    /// containers (no service-account files, host name, image filesystem or network
+    /// namespace: two replicas of a manager that binds fixed ports, such as a kubebuilder
+    /// scaffold's `:8443` and `:8081`, collide).
     pub fn pods_are_not_containers(self) -> Option<String> {
         match self {
-            Self::Sim | Self::Local => Some(
+            Self::Sim | Self::Local => {
                 match sim_node::oci::Isolation::detect(&std::env::temp_dir()) {
-                    sim_node::oci::Isolation::Processes { reason } => format!(
+                    sim_node::oci::Isolation::Processes { reason } => Some(format!(
                         "its pods are processes of the host, not containers ({reason}): they \
                          have no service-account files \
-                         (/var/run/secrets/kubernetes.io/serviceaccount), host name or image \
-                         filesystem of their own"
-                    ),
-                    sim_node::oci::Isolation::Containers(_) => {
-                        "its pods are containers that share the host's network namespace: \
-                         replicas of a manager that binds fixed ports collide"
-                            .to_string()
-                    }
-                },
-            ),
+                         (/var/run/secrets/kubernetes.io/serviceaccount), host name, image \
+                         filesystem or network namespace of their own"
+                    )),
+                    sim_node::oci::Isolation::Containers(_) => None,
+                }
+            }
             Self::Kubeconfig | Self::Kind => None,
         }
     }

@@ -18,7 +18,6 @@ use crate::fault::{FaultLog, NodeFault, PodFault, RequestMatch, RequestRules};
 use crate::sim::apiserver::ServerHandle;
 use crate::sim::apiserver::audit::AuditEvent;
 use crate::sim::faults::reason_for_code;
-use crate::sim::kubelet::ImageMap;
 use crate::sim::{SimCluster, SimClusterConfig};
 
 /// The live audit of a simulated API server, as the harness reads it: its events turned
@@ -82,10 +81,8 @@ impl SimProvider {
     /// # Errors
     /// When the cluster does not start or no client can be built for it.
     pub async fn running(placement: Placement, binary: &Path) -> Result<Self, ProviderError> {
-        let mut images = ImageMap::new();
-        images.insert(&placement.image, binary);
         let mut provider = Self::start(SimClusterConfig {
-            images,
+            images: super::operator_images(&placement.image, binary),
             ..SimClusterConfig::fast()
         })
         .await?;

@@ -56,8 +56,7 @@ impl LocalCluster {
         binary: &Path,
         crds: Vec<String>,
     ) -> Result<Self, ProviderError> {
-        let mut images = ImageMap::new();
-        images.insert(image, binary);
+        let images = crate::cluster::operator_images(image, binary);
         let mut cluster = Self::start(binaries, images, crds).await?;
         cluster.image = image.to_string();
         Ok(cluster)
