@@ -18,11 +18,12 @@ use tokio::time::Instant;
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use super::logs::ContainerLog;
+use super::logs::{ContainerLog, LogError};
 use super::process::Group;
 use super::proxy::Proxy;
 use super::status::PodStatus;
 use super::volume::{PodVolumes, TokenSpec};
+use sim_apiserver::podlog::{LogOptions, LogStream};
 
 /// Locks `m`, also when a thread panicked while holding it.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -265,5 +266,49 @@ impl PodRuntime {
             None => return None,
         };
         c.log.text(previous)
+    }
+
+    /// Reads a container's log for `pods/log` at `now`, as the kubelet answers it.
+    ///
+    /// # Errors
+    /// When the pod has no such container, `previous` is asked of a container that was
+    /// not restarted, or the container has not started yet.
+    pub fn read_log(
+        &self,
+        container: &str,
+        options: &LogOptions,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<LogStream, LogError> {
+        let c = self
+            .container(container)
+            .ok_or_else(|| LogError::NotAvailable {
+                container: container.to_string(),
+                pod: self.name.clone(),
+            })?;
+        if let Some(stream) = c.log.read(options, now) {
+            return Ok(stream);
+        }
+        if options.previous {
+            return Err(LogError::NoPrevious {
+                container: container.to_string(),
+                pod: self.name.clone(),
+            });
+        }
+        let reason = self.status.read(|s| {
+            s.init_containers
+                .iter()
+                .chain(&s.containers)
+                .chain(&s.ephemeral_containers)
+                .find(|c| c.name == container)
+                .and_then(|c| match &c.state {
+                    super::status::State::Waiting { reason, .. } => Some(reason.clone()),
+                    _ => None,
+                })
+        });
+        Err(LogError::Waiting {
+            container: container.to_string(),
+            pod: self.name.clone(),
+            reason: reason.unwrap_or_else(|| "ContainerCreating".into()),
+        })
     }
 }
