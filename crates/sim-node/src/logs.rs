@@ -307,9 +307,13 @@ impl ContainerLog {
         Some(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// Whether an instance ever started (its output can be read).
-    pub fn started(&self) -> bool {
-        self.shared.lock().current.is_some()
+    /// Whether the current instance has ended (its container exited).
+    pub fn ended(&self) -> bool {
+        self.shared
+            .lock()
+            .current
+            .as_ref()
+            .is_some_and(|instance| instance.ended)
     }
 
     /// Reads the current instance, or the previous one, as `options` ask at `now` (which

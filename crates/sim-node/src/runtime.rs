@@ -18,12 +18,13 @@ use tokio::time::Instant;
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use sim_apiserver::podlog::{LogOptions, LogStream};
+
 use super::logs::{ContainerLog, LogError};
 use super::process::Group;
 use super::proxy::Proxy;
 use super::status::PodStatus;
 use super::volume::{PodVolumes, TokenSpec};
-use sim_apiserver::podlog::{LogOptions, LogStream};
 
 /// Locks `m`, also when a thread panicked while holding it.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -268,7 +269,9 @@ impl PodRuntime {
         c.log.text(previous)
     }
 
-    /// Reads a container's log for `pods/log` at `now`, as the kubelet answers it.
+    /// Reads a container's log for `pods/log` at `now`, as the kubelet answers it: with
+    /// `previous`, the instance its status reports as the last terminated one (while it
+    /// waits to restart, the one that just ended).
     ///
     /// # Errors
     /// When the pod has no such container, `previous` is asked of a container that was
@@ -285,7 +288,36 @@ impl PodRuntime {
                 container: container.to_string(),
                 pod: self.name.clone(),
             })?;
-        if let Some(stream) = c.log.read(options, now) {
+        let (waiting, restarting) = self.status.read(|s| {
+            s.init_containers
+                .iter()
+                .chain(&s.containers)
+                .chain(&s.ephemeral_containers)
+                .find(|c| c.name == container)
+                .map(|c| {
+                    let waiting = match &c.state {
+                        super::status::State::Waiting { reason, .. } => Some(reason.clone()),
+                        _ => None,
+                    };
+                    // Between an exit and the restart the status already names the
+                    // instance that ended as the last terminated one.
+                    let restarting = !c.done
+                        && c.last_state.is_some()
+                        && !matches!(c.state, super::status::State::Running { .. });
+                    (waiting, restarting)
+                })
+                .unwrap_or_default()
+        });
+        let read = if options.previous && restarting && c.log.ended() {
+            let current = LogOptions {
+                previous: false,
+                ..options.clone()
+            };
+            c.log.read(&current, now)
+        } else {
+            c.log.read(options, now)
+        };
+        if let Some(stream) = read {
             return Ok(stream);
         }
         if options.previous {
@@ -294,21 +326,10 @@ impl PodRuntime {
                 pod: self.name.clone(),
             });
         }
-        let reason = self.status.read(|s| {
-            s.init_containers
-                .iter()
-                .chain(&s.containers)
-                .chain(&s.ephemeral_containers)
-                .find(|c| c.name == container)
-                .and_then(|c| match &c.state {
-                    super::status::State::Waiting { reason, .. } => Some(reason.clone()),
-                    _ => None,
-                })
-        });
         Err(LogError::Waiting {
             container: container.to_string(),
             pod: self.name.clone(),
-            reason: reason.unwrap_or_else(|| "ContainerCreating".into()),
+            reason: waiting.unwrap_or_else(|| "ContainerCreating".into()),
         })
     }
 }
