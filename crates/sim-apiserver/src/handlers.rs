@@ -406,7 +406,6 @@ impl<'a> Call<'a> {
             ("update" | "patch", "scale") if rt.scale.is_some() => self.write_scale(&rt),
             ("update", "finalize") if rt.resource == "namespaces" => self.finalize_namespace(&rt),
             ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt),
-            ("get", "log") if rt.resource == "pods" => self.pod_log(&rt),
             ("create", "eviction") if rt.resource == "pods" => self.evict_pod(&rt),
             ("get", "ephemeralcontainers") if rt.resource == "pods" => self.get(&rt),
             ("update", "ephemeralcontainers") if rt.resource == "pods" => {
@@ -1060,41 +1059,6 @@ impl<'a> Call<'a> {
             201,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         ))
-    }
-
-    /// `GET …/pods/NAME/log`: the container's output as text (a JSON string value here;
-    /// the server writes it as text/plain).
-    fn pod_log(&self, rt: &ResourceType) -> Reply {
-        let ns = self.ns(rt);
-        if self
-            .state
-            .store
-            .get(&rt.gr(), &ns, &self.info.name)
-            .is_none()
-        {
-            return Err(ApiError::not_found(&rt.gr(), &self.info.name));
-        }
-        let container = self.query.get("container");
-        let previous = self.query.get("previous") == Some("true");
-        let log = self
-            .state
-            .pod_log(&ns, &self.info.name, container, previous)
-            .ok_or_else(|| {
-                ApiError::BadRequest(if previous {
-                    format!(
-                        "previous terminated container {:?} in pod {:?} not found",
-                        container.unwrap_or_default(),
-                        self.info.name
-                    )
-                } else {
-                    format!(
-                        "container {:?} in pod {:?} is waiting to start: no log yet",
-                        container.unwrap_or_default(),
-                        self.info.name
-                    )
-                })
-            })?;
-        Ok((200, Value::String(log)))
     }
 
     /// `pods/eviction` (policy/v1 Eviction): the pod is marked `DisruptionTarget` (reason

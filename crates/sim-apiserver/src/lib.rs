@@ -34,6 +34,7 @@ pub mod handlers;
 pub mod names;
 pub mod objects;
 pub mod patch;
+pub mod podlog;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
@@ -638,6 +639,19 @@ async fn handle(
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
         }
+        if info.group.is_empty()
+            && info.resource == "pods"
+            && info.subresource == "log"
+            && info.verb == "get"
+        {
+            return match podlog::read(&state, &info.namespace, &info.name, &query) {
+                Ok(stream) => {
+                    state.faults.served(&facts);
+                    log_response(stream, shutdown).into()
+                }
+                Err(e) => error_response(&e, &parts.headers).into(),
+            };
+        }
         let served = call.serve();
         if served.as_ref().is_ok_and(|(code, _)| *code < 400) {
             state.faults.served(&facts);
@@ -711,6 +725,41 @@ fn watch_response(
     let mut resp = Response::new(StreamBody::new(stream).boxed());
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// A `pods/log` answer: the log so far as one body, or with `follow` a chunked stream of it
+/// and the later output, which ends when the source's does, when the client goes away or
+/// when the server stops.
+fn log_response(stream: podlog::LogStream, mut shutdown: signal::Receiver<bool>) -> Response<Body> {
+    let Some(mut rest) = stream.rest else {
+        return full(200, "text/plain", stream.head.to_vec());
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let head = stream.head;
+    tokio::spawn(async move {
+        if !head.is_empty() && tx.send(head).await.is_err() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                chunk = rest.next() => match chunk {
+                    Some(chunk) => {
+                        if tx.send(chunk).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => return,
+                },
+                () = tx.closed() => return,
+                _ = shutdown.changed() => return,
+            }
+        }
+    });
+    let body = ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+    let mut resp = Response::new(StreamBody::new(body).boxed());
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     resp
 }
 

@@ -50,9 +50,7 @@ impl Default for ApiServerConfig {
     }
 }
 
-/// Reads a container's log: `(namespace, pod, container, previous) -> text` (with
-/// `previous`, the instance before the last restart), `None` when unknown.
-pub type LogSource = Arc<dyn Fn(&str, &str, Option<&str>, bool) -> Option<String> + Send + Sync>;
+pub use super::podlog::LogSource;
 
 /// Everything the request handlers share.
 pub struct State {
@@ -139,20 +137,17 @@ impl State {
             .push(source);
     }
 
-    /// The log of a container (with `previous`, of its instance before the last restart),
-    /// from whichever kubelet runs it.
-    pub fn pod_log(
+    /// Reads a container's log from whichever kubelet runs its pod (`None`: none does).
+    pub fn read_log(
         &self,
-        namespace: &str,
-        pod: &str,
-        container: Option<&str>,
-        previous: bool,
-    ) -> Option<String> {
-        self.log_sources
+        request: &super::podlog::LogRequest<'_>,
+    ) -> Option<Result<super::podlog::LogStream, super::podlog::LogRefusal>> {
+        let sources = self
+            .log_sources
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find_map(|source| source(namespace, pod, container, previous))
+            .clone();
+        sources.iter().find_map(|source| source(request))
     }
 
     /// Whether garbage collection is on (see [`ApiServerConfig::garbage_collection`]).

@@ -1394,3 +1394,80 @@ async fn namespaces_cannot_be_deleted_as_a_collection_as_on_kube_apiserver() {
     assert_eq!((code, reason.as_str()), (405, "MethodNotAllowed"));
     assert!(namespaces.get("default").await.is_ok());
 }
+
+#[tokio::test]
+async fn pods_log_streams_what_the_kubelet_source_writes_until_it_ends() {
+    use futures::AsyncBufReadExt as _;
+    use sim_apiserver::podlog::{LogRequest, LogStream};
+    let (server, client) = server().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    for (name, node) in [("placed", json!("worker")), ("unplaced", json!(null))] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "busybox"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let (later, written) = tokio::sync::mpsc::unbounded_channel::<bytes::Bytes>();
+    let written = std::sync::Mutex::new(Some(written));
+    server
+        .state()
+        .add_log_source(std::sync::Arc::new(move |request: &LogRequest<'_>| {
+            if request.pod != "placed" {
+                return None;
+            }
+            if request.options.previous {
+                return Some(Err("no previous instance here".into()));
+            }
+            let rest = written
+                .lock()
+                .unwrap()
+                .take()
+                .filter(|_| request.options.follow)
+                .map(|rx| {
+                    Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+                        as sim_apiserver::podlog::LogTail
+                });
+            Some(Ok(LogStream {
+                head: bytes::Bytes::from(format!("{} one\n", request.container)),
+                rest,
+            }))
+        }));
+    let params = kube::api::LogParams {
+        follow: true,
+        ..kube::api::LogParams::default()
+    };
+    let mut lines = Box::pin(pods.log_stream("placed", &params).await.unwrap().lines());
+    let mut next = async || {
+        tokio::time::timeout(WAIT, lines.next())
+            .await
+            .expect("a line or the end in time")
+            .map(|l| l.unwrap())
+    };
+    assert_eq!(next().await.as_deref(), Some("app one"));
+    later.send("two\n".into()).unwrap();
+    assert_eq!(next().await.as_deref(), Some("two"));
+    drop(later);
+    assert_eq!(
+        next().await,
+        None,
+        "the answer ends with the source's stream"
+    );
+    assert_eq!(
+        pods.logs("unplaced", &Default::default()).await.unwrap(),
+        "",
+        "a pod on no node has no log yet"
+    );
+    let previous = kube::api::LogParams {
+        previous: true,
+        ..kube::api::LogParams::default()
+    };
+    let (code, reason, message) = api_error(pods.logs("placed", &previous).await.unwrap_err());
+    assert_eq!(
+        (code, reason.as_str(), message.as_str()),
+        (400, "BadRequest", "no previous instance here")
+    );
+    let (code, _, message) = api_error(pods.logs("absent", &Default::default()).await.unwrap_err());
+    assert_eq!((code, message.as_str()), (404, "pods \"absent\" not found"));
+}

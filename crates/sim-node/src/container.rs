@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::bundle::{self, BundleError};
 use super::env::{self, Env, PodFacts, SourceKind, Sources};
 use super::image::{self, ImageError};
+use super::logs::ContainerLog;
 use super::node::CAPACITY;
 use super::oci::{BindMount, ContainerSpec, Isolation, OciRuntime, Rootfs};
 use super::probe::{self, Kind, Target, Verdict};
@@ -860,6 +861,8 @@ impl ContainerTask {
     async fn run_instance(&mut self, launch: Launch, restarts: i32) -> Terminated {
         let started_at = Utc::now();
         self.runtime.log.new_instance();
+        // However this ends (exit, a start error, the task aborted), followers learn of it.
+        let _log_ends = InstanceEnd(self.runtime.log.clone());
         let (mut running, container_id, image_id) = match launch {
             Launch::Unstartable(e) => {
                 let message = format!("unable to start container process: {}", error_chain(&e));
@@ -1032,6 +1035,15 @@ impl ContainerTask {
             finished_at: Utc::now(),
             container_id: Some(container_id),
         }
+    }
+}
+
+/// Ends the log's current instance when dropped.
+struct InstanceEnd(Arc<ContainerLog>);
+
+impl Drop for InstanceEnd {
+    fn drop(&mut self) {
+        self.0.end_instance();
     }
 }
 

@@ -77,6 +77,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use sim_apiserver::podlog::{LogRefusal, LogRequest};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -187,13 +188,14 @@ impl Kubelet {
             sequence: AtomicU64::new(0),
         });
         let weak: Weak<Shared> = Arc::downgrade(&shared);
-        server.add_log_source(Arc::new(
-            move |namespace: &str, pod: &str, container: Option<&str>, previous: bool| {
-                let shared = weak.upgrade()?;
-                let pod = shared.find(namespace, pod)?;
-                pod.log_text(container, previous)
-            },
-        ));
+        server.add_log_source(Arc::new(move |request: &LogRequest<'_>| {
+            let shared = weak.upgrade()?;
+            let pod = shared.find(request.namespace, request.pod)?;
+            Some(
+                pod.read_log(request.container, request.options, chrono::Utc::now())
+                    .map_err(|e| Box::new(e) as LogRefusal),
+            )
+        }));
         let mut tasks = vec![
             tokio::spawn(heartbeats(shared.clone(), agent)),
             tokio::spawn(pod::pod_loop(shared.clone())),

@@ -35,7 +35,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
-use super::logs::ContainerLog;
+use super::logs::{ContainerLog, Output};
 use super::oci::Container;
 
 /// Errors of container processes.
@@ -339,10 +339,10 @@ impl Instance {
         }
         let mut readers = Vec::new();
         if let Some(out) = leader.stdout.take() {
-            readers.push(tokio::spawn(copy_output(out, log.clone())));
+            readers.push(tokio::spawn(copy_output(out, Output::Stdout, log.clone())));
         }
         if let Some(err) = leader.stderr.take() {
-            readers.push(tokio::spawn(copy_output(err, log)));
+            readers.push(tokio::spawn(copy_output(err, Output::Stderr, log)));
         }
         Ok(Self {
             group: Group {
@@ -447,12 +447,16 @@ fn remove_faketime_shm(pid: u32) {
     }
 }
 
-async fn copy_output(mut from: impl tokio::io::AsyncRead + Unpin, log: Arc<ContainerLog>) {
+async fn copy_output(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    output: Output,
+    log: Arc<ContainerLog>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => log.append(&buf[..n]),
+            Ok(n) => log.append(output, &buf[..n]),
         }
     }
 }

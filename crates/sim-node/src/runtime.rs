@@ -18,7 +18,9 @@ use tokio::time::Instant;
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use super::logs::ContainerLog;
+use sim_apiserver::podlog::{LogOptions, LogStream};
+
+use super::logs::{ContainerLog, LogError};
 use super::process::Group;
 use super::proxy::Proxy;
 use super::status::PodStatus;
@@ -292,5 +294,69 @@ impl PodRuntime {
             None => return None,
         };
         c.log.text(previous)
+    }
+
+    /// Reads a container's log for `pods/log` at `now`, as the kubelet answers it: with
+    /// `previous`, the instance its status reports as the last terminated one (while it
+    /// waits to restart, the one that just ended).
+    ///
+    /// # Errors
+    /// When the pod has no such container, `previous` is asked of a container that was
+    /// not restarted, or the container has not started yet.
+    pub fn read_log(
+        &self,
+        container: &str,
+        options: &LogOptions,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<LogStream, LogError> {
+        let c = self
+            .container(container)
+            .ok_or_else(|| LogError::NotAvailable {
+                container: container.to_string(),
+                pod: self.name.clone(),
+            })?;
+        let (waiting, restarting) = self.status.read(|s| {
+            s.init_containers
+                .iter()
+                .chain(&s.containers)
+                .chain(&s.ephemeral_containers)
+                .find(|c| c.name == container)
+                .map(|c| {
+                    let waiting = match &c.state {
+                        super::status::State::Waiting { reason, .. } => Some(reason.clone()),
+                        _ => None,
+                    };
+                    // Between an exit and the restart the status already names the
+                    // instance that ended as the last terminated one.
+                    let restarting = !c.done
+                        && c.last_state.is_some()
+                        && !matches!(c.state, super::status::State::Running { .. });
+                    (waiting, restarting)
+                })
+                .unwrap_or_default()
+        });
+        let read = if options.previous && restarting && c.log.ended() {
+            let current = LogOptions {
+                previous: false,
+                ..options.clone()
+            };
+            c.log.read(&current, now)
+        } else {
+            c.log.read(options, now)
+        };
+        if let Some(stream) = read {
+            return Ok(stream);
+        }
+        if options.previous {
+            return Err(LogError::NoPrevious {
+                container: container.to_string(),
+                pod: self.name.clone(),
+            });
+        }
+        Err(LogError::Waiting {
+            container: container.to_string(),
+            pod: self.name.clone(),
+            reason: waiting.unwrap_or_else(|| "ContainerCreating".into()),
+        })
     }
 }

@@ -1,7 +1,8 @@
 //! The kubelet's own HTTPS endpoint, where a real kube-apiserver reads container logs
 //! (`kubectl logs`, `pods/log`): `GET /containerLogs/{namespace}/{pod}/{container}` with
-//! `previous`, `tailLines` and `limitBytes`, and `/healthz`. The simulated API server reads
-//! the logs in-process and needs none of this.
+//! the `PodLogOptions` kube-apiserver passes on (`follow` streams until the container
+//! instance ends), and `/healthz`. The simulated API server reads the same logs
+//! in-process and needs none of this.
 //!
 //! It listens on the node's own address (InternalIP) on a free port, which the Node
 //! advertises as `status.daemonEndpoints.kubeletEndpoint.Port`, with a self-signed
@@ -9,16 +10,21 @@
 //! `--kubelet-certificate-authority`.
 //!
 //! # Caveats
-//! `follow=true` answers what has been written so far and ends; exec, attach, port-forward
-//! and the stats endpoints are not served.
+//! Exec, attach, port-forward and the stats endpoints are not served.
 
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Weak;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use futures::StreamExt as _;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt as _, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::header::HeaderValue;
 use hyper::{Request, Response, StatusCode};
+use sim_apiserver::podlog::{LogOptions, LogStream};
+use sim_apiserver::request::Query;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -86,17 +92,19 @@ pub(crate) fn serve(
     }))
 }
 
-fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body.into()));
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()).boxed_unsync());
     *response.status_mut() = code;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        "text/plain".parse().expect("a valid header"),
+        HeaderValue::from_static("text/plain"),
     );
     response
 }
 
-fn answer<B>(shared: &Weak<Shared>, req: &Request<B>) -> Response<Full<Bytes>> {
+fn answer<B>(shared: &Weak<Shared>, req: &Request<B>) -> Response<Body> {
     let path = req.uri().path();
     if path == "/healthz" {
         return text(StatusCode::OK, "ok");
@@ -111,17 +119,11 @@ fn answer<B>(shared: &Weak<Shared>, req: &Request<B>) -> Response<Full<Bytes>> {
             "expected /containerLogs/{namespace}/{pod}/{container}",
         );
     };
-    let query: Vec<(String, String)> =
-        form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
-            .into_owned()
-            .collect();
-    let get = |key: &str| {
-        query
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+    let query = Query::parse(req.uri().query());
+    let options = match LogOptions::parse(&query, pod) {
+        Ok(options) => options,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let previous = get("previous") == Some("true");
     let Some(shared) = shared.upgrade() else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "the kubelet is stopping");
     };
@@ -131,31 +133,22 @@ fn answer<B>(shared: &Weak<Shared>, req: &Request<B>) -> Response<Full<Bytes>> {
             format!("pod {namespace}/{pod} not found on this node"),
         );
     };
-    let Some(mut log) = runtime.log_text(Some(container), previous) else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            if previous {
-                format!("previous terminated container {container:?} in pod {pod:?} not found")
-            } else {
-                format!("container {container:?} in pod {pod:?} is not available")
-            },
-        );
-    };
-    if let Some(lines) = get("tailLines").and_then(|v| v.parse::<usize>().ok()) {
-        let kept: Vec<&str> = log.lines().collect();
-        let start = kept.len().saturating_sub(lines);
-        let mut tail = kept[start..].join("\n");
-        if !tail.is_empty() {
-            tail.push('\n');
+    match runtime.read_log(container, &options, chrono::Utc::now()) {
+        Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
+        Ok(LogStream { head, rest: None }) => text(StatusCode::OK, head),
+        Ok(LogStream {
+            head,
+            rest: Some(rest),
+        }) => {
+            let chunks = futures::stream::iter([head])
+                .chain(rest)
+                .map(|chunk| Ok::<_, Infallible>(Frame::data(chunk)));
+            let mut response = Response::new(StreamBody::new(chunks).boxed_unsync());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain"),
+            );
+            response
         }
-        log = tail;
     }
-    if let Some(limit) = get("limitBytes").and_then(|v| v.parse::<usize>().ok()) {
-        let mut cut = limit.min(log.len());
-        while !log.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        log.truncate(cut);
-    }
-    text(StatusCode::OK, log)
 }

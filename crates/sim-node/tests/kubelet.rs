@@ -27,6 +27,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 /// then, by mode (the first argument):
 /// - `run` (default): writes `heartbeat` (ns) and `clock` (s) every 100 ms; SIGTERM → "got SIGTERM", exit 0;
 /// - `ignore-term`: the same, but SIGTERM is only logged;
+/// - `await`: writes `waiting for go`, then once a file `go` is in its directory `got go`,
+///   and exits 0;
 /// - `idle`: sleeps (two processes, no CPU) until SIGTERM;
 /// - `exit CODE [SECONDS]`: exits with CODE (after SECONDS), recording the time in `exits`;
 /// - `kubectl`: every 200 ms `kubectl get --raw /version` through its KUBECONFIG, printing
@@ -44,6 +46,11 @@ case "$mode" in
     exit "$2" ;;
   ignore-term)
     trap 'echo "ignoring SIGTERM"' TERM ;;
+  await)
+    echo "waiting for go"
+    while [ ! -e go ]; do sleep 0.05; done
+    echo "got go"
+    exit 0 ;;
   idle)
     trap 'exit 0' TERM
     while :; do sleep 10; done ;;
@@ -1467,4 +1474,174 @@ async fn a_second_delete_with_a_shorter_grace_period_kills_sooner() {
         t0.elapsed()
     );
     assert!(!alive(pid));
+}
+
+/// Reads the next line of a followed log, failing after [`WAIT`].
+async fn next_line(
+    lines: &mut (impl futures::Stream<Item = std::io::Result<String>> + Unpin),
+) -> Option<String> {
+    tokio::time::timeout(WAIT, lines.next())
+        .await
+        .expect("a log line or the end of the log in time")
+        .map(|line| line.expect("a readable log line"))
+}
+
+#[tokio::test]
+async fn a_followed_log_streams_a_line_written_after_the_request_and_ends_with_the_container() {
+    use futures::AsyncBufReadExt as _;
+    let c = Cluster::start(26).await;
+    let mut pod = c.pod("follow", &["await"]);
+    pod["spec"]["restartPolicy"] = json!("Never");
+    c.create(pod).await;
+    c.running("follow").await;
+    let params = LogParams {
+        follow: true,
+        timestamps: true,
+        ..LogParams::default()
+    };
+    let started = chrono::Utc::now();
+    let mut lines = Box::pin(
+        c.pods()
+            .log_stream("follow", &params)
+            .await
+            .expect("the log is followed")
+            .lines(),
+    );
+    loop {
+        let line = next_line(&mut lines).await.expect("the log goes on");
+        if line.ends_with(" waiting for go") {
+            break;
+        }
+    }
+    std::fs::write(c.dir("follow").join("go"), "").expect("go written");
+    let line = next_line(&mut lines)
+        .await
+        .expect("the line written after the request");
+    let (time, text) = line.split_once(' ').expect("a timestamp and a line");
+    assert_eq!(text, "got go");
+    assert_eq!(time.len(), "2026-11-29T12:00:00.123456789Z".len(), "{time}");
+    let time = chrono::DateTime::parse_from_rfc3339(time).expect("an RFC3339 time");
+    assert!(
+        time > started,
+        "the line was written after the request: {time} {started}"
+    );
+    assert_eq!(
+        next_line(&mut lines).await,
+        None,
+        "the stream ends when the container exits"
+    );
+    c.wait("follow", "succeeded", |p| phase(p) == "Succeeded")
+        .await;
+    let tail = c
+        .pods()
+        .logs(
+            "follow",
+            &LogParams {
+                tail_lines: Some(1),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("the log of the ended container");
+    assert_eq!(tail, "got go\n");
+    let limited = c
+        .pods()
+        .logs(
+            "follow",
+            &LogParams {
+                limit_bytes: Some(4),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("the first bytes of the log");
+    assert_eq!(limited, "args");
+    let mut ended = Box::pin(
+        c.pods()
+            .log_stream("follow", &params)
+            .await
+            .expect("an ended container's log")
+            .lines(),
+    );
+    let mut all = Vec::new();
+    while let Some(line) = next_line(&mut ended).await {
+        all.push(line);
+    }
+    assert!(
+        all.last().is_some_and(|l| l.ends_with(" got go")),
+        "following an ended container answers its log and ends: {all:?}"
+    );
+}
+
+#[tokio::test]
+async fn pods_log_refuses_what_kube_apiserver_and_the_kubelet_refuse_with_their_messages() {
+    let c = Cluster::start(27).await;
+    let mut pod = c.pod("pair", &["idle"]);
+    pod["spec"]["containers"] = json!([
+        {"name": "a", "image": IMAGE, "args": ["idle"]},
+        {"name": "b", "image": IMAGE, "args": ["idle"]},
+    ]);
+    c.create(pod).await;
+    c.running("pair").await;
+    let refusal = |e: kube::Error| match e {
+        kube::Error::Api(status) => (status.code, status.message),
+        other => panic!("not an api error: {other}"),
+    };
+    let pods = c.pods();
+    let read = |params: LogParams| {
+        let pods = pods.clone();
+        async move { refusal(pods.logs("pair", &params).await.unwrap_err()) }
+    };
+    assert_eq!(
+        read(LogParams::default()).await,
+        (
+            400,
+            "a container name must be specified for pod pair, choose one of: [a b]".into()
+        )
+    );
+    assert_eq!(
+        read(LogParams {
+            container: Some("c".into()),
+            ..LogParams::default()
+        })
+        .await,
+        (400, "container c is not valid for pod pair".into())
+    );
+    assert_eq!(
+        read(LogParams {
+            container: Some("a".into()),
+            previous: true,
+            ..LogParams::default()
+        })
+        .await,
+        (
+            400,
+            "previous terminated container \"a\" in pod \"pair\" not found".into()
+        )
+    );
+    assert_eq!(
+        read(LogParams {
+            container: Some("a".into()),
+            tail_lines: Some(-1),
+            ..LogParams::default()
+        })
+        .await,
+        (
+            422,
+            "PodLogOptions \"pair\" is invalid: tailLines: Invalid value: -1: must be greater than or equal to 0".into()
+        )
+    );
+    let both = http::Request::get(
+        "/api/v1/namespaces/default/pods/pair/log?container=a&sinceSeconds=10&sinceTime=2026-11-29T12:00:00Z",
+    )
+    .body(Vec::new())
+    .unwrap();
+    let (code, message) = refusal(c.client.request_text(both).await.unwrap_err());
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            422,
+            "PodLogOptions \"pair\" is invalid: : Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified"
+        )
+    );
 }
