@@ -42,12 +42,18 @@ fn kubectl_available() {
 
 impl Sim {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// `opconform sim` with `args` added (`--image NAME=PATH`…).
+    fn start_with(args: &[&str]) -> Self {
         kubectl_available();
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
         let mut child = Command::new(assert_cmd::cargo::cargo_bin!("opconform"))
             .args(["sim", "--kubeconfig"])
             .arg(&kubeconfig)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -801,5 +807,76 @@ fn the_kubebuilder_scaffold_renders_from_its_kustomize_tree_and_follows_its_oper
     object(
         "ClusterRole",
         "memcached-operator-metrics-reader-opconform-t1",
+    );
+}
+
+#[test]
+fn kubectl_exec_runs_commands_in_a_pod_and_logs_follow_streams_its_output_as_written() {
+    let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
+    // It waits for a file its working directory gets from an exec, then ends.
+    let pod = sim.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: waiter}\nspec:\n  restartPolicy: Never\n  \
+         containers:\n  - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
+         'echo before; while [ ! -e go ]; do sleep 0.1; done; echo after']\n",
+    );
+    sim.ok(&["apply", "-f", &pod]);
+    sim.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/waiter",
+        "--timeout=30s",
+    ]);
+
+    let out = sim.run(&[
+        "exec",
+        "waiter",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo out; echo err >&2",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+
+    let mut cat = sim
+        .kubectl()
+        .args(["exec", "-i", "waiter", "--", "/bin/cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl exec -i starts");
+    {
+        use std::io::Write as _;
+        let mut stdin = cat.stdin.take().expect("stdin");
+        stdin
+            .write_all(b"through stdin\n")
+            .expect("kubectl reads stdin");
+    }
+    let echoed = wait_with_timeout(cat, WAIT);
+    assert!(echoed.status.success(), "{echoed:?}");
+    assert_eq!(String::from_utf8_lossy(&echoed.stdout), "through stdin\n");
+
+    let failed = sim.run(&["exec", "waiter", "--", "/bin/sh", "-c", "exit 3"]);
+    assert_eq!(failed.status.code(), Some(3), "{failed:?}");
+
+    let mut follow = sim
+        .kubectl()
+        .args(["logs", "-f", "waiter"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl logs -f starts");
+    let mut lines = BufReader::new(follow.stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok);
+    assert_eq!(first.as_deref(), Some("before"));
+    // Only now is the pod told to go on: "after" reaches a follower already there.
+    sim.ok(&["exec", "waiter", "--", "/bin/sh", "-c", "touch go"]);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(rest, ["after"], "the rest of the followed log");
+    let ended = wait_with_timeout(follow, WAIT);
+    assert!(
+        ended.status.success(),
+        "kubectl logs -f ends with the container: {ended:?}"
     );
 }

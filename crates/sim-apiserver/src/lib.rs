@@ -29,6 +29,7 @@ pub mod control;
 mod create;
 pub mod discovery;
 pub mod ephemeral;
+pub mod exec;
 pub mod faults;
 pub mod handlers;
 pub mod names;
@@ -67,7 +68,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use chrono::Utc;
-use http_body_util::{BodyExt as _, Full, Limited, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt as _, Empty, Full, Limited, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -385,8 +386,10 @@ async fn accept_loop(
                 let shutdown = service_shutdown.clone();
                 async move { Ok::<_, Infallible>(handle(state, req, peer, addr, shutdown).await) }
             });
+            // With upgrades: `pods/exec` switches the connection to a WebSocket.
             let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .with_upgrades();
             tokio::select! {
                 _ = conn => {}
                 _ = conn_shutdown.changed() => {}
@@ -491,7 +494,7 @@ async fn handle(
     shutdown: signal::Receiver<bool>,
 ) -> Response<Body> {
     let time = Utc::now();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let query = Query::parse(parts.uri.query());
     let info = request::parse(&parts.method, parts.uri.path(), &query);
     let user_agent = parts
@@ -570,6 +573,21 @@ async fn handle(
                 };
                 return error_response(&e, &parts.headers).into();
             }
+        }
+        if info.group.is_empty() && info.resource == "pods" && info.subresource == "exec" {
+            return match exec::start(
+                &state,
+                &info.namespace,
+                &info.name,
+                parts.uri.query(),
+                &parts.headers,
+            ) {
+                Ok(accepted) => {
+                    state.faults.served(&facts);
+                    exec_response(parts.extensions.remove(), accepted).into()
+                }
+                Err(e) => error_response(&e, &parts.headers).into(),
+            };
         }
         if !accepts_json(&parts.headers) {
             return error_response(&ApiError::NotAcceptable, &parts.headers).into();
@@ -725,6 +743,46 @@ fn watch_response(
     let mut resp = Response::new(StreamBody::new(stream).boxed());
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// The answer to an accepted `pods/exec`: 101 Switching Protocols, and the relay of the
+/// command's streams once the connection is upgraded (see [`exec`]).
+fn exec_response(
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+    accepted: exec::Accepted,
+) -> Response<Body> {
+    let mut resp = Response::new(
+        Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *resp.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+    let headers = resp.headers_mut();
+    headers.insert(
+        hyper::header::UPGRADE,
+        HeaderValue::from_static("websocket"),
+    );
+    headers.insert(
+        hyper::header::CONNECTION,
+        HeaderValue::from_static("Upgrade"),
+    );
+    headers.insert(
+        hyper::header::SEC_WEBSOCKET_PROTOCOL,
+        HeaderValue::from_static(accepted.protocol),
+    );
+    if let Ok(key) = HeaderValue::from_str(&accepted.accept_key) {
+        headers.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, key);
+    }
+    tokio::spawn(async move {
+        // Without an upgrade (the client went away), dropping `accepted` kills the command.
+        if let Some(Ok(upgraded)) = match upgrade {
+            Some(on) => Some(on.await),
+            None => None,
+        } {
+            exec::relay(hyper_util::rt::TokioIo::new(upgraded), accepted).await;
+        }
+    });
     resp
 }
 

@@ -60,6 +60,8 @@ pub struct State {
     fault_target: RwLock<Option<Arc<dyn crate::faults::FaultTarget>>>,
     /// Where `pods/log` reads from (the kubelets register themselves here).
     pub log_sources: RwLock<Vec<LogSource>>,
+    /// Where `pods/exec` runs commands (the kubelets register themselves here).
+    pub exec_sources: RwLock<Vec<super::exec::ExecSource>>,
     /// Settings.
     pub config: ApiServerConfig,
     /// Objects and events.
@@ -98,6 +100,7 @@ impl State {
             faults: Arc::new(crate::faults::Faults::new()),
             fault_target: RwLock::new(None),
             log_sources: RwLock::new(Vec::new()),
+            exec_sources: RwLock::new(Vec::new()),
             store: Store::new(config.watch_history),
             config,
             registry: RwLock::new(Registry::new()),
@@ -127,6 +130,28 @@ impl State {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Registers a way to run commands in containers (a kubelet).
+    pub fn add_exec_source(&self, source: super::exec::ExecSource) {
+        self.exec_sources
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(source);
+    }
+
+    /// Runs a command in a container through whichever kubelet runs its pod (`None`: none
+    /// does).
+    pub fn exec(
+        &self,
+        request: &super::exec::ExecRequest<'_>,
+    ) -> Option<Result<tokio::process::Child, super::exec::ExecRefusal>> {
+        let sources = self
+            .exec_sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        sources.iter().find_map(|source| source(request))
     }
 
     /// Registers a source of container logs (a kubelet).

@@ -77,6 +77,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use sim_apiserver::exec::{ExecRefusal, ExecRequest};
 use sim_apiserver::podlog::{LogRefusal, LogRequest};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -194,6 +195,15 @@ impl Kubelet {
             Some(
                 pod.read_log(request.container, request.options, chrono::Utc::now())
                     .map_err(|e| Box::new(e) as LogRefusal),
+            )
+        }));
+        let weak: Weak<Shared> = Arc::downgrade(&shared);
+        server.add_exec_source(Arc::new(move |request: &ExecRequest<'_>| {
+            let shared = weak.upgrade()?;
+            let pod = shared.find(request.namespace, request.pod)?;
+            Some(
+                pod.exec(request.container, request.command, request.stdin)
+                    .map_err(|e| Box::new(e) as ExecRefusal),
             )
         }));
         let mut tasks = vec![

@@ -710,6 +710,20 @@ impl Container {
         }
     }
 
+    /// The program and arguments that run `command` in the running container (the
+    /// runtime's `exec`: the container's namespaces, root, user, environment and working
+    /// directory).
+    pub fn exec_command(&self, command: &[String]) -> (PathBuf, Vec<String>) {
+        let mut args = vec![
+            "--root".to_string(),
+            self.runtime.root.display().to_string(),
+            "exec".into(),
+            self.id.clone(),
+        ];
+        args.extend(command.iter().cloned());
+        (self.runtime.program.clone(), args)
+    }
+
     /// The shell words the watchdog runs when the kubelet's process is gone: delete the
     /// container by force.
     pub fn delete_words(&self) -> Vec<String> {

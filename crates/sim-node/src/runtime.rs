@@ -126,6 +126,28 @@ impl StatusCell {
     }
 }
 
+/// Why a command could not be run in a container (`pods/exec`; the kubelet's messages).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The container is not running.
+    #[error("container not found ({container:?})")]
+    NotRunning {
+        /// The container.
+        container: String,
+    },
+    /// The command (or the runtime's `exec`) could not be started.
+    #[error("cannot start {command:?} in container {container:?}")]
+    Spawn {
+        /// argv.
+        command: Vec<String>,
+        /// The container.
+        container: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// A pod's own network (see [`pod_network`]).
 pub struct PodNetwork {
     /// The namespace its containers join and its proxy listens in.
@@ -294,6 +316,55 @@ impl PodRuntime {
             None => return None,
         };
         c.log.text(previous)
+    }
+
+    /// Starts `command` in the running instance of `container`, its standard streams piped
+    /// (stdin only with `stdin`), killed when dropped: through the runtime's `exec` for a
+    /// container, as a host process in the pod's directory for a pod that is processes.
+    ///
+    /// # Errors
+    /// When nothing of the container runs (a stand-in runs nothing either), or the command
+    /// cannot be started.
+    pub fn exec(
+        &self,
+        container: &str,
+        command: &[String],
+        stdin: bool,
+    ) -> Result<tokio::process::Child, ExecError> {
+        let not_running = || ExecError::NotRunning {
+            container: container.to_string(),
+        };
+        let group = self
+            .container(container)
+            .and_then(|c| c.group())
+            .ok_or_else(not_running)?;
+        let (program, args, cwd) = match &group.container {
+            Some(oci) => {
+                let (program, args) = oci.exec_command(command);
+                (program, args, PathBuf::from("/"))
+            }
+            None => {
+                let (first, rest) = command.split_first().ok_or_else(not_running)?;
+                (PathBuf::from(first), rest.to_vec(), self.dir.clone())
+            }
+        };
+        tokio::process::Command::new(program)
+            .args(args)
+            .current_dir(cwd)
+            .stdin(if stdin {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| ExecError::Spawn {
+                command: command.to_vec(),
+                container: container.to_string(),
+                source,
+            })
     }
 
     /// Reads a container's log for `pods/log` at `now`, as the kubelet answers it: with

@@ -67,6 +67,9 @@ pub trait Upstream: Send + Sync {
     }
     /// Where the API server reads this kubelet's container logs from (in-process servers).
     fn add_log_source(&self, _source: LogSource) {}
+    /// Where the API server runs commands in this kubelet's containers (`pods/exec`;
+    /// in-process servers).
+    fn add_exec_source(&self, _source: sim_apiserver::exec::ExecSource) {}
     /// Requests from `ip` come from `pod` (`None`: no longer) — for servers that attribute
     /// requests by source address in-process.
     fn attribute(&self, _ip: IpAddr, _pod: Option<PodRef>) {}
@@ -221,6 +224,10 @@ impl Upstream for SimulatedUpstream {
 
     fn add_log_source(&self, source: LogSource) {
         self.0.state().add_log_source(source);
+    }
+
+    fn add_exec_source(&self, source: sim_apiserver::exec::ExecSource) {
+        self.0.state().add_exec_source(source);
     }
 
     fn attribute(&self, ip: IpAddr, pod: Option<PodRef>) {

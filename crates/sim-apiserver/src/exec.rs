@@ -1,0 +1,352 @@
+//! `pods/exec`: a command run in a container of a pod by the kubelet that runs it, its
+//! standard streams relayed over a WebSocket as kube-apiserver relays them to kubectl.
+//!
+//! The client upgrades `GET …/pods/NAME/exec?command=…&container=…&stdin=…&stdout=…&stderr=…`
+//! to a WebSocket with the subprotocol `v5.channel.k8s.io` (what kubectl 1.30+ offers, and
+//! only that) or `v4.channel.k8s.io` (kube-rs offers both). Every message is binary, its
+//! first byte the channel: 0 stdin, 1 stdout, 2 stderr, 3 the final `Status` (JSON), 4 a
+//! terminal resize; with v5 the client closes stdin with `[255, 0]`. Once the command has
+//! exited and its output is relayed, the status goes on channel 3 (`Success`, or `Failure`
+//! with reason `NonZeroExitCode` and the exit code as a cause, from which kubectl takes its
+//! own exit code) and the socket closes. A client that goes away kills the command.
+//!
+//! Kubelets register an [`ExecSource`] ([`crate::state::State::add_exec_source`]) that
+//! starts the command as a process whose standard streams are piped.
+//!
+//! # Caveats
+//! - No terminal (`tty=true` is refused, naming why): `kubectl exec -it` without `-t`
+//!   works, interactive shells do not.
+//! - SPDY, kubectl's fallback, is not served: the upgrade is refused with a status saying
+//!   which protocols are.
+
+use std::sync::Arc;
+
+use futures::{SinkExt as _, StreamExt as _};
+use hyper::HeaderMap;
+use hyper::header::{CONNECTION, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::process::Child;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+
+use super::status::{ApiError, GroupResource};
+
+/// The subprotocols served, in order of preference.
+pub const PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const STATUS: u8 = 3;
+/// v5's close signal: `[255, channel]`.
+const CLOSE: u8 = 255;
+
+/// What a kubelet is asked to run.
+#[derive(Debug)]
+pub struct ExecRequest<'a> {
+    /// The pod's namespace.
+    pub namespace: &'a str,
+    /// The pod.
+    pub pod: &'a str,
+    /// The container (already checked to be one of the pod's).
+    pub container: &'a str,
+    /// argv.
+    pub command: &'a [String],
+    /// Whether the client sends a stdin.
+    pub stdin: bool,
+}
+
+/// Why a kubelet did not run a command (its message is the answer's).
+pub type ExecRefusal = Box<dyn std::error::Error + Send + Sync>;
+
+/// A kubelet's way to run a command in a container: `None` when the pod is not its, else
+/// the started process (standard streams piped; stdin only when asked) or why not.
+pub type ExecSource =
+    Arc<dyn Fn(&ExecRequest<'_>) -> Option<Result<Child, ExecRefusal>> + Send + Sync>;
+
+/// An exec accepted and started: the answer to give (101 with these headers), then the
+/// relay to run on the upgraded connection ([`relay`]).
+pub struct Accepted {
+    /// The subprotocol chosen.
+    pub protocol: &'static str,
+    /// `Sec-WebSocket-Accept`.
+    pub accept_key: String,
+    child: Child,
+}
+
+/// Checks an exec request and starts its command.
+///
+/// # Errors
+/// As kube-apiserver refuses: a request that is not a WebSocket upgrade offering one of
+/// [`PROTOCOLS`], no command, no stream, a terminal, an unknown pod or container, a pod no
+/// kubelet runs, or what the kubelet said.
+pub fn start(
+    state: &crate::state::State,
+    namespace: &str,
+    name: &str,
+    raw_query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Accepted, ApiError> {
+    let mut command = Vec::new();
+    let (mut container, mut stdin, mut stdout, mut stderr, mut tty) =
+        (String::new(), false, false, false, false);
+    for (key, value) in form_urlencoded::parse(raw_query.unwrap_or_default().as_bytes()) {
+        let on = matches!(value.as_ref(), "true" | "1");
+        match key.as_ref() {
+            "command" => command.push(value.into_owned()),
+            "container" => container = value.into_owned(),
+            "stdin" => stdin = on,
+            "stdout" => stdout = on,
+            "stderr" => stderr = on,
+            "tty" => tty = on,
+            _ => {}
+        }
+    }
+    if command.is_empty() {
+        return Err(ApiError::BadRequest(
+            "you must specify at least one command for the container".into(),
+        ));
+    }
+    if !(stdin || stdout || stderr) {
+        return Err(ApiError::BadRequest(
+            "you must specify at least 1 of stdin, stdout, stderr".into(),
+        ));
+    }
+    if tty {
+        return Err(ApiError::BadRequest(
+            "a terminal (tty) is not served by the simulated kubelet: exec without -t".into(),
+        ));
+    }
+    let (protocol, accept_key) = handshake(headers)?;
+    let gr = GroupResource::new("", "pods");
+    let pod = state
+        .store
+        .get(&gr, namespace, name)
+        .ok_or_else(|| ApiError::not_found(&gr, name))?;
+    let container = super::podlog::container_of(&pod, name, &container)?;
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(ApiError::BadRequest(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    let request = ExecRequest {
+        namespace,
+        pod: name,
+        container: &container,
+        command: &command,
+        stdin,
+    };
+    let child = match state.exec(&request) {
+        Some(Ok(child)) => child,
+        Some(Err(refusal)) => {
+            return Err(ApiError::BadRequest(format!(
+                "unable to upgrade connection: {refusal}"
+            )));
+        }
+        None => {
+            return Err(ApiError::BadRequest(format!(
+                "unable to upgrade connection: pod {name} is not running on a kubelet of this cluster"
+            )));
+        }
+    };
+    Ok(Accepted {
+        protocol,
+        accept_key,
+        child,
+    })
+}
+
+/// The subprotocol and `Sec-WebSocket-Accept` of a WebSocket upgrade offering one of
+/// [`PROTOCOLS`].
+fn handshake(headers: &HeaderMap) -> Result<(&'static str, String), ApiError> {
+    let header = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|v| v.trim().to_ascii_lowercase())
+            .collect::<Vec<_>>()
+    };
+    let upgrade = header(UPGRADE).iter().any(|v| v == "websocket")
+        && header(CONNECTION).iter().any(|v| v == "upgrade");
+    let key = headers.get(SEC_WEBSOCKET_KEY).map(|k| k.as_bytes());
+    let offered = header(SEC_WEBSOCKET_PROTOCOL);
+    let protocol = PROTOCOLS
+        .iter()
+        .find(|p| offered.iter().any(|o| o == *p))
+        .copied();
+    match (upgrade, key, protocol) {
+        (true, Some(key), Some(protocol)) => Ok((
+            protocol,
+            tokio_tungstenite::tungstenite::handshake::derive_accept_key(key),
+        )),
+        _ => Err(ApiError::BadRequest(format!(
+            "upgrade request required: exec is served over a WebSocket with one of the \
+             subprotocols {}",
+            PROTOCOLS.join(", ")
+        ))),
+    }
+}
+
+/// Relays the command's streams over the upgraded connection until it has exited and its
+/// output is sent, then sends its status; kills it when the client goes away first.
+pub async fn relay<S>(socket: S, accepted: Accepted)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let v5 = accepted.protocol == PROTOCOLS[0];
+    let mut child = accepted.child;
+    let ws = WebSocketStream::from_raw_socket(socket, Role::Server, None).await;
+    let (mut sink, mut incoming) = ws.split();
+    let (tx, mut output) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(pump(out, STDOUT, tx.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(pump(err, STDERR, tx.clone()));
+    }
+    drop(tx);
+    let mut stdin = child.stdin.take();
+    loop {
+        tokio::select! {
+            chunk = output.recv() => match chunk {
+                Some(frame) => {
+                    if sink.send(Message::binary(frame)).await.is_err() {
+                        let _ = child.start_kill();
+                        return;
+                    }
+                }
+                // Both streams ended: the command is done with its output.
+                None => break,
+            },
+            message = incoming.next() => match message {
+                Some(Ok(Message::Binary(data))) => match data.first() {
+                    Some(&STDIN) => {
+                        if let Some(pipe) = stdin.as_mut()
+                            && pipe.write_all(&data[1..]).await.is_err()
+                        {
+                            stdin = None;
+                        }
+                    }
+                    Some(&CLOSE) if v5 && data.get(1) == Some(&STDIN) => stdin = None,
+                    _ => {}
+                },
+                Some(Ok(Message::Close(_)) | Err(_)) | None => {
+                    let _ = child.start_kill();
+                    return;
+                }
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    drop(stdin);
+    let status = match child.wait().await {
+        Ok(exit) if exit.success() => json!({"metadata": {}, "status": "Success"}),
+        Ok(exit) => {
+            let code = exit
+                .code()
+                .or_else(|| std::os::unix::process::ExitStatusExt::signal(&exit).map(|s| 128 + s))
+                .unwrap_or(1);
+            failure(code)
+        }
+        Err(e) => json!({"metadata": {}, "status": "Failure",
+                         "message": format!("waiting for the command: {e}"),
+                         "reason": "InternalError"}),
+    };
+    let mut frame = vec![STATUS];
+    frame.extend(serde_json::to_vec(&status).unwrap_or_default());
+    let _ = sink.send(Message::binary(frame)).await;
+    // A normal closure (1000): clients read it as the end of every stream.
+    let normal = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    };
+    let _ = sink.send(Message::Close(Some(normal))).await;
+    let _ = sink.close().await;
+}
+
+/// The status of a command that exited with `code`, as the kubelet writes it.
+fn failure(code: i32) -> Value {
+    json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("command terminated with non-zero exit code: exit status {code}"),
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+    })
+}
+
+/// Sends what `stream` yields as frames of `channel` until it ends.
+async fn pump(
+    mut stream: impl AsyncRead + Unpin,
+    channel: u8,
+    tx: tokio::sync::mpsc::Sender<Vec<u8>>,
+) {
+    let mut buffer = vec![0u8; 32 * 1024];
+    loop {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut frame = Vec::with_capacity(n + 1);
+                frame.push(channel);
+                frame.extend_from_slice(&buffer[..n]);
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    fn upgrade(protocols: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+        headers.insert(
+            SEC_WEBSOCKET_KEY,
+            HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
+        );
+        headers.insert(
+            SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_str(protocols).unwrap_or(HeaderValue::from_static("")),
+        );
+        headers
+    }
+
+    #[test]
+    fn the_handshake_prefers_v5_and_answers_with_the_rfc_6455_accept_key() {
+        let (protocol, key) =
+            handshake(&upgrade("v4.channel.k8s.io, v5.channel.k8s.io")).unwrap_or_default();
+        assert_eq!(protocol, "v5.channel.k8s.io");
+        assert_eq!(key, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+        let (protocol, _) = handshake(&upgrade("v4.channel.k8s.io")).unwrap_or_default();
+        assert_eq!(protocol, "v4.channel.k8s.io");
+    }
+
+    #[test]
+    fn a_request_that_offers_no_served_protocol_or_no_upgrade_is_refused() {
+        assert!(handshake(&upgrade("channel.k8s.io")).is_err());
+        assert!(handshake(&HeaderMap::new()).is_err());
+    }
+
+    #[test]
+    fn a_non_zero_exit_names_its_code_as_kubectl_reads_it() {
+        let status = failure(3);
+        assert_eq!(status["reason"], "NonZeroExitCode");
+        assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode");
+        assert_eq!(status["details"]["causes"][0]["message"], "3");
+    }
+}
