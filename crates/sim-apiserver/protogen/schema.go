@@ -45,15 +45,18 @@ type kind struct {
 	apiVersion, kind, static string
 }
 
-// One field of a message, as the Rust constructor call that declares it.
+// One field of a message, as the Rust constructor call that declares it, with the wire types
+// its values may take (checked against what the Go types' marshalling code writes).
 type field struct {
 	number int
 	decl   string
+	wires  []int
 }
 
 // One message type.
 type message struct {
 	static, name string
+	goType       reflect.Type
 	fields       []field
 }
 
@@ -92,6 +95,11 @@ func writeSchema(w io.Writer) error {
 		messages = append(messages, m)
 	}
 	sort.Slice(messages, func(i, j int) bool { return messages[i].static < messages[j].static })
+	for _, m := range messages {
+		if err := m.check(); err != nil {
+			return fmt.Errorf("%s (%s): %w", m.name, m.goType.PkgPath(), err)
+		}
+	}
 
 	var out bytes.Buffer
 	out.WriteString(header())
@@ -167,7 +175,7 @@ func (g *generator) message(t reflect.Type) (string, error) {
 		return "", fmt.Errorf("%s and %s would both be %s", t, other, static)
 	}
 	g.statics[static] = t
-	m := &message{static: static, name: t.Name()}
+	m := &message{static: static, name: t.Name(), goType: t}
 	g.messages[t] = m
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -179,27 +187,27 @@ func (g *generator) message(t reflect.Type) (string, error) {
 		if jsonName == "-" {
 			continue
 		}
-		decl, number, err := g.field(f, jsonName, ","+jsonOpts+",")
+		field, err := g.field(f, jsonName, ","+jsonOpts+",")
 		if err != nil {
 			return "", fmt.Errorf("%s.%s: %w", t.Name(), f.Name, err)
 		}
-		m.fields = append(m.fields, field{number, decl})
+		m.fields = append(m.fields, field)
 	}
 	sort.Slice(m.fields, func(i, j int) bool { return m.fields[i].number < m.fields[j].number })
 	return static, nil
 }
 
-// field returns the Rust declaration of one struct field and its field number.
-func (g *generator) field(f reflect.StructField, jsonName, jsonOpts string) (string, int, error) {
+// field returns the Rust declaration of one struct field, its field number and wire types.
+func (g *generator) field(f reflect.StructField, jsonName, jsonOpts string) (field, error) {
 	// Only the field number is read from the tag: its wire type word is not always the one the
 	// generated marshalling code writes (that follows the Go type, as the decoder does).
 	tag := strings.Split(f.Tag.Get("protobuf"), ",")
 	if len(tag) < 2 {
-		return "", 0, fmt.Errorf("no protobuf tag")
+		return field{}, fmt.Errorf("no protobuf tag")
 	}
 	number, err := strconv.Atoi(tag[1])
 	if err != nil || number <= 0 {
-		return "", 0, fmt.Errorf("bad protobuf field number %q", tag[1])
+		return field{}, fmt.Errorf("bad protobuf field number %q", tag[1])
 	}
 	inline := jsonName == "" && (f.Anonymous || strings.Contains(jsonOpts, ",inline,"))
 	if jsonName == "" && !inline {
@@ -217,7 +225,7 @@ func (g *generator) field(f reflect.StructField, jsonName, jsonOpts string) (str
 		constructor = "inline"
 	case t.Kind() == reflect.Map:
 		if t.Key().Kind() != reflect.String {
-			return "", 0, fmt.Errorf("map key %s is not a string", t.Key())
+			return field{}, fmt.Errorf("map key %s is not a string", t.Key())
 		}
 		constructor, value = "map", t.Elem()
 	case t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8:
@@ -232,12 +240,26 @@ func (g *generator) field(f reflect.StructField, jsonName, jsonOpts string) (str
 	}
 	ty, err := g.valueType(value, constructor == "map")
 	if err != nil {
-		return "", 0, err
+		return field{}, err
 	}
 	if inline && !strings.HasPrefix(ty, "Type::Message(") {
-		return "", 0, fmt.Errorf("inline field of type %s", value)
+		return field{}, fmt.Errorf("inline field of type %s", value)
 	}
-	return fmt.Sprintf("%s(%d, %q, %s)", constructor, number, jsonName, ty), number, nil
+	wires := []int{wireLen}
+	if constructor != "map" && constructor != "inline" {
+		switch value.Kind() {
+		case reflect.Bool, reflect.Int32, reflect.Int64:
+			wires = []int{wireVarint}
+		case reflect.Float64:
+			wires = []int{wireFixed64}
+		}
+		if constructor == "list" && wires[0] != wireLen {
+			// Repeated scalars may also come packed.
+			wires = append(wires, wireLen)
+		}
+	}
+	decl := fmt.Sprintf("%s(%d, %q, %s)", constructor, number, jsonName, ty)
+	return field{number: number, decl: decl, wires: wires}, nil
 }
 
 // valueType returns the Rust `Type` of a value of Go type t (a field's, a list item's or a map
