@@ -1890,6 +1890,32 @@ mod tests {
     }
 
     #[test]
+    fn a_raw_json_field_that_is_not_json_is_rejected_and_an_empty_one_is_left_out() {
+        // ControllerRevision.data is a runtime.RawExtension {bytes raw = 1}.
+        let raw = Enc::default()
+            .msg(1, meta("r", ""))
+            .msg(2, Enc::default().bytes(1, b"{not json"));
+        assert_eq!(
+            decode(&envelope("apps/v1", "ControllerRevision", raw)),
+            Err(Error::InvalidJson {
+                message: "ControllerRevision",
+                json: "data"
+            })
+        );
+        let raw = Enc::default()
+            .msg(1, meta("r", ""))
+            .msg(2, Enc::default())
+            .varint(3, 2);
+        assert_eq!(
+            decode(&envelope("apps/v1", "ControllerRevision", raw)),
+            Ok(
+                json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                      "metadata": {"name": "r"}, "revision": 2})
+            )
+        );
+    }
+
+    #[test]
     fn a_timestamp_beyond_year_9999_is_rejected() {
         let raw = Enc::default().msg(
             1,
