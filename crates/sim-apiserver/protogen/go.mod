@@ -1,4 +1,4 @@
-module opconform/sim-apiserver/protogen
+module github.com/opconform/opconform/crates/sim-apiserver/protogen
 
 go 1.24.0
 

@@ -22,12 +22,18 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // addToScheme registers the generally available API groups of Kubernetes 1.34 (each also
-// registers meta/v1's option types, DeleteOptions among them, under its own group version).
+// registers meta/v1's option types, DeleteOptions among them, under its own group version), and
+// the option types under meta.k8s.io/v1, where kube-apiserver accepts them too.
 var addToScheme = []func(*runtime.Scheme) error{
+	func(scheme *runtime.Scheme) error {
+		metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+		return nil
+	},
 	admissionregistrationv1.AddToScheme,
 	apiextensionsv1.AddToScheme,
 	appsv1.AddToScheme,

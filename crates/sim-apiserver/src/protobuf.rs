@@ -903,7 +903,6 @@ fn schema_or(
         (Type::SchemaOrBool(_), None) => Value::Bool(allows),
         (_, _) if !items.is_empty() => Value::Array(items),
         (_, Some(schema)) => Value::Object(schema),
-        (Type::SchemaOrArray(_), None) => Value::Null,
         (_, None) => Value::Null,
     })
 }

@@ -481,6 +481,13 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
         "WatchEvent",
         &META_V1_WATCH_EVENT,
     ),
+    ("meta.k8s.io/v1", "CreateOptions", &META_V1_CREATE_OPTIONS),
+    ("meta.k8s.io/v1", "DeleteOptions", &META_V1_DELETE_OPTIONS),
+    ("meta.k8s.io/v1", "GetOptions", &META_V1_GET_OPTIONS),
+    ("meta.k8s.io/v1", "ListOptions", &META_V1_LIST_OPTIONS),
+    ("meta.k8s.io/v1", "PatchOptions", &META_V1_PATCH_OPTIONS),
+    ("meta.k8s.io/v1", "UpdateOptions", &META_V1_UPDATE_OPTIONS),
+    ("meta.k8s.io/v1", "WatchEvent", &META_V1_WATCH_EVENT),
     (
         "networking.k8s.io/v1",
         "CreateOptions",
