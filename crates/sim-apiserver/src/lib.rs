@@ -10,8 +10,8 @@
 //! [`faults::FaultTarget`] (the simulated nodes), and logged here.
 //!
 //! # Caveats
-//! - Protobuf request bodies are decoded for the kinds [`protobuf`] lists; answers are
-//!   always JSON. No Table output (kubectl falls back to NAME/AGE columns), no admission
+//! - Protobuf request bodies are decoded for every built-in kind (see [`protobuf`]), custom
+//!   resources are JSON only; answers are always JSON. No Table output (kubectl falls back to NAME/AGE columns), no admission
 //!   webhooks, no RBAC escalation checks, no ClusterRole aggregation.
 //! - `continue` pages are served from the current state, not a snapshot of the first page.
 //! - The `orphan`/`foregroundDeletion` finalizers are added on DELETE as the real server
