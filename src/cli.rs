@@ -315,6 +315,12 @@ pub struct SimArgs {
     /// NAME=JSON array (repeatable), e.g. busybox:1.36='["sh"]'.
     #[arg(long = "image-cmd", value_name = "NAME=ARRAY")]
     pub cmds: Vec<crate::sim::kubelet::ImageArgv>,
+    /// Pull the images of this registry that no --image maps: HOST[:PORT] (repeatable), as
+    /// an image names it (docker.io for Docker Hub), e.g. 127.0.0.1:5000; as its
+    /// imagePullPolicy says, with the pod's imagePullSecrets; a loopback registry over plain
+    /// HTTP. Images of other registries stay stand-ins.
+    #[arg(long = "registry", value_name = "HOST[:PORT]")]
+    pub registries: Vec<String>,
     /// Short controller periods (node grace 3 s, heartbeats 500 ms) instead of the real ones.
     #[arg(long)]
     pub fast: bool,
@@ -560,6 +566,17 @@ async fn sim(args: SimArgs) -> Result<(), CliError> {
     config.apiserver.port = args.port;
     config.nodes = args.nodes;
     config.images = args.images.iter().cloned().collect();
+    config.registries.clone_from(&args.registries);
+    if let Some(bad) = args
+        .registries
+        .iter()
+        .find(|r| r.is_empty() || r.contains('/') || r.contains("://"))
+    {
+        return Err(CliError::Usage(format!(
+            "--registry {bad:?}: expected a registry host, HOST[:PORT], as an image names it \
+             (e.g. 127.0.0.1:5000 or docker.io)"
+        )));
+    }
     for mapping in &args.images {
         if !mapping.path.is_file() && !mapping.path.is_dir() {
             return Err(CliError::Usage(format!(

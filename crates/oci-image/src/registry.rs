@@ -372,8 +372,13 @@ impl Remote {
     async fn fetch_blobs(&self, dir: &Path, digests: Vec<&String>) -> Result<(), ImageError> {
         let mut seen = HashSet::new();
         let unique: Vec<&String> = digests.into_iter().filter(|d| seen.insert(*d)).collect();
-        futures::stream::iter(unique)
+        // The fetches made first (futures do nothing until polled): a stream of a closure
+        // would make this future Send only for one lifetime, and a kubelet spawns it.
+        let fetches: Vec<_> = unique
+            .into_iter()
             .map(|digest| self.fetch_blob(dir, digest))
+            .collect();
+        futures::stream::iter(fetches)
             .buffer_unordered(CONCURRENT_DOWNLOADS)
             .try_collect()
             .await

@@ -1,190 +1,22 @@
 //! Pulls from a real registry: Debian's `docker-registry` (distribution v2), started on a
 //! free 127.0.0.1 port with its storage in a temporary directory, and stopped (killed and
-//! waited for) when the test ends, also on a panic. Images are built with `write_layout`
-//! and pushed with oci-client; no docker CLI.
+//! waited for) when the test ends, also on a panic ([`sim_test_support::registry`]).
+//! Images are built with `write_layout` and pushed with oci-client; no docker CLI.
 //!
 //! Without `docker-registry` the tests that need it print why they did not run and pass,
 //! unless `CI` is set: then they fail, saying what to install.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::{OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_image::{Credentials, ImageConfig, ImageError, ImageStore, PullOptions, write_layout};
 use serde_json::{Value, json};
-
-/// The user of the registry with basic auth, and its password.
-const USER: &str = "tester";
-const PASSWORD: &str = "opconform-registry-test";
-/// `PASSWORD` hashed with bcrypt (cost 5, to keep the registry's checks fast), as
-/// `htpasswd -B` would write it.
-const PASSWORD_BCRYPT: &str = "$2a$05$7F7Df3XA/kZbuMpKYiRbmeQwP0eaF8PJLM6HcIROQD5Myj7VsjJq.";
-
-/// How long the registry may take to start serving.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A `docker-registry serve` process, killed and waited for when dropped; its storage and
-/// configuration are in a temporary directory, deleted after it stops.
-struct Registry {
-    child: Child,
-    /// `127.0.0.1:<port>`.
-    host: String,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Registry {
-    /// Starts a registry, with htpasswd auth (`USER`, `PASSWORD`) when `auth` is set;
-    /// `None` when `docker-registry` is not installed outside CI.
-    fn start(auth: bool) -> Option<Self> {
-        let binary = registry_binary()?;
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let host = format!("127.0.0.1:{port}");
-        let mut config = format!(
-            "version: 0.1\n\
-             log:\n  level: warn\n  accesslog:\n    disabled: true\n\
-             storage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\n\
-             http:\n  addr: {host}\n  secret: opconform-test-secret\n",
-            storage = dir.path().join("storage").display(),
-        );
-        if auth {
-            let htpasswd = dir.path().join("htpasswd");
-            std::fs::write(&htpasswd, format!("{USER}:{PASSWORD_BCRYPT}\n")).unwrap();
-            config.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: opconform-test\n    path: {}\n",
-                htpasswd.display()
-            ));
-        }
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config).unwrap();
-        let log_path = dir.path().join("registry.log");
-        let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(&binary)
-            .arg("serve")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let mut registry = Self { child, host, dir };
-        registry.wait_until_serving(&log_path);
-        Some(registry)
-    }
-
-    /// Waits until `/v2/` answers (any HTTP status), at most `START_TIMEOUT`.
-    fn wait_until_serving(&mut self, log_path: &Path) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "docker-registry exited ({status}) before serving on {}: {}",
-                    self.host,
-                    std::fs::read_to_string(log_path).unwrap_or_default()
-                );
-            }
-            if answers_v2(&self.host) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "docker-registry did not serve /v2/ on {} within {START_TIMEOUT:?}: {}",
-                self.host,
-                std::fs::read_to_string(log_path).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// `127.0.0.1:<port>/<repository>`.
-    fn image(&self, repository_and_tag: &str) -> String {
-        format!("{}/{repository_and_tag}", self.host)
-    }
-
-    /// Deletes the blob `digest` from the registry's storage.
-    fn delete_blob(&self, digest: &str) {
-        let hex = digest.strip_prefix("sha256:").unwrap();
-        let data = self
-            .dir
-            .path()
-            .join("storage/docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data");
-        std::fs::remove_file(&data).unwrap();
-    }
-}
-
-/// The `docker-registry` binary; `None` (after saying so) when it is not installed and
-/// `CI` is unset.
-fn registry_binary() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|dir| dir.join("docker-registry"))
-        .find(|path| {
-            path.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "docker-registry is not installed: apt-get install docker-registry"
-        );
-        eprintln!(
-            "skipped: docker-registry is not installed (apt-get install docker-registry to run this test)"
-        );
-    }
-    found
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Whether an HTTP server answers `GET /v2/` on `host`.
-fn answers_v2(host: &str) -> bool {
-    let Ok(mut stream) = TcpStream::connect(host) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET /v2/ HTTP/1.0\r\nHost: {host}\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 8];
-    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
-}
-
-/// A client pushing over plain HTTP (with ring as rustls's provider, as `pull` sets it:
-/// reqwest needs one even for HTTP).
-fn pusher() -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::try_from(ClientConfig {
-        protocol: ClientProtocol::Http,
-        ..ClientConfig::default()
-    })
-    .unwrap()
-}
+use sim_test_support::registry::{
+    self, PASSWORD, Registry, USER, free_port, push_manifest, pusher,
+};
 
 /// An image built here: its layout blobs, ready to push.
 struct Built {
@@ -246,28 +78,19 @@ fn build_hello(work: &Path) -> Built {
 
 /// Pushes `built` as `image`.
 async fn push(client: &Client, auth: &RegistryAuth, image: &str, built: &Built) {
-    let reference: Reference = image.parse().unwrap();
-    client
-        .auth(&reference, auth, oci_client::RegistryOperation::Push)
-        .await
-        .unwrap();
-    for (bytes, digest) in [
-        (&built.config, &built.config_digest),
-        (&built.layer, &built.layer_digest),
-    ] {
-        client
-            .push_blob(&reference, bytes.clone(), digest)
-            .await
-            .unwrap();
-    }
-    push_manifest(client, &reference, &built.manifest, OCI_IMAGE_MEDIA_TYPE).await;
-}
-
-async fn push_manifest(client: &Client, reference: &Reference, bytes: &[u8], media_type: &str) {
-    client
-        .push_manifest_raw(reference, bytes.to_vec(), media_type.parse().unwrap())
-        .await
-        .unwrap();
+    let blobs = [
+        (built.config.clone(), built.config_digest.clone()),
+        (built.layer.clone(), built.layer_digest.clone()),
+    ];
+    registry::push(
+        client,
+        auth,
+        image,
+        &blobs,
+        &built.manifest,
+        OCI_IMAGE_MEDIA_TYPE,
+    )
+    .await;
 }
 
 fn sha256(bytes: &[u8]) -> String {

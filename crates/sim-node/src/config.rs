@@ -262,8 +262,13 @@ pub struct KubeletConfig {
     pub request_rules: Option<std::sync::Arc<sim_apiserver::faults::Faults>>,
     /// How pods run: as containers of an OCI runtime, or as host processes.
     pub isolation: Isolation,
-    /// Where images mapped to OCI layouts or archives are unpacked, by digest.
+    /// Where images mapped to OCI layouts or archives, or pulled, are unpacked, by digest.
     pub image_cache: PathBuf,
+    /// The registries (`host[:port]`, as [`oci_image::registry_of`] names them) whose
+    /// images the kubelet pulls when they are not mapped, as `imagePullPolicy` says and
+    /// with the pod's `imagePullSecrets`; an unmapped image of any other registry is a
+    /// stand-in. Loopback registries are reached over plain HTTP.
+    pub registries: Vec<String>,
 }
 
 /// `$XDG_CACHE_HOME/opconform/images`, else `~/.cache/opconform/images`, else one under
@@ -310,6 +315,7 @@ impl KubeletConfig {
             request_rules: None,
             isolation,
             image_cache: default_image_cache(),
+            registries: Vec::new(),
         }
     }
 }

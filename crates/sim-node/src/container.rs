@@ -78,6 +78,9 @@ pub enum ContainerError {
         #[source]
         source: Box<oci_image::ImageError>,
     },
+    /// `imagePullPolicy: Never` and the image is not present (`ErrImageNeverPull`).
+    #[error("Container image {0:?} is not present with pull policy of Never")]
+    NeverPull(String),
     /// The unpacking of an image stopped before it ended (the kubelet is stopping).
     #[error("the unpacking of image {0:?} was cut short")]
     Unpacking(String),
@@ -96,6 +99,7 @@ impl ContainerError {
             Self::Image(_) => "CreateContainerError",
             Self::Mount(_) | Self::VolumeToken(_) => "ContainerCreating",
             Self::Pull { .. } | Self::Unpacking(_) => "ErrImagePull",
+            Self::NeverPull(_) => "ErrImageNeverPull",
             _ => "CreateContainerConfigError",
         }
     }
@@ -175,6 +179,42 @@ impl Drop for Tasks {
         for t in &self.0 {
             t.abort();
         }
+    }
+}
+
+/// An image unpacked from a layout, an archive or a registry, as a container runs it.
+fn unpacked_image(image: &str, unpacked: oci_image::Image) -> ResolvedImage {
+    let env = unpacked
+        .config
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ResolvedImage {
+        root: unpacked.rootfs,
+        filesystem: true,
+        config: image::ImageConfig {
+            entrypoint: unpacked.config.entrypoint,
+            cmd: unpacked.config.cmd,
+            user: None,
+        },
+        env,
+        working_dir: unpacked.config.working_dir.filter(|w| !w.is_empty()),
+        user: unpacked.config.user.filter(|u| !u.is_empty()),
+        id: Some(format!("{image}@{}", unpacked.digest)),
+    }
+}
+
+/// The `imagePullPolicy` kube-apiserver gives a container that sets none: `Always` for an
+/// image tagged `:latest` or not tagged (and not pinned by digest), else `IfNotPresent`.
+fn default_pull_policy(image: &str) -> &'static str {
+    let last = image.rsplit_once('/').map_or(image, |(_, last)| last);
+    let tag = last.split_once(':').map(|(_, tag)| tag);
+    match tag {
+        _ if image.contains('@') => "IfNotPresent",
+        None | Some("latest") => "Always",
+        Some(_) => "IfNotPresent",
     }
 }
 
@@ -678,7 +718,7 @@ impl ContainerTask {
     async fn resolve_image(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
         let images = &self.shared.config.images;
         let Some(path) = images.get(image).map(std::path::Path::to_path_buf) else {
-            return Ok(None);
+            return self.pull(image).await;
         };
         let source = match image::kind_of(&path) {
             image::Kind::Executable => {
@@ -711,26 +751,91 @@ impl ContainerTask {
                 image: image.to_string(),
                 source: Box::new(source),
             })?;
-        let env = unpacked
-            .config
-            .env
-            .iter()
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Ok(Some(ResolvedImage {
-            root: unpacked.rootfs,
-            filesystem: true,
-            config: image::ImageConfig {
-                entrypoint: unpacked.config.entrypoint,
-                cmd: unpacked.config.cmd,
-                user: None,
-            },
-            env,
-            working_dir: unpacked.config.working_dir.filter(|w| !w.is_empty()),
-            user: unpacked.config.user.filter(|u| !u.is_empty()),
-            id: Some(format!("{image}@{}", unpacked.digest)),
-        }))
+        Ok(Some(unpacked_image(image, unpacked)))
+    }
+
+    /// An unmapped image of a registry this kubelet pulls from
+    /// ([`crate::KubeletConfig::registries`]), pulled as its `imagePullPolicy` says (the API
+    /// server's default when unset: `Always` for `:latest` or no tag, else
+    /// `IfNotPresent`); `None`, a stand-in, for an image of any other registry.
+    async fn pull(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
+        let Ok(registry) = oci_image::registry_of(image) else {
+            return Ok(None);
+        };
+        if !self.shared.config.registries.contains(&registry) {
+            return Ok(None);
+        }
+        let policy = self
+            .spec
+            .image_pull_policy
+            .clone()
+            .unwrap_or_else(|| default_pull_policy(image).to_string());
+        let present = lock(&self.shared.pulled).get(image).cloned();
+        let pulled =
+            match (policy.as_str(), present) {
+                ("Never" | "IfNotPresent", Some(present)) => present,
+                ("Never", None) => return Err(ContainerError::NeverPull(image.to_string())),
+                _ => {
+                    let options = oci_image::PullOptions {
+                        credentials: self.pull_credentials(&registry).await,
+                        insecure: false,
+                    };
+                    let store = oci_image::ImageStore::new(self.shared.config.image_cache.clone());
+                    let pulled = store.pull(image, &options).await.map_err(|source| {
+                        ContainerError::Pull {
+                            image: image.to_string(),
+                            source: Box::new(source),
+                        }
+                    })?;
+                    lock(&self.shared.pulled).insert(image.to_string(), pulled.clone());
+                    pulled
+                }
+            };
+        Ok(Some(unpacked_image(image, pulled)))
+    }
+
+    /// The credentials for `registry` in the pod's `imagePullSecrets` (the first
+    /// `kubernetes.io/dockerconfigjson` Secret that has some), as the kubelet's keyring
+    /// finds them; a Secret that is missing or unreadable is skipped, as the kubelet skips
+    /// it (with a warning).
+    async fn pull_credentials(&self, registry: &str) -> Option<oci_image::Credentials> {
+        let names = self
+            .pod_object
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.clone())
+            .unwrap_or_default();
+        let api: Api<Secret> = Api::namespaced(self.shared.client.clone(), &self.pod.namespace);
+        for reference in &names {
+            let name = reference.name.clone();
+            let secret = match api.get_opt(&name).await {
+                Ok(Some(secret)) => secret,
+                Ok(None) => {
+                    tracing::warn!(secret = name, "an image pull secret of the pod is missing");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(secret = name, error = %e, "cannot read an image pull secret");
+                    continue;
+                }
+            };
+            let config = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(".dockerconfigjson"))
+                .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes.0).ok());
+            let Some(config) = config else {
+                continue;
+            };
+            match oci_image::Credentials::from_docker_config(&config, registry) {
+                Ok(Some(credentials)) => return Some(credentials),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(secret = name, error = %e, "an image pull secret is unreadable");
+                }
+            }
+        }
+        None
     }
 
     /// The ServiceAccount files and the kubeconfig (server = the pod's proxy).
@@ -1257,6 +1362,21 @@ fn with_namespace(kubeconfig: &str, namespace: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unset_pull_policy_is_always_for_latest_or_no_tag_and_if_not_present_otherwise() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("127.0.0.1:5000/hello"), "Always");
+        assert_eq!(
+            default_pull_policy("127.0.0.1:5000/hello:1"),
+            "IfNotPresent"
+        );
+        assert_eq!(
+            default_pull_policy("registry.example/app@sha256:0123"),
+            "IfNotPresent"
+        );
+    }
 
     #[test]
     fn backoff_restarts_at_once_then_doubles_up_to_the_cap() {

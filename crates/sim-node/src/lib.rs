@@ -187,6 +187,7 @@ impl Kubelet {
             held: watch::channel(false).0,
             stopping: watch::channel(false).0,
             sequence: AtomicU64::new(0),
+            pulled: Mutex::new(HashMap::new()),
         });
         let weak: Weak<Shared> = Arc::downgrade(&shared);
         server.add_log_source(Arc::new(move |request: &LogRequest<'_>| {

@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     pub(crate) stopping: watch::Sender<bool>,
     pub(crate) ips: Mutex<IpPool>,
     pub(crate) sequence: AtomicU64,
+    /// The images pulled from registries, by the reference pulled (what
+    /// `imagePullPolicy: IfNotPresent` and `Never` find present).
+    pub(crate) pulled: Mutex<HashMap<String, oci_image::Image>>,
     /// How the pods' proxies inspect requests, when the kubelet has request rules.
     pub(crate) inspection: Option<super::inspect::NodeInspection>,
 }

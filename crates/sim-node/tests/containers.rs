@@ -639,3 +639,103 @@ async fn replicas_binding_one_port_serve_each_in_its_own_network_namespace() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_says() {
+    if !containers_available() {
+        return;
+    }
+    let Some(registry) = sim_test_support::registry::Registry::start(false) else {
+        return;
+    };
+    let (server, client) = sim_test_support::server().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let rootfs = sim_test_support::busybox_image(dir.path());
+    let config = oci_image::ImageConfig {
+        entrypoint: vec!["sh".into(), "-c".into()],
+        cmd: vec!["echo pulled as $(hostname)".into()],
+        env: vec!["PATH=/bin".into()],
+        working_dir: None,
+        user: None,
+    };
+    let layout = dir.path().join("layout");
+    oci_image::write_layout(&layout, "busybox", &rootfs, &config).expect("the layout is written");
+    let pushed = registry.image("tools/busybox:1");
+    registry
+        .push_layout(
+            &layout,
+            &pushed,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+        )
+        .await;
+    let mut config = KubeletConfig::new("box-160", 160, dir.path().join("node"));
+    config.registries = vec![registry.host.clone()];
+    config.image_cache = dir.path().join("cache");
+    let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
+        .await
+        .expect("the kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let create = |name: &str, image: &str, policy: Option<&str>| {
+        let mut container = json!({"name": "main", "image": image});
+        if let Some(policy) = policy {
+            container["imagePullPolicy"] = json!(policy);
+        }
+        serde_json::from_value::<Pod>(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "box-160", "restartPolicy": "Never", "containers": [container]},
+        }))
+        .expect("a pod")
+    };
+    let status_of = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let pod = serde_json::to_value(pods.get_opt(name).await.ok()??).ok()?;
+            Some(pod["status"]["containerStatuses"][0].clone())
+        }
+    };
+    for (name, image, policy) in [
+        ("pulled", pushed.as_str(), None),
+        ("elsewhere", "registry.example.org/app:1", None),
+        ("never", &registry.image("tools/busybox:2"), Some("Never")),
+    ] {
+        pods.create(&PostParams::default(), &create(name, image, policy))
+            .await
+            .expect("the pod is created");
+    }
+    let log = eventually("the pulled image's line", || async {
+        kubelet
+            .log("default", "pulled", None, false)
+            .filter(|l| l.ends_with('\n'))
+    })
+    .await;
+    assert_eq!(log, "pulled as pulled\n");
+    let pulled = eventually("the pulled image's id", || async {
+        status_of("pulled").await?["imageID"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    assert!(pulled.starts_with(&format!("{pushed}@sha256:")), "{pulled}");
+    // Not a registry the kubelet pulls from: a stand-in, as any unmapped image.
+    let elsewhere = eventually("the other registry's image id", || async {
+        status_of("elsewhere").await?["imageID"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    assert!(elsewhere.starts_with("standin://"), "{elsewhere}");
+    // Never, and never pulled: the kubelet's own reason and message.
+    let never = eventually("ErrImageNeverPull", || async {
+        let status = status_of("never").await?;
+        (status["state"]["waiting"]["reason"] == "ErrImageNeverPull").then_some(status)
+    })
+    .await;
+    assert_eq!(
+        never["state"]["waiting"]["message"],
+        format!(
+            "Container image \"{}\" is not present with pull policy of Never",
+            registry.image("tools/busybox:2")
+        )
+    );
+    kubelet.shutdown().await;
+}

@@ -1,7 +1,8 @@
 //! Shared helpers of the simulator's integration tests (and of the harness's tests that
 //! use the simulated API server): a running simulated API server with an admin client, raw
 //! requests, and waits. With the `controllers` feature, [`controllers`] adds the
-//! controllers against that server and a fake kubelet.
+//! controllers against that server and a fake kubelet; with `registry`, [`registry`] a real
+//! registry on 127.0.0.1 and a pusher.
 
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use sim_apiserver::{ApiServer, ApiServerConfig};
 
 #[cfg(feature = "controllers")]
 pub mod controllers;
+#[cfg(feature = "registry")]
+pub mod registry;
 
 /// How long any wait in these tests may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(20);

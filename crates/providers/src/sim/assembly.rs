@@ -71,6 +71,10 @@ pub struct SimClusterConfig {
     /// ([`Isolation::detect`]: containers of runc or crun as root, else host processes).
     /// Set to compare the two paths on one machine (`opconform bench`'s pod start rows).
     pub isolation: Option<Isolation>,
+    /// The registries (`host[:port]`) whose unmapped images the kubelets pull (see
+    /// [`KubeletConfig::registries`]); none by default, so every unmapped image is a
+    /// stand-in.
+    pub registries: Vec<String>,
 }
 
 impl Default for SimClusterConfig {
@@ -84,6 +88,7 @@ impl Default for SimClusterConfig {
             faketime_library: super::kubelet::find_faketime(),
             work_dir: None,
             isolation: None,
+            registries: Vec::new(),
         }
     }
 }
@@ -262,6 +267,7 @@ impl SimCluster {
             kc.images = config.images.clone();
             kc.heartbeat_interval = config.heartbeat_interval;
             kc.faketime_library = config.faketime_library.clone();
+            kc.registries = config.registries.clone();
             if let Some(isolation) = &config.isolation {
                 kc.isolation = isolation.clone();
             }
