@@ -50,6 +50,8 @@
 //! - `registry`: [`ImageStore::pull`], [`PullOptions`], [`registry_of`].
 //! - `credentials`: [`Credentials`], and picking them from a docker config.
 //! - `write`: [`write_layout`].
+//! - `elf`: [`is_static_executable`], whether a binary runs in an image holding nothing
+//!   else.
 //! - `digest`, `error`: sha256 digests; [`ImageError`].
 //!
 //! Only [`ImageStore::pull`] is async (it needs a tokio runtime, as oci-client does, and
@@ -67,6 +69,7 @@
 mod credentials;
 mod digest;
 mod docker;
+mod elf;
 mod error;
 mod oci;
 mod platform;
@@ -82,6 +85,7 @@ mod write;
 mod tests;
 
 pub use credentials::Credentials;
+pub use elf::is_static_executable;
 pub use error::{BoxError, ImageError};
 pub use registry::{PullOptions, registry_of};
 pub use source::Source;

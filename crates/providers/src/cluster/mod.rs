@@ -21,6 +21,7 @@ pub mod audit_log;
 pub mod kind;
 pub mod kubeconfig;
 pub mod local;
+pub mod operator_image;
 pub mod shared;
 pub mod sim;
 pub mod sim_parts;
@@ -42,17 +43,26 @@ use crate::fault::{FaultError, FaultLog, NodeFault, PodFault, RequestMatch, Requ
 /// The image the operator manifests name.
 pub const DEFAULT_OPERATOR_IMAGE: &str = "memcached-operator:dev";
 
-/// The images of our kubelets (sim and local) for the operator under test: `image`, the one
-/// its manifests name, mapped to its `binary` and run as [`kind::image::USER`] (as the image
-/// the kind provider builds from a binary runs), so that a manager whose pod says
-/// `runAsNonRoot` runs unchanged everywhere.
-pub fn operator_images(image: &str, binary: &Path) -> crate::sim::kubelet::ImageMap {
-    let mut images = crate::sim::kubelet::ImageMap::new();
-    images.insert(image, binary);
-    images.configure(image, |config| {
-        config.user = Some(kind::image::USER.to_string());
-    });
-    images
+/// The images of our kubelets (sim and local) for `operator`: the image its manifests name,
+/// built from its binary as the kind provider would build it (see [`operator_image`]), so
+/// that its manager runs unchanged everywhere. Blocking work (a copy and a gzip of the
+/// binary when it changed) is done on a blocking thread.
+///
+/// # Errors
+/// When the operator cannot be built, or its image written.
+async fn operator_images(
+    operator: &dyn OperatorUnderTest,
+) -> Result<crate::sim::kubelet::ImageMap, ProviderError> {
+    let image = operator.own_placement().image;
+    let binary = operator.binary()?;
+    let entrypoint = operator.entrypoint_in_image()?;
+    let cache = sim_node::config::default_image_cache();
+    tokio::task::spawn_blocking(move || {
+        operator_image::operator_images(&image, &binary, entrypoint, &cache)
+    })
+    .await
+    .map_err(|e| ProviderError::Operator(Box::new(e)))?
+    .map_err(|e| ProviderError::Operator(Box::new(e)))
 }
 
 /// Errors of the providers.
@@ -445,7 +455,8 @@ pub async fn open(
 ) -> Result<Box<dyn Provider>, ProviderError> {
     Ok(match kind {
         ProviderKind::Sim => Box::new(
-            sim::SimProvider::running(operator.own_placement(), &operator.binary()?).await?,
+            sim::SimProvider::running(operator.own_placement(), operator_images(operator).await?)
+                .await?,
         ),
         ProviderKind::Kubeconfig => {
             Box::new(self::kubeconfig::KubeconfigProvider::connect(kubeconfig.clone()).await?)
@@ -463,7 +474,7 @@ pub async fn open(
                 local::LocalCluster::running(
                     binaries,
                     &operator.own_placement().image,
-                    &operator.binary()?,
+                    operator_images(operator).await?,
                     operator.crd_manifests()?,
                 )
                 .await

@@ -74,15 +74,19 @@ pub struct SimProvider {
 }
 
 impl SimProvider {
-    /// Starts a cluster with the simulator's fast timings whose kubelets run `binary` for
-    /// the containers of the operator under test, placed as `placement` says (its own
-    /// manifests' namespace and image: [`crate::subject::Subject::own_placement`]).
+    /// Starts a cluster with the simulator's fast timings whose kubelets run `images` (the
+    /// operator under test's: see [`super::operator_image`]), the operator placed as
+    /// `placement` says (its own manifests' namespace and image:
+    /// [`crate::subject::Subject::own_placement`]).
     ///
     /// # Errors
     /// When the cluster does not start or no client can be built for it.
-    pub async fn running(placement: Placement, binary: &Path) -> Result<Self, ProviderError> {
+    pub async fn running(
+        placement: Placement,
+        images: crate::sim::kubelet::ImageMap,
+    ) -> Result<Self, ProviderError> {
         let mut provider = Self::start(SimClusterConfig {
-            images: super::operator_images(&placement.image, binary),
+            images,
             ..SimClusterConfig::fast()
         })
         .await?;

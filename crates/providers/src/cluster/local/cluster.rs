@@ -3,7 +3,6 @@
 //! API server — pods as local processes, the operator image mapped to the workspace's
 //! binary, as on the simulator — with the request rules the pods' proxies judge by.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -45,7 +44,7 @@ fn failed(e: impl std::error::Error + Send + Sync + 'static) -> ProviderError {
 }
 
 impl LocalCluster {
-    /// [`LocalCluster::start`] with kubelets that run `binary` for the containers of the
+    /// [`LocalCluster::start`] with kubelets that run `images` for the containers of the
     /// operator under test, whose manifests name `image`.
     ///
     /// # Errors
@@ -53,10 +52,9 @@ impl LocalCluster {
     pub async fn running(
         binaries: Binaries,
         image: &str,
-        binary: &Path,
+        images: ImageMap,
         crds: Vec<String>,
     ) -> Result<Self, ProviderError> {
-        let images = crate::cluster::operator_images(image, binary);
         let mut cluster = Self::start(binaries, images, crds).await?;
         cluster.image = image.to_string();
         Ok(cluster)
