@@ -475,7 +475,7 @@ pub(crate) fn busybox_image(dir: &Path) -> Result<PathBuf, PodStartError> {
         source,
     };
     let elf = std::fs::read(&found).map_err(unreadable)?;
-    if has_interpreter(&elf) {
+    if !oci_image::is_static_executable(&elf) {
         return Err(PodStartError::Dynamic(found));
     }
     let listed = std::process::Command::new(&found)
@@ -511,18 +511,6 @@ pub(crate) fn busybox_image(dir: &Path) -> Result<PathBuf, PodStartError> {
         std::fs::write(&path, text).map_err(written(&path))?;
     }
     Ok(root)
-}
-
-/// Whether a 64-bit little-endian ELF file asks for a dynamic loader (a `PT_INTERP`
-/// program header).
-fn has_interpreter(elf: &[u8]) -> bool {
-    let word = |at: usize, len: usize| -> usize {
-        elf.get(at..at + len)
-            .map(|b| b.iter().rev().fold(0usize, |n, x| (n << 8) | *x as usize))
-            .unwrap_or(0)
-    };
-    let (offset, size, count) = (word(0x20, 8), word(0x36, 2), word(0x38, 2));
-    (0..count).any(|i| word(offset + i * size, 4) == 3)
 }
 
 #[cfg(test)]
