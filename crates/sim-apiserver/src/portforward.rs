@@ -310,8 +310,9 @@ fn admit(stream: Incoming, pending: &mut HashMap<String, Pending>, target: &Arc<
         return refuse(&stream, "\"port\" header is required");
     };
     let port = match port.parse::<u16>() {
-        Ok(p) if p > 0 => p,
-        _ => return refuse(&stream, &format!("invalid port {port:?}")),
+        Ok(0) => return refuse(&stream, &format!("port {port:?} must be > 0")),
+        Ok(p) => p,
+        Err(e) => return refuse(&stream, &format!("unable to parse {port:?} as a port: {e}")),
     };
     let kind = spdy::header(&stream.headers, "streamtype").unwrap_or_default();
     let is_error = match kind {
@@ -320,11 +321,12 @@ fn admit(stream: Incoming, pending: &mut HashMap<String, Pending>, target: &Arc<
         other => return refuse(&stream, &format!("invalid stream type {other:?}")),
     };
     stream.writer.reply();
-    // Pairs are keyed by `requestid`; without it the data stream follows its error stream.
+    // Pairs are keyed by `requestid`; without it (old clients) the data stream is taken
+    // to follow its error stream, as the kubelet takes it.
     let key = match spdy::header(&stream.headers, "requestid") {
         Some(id) => id.to_owned(),
-        None if is_error => format!("stream {}", stream.id),
-        None => format!("stream {}", stream.id.saturating_sub(2)),
+        None if is_error => stream.id.to_string(),
+        None => stream.id.saturating_sub(2).to_string(),
     };
     let pair = pending.entry(key.clone()).or_insert_with(|| Pending {
         error: None,
