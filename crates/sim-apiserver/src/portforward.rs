@@ -381,8 +381,9 @@ async fn forward(error: Incoming, mut data: Incoming, port: u16, target: Arc<Tar
         tracing::debug!("{message}");
         error_writer.write(message.as_bytes());
     }
-    data.writer.finish();
+    // The kubelet's deferred closes: the error stream's, then the data stream's.
     error_writer.finish();
+    data.writer.finish();
 }
 
 /// Relays bytes between the pod connection and the data stream until the pod's side
@@ -412,6 +413,7 @@ async fn relay(connection: tokio::net::TcpStream, data: &mut Incoming) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use hyper::header::HeaderValue;
 
     fn with(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
@@ -420,6 +422,214 @@ mod tests {
             headers.append(*name, HeaderValue::from_static(value));
         }
         headers
+    }
+
+    /// A SPDY client over `io`, as client-go's port-forwarder drives one.
+    struct Client {
+        read: tokio::io::ReadHalf<tokio::io::DuplexStream>,
+        write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+        encoder: spdy::HeaderEncoder,
+        decoder: spdy::HeaderDecoder,
+        buffer: Vec<u8>,
+    }
+
+    impl Client {
+        fn new(io: tokio::io::DuplexStream) -> Self {
+            let (read, write) = tokio::io::split(io);
+            Self {
+                read,
+                write,
+                encoder: spdy::HeaderEncoder::new().unwrap_or_else(|e| panic!("{e}")),
+                decoder: spdy::HeaderDecoder::default(),
+                buffer: Vec::new(),
+            }
+        }
+
+        async fn send(&mut self, frame: spdy::Frame) {
+            self.write.write_all(&frame.encode()).await.ok();
+        }
+
+        async fn open(&mut self, id: u32, headers: &[(&str, &str)]) {
+            let headers = headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect();
+            let block = self.encoder.encode(&headers).unwrap_or_default();
+            self.send(spdy::Frame::SynStream {
+                id,
+                flags: 0,
+                block: block.into(),
+            })
+            .await;
+        }
+
+        /// The next frame from the server (header blocks checked to decode).
+        async fn next(&mut self) -> Option<spdy::Frame> {
+            loop {
+                if let Ok(Some((frame, used))) = spdy::parse(&self.buffer) {
+                    self.buffer.drain(..used);
+                    if let spdy::Frame::SynReply { block, .. } = &frame {
+                        assert_eq!(self.decoder.decode(block).ok(), Some(Vec::new()));
+                    }
+                    return Some(frame);
+                }
+                let mut chunk = [0u8; 4096];
+                match self.read.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                }
+            }
+        }
+
+        /// What the server sends on each of `ids` until it has FINed them all, and the
+        /// other frames it sent meanwhile.
+        async fn read_to_fins(&mut self, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<spdy::Frame>) {
+            let mut data = vec![Vec::new(); ids.len()];
+            let mut open = ids.len();
+            let mut others = Vec::new();
+            while open > 0 {
+                // Bounded, so that a stream never finished fails the test.
+                let next = tokio::time::timeout(Duration::from_secs(30), self.next()).await;
+                let Ok(Some(frame)) = next else {
+                    panic!("streams {ids:?} were not finished; frames: {others:?}");
+                };
+                match frame {
+                    spdy::Frame::Data { id, flags, data: d } if ids.contains(&id) => {
+                        let at = ids.iter().position(|i| *i == id).unwrap_or_default();
+                        data[at].extend_from_slice(&d);
+                        if flags & spdy::FLAG_FIN != 0 {
+                            open -= 1;
+                        }
+                    }
+                    other => others.push(other),
+                }
+            }
+            (data, others)
+        }
+    }
+
+    fn loopback() -> Arc<Target> {
+        Arc::new(Target {
+            namespace: "default".into(),
+            name: "p".into(),
+            uid: "u".into(),
+            ip: IpAddr::from([127, 0, 0, 1]),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_pair_of_streams_reaches_the_pods_port_and_carries_bytes_both_ways() {
+        // The "pod": an echo of what it reads, upper-cased, once the client is done.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("binding a loopback port: {e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let pod = tokio::spawn(async move {
+            if let Ok((mut conn, _)) = listener.accept().await {
+                let mut got = Vec::new();
+                conn.read_to_end(&mut got).await.ok();
+                conn.write_all(&got.to_ascii_uppercase()).await.ok();
+            }
+        });
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(session(server_io, loopback()));
+        let mut client = Client::new(client_io);
+        let port = port.to_string();
+        // Data first: the pair is keyed by requestid, not by order.
+        client
+            .open(
+                1,
+                &[("streamtype", "data"), ("port", &port), ("requestid", "7")],
+            )
+            .await;
+        client
+            .open(
+                3,
+                &[("streamtype", "error"), ("port", &port), ("requestid", "7")],
+            )
+            .await;
+        client
+            .send(spdy::Frame::Data {
+                id: 3,
+                flags: spdy::FLAG_FIN,
+                data: Bytes::new(),
+            })
+            .await;
+        client
+            .send(spdy::Frame::Data {
+                id: 1,
+                flags: 0,
+                data: Bytes::from_static(b"hello"),
+            })
+            .await;
+        // The client's FIN half-closes the pod connection: the pod answers then.
+        client
+            .send(spdy::Frame::Data {
+                id: 1,
+                flags: spdy::FLAG_FIN,
+                data: Bytes::new(),
+            })
+            .await;
+        let (data, others) = client.read_to_fins(&[1, 3]).await;
+        assert_eq!(data, [&b"HELLO"[..], b""]);
+        let replies: Vec<u32> = others
+            .iter()
+            .filter_map(|f| match f {
+                spdy::Frame::SynReply { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies, [1, 3]);
+        client
+            .send(spdy::Frame::GoAway { last: 0, status: 0 })
+            .await;
+        assert!(served.await.is_ok());
+        assert!(pod.await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_told_on_the_error_stream_and_bad_streams_are_reset() {
+        // A port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("binding a loopback port: {e}"));
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(session(server_io, loopback()));
+        let mut client = Client::new(client_io);
+        let port = port.to_string();
+        client.open(1, &[("streamtype", "data")]).await;
+        client
+            .open(3, &[("streamtype", "other"), ("port", "80")])
+            .await;
+        // No requestid: the data stream (7) pairs with the error stream before it (5).
+        client
+            .open(5, &[("streamtype", "error"), ("port", &port)])
+            .await;
+        client
+            .open(7, &[("streamtype", "data"), ("port", &port)])
+            .await;
+        let (data, others) = client.read_to_fins(&[5, 7]).await;
+        assert_eq!(data[1], b"");
+        let message = data[0].clone();
+        let message = String::from_utf8_lossy(&message);
+        assert!(
+            message.starts_with(&format!(
+                "error forwarding port {port} to pod default/p, uid u: "
+            )),
+            "{message}"
+        );
+        for id in [1, 3] {
+            assert!(
+                others.contains(&spdy::Frame::RstStream {
+                    id,
+                    status: spdy::CANCEL
+                }),
+                "{others:?}"
+            );
+        }
+        drop(client);
+        assert!(served.await.is_ok());
     }
 
     #[test]
