@@ -1,8 +1,9 @@
 //! kubectl (v1.34, built by `ci/kubernetes/build.sh`), a real client, against a running `opconform sim`: CRDs, client-side and
 //! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
 //! on a finalizer, tokens and `auth can-i`, discovery (`api-resources`), APIServices, the
-//! `kubernetes` Service and field selectors; and kubectl's rollout status and wait against
-//! the simulated controllers.
+//! `kubernetes` Service and field selectors; kubectl's rollout status and wait against
+//! the simulated controllers; and, in pods that run, `exec`, `logs -f` and `port-forward`
+//! (over the WebSocket tunnel and over plain SPDY).
 
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
