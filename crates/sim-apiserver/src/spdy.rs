@@ -9,7 +9,9 @@
 //! What a Go client (moby/spdystream) needs, no more: the client opens every stream (odd
 //! IDs), the server echoes its pings, ignores SETTINGS, WINDOW_UPDATE and HEADERS, and
 //! does no flow control (spdystream does none either). A GOAWAY or the end of the
-//! connection ends the session: every stream still open then reads as reset.
+//! connection ends the session: the events of every stream still open then end, which
+//! their consumers read as a reset. A frame's whole payload is buffered before it is
+//! handled (SPDY caps it at 2^24 − 1 bytes).
 
 use std::collections::HashMap;
 
@@ -49,8 +51,6 @@ pub const CANCEL: u32 = 5;
 pub const PROTOCOL_ERROR: u32 = 1;
 /// The most a DATA frame written here carries.
 const MAX_DATA: usize = 32 * 1024;
-/// The most a frame read here may carry (SPDY's own limit is 2^24 − 1).
-const MAX_FRAME: usize = (1 << 24) - 1;
 /// Header blocks larger than this decompressed are refused (Go refuses 1 MiB fields).
 const MAX_HEADER_BLOCK: usize = 4 << 20;
 
@@ -472,7 +472,8 @@ pub struct Incoming {
     pub id: u32,
     /// The SYN_STREAM's headers.
     pub headers: Headers,
-    /// What the client sends; after [`Event::Fin`] or [`Event::Reset`] it ends.
+    /// What the client sends; it ends after [`Event::Fin`] or [`Event::Reset`], or when
+    /// the session does.
     pub events: mpsc::Receiver<Event>,
     /// Answers it and writes to it.
     pub writer: StreamWriter,
@@ -521,8 +522,9 @@ impl StreamWriter {
 
 /// Serves a SPDY/3.1 session on `io` as the server: every stream the client opens is sent
 /// to `streams` (unanswered: its consumer replies or resets). Returns when the client
-/// says GOAWAY, the connection ends or breaks, or `streams` is dropped; then the streams
-/// still open read [`Event::Reset`], and once their writers are gone a GOAWAY goes out.
+/// says GOAWAY, the connection ends or breaks, or `streams` is dropped; then the events of
+/// the streams still open end (read it as a reset), and once their writers are gone a
+/// GOAWAY goes out.
 ///
 /// # Errors
 /// A frame that breaks the protocol, or the connection failing.
@@ -619,9 +621,6 @@ where
                 Frame::GoAway { .. } => return Ok(()),
                 Frame::Ignored(_) => {}
             }
-        }
-        if buf.len() > MAX_FRAME + 8 {
-            return Err(SpdyError::HeaderBlock("frame too large"));
         }
         let mut chunk = [0u8; 16 * 1024];
         match reader.read(&mut chunk).await {
