@@ -1,8 +1,9 @@
 //! kubectl (v1.34, built by `ci/kubernetes/build.sh`), a real client, against a running `opconform sim`: CRDs, client-side and
 //! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
 //! on a finalizer, tokens and `auth can-i`, discovery (`api-resources`), APIServices, the
-//! `kubernetes` Service and field selectors; and kubectl's rollout status and wait against
-//! the simulated controllers.
+//! `kubernetes` Service and field selectors; kubectl's rollout status and wait against
+//! the simulated controllers; and, in pods that run, `exec`, `logs -f` and `port-forward`
+//! (over the WebSocket tunnel and over plain SPDY).
 
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
@@ -878,5 +879,107 @@ fn kubectl_exec_runs_commands_in_a_pod_and_logs_follow_streams_its_output_as_wri
     assert!(
         ended.status.success(),
         "kubectl logs -f ends with the container: {ended:?}"
+    );
+}
+
+/// Starts `kubectl port-forward pod/NAME :PORT` (with `env` set) and returns it and the
+/// local port from its `Forwarding from 127.0.0.1:NNNN -> PORT` line; its stdout is read on
+/// to the end by a thread, so kubectl never blocks writing it.
+fn port_forward(sim: &Sim, pod: &str, port: u16, env: &[(&str, &str)]) -> (Child, u16) {
+    let mut child = sim
+        .kubectl()
+        .args(["port-forward", &format!("pod/{pod}"), &format!(":{port}")])
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let suffix = format!(" -> {port}");
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let local = line
+                .strip_prefix("Forwarding from 127.0.0.1:")
+                .and_then(|rest| rest.strip_suffix(suffix.as_str()))
+                .and_then(|p| p.parse::<u16>().ok());
+            if let Some(local) = local {
+                let _ = tx.send(local);
+            }
+        }
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(local) => (child, local),
+        Err(_) => {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("kubectl output");
+            panic!(
+                "kubectl port-forward did not say where it listens: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        }
+    }
+}
+
+/// `GET path` over HTTP/1.0 to 127.0.0.1:`port`: the whole answer, or what cut it short.
+fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    conn.set_read_timeout(Some(WAIT))?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer)?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[test]
+fn kubectl_port_forward_reaches_a_pods_port_over_the_websocket_tunnel_and_over_plain_spdy() {
+    let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
+    // An HTTP server on 8080 serving the container's filesystem, whose /etc/hostname is
+    // the pod's; Ready once the port accepts connections.
+    let pod = sim.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: portal}\nspec:\n  containers:\n  \
+         - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
+         'exec python3 -m http.server 8080 --bind 0.0.0.0 --directory /']\n    \
+         ports: [{containerPort: 8080}]\n    \
+         readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}\n",
+    );
+    sim.ok(&["apply", "-f", &pod]);
+    sim.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/portal",
+        "--timeout=30s",
+    ]);
+
+    // kubectl's default (SPDY inside a WebSocket), then its fallback (plain SPDY/3.1).
+    for env in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
+        let (mut kubectl, local) = port_forward(&sim, "portal", 8080, env);
+        // Two connections: two pairs of streams on the one session.
+        for _ in 0..2 {
+            let answer = http_get(local, "/etc/hostname")
+                .unwrap_or_else(|e| panic!("GET through port {local} ({env:?}): {e}"));
+            assert!(
+                answer.starts_with("HTTP/1.0 200 OK\r\n"),
+                "{env:?}: {answer}"
+            );
+            assert!(answer.ends_with("\r\n\r\nportal\n"), "{env:?}: {answer}");
+        }
+        let _ = kubectl.kill();
+        let _ = kubectl.wait();
+    }
+
+    // Nothing listens on 8081: the error the pod's side gave reaches kubectl, which says
+    // so and ends.
+    let (kubectl, local) = port_forward(&sim, "portal", 8081, &[]);
+    let cut = http_get(local, "/").unwrap_or_default();
+    assert!(!cut.contains("200 OK"), "{cut}");
+    let out = wait_with_timeout(kubectl, WAIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error forwarding port 8081 to pod default/portal")
+            && stderr.contains("onnection refused"),
+        "{out:?}"
     );
 }

@@ -206,8 +206,8 @@ pub fn singular(t: &ResourceType) -> String {
 ///
 /// # Caveats
 /// Some are announced and not served, so that clients see the real server's list:
-/// `pods/exec`, `attach`, `portforward`, `ephemeralcontainers`, `resize`,
-/// `services/proxy`, `nodes/proxy` (and `pods/proxy` serves GET only).
+/// `pods/attach`, `resize`, `services/proxy`, `nodes/proxy` (and `pods/proxy` serves GET
+/// only).
 pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
     let sub = |name, kind: &str, group_version, verbs| Subresource {
         name,

@@ -36,12 +36,14 @@ pub mod names;
 pub mod objects;
 pub mod patch;
 pub mod podlog;
+pub mod portforward;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
 pub mod reviews;
 pub mod schema;
 pub mod selectors;
+pub mod spdy;
 pub mod state;
 pub mod status;
 pub mod store;
@@ -386,7 +388,8 @@ async fn accept_loop(
                 let shutdown = service_shutdown.clone();
                 async move { Ok::<_, Infallible>(handle(state, req, peer, addr, shutdown).await) }
             });
-            // With upgrades: `pods/exec` switches the connection to a WebSocket.
+            // With upgrades: `pods/exec` switches the connection to a WebSocket, `pods/portforward`
+            // to a WebSocket or to SPDY/3.1.
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
                 .with_upgrades();
@@ -589,6 +592,15 @@ async fn handle(
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
         }
+        if info.group.is_empty() && info.resource == "pods" && info.subresource == "portforward" {
+            return match portforward::start(&state, &info.namespace, &info.name, &parts.headers) {
+                Ok(accepted) => {
+                    state.faults.served(&facts);
+                    portforward_response(parts.extensions.remove(), accepted).into()
+                }
+                Err(e) => error_response(&e, &parts.headers).into(),
+            };
+        }
         if !accepts_json(&parts.headers) {
             return error_response(&ApiError::NotAcceptable, &parts.headers).into();
         }
@@ -781,6 +793,57 @@ fn exec_response(
             None => None,
         } {
             exec::relay(hyper_util::rt::TokioIo::new(upgraded), accepted).await;
+        }
+    });
+    resp
+}
+
+/// The answer to an accepted `pods/portforward`: 101 Switching Protocols to a WebSocket
+/// (the SPDY tunnel) or to SPDY/3.1, and the session once the connection is upgraded (see
+/// [`portforward`]).
+fn portforward_response(
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+    accepted: portforward::Accepted,
+) -> Response<Body> {
+    let mut resp = Response::new(
+        Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *resp.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+    let headers = resp.headers_mut();
+    headers.insert(
+        hyper::header::CONNECTION,
+        HeaderValue::from_static("Upgrade"),
+    );
+    match &accepted.transport {
+        portforward::Transport::WebSocket(key) => {
+            headers.insert(
+                hyper::header::UPGRADE,
+                HeaderValue::from_static("websocket"),
+            );
+            headers.insert(
+                hyper::header::SEC_WEBSOCKET_PROTOCOL,
+                HeaderValue::from_static(portforward::WEBSOCKET_PROTOCOL),
+            );
+            if let Ok(key) = HeaderValue::from_str(key) {
+                headers.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, key);
+            }
+        }
+        portforward::Transport::Spdy => {
+            headers.insert(hyper::header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+            headers.insert(
+                portforward::STREAM_PROTOCOL_HEADER,
+                HeaderValue::from_static(portforward::PROTOCOL),
+            );
+        }
+    }
+    tokio::spawn(async move {
+        if let Some(Ok(upgraded)) = match upgrade {
+            Some(on) => Some(on.await),
+            None => None,
+        } {
+            portforward::serve(hyper_util::rt::TokioIo::new(upgraded), accepted).await;
         }
     });
     resp
