@@ -2,11 +2,11 @@
 //!
 //! A pod that runs as a container gets a network namespace of its own, as a real pod does:
 //! two replicas can bind the same port, and what a pod binds is its own. The namespace
-//! holds only its loopback interface, brought up. It is made by a short-lived thread of
-//! this process and then held by a file descriptor ([`Namespace`]), so it vanishes when
-//! the last container in it has ended and the descriptor is closed, or when this process
-//! dies: nothing is mounted, no interface or route is added to the host, and nothing can
-//! leak.
+//! holds only its loopback interface, brought up. It is made by a thread of this process
+//! that stays in it to open its sockets, and held by a file descriptor ([`Namespace`]),
+//! so it vanishes when the last container in it has ended and the namespace is dropped,
+//! or when this process dies: nothing is mounted, no interface or route is added to the
+//! host, and nothing can leak.
 //!
 //! There are no interfaces between namespaces. This process reaches into a pod's instead,
 //! the way the real kubelet's port-forward enters the pod's namespace:
@@ -26,10 +26,10 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, RwLock, Weak};
+use std::sync::{Arc, LazyLock, Mutex, RwLock, Weak};
 
 use netlink_packet_core::{
     NLM_F_ACK, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
@@ -37,7 +37,7 @@ use netlink_packet_core::{
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{LinkFlags, LinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
-use nix::sched::{CloneFlags, setns, unshare};
+use nix::sched::{CloneFlags, unshare};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// The interface index of the loopback interface in a new network namespace.
@@ -55,15 +55,6 @@ pub enum NetworkError {
     /// The namespace could not be opened to be held.
     #[error("cannot open the new network namespace")]
     Open(#[source] io::Error),
-    /// `setns` into the namespace failed.
-    #[error("cannot enter the network namespace {path}")]
-    Enter {
-        /// The namespace's path.
-        path: String,
-        /// The cause.
-        #[source]
-        source: nix::Error,
-    },
     /// A socket could not be made or bound inside the namespace.
     #[error("cannot open a socket in the network namespace {path}")]
     Socket {
@@ -73,8 +64,8 @@ pub enum NetworkError {
         #[source]
         source: io::Error,
     },
-    /// The thread that does the work inside the namespace panicked.
-    #[error("the thread working in a network namespace panicked")]
+    /// The namespace's thread could not be started, or is gone.
+    #[error("the thread of a network namespace could not be started or is gone")]
     Thread,
 }
 
@@ -84,10 +75,17 @@ impl From<NetworkError> for io::Error {
     }
 }
 
-/// A network namespace with only its loopback interface, held open by this process.
+/// Work done inside a namespace, on its thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A network namespace with only its loopback interface, held open by this process, with
+/// a thread of its own that stays inside it to open its sockets (a thread per socket would
+/// cost a spawn for every probe and scrape).
 #[derive(Debug)]
 pub struct Namespace {
     fd: OwnedFd,
+    /// The namespace's thread; dropping the sender ends it.
+    jobs: Mutex<std::sync::mpsc::Sender<Job>>,
 }
 
 impl Namespace {
@@ -97,16 +95,34 @@ impl Namespace {
     /// Without `CAP_SYS_ADMIN`, or when the kernel refuses.
     pub fn create() -> Result<Self, NetworkError> {
         // A thread of its own: a network namespace is a property of the thread that
-        // unshares, and this one ends right after.
-        std::thread::spawn(|| {
-            unshare(CloneFlags::CLONE_NEWNET).map_err(NetworkError::Unshare)?;
-            loopback_up().map_err(NetworkError::Loopback)?;
-            let file =
-                std::fs::File::open("/proc/thread-self/ns/net").map_err(NetworkError::Open)?;
-            Ok(Self { fd: file.into() })
+        // unshares. It stays there to open the namespace's sockets until the namespace is
+        // dropped.
+        let (made, made_rx) = std::sync::mpsc::channel();
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("pod-network".into())
+            .spawn(move || {
+                let fd = (|| {
+                    unshare(CloneFlags::CLONE_NEWNET).map_err(NetworkError::Unshare)?;
+                    loopback_up().map_err(NetworkError::Loopback)?;
+                    std::fs::File::open("/proc/thread-self/ns/net")
+                        .map(OwnedFd::from)
+                        .map_err(NetworkError::Open)
+                })();
+                let entered = fd.is_ok();
+                let _ = made.send(fd);
+                if entered {
+                    for job in queue {
+                        job();
+                    }
+                }
+            })
+            .map_err(|_| NetworkError::Thread)?;
+        let fd = made_rx.recv().map_err(|_| NetworkError::Thread)??;
+        Ok(Self {
+            fd,
+            jobs: Mutex::new(jobs),
         })
-        .join()
-        .map_err(|_| NetworkError::Thread)?
     }
 
     /// A path to the namespace that other processes (an OCI runtime joining it) can open
@@ -119,30 +135,28 @@ impl Namespace {
         ))
     }
 
-    /// Runs `make` on a thread that has entered the namespace: the sockets it opens belong
-    /// to the namespace for their whole life.
-    fn inside<T: Send>(
+    /// Runs `make` on the namespace's thread: the sockets it opens belong to the namespace
+    /// for their whole life.
+    fn inside<T: Send + 'static>(
         &self,
-        make: impl FnOnce() -> io::Result<T> + Send,
+        make: impl FnOnce() -> io::Result<T> + Send + 'static,
     ) -> Result<T, NetworkError> {
-        let path = || self.path().display().to_string();
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
-                        NetworkError::Enter {
-                            path: path(),
-                            source,
-                        }
-                    })?;
-                    make().map_err(|source| NetworkError::Socket {
-                        path: path(),
-                        source,
-                    })
-                })
-                .join()
-                .map_err(|_| NetworkError::Thread)?
-        })
+        let (done, result) = std::sync::mpsc::channel();
+        let job: Job = Box::new(move || {
+            let _ = done.send(make());
+        });
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|_| NetworkError::Thread)?;
+        result
+            .recv()
+            .map_err(|_| NetworkError::Thread)?
+            .map_err(|source| NetworkError::Socket {
+                path: self.path().display().to_string(),
+                source,
+            })
     }
 
     /// A TCP socket of the namespace, not yet bound or connected.
@@ -150,7 +164,7 @@ impl Namespace {
     /// # Errors
     /// When the namespace cannot be entered or the socket made.
     pub fn socket(&self, addr: SocketAddr) -> Result<TcpSocket, NetworkError> {
-        self.inside(|| new_socket(addr))
+        self.inside(move || new_socket(addr))
     }
 
     /// A listener of the namespace on `addr` (port 0: any free port).
@@ -161,7 +175,7 @@ impl Namespace {
     /// # Panics
     /// Outside a Tokio runtime.
     pub fn listen(&self, addr: SocketAddr) -> Result<TcpListener, NetworkError> {
-        let socket = self.inside(|| {
+        let socket = self.inside(move || {
             let socket = new_socket(addr)?;
             socket.set_reuseaddr(true)?;
             socket.bind(addr)?;
