@@ -89,13 +89,20 @@ fn ours_among(packages: &BTreeMap<String, Vec<String>>, name: &str) -> Vec<Strin
 }
 
 /// Its tests' helpers (`sim-test-support`, a dev-dependency) count too: they start the
-/// API server alone, the controllers only behind a feature its tests leave off.
+/// API server alone, the controllers only behind a feature its tests leave off. The pod
+/// network is how it dials a pod (`pods/proxy`, `pods/portforward`).
 #[test]
-fn the_simulated_api_server_uses_no_workspace_crate_but_the_vocabulary_and_plain_http() {
+fn the_simulated_api_server_uses_no_workspace_crate_but_the_vocabulary_plain_http_and_the_pod_network()
+ {
     let packages = workspace_dependencies();
     assert_eq!(
         ours_among(&packages, "sim-apiserver"),
-        ["cluster-vocabulary", "plain-http", "sim-test-support"]
+        [
+            "cluster-vocabulary",
+            "plain-http",
+            "pod-network",
+            "sim-test-support"
+        ]
     );
 }
 
@@ -142,19 +149,27 @@ fn the_steps_reach_clusters_through_the_providers_and_never_the_binary() {
     );
 }
 
+/// The pod network is how any part of this process dials a pod's address (the recorder's
+/// scrapes): it knows nothing of providers or the simulator.
 #[test]
 fn the_core_knows_no_provider_and_no_simulator_crate() {
     let packages = workspace_dependencies();
     assert_eq!(
         ours_among(&packages, "opconform-core"),
-        ["cluster-vocabulary", "plain-http"]
+        ["cluster-vocabulary", "plain-http", "pod-network"]
     );
 }
 
 #[test]
-fn the_plain_http_client_depends_on_no_workspace_crate() {
+fn the_plain_http_client_depends_on_no_workspace_crate_but_the_pod_network() {
     let packages = workspace_dependencies();
-    assert_eq!(ours_among(&packages, "plain-http"), Vec::<String>::new());
+    assert_eq!(ours_among(&packages, "plain-http"), ["pod-network"]);
+}
+
+#[test]
+fn the_pod_network_depends_on_no_workspace_crate() {
+    let packages = workspace_dependencies();
+    assert_eq!(ours_among(&packages, "pod-network"), Vec::<String>::new());
 }
 
 #[test]
@@ -302,6 +317,7 @@ fn no_two_modules_of_a_crate_import_each_other_even_through_others() {
         "crates/steps/src",
         "crates/vocabulary/src",
         "crates/plain-http/src",
+        "crates/pod-network/src",
         "crates/sim-apiserver/src",
         "crates/sim-node/src",
         "crates/sim-controllers/src",

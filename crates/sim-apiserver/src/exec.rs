@@ -77,18 +77,20 @@ pub struct Accepted {
     child: Child,
 }
 
-/// Checks an exec request and starts its command.
+/// Checks an exec request of `stored`, the pod as stored, and starts its command through
+/// `run` (whichever kubelet's [`ExecSource`] runs the pod).
 ///
 /// # Errors
 /// As kube-apiserver refuses: a request that is not a WebSocket upgrade offering one of
 /// [`PROTOCOLS`], no command, no stream, a terminal, an unknown pod or container, a pod no
 /// kubelet runs, or what the kubelet said.
 pub fn start(
-    state: &crate::state::State,
+    stored: Option<Value>,
     namespace: &str,
     name: &str,
     raw_query: Option<&str>,
     headers: &HeaderMap,
+    run: impl FnOnce(&ExecRequest<'_>) -> Option<Result<Child, ExecRefusal>>,
 ) -> Result<Accepted, ApiError> {
     let mut command = Vec::new();
     let (mut container, mut stdin, mut stdout, mut stderr, mut tty) =
@@ -122,10 +124,7 @@ pub fn start(
     }
     let (protocol, accept_key) = handshake(headers)?;
     let gr = GroupResource::new("", "pods");
-    let pod = state
-        .store
-        .get(&gr, namespace, name)
-        .ok_or_else(|| ApiError::not_found(&gr, name))?;
+    let pod = stored.ok_or_else(|| ApiError::not_found(&gr, name))?;
     let container = super::podlog::container_of(&pod, name, &container)?;
     if pod["spec"]["nodeName"]
         .as_str()
@@ -143,7 +142,7 @@ pub fn start(
         command: &command,
         stdin,
     };
-    let child = match state.exec(&request) {
+    let child = match run(&request) {
         Some(Ok(child)) => child,
         Some(Err(refusal)) => {
             return Err(ApiError::BadRequest(format!(

@@ -578,12 +578,18 @@ async fn handle(
             }
         }
         if info.group.is_empty() && info.resource == "pods" && info.subresource == "exec" {
+            let stored = state.store.get(
+                &self::status::GroupResource::new("", "pods"),
+                &info.namespace,
+                &info.name,
+            );
             return match exec::start(
-                &state,
+                stored,
                 &info.namespace,
                 &info.name,
                 parts.uri.query(),
                 &parts.headers,
+                |r| state.exec(r),
             ) {
                 Ok(accepted) => {
                     state.faults.served(&facts);
@@ -674,7 +680,14 @@ async fn handle(
             && info.subresource == "log"
             && info.verb == "get"
         {
-            return match podlog::read(&state, &info.namespace, &info.name, &query) {
+            let stored = state.store.get(
+                &self::status::GroupResource::new("", "pods"),
+                &info.namespace,
+                &info.name,
+            );
+            return match podlog::read(stored, &info.namespace, &info.name, &query, |r| {
+                state.read_log(r)
+            }) {
                 Ok(stream) => {
                     state.faults.served(&facts);
                     log_response(stream, shutdown).into()

@@ -19,7 +19,6 @@ use tokio_stream::Stream;
 
 use super::names::Cause;
 use super::request::Query;
-use super::state::State;
 use super::status::{ApiError, GroupResource};
 
 /// The options of one `pods/log` read, as the kubelet gets them.
@@ -236,23 +235,22 @@ pub fn container_of(pod: &Value, name: &str, requested: &str) -> Result<String, 
     }
 }
 
-/// Answers `GET …/pods/NAME/log` from the kubelet that runs the pod.
+/// Answers `GET …/pods/NAME/log` for `stored`, the pod as stored, from the kubelet that
+/// runs it (`read_log`: whichever kubelet's [`LogSource`] answers).
 ///
 /// # Errors
 /// Invalid options, a pod that does not exist, a container that cannot be chosen, or the
 /// kubelet's refusal (e.g. no previous instance), as kube-apiserver answers them.
 pub fn read(
-    state: &State,
+    stored: Option<Value>,
     namespace: &str,
     pod: &str,
     query: &Query,
+    read_log: impl FnOnce(&LogRequest<'_>) -> Option<Result<LogStream, LogRefusal>>,
 ) -> Result<LogStream, ApiError> {
     let options = LogOptions::parse(query, pod)?;
     let gr = GroupResource::new("", "pods");
-    let object = state
-        .store
-        .get(&gr, namespace, pod)
-        .ok_or_else(|| ApiError::not_found(&gr, pod))?;
+    let object = stored.ok_or_else(|| ApiError::not_found(&gr, pod))?;
     let container = container_of(&object, pod, &options.container)?;
     if object["spec"]["nodeName"]
         .as_str()
@@ -267,7 +265,7 @@ pub fn read(
         container: &container,
         options: &options,
     };
-    match state.read_log(&request) {
+    match read_log(&request) {
         Some(Ok(stream)) => Ok(stream),
         Some(Err(refusal)) => Err(ApiError::BadRequest(refusal.to_string())),
         None => Err(ApiError::BadRequest(format!(
