@@ -31,6 +31,14 @@ pub enum CliError {
     /// An operator profile could not be read.
     #[error(transparent)]
     Profile(crate::profile::ProfileError),
+    /// Scenarios of `opconform test` failed.
+    #[error("{failed} of {total} scenarios failed")]
+    Failed {
+        /// How many failed.
+        failed: usize,
+        /// How many ran.
+        total: usize,
+    },
     /// A conformance run failed.
     #[error("the conformance run failed")]
     Conformance(#[source] Box<crate::conformance::ConformanceError>),
@@ -83,10 +91,46 @@ pub enum Command {
     /// Operator profiles: print the JSON Schema of the format, or check a profile.
     #[command(subcommand)]
     Profile(ProfileCommand),
+    /// Run features against an operator: the shipped ones (lease, for-life, reconcile,
+    /// finalizers, …) or your own feature files, with opconform's steps, and write the
+    /// reports (index.html, timelines, suite.json; JUnit on request). Exits 0 when every
+    /// scenario held, 1 when one failed or the run could not be made.
+    Test(TestArgs),
     /// Run the leadership features against several operators (one profile each) and
     /// write the table of what each scenario found for each: held, broken (with the
     /// checker's verdict) or not applicable.
     Conformance(ConformanceArgs),
+}
+
+/// Arguments of `opconform test`.
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// Feature files, directories of them, or shipped features by name: lease, for-life,
+    /// reconcile, finalizers, detection, simulated-control-plane [default: every shipped
+    /// feature].
+    pub features: Vec<String>,
+    /// The operator under test: its profile (YAML) [default: the bundled memcached
+    /// operator].
+    #[arg(long, value_name = "PROFILE")]
+    pub operator: Option<PathBuf>,
+    /// Where the scenarios run: sim (the embedded simulated control plane), local (a real
+    /// control plane from binaries), kubeconfig (the cluster KUBECONFIG names) or kind.
+    #[arg(long, default_value = "sim", value_parser = ["sim", "local", "kubeconfig", "kind"])]
+    pub provider: String,
+    /// Only the scenarios this cucumber tag expression selects (e.g. "@lease and not
+    /// @timing").
+    #[arg(long, value_name = "EXPR")]
+    pub tags: Option<String>,
+    /// Only the scenarios whose name this regular expression matches.
+    #[arg(long, value_name = "REGEX", conflicts_with = "tags")]
+    pub name: Option<String>,
+    /// Where the reports go [default: target/opconform, or under $CARGO_TARGET_DIR; local
+    /// and kind in a folder of their own].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Also write a JUnit XML report here.
+    #[arg(long, value_name = "PATH")]
+    pub junit: Option<PathBuf>,
 }
 
 /// Arguments of `opconform conformance`.
@@ -337,8 +381,81 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Fault(args) => fault(args).await,
         Command::Bench(args) => bench(args).await,
         Command::Profile(command) => profile(command),
+        Command::Test(args) => test(args).await,
         Command::Conformance(args) => conformance(args).await,
     }
+}
+
+async fn test(args: TestArgs) -> Result<(), CliError> {
+    use crate::steps::{Selection, Suite};
+    let features = crate::features::gather(&args.features)
+        .map_err(|e| CliError::Usage(crate::error_chain(&e)))?;
+    let provider = crate::cluster::ProviderKind::parse(Some(&args.provider))
+        .map_err(|e| CliError::Usage(crate::error_chain(&e)))?;
+    let subject = match &args.operator {
+        Some(path) => crate::profile::Profile::read(path),
+        None => crate::profile::Profile::bundled(),
+    }
+    .map_err(CliError::Profile)?;
+    let tags = args
+        .tags
+        .as_deref()
+        .map(|expr| {
+            expr.parse().map_err(|e| {
+                CliError::Usage(format!(
+                    "--tags {expr:?}: not a tag expression ({e}): expected e.g. \"@lease and not @timing\""
+                ))
+            })
+        })
+        .transpose()?;
+    let name = args
+        .name
+        .as_deref()
+        .map(|re| {
+            regex::Regex::new(re).map_err(|e| {
+                CliError::Usage(format!("--name {re:?}: not a regular expression: {e}"))
+            })
+        })
+        .transpose()?;
+    let suite = Suite {
+        subject,
+        provider,
+        kubeconfig: crate::cluster::KubeconfigOptions::from_env(),
+        reports: args
+            .out
+            .clone()
+            .unwrap_or_else(|| Suite::default_reports(provider)),
+    };
+    if let Some(line) = provider.pods_as_processes_warning() {
+        eprintln!("opconform: {line}");
+    }
+    eprintln!(
+        "opconform: {} feature file(s) against {} on {}; reports in {}",
+        features.len(),
+        suite.subject.name,
+        provider.name(),
+        suite.reports.display()
+    );
+    let selection = Selection {
+        name,
+        tags,
+        reports: crate::steps::RunOptions {
+            junit: args.junit,
+            json: None,
+        },
+    };
+    let outcome = crate::steps::run_suite(features, suite, Some(selection)).await;
+    if outcome.failed {
+        return Err(CliError::Failed {
+            failed: outcome
+                .scenarios
+                .iter()
+                .filter(|s| s.failure.is_some())
+                .count(),
+            total: outcome.scenarios.len(),
+        });
+    }
+    Ok(())
 }
 
 async fn conformance(args: ConformanceArgs) -> Result<(), CliError> {

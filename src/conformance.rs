@@ -4,9 +4,10 @@
 //! operator that cannot run on the provider at all, every scenario, with the reason its
 //! run gave) — with the failover figures. Written as Markdown, JSON and an HTML page.
 //!
-//! Each profile runs in its own `cargo test --workspace --test e2e` (one suite per process), with
-//! `OPCONFORM_OPERATOR`, `OPCONFORM_PROVIDER` and `OPCONFORM_REPORTS` set; the table is
-//! read from the `suite.json` each run writes. A broken guarantee, or an operator that
+//! Each profile runs in an `opconform test` of its own (this executable again: one suite per
+//! process), with `--operator`, `--provider`, `--tags` and `--out`; the table is read from
+//! the `suite.json` each run writes. No cargo, no checkout of the repository: the features
+//! are those the executable carries ([`crate::features`]). A broken guarantee, or an operator that
 //! cannot run on the provider (`notApplicable` in its `suite.json`), is a finding, not a
 //! failure of the command: it fails only when a run could not produce its report.
 //!
@@ -30,7 +31,7 @@ pub enum ConformanceError {
     #[error(transparent)]
     Profile(#[from] crate::profile::ProfileError),
     /// The test run could not be started.
-    #[error("cannot run cargo test for {subject}")]
+    #[error("cannot run opconform test for {subject}")]
     Spawn {
         /// The subject.
         subject: String,
@@ -518,7 +519,7 @@ pub async fn run(options: &Options) -> Result<Table, ConformanceError> {
     Ok(table)
 }
 
-/// Runs each profile's scenarios in a `cargo test` of its own, on `kind_cluster` when
+/// Runs each profile's scenarios in an `opconform test` of its own, on `kind_cluster` when
 /// given (`OPCONFORM_KIND_CLUSTER`), and reads its report.
 async fn run_profiles(
     options: &Options,
@@ -526,7 +527,10 @@ async fn run_profiles(
     kind_cluster: Option<&str>,
 ) -> Result<Vec<Run>, ConformanceError> {
     let root = crate::subject::repository_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let opconform = std::env::current_exe().map_err(|source| ConformanceError::Spawn {
+        subject: "the first profile".into(),
+        source,
+    })?;
     let mut runs = Vec::new();
     for (i, (profile, subject)) in options.profiles.iter().zip(subjects).enumerate() {
         let dir = subject.name.clone();
@@ -558,23 +562,14 @@ async fn run_profiles(
                 source,
             })?;
         let begin = std::time::Instant::now();
-        let mut command = tokio::process::Command::new(&cargo);
+        let mut command = tokio::process::Command::new(&opconform);
         command
-            // With the workspace's features, as `cargo test --workspace` built it: for the
-            // root package alone cargo would build the dependencies again.
-            .args([
-                "test",
-                "--workspace",
-                "--test",
-                "e2e",
-                "--",
-                "--tags",
-                &options.tags,
-            ])
-            .current_dir(&root)
-            .env("OPCONFORM_OPERATOR", profile)
-            .env("OPCONFORM_PROVIDER", &options.provider)
-            .env("OPCONFORM_REPORTS", &reports)
+            .arg("test")
+            .arg("--operator")
+            .arg(profile)
+            .args(["--provider", &options.provider, "--tags", &options.tags])
+            .arg("--out")
+            .arg(&reports)
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(errors)

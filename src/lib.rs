@@ -15,6 +15,8 @@
 //! - [`subject`]: the operator under test (namespace, lock, manifests, binary), described once;
 //!   [`profile`]: the YAML file that describes it.
 //! - [`steps`]: the cucumber step library and the scenario [`steps::World`].
+//! - [`features`]: the features `opconform test` runs: the shipped ones, embedded, and the
+//!   user's own.
 //! - [`conformance`]: `opconform conformance`, the table of which guarantee each profile keeps.
 //! - [`bench`]: `opconform bench`, the operator's handoffs, API load and memory beside the anchors'.
 //! - [`cli`]: the `opconform` command line.
@@ -22,6 +24,7 @@
 pub mod bench;
 pub mod cli;
 pub mod conformance;
+pub mod features;
 
 pub use opconform_providers::{cluster, report, repository_root, sim};
 pub use opconform_steps::{profile, steps, subject};

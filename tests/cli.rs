@@ -100,3 +100,91 @@ fn profile_check_describes_the_shipped_profile_and_names_the_bad_key_of_another(
         "{stderr}"
     );
 }
+
+/// A user's own feature, one scenario that holds and one whose step is undefined.
+const USER_FEATURE: &str = "\
+Feature: My operator keeps one leader
+  Background:
+    Given a cluster
+
+  Scenario: A leader is elected
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    Then within 30s exactly one replica leads
+    And there was never more than one leader
+
+  @undefined
+  Scenario: A step nobody wrote
+    Then the operator sings
+";
+
+#[test]
+fn test_runs_a_users_own_feature_from_its_directory_and_writes_the_reports() {
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("leader.feature"), USER_FEATURE).unwrap();
+    let out_dir = project.path().join("reports");
+    let out = opconform()
+        .current_dir(project.path())
+        .args([
+            "test",
+            "--tags",
+            "not @undefined",
+            "--junit",
+            "junit.xml",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .arg("leader.feature")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 scenario (1 passed)"), "{stdout}");
+    let suite = std::fs::read_to_string(out_dir.join("suite.json")).unwrap();
+    assert!(suite.contains("A leader is elected"), "{suite}");
+    assert!(out_dir.join("index.html").is_file());
+    let junit = std::fs::read_to_string(project.path().join("junit.xml")).unwrap();
+    assert!(junit.contains("leader.feature"), "{junit}");
+}
+
+#[test]
+fn test_fails_with_exit_code_1_naming_the_users_file_and_line_of_a_failed_step() {
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("leader.feature"), USER_FEATURE).unwrap();
+    let out = opconform()
+        .current_dir(project.path())
+        .args(["test", "--tags", "@undefined", "--out"])
+        .arg(project.path().join("reports"))
+        .arg("leader.feature")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Then the operator sings (leader.feature:12)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 of 1 scenarios failed"), "{stderr}");
+}
+
+#[test]
+fn test_refuses_what_names_no_feature_and_a_bad_tag_expression_naming_each() {
+    let out = opconform().args(["test", "leases"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"leases\" is neither a feature file, a directory, nor a shipped feature")
+            && stderr.contains("lease, for-life, reconcile, finalizers"),
+        "{stderr}"
+    );
+    let out = opconform()
+        .args(["test", "--tags", "@lease and", "lease"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--tags \"@lease and\": not a tag expression"),
+        "{stderr}"
+    );
+}

@@ -67,7 +67,8 @@ async fn main() {
         },
         reports: opconform::report::reports_root().join("kubeconfig"),
     };
-    let outcome = run_suite(concat!(env!("CARGO_MANIFEST_DIR"), "/features"), suite).await;
+    let features = opconform::features::gather(&[]).expect("the shipped features");
+    let outcome = run_suite(features, suite, None).await;
     drop(sim);
     assert!(
         !outcome.scenarios.is_empty(),

@@ -769,12 +769,15 @@ struct CargoBinary<'a> {
     sources: &'a [PathBuf],
 }
 
-/// The profile directory of the running executable (`target/<profile>`), where the
-/// binaries the harness builds are kept.
+/// Where the binaries the harness builds are kept: the profile directory of the running
+/// executable (`target/<profile>`) when it is one cargo built in place, else — an
+/// installed `opconform` — `operator-builds/debug` in opconform's cache directory
+/// ([`crate::cluster::local::pinned::cache_dir`]), never beside the installed executable.
 fn profile_dir() -> Result<PathBuf, BuildError> {
     // target/<profile>/deps/e2e-… → target/<profile>
     let exe = std::env::current_exe().map_err(BuildError::CurrentExe)?;
-    exe.parent()
+    let dir = exe
+        .parent()
         .and_then(|deps| {
             if deps.file_name().is_some_and(|n| n == "deps") {
                 deps.parent()
@@ -783,7 +786,21 @@ fn profile_dir() -> Result<PathBuf, BuildError> {
             }
         })
         .map(Path::to_path_buf)
-        .ok_or(BuildError::NoTargetDir)
+        .ok_or(BuildError::NoTargetDir)?;
+    Ok(profile_dir_for(
+        &dir,
+        &crate::cluster::local::pinned::cache_dir(),
+    ))
+}
+
+/// [`profile_dir`] for an executable in `dir`: `dir` itself when cargo keeps its build
+/// state there (`.fingerprint`), else `<cache>/operator-builds/debug`.
+fn profile_dir_for(dir: &Path, cache: &Path) -> PathBuf {
+    if dir.join(".fingerprint").is_dir() {
+        dir.to_path_buf()
+    } else {
+        cache.join("operator-builds").join("debug")
+    }
 }
 
 /// Whether `binary` is missing or older than one of `sources` (files, or directories
@@ -1074,6 +1091,21 @@ impl Subject {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operators_are_built_beside_a_cargo_built_harness_and_in_the_cache_for_an_installed_one() {
+        let target = tempfile::tempdir().unwrap();
+        let debug = target.path().join("debug");
+        std::fs::create_dir_all(debug.join(".fingerprint")).unwrap();
+        let cache = Path::new("/cache/opconform");
+        assert_eq!(profile_dir_for(&debug, cache), debug);
+        let installed = target.path().join("bin");
+        std::fs::create_dir_all(&installed).unwrap();
+        assert_eq!(
+            profile_dir_for(&installed, cache),
+            cache.join("operator-builds/debug")
+        );
+    }
 
     fn setup(replicas: i32, args: &[&str]) -> OperatorSetup {
         OperatorSetup {

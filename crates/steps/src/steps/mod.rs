@@ -797,14 +797,21 @@ impl Suite {
             subject: crate::profile::Profile::from_env()?,
             provider: kind,
             kubeconfig: KubeconfigOptions::from_env(),
-            reports: match (std::env::var_os("OPCONFORM_REPORTS"), kind) {
-                (Some(dir), _) if !dir.is_empty() => std::path::PathBuf::from(dir),
-                // Beside the simulator's, not over them: CI runs both.
-                (_, ProviderKind::Local) => crate::report::reports_root().join("local"),
-                (_, ProviderKind::Kind) => crate::report::reports_root().join("kind"),
-                _ => crate::report::reports_root(),
+            reports: match std::env::var_os("OPCONFORM_REPORTS") {
+                Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir),
+                _ => Self::default_reports(kind),
             },
         })
+    }
+
+    /// Where a run on `kind` keeps its reports unless told: [`crate::report::reports_root`],
+    /// `local` and `kind` beside the simulator's, not over them (CI runs all three).
+    pub fn default_reports(kind: ProviderKind) -> std::path::PathBuf {
+        match kind {
+            ProviderKind::Local => crate::report::reports_root().join("local"),
+            ProviderKind::Kind => crate::report::reports_root().join("kind"),
+            _ => crate::report::reports_root(),
+        }
     }
 
     /// Why the scenarios must run one at a time, when they must: on a cluster scenarios
@@ -942,7 +949,8 @@ pub struct SuiteOutcome {
     pub wall: Duration,
 }
 
-/// Runs the features under `features` on the provider `OPCONFORM_PROVIDER` names and
+/// Runs the feature files under `features` (a file or a directory) on the provider
+/// `OPCONFORM_PROVIDER` names and
 /// exits non-zero when a scenario failed (see [`run_suite`]).
 pub async fn run(features: impl AsRef<std::path::Path>) {
     // The harness's own logs (scrape failures, watch retries, …), on stderr, when asked for.
@@ -959,21 +967,44 @@ pub async fn run(features: impl AsRef<std::path::Path>) {
     if let Some(line) = suite.provider.pods_as_processes_warning() {
         eprintln!("opconform: {line}");
     }
-    let outcome = run_suite(features, suite).await;
+    let features = crate::features::FeatureSet::new()
+        .path(features)
+        .unwrap_or_else(|e| {
+            eprintln!("opconform: {}", crate::error_chain(&e));
+            std::process::exit(2);
+        });
+    let outcome = run_suite(features, suite, None).await;
     if outcome.failed {
         std::process::exit(1);
     }
 }
 
-/// Runs the features under `features` with the step library on `suite`'s provider: fails
-/// on skipped (undefined) steps, accepts cucumber's command line (`-- --tags @lease`,
-/// `--name …`) plus `--junit PATH` and `--json PATH`, leaves out scenarios tagged with
+/// Which scenarios a run takes and which extra reports it writes, when not from the
+/// process's command line.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Only the scenarios whose name this regex matches.
+    pub name: Option<regex::Regex>,
+    /// Only the scenarios this cucumber tag expression selects.
+    pub tags: Option<cucumber::gherkin::tagexpr::TagOperation>,
+    /// The extra reports.
+    pub reports: RunOptions,
+}
+
+/// Runs `features` with the step library on `suite`'s provider: fails
+/// on skipped (undefined) steps, takes the scenarios `selection` selects — else those
+/// cucumber's command line of this process selects (`-- --tags @lease`, `--name …`, plus
+/// `--junit PATH` and `--json PATH`) —, leaves out scenarios tagged with
 /// what the provider cannot do, runs `@serial` scenarios alone (and `@disruptive` and
 /// `@timing` ones on shared clusters), keeps each scenario's history and timeline under the reports
 /// directory with an index page and `suite.json`, and always cleans up.
 ///
 /// One run per process: the set-up is fixed by the first call.
-pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> SuiteOutcome {
+pub async fn run_suite(
+    features: crate::features::FeatureSet,
+    suite: Suite,
+    selection: Option<Selection>,
+) -> SuiteOutcome {
     use cucumber::World as _;
     use cucumber::writer::Stats as _;
     use cucumber::{WriterExt as _, writer};
@@ -993,7 +1024,15 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
             wall: begin.elapsed(),
         };
     }
-    let mut cli = cucumber::cli::Opts::<_, _, _, RunOptions>::parsed();
+    let mut cli = match selection {
+        None => cucumber::cli::Opts::<_, _, _, RunOptions>::parsed(),
+        Some(selection) => cucumber::cli::Opts::<_, _, _, RunOptions> {
+            re_filter: selection.name,
+            tags_filter: selection.tags,
+            custom: selection.reports,
+            ..Default::default()
+        },
+    };
     let junit = report_file(cli.custom.junit.as_ref(), "JUnit");
     let json = report_file(cli.custom.json.as_ref(), "JSON");
     let excluded = suite.excluded_tags();
@@ -1010,7 +1049,8 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
     let begin = std::time::Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let failures = failures::Failures::default();
-    let writer = World::cucumber()
+    let writer = World::cucumber::<&str>()
+        .with_parser(crate::features::FeatureSet::new())
         .max_concurrent_scenarios(concurrency(suite))
         .which_scenario(move |feature, rule, scenario| {
             let tagged = |name: &str| {
@@ -1062,7 +1102,7 @@ pub async fn run_suite(features: impl AsRef<std::path::Path>, suite: Suite) -> S
         )
         .fail_on_skipped()
         .with_cli(cli)
-        .run(features.as_ref().to_path_buf())
+        .run(features)
         .await;
     let mut summaries = std::mem::take(&mut *summaries.lock().unwrap_or_else(|p| p.into_inner()));
     let failed_steps = failures.taken();
