@@ -106,7 +106,7 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct TestArgs {
     /// Feature files, directories of them, or shipped features by name: lease, for-life,
-    /// reconcile, finalizers, detection, simulated-control-plane [default: every shipped
+    /// reconcile, finalizers, any-kind, detection, simulated-control-plane [default: every shipped
     /// feature].
     pub features: Vec<String>,
     /// The operator under test: its profile (YAML) [default: the bundled memcached

@@ -50,6 +50,11 @@ pub const SHIPPED: &[Shipped] = &[
         text: include_str!("../features/finalizers.feature"),
     },
     Shipped {
+        name: "any-kind",
+        path: "features/any_kind.feature",
+        text: include_str!("../features/any_kind.feature"),
+    },
+    Shipped {
         name: "detection",
         path: "features/detection.feature",
         text: include_str!("../features/detection.feature"),

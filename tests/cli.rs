@@ -188,3 +188,51 @@ fn test_refuses_what_names_no_feature_and_a_bad_tag_expression_naming_each() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_partial_yaml_that_does_not_match_fails_naming_each_field_that_differs() {
+    let project = tempfile::tempdir().unwrap();
+    let feature = "\
+Feature: Wrong expectations
+  Scenario: The Deployment is not what the feature says
+    Given a cluster
+    And the operator is deployed with 1 replica and the flags \"--leader-election=none\"
+    When these objects are applied:
+      \"\"\"
+      apiVersion: cache.example.com/v1alpha1
+      kind: Memcached
+      metadata:
+        name: cache
+      spec:
+        size: 2
+      \"\"\"
+    Then within 2s these objects match:
+      \"\"\"
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: cache
+        labels:
+          tier: gold
+      spec:
+        replicas: 5
+      \"\"\"
+";
+    std::fs::write(project.path().join("wrong.feature"), feature).unwrap();
+    let out = opconform()
+        .current_dir(project.path())
+        .args(["test", "--out"])
+        .arg(project.path().join("reports"))
+        .arg("wrong.feature")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("expected within 2s: Deployment cache match; last observed:")
+            && stderr
+                .contains("Deployment cache .metadata.labels.tier: missing, expected \"gold\"")
+            && stderr.contains("Deployment cache .spec.replicas: expected 5, found 2"),
+        "{stderr}"
+    );
+}

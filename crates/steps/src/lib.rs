@@ -10,6 +10,7 @@ pub use opconform_core::{audit, check, deploy, error_chain, fault, record};
 pub use opconform_providers::{cluster, report, repository_root};
 
 pub mod features;
+pub mod partial;
 pub mod profile;
 pub mod steps;
 pub mod subject;

@@ -1,5 +1,6 @@
 //! The cucumber step library: the [`World`] of a scenario and the steps grouped by domain
-//! (cluster, operator, leadership, work, faults, memcached, reconcile, finalizers, history). Users
+//! (cluster, operator, leadership, work, faults, memcached, reconcile, finalizers, history,
+//! and objects: the steps for any kind). Users
 //! write new features with these steps; `tests/e2e.rs` only runs them.
 
 /// Fails the step (returns from it) unless `cond` holds: what the step checks, with the
@@ -29,6 +30,7 @@ pub mod history;
 pub mod leadership;
 pub mod memcached;
 pub mod metrics;
+pub mod objects;
 pub mod operator;
 pub mod reconcile;
 pub mod vocabulary;
@@ -413,6 +415,8 @@ pub struct World {
     pub transitions_at_first_leader: Option<i64>,
     /// What the fault steps did that later steps look at.
     pub faulted: Faulted,
+    /// What the steps for any kind keep: discovery, checkpoints.
+    pub objects: objects::ObjectsSeen,
     /// When the scenario started (set before it runs).
     pub started: Option<std::time::Instant>,
 }
