@@ -257,6 +257,7 @@ impl Instance {
         };
         let words = container.delete_words();
         let mut instance = Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, log).await?;
+        container.set_runtime_pid(instance.group.pid);
         let begin = tokio::time::Instant::now();
         let pid = loop {
             if let Some(pid) = container.init_pid() {

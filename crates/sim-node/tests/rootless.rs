@@ -1,0 +1,272 @@
+//! Pods as rootless containers: the kubelet, run by an unprivileged user (65534, in a
+//! process of its own: a copy of this test binary that user can read), runs a busybox pod
+//! as a rootless runc container — its host name is the pod's, its service-account files
+//! are readable, its shell is PID 1 — and the faults act on it (crash, hold and release);
+//! once the pod is deleted and that process has ended, nothing of the container is left.
+//!
+//! The test needs root (to become another user), runc and user namespaces open to that
+//! user: elsewhere it says why it did not run.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use sim_node::oci::Isolation;
+use sim_node::upstream::SimulatedUpstream;
+use sim_node::{Kubelet, KubeletConfig};
+use sim_test_support::eventually;
+
+const BUSYBOX: &str = "busybox:1.35";
+
+/// The variable that makes [`the_rootless_child`] run (the path of its directory).
+const CHILD_VAR: &str = "OPCONFORM_ROOTLESS_TEST_CHILD";
+
+/// The unprivileged user the child runs as (`nobody`).
+const USER: u32 = 65534;
+
+/// How long the child may take in all.
+const CHILD_BOUND: Duration = Duration::from_secs(120);
+
+fn main_status(pod: &Value) -> &Value {
+    &pod["status"]["containerStatuses"][0]
+}
+
+/// The state letter of `pid` (`/proc/PID/stat`), `None` when it is gone.
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// Run by [`a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root`] as
+/// an unprivileged user: a kubelet and its pod, checked from inside; writes the runtime's
+/// state directory and the container's init pids to `report` in its directory.
+#[tokio::test]
+async fn the_rootless_child() {
+    let Some(dir) = std::env::var_os(CHILD_VAR).map(PathBuf::from) else {
+        return;
+    };
+    assert!(!nix::unistd::geteuid().is_root(), "the child is not root");
+    let isolation = Isolation::detect(Path::new(sim_node::oci::STATE_DIR));
+    let rt = match &isolation {
+        Isolation::Containers(rt) if rt.rootless() => rt.clone(),
+        other => panic!("rootless containers expected, found {other:?}"),
+    };
+    let (server, client) = sim_test_support::server().await;
+    let busybox = sim_test_support::busybox_image(&dir);
+    let mut config = KubeletConfig::new("rootless", 157, dir.join("node"));
+    config.isolation = isolation;
+    config.images.insert(BUSYBOX, &busybox);
+    config.restart_backoff_base = Duration::from_millis(200);
+    config.restart_backoff_cap = Duration::from_millis(400);
+    let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
+        .await
+        .expect("the kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // `$$` is how a pod spec escapes `$`: the shell gets `$$`.
+    let script = "hostname; echo pid=$$$$; \
+        cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; \
+        test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token; \
+        test -e /etc/debian_version || echo own root; \
+        echo done; while :; do echo tick; sleep 0.1; done";
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "default"},
+        "spec": {"nodeName": "rootless", "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsUser": 65532, "runAsNonRoot": true},
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script]}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the pod is created");
+    let log = eventually("the pod's first lines", || async {
+        kubelet
+            .log("default", "web-0", None, false)
+            .filter(|l| l.contains("done"))
+    })
+    .await;
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines[0], "web-0", "the kernel's host name: {log}");
+    assert_eq!(lines[1], "pid=1", "{log}");
+    assert_eq!(lines[2], "default", "the service-account namespace: {log}");
+    assert!(lines.contains(&"token"), "the token: {log}");
+    assert!(lines.contains(&"own root"), "not the host's /: {log}");
+    let running = |p: &Value| !main_status(p)["state"]["running"].is_null();
+    let get =
+        |api: Api<Pod>| async move { serde_json::to_value(api.get_opt("web-0").await.ok()??).ok() };
+    let first = eventually("the pod running", || async {
+        get(pods.clone()).await.filter(running)
+    })
+    .await;
+    let id = main_status(&first)["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(id.starts_with("runc://"), "{id}");
+    let mut inits = kubelet.pids();
+    kubelet
+        .crash("default", "web-0", None)
+        .expect("the container is crashed");
+    let second = eventually("the container restarted", || async {
+        get(pods.clone())
+            .await
+            .filter(|p| main_status(p)["restartCount"] == 1 && running(p))
+    })
+    .await;
+    assert_eq!(
+        main_status(&second)["lastState"]["terminated"]["exitCode"],
+        137,
+        "{second:#}"
+    );
+    let pids = eventually("the new container's processes", || async {
+        Some(kubelet.pids()).filter(|p| p.iter().any(|p| !inits.contains(p)))
+    })
+    .await;
+    inits.extend(&pids);
+    kubelet
+        .hold_pod("default", "web-0")
+        .expect("the pod is held");
+    let held = kubelet.pids();
+    assert!(!held.is_empty());
+    for pid in &held {
+        assert!(
+            matches!(state_of(*pid), Some('T' | 't') | None),
+            "process {pid} of the held pod is {:?}",
+            state_of(*pid)
+        );
+    }
+    let before = kubelet
+        .log("default", "web-0", None, false)
+        .unwrap_or_default()
+        .len();
+    kubelet
+        .release_pod("default", "web-0")
+        .expect("the pod is released");
+    eventually("the released container ticks again", || async {
+        let now = kubelet.log("default", "web-0", None, false)?.len();
+        (now > before).then_some(())
+    })
+    .await;
+    pods.delete("web-0", &DeleteParams::default())
+        .await
+        .expect("the pod is deleted");
+    eventually("the pod gone", || async {
+        matches!(pods.get_opt("web-0").await, Ok(None)).then_some(())
+    })
+    .await;
+    kubelet.shutdown().await;
+    let report = format!(
+        "{}\n{}\n",
+        rt.root().display(),
+        inits
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    std::fs::write(dir.join("report"), report).expect("the report is written");
+}
+
+#[tokio::test]
+async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not run: becoming an unprivileged user needs root");
+        return;
+    }
+    if !matches!(
+        Isolation::detect(&std::env::temp_dir()),
+        Isolation::Containers(_)
+    ) {
+        eprintln!("not run: no OCI runtime here");
+        return;
+    }
+    // The build's directory is not readable by others: the child runs from a copy.
+    let top = tempfile::tempdir().expect("a directory");
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("the directory opened to others");
+    let exe = top.path().join("rootless-test");
+    std::fs::copy(std::env::current_exe().expect("this test"), &exe).expect("a copy of the test");
+    let dir = top.path().join("child");
+    for sub in ["", "run", "tmp"] {
+        std::fs::create_dir(dir.join(sub)).expect("a directory of the child");
+        std::os::unix::fs::chown(dir.join(sub), Some(USER), Some(USER))
+            .expect("the child's directory given to the child");
+    }
+    std::fs::set_permissions(dir.join("run"), std::fs::Permissions::from_mode(0o700))
+        .expect("a private runtime directory");
+    let child = std::process::Command::new(&exe)
+        .args(["--exact", "the_rootless_child", "--nocapture"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &dir)
+        .env("TMPDIR", dir.join("tmp"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env(CHILD_VAR, &dir)
+        .current_dir(&dir)
+        .uid(USER)
+        .gid(USER)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the child starts");
+    let pid = child.id();
+    let waited = tokio::time::timeout(
+        CHILD_BOUND,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await;
+    let out = match waited {
+        Ok(done) => done.expect("the wait").expect("the child's output"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("the child did not end within {CHILD_BOUND:?}");
+        }
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the child failed: {said}");
+    let report = std::fs::read_to_string(dir.join("report")).expect("the child's report");
+    let mut lines = report.lines();
+    let state_dir = PathBuf::from(lines.next().expect("the state directory"));
+    assert!(
+        state_dir.starts_with(dir.join("run")),
+        "the runtime's state is in the user's runtime directory: {}",
+        state_dir.display()
+    );
+    let pids: Vec<u32> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(!pids.is_empty(), "the child saw its containers' processes");
+    let left = eventually("nothing of the containers left", || async {
+        let alive: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| state_of(*p).is_some_and(|s| s != 'Z'))
+            .collect();
+        let states: Vec<String> = std::fs::read_dir(&state_dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (alive.is_empty() && states.is_empty()).then_some((alive, states))
+    })
+    .await;
+    assert_eq!(left, (vec![], vec![]));
+}
