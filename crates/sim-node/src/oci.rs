@@ -1001,9 +1001,11 @@ impl Container {
                 args.append(&mut run);
                 (unshare.clone(), args)
             }
+            // runc, root of that user namespace, opens the sources of bind mounts in its
+            // own mount namespace, which must then belong to that user namespace.
             (None, Some(unshare)) if rt.rootless() => {
                 let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
-                args.push("--".into());
+                args.extend(["--mount", "--propagation", "private", "--"].map(String::from));
                 args.append(&mut run);
                 (unshare.clone(), args)
             }

@@ -1,7 +1,8 @@
 //! Pods as rootless containers: the kubelet, run by an unprivileged user (65534, in a
 //! process of its own: a copy of this test binary that user can read), runs a busybox pod
 //! as a rootless runc container — its host name is the pod's, its service-account files
-//! are readable, its shell is PID 1 — and the faults act on it (crash, hold and release);
+//! are readable, its shell is PID 1 — and the faults act on it (crash, hold and release,
+//! clock skew in a container of an executable image);
 //! once the pod is deleted and that process has ended, nothing of the container is left.
 //!
 //! The test needs root (to become another user), runc and user namespaces open to that
@@ -22,6 +23,10 @@ use sim_node::{Kubelet, KubeletConfig};
 use sim_test_support::eventually;
 
 const BUSYBOX: &str = "busybox:1.35";
+
+/// An image mapped to the host's shell: an executable image, which sees the host's
+/// system directories.
+const HOST_SHELL: &str = "host-shell:1";
 
 /// The variable that makes [`the_rootless_child`] run (the path of its directory).
 const CHILD_VAR: &str = "OPCONFORM_ROOTLESS_TEST_CHILD";
@@ -61,6 +66,7 @@ async fn the_rootless_child() {
     let mut config = KubeletConfig::new("rootless", 157, dir.join("node"));
     config.isolation = isolation;
     config.images.insert(BUSYBOX, &busybox);
+    config.images.insert(HOST_SHELL, "/bin/sh");
     config.restart_backoff_base = Duration::from_millis(200);
     config.restart_backoff_cap = Duration::from_millis(400);
     let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
@@ -152,13 +158,48 @@ async fn the_rootless_child() {
         (now > before).then_some(())
     })
     .await;
-    pods.delete("web-0", &DeleteParams::default())
+    // An executable image, and clock skew through libfaketime.
+    let skewed: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "skewed", "namespace": "default"},
+        "spec": {"nodeName": "rootless", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": HOST_SHELL,
+                "command": ["/bin/sh", "-c", "while :; do date +%s; sleep 0.2; done"]}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &skewed)
         .await
-        .expect("the pod is deleted");
-    eventually("the pod gone", || async {
-        matches!(pods.get_opt("web-0").await, Ok(None)).then_some(())
+        .expect("the pod is created");
+    let offset = || {
+        let log = kubelet.log("default", "skewed", None, false)?;
+        let last: i64 = log.lines().last()?.trim().parse().ok()?;
+        Some(last - chrono::Utc::now().timestamp())
+    };
+    eventually("the container's clock to match ours", || async {
+        offset().filter(|d| d.abs() <= 2)
     })
     .await;
+    if sim_node::find_faketime().is_some() {
+        kubelet
+            .skew_pod("default", "skewed", chrono::Duration::hours(1))
+            .expect("the pod is skewed");
+        eventually("the container's clock to run an hour ahead", || async {
+            offset().filter(|d| (d - 3600).abs() <= 2)
+        })
+        .await;
+    }
+    inits.extend(kubelet.pids());
+    for name in ["web-0", "skewed"] {
+        pods.delete(name, &DeleteParams::default())
+            .await
+            .expect("the pod is deleted");
+    }
+    for name in ["web-0", "skewed"] {
+        eventually(&format!("pod {name} gone"), || async {
+            matches!(pods.get_opt(name).await, Ok(None)).then_some(())
+        })
+        .await;
+    }
     kubelet.shutdown().await;
     let report = format!(
         "{}\n{}\n",
