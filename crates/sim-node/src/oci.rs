@@ -44,7 +44,9 @@
 //!   another user keeps no effective capabilities, as that user would have none;
 //!   `fsGroup` and `supplementalGroups` are not applied (unmapped groups cannot be set).
 //!   Every file of the image, the volumes and the service-account files belongs to this
-//!   process's user, hence to the container's root, so the container reads them all.
+//!   process's user, hence to the container's root, so the container reads them all: an
+//!   image directory of another user (mapped with `--image`) is copied rather than laid
+//!   under an overlay, since the container's root could not make its mount points in it.
 //! - No network namespace of its own: it shares the host's. Making a pod's network
 //!   namespace needs `CAP_SYS_ADMIN` over the host's network; a namespace made inside a
 //!   user namespace would be entered only by processes of that user namespace, which a
@@ -693,7 +695,12 @@ impl OciRuntime {
         match &spec.rootfs {
             Rootfs::Image(lower) => {
                 let (upper, work) = (bundle.join("upper"), bundle.join("work"));
+                // Rootless, the container's root may create its mount points only in
+                // directories of the harness's user: an image directory of another user is
+                // copied, which makes the copy the harness's user's.
+                let foreign = self.rootless() && !owned_by_this_user(lower);
                 if self.overlay
+                    && !foreign
                     && self.unshare.is_some()
                     && [lower, &upper, &work, &rootfs]
                         .iter()
@@ -880,6 +887,12 @@ impl OciRuntime {
             .build()
             .map_err(OciError::Spec)
     }
+}
+
+/// Whether `path` belongs to the user this process runs as.
+fn owned_by_this_user(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
 }
 
 /// `cp -a from/. to`: the container's own copy of an image directory.

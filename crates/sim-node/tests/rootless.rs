@@ -2,7 +2,8 @@
 //! process of its own: a copy of this test binary that user can read), runs a busybox pod
 //! as a rootless runc container — its host name is the pod's, its service-account files
 //! are readable, its shell is PID 1 — and the faults act on it (crash, hold and release,
-//! clock skew in a container of an executable image);
+//! clock skew in a container of an executable image; an image directory of root's is
+//! copied for the container);
 //! once the pod is deleted and that process has ended, nothing of the container is left.
 //!
 //! The test needs root (to become another user), runc and user namespaces open to that
@@ -31,6 +32,13 @@ const HOST_SHELL: &str = "host-shell:1";
 /// The variable that makes [`the_rootless_child`] run (the path of its directory).
 const CHILD_VAR: &str = "OPCONFORM_ROOTLESS_TEST_CHILD";
 
+/// The variable that gives [`the_rootless_child`] a busybox image directory of another
+/// user (root's), which its containers get a copy of.
+const FOREIGN_VAR: &str = "OPCONFORM_ROOTLESS_TEST_FOREIGN_IMAGE";
+
+/// The image mapped to that directory.
+const FOREIGN: &str = "foreign-busybox:1";
+
 /// The unprivileged user the child runs as (`nobody`).
 const USER: u32 = 65534;
 
@@ -39,6 +47,11 @@ const CHILD_BOUND: Duration = Duration::from_secs(120);
 
 fn main_status(pod: &Value) -> &Value {
     &pod["status"]["containerStatuses"][0]
+}
+
+/// The pod `name`, as JSON.
+async fn get_named(api: Api<Pod>, name: &str) -> Option<Value> {
+    serde_json::to_value(api.get_opt(name).await.ok()??).ok()
 }
 
 /// The state letter of `pid` (`/proc/PID/stat`), `None` when it is gone.
@@ -67,6 +80,8 @@ async fn the_rootless_child() {
     config.isolation = isolation;
     config.images.insert(BUSYBOX, &busybox);
     config.images.insert(HOST_SHELL, "/bin/sh");
+    let foreign = std::env::var_os(FOREIGN_VAR).expect("the foreign image's directory");
+    config.images.insert(FOREIGN, &foreign);
     config.restart_backoff_base = Duration::from_millis(200);
     config.restart_backoff_cap = Duration::from_millis(400);
     let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
@@ -188,13 +203,37 @@ async fn the_rootless_child() {
         })
         .await;
     }
+    // An image directory of another user: the container gets a copy of its own.
+    let copied: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "copied", "namespace": "default"},
+        "spec": {"nodeName": "rootless", "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": FOREIGN, "command": ["sh", "-c",
+                "hostname; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; \
+                 echo written > /root/file && cat /root/file"]}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &copied)
+        .await
+        .expect("the pod is created");
+    let done = eventually("the pod of a copied image succeeded", || async {
+        get_named(pods.clone(), "copied")
+            .await
+            .filter(|p| p["status"]["phase"] == "Succeeded")
+    })
+    .await;
+    assert_eq!(
+        kubelet.log("default", "copied", None, false).as_deref(),
+        Some("copied\ndefault\nwritten\n"),
+        "{done:#}"
+    );
     inits.extend(kubelet.pids());
-    for name in ["web-0", "skewed"] {
+    for name in ["web-0", "skewed", "copied"] {
         pods.delete(name, &DeleteParams::default())
             .await
             .expect("the pod is deleted");
     }
-    for name in ["web-0", "skewed"] {
+    for name in ["web-0", "skewed", "copied"] {
         eventually(&format!("pod {name} gone"), || async {
             matches!(pods.get_opt(name).await, Ok(None)).then_some(())
         })
@@ -232,6 +271,7 @@ async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root
         .expect("the directory opened to others");
     let exe = top.path().join("rootless-test");
     std::fs::copy(std::env::current_exe().expect("this test"), &exe).expect("a copy of the test");
+    let foreign = sim_test_support::busybox_image(top.path());
     let dir = top.path().join("child");
     for sub in ["", "run", "tmp"] {
         std::fs::create_dir(dir.join(sub)).expect("a directory of the child");
@@ -248,6 +288,7 @@ async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root
         .env("TMPDIR", dir.join("tmp"))
         .env("XDG_RUNTIME_DIR", dir.join("run"))
         .env(CHILD_VAR, &dir)
+        .env(FOREIGN_VAR, &foreign)
         .current_dir(&dir)
         .uid(USER)
         .gid(USER)
