@@ -73,7 +73,9 @@
 //! - No seccomp profile, AppArmor or SELinux label; `procMount`, `sysctls` and
 //!   `windowsOptions` are ignored.
 //! - Rootless: on a cgroup v1 host (and on a cgroup v2 host without a delegated subtree) a
-//!   rootless container has no cgroup at all; see above for the rest.
+//!   rootless container has no cgroup at all; see above for the rest. The probe at start
+//!   tries the kernel, not the runtime: a runtime too old for rootless containers fails
+//!   each container's start, with its message in the container's log.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,8 +3,8 @@
 //! as a rootless runc container — its host name is the pod's, its service-account files
 //! are readable, its shell is PID 1 — and the faults act on it (crash, hold and release,
 //! clock skew in a container of an executable image; an image directory of root's is
-//! copied for the container);
-//! once the pod is deleted and that process has ended, nothing of the container is left.
+//! copied for the container); once the pod is deleted and that process has ended, nothing
+//! of the container is left, nor when that process is SIGKILLed while the pod runs.
 //!
 //! The test needs root (to become another user), runc and user namespaces open to that
 //! user: elsewhere it says why it did not run.
@@ -18,7 +18,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
-use sim_node::oci::Isolation;
+use sim_apiserver::ApiServer;
+use sim_node::oci::{Isolation, OciRuntime};
 use sim_node::upstream::SimulatedUpstream;
 use sim_node::{Kubelet, KubeletConfig};
 use sim_test_support::eventually;
@@ -60,14 +61,8 @@ fn state_of(pid: u32) -> Option<char> {
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
-/// Run by [`a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root`] as
-/// an unprivileged user: a kubelet and its pod, checked from inside; writes the runtime's
-/// state directory and the container's init pids to `report` in its directory.
-#[tokio::test]
-async fn the_rootless_child() {
-    let Some(dir) = std::env::var_os(CHILD_VAR).map(PathBuf::from) else {
-        return;
-    };
+/// In a child: the API server, a client, and a kubelet whose pods are rootless containers.
+async fn start_kubelet(dir: &Path) -> (ApiServer, kube::Client, Kubelet, Arc<OciRuntime>) {
     assert!(!nix::unistd::geteuid().is_root(), "the child is not root");
     let isolation = Isolation::detect(Path::new(sim_node::oci::STATE_DIR));
     let rt = match &isolation {
@@ -75,7 +70,7 @@ async fn the_rootless_child() {
         other => panic!("rootless containers expected, found {other:?}"),
     };
     let (server, client) = sim_test_support::server().await;
-    let busybox = sim_test_support::busybox_image(&dir);
+    let busybox = sim_test_support::busybox_image(dir);
     let mut config = KubeletConfig::new("rootless", 157, dir.join("node"));
     config.isolation = isolation;
     config.images.insert(BUSYBOX, &busybox);
@@ -87,6 +82,27 @@ async fn the_rootless_child() {
     let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
         .await
         .expect("the kubelet starts");
+    (server, client, kubelet, rt)
+}
+
+/// Writes the child's report: the runtime's state directory and the pids of its
+/// containers' processes.
+fn write_report(dir: &Path, rt: &OciRuntime, pids: &[u32]) {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let report = format!("{}\n{}\n", rt.root().display(), pids.join(" "));
+    std::fs::write(dir.join("report.tmp"), report).expect("the report is written");
+    std::fs::rename(dir.join("report.tmp"), dir.join("report")).expect("the report renamed");
+}
+
+/// Run by [`a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root`] as
+/// an unprivileged user: a kubelet and its pod, checked from inside; writes the runtime's
+/// state directory and the container's init pids to `report` in its directory.
+#[tokio::test]
+async fn the_rootless_child() {
+    let Some(dir) = std::env::var_os(CHILD_VAR).map(PathBuf::from) else {
+        return;
+    };
+    let (_server, client, kubelet, rt) = start_kubelet(&dir).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     // `$$` is how a pod spec escapes `$`: the shell gets `$$`.
     let script = "hostname; echo pid=$$$$; \
@@ -240,67 +256,186 @@ async fn the_rootless_child() {
         .await;
     }
     kubelet.shutdown().await;
-    let report = format!(
-        "{}\n{}\n",
-        rt.root().display(),
-        inits
+    write_report(&dir, &rt, &inits);
+}
+
+/// Run by [`nothing_of_a_rootless_container_is_left_when_the_kubelets_process_is_killed`]
+/// as an unprivileged user: a kubelet whose pod runs, until this process is SIGKILLed.
+#[tokio::test]
+async fn the_killed_rootless_child() {
+    let Some(dir) = std::env::var_os(CHILD_VAR).map(PathBuf::from) else {
+        return;
+    };
+    let (_server, client, kubelet, rt) = start_kubelet(&dir).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "doomed", "namespace": "default"},
+        "spec": {"nodeName": "rootless",
+            "containers": [{"name": "main", "image": BUSYBOX,
+                "command": ["sh", "-c", "echo up; sleep 1000 & sleep 1000"]}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the pod is created");
+    eventually("the pod's output", || async {
+        kubelet
+            .log("default", "doomed", None, false)
+            .filter(|l| l.contains("up"))
+    })
+    .await;
+    let pids = eventually("both processes of the container", || async {
+        Some(kubelet.pids()).filter(|p| p.len() >= 2)
+    })
+    .await;
+    write_report(&dir, &rt, &pids);
+    tokio::time::sleep(CHILD_BOUND).await;
+}
+
+/// What a child needs: a directory others can read (a copy of this test binary, since the
+/// build's directory is not readable by others; a busybox image of root's) holding the
+/// child's own directory.
+struct ChildDir {
+    _top: tempfile::TempDir,
+    exe: PathBuf,
+    dir: PathBuf,
+    foreign: PathBuf,
+}
+
+impl ChildDir {
+    /// `None`, saying why, where the test cannot run.
+    fn prepare() -> Option<Self> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("not run: becoming an unprivileged user needs root");
+            return None;
+        }
+        if !matches!(
+            Isolation::detect(&std::env::temp_dir()),
+            Isolation::Containers(_)
+        ) {
+            eprintln!("not run: no OCI runtime here");
+            return None;
+        }
+        let top = tempfile::tempdir().expect("a directory");
+        std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("the directory opened to others");
+        let exe = top.path().join("rootless-test");
+        std::fs::copy(std::env::current_exe().expect("this test"), &exe)
+            .expect("a copy of the test");
+        let foreign = sim_test_support::busybox_image(top.path());
+        let dir = top.path().join("child");
+        for sub in ["", "run", "tmp"] {
+            std::fs::create_dir(dir.join(sub)).expect("a directory of the child");
+            std::os::unix::fs::chown(dir.join(sub), Some(USER), Some(USER))
+                .expect("the child's directory given to the child");
+        }
+        std::fs::set_permissions(dir.join("run"), std::fs::Permissions::from_mode(0o700))
+            .expect("a private runtime directory");
+        Some(Self {
+            _top: top,
+            exe,
+            dir,
+            foreign,
+        })
+    }
+
+    /// Starts the child test `test` as the unprivileged user, in its own directory (its
+    /// home, temporary and runtime directory).
+    fn spawn(&self, test: &str) -> std::process::Child {
+        std::process::Command::new(&self.exe)
+            .args(["--exact", test, "--nocapture"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.dir)
+            .env("TMPDIR", self.dir.join("tmp"))
+            .env("XDG_RUNTIME_DIR", self.dir.join("run"))
+            .env(CHILD_VAR, &self.dir)
+            .env(FOREIGN_VAR, &self.foreign)
+            .current_dir(&self.dir)
+            .uid(USER)
+            .gid(USER)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the child starts")
+    }
+
+    /// The child's report: the runtime's state directory (checked to be in the child's
+    /// runtime directory) and its containers' processes.
+    fn report(&self) -> Option<(PathBuf, Vec<u32>)> {
+        let report = std::fs::read_to_string(self.dir.join("report")).ok()?;
+        let mut lines = report.lines();
+        let state_dir = PathBuf::from(lines.next()?);
+        assert!(
+            state_dir.starts_with(self.dir.join("run")),
+            "the runtime's state is in the user's runtime directory: {}",
+            state_dir.display()
+        );
+        let pids: Vec<u32> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        assert!(!pids.is_empty(), "the child saw its containers' processes");
+        Some((state_dir, pids))
+    }
+}
+
+/// A child that is SIGKILLed when dropped (a failed wait included).
+struct Killed(Option<std::process::Child>);
+
+impl Killed {
+    /// SIGKILLs the child now and returns what it wrote.
+    fn kill_now(&mut self) -> std::process::Output {
+        let mut child = self.0.take().expect("the child runs");
+        let _ = child.kill();
+        child.wait_with_output().expect("the child's output")
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits until none of `pids` lives and the runtime keeps no container in `state_dir`.
+async fn nothing_left(state_dir: &Path, pids: &[u32]) {
+    let left = eventually("nothing of the containers left", || async {
+        let alive: Vec<u32> = pids
             .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    std::fs::write(dir.join("report"), report).expect("the report is written");
+            .copied()
+            .filter(|p| state_of(*p).is_some_and(|s| s != 'Z'))
+            .collect();
+        let states: Vec<String> = std::fs::read_dir(state_dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (alive.is_empty() && states.is_empty()).then_some((alive, states))
+    })
+    .await;
+    assert_eq!(left, (vec![], vec![]));
 }
 
 #[tokio::test]
 async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("not run: becoming an unprivileged user needs root");
+    let Some(child) = ChildDir::prepare() else {
         return;
-    }
-    if !matches!(
-        Isolation::detect(&std::env::temp_dir()),
-        Isolation::Containers(_)
-    ) {
-        eprintln!("not run: no OCI runtime here");
-        return;
-    }
-    // The build's directory is not readable by others: the child runs from a copy.
-    let top = tempfile::tempdir().expect("a directory");
-    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755))
-        .expect("the directory opened to others");
-    let exe = top.path().join("rootless-test");
-    std::fs::copy(std::env::current_exe().expect("this test"), &exe).expect("a copy of the test");
-    let foreign = sim_test_support::busybox_image(top.path());
-    let dir = top.path().join("child");
-    for sub in ["", "run", "tmp"] {
-        std::fs::create_dir(dir.join(sub)).expect("a directory of the child");
-        std::os::unix::fs::chown(dir.join(sub), Some(USER), Some(USER))
-            .expect("the child's directory given to the child");
-    }
-    std::fs::set_permissions(dir.join("run"), std::fs::Permissions::from_mode(0o700))
-        .expect("a private runtime directory");
-    let child = std::process::Command::new(&exe)
-        .args(["--exact", "the_rootless_child", "--nocapture"])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &dir)
-        .env("TMPDIR", dir.join("tmp"))
-        .env("XDG_RUNTIME_DIR", dir.join("run"))
-        .env(CHILD_VAR, &dir)
-        .env(FOREIGN_VAR, &foreign)
-        .current_dir(&dir)
-        .uid(USER)
-        .gid(USER)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the child starts");
-    let pid = child.id();
+    };
+    let running = child.spawn("the_rootless_child");
+    let pid = running.id();
     let waited = tokio::time::timeout(
         CHILD_BOUND,
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
+        tokio::task::spawn_blocking(move || running.wait_with_output()),
     )
     .await;
     let out = match waited {
@@ -319,36 +454,29 @@ async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "the child failed: {said}");
-    let report = std::fs::read_to_string(dir.join("report")).expect("the child's report");
-    let mut lines = report.lines();
-    let state_dir = PathBuf::from(lines.next().expect("the state directory"));
-    assert!(
-        state_dir.starts_with(dir.join("run")),
-        "the runtime's state is in the user's runtime directory: {}",
-        state_dir.display()
-    );
-    let pids: Vec<u32> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    assert!(!pids.is_empty(), "the child saw its containers' processes");
-    let left = eventually("nothing of the containers left", || async {
-        let alive: Vec<u32> = pids
-            .iter()
-            .copied()
-            .filter(|p| state_of(*p).is_some_and(|s| s != 'Z'))
-            .collect();
-        let states: Vec<String> = std::fs::read_dir(&state_dir)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        (alive.is_empty() && states.is_empty()).then_some((alive, states))
+    let (state_dir, pids) = child.report().expect("the child's report");
+    nothing_left(&state_dir, &pids).await;
+}
+
+#[tokio::test]
+async fn nothing_of_a_rootless_container_is_left_when_the_kubelets_process_is_killed() {
+    let Some(child) = ChildDir::prepare() else {
+        return;
+    };
+    let mut running = Killed(Some(child.spawn("the_killed_rootless_child")));
+    let reported = eventually("the child's container running", || async {
+        child
+            .report()
+            .filter(|(_, pids)| pids.iter().all(|p| state_of(*p).is_some()))
     })
     .await;
-    assert_eq!(left, (vec![], vec![]));
+    let out = running.kill_now();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (state_dir, pids) = reported;
+    assert!(!said.contains("panicked"), "the child failed: {said}");
+    nothing_left(&state_dir, &pids).await;
 }
