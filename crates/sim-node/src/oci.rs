@@ -1128,6 +1128,12 @@ impl Container {
         }
     }
 
+    /// Whether [`Container::pause`] freezes by signals (a rootless container, which has no
+    /// cgroup freezer): its processes stop some time after it returns.
+    pub fn frozen_by_signals(&self) -> bool {
+        self.runtime.rootless()
+    }
+
     /// Thaws the container (the runtime's `resume`).
     ///
     /// # Errors

@@ -109,6 +109,7 @@ async fn the_rootless_child() {
         cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; \
         test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token; \
         test -e /etc/debian_version || echo own root; \
+        grep web-0 /etc/hosts; grep -q nameserver /etc/resolv.conf && echo resolver; \
         echo done; while :; do echo tick; sleep 0.1; done";
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -133,6 +134,12 @@ async fn the_rootless_child() {
     assert_eq!(lines[2], "default", "the service-account namespace: {log}");
     assert!(lines.contains(&"token"), "the token: {log}");
     assert!(lines.contains(&"own root"), "not the host's /: {log}");
+    let ip = kubelet.pod_ip("default", "web-0").expect("a pod IP");
+    assert!(
+        lines.contains(&format!("{ip}\tweb-0").as_str()),
+        "the hosts file names the pod: {log}"
+    );
+    assert!(lines.contains(&"resolver"), "the pod's resolv.conf: {log}");
     let running = |p: &Value| !main_status(p)["state"]["running"].is_null();
     let get =
         |api: Api<Pod>| async move { serde_json::to_value(api.get_opt("web-0").await.ok()??).ok() };
