@@ -21,7 +21,9 @@
 //! `127.0.0.0/8` is local, so the pod can bind its address and clients that enter the
 //! namespace reach it there. Nothing else reaches a pod: pods do not reach each other.
 //!
-//! Making a namespace needs `CAP_SYS_ADMIN` (root); joining one needs the same.
+//! Making a namespace needs `CAP_SYS_ADMIN` (root); joining one needs the same. Without
+//! root the simulated kubelet's rootless containers go without one (see `sim-node`'s
+//! `oci` module).
 
 use std::collections::HashMap;
 use std::io;

@@ -111,7 +111,11 @@ impl Kubelet {
         config: KubeletConfig,
     ) -> Result<Kubelet, KubeletError> {
         let node = config.node_name.clone();
-        if let Some(line) = config.isolation.warning() {
+        if let Some(line) = config
+            .isolation
+            .warning()
+            .or_else(|| config.isolation.rootless_notice())
+        {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| tracing::warn!("{line}"));
         }

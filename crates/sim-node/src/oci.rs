@@ -20,6 +20,49 @@
 //! - The user, groups, capabilities and read-only root of its `securityContext`, and its
 //!   memory and CPU limits as cgroup limits (`cgroupsPath` = `/opconform-<id>`).
 //!
+//! # Rootless containers
+//! Where this process is not root, pods are still containers when the kernel lets an
+//! unprivileged user make user namespaces ([`Isolation::detect`] tries once, the way a
+//! container will need it: a user namespace, a mount namespace, a PID namespace with its
+//! own `/proc`, and an overlay mount inside). Each runtime process then starts under
+//! `unshare --user --map-root-user --mount`: a user namespace of its own where this
+//! process's user is root (a single-id mapping: no setuid helper such as `newuidmap`, no
+//! subordinate id ranges), in which it mounts the overlay (kernels since 5.11 allow it;
+//! else the copy) and the runtime, root there, makes the container as it does for root
+//! with what runc's own rootless specification (`runc spec --rootless`, oci-spec's
+//! [`get_rootless_mounts`]) changes: a user namespace mapping the container's root to this
+//! process's user, `/sys` bound read-only from the host instead of a new sysfs, no
+//! `gid=5` on `/dev/pts`, and no cgroups. The runtime's state lives in a directory of the
+//! user's own ([`rootless_state_dir`]). The runtime's `exec` enters the runtime process's
+//! user namespace first (`nsenter --user --preserve-credentials`), where the container's
+//! files and standard streams belong to its root.
+//!
+//! What a rootless container lacks, compared with root's:
+//! - It runs as the container's root (this process's user outside), whatever `runAsUser`
+//!   or the image's user (65532 for a kubebuilder image) says: a single-id mapping can map
+//!   one id only, and runc needs the container's root mapped. A container asked to run as
+//!   another user keeps no effective capabilities, as that user would have none;
+//!   `fsGroup` and `supplementalGroups` are not applied (unmapped groups cannot be set).
+//!   Every file of the image, the volumes and the service-account files belongs to this
+//!   process's user, hence to the container's root, so the container reads them all: an
+//!   image directory of another user (mapped with `--image`) is copied rather than laid
+//!   under an overlay, since the container's root could not make its mount points in it.
+//! - No network namespace of its own: it shares the host's. Making a pod's network
+//!   namespace needs `CAP_SYS_ADMIN` over the host's network; a namespace made inside a
+//!   user namespace would be entered only by processes of that user namespace, which a
+//!   multi-threaded process such as this one cannot join, so the pod's API proxy, probes
+//!   and port-forwards could not reach into it without a helper process relaying every
+//!   socket. On the host's network each pod keeps its address (`127.x.y.z`, routed to the
+//!   host's loopback) and its own API proxy port, so the audit and the network faults
+//!   (partition, delay, hold at a request) act as before; but two pods that bind the same
+//!   port collide (two replicas of a manager listening on `:8081`), and a port below 1024
+//!   cannot be bound.
+//! - No cgroup limits (no memory or CPU limit is enforced), and freezing is by signals:
+//!   `hold` SIGSTOPs every process of the container's PID namespace and `release` SIGCONTs
+//!   them (the runtime's `pause` needs the cgroup freezer). `crash` and `kill` are the
+//!   SIGKILL of the container's init process as with root; clock skew is libfaketime as
+//!   with root.
+//!
 //! # Guarantees
 //! A container never outlives the kubelet's process: its runtime process runs in a watched
 //! process group (see [`super::process`]) whose watchdog, when the kubelet's process ends in
@@ -27,10 +70,12 @@
 //! its state) before killing the group.
 //!
 //! # Caveats
-//! - Only as root: without root the kubelet runs pods as host processes and says so once
-//!   ([`Isolation::detect`]); rootless containers are not supported yet.
 //! - No seccomp profile, AppArmor or SELinux label; `procMount`, `sysctls` and
 //!   `windowsOptions` are ignored.
+//! - Rootless: on a cgroup v1 host (and on a cgroup v2 host without a delegated subtree) a
+//!   rootless container has no cgroup at all; see above for the rest. The probe at start
+//!   tries the kernel, not the runtime: a runtime too old for rootless containers fails
+//!   each container's start, with its message in the container's log.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,7 +89,7 @@ use oci_spec::runtime::{
     Capabilities, Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder,
     LinuxDeviceCgroupBuilder, LinuxMemoryBuilder, LinuxNamespaceBuilder, LinuxNamespaceType,
     LinuxResourcesBuilder, Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
-    UserBuilder, get_default_mounts,
+    UserBuilder, get_default_mounts, get_rootless_mounts,
 };
 
 /// The variable that chooses how pods run: `runc`, `crun`, a runtime's path, or
@@ -109,19 +154,17 @@ pub enum Isolation {
 }
 
 impl Isolation {
-    /// Finds how pods run here: [`RUNTIME_VAR`] when set, else runc or crun on `PATH` when
-    /// this process is root, else host processes. `state_dir` holds the runtime's state:
-    /// see [`STATE_DIR`].
+    /// Finds how pods run here: [`RUNTIME_VAR`] when set, else runc or crun on `PATH`; as
+    /// root, containers of that runtime, with their state in `state_dir` (see
+    /// [`STATE_DIR`]); without root, rootless containers when user namespaces can be used
+    /// (tried once per process, see the module's documentation), with their state in
+    /// [`rootless_state_dir`]; else host processes, for a reason that names what is
+    /// missing.
     pub fn detect(state_dir: &Path) -> Self {
         let wanted = std::env::var(RUNTIME_VAR).ok().filter(|v| !v.is_empty());
         if wanted.as_deref() == Some("processes") {
             return Self::Processes {
                 reason: format!("{RUNTIME_VAR}=processes"),
-            };
-        }
-        if !nix::unistd::geteuid().is_root() {
-            return Self::Processes {
-                reason: "not root (rootless containers are not supported yet)".into(),
             };
         }
         let candidates: Vec<String> = match &wanted {
@@ -144,16 +187,35 @@ impl Isolation {
         let name = Path::new(&name)
             .file_name()
             .map_or(name.clone(), |n| n.to_string_lossy().into_owned());
-        Self::Containers(Arc::new(OciRuntime {
-            name,
-            program,
-            root: state_dir.to_path_buf(),
-            unshare: find_program("unshare"),
-            overlay: std::fs::read_to_string("/proc/filesystems")
-                .is_ok_and(|f| f.lines().any(|l| l.trim_end().ends_with("\toverlay"))),
-            limits: Path::new("/sys/fs/cgroup/memory").is_dir()
-                || Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
-        }))
+        let unshare = find_program("unshare");
+        let overlay_listed = std::fs::read_to_string("/proc/filesystems")
+            .is_ok_and(|f| f.lines().any(|l| l.trim_end().ends_with("\toverlay")));
+        if nix::unistd::geteuid().is_root() {
+            return Self::Containers(Arc::new(OciRuntime {
+                name,
+                program,
+                root: state_dir.to_path_buf(),
+                unshare,
+                overlay: overlay_listed,
+                limits: Path::new("/sys/fs/cgroup/memory").is_dir()
+                    || Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
+                rootless: None,
+            }));
+        }
+        match rootless() {
+            Ok(found) => Self::Containers(Arc::new(OciRuntime {
+                name,
+                program,
+                root: found.state_dir.clone(),
+                unshare: Some(found.unshare.clone()),
+                overlay: overlay_listed && found.overlay,
+                limits: false,
+                rootless: Some(found.nsenter.clone()),
+            })),
+            Err(reason) => Self::Processes {
+                reason: reason.clone(),
+            },
+        }
     }
 
     /// The line a user reads at start when pods are not containers.
@@ -167,6 +229,169 @@ impl Isolation {
             )),
         }
     }
+
+    /// The line a user reads at start when pods are rootless containers: what they lack.
+    pub fn rootless_notice(&self) -> Option<String> {
+        match self {
+            Self::Containers(rt) if rt.rootless() => Some(format!(
+                "pods run as rootless containers of {} (not root): they share the host's \
+                 network namespace (two pods that bind the same port collide), run as the \
+                 container's root whatever runAsUser says, and have no cgroup limits",
+                rt.name
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// What rootless containers need, found on this machine.
+#[derive(Debug)]
+struct RootlessSupport {
+    unshare: PathBuf,
+    nsenter: PathBuf,
+    state_dir: PathBuf,
+    /// Whether overlayfs can be mounted in a user namespace.
+    overlay: bool,
+}
+
+/// Whether rootless containers can run here, tried once per process.
+fn rootless() -> &'static Result<RootlessSupport, String> {
+    static FOUND: OnceLock<Result<RootlessSupport, String>> = OnceLock::new();
+    FOUND.get_or_init(|| {
+        let (Some(unshare), Some(nsenter)) = (find_program("unshare"), find_program("nsenter"))
+        else {
+            return Err(
+                "not root, and rootless containers need util-linux's unshare and \
+                        nsenter on PATH"
+                    .into(),
+            );
+        };
+        let state_dir = rootless_state_dir();
+        make_private_dir(&state_dir).map_err(|e| {
+            format!(
+                "not root, and the state directory of rootless containers {} cannot be \
+                 made: {e}",
+                state_dir.display()
+            )
+        })?;
+        let overlay = probe_user_namespaces(&unshare).map_err(|said| {
+            userns_refused(&said, |key| {
+                std::fs::read_to_string(Path::new("/proc/sys").join(key.replace('.', "/")))
+                    .ok()
+                    .map(|v| v.trim().to_string())
+            })
+        })?;
+        Ok(RootlessSupport {
+            unshare,
+            nsenter,
+            state_dir,
+            overlay,
+        })
+    })
+}
+
+/// Where rootless containers keep their runtime's state: `$XDG_RUNTIME_DIR/opconform`
+/// when that variable names an absolute path, else `opconform-<uid>` in the temporary
+/// directory.
+pub fn rootless_state_dir() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .map(|p| p.join("opconform"))
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("opconform-{}", nix::unistd::geteuid()))
+        })
+}
+
+/// Makes `dir` (mode 0700) unless it exists, and checks that it is this user's own.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::Error::other(
+            "it is not a directory of this user's own",
+        ));
+    }
+    Ok(())
+}
+
+/// Tries what a rootless container needs: a user namespace where this user is root, with
+/// a mount namespace and a PID namespace whose `/proc` it mounts; then whether overlayfs
+/// mounts there. Returns whether it does, or what `unshare` said.
+fn probe_user_namespaces(unshare: &Path) -> Result<bool, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
+    let parts = ["lower", "upper", "work", "merged"].map(|p| dir.path().join(p));
+    for p in &parts {
+        std::fs::create_dir(p).map_err(|e| format!("cannot make {}: {e}", p.display()))?;
+    }
+    let out = Command::new(unshare)
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--",
+            "/bin/sh",
+            "-c",
+            r#"mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" 2>/dev/null && echo overlay; exit 0"#,
+            "sh",
+        ])
+        .args(&parts)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", unshare.display()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).contains("overlay"))
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// The reason pods are not rootless containers when a user namespace was refused: the
+/// setting that refuses it, read through `sysctl` (`None` where the kernel has no such
+/// setting), and what `unshare` said.
+fn userns_refused(said: &str, sysctl: impl Fn(&str) -> Option<String>) -> String {
+    let settings: [(&str, &str, &str); 3] = [
+        (
+            "kernel.unprivileged_userns_clone",
+            "0",
+            "unprivileged user namespaces are disabled",
+        ),
+        (
+            "kernel.apparmor_restrict_unprivileged_userns",
+            "1",
+            "AppArmor confines unprivileged user namespaces, as on Ubuntu 23.10 and later",
+        ),
+        (
+            "user.max_user_namespaces",
+            "0",
+            "no user namespace may be made",
+        ),
+    ];
+    let found: Vec<String> = settings
+        .iter()
+        .filter(|(key, refusing, _)| sysctl(key).as_deref() == Some(*refusing))
+        .map(|(key, value, what)| format!("{key}={value}: {what}"))
+        .collect();
+    let cause = if found.is_empty() {
+        "the kernel refuses them".to_string()
+    } else {
+        found.join("; ")
+    };
+    let said = said.lines().last().unwrap_or_default().trim();
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({said})")
+    };
+    format!("not root, and rootless containers need unprivileged user namespaces: {cause}{said}")
 }
 
 fn find_program(name: &str) -> Option<PathBuf> {
@@ -208,6 +433,9 @@ pub struct OciRuntime {
     unshare: Option<PathBuf>,
     overlay: bool,
     limits: bool,
+    /// Rootless: `nsenter`, through which the runtime's `exec` enters the user namespace
+    /// of the runtime process.
+    rootless: Option<PathBuf>,
 }
 
 /// The root filesystem of a container instance.
@@ -443,6 +671,11 @@ impl OciRuntime {
         &self.root
     }
 
+    /// Whether its containers are rootless (see the module's documentation).
+    pub fn rootless(&self) -> bool {
+        self.rootless.is_some()
+    }
+
     /// Writes the bundle of `spec` and returns the container, not started: run
     /// [`Container::command`] to start it.
     ///
@@ -452,12 +685,24 @@ impl OciRuntime {
         let bundle = &spec.bundle;
         let rootfs = bundle.join("rootfs");
         std::fs::create_dir_all(&rootfs).map_err(io(&rootfs))?;
-        let mut mounts = get_default_mounts();
+        let mut mounts = if self.rootless() {
+            // No cgroup of its own to mount.
+            let mut m = get_rootless_mounts();
+            m.retain(|m| m.destination() != Path::new("/sys/fs/cgroup"));
+            m
+        } else {
+            get_default_mounts()
+        };
         let mut overlay = None;
         match &spec.rootfs {
             Rootfs::Image(lower) => {
                 let (upper, work) = (bundle.join("upper"), bundle.join("work"));
+                // Rootless, the container's root may create its mount points only in
+                // directories of the harness's user: an image directory of another user is
+                // copied, which makes the copy the harness's user's.
+                let foreign = self.rootless() && !owned_by_this_user(lower);
                 if self.overlay
+                    && !foreign
                     && self.unshare.is_some()
                     && [lower, &upper, &work, &rootfs]
                         .iter()
@@ -502,13 +747,23 @@ impl OciRuntime {
             overlay,
             paused: AtomicBool::new(false),
             init: OnceLock::new(),
+            runtime_pid: OnceLock::new(),
         })
     }
 
     fn config(&self, spec: &ContainerSpec, mounts: Vec<Mount>) -> Result<Spec, OciError> {
+        let rootless = self.rootless();
         let security = &spec.security;
         let caps = capabilities(security);
         let root_user = security.uid == 0;
+        // Rootless: the container's root is the only id mapped (see the module's
+        // documentation); a process asked to run as another user keeps that user's (empty)
+        // capabilities.
+        let (uid, gid, additional_gids) = if rootless {
+            (0, 0, Vec::new())
+        } else {
+            (security.uid, security.gid, security.additional_gids.clone())
+        };
         let effective = if root_user {
             caps.clone()
         } else {
@@ -523,9 +778,9 @@ impl OciRuntime {
             .build()
             .map_err(OciError::Spec)?;
         let user = UserBuilder::default()
-            .uid(security.uid)
-            .gid(security.gid)
-            .additional_gids(security.additional_gids.clone())
+            .uid(uid)
+            .gid(gid)
+            .additional_gids(additional_gids)
             .build()
             .map_err(OciError::Spec)?;
         let process = ProcessBuilder::default()
@@ -562,6 +817,11 @@ impl OciRuntime {
                 .path(path.clone())
                 .build()
         }))
+        .chain(rootless.then(|| {
+            LinuxNamespaceBuilder::default()
+                .typ(LinuxNamespaceType::User)
+                .build()
+        }))
         .collect::<Result<Vec<_>, _>>()
         .map_err(OciError::Spec)?;
         let mut resources = LinuxResourcesBuilder::default().devices(vec![
@@ -595,10 +855,24 @@ impl OciRuntime {
                 resources = resources.cpu(cpu.build().map_err(OciError::Spec)?);
             }
         }
-        let mut linux = LinuxBuilder::default()
-            .namespaces(namespaces)
-            .resources(resources.build().map_err(OciError::Spec)?)
-            .cgroups_path(PathBuf::from(format!("/opconform-{}", spec.id)));
+        let mut linux = LinuxBuilder::default().namespaces(namespaces);
+        if rootless {
+            // The runtime runs as root of a user namespace where root is this process's
+            // user: the container's root is that root.
+            let mapping = oci_spec::runtime::LinuxIdMappingBuilder::default()
+                .container_id(0u32)
+                .host_id(0u32)
+                .size(1u32)
+                .build()
+                .map_err(OciError::Spec)?;
+            linux = linux
+                .uid_mappings(vec![mapping])
+                .gid_mappings(vec![mapping]);
+        } else {
+            linux = linux
+                .resources(resources.build().map_err(OciError::Spec)?)
+                .cgroups_path(PathBuf::from(format!("/opconform-{}", spec.id)));
+        }
         if !security.privileged {
             let defaults = oci_spec::runtime::Linux::default();
             linux = linux
@@ -615,6 +889,12 @@ impl OciRuntime {
             .build()
             .map_err(OciError::Spec)
     }
+}
+
+/// Whether `path` belongs to the user this process runs as.
+fn owned_by_this_user(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
 }
 
 /// `cp -a from/. to`: the container's own copy of an image directory.
@@ -639,6 +919,29 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), OciError> {
     }
 }
 
+/// The processes (host pids) in the PID namespace of `init`, from `/proc`; empty when
+/// `init` is gone.
+fn namespace_members(init: u32) -> Vec<u32> {
+    let ns = |pid: &str| std::fs::read_link(Path::new("/proc").join(pid).join("ns/pid")).ok();
+    let Some(wanted) = ns(&init.to_string()) else {
+        return Vec::new();
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            let pid = name.parse::<u32>().ok()?;
+            (ns(name).as_ref() == Some(&wanted)).then_some(pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
 /// How long the runtime commands of [`Container`] may take.
 const COMMAND_BOUND: Duration = Duration::from_secs(10);
 
@@ -653,6 +956,8 @@ pub struct Container {
     paused: AtomicBool,
     /// The init process's pid, once read.
     init: OnceLock<i32>,
+    /// The runtime process's pid (rootless: its user namespace is where `exec` runs).
+    runtime_pid: OnceLock<u32>,
 }
 
 impl Container {
@@ -687,9 +992,17 @@ impl Container {
             self.pid_file().display().to_string(),
             self.id.clone(),
         ];
+        // Rootless: the runtime runs as root of a user namespace of its own (where this
+        // process's user is root), which holds the overlay's mount namespace too.
+        let user: &[&str] = if rt.rootless() {
+            &["--user", "--map-root-user"]
+        } else {
+            &[]
+        };
         match (&self.overlay, &rt.unshare) {
             (Some([lower, upper, work, merged]), Some(unshare)) => {
-                let mut args = vec![
+                let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
+                args.extend([
                     "--mount".to_string(),
                     "--propagation".into(),
                     "private".into(),
@@ -698,8 +1011,16 @@ impl Container {
                     "-c".into(),
                     r#"mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#.into(),
                     "sh".into(),
-                ];
+                ]);
                 args.extend([lower, upper, work, merged].map(|p| p.display().to_string()));
+                args.append(&mut run);
+                (unshare.clone(), args)
+            }
+            // runc, root of that user namespace, opens the sources of bind mounts in its
+            // own mount namespace, which must then belong to that user namespace.
+            (None, Some(unshare)) if rt.rootless() => {
+                let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
+                args.extend(["--mount", "--propagation", "private", "--"].map(String::from));
                 args.append(&mut run);
                 (unshare.clone(), args)
             }
@@ -710,18 +1031,42 @@ impl Container {
         }
     }
 
+    /// Records the pid of the process that runs [`Container::command`] (rootless
+    /// containers' `exec` enters its user namespace).
+    pub fn set_runtime_pid(&self, pid: u32) {
+        let _ = self.runtime_pid.set(pid);
+    }
+
     /// The program and arguments that run `command` in the running container (the
     /// runtime's `exec`: the container's namespaces, root, user, environment and working
-    /// directory).
+    /// directory). A rootless container's runs in the user namespace of the runtime process, where
+    /// the container's standard streams and files belong to its root.
     pub fn exec_command(&self, command: &[String]) -> (PathBuf, Vec<String>) {
         let mut args = vec![
+            self.runtime.program.display().to_string(),
             "--root".to_string(),
             self.runtime.root.display().to_string(),
             "exec".into(),
             self.id.clone(),
         ];
         args.extend(command.iter().cloned());
-        (self.runtime.program.clone(), args)
+        match (&self.runtime.rootless, self.runtime_pid.get()) {
+            (Some(nsenter), Some(pid)) => {
+                let mut words = vec![
+                    "--user".to_string(),
+                    "--preserve-credentials".into(),
+                    "--target".into(),
+                    pid.to_string(),
+                    "--".into(),
+                ];
+                words.append(&mut args);
+                (nsenter.clone(), words)
+            }
+            _ => {
+                let program = PathBuf::from(args.remove(0));
+                (program, args)
+            }
+        }
     }
 
     /// The shell words the watchdog runs when the kubelet's process is gone: delete the
@@ -770,6 +1115,9 @@ impl Container {
     /// What the runtime said.
     pub fn pause(&self) -> Result<(), OciError> {
         self.paused.store(true, Ordering::SeqCst);
+        if self.runtime.rootless() {
+            return self.signal_all("pause", Signal::SIGSTOP);
+        }
         let begin = Instant::now();
         loop {
             match self.run_command("pause", &[]) {
@@ -780,17 +1128,74 @@ impl Container {
         }
     }
 
+    /// Whether [`Container::pause`] freezes by signals (a rootless container, which has no
+    /// cgroup freezer): its processes stop some time after it returns.
+    pub fn frozen_by_signals(&self) -> bool {
+        self.runtime.rootless()
+    }
+
     /// Thaws the container (the runtime's `resume`).
     ///
     /// # Errors
     /// What the runtime said.
     pub fn resume(&self) -> Result<(), OciError> {
         self.paused.store(false, Ordering::SeqCst);
+        if self.runtime.rootless() {
+            return self.signal_all("resume", Signal::SIGCONT);
+        }
         self.run_command("resume", &[]).map(|_| ())
     }
 
-    /// The host pids of the container's processes (the runtime's `ps`).
+    /// Rootless freezing and thawing: `signal` to every process of the container's PID
+    /// namespace, again until no process is left unsignalled (one may fork meanwhile).
+    fn signal_all(&self, command: &'static str, signal: Signal) -> Result<(), OciError> {
+        let error = |message: String| OciError::Runtime {
+            runtime: self.runtime.name.clone(),
+            command,
+            id: self.id.clone(),
+            message,
+        };
+        let begin = Instant::now();
+        let init = loop {
+            if let Some(pid) = self.init_pid() {
+                break pid;
+            }
+            if begin.elapsed() > COMMAND_BOUND {
+                return Err(error("the container has no init process".into()));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let mut done = std::collections::BTreeSet::new();
+        loop {
+            let pids = namespace_members(init as u32);
+            if pids.is_empty() && done.is_empty() {
+                return Err(error(format!("its init process {init} is gone")));
+            }
+            let new: Vec<u32> = pids.into_iter().filter(|p| !done.contains(p)).collect();
+            if new.is_empty() {
+                return Ok(());
+            }
+            for pid in new {
+                let _ = kill(Pid::from_raw(pid as i32), signal);
+                done.insert(pid);
+            }
+            if begin.elapsed() > COMMAND_BOUND {
+                return Err(error(format!(
+                    "its processes kept changing for {COMMAND_BOUND:?}"
+                )));
+            }
+        }
+    }
+
+    /// The host pids of the container's processes (the runtime's `ps`; for a rootless
+    /// container, which has no cgroup, the processes of its PID namespace).
     pub fn pids(&self) -> Vec<u32> {
+        if self.runtime.rootless() {
+            return self
+                .init_pid()
+                .map(|init| namespace_members(init as u32))
+                .unwrap_or_default();
+        }
         self.run_command("ps", &["--format", "json"])
             .ok()
             .and_then(|out| serde_json::from_str::<Vec<u32>>(&out).ok())
@@ -877,6 +1282,49 @@ mod tests {
             ..Security::default()
         });
         assert!(all.contains(&Capability::SysAdmin));
+    }
+
+    #[test]
+    fn the_fallback_line_names_the_setting_that_refuses_user_namespaces_and_what_a_pod_lacks() {
+        let said = "unshare: write failed /proc/self/uid_map: Operation not permitted";
+        let ubuntu = |key: &str| match key {
+            "kernel.apparmor_restrict_unprivileged_userns" => Some("1".to_string()),
+            "user.max_user_namespaces" => Some("63450".to_string()),
+            _ => None,
+        };
+        let reason = userns_refused(said, ubuntu);
+        assert_eq!(
+            reason,
+            "not root, and rootless containers need unprivileged user namespaces: \
+             kernel.apparmor_restrict_unprivileged_userns=1: AppArmor confines unprivileged \
+             user namespaces, as on Ubuntu 23.10 and later (unshare: write failed \
+             /proc/self/uid_map: Operation not permitted)"
+        );
+        let debian =
+            |key: &str| (key == "kernel.unprivileged_userns_clone").then(|| "0".to_string());
+        assert!(
+            userns_refused("", debian).ends_with(
+                "kernel.unprivileged_userns_clone=0: unprivileged user namespaces are disabled"
+            ),
+            "{}",
+            userns_refused("", debian)
+        );
+        assert!(
+            userns_refused("unshare: unshare failed: EPERM", |_| None)
+                .ends_with("the kernel refuses them (unshare: unshare failed: EPERM)")
+        );
+        let line = Isolation::Processes { reason }
+            .warning()
+            .expect("a line for host processes");
+        assert!(
+            line.starts_with("pods run as host processes, not containers: not root, and")
+                && line.contains("apparmor_restrict_unprivileged_userns=1")
+                && line.ends_with(
+                    "a pod has no host name, no root filesystem of its own and no \
+                     service-account files at /var/run/secrets/kubernetes.io/serviceaccount"
+                ),
+            "{line}"
+        );
     }
 
     #[test]

@@ -321,10 +321,11 @@ async fn setup(
         )
     });
     // Containers get the pod's own network namespace, as a real pod's do; host processes
-    // (and `hostNetwork` pods) stay in the host's.
+    // (and `hostNetwork` pods) stay in the host's, and so do rootless containers (see
+    // `oci`'s documentation for why).
     let network = (matches!(
-        shared.config.isolation,
-        crate::oci::Isolation::Containers(_)
+        &shared.config.isolation,
+        crate::oci::Isolation::Containers(rt) if !rt.rootless()
     ) && !spec.host_network.unwrap_or(false))
     .then(|| PodNetwork::create(ip))
     .transpose()

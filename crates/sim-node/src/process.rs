@@ -152,7 +152,16 @@ impl Group {
     /// When the group no longer exists.
     pub fn stop(&self) -> Result<(), ProcessError> {
         if let Some(c) = &self.container {
-            return c.pause().map_err(|e| ProcessError::Runtime(Box::new(e)));
+            c.pause().map_err(|e| ProcessError::Runtime(Box::new(e)))?;
+            if c.frozen_by_signals() {
+                // A signal stops its process some time after it is sent.
+                let begin = std::time::Instant::now();
+                while !c.pids().into_iter().all(all_threads_stopped) && begin.elapsed() < STOP_WAIT
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            return Ok(());
         }
         self.signal(Signal::SIGSTOP)?;
         // The watchdog must stay able to kill a frozen group when the owner dies.
@@ -257,6 +266,7 @@ impl Instance {
         };
         let words = container.delete_words();
         let mut instance = Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, log).await?;
+        container.set_runtime_pid(instance.group.pid);
         let begin = tokio::time::Instant::now();
         let pid = loop {
             if let Some(pid) = container.init_pid() {

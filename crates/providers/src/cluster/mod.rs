@@ -394,13 +394,16 @@ impl ProviderKind {
     }
 
     /// The line a user reads when this provider's pods cannot be containers on this
-    /// machine (sim and local without root or an OCI runtime): what is missing, and what
-    /// a pod lacks therefore.
+    /// machine (sim and local without an OCI runtime, or without root and user
+    /// namespaces): what is missing, and what a pod lacks therefore; or, when they are
+    /// rootless containers, what those lack.
     pub fn pods_as_processes_warning(self) -> Option<String> {
         match self {
             Self::Sim | Self::Local => {
-                sim_node::oci::Isolation::detect(std::path::Path::new(sim_node::oci::STATE_DIR))
-                    .warning()
+                let isolation = sim_node::oci::Isolation::detect(std::path::Path::new(
+                    sim_node::oci::STATE_DIR,
+                ));
+                isolation.warning().or_else(|| isolation.rootless_notice())
             }
             Self::Kubeconfig | Self::Kind => None,
         }
@@ -410,7 +413,8 @@ impl ProviderKind {
     /// on sim and local our kubelet runs each as a host process where it cannot make
     /// containers (no service-account files, host name, image filesystem or network
     /// namespace: two replicas of a manager that binds fixed ports, such as a kubebuilder
-    /// scaffold's `:8443` and `:8081`, collide).
+    /// scaffold's `:8443` and `:8081`, collide), and rootless containers share the host's
+    /// network namespace (the same collision).
     pub fn pods_are_not_containers(self) -> Option<String> {
         match self {
             Self::Sim | Self::Local => {
@@ -421,6 +425,12 @@ impl ProviderKind {
                          (/var/run/secrets/kubernetes.io/serviceaccount), host name, image \
                          filesystem or network namespace of their own"
                     )),
+                    sim_node::oci::Isolation::Containers(rt) if rt.rootless() => Some(
+                        "its pods are rootless containers (the harness is not root): they \
+                         have no network namespace of their own, so replicas that bind the \
+                         same ports collide"
+                            .to_string(),
+                    ),
                     sim_node::oci::Isolation::Containers(_) => None,
                 }
             }
