@@ -13,8 +13,33 @@ Feature: Reconcile results
 
   Scenario: A Memcached of size 3 gets a Deployment of 3 it owns and a status naming the pods
     Given the operator is deployed with 1 replica and the flags "--leader-election=none"
-    When a Memcached "cache" of size 3 is created
-    Then within 30s memcached "cache" has a Deployment of 3 replicas owned by it
+    When these objects are applied:
+      """
+      apiVersion: cache.example.com/v1alpha1
+      kind: Memcached
+      metadata:
+        name: cache
+      spec:
+        size: 3
+      """
+    Then within 30s these objects match:
+      """
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: cache
+        labels:
+          app: memcached
+          memcached_cr: cache
+      spec:
+        replicas: 3
+        template:
+          spec:
+            containers:
+            - name: memcached
+              image: memcached:1.6-alpine
+      """
+    And within 30s the Deployment "cache" is owned by the Memcached "cache"
     And within 30s the status of memcached "cache" lists its 3 pods
     And within 10s the reconcile results of memcached "cache" were requeue, then success
 
