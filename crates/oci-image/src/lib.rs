@@ -44,7 +44,7 @@
 //! Modules (private; their docs say how each part works and what it leaves out):
 //! - `source`: [`Source`], and reading a layout directory or an archive in place.
 //! - `resolve`, `oci`, `docker`, `reference`, `platform`: finding an image's config and
-//!   layers from a reference.
+//!   layers (`parts`) from a reference.
 //! - `store`: [`ImageStore`], the cache, and verifying layers as they are read.
 //! - `unpack`: applying layers to a root filesystem safely.
 //! - `registry`: [`ImageStore::pull`], [`PullOptions`], [`registry_of`].
@@ -72,6 +72,7 @@ mod docker;
 mod elf;
 mod error;
 mod oci;
+mod parts;
 mod platform;
 mod reference;
 mod registry;
