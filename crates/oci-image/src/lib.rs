@@ -70,6 +70,7 @@ mod credentials;
 mod digest;
 mod docker;
 mod elf;
+mod engine;
 mod error;
 mod oci;
 mod parts;
@@ -87,6 +88,7 @@ mod tests;
 
 pub use credentials::Credentials;
 pub use elf::is_static_executable;
+pub use engine::{DockerEngine, EngineError};
 pub use error::{BoxError, ImageError};
 pub use registry::{PullOptions, registry_of};
 pub use source::Source;

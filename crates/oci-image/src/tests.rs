@@ -1218,3 +1218,179 @@ fn two_threads_unpacking_the_same_image_both_succeed() {
         .collect();
     assert_eq!(left, std::slice::from_ref(&first.rootfs));
 }
+
+// ---------------------------------------------------------------------------------------
+// The Docker engine
+
+mod engine {
+    use super::*;
+    use crate::{DockerEngine, EngineError};
+    use sim_test_support::docker_engine::StandInEngine;
+
+    /// A legacy `docker save` archive of one image tagged `tag`, with one layer holding
+    /// `files` and the config `docker_config` writes; and its config digest (the image id).
+    pub(super) fn docker_save(tag: &str, files: &[(&str, &str)]) -> (Vec<u8>, String) {
+        let mut layer = Layer::new().dir("etc");
+        for (path, content) in files {
+            layer = layer.file(path, content);
+        }
+        let layer = layer.tar();
+        let config = docker_config(&[digest::of(&layer)]);
+        let config_digest = digest::of(&config);
+        let config_name = format!("{}.json", hex(&config_digest));
+        let layer_name = format!("{}/layer.tar", "1".repeat(64));
+        let manifest = serde_json::json!([{
+            "Config": config_name,
+            "RepoTags": [tag],
+            "Layers": [layer_name],
+        }]);
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, content) in [
+            (config_name.as_str(), config),
+            (layer_name.as_str(), layer),
+            ("manifest.json", serde_json::to_vec(&manifest).unwrap()),
+        ] {
+            let mut h = header(EntryType::Regular, 0o644, content.len() as u64);
+            builder.append_data(&mut h, name, &content[..]).unwrap();
+        }
+        (builder.into_inner().unwrap(), config_digest)
+    }
+
+    /// The container config the engine's inspection gives for [`docker_config`].
+    fn inspected_config() -> serde_json::Value {
+        serde_json::json!({
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Cmd": ["sh"],
+            "Entrypoint": null,
+            "WorkingDir": "",
+            "User": "",
+        })
+    }
+
+    #[tokio::test]
+    async fn an_image_of_the_engine_is_exported_once_and_then_found_in_the_cache() {
+        let engine = StandInEngine::start();
+        let (archive, id) = docker_save("example.org/op:dev", &[("etc/motd", "from the engine")]);
+        engine.add(&["example.org/op:dev"], &id, inspected_config(), archive);
+        let t = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(t.path().join("cache"));
+        let docker = DockerEngine::unix(engine.socket());
+
+        let image = store
+            .from_engine(&docker, "example.org/op:dev")
+            .await
+            .unwrap()
+            .expect("the engine has the image");
+        assert_eq!(image.digest, id);
+        assert_eq!(read(image.rootfs.join("etc/motd")), "from the engine");
+        assert_eq!(image.config.cmd, ["sh"]);
+        assert_eq!(engine.exports(), 1);
+
+        let again = store
+            .from_engine(&docker, "example.org/op:dev")
+            .await
+            .unwrap()
+            .expect("the engine still has the image");
+        assert_eq!(again, image);
+        assert_eq!(engine.exports(), 1, "the second lookup exported it again");
+        // The export's archive is gone; what is left is the record and the root filesystem.
+        let downloads = t.path().join("cache/downloads");
+        assert_eq!(fs::read_dir(&downloads).unwrap().count(), 0);
+        assert_eq!(
+            read(t.path().join("cache/engine").join(hex(&id))),
+            id,
+            "the record names the config digest"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_image_the_engine_lacks_and_an_engine_that_is_not_there_are_both_none() {
+        let engine = StandInEngine::start();
+        let t = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(t.path().join("cache"));
+        let lacking = store
+            .from_engine(&DockerEngine::unix(engine.socket()), "busybox:1.36")
+            .await
+            .unwrap();
+        assert_eq!(lacking, None);
+        // No socket at all.
+        let missing = store
+            .from_engine(&DockerEngine::unix(t.path().join("docker.sock")), "busybox")
+            .await
+            .unwrap();
+        assert_eq!(missing, None);
+        // A socket nobody listens on any more: the connection is refused.
+        let stale = t.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let refused = store
+            .from_engine(&DockerEngine::unix(&stale), "busybox")
+            .await
+            .unwrap();
+        assert_eq!(refused, None);
+        assert!(!t.path().join("cache").exists(), "nothing was written");
+    }
+
+    #[tokio::test]
+    async fn an_engine_answering_with_an_error_is_an_error_naming_the_engine_and_the_image() {
+        let engine = StandInEngine::start();
+        engine.fail_with(500, "layer store is corrupt");
+        let t = tempfile::tempdir().unwrap();
+        let docker = DockerEngine::unix(engine.socket());
+        let err = ImageStore::new(t.path())
+            .from_engine(&docker, "busybox:1.36")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, EngineError::Status { status: 500, .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        for part in [
+            docker.address().as_str(),
+            "busybox:1.36",
+            "layer store is corrupt",
+            "GET /images/busybox:1.36/json",
+        ] {
+            assert!(text.contains(part), "{part} missing from: {text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_export_that_is_not_an_image_is_an_error_and_leaves_nothing_behind() {
+        let engine = StandInEngine::start();
+        let id = digest::of(b"not a config");
+        engine.add(
+            &["broken:1"],
+            &id,
+            inspected_config(),
+            b"not a tar".to_vec(),
+        );
+        let t = tempfile::tempdir().unwrap();
+        let err = ImageStore::new(t.path().join("cache"))
+            .from_engine(&DockerEngine::unix(engine.socket()), "broken:1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, EngineError::Unpack { .. }), "{err}");
+        assert!(err.to_string().contains("broken:1"), "{err}");
+        assert_eq!(
+            fs::read_dir(t.path().join("cache/downloads"))
+                .unwrap()
+                .count(),
+            0
+        );
+        assert!(!t.path().join("cache/engine").exists());
+    }
+
+    #[tokio::test]
+    async fn a_reference_with_characters_no_image_name_has_is_refused_before_any_request() {
+        let engine = StandInEngine::start();
+        let err = ImageStore::new(tempfile::tempdir().unwrap().path())
+            .from_engine(
+                &DockerEngine::unix(engine.socket()),
+                "../../containers/json",
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, EngineError::Reference { .. }), "{err}");
+    }
+}
