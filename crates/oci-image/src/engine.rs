@@ -7,8 +7,10 @@
 //! An image is looked up with `GET /images/{name}/json` (the engine's image inspection).
 //! When the engine has it, its image id is looked up in the cache's record of images
 //! exported before (`<cache>/engine/<id hex>`, which names the image's config digest): when
-//! that root filesystem is in the cache, nothing more is asked of the engine. Otherwise
-//! the image is exported with `GET /images/{name}/get` (a `docker save` archive, streamed
+//! that root filesystem is in the cache, nothing more is asked of the engine. Otherwise,
+//! holding a lock on `<cache>/engine/<id hex>.lock` (so that concurrent lookups of one
+//! image, in threads or processes, export it once: those that waited find the record), the
+//! image is exported with `GET /images/{name}/get` (a `docker save` archive, streamed
 //! to a private file under `<cache>/downloads/.engine-*`), unpacked from that archive by
 //! [`ImageStore::unpack`] on a blocking thread (so it is verified and cached as any archive
 //! is), the record is written and the archive deleted.
@@ -448,8 +450,10 @@ impl ImageStore {
         let id_hex = digest::sha256_hex(&inspection.id)
             .expect("checked by inspect")
             .to_owned();
-        let record = self.cache_dir().join("engine").join(&id_hex);
-        if let Some(image) = self.recorded(&record, inspection.config) {
+        let config = inspection.config.unwrap_or_default().image_config();
+        let records = self.cache_dir().join("engine");
+        let record = records.join(&id_hex);
+        if let Some(image) = self.recorded(&record, &config) {
             return Ok(Some(image));
         }
 
@@ -462,6 +466,22 @@ impl ImageStore {
                 source,
             }
         };
+        // One export of an image at a time, across threads and processes: whoever waited
+        // finds the record the first one wrote.
+        std::fs::create_dir_all(&records).map_err(write_error(&records))?;
+        let lock_path = records.join(format!("{id_hex}.lock"));
+        let locked = lock_path.clone();
+        let _lock = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::create(&locked)?;
+            file.lock()?;
+            Ok(file)
+        })
+        .await
+        .unwrap_or_else(|join| Err(io::Error::other(join)))
+        .map_err(write_error(&lock_path))?;
+        if let Some(image) = self.recorded(&record, &config) {
+            return Ok(Some(image));
+        }
         let downloads = self.cache_dir().join("downloads");
         std::fs::create_dir_all(&downloads).map_err(write_error(&downloads))?;
         let dir = tempfile::Builder::new()
@@ -505,14 +525,14 @@ impl ImageStore {
 
     /// The image an earlier export of this image id unpacked, when its root filesystem
     /// is still in the cache.
-    fn recorded(&self, record: &Path, config: Option<InspectedConfig>) -> Option<Image> {
+    fn recorded(&self, record: &Path, config: &ImageConfig) -> Option<Image> {
         let digest = std::fs::read_to_string(record).ok()?;
         let digest = digest.trim();
         let rootfs = self.rootfs_dir(digest::sha256_hex(digest)?);
         rootfs.is_dir().then(|| Image {
             digest: digest.to_owned(),
             rootfs,
-            config: config.unwrap_or_default().image_config(),
+            config: config.clone(),
         })
     }
 

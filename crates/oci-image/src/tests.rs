@@ -1378,7 +1378,28 @@ mod engine {
                 .count(),
             0
         );
-        assert!(!t.path().join("cache/engine").exists());
+        assert!(!t.path().join("cache/engine").join(hex(&id)).exists());
+    }
+
+    #[tokio::test]
+    async fn lookups_of_one_image_at_once_export_it_once() {
+        let engine = StandInEngine::start();
+        let (archive, id) = docker_save("example.org/op:dev", &[("etc/motd", "once")]);
+        engine.add(&["example.org/op:dev"], &id, inspected_config(), archive);
+        let t = tempfile::tempdir().unwrap();
+        let docker = DockerEngine::unix(engine.socket());
+        // Stores of their own on one cache, as the kubelets of one cluster have.
+        let lookups = (0..4).map(|_| {
+            let store = ImageStore::new(t.path().join("cache"));
+            let docker = docker.clone();
+            tokio::spawn(async move { store.from_engine(&docker, "example.org/op:dev").await })
+        });
+        let images = futures::future::join_all(lookups).await;
+        for image in images {
+            let image = image.unwrap().unwrap().expect("the engine has the image");
+            assert_eq!(image.digest, id);
+        }
+        assert_eq!(engine.exports(), 1);
     }
 
     #[tokio::test]

@@ -739,3 +739,101 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
     );
     kubelet.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_exported_once() {
+    if !containers_available() {
+        return;
+    }
+    let (server, client) = sim_test_support::server().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let rootfs = sim_test_support::busybox_image(dir.path());
+    let config = oci_image::ImageConfig {
+        entrypoint: vec!["sh".into(), "-c".into()],
+        cmd: vec!["echo from the engine as $(hostname)".into()],
+        env: vec!["PATH=/bin".into()],
+        working_dir: None,
+        user: None,
+    };
+    let layout = dir.path().join("layout");
+    oci_image::write_layout(&layout, "example.org/engine:1", &rootfs, &config)
+        .expect("the layout is written");
+    let id = oci_image::ImageStore::new(dir.path().join("scratch"))
+        .unpack(&oci_image::Source::Layout(layout.clone()), None)
+        .expect("the layout unpacks")
+        .digest;
+    // docker 25+ exports an OCI layout (with a manifest.json the layout is preferred to).
+    let archive = dir.path().join("engine.tar");
+    let tarred = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&layout)
+        .arg(".")
+        .status()
+        .expect("tar runs");
+    assert!(tarred.success());
+    let engine = sim_test_support::docker_engine::StandInEngine::start();
+    engine.add(
+        &["example.org/engine:1"],
+        &id,
+        json!({"Entrypoint": ["sh", "-c"], "Cmd": ["echo from the engine as $(hostname)"],
+            "Env": ["PATH=/bin"]}),
+        std::fs::read(&archive).expect("the archive"),
+    );
+    let mut config = KubeletConfig::new("box-161", 161, dir.path().join("node"));
+    config.image_cache = dir.path().join("cache");
+    config.docker_engine = Some(oci_image::DockerEngine::unix(engine.socket()));
+    let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
+        .await
+        .expect("the kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Always: no registry this kubelet pulls from has it, so the engine's copy is used.
+    for (name, image, policy) in [
+        ("first", "example.org/engine:1", "IfNotPresent"),
+        ("never", "example.org/engine:1", "Never"),
+        ("always", "example.org/engine:1", "Always"),
+        ("absent", "example.org/absent:1", "IfNotPresent"),
+    ] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "box-161", "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": image, "imagePullPolicy": policy}]},
+        }))
+        .expect("a pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("the pod is created");
+    }
+    for name in ["first", "never", "always"] {
+        let log = eventually(&format!("the line of {name}"), || async {
+            kubelet
+                .log("default", name, None, false)
+                .filter(|l| l.ends_with('\n'))
+        })
+        .await;
+        assert_eq!(log, format!("from the engine as {name}\n"));
+    }
+    let image_id = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            eventually(&format!("the image id of {name}"), || async {
+                let pod = serde_json::to_value(pods.get_opt(name).await.ok()??).ok()?;
+                pod["status"]["containerStatuses"][0]["imageID"]
+                    .as_str()
+                    .filter(|id| !id.is_empty())
+                    .map(str::to_string)
+            })
+            .await
+        }
+    };
+    assert_eq!(
+        image_id("first").await,
+        format!("example.org/engine:1@{id}")
+    );
+    // Not in the engine, of no registry the kubelet pulls from: a stand-in.
+    let absent = image_id("absent").await;
+    assert!(absent.starts_with("standin://"), "{absent}");
+    assert_eq!(engine.exports(), 1, "three pods, one export");
+    kubelet.shutdown().await;
+}
