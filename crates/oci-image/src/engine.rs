@@ -1,4 +1,4 @@
-//! Images in a local Docker engine's store ([`ImageStore::from_engine`]), through the
+//! Images in a local Docker engine's store ([`ImageStore::engine_image`]), through the
 //! Docker Engine API on the engine's unix socket ([`DockerEngine`]).
 //!
 //! The engine is found as the Docker CLI finds it ([`DockerEngine::from_env`]):
@@ -434,7 +434,7 @@ impl ImageStore {
     /// [`EngineError::Reference`] for a reference with characters no image name has,
     /// [`EngineError::Status`] when the engine answers with an error, and the other
     /// [`EngineError`]s when its answer cannot be read, written, or unpacked.
-    pub async fn from_engine(
+    pub async fn engine_image(
         &self,
         engine: &DockerEngine,
         reference: &str,

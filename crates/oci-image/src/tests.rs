@@ -1277,7 +1277,7 @@ mod engine {
         let docker = DockerEngine::unix(engine.socket());
 
         let image = store
-            .from_engine(&docker, "example.org/op:dev")
+            .engine_image(&docker, "example.org/op:dev")
             .await
             .unwrap()
             .expect("the engine has the image");
@@ -1287,7 +1287,7 @@ mod engine {
         assert_eq!(engine.exports(), 1);
 
         let again = store
-            .from_engine(&docker, "example.org/op:dev")
+            .engine_image(&docker, "example.org/op:dev")
             .await
             .unwrap()
             .expect("the engine still has the image");
@@ -1309,13 +1309,13 @@ mod engine {
         let t = tempfile::tempdir().unwrap();
         let store = ImageStore::new(t.path().join("cache"));
         let lacking = store
-            .from_engine(&DockerEngine::unix(engine.socket()), "busybox:1.36")
+            .engine_image(&DockerEngine::unix(engine.socket()), "busybox:1.36")
             .await
             .unwrap();
         assert_eq!(lacking, None);
         // No socket at all.
         let missing = store
-            .from_engine(&DockerEngine::unix(t.path().join("docker.sock")), "busybox")
+            .engine_image(&DockerEngine::unix(t.path().join("docker.sock")), "busybox")
             .await
             .unwrap();
         assert_eq!(missing, None);
@@ -1323,7 +1323,7 @@ mod engine {
         let stale = t.path().join("stale.sock");
         drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
         let refused = store
-            .from_engine(&DockerEngine::unix(&stale), "busybox")
+            .engine_image(&DockerEngine::unix(&stale), "busybox")
             .await
             .unwrap();
         assert_eq!(refused, None);
@@ -1337,7 +1337,7 @@ mod engine {
         let t = tempfile::tempdir().unwrap();
         let docker = DockerEngine::unix(engine.socket());
         let err = ImageStore::new(t.path())
-            .from_engine(&docker, "busybox:1.36")
+            .engine_image(&docker, "busybox:1.36")
             .await
             .unwrap_err();
         assert!(
@@ -1367,7 +1367,7 @@ mod engine {
         );
         let t = tempfile::tempdir().unwrap();
         let err = ImageStore::new(t.path().join("cache"))
-            .from_engine(&DockerEngine::unix(engine.socket()), "broken:1")
+            .engine_image(&DockerEngine::unix(engine.socket()), "broken:1")
             .await
             .unwrap_err();
         assert!(matches!(err, EngineError::Unpack { .. }), "{err}");
@@ -1392,7 +1392,7 @@ mod engine {
         let lookups = (0..4).map(|_| {
             let store = ImageStore::new(t.path().join("cache"));
             let docker = docker.clone();
-            tokio::spawn(async move { store.from_engine(&docker, "example.org/op:dev").await })
+            tokio::spawn(async move { store.engine_image(&docker, "example.org/op:dev").await })
         });
         let images = futures::future::join_all(lookups).await;
         for image in images {
@@ -1406,12 +1406,107 @@ mod engine {
     async fn a_reference_with_characters_no_image_name_has_is_refused_before_any_request() {
         let engine = StandInEngine::start();
         let err = ImageStore::new(tempfile::tempdir().unwrap().path())
-            .from_engine(
+            .engine_image(
                 &DockerEngine::unix(engine.socket()),
                 "../../containers/json",
             )
             .await
             .unwrap_err();
         assert!(matches!(err, EngineError::Reference { .. }), "{err}");
+    }
+
+    /// One request to a real engine, as HTTP/1.0 (the engine closes the connection after
+    /// its answer): the status and the body.
+    fn raw_request(
+        socket: &Path,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> io::Result<(u16, Vec<u8>)> {
+        let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+        write!(
+            stream,
+            "{method} {path} HTTP/1.0\r\nHost: docker\r\nContent-Type: application/x-tar\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )?;
+        stream.write_all(body)?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer)?;
+        let head_end = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| io::Error::other("no end of headers in the engine's answer"))?;
+        let status = String::from_utf8_lossy(&answer[..head_end])
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| io::Error::other("no status in the engine's answer"))?;
+        Ok((status, answer[head_end + 4..].to_vec()))
+    }
+
+    /// Removes an image from a real engine when dropped, also on a failure.
+    struct Loaded<'a> {
+        socket: &'a Path,
+        tag: String,
+    }
+
+    impl Drop for Loaded<'_> {
+        fn drop(&mut self) {
+            let path = format!("/images/{}?force=1", self.tag);
+            match raw_request(self.socket, "DELETE", &path, &[]) {
+                Ok((200, _)) => {}
+                other => eprintln!("cannot remove {} from the engine: {other:?}", self.tag),
+            }
+        }
+    }
+
+    /// Against the engine `DOCKER_HOST` (or the default socket) names, when one answers:
+    /// `cargo test -p oci-image --lib -- --ignored a_real_engine`. It loads a small image
+    /// into the engine (`POST /images/load`), resolves it, and removes it.
+    #[tokio::test]
+    #[ignore = "needs a running docker engine: cargo test -p oci-image --lib -- --ignored a_real_engine"]
+    async fn a_real_engine_exports_an_image_loaded_into_it() {
+        let docker = DockerEngine::from_env().expect("DOCKER_HOST names a unix socket");
+        match raw_request(docker.socket(), "GET", "/_ping", &[]) {
+            Ok((200, _)) => {}
+            other => {
+                eprintln!(
+                    "not run: no docker engine answers at {}: {other:?}",
+                    docker.address()
+                );
+                return;
+            }
+        }
+        let tag = format!("opconform-test/engine:{}", std::process::id());
+        let (archive, config_digest) = docker_save(&tag, &[("etc/motd", "from a real engine")]);
+        let (status, answer) =
+            raw_request(docker.socket(), "POST", "/images/load?quiet=1", &archive).unwrap();
+        let loaded = Loaded {
+            socket: docker.socket(),
+            tag: tag.clone(),
+        };
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            status == 200 && !answer.contains("errorDetail"),
+            "{status}: {answer}"
+        );
+
+        let t = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(t.path().join("cache"));
+        let image = store
+            .engine_image(&docker, &tag)
+            .await
+            .unwrap()
+            .expect("the engine has the image just loaded");
+        assert_eq!(image.digest, config_digest);
+        assert_eq!(read(image.rootfs.join("etc/motd")), "from a real engine");
+        assert_eq!(image.config.cmd, ["sh"]);
+        assert_eq!(
+            store.engine_image(&docker, &tag).await.unwrap(),
+            Some(image)
+        );
+        let unknown = format!("opconform-test/absent:{}", std::process::id());
+        assert_eq!(store.engine_image(&docker, &unknown).await.unwrap(), None);
+        drop(loaded);
     }
 }

@@ -786,7 +786,7 @@ impl ContainerTask {
             .unwrap_or_else(|| default_pull_policy(image).to_string());
         let pulls = self.shared.config.registries.contains(&registry);
         if !(pulls && policy == "Always")
-            && let Some(found) = self.from_engine(image).await?
+            && let Some(found) = self.engine_image(image).await?
         {
             return Ok(Some(found));
         }
@@ -820,7 +820,7 @@ impl ContainerTask {
     /// `image` from the Docker engine's store, exported once and cached by its image id;
     /// `None` when no engine is configured or running, when it does not have the image, or
     /// when pods are host processes (an image's root filesystem needs a runtime to run).
-    async fn from_engine(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
+    async fn engine_image(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
         let config = &self.shared.config;
         let Some(engine) = &config.docker_engine else {
             return Ok(None);
@@ -829,13 +829,14 @@ impl ContainerTask {
             return Ok(None);
         }
         let store = oci_image::ImageStore::new(config.image_cache.clone());
-        let found = store
-            .from_engine(engine, image)
-            .await
-            .map_err(|source| ContainerError::Engine {
-                image: image.to_string(),
-                source: Box::new(source),
-            })?;
+        let found =
+            store
+                .engine_image(engine, image)
+                .await
+                .map_err(|source| ContainerError::Engine {
+                    image: image.to_string(),
+                    source: Box::new(source),
+                })?;
         Ok(found.map(|unpacked| unpacked_image(image, unpacked)))
     }
 

@@ -651,15 +651,8 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
     let (server, client) = sim_test_support::server().await;
     let dir = tempfile::tempdir().expect("a directory");
     let rootfs = sim_test_support::busybox_image(dir.path());
-    let config = oci_image::ImageConfig {
-        entrypoint: vec!["sh".into(), "-c".into()],
-        cmd: vec!["echo pulled as $(hostname)".into()],
-        env: vec!["PATH=/bin".into()],
-        working_dir: None,
-        user: None,
-    };
     let layout = dir.path().join("layout");
-    oci_image::write_layout(&layout, "busybox", &rootfs, &config).expect("the layout is written");
+    echo_layout(&layout, "busybox", &rootfs, "pulled as $(hostname)");
     let pushed = registry.image("tools/busybox:1");
     registry
         .push_layout(
@@ -740,30 +733,34 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
     kubelet.shutdown().await;
 }
 
-#[tokio::test]
-async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_exported_once() {
-    if !containers_available() {
-        return;
-    }
-    let (server, client) = sim_test_support::server().await;
-    let dir = tempfile::tempdir().expect("a directory");
-    let rootfs = sim_test_support::busybox_image(dir.path());
+/// Writes into `layout` an image `name` of `rootfs` whose container prints `line`.
+fn echo_layout(layout: &Path, name: &str, rootfs: &Path, line: &str) {
     let config = oci_image::ImageConfig {
         entrypoint: vec!["sh".into(), "-c".into()],
-        cmd: vec!["echo from the engine as $(hostname)".into()],
+        cmd: vec![format!("echo {line}")],
         env: vec!["PATH=/bin".into()],
         working_dir: None,
         user: None,
     };
-    let layout = dir.path().join("layout");
-    oci_image::write_layout(&layout, "example.org/engine:1", &rootfs, &config)
-        .expect("the layout is written");
-    let id = oci_image::ImageStore::new(dir.path().join("scratch"))
+    oci_image::write_layout(layout, name, rootfs, &config).expect("the layout is written");
+}
+
+/// A stand-in Docker engine holding the image `name` of `rootfs` that prints `line`,
+/// exported as docker 25+ exports it (an OCI layout, preferred to its manifest.json); and
+/// its image id.
+fn engine_holding(
+    dir: &Path,
+    rootfs: &Path,
+    name: &str,
+    line: &str,
+) -> (sim_test_support::docker_engine::StandInEngine, String) {
+    let layout = dir.join("engine-layout");
+    echo_layout(&layout, name, rootfs, line);
+    let id = oci_image::ImageStore::new(dir.join("scratch"))
         .unpack(&oci_image::Source::Layout(layout.clone()), None)
         .expect("the layout unpacks")
         .digest;
-    // docker 25+ exports an OCI layout (with a manifest.json the layout is preferred to).
-    let archive = dir.path().join("engine.tar");
+    let archive = dir.join("engine.tar");
     let tarred = std::process::Command::new("tar")
         .arg("-cf")
         .arg(&archive)
@@ -775,11 +772,47 @@ async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_expo
     assert!(tarred.success());
     let engine = sim_test_support::docker_engine::StandInEngine::start();
     engine.add(
-        &["example.org/engine:1"],
+        &[name],
         &id,
-        json!({"Entrypoint": ["sh", "-c"], "Cmd": ["echo from the engine as $(hostname)"],
-            "Env": ["PATH=/bin"]}),
+        json!({"Entrypoint": ["sh", "-c"], "Cmd": [format!("echo {line}")], "Env": ["PATH=/bin"]}),
         std::fs::read(&archive).expect("the archive"),
+    );
+    (engine, id)
+}
+
+/// A pod of one container of `image` on `node`, with the pull policy `policy`.
+fn pod_of(name: &str, node: &str, image: &str, policy: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": policy}]},
+    }))
+    .expect("a pod")
+}
+
+/// The first line `name` printed.
+async fn line_of(kubelet: &Kubelet, name: &str) -> String {
+    eventually(&format!("the line of {name}"), || async {
+        kubelet
+            .log("default", name, None, false)
+            .filter(|l| l.ends_with('\n'))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_exported_once() {
+    if !containers_available() {
+        return;
+    }
+    let (server, client) = sim_test_support::server().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let rootfs = sim_test_support::busybox_image(dir.path());
+    let (engine, id) = engine_holding(
+        dir.path(),
+        &rootfs,
+        "example.org/engine:1",
+        "from the engine as $(hostname)",
     );
     let mut config = KubeletConfig::new("box-161", 161, dir.path().join("node"));
     config.image_cache = dir.path().join("cache");
@@ -795,24 +828,18 @@ async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_expo
         ("always", "example.org/engine:1", "Always"),
         ("absent", "example.org/absent:1", "IfNotPresent"),
     ] {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": "box-161", "restartPolicy": "Never",
-                "containers": [{"name": "main", "image": image, "imagePullPolicy": policy}]},
-        }))
-        .expect("a pod");
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .expect("the pod is created");
+        pods.create(
+            &PostParams::default(),
+            &pod_of(name, "box-161", image, policy),
+        )
+        .await
+        .expect("the pod is created");
     }
     for name in ["first", "never", "always"] {
-        let log = eventually(&format!("the line of {name}"), || async {
-            kubelet
-                .log("default", name, None, false)
-                .filter(|l| l.ends_with('\n'))
-        })
-        .await;
-        assert_eq!(log, format!("from the engine as {name}\n"));
+        assert_eq!(
+            line_of(&kubelet, name).await,
+            format!("from the engine as {name}\n")
+        );
     }
     let image_id = |name: &'static str| {
         let pods = pods.clone();
@@ -835,5 +862,79 @@ async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_expo
     let absent = image_id("absent").await;
     assert!(absent.starts_with("standin://"), "{absent}");
     assert_eq!(engine.exports(), 1, "three pods, one export");
+    kubelet.shutdown().await;
+}
+
+#[tokio::test]
+async fn always_pulls_from_a_registry_the_kubelet_pulls_from_even_when_the_engine_has_the_image() {
+    if !containers_available() {
+        return;
+    }
+    let Some(registry) = sim_test_support::registry::Registry::start(false) else {
+        return;
+    };
+    let (server, client) = sim_test_support::server().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let rootfs = sim_test_support::busybox_image(dir.path());
+    // The same name, two images: each says where it came from.
+    let pushed = registry.image("tools/busybox:1");
+    let layout = dir.path().join("registry-layout");
+    echo_layout(&layout, &pushed, &rootfs, "from the registry");
+    registry
+        .push_layout(
+            &layout,
+            &pushed,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+        )
+        .await;
+    let (engine, _) = engine_holding(dir.path(), &rootfs, &pushed, "from the engine");
+    let mut config = KubeletConfig::new("box-162", 162, dir.path().join("node"));
+    config.registries = vec![registry.host.clone()];
+    config.image_cache = dir.path().join("cache");
+    config.docker_engine = Some(oci_image::DockerEngine::unix(engine.socket()));
+    let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
+        .await
+        .expect("the kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for (name, policy, origin) in [
+        ("always", "Always", "registry"),
+        ("present", "IfNotPresent", "engine"),
+    ] {
+        pods.create(
+            &PostParams::default(),
+            &pod_of(name, "box-162", &pushed, policy),
+        )
+        .await
+        .expect("the pod is created");
+        assert_eq!(
+            line_of(&kubelet, name).await,
+            format!("from the {origin}\n")
+        );
+    }
+
+    // An engine in trouble: the kubelet's ErrImagePull, naming the engine and the image.
+    engine.fail_with(500, "layer store is corrupt");
+    let other = registry.image("tools/other:1");
+    pods.create(
+        &PostParams::default(),
+        &pod_of("troubled", "box-162", &other, "IfNotPresent"),
+    )
+    .await
+    .expect("the pod is created");
+    let waiting = eventually("the troubled pod in ErrImagePull", || async {
+        let pod = serde_json::to_value(pods.get_opt("troubled").await.ok()??).ok()?;
+        let waiting = pod["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        (waiting["reason"] == "ErrImagePull").then_some(waiting)
+    })
+    .await;
+    let message = waiting["message"].as_str().unwrap_or_default();
+    for part in [
+        format!("unix://{}", engine.socket().display()),
+        other,
+        "layer store is corrupt".to_string(),
+    ] {
+        assert!(message.contains(&part), "{part} missing from: {message}");
+    }
+    assert_eq!(engine.exports(), 1);
     kubelet.shutdown().await;
 }
