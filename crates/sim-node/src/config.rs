@@ -267,7 +267,8 @@ pub struct KubeletConfig {
     /// The registries (`host[:port]`, as [`oci_image::registry_of`] names them) whose
     /// images the kubelet pulls when they are not mapped, as `imagePullPolicy` says and
     /// with the pod's `imagePullSecrets`; an unmapped image of any other registry is a
-    /// stand-in. Loopback registries are reached over plain HTTP.
+    /// stand-in unless the Docker engine has it ([`Self::docker_engine`]). Loopback
+    /// registries are reached over plain HTTP.
     pub registries: Vec<String>,
     /// The Docker engine whose store holds images for this node (as containerd's store does
     /// for a real kubelet): an unmapped image it has is exported from it and run, and is
