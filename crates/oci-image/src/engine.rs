@@ -32,7 +32,9 @@
 //!   uncompressed image next to the cache.
 //! - The engine has [`ANSWER_TIMEOUT`] to answer each request; the export's body has no
 //!   deadline.
-//! - The record of an exported image is never pruned, like the cache itself.
+//! - The record of an exported image and its lock file are never pruned, like the cache
+//!   itself; an image removed from the engine and loaded again under the same id is not
+//!   exported again while its root filesystem is cached.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -155,6 +157,16 @@ pub enum EngineError {
         /// The cause.
         #[source]
         source: Box<ImageError>,
+    },
+    /// The unpacking of the export was cancelled (the runtime is shutting down).
+    #[error(
+        "the unpacking of image {image} exported from the docker engine at {engine} was cut short"
+    )]
+    Cancelled {
+        /// The engine's address.
+        engine: String,
+        /// The image.
+        image: String,
     },
 }
 
@@ -509,12 +521,10 @@ impl ImageStore {
                 });
             }
             Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-            Err(join) => {
-                return Err(EngineError::Request {
+            Err(_) => {
+                return Err(EngineError::Cancelled {
                     engine: engine.address(),
                     image: reference.to_owned(),
-                    request: "the unpacking of its export".to_owned(),
-                    source: Box::new(join),
                 });
             }
         };
