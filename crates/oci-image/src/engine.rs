@@ -30,8 +30,8 @@
 //!   (`DOCKER_CONTEXT`, `~/.docker/config.json`) are not read.
 //! - An export is written whole to disk before it is unpacked: it needs free space for the
 //!   uncompressed image next to the cache.
-//! - The engine has [`ANSWER_TIMEOUT`] to answer each request; the export's body has no
-//!   deadline.
+//! - The engine has [`ANSWER_TIMEOUT`] to answer each request (and to send a whole JSON
+//!   answer); the export's body has no deadline.
 //! - The record of an exported image and its lock file are never pruned, like the cache
 //!   itself; an image removed from the engine and loaded again under the same id is not
 //!   exported again while its root filesystem is cached.
@@ -275,11 +275,7 @@ impl DockerEngine {
         response: Response<Incoming>,
     ) -> EngineError {
         let status = response.status().as_u16();
-        let body = Limited::new(response.into_body(), MAX_JSON)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let body = read_json(response).await.unwrap_or_default();
         #[derive(Deserialize)]
         struct Message {
             message: String,
@@ -314,11 +310,7 @@ impl DockerEngine {
             image: image.to_owned(),
             source,
         };
-        let body = Limited::new(response.into_body(), MAX_JSON)
-            .collect()
-            .await
-            .map_err(unreadable)?
-            .to_bytes();
+        let body = read_json(response).await.map_err(unreadable)?;
         let inspection: Inspection =
             serde_json::from_slice(&body).map_err(|e| unreadable(Box::new(e)))?;
         if digest::sha256_hex(&inspection.id).is_none() {
@@ -366,6 +358,15 @@ impl DockerEngine {
         }
         file.flush().await.map_err(write_error)?;
         Ok(())
+    }
+}
+
+/// The whole body of a JSON answer: at most [`MAX_JSON`] bytes, within [`ANSWER_TIMEOUT`].
+async fn read_json(response: Response<Incoming>) -> Result<Bytes, BoxError> {
+    let body = Limited::new(response.into_body(), MAX_JSON).collect();
+    match tokio::time::timeout(ANSWER_TIMEOUT, body).await {
+        Ok(collected) => Ok(collected?.to_bytes()),
+        Err(_) => Err(format!("no whole answer within {ANSWER_TIMEOUT:?}").into()),
     }
 }
 
