@@ -815,6 +815,8 @@ async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_expo
         "from the engine as $(hostname)",
     );
     let mut config = KubeletConfig::new("box-161", 161, dir.path().join("node"));
+    // Pod IPs of its own: 100 + 161 saturates to the prefix other tests' nodes have.
+    config.pod_ip_prefix = [255, 161];
     config.image_cache = dir.path().join("cache");
     config.docker_engine = Some(oci_image::DockerEngine::unix(engine.socket()));
     let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
@@ -889,6 +891,8 @@ async fn always_pulls_from_a_registry_the_kubelet_pulls_from_even_when_the_engin
         .await;
     let (engine, _) = engine_holding(dir.path(), &rootfs, &pushed, "from the engine");
     let mut config = KubeletConfig::new("box-162", 162, dir.path().join("node"));
+    // Pod IPs of its own: 100 + 162 saturates to the prefix other tests' nodes have.
+    config.pod_ip_prefix = [255, 162];
     config.registries = vec![registry.host.clone()];
     config.image_cache = dir.path().join("cache");
     config.docker_engine = Some(oci_image::DockerEngine::unix(engine.socket()));
