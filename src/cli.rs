@@ -348,7 +348,9 @@ pub struct SimArgs {
     /// Run an image as a local executable: NAME=PATH (repeatable), e.g.
     /// memcached-operator:dev=target/debug/memcached-operator; a PATH that is a directory is
     /// the image's filesystem, in which a container's command is found on its PATH, e.g.
-    /// busybox:1.36=/srv/busybox-rootfs. Other images are stand-ins.
+    /// busybox:1.36=/srv/busybox-rootfs; an OCI layout or a docker save archive is
+    /// unpacked. Other images come from the local Docker engine when it has them (pods as
+    /// containers), else from a --registry, else are stand-ins.
     #[arg(long = "image", value_name = "NAME=PATH")]
     pub images: Vec<crate::sim::kubelet::ImageMapping>,
     /// The entrypoint of an image mapped to a directory, run when a container has no
@@ -362,7 +364,9 @@ pub struct SimArgs {
     /// Pull the images of this registry that no --image maps: HOST[:PORT] (repeatable), as
     /// an image names it (docker.io for Docker Hub), e.g. 127.0.0.1:5000; as its
     /// imagePullPolicy says, with the pod's imagePullSecrets; a loopback registry over plain
-    /// HTTP. Images of other registries stay stand-ins.
+    /// HTTP. Images of other registries stay stand-ins, but for those the local Docker
+    /// engine has. An image the engine has is present for IfNotPresent and Never; Always
+    /// pulls it from here.
     #[arg(long = "registry", value_name = "HOST[:PORT]")]
     pub registries: Vec<String>,
     /// Short controller periods (node grace 3 s, heartbeats 500 ms) instead of the real ones.

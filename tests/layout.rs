@@ -318,6 +318,7 @@ fn no_two_modules_of_a_crate_import_each_other_even_through_others() {
         "crates/vocabulary/src",
         "crates/plain-http/src",
         "crates/pod-network/src",
+        "crates/oci-image/src",
         "crates/sim-apiserver/src",
         "crates/sim-node/src",
         "crates/sim-controllers/src",

@@ -17,8 +17,8 @@
 
 use serde::Deserialize;
 
+use crate::parts::{self, Check, LayerRef, Resolved};
 use crate::reference::{self, Score};
-use crate::resolve::{self, Check, LayerRef, Resolved};
 use crate::source::{Expected, Store, normalise};
 use crate::{ImageError, digest};
 
@@ -103,7 +103,7 @@ pub(crate) fn resolve(store: &Store, reference: Option<&str>) -> Result<Resolved
         path: store.path().to_owned(),
         name: saved.config.clone(),
     })?;
-    let config = resolve::read_config(
+    let config = parts::read_config(
         store,
         &saved.config,
         &Expected {
@@ -149,7 +149,7 @@ pub(crate) fn resolve(store: &Store, reference: Option<&str>) -> Result<Resolved
     Ok(Resolved {
         image,
         config_digest,
-        config: resolve::image_config(&config),
+        config: parts::image_config(&config),
         layers,
     })
 }

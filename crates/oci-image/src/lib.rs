@@ -1,5 +1,6 @@
-//! Container images on disk or in a registry, unpacked into root filesystems for a
-//! container runtime (runc) to run: the simulated kubelet's image store.
+//! Container images on disk, in the local Docker engine or in a registry, unpacked into
+//! root filesystems for a container runtime (runc) to run: the simulated kubelet's image
+//! store.
 //!
 //! An image comes from a [`Source`] — an OCI image layout directory, or a tar file that
 //! is a `docker save` archive (legacy or docker 25+) or an OCI layout archive (skopeo's
@@ -15,6 +16,11 @@
 //! distribution API ([`PullOptions`]: [`Credentials`], which
 //! [`Credentials::from_docker_config`] picks from a pull secret, and whether the registry
 //! is insecure), and unpacks it with the same code into the same cache.
+//!
+//! [`ImageStore::engine_image`] gets an image from the local Docker engine's store instead
+//! ([`DockerEngine`], found as the Docker CLI finds it by [`DockerEngine::from_env`]): the
+//! engine's `docker save` export, unpacked as an archive is, once per image id. No engine
+//! running, or an image it does not have, is `None`: the caller's next source.
 //!
 //! ```no_run
 //! use oci_image::{ImageStore, Source};
@@ -44,34 +50,38 @@
 //! Modules (private; their docs say how each part works and what it leaves out):
 //! - `source`: [`Source`], and reading a layout directory or an archive in place.
 //! - `resolve`, `oci`, `docker`, `reference`, `platform`: finding an image's config and
-//!   layers from a reference.
+//!   layers (`parts`) from a reference.
 //! - `store`: [`ImageStore`], the cache, and verifying layers as they are read.
 //! - `unpack`: applying layers to a root filesystem safely.
 //! - `registry`: [`ImageStore::pull`], [`PullOptions`], [`registry_of`].
+//! - `engine`: [`ImageStore::engine_image`], [`DockerEngine`], [`EngineError`].
 //! - `credentials`: [`Credentials`], and picking them from a docker config.
 //! - `write`: [`write_layout`].
 //! - `elf`: [`is_static_executable`], whether a binary runs in an image holding nothing
 //!   else.
 //! - `digest`, `error`: sha256 digests; [`ImageError`].
 //!
-//! Only [`ImageStore::pull`] is async (it needs a tokio runtime, as oci-client does, and
-//! unpacks on tokio's blocking pool); the rest is file-system work, to run on a blocking
-//! thread.
+//! Only [`ImageStore::pull`] and [`ImageStore::engine_image`] are async (they need a tokio
+//! runtime, and unpack on tokio's blocking pool); the rest is file-system work, to run on a
+//! blocking thread.
 //!
 //! # Caveats
 //! - OCI layer diff ids are not checked against the config (each layer blob's own digest
 //!   is); zstd layers are refused; extended attributes are not applied; device nodes and
 //!   fifos in layers are skipped (the runtime provides `/dev`).
 //! - A pull downloads layers to disk before unpacking them and keeps no blob cache: see
-//!   `registry`'s caveats.
+//!   `registry`'s caveats. An engine's export is written whole to disk too, and only an
+//!   engine on a unix socket is reached: see `engine`'s caveats.
 //! - See each module's own caveats.
 
 mod credentials;
 mod digest;
 mod docker;
 mod elf;
+mod engine;
 mod error;
 mod oci;
+mod parts;
 mod platform;
 mod reference;
 mod registry;
@@ -86,6 +96,7 @@ mod tests;
 
 pub use credentials::Credentials;
 pub use elf::is_static_executable;
+pub use engine::{DockerEngine, EngineError};
 pub use error::{BoxError, ImageError};
 pub use registry::{PullOptions, registry_of};
 pub use source::Source;

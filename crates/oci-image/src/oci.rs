@@ -19,8 +19,8 @@ use std::collections::HashMap;
 
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, OciLayout};
 
+use crate::parts::{self, Check, LayerRef, Resolved};
 use crate::reference::{self, Score};
-use crate::resolve::{self, Check, LayerRef, Resolved};
 use crate::source::{Expected, Store};
 use crate::{ImageError, platform};
 
@@ -58,7 +58,7 @@ pub(crate) fn resolve(store: &Store, reference: Option<&str>) -> Result<Resolved
 
     let config_desc = manifest.config();
     let config_digest = config_desc.digest().to_string();
-    let config = resolve::read_config(
+    let config = parts::read_config(
         store,
         &store.blob_name(&config_digest)?,
         &Expected {
@@ -86,7 +86,7 @@ pub(crate) fn resolve(store: &Store, reference: Option<&str>) -> Result<Resolved
     Ok(Resolved {
         image,
         config_digest,
-        config: resolve::image_config(&config),
+        config: parts::image_config(&config),
         layers,
     })
 }

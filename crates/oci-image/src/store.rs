@@ -36,7 +36,8 @@ use std::path::{Path, PathBuf};
 use flate2::read::MultiGzDecoder;
 
 use crate::digest::{self, HashingReader};
-use crate::resolve::{self, Check, LayerRef};
+use crate::parts::{Check, LayerRef};
+use crate::resolve;
 use crate::source::{self, Source, Store};
 use crate::unpack::{self, Unpacker};
 use crate::{ImageConfig, ImageError};

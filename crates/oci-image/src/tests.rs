@@ -1218,3 +1218,295 @@ fn two_threads_unpacking_the_same_image_both_succeed() {
         .collect();
     assert_eq!(left, std::slice::from_ref(&first.rootfs));
 }
+
+// ---------------------------------------------------------------------------------------
+// The Docker engine
+
+mod engine {
+    use super::*;
+    use crate::{DockerEngine, EngineError};
+    use sim_test_support::docker_engine::StandInEngine;
+
+    /// A legacy `docker save` archive of one image tagged `tag`, with one layer holding
+    /// `files` and the config `docker_config` writes; and its config digest (the image id).
+    pub(super) fn docker_save(tag: &str, files: &[(&str, &str)]) -> (Vec<u8>, String) {
+        let mut layer = Layer::new().dir("etc");
+        for (path, content) in files {
+            layer = layer.file(path, content);
+        }
+        let layer = layer.tar();
+        let config = docker_config(&[digest::of(&layer)]);
+        let config_digest = digest::of(&config);
+        let config_name = format!("{}.json", hex(&config_digest));
+        let layer_name = format!("{}/layer.tar", "1".repeat(64));
+        let manifest = serde_json::json!([{
+            "Config": config_name,
+            "RepoTags": [tag],
+            "Layers": [layer_name],
+        }]);
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, content) in [
+            (config_name.as_str(), config),
+            (layer_name.as_str(), layer),
+            ("manifest.json", serde_json::to_vec(&manifest).unwrap()),
+        ] {
+            let mut h = header(EntryType::Regular, 0o644, content.len() as u64);
+            builder.append_data(&mut h, name, &content[..]).unwrap();
+        }
+        (builder.into_inner().unwrap(), config_digest)
+    }
+
+    /// The container config the engine's inspection gives for [`docker_config`].
+    fn inspected_config() -> serde_json::Value {
+        serde_json::json!({
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Cmd": ["sh"],
+            "Entrypoint": null,
+            "WorkingDir": "",
+            "User": "",
+        })
+    }
+
+    #[tokio::test]
+    async fn an_image_of_the_engine_is_exported_once_and_then_found_in_the_cache() {
+        let engine = StandInEngine::start();
+        let (archive, id) = docker_save("example.org/op:dev", &[("etc/motd", "from the engine")]);
+        engine.add(&["example.org/op:dev"], &id, inspected_config(), archive);
+        let t = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(t.path().join("cache"));
+        let docker = DockerEngine::unix(engine.socket());
+
+        let image = store
+            .engine_image(&docker, "example.org/op:dev")
+            .await
+            .unwrap()
+            .expect("the engine has the image");
+        assert_eq!(image.digest, id);
+        assert_eq!(read(image.rootfs.join("etc/motd")), "from the engine");
+        assert_eq!(image.config.cmd, ["sh"]);
+        assert_eq!(engine.exports(), 1);
+
+        let again = store
+            .engine_image(&docker, "example.org/op:dev")
+            .await
+            .unwrap()
+            .expect("the engine still has the image");
+        assert_eq!(again, image);
+        assert_eq!(engine.exports(), 1, "the second lookup exported it again");
+        // The export's archive is gone; what is left is the record and the root filesystem.
+        let downloads = t.path().join("cache/downloads");
+        assert_eq!(fs::read_dir(&downloads).unwrap().count(), 0);
+        assert_eq!(
+            read(t.path().join("cache/engine").join(hex(&id))),
+            id,
+            "the record names the config digest"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_image_the_engine_lacks_and_an_engine_that_is_not_there_are_both_none() {
+        let engine = StandInEngine::start();
+        let t = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(t.path().join("cache"));
+        let lacking = store
+            .engine_image(&DockerEngine::unix(engine.socket()), "busybox:1.36")
+            .await
+            .unwrap();
+        assert_eq!(lacking, None);
+        // No socket at all.
+        let missing = store
+            .engine_image(&DockerEngine::unix(t.path().join("docker.sock")), "busybox")
+            .await
+            .unwrap();
+        assert_eq!(missing, None);
+        // A socket nobody listens on any more: the connection is refused.
+        let stale = t.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let refused = store
+            .engine_image(&DockerEngine::unix(&stale), "busybox")
+            .await
+            .unwrap();
+        assert_eq!(refused, None);
+        assert!(!t.path().join("cache").exists(), "nothing was written");
+    }
+
+    #[tokio::test]
+    async fn an_engine_answering_with_an_error_is_an_error_naming_the_engine_and_the_image() {
+        let engine = StandInEngine::start();
+        engine.fail_with(500, "layer store is corrupt");
+        let t = tempfile::tempdir().unwrap();
+        let docker = DockerEngine::unix(engine.socket());
+        let err = ImageStore::new(t.path())
+            .engine_image(&docker, "busybox:1.36")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, EngineError::Status { status: 500, .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        for part in [
+            docker.address().as_str(),
+            "busybox:1.36",
+            "layer store is corrupt",
+            "GET /images/busybox:1.36/json",
+        ] {
+            assert!(text.contains(part), "{part} missing from: {text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_export_that_is_not_an_image_is_an_error_and_leaves_nothing_behind() {
+        let engine = StandInEngine::start();
+        let id = digest::of(b"not a config");
+        engine.add(
+            &["broken:1"],
+            &id,
+            inspected_config(),
+            b"not a tar".to_vec(),
+        );
+        let t = tempfile::tempdir().unwrap();
+        let err = ImageStore::new(t.path().join("cache"))
+            .engine_image(&DockerEngine::unix(engine.socket()), "broken:1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, EngineError::Unpack { .. }), "{err}");
+        assert!(err.to_string().contains("broken:1"), "{err}");
+        assert_eq!(
+            fs::read_dir(t.path().join("cache/downloads"))
+                .unwrap()
+                .count(),
+            0
+        );
+        assert!(!t.path().join("cache/engine").join(hex(&id)).exists());
+    }
+
+    #[tokio::test]
+    async fn lookups_of_one_image_at_once_export_it_once() {
+        let engine = StandInEngine::start();
+        let (archive, id) = docker_save("example.org/op:dev", &[("etc/motd", "once")]);
+        engine.add(&["example.org/op:dev"], &id, inspected_config(), archive);
+        let t = tempfile::tempdir().unwrap();
+        let docker = DockerEngine::unix(engine.socket());
+        // Stores of their own on one cache, as the kubelets of one cluster have.
+        let lookups = (0..4).map(|_| {
+            let store = ImageStore::new(t.path().join("cache"));
+            let docker = docker.clone();
+            tokio::spawn(async move { store.engine_image(&docker, "example.org/op:dev").await })
+        });
+        let images = futures::future::join_all(lookups).await;
+        for image in images {
+            let image = image.unwrap().unwrap().expect("the engine has the image");
+            assert_eq!(image.digest, id);
+        }
+        assert_eq!(engine.exports(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_reference_with_characters_no_image_name_has_is_refused_before_any_request() {
+        let engine = StandInEngine::start();
+        let err = ImageStore::new(tempfile::tempdir().unwrap().path())
+            .engine_image(
+                &DockerEngine::unix(engine.socket()),
+                "../../containers/json",
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, EngineError::Reference { .. }), "{err}");
+    }
+
+    /// One request to a real engine, as HTTP/1.0 (the engine closes the connection after
+    /// its answer): the status and the body.
+    fn raw_request(
+        socket: &Path,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> io::Result<(u16, Vec<u8>)> {
+        let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+        write!(
+            stream,
+            "{method} {path} HTTP/1.0\r\nHost: docker\r\nContent-Type: application/x-tar\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )?;
+        stream.write_all(body)?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer)?;
+        let head_end = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| io::Error::other("no end of headers in the engine's answer"))?;
+        let status = String::from_utf8_lossy(&answer[..head_end])
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| io::Error::other("no status in the engine's answer"))?;
+        Ok((status, answer[head_end + 4..].to_vec()))
+    }
+
+    /// Removes an image from a real engine when dropped, also on a failure.
+    struct Loaded<'a> {
+        socket: &'a Path,
+        tag: String,
+    }
+
+    impl Drop for Loaded<'_> {
+        fn drop(&mut self) {
+            let path = format!("/images/{}?force=1", self.tag);
+            match raw_request(self.socket, "DELETE", &path, &[]) {
+                Ok((200, _)) => {}
+                other => eprintln!("cannot remove {} from the engine: {other:?}", self.tag),
+            }
+        }
+    }
+
+    /// Against the engine `DOCKER_HOST` (or the default socket) names, when one answers:
+    /// `cargo test -p oci-image --lib -- --ignored a_real_engine`. It loads a small image
+    /// into the engine (`POST /images/load`), resolves it, and removes it.
+    #[tokio::test]
+    #[ignore = "needs a running docker engine: cargo test -p oci-image --lib -- --ignored a_real_engine"]
+    async fn a_real_engine_exports_an_image_loaded_into_it() {
+        let docker = DockerEngine::from_env().expect("DOCKER_HOST names a unix socket");
+        match raw_request(docker.socket(), "GET", "/_ping", &[]) {
+            Ok((200, _)) => {}
+            other => {
+                eprintln!(
+                    "not run: no docker engine answers at {}: {other:?}",
+                    docker.address()
+                );
+                return;
+            }
+        }
+        let tag = format!("opconform-test/engine:{}", std::process::id());
+        let (archive, config_digest) = docker_save(&tag, &[("etc/motd", "from a real engine")]);
+        let (status, answer) =
+            raw_request(docker.socket(), "POST", "/images/load?quiet=1", &archive).unwrap();
+        let loaded = Loaded {
+            socket: docker.socket(),
+            tag: tag.clone(),
+        };
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            status == 200 && !answer.contains("errorDetail"),
+            "{status}: {answer}"
+        );
+
+        let t = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(t.path().join("cache"));
+        let image = store
+            .engine_image(&docker, &tag)
+            .await
+            .unwrap()
+            .expect("the engine has the image just loaded");
+        assert_eq!(image.digest, config_digest);
+        assert_eq!(read(image.rootfs.join("etc/motd")), "from a real engine");
+        assert_eq!(image.config.cmd, ["sh"]);
+        assert_eq!(
+            store.engine_image(&docker, &tag).await.unwrap(),
+            Some(image)
+        );
+        let unknown = format!("opconform-test/absent:{}", std::process::id());
+        assert_eq!(store.engine_image(&docker, &unknown).await.unwrap(), None);
+        drop(loaded);
+    }
+}

@@ -267,8 +267,14 @@ pub struct KubeletConfig {
     /// The registries (`host[:port]`, as [`oci_image::registry_of`] names them) whose
     /// images the kubelet pulls when they are not mapped, as `imagePullPolicy` says and
     /// with the pod's `imagePullSecrets`; an unmapped image of any other registry is a
-    /// stand-in. Loopback registries are reached over plain HTTP.
+    /// stand-in unless the Docker engine has it ([`Self::docker_engine`]). Loopback
+    /// registries are reached over plain HTTP.
     pub registries: Vec<String>,
+    /// The Docker engine whose store holds images for this node (as containerd's store does
+    /// for a real kubelet): an unmapped image it has is exported from it and run, and is
+    /// present for `imagePullPolicy`. `None` asks no engine; an engine that is not running
+    /// is skipped. Used only when pods are containers.
+    pub docker_engine: Option<oci_image::DockerEngine>,
 }
 
 /// `$XDG_CACHE_HOME/opconform/images`, else `~/.cache/opconform/images`, else one under
@@ -295,7 +301,8 @@ impl KubeletConfig {
 
     /// Defaults for node number `index` of a simulated cluster: node IP `127.0.10.<index>`,
     /// pod IPs `127.<100+index>.0.N`, 1 s heartbeats, a 40 s lease, the real
-    /// CrashLoopBackOff of 10 s doubling to 300 s, libfaketime when installed, no images.
+    /// CrashLoopBackOff of 10 s doubling to 300 s, libfaketime when installed, no images,
+    /// the Docker engine of `DOCKER_HOST` or the default socket.
     pub fn new(node_name: &str, index: u8, work_dir: PathBuf) -> Self {
         let isolation = Isolation::detect(Path::new(super::oci::STATE_DIR));
         Self {
@@ -316,8 +323,18 @@ impl KubeletConfig {
             isolation,
             image_cache: default_image_cache(),
             registries: Vec::new(),
+            docker_engine: docker_engine_from_env(),
         }
     }
+}
+
+/// The Docker engine the Docker CLI would use (`DOCKER_HOST`, else the default socket);
+/// `None`, with a warning, when `DOCKER_HOST` names one that cannot be reached (not a unix
+/// socket).
+fn docker_engine_from_env() -> Option<oci_image::DockerEngine> {
+    oci_image::DockerEngine::from_env()
+        .inspect_err(|e| tracing::warn!(error = %e, "the docker engine's images are not used"))
+        .ok()
 }
 
 #[cfg(test)]

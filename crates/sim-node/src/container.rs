@@ -78,6 +78,15 @@ pub enum ContainerError {
         #[source]
         source: Box<oci_image::ImageError>,
     },
+    /// The image could not be had from the Docker engine that has it (`ErrImagePull`).
+    #[error("failed to pull and unpack image {image:?}")]
+    Engine {
+        /// The image.
+        image: String,
+        /// The cause.
+        #[source]
+        source: Box<oci_image::EngineError>,
+    },
     /// `imagePullPolicy: Never` and the image is not present (`ErrImageNeverPull`).
     #[error("Container image {0:?} is not present with pull policy of Never")]
     NeverPull(String),
@@ -98,7 +107,7 @@ impl ContainerError {
         match self {
             Self::Image(_) => "CreateContainerError",
             Self::Mount(_) | Self::VolumeToken(_) => "ContainerCreating",
-            Self::Pull { .. } | Self::Unpacking(_) => "ErrImagePull",
+            Self::Pull { .. } | Self::Engine { .. } | Self::Unpacking(_) => "ErrImagePull",
             Self::NeverPull(_) => "ErrImageNeverPull",
             _ => "CreateContainerConfigError",
         }
@@ -333,7 +342,11 @@ impl ContainerTask {
             self.shared.gate().await;
             let launch = match self.prepare().await {
                 Ok(l) => l,
-                Err(e @ (ContainerError::Pull { .. } | ContainerError::Unpacking(_))) => {
+                Err(
+                    e @ (ContainerError::Pull { .. }
+                    | ContainerError::Engine { .. }
+                    | ContainerError::Unpacking(_)),
+                ) => {
                     // ErrImagePull, then ImagePullBackOff until the next attempt.
                     let message = error_chain(&e);
                     let image = self.spec.image.clone().unwrap_or_default();
@@ -713,12 +726,14 @@ impl ContainerTask {
         Ok(Launch::Container(runtime, Box::new(spec), image_id))
     }
 
-    /// What `image` is mapped to, made runnable: an executable, a directory, or an image
-    /// layout or archive unpacked (cached by digest); `None` for a stand-in.
+    /// What `image` is made runnable from, in this order: what it is mapped to (an
+    /// executable, a directory, or an image layout or archive unpacked, cached by digest),
+    /// else the Docker engine's store or a registry ([`Self::unmapped`]); `None` for a
+    /// stand-in.
     async fn resolve_image(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
         let images = &self.shared.config.images;
         let Some(path) = images.get(image).map(std::path::Path::to_path_buf) else {
-            return self.pull(image).await;
+            return self.unmapped(image).await;
         };
         let source = match image::kind_of(&path) {
             image::Kind::Executable => {
@@ -754,22 +769,30 @@ impl ContainerTask {
         Ok(Some(unpacked_image(image, unpacked)))
     }
 
-    /// An unmapped image of a registry this kubelet pulls from
-    /// ([`crate::KubeletConfig::registries`]), pulled as its `imagePullPolicy` says (the API
-    /// server's default when unset: `Always` for `:latest` or no tag, else
-    /// `IfNotPresent`); `None`, a stand-in, for an image of any other registry.
-    async fn pull(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
+    /// An unmapped image, as its `imagePullPolicy` says (the API server's default when
+    /// unset: `Always` for `:latest` or no tag, else `IfNotPresent`): from the Docker
+    /// engine's store when the engine has it ([`crate::KubeletConfig::docker_engine`]),
+    /// which counts as present — but for `Always` when its registry is one this kubelet
+    /// pulls from ([`crate::KubeletConfig::registries`]) — else pulled from that registry;
+    /// `None`, a stand-in, for an image of any other registry.
+    async fn unmapped(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
         let Ok(registry) = oci_image::registry_of(image) else {
             return Ok(None);
         };
-        if !self.shared.config.registries.contains(&registry) {
-            return Ok(None);
-        }
         let policy = self
             .spec
             .image_pull_policy
             .clone()
             .unwrap_or_else(|| default_pull_policy(image).to_string());
+        let pulls = self.shared.config.registries.contains(&registry);
+        if !(pulls && policy == "Always")
+            && let Some(found) = self.engine_image(image).await?
+        {
+            return Ok(Some(found));
+        }
+        if !pulls {
+            return Ok(None);
+        }
         let present = lock(&self.shared.pulled).get(image).cloned();
         let pulled =
             match (policy.as_str(), present) {
@@ -792,6 +815,29 @@ impl ContainerTask {
                 }
             };
         Ok(Some(unpacked_image(image, pulled)))
+    }
+
+    /// `image` from the Docker engine's store, exported once and cached by its image id;
+    /// `None` when no engine is configured or running, when it does not have the image, or
+    /// when pods are host processes (an image's root filesystem needs a runtime to run).
+    async fn engine_image(&self, image: &str) -> Result<Option<ResolvedImage>, ContainerError> {
+        let config = &self.shared.config;
+        let Some(engine) = &config.docker_engine else {
+            return Ok(None);
+        };
+        if !matches!(config.isolation, Isolation::Containers(_)) {
+            return Ok(None);
+        }
+        let store = oci_image::ImageStore::new(config.image_cache.clone());
+        let found =
+            store
+                .engine_image(engine, image)
+                .await
+                .map_err(|source| ContainerError::Engine {
+                    image: image.to_string(),
+                    source: Box::new(source),
+                })?;
+        Ok(found.map(|unpacked| unpacked_image(image, unpacked)))
     }
 
     /// The credentials for `registry` in the pod's `imagePullSecrets` (the first

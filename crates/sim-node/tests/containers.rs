@@ -54,6 +54,16 @@ fn containers_available() -> bool {
     }
 }
 
+/// The config of node `box-<index>`, with pod IPs `127.255.<index>.N` of its own: the
+/// default prefix, `100 + index`, is the same for every node of these tests, and two pods of
+/// one address in this process (whose pod network routes by address) would be dialed one
+/// for the other.
+fn node_config(index: u8, dir: &Path) -> KubeletConfig {
+    let mut config = KubeletConfig::new(&format!("box-{index}"), index, dir.join("node"));
+    config.pod_ip_prefix = [255, index];
+    config
+}
+
 impl Node {
     async fn start(index: u8) -> Self {
         let (server, client) = sim_test_support::server().await;
@@ -69,7 +79,7 @@ impl Node {
     ) -> Self {
         let busybox = sim_test_support::busybox_image(dir.path());
         let name = format!("box-{index}");
-        let mut config = KubeletConfig::new(&name, index, dir.path().join("node"));
+        let mut config = node_config(index, dir.path());
         config.images.insert(BUSYBOX, &busybox);
         config.images.insert(HOST_SHELL, "/bin/sh");
         config.restart_backoff_base = Duration::from_millis(200);
@@ -428,7 +438,7 @@ async fn an_image_from_an_oci_archive_runs_its_entrypoint_env_user_and_working_d
         .expect("tar runs");
     assert!(tarred.success());
     // Mapped to the archive, unpacked into a cache of the test's own.
-    let mut config = KubeletConfig::new("box-156", 156, dir.path().join("node"));
+    let mut config = node_config(156, dir.path());
     config.images.insert("example.org/greeter:1", &archive);
     config.image_cache = dir.path().join("cache");
     let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
@@ -553,7 +563,7 @@ async fn an_image_missing_from_its_archive_waits_in_err_image_pull_then_image_pu
         &oci_image::ImageConfig::default(),
     )
     .expect("the layout is written");
-    let mut config = KubeletConfig::new("box-159", 159, dir.path().join("node"));
+    let mut config = node_config(159, dir.path());
     config.images.insert("example.org/wanted:1", &layout);
     config.image_cache = dir.path().join("cache");
     config.restart_backoff_base = Duration::from_millis(500);
@@ -603,7 +613,7 @@ async fn replicas_binding_one_port_serve_each_in_its_own_network_namespace() {
     if !containers_available() {
         return;
     }
-    let node = Node::start(159).await;
+    let node = Node::start(163).await;
     // Both bind every address's port 8081, as a manager binds `:8081`.
     let script = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8081 -h /www";
     for name in ["web-a", "web-b"] {
@@ -651,15 +661,8 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
     let (server, client) = sim_test_support::server().await;
     let dir = tempfile::tempdir().expect("a directory");
     let rootfs = sim_test_support::busybox_image(dir.path());
-    let config = oci_image::ImageConfig {
-        entrypoint: vec!["sh".into(), "-c".into()],
-        cmd: vec!["echo pulled as $(hostname)".into()],
-        env: vec!["PATH=/bin".into()],
-        working_dir: None,
-        user: None,
-    };
     let layout = dir.path().join("layout");
-    oci_image::write_layout(&layout, "busybox", &rootfs, &config).expect("the layout is written");
+    echo_layout(&layout, "busybox", &rootfs, "pulled as $(hostname)");
     let pushed = registry.image("tools/busybox:1");
     registry
         .push_layout(
@@ -668,7 +671,7 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
             &oci_client::secrets::RegistryAuth::Anonymous,
         )
         .await;
-    let mut config = KubeletConfig::new("box-160", 160, dir.path().join("node"));
+    let mut config = node_config(160, dir.path());
     config.registries = vec![registry.host.clone()];
     config.image_cache = dir.path().join("cache");
     let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
@@ -712,6 +715,7 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
     let pulled = eventually("the pulled image's id", || async {
         status_of("pulled").await?["imageID"]
             .as_str()
+            .filter(|id| !id.is_empty())
             .map(str::to_string)
     })
     .await;
@@ -720,6 +724,7 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
     let elsewhere = eventually("the other registry's image id", || async {
         status_of("elsewhere").await?["imageID"]
             .as_str()
+            .filter(|id| !id.is_empty())
             .map(str::to_string)
     })
     .await;
@@ -737,5 +742,211 @@ async fn an_image_of_a_registry_the_kubelet_pulls_from_runs_as_its_pull_policy_s
             registry.image("tools/busybox:2")
         )
     );
+    kubelet.shutdown().await;
+}
+
+/// Writes into `layout` an image `name` of `rootfs` whose container prints `line`.
+fn echo_layout(layout: &Path, name: &str, rootfs: &Path, line: &str) {
+    let config = oci_image::ImageConfig {
+        entrypoint: vec!["sh".into(), "-c".into()],
+        cmd: vec![format!("echo {line}")],
+        env: vec!["PATH=/bin".into()],
+        working_dir: None,
+        user: None,
+    };
+    oci_image::write_layout(layout, name, rootfs, &config).expect("the layout is written");
+}
+
+/// A stand-in Docker engine holding the image `name` of `rootfs` that prints `line`,
+/// exported as docker 25+ exports it (an OCI layout, preferred to its manifest.json); and
+/// its image id.
+fn engine_holding(
+    dir: &Path,
+    rootfs: &Path,
+    name: &str,
+    line: &str,
+) -> (sim_test_support::docker_engine::StandInEngine, String) {
+    let layout = dir.join("engine-layout");
+    echo_layout(&layout, name, rootfs, line);
+    let id = oci_image::ImageStore::new(dir.join("scratch"))
+        .unpack(&oci_image::Source::Layout(layout.clone()), None)
+        .expect("the layout unpacks")
+        .digest;
+    let archive = dir.join("engine.tar");
+    let tarred = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&layout)
+        .arg(".")
+        .status()
+        .expect("tar runs");
+    assert!(tarred.success());
+    let engine = sim_test_support::docker_engine::StandInEngine::start();
+    engine.add(
+        &[name],
+        &id,
+        json!({"Entrypoint": ["sh", "-c"], "Cmd": [format!("echo {line}")], "Env": ["PATH=/bin"]}),
+        std::fs::read(&archive).expect("the archive"),
+    );
+    (engine, id)
+}
+
+/// A pod of one container of `image` on `node`, with the pull policy `policy`.
+fn pod_of(name: &str, node: &str, image: &str, policy: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": policy}]},
+    }))
+    .expect("a pod")
+}
+
+/// The first line `name` printed.
+async fn line_of(kubelet: &Kubelet, name: &str) -> String {
+    eventually(&format!("the line of {name}"), || async {
+        kubelet
+            .log("default", name, None, false)
+            .filter(|l| l.ends_with('\n'))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_image_of_the_docker_engine_runs_whatever_its_pull_policy_and_is_exported_once() {
+    if !containers_available() {
+        return;
+    }
+    let (server, client) = sim_test_support::server().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let rootfs = sim_test_support::busybox_image(dir.path());
+    let (engine, id) = engine_holding(
+        dir.path(),
+        &rootfs,
+        "example.org/engine:1",
+        "from the engine as $(hostname)",
+    );
+    let mut config = node_config(161, dir.path());
+    config.image_cache = dir.path().join("cache");
+    config.docker_engine = Some(oci_image::DockerEngine::unix(engine.socket()));
+    let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
+        .await
+        .expect("the kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Always: no registry this kubelet pulls from has it, so the engine's copy is used.
+    for (name, image, policy) in [
+        ("first", "example.org/engine:1", "IfNotPresent"),
+        ("never", "example.org/engine:1", "Never"),
+        ("always", "example.org/engine:1", "Always"),
+        ("absent", "example.org/absent:1", "IfNotPresent"),
+    ] {
+        pods.create(
+            &PostParams::default(),
+            &pod_of(name, "box-161", image, policy),
+        )
+        .await
+        .expect("the pod is created");
+    }
+    for name in ["first", "never", "always"] {
+        assert_eq!(
+            line_of(&kubelet, name).await,
+            format!("from the engine as {name}\n")
+        );
+    }
+    let image_id = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            eventually(&format!("the image id of {name}"), || async {
+                let pod = serde_json::to_value(pods.get_opt(name).await.ok()??).ok()?;
+                pod["status"]["containerStatuses"][0]["imageID"]
+                    .as_str()
+                    .filter(|id| !id.is_empty())
+                    .map(str::to_string)
+            })
+            .await
+        }
+    };
+    assert_eq!(
+        image_id("first").await,
+        format!("example.org/engine:1@{id}")
+    );
+    // Not in the engine, of no registry the kubelet pulls from: a stand-in.
+    let absent = image_id("absent").await;
+    assert!(absent.starts_with("standin://"), "{absent}");
+    assert_eq!(engine.exports(), 1, "three pods, one export");
+    kubelet.shutdown().await;
+}
+
+#[tokio::test]
+async fn always_pulls_from_a_registry_the_kubelet_pulls_from_even_when_the_engine_has_the_image() {
+    if !containers_available() {
+        return;
+    }
+    let Some(registry) = sim_test_support::registry::Registry::start(false) else {
+        return;
+    };
+    let (server, client) = sim_test_support::server().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let rootfs = sim_test_support::busybox_image(dir.path());
+    // The same name, two images: each says where it came from.
+    let pushed = registry.image("tools/busybox:1");
+    let layout = dir.path().join("registry-layout");
+    echo_layout(&layout, &pushed, &rootfs, "from the registry");
+    registry
+        .push_layout(
+            &layout,
+            &pushed,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+        )
+        .await;
+    let (engine, _) = engine_holding(dir.path(), &rootfs, &pushed, "from the engine");
+    let mut config = node_config(162, dir.path());
+    config.registries = vec![registry.host.clone()];
+    config.image_cache = dir.path().join("cache");
+    config.docker_engine = Some(oci_image::DockerEngine::unix(engine.socket()));
+    let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
+        .await
+        .expect("the kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for (name, policy, origin) in [
+        ("always", "Always", "registry"),
+        ("present", "IfNotPresent", "engine"),
+    ] {
+        pods.create(
+            &PostParams::default(),
+            &pod_of(name, "box-162", &pushed, policy),
+        )
+        .await
+        .expect("the pod is created");
+        assert_eq!(
+            line_of(&kubelet, name).await,
+            format!("from the {origin}\n")
+        );
+    }
+
+    // An engine in trouble: the kubelet's ErrImagePull, naming the engine and the image.
+    engine.fail_with(500, "layer store is corrupt");
+    let other = registry.image("tools/other:1");
+    pods.create(
+        &PostParams::default(),
+        &pod_of("troubled", "box-162", &other, "IfNotPresent"),
+    )
+    .await
+    .expect("the pod is created");
+    let waiting = eventually("the troubled pod in ErrImagePull", || async {
+        let pod = serde_json::to_value(pods.get_opt("troubled").await.ok()??).ok()?;
+        let waiting = pod["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        (waiting["reason"] == "ErrImagePull").then_some(waiting)
+    })
+    .await;
+    let message = waiting["message"].as_str().unwrap_or_default();
+    for part in [
+        format!("unix://{}", engine.socket().display()),
+        other,
+        "layer store is corrupt".to_string(),
+    ] {
+        assert!(message.contains(&part), "{part} missing from: {message}");
+    }
+    assert_eq!(engine.exports(), 1);
     kubelet.shutdown().await;
 }

@@ -2,7 +2,8 @@
 //! use the simulated API server): a running simulated API server with an admin client, raw
 //! requests, and waits. With the `controllers` feature, [`controllers`] adds the
 //! controllers against that server and a fake kubelet; with `registry`, [`registry`] a real
-//! registry on 127.0.0.1 and a pusher.
+//! registry on 127.0.0.1 and a pusher; with `docker-engine`, [`docker_engine`] a stand-in
+//! Docker engine on a unix socket.
 
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ use sim_apiserver::{ApiServer, ApiServerConfig};
 
 #[cfg(feature = "controllers")]
 pub mod controllers;
+#[cfg(feature = "docker-engine")]
+pub mod docker_engine;
 #[cfg(feature = "registry")]
 pub mod registry;
 

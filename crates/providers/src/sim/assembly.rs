@@ -72,8 +72,8 @@ pub struct SimClusterConfig {
     /// Set to compare the two paths on one machine (`opconform bench`'s pod start rows).
     pub isolation: Option<Isolation>,
     /// The registries (`host[:port]`) whose unmapped images the kubelets pull (see
-    /// [`KubeletConfig::registries`]); none by default, so every unmapped image is a
-    /// stand-in.
+    /// [`KubeletConfig::registries`]); none by default, so every unmapped image that the
+    /// local Docker engine does not have ([`KubeletConfig::docker_engine`]) is a stand-in.
     pub registries: Vec<String>,
 }
 
