@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use futures::{SinkExt as _, StreamExt as _};
 use hyper::HeaderMap;
-use hyper::header::{CONNECTION, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use hyper::header::UPGRADE;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -44,41 +44,49 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::spdy::{self, Event, Incoming};
 use super::status::{ApiError, GroupResource};
+use super::upgrade::{self, Switch};
 
 /// The WebSocket subprotocol of the SPDY tunnel.
 pub const WEBSOCKET_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 /// The SPDY stream protocol (`X-Stream-Protocol-Version`).
 pub const PROTOCOL: &str = "portforward.k8s.io";
-/// The header naming the SPDY stream protocols.
-pub const STREAM_PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 /// How long a pair may wait for its second stream (the kubelet's stream creation timeout).
 const PAIR_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How an accepted port-forward is carried.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transport {
-    /// SPDY inside a WebSocket; the `Sec-WebSocket-Accept` to answer with.
-    WebSocket(String),
-    /// SPDY on the upgraded connection.
-    Spdy,
-}
-
-/// A port-forward accepted: how to answer (101 with [`Accepted::transport`]'s headers),
-/// then [`serve`] on the upgraded connection.
+/// A port-forward accepted: how to answer (101 with [`Accepted::switch`]'s headers), then
+/// [`serve`] on the upgraded connection.
 #[derive(Debug)]
 pub struct Accepted {
-    /// The transport the client asked for.
-    pub transport: Transport,
+    /// The transport the client asked for: SPDY inside a WebSocket, or SPDY on the
+    /// upgraded connection.
+    pub switch: Switch,
     target: Arc<Target>,
 }
 
 /// The pod whose ports are forwarded.
-#[derive(Debug)]
-struct Target {
-    namespace: String,
-    name: String,
-    uid: String,
-    ip: IpAddr,
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID (named in errors).
+    pub uid: String,
+    /// Its address (`status.podIP`), connected to from inside its network namespace.
+    pub ip: IpAddr,
+}
+
+impl Accepted {
+    /// A port-forward of `target`'s ports whose upgrade `headers` ask for.
+    ///
+    /// # Errors
+    /// As [`start`] refuses an upgrade.
+    pub fn new(headers: &HeaderMap, target: Target) -> Result<Self, ApiError> {
+        Ok(Self {
+            switch: handshake(headers)?,
+            target: Arc::new(target),
+        })
+    }
 }
 
 /// Checks a port-forward request: its upgrade and the pod.
@@ -93,21 +101,9 @@ pub fn start(
     name: &str,
     headers: &HeaderMap,
 ) -> Result<Accepted, ApiError> {
-    let transport = handshake(headers)?;
+    let switch = handshake(headers)?;
     let gr = GroupResource::new("", "pods");
-    let pod = state
-        .store
-        .get(&gr, namespace, name)
-        .ok_or_else(|| ApiError::not_found(&gr, name))?;
-    if pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty()
-    {
-        return Err(ApiError::BadRequest(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
+    let pod = super::upgrade::scheduled_pod(state.store.get(&gr, namespace, name), name)?;
     let ip = pod["status"]["podIP"]
         .as_str()
         .and_then(|ip| ip.parse().ok())
@@ -117,7 +113,7 @@ pub fn start(
             ))
         })?;
     Ok(Accepted {
-        transport,
+        switch,
         target: Arc::new(Target {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -131,56 +127,29 @@ pub fn start(
 }
 
 /// The transport an upgrade asks for, or why it is refused.
-fn handshake(headers: &HeaderMap) -> Result<Transport, ApiError> {
-    let values = |name: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(|v| v.trim().to_ascii_lowercase())
-            .filter(|v| !v.is_empty())
-            .collect::<Vec<_>>()
-    };
-    let upgrade = values(UPGRADE.as_str());
-    if !values(CONNECTION.as_str()).iter().any(|v| v == "upgrade") {
+fn handshake(headers: &HeaderMap) -> Result<Switch, ApiError> {
+    if !upgrade::is_upgrade(headers) {
         return Err(missing_upgrade());
     }
-    if upgrade.iter().any(|v| v == "websocket") {
-        let key = headers.get(SEC_WEBSOCKET_KEY).map(|k| k.as_bytes());
-        let tunnel = WEBSOCKET_PROTOCOL.to_ascii_lowercase();
-        return match key {
-            Some(key) if values(SEC_WEBSOCKET_PROTOCOL.as_str()).contains(&tunnel) => {
-                Ok(Transport::WebSocket(
-                    tokio_tungstenite::tungstenite::handshake::derive_accept_key(key),
-                ))
-            }
-            _ => Err(ApiError::BadRequest(format!(
+    let websocket = upgrade::header_values(headers, UPGRADE.as_str())
+        .iter()
+        .any(|v| v == "websocket");
+    if websocket {
+        return match upgrade::websocket(headers, &[WEBSOCKET_PROTOCOL]) {
+            Some((protocol, accept_key)) => Ok(Switch::WebSocket {
+                protocol,
+                accept_key,
+            }),
+            None => Err(ApiError::BadRequest(format!(
                 "unable to upgrade connection: port-forward is served over a WebSocket with \
                  the subprotocol {WEBSOCKET_PROTOCOL} or over SPDY/3.1 with {PROTOCOL}"
             ))),
         };
     }
-    if !upgrade.iter().any(|v| v == "spdy/3.1") {
+    if !upgrade::is_spdy(headers) {
         return Err(missing_upgrade());
     }
-    let offered = values(STREAM_PROTOCOL_HEADER);
-    if offered.is_empty() {
-        return Err(ApiError::BadRequest(
-            "unable to upgrade: X-Stream-Protocol-Version is required".into(),
-        ));
-    }
-    if !offered.iter().any(|p| p == PROTOCOL) {
-        return Err(ApiError::Custom {
-            code: 403,
-            reason: "Forbidden".into(),
-            message: format!(
-                "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, \
-                 server accepts [{PROTOCOL:?}]"
-            ),
-        });
-    }
-    Ok(Transport::Spdy)
+    upgrade::stream_protocol(headers, &[PROTOCOL]).map(Switch::Spdy)
 }
 
 fn missing_upgrade() -> ApiError {
@@ -193,9 +162,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let target = accepted.target;
-    match accepted.transport {
-        Transport::Spdy => session(io, target).await,
-        Transport::WebSocket(_) => {
+    match accepted.switch {
+        Switch::Spdy(_) => session(io, target).await,
+        Switch::WebSocket { .. } => {
             let (inner, outer) = tokio::io::duplex(64 * 1024);
             let session = tokio::spawn(session(inner, target));
             tunnel(io, outer).await;
@@ -642,7 +611,10 @@ mod tests {
         ]);
         assert_eq!(
             handshake(&headers).ok(),
-            Some(Transport::WebSocket("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()))
+            Some(Switch::WebSocket {
+                protocol: WEBSOCKET_PROTOCOL,
+                accept_key: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()
+            })
         );
     }
 
@@ -665,7 +637,10 @@ mod tests {
             &[("x-stream-protocol-version", "portforward.k8s.io")],
         ]
         .concat();
-        assert_eq!(handshake(&with(&offered)).ok(), Some(Transport::Spdy));
+        assert_eq!(
+            handshake(&with(&offered)).ok(),
+            Some(Switch::Spdy(PROTOCOL))
+        );
         assert!(handshake(&with(&spdy)).is_err());
         let other = [
             &spdy[..],

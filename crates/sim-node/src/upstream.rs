@@ -65,6 +65,11 @@ pub trait Upstream: Send + Sync {
     fn reads_logs_from_kubelets(&self) -> bool {
         false
     }
+    /// The CA that signs the kubelets' serving certificates, when the API server verifies
+    /// them (`--kubelet-certificate-authority`); without one they are self-signed.
+    fn kubelet_serving_ca(&self) -> Option<sim_apiserver::tls::SigningCa> {
+        None
+    }
     /// Where the API server reads this kubelet's container logs from (in-process servers).
     fn add_log_source(&self, _source: LogSource) {}
     /// Where the API server runs commands in this kubelet's containers (`pods/exec`;
@@ -87,6 +92,9 @@ pub struct RealApiServer {
     pub cluster_name: String,
     /// Node name → bearer token.
     pub node_tokens: Arc<std::collections::BTreeMap<String, String>>,
+    /// The CA that signs the kubelets' serving certificates (the API server is given it
+    /// as `--kubelet-certificate-authority`), if any.
+    pub kubelet_serving_ca: Option<sim_apiserver::tls::SigningCa>,
 }
 
 /// How long a pod's ServiceAccount token is valid (the kubelet's default projected
@@ -109,6 +117,10 @@ impl Upstream for RealApiServer {
 
     fn reads_logs_from_kubelets(&self) -> bool {
         true
+    }
+
+    fn kubelet_serving_ca(&self) -> Option<sim_apiserver::tls::SigningCa> {
+        self.kubelet_serving_ca.clone()
     }
 
     async fn node_client(&self, server: &str, node: &str) -> Result<kube::Client, UpstreamError> {
