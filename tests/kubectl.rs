@@ -1070,7 +1070,6 @@ impl Local {
     /// `token` or no credentials: the status and the body.
     fn kubelet_get(&self, server: &str, token: Option<&str>, path: &str) -> (u16, String) {
         use base64::Engine as _;
-        use http_body_util::BodyExt as _;
         let ca = base64::engine::general_purpose::STANDARD.encode(self.plane().ca_pem());
         let user = token.map_or("{}".to_string(), |t| format!("{{token: {t}}}"));
         let kubeconfig = format!(
@@ -1085,18 +1084,7 @@ impl Local {
                 .await
                 .expect("a client configuration");
             let client = kube::Client::try_from(config).expect("a client");
-            let request = http::Request::get(path)
-                .body(kube::client::Body::empty())
-                .expect("a request");
-            let response = client.send(request).await.expect("the kubelet answers");
-            let code = response.status().as_u16();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .expect("the body")
-                .to_bytes();
-            (code, String::from_utf8_lossy(&body).into_owned())
+            support::raw(&client, "GET", path, "text/plain", Vec::new()).await
         })
     }
 }

@@ -11,13 +11,15 @@
 //! own exit code) and the socket closes. A client that goes away kills the command.
 //!
 //! Kubelets register an [`ExecSource`] ([`crate::state::State::add_exec_source`]) that
-//! starts the command as a process whose standard streams are piped.
+//! starts the command as a process whose standard streams are piped. [`exit_status`] is the
+//! final status of a command, shared with the kubelet's own SPDY endpoint (in `sim-node`),
+//! which serves exec to a real kube-apiserver.
 //!
 //! # Caveats
 //! - No terminal (`tty=true` is refused, naming why): `kubectl exec -it` without `-t`
 //!   works, interactive shells do not.
-//! - SPDY, kubectl's fallback, is not served: the upgrade is refused with a status saying
-//!   which protocols are.
+//! - SPDY, kubectl's fallback, is not served here (the kubelet's endpoint serves it): the
+//!   upgrade is refused with a status saying which protocols are.
 
 use std::sync::Arc;
 

@@ -19,6 +19,9 @@
 //! kubectl prints before it drops the session. A pair not completed within 30 s is told so
 //! on its error stream.
 //!
+//! The kubelet's own endpoint (in `sim-node`) serves the same session to a real
+//! kube-apiserver: it builds an [`Accepted`] for a [`Target`] of its own pods.
+//!
 //! # Caveats
 //! - The WebSocket channel protocol of the kubelet (`v4.channel.k8s.io`, `?ports=`, what
 //!   kube-rs's `Portforwarder` speaks) is not served: such an upgrade is refused, naming
@@ -382,99 +385,17 @@ async fn relay(connection: tokio::net::TcpStream, data: &mut Incoming) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upgrade::tests::with;
     use bytes::Bytes;
-    use hyper::header::HeaderValue;
 
-    fn with(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(*name, HeaderValue::from_static(value));
-        }
-        headers
-    }
+    type Client = spdy::Client<tokio::io::DuplexStream>;
 
-    /// A SPDY client over `io`, as client-go's port-forwarder drives one.
-    struct Client {
-        read: tokio::io::ReadHalf<tokio::io::DuplexStream>,
-        write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
-        encoder: spdy::HeaderEncoder,
-        decoder: spdy::HeaderDecoder,
-        buffer: Vec<u8>,
-    }
-
-    impl Client {
-        fn new(io: tokio::io::DuplexStream) -> Self {
-            let (read, write) = tokio::io::split(io);
-            Self {
-                read,
-                write,
-                encoder: spdy::HeaderEncoder::new().unwrap_or_else(|e| panic!("{e}")),
-                decoder: spdy::HeaderDecoder::default(),
-                buffer: Vec::new(),
-            }
-        }
-
-        async fn send(&mut self, frame: spdy::Frame) {
-            self.write.write_all(&frame.encode()).await.ok();
-        }
-
-        async fn open(&mut self, id: u32, headers: &[(&str, &str)]) {
-            let headers = headers
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect();
-            let block = self.encoder.encode(&headers).unwrap_or_default();
-            self.send(spdy::Frame::SynStream {
-                id,
-                flags: 0,
-                block: block.into(),
-            })
-            .await;
-        }
-
-        /// The next frame from the server (header blocks checked to decode).
-        async fn next(&mut self) -> Option<spdy::Frame> {
-            loop {
-                if let Ok(Some((frame, used))) = spdy::parse(&self.buffer) {
-                    self.buffer.drain(..used);
-                    if let spdy::Frame::SynReply { block, .. } = &frame {
-                        assert_eq!(self.decoder.decode(block).ok(), Some(Vec::new()));
-                    }
-                    return Some(frame);
-                }
-                let mut chunk = [0u8; 4096];
-                match self.read.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                }
-            }
-        }
-
-        /// What the server sends on each of `ids` until it has FINed them all, and the
-        /// other frames it sent meanwhile.
-        async fn read_to_fins(&mut self, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<spdy::Frame>) {
-            let mut data = vec![Vec::new(); ids.len()];
-            let mut open = ids.len();
-            let mut others = Vec::new();
-            while open > 0 {
-                // Bounded, so that a stream never finished fails the test.
-                let next = tokio::time::timeout(Duration::from_secs(30), self.next()).await;
-                let Ok(Some(frame)) = next else {
-                    panic!("streams {ids:?} were not finished; frames: {others:?}");
-                };
-                match frame {
-                    spdy::Frame::Data { id, flags, data: d } if ids.contains(&id) => {
-                        let at = ids.iter().position(|i| *i == id).unwrap_or_default();
-                        data[at].extend_from_slice(&d);
-                        if flags & spdy::FLAG_FIN != 0 {
-                            open -= 1;
-                        }
-                    }
-                    other => others.push(other),
-                }
-            }
-            (data, others)
-        }
+    /// What the server sends on `ids` until it FINs them all, within 30 s.
+    async fn fins(client: &mut Client, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<spdy::Frame>) {
+        tokio::time::timeout(Duration::from_secs(30), client.read_to_fins(ids))
+            .await
+            .unwrap_or_else(|_| panic!("streams {ids:?} were not finished within 30 s"))
+            .unwrap_or_else(|e| panic!("streams {ids:?}: {e}"))
     }
 
     fn loopback() -> Arc<Target> {
@@ -502,7 +423,7 @@ mod tests {
         });
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let served = tokio::spawn(session(server_io, loopback()));
-        let mut client = Client::new(client_io);
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         let port = port.to_string();
         // Data first: the pair is keyed by requestid, not by order.
         client
@@ -510,27 +431,31 @@ mod tests {
                 1,
                 &[("streamtype", "data"), ("port", &port), ("requestid", "7")],
             )
-            .await;
+            .await
+            .ok();
         client
             .open(
                 3,
                 &[("streamtype", "error"), ("port", &port), ("requestid", "7")],
             )
-            .await;
+            .await
+            .ok();
         client
             .send(spdy::Frame::Data {
                 id: 3,
                 flags: spdy::FLAG_FIN,
                 data: Bytes::new(),
             })
-            .await;
+            .await
+            .ok();
         client
             .send(spdy::Frame::Data {
                 id: 1,
                 flags: 0,
                 data: Bytes::from_static(b"hello"),
             })
-            .await;
+            .await
+            .ok();
         // The client's FIN half-closes the pod connection: the pod answers then.
         client
             .send(spdy::Frame::Data {
@@ -538,8 +463,9 @@ mod tests {
                 flags: spdy::FLAG_FIN,
                 data: Bytes::new(),
             })
-            .await;
-        let (data, others) = client.read_to_fins(&[1, 3]).await;
+            .await
+            .ok();
+        let (data, others) = fins(&mut client, &[1, 3]).await;
         assert_eq!(data, [&b"HELLO"[..], b""]);
         let replies: Vec<u32> = others
             .iter()
@@ -551,7 +477,8 @@ mod tests {
         assert_eq!(replies, [1, 3]);
         client
             .send(spdy::Frame::GoAway { last: 0, status: 0 })
-            .await;
+            .await
+            .ok();
         assert!(served.await.is_ok());
         assert!(pod.await.is_ok());
     }
@@ -565,20 +492,23 @@ mod tests {
             .unwrap_or_else(|e| panic!("binding a loopback port: {e}"));
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let served = tokio::spawn(session(server_io, loopback()));
-        let mut client = Client::new(client_io);
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         let port = port.to_string();
-        client.open(1, &[("streamtype", "data")]).await;
+        client.open(1, &[("streamtype", "data")]).await.ok();
         client
             .open(3, &[("streamtype", "other"), ("port", "80")])
-            .await;
+            .await
+            .ok();
         // No requestid: the data stream (7) pairs with the error stream before it (5).
         client
             .open(5, &[("streamtype", "error"), ("port", &port)])
-            .await;
+            .await
+            .ok();
         client
             .open(7, &[("streamtype", "data"), ("port", &port)])
-            .await;
-        let (data, others) = client.read_to_fins(&[5, 7]).await;
+            .await
+            .ok();
+        let (data, others) = fins(&mut client, &[5, 7]).await;
         assert_eq!(data[1], b"");
         let message = data[0].clone();
         let message = String::from_utf8_lossy(&message);

@@ -189,10 +189,11 @@ pub fn scheduled_pod(stored: Option<Value>, name: &str) -> Result<Value, ApiErro
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn with(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    /// Headers of `(name, value)` pairs, in order.
+    pub(crate) fn with(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();
         for (name, value) in pairs {
             headers.append(*name, HeaderValue::from_static(value));

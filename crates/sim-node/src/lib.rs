@@ -22,6 +22,8 @@
 //! - [`volume`]: a pod's volumes laid out on the host as the kubelet lays them out
 //!   (configMap, secret, downwardAPI, projected, emptyDir, hostPath) and each container's
 //!   bind mounts of them.
+//! - [`server`]: the kubelet's HTTPS endpoint for a real kube-apiserver (logs, exec,
+//!   port-forward), with the kubelet's authentication and authorization.
 //!
 //! # Guarantees
 //! - No pod process outlives the kubelet: [`Kubelet::shutdown`] and dropping the

@@ -1,7 +1,9 @@
 //! The API server a kubelet serves, as the kubelet sees it: where it listens (its proxies
 //! forward there), the CA it is signed by, the node's credentials, how a pod gets its
-//! ServiceAccount token — and, on the simulator only, two hooks into the in-process server
-//! (it reads container logs from the kubelet and attributes requests to pods by source IP).
+//! ServiceAccount token, the CA that signs the kubelet's serving certificate if the API
+//! server verifies it — and, on the simulator only, hooks into the in-process server (it
+//! reads container logs and runs commands through the kubelet and attributes requests to
+//! pods by source IP).
 //!
 //! Implemented here by [`RealApiServer`], any kube-apiserver reached with a node token (pods
 //! get TokenRequest tokens bound to them), and by [`SimulatedUpstream`], the simulated API

@@ -240,7 +240,7 @@ async fn feed(mut stream: Incoming, mut pipe: tokio::process::ChildStdin) {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use sim_apiserver::spdy::{Frame, HeaderDecoder, HeaderEncoder};
+    use sim_apiserver::spdy::Frame;
 
     #[test]
     fn the_query_names_the_streams_with_ones_and_refuses_a_terminal_or_no_stream() {
@@ -256,87 +256,24 @@ mod tests {
         assert!(ExecOptions::parse(Some("output=1")).is_err());
     }
 
-    /// A SPDY client on `io` as client-go's remotecommand drives one: opens streams with
-    /// their `streamType`, sends data and FINs, reads what comes back per stream.
-    struct Client {
-        read: tokio::io::ReadHalf<tokio::io::DuplexStream>,
-        write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
-        encoder: HeaderEncoder,
-        decoder: HeaderDecoder,
-        buffer: Vec<u8>,
-    }
+    type Client = spdy::Client<tokio::io::DuplexStream>;
 
-    impl Client {
-        fn new(io: tokio::io::DuplexStream) -> Self {
-            let (read, write) = tokio::io::split(io);
-            Self {
-                read,
-                write,
-                encoder: HeaderEncoder::new().unwrap_or_else(|e| panic!("{e}")),
-                decoder: HeaderDecoder::default(),
-                buffer: Vec::new(),
-            }
-        }
-
-        async fn send(&mut self, frame: Frame) {
-            self.write.write_all(&frame.encode()).await.ok();
-        }
-
-        async fn open(&mut self, id: u32, kind: &str) {
-            let block = self
-                .encoder
-                .encode(&vec![("streamtype".to_owned(), kind.to_owned())])
-                .unwrap_or_default();
-            self.send(Frame::SynStream {
-                id,
-                flags: 0,
-                block: block.into(),
+    /// What the server sends on `ids` until it FINs them all (within 30 s), and the
+    /// streams it replied to meanwhile.
+    async fn fins(client: &mut Client, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<u32>) {
+        let (data, others) =
+            tokio::time::timeout(Duration::from_secs(30), client.read_to_fins(ids))
+                .await
+                .unwrap_or_else(|_| panic!("streams {ids:?} were not finished within 30 s"))
+                .unwrap_or_else(|e| panic!("streams {ids:?}: {e}"));
+        let replies = others
+            .iter()
+            .filter_map(|f| match f {
+                Frame::SynReply { id, .. } => Some(*id),
+                _ => None,
             })
-            .await;
-        }
-
-        async fn next(&mut self) -> Option<Frame> {
-            loop {
-                if let Ok(Some((frame, used))) = spdy::parse(&self.buffer) {
-                    self.buffer.drain(..used);
-                    if let Frame::SynReply { block, .. } = &frame {
-                        assert_eq!(self.decoder.decode(block).ok(), Some(Vec::new()));
-                    }
-                    return Some(frame);
-                }
-                let mut chunk = [0u8; 4096];
-                match self.read.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                }
-            }
-        }
-
-        /// What comes on each of `ids` until all are FINed, and the replies seen.
-        async fn read_to_fins(&mut self, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<u32>) {
-            let mut data = vec![Vec::new(); ids.len()];
-            let mut replies = Vec::new();
-            let mut open = ids.len();
-            while open > 0 {
-                let next = tokio::time::timeout(Duration::from_secs(30), self.next()).await;
-                let Ok(Some(frame)) = next else {
-                    panic!("streams {ids:?} were not finished: {data:?}");
-                };
-                match frame {
-                    Frame::Data { id, flags, data: d } => {
-                        if let Some(at) = ids.iter().position(|i| *i == id) {
-                            data[at].extend_from_slice(&d);
-                            if flags & spdy::FLAG_FIN != 0 {
-                                open -= 1;
-                            }
-                        }
-                    }
-                    Frame::SynReply { id, .. } => replies.push(id),
-                    _ => {}
-                }
-            }
-            (data, replies)
-        }
+            .collect();
+        (data, replies)
     }
 
     fn shell(script: &str, stdin: bool) -> Child {
@@ -365,20 +302,21 @@ mod tests {
         };
         let child = shell("read line; echo \"got $line\"; echo oops >&2; exit 3", true);
         let served = tokio::spawn(serve(server_io, child, options));
-        let mut client = Client::new(client_io);
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         // client-go opens the error stream first; the order does not matter here.
-        client.open(1, "error").await;
-        client.open(3, "stdin").await;
-        client.open(5, "stdout").await;
-        client.open(7, "stderr").await;
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdin")]).await.ok();
+        client.open(5, &[("streamtype", "stdout")]).await.ok();
+        client.open(7, &[("streamtype", "stderr")]).await.ok();
         client
             .send(Frame::Data {
                 id: 3,
                 flags: spdy::FLAG_FIN,
                 data: Bytes::from_static(b"hello\n"),
             })
-            .await;
-        let (data, mut replies) = client.read_to_fins(&[1, 5, 7]).await;
+            .await
+            .ok();
+        let (data, mut replies) = fins(&mut client, &[1, 5, 7]).await;
         replies.sort_unstable();
         assert_eq!(replies, [1, 3, 5, 7]);
         assert_eq!(String::from_utf8_lossy(&data[1]), "got hello\n");
@@ -389,7 +327,7 @@ mod tests {
         assert_eq!(status["reason"], "NonZeroExitCode");
         assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode");
         assert_eq!(status["details"]["causes"][0]["message"], "3");
-        client.send(Frame::GoAway { last: 0, status: 0 }).await;
+        client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
         assert!(served.await.is_ok());
     }
 
@@ -404,14 +342,14 @@ mod tests {
         let child = shell("echo started; exec sleep 600", false);
         let pid = child.id().unwrap_or_default();
         let served = tokio::spawn(serve(server_io, child, options));
-        let mut client = Client::new(client_io);
-        client.open(1, "error").await;
-        client.open(3, "stdout").await;
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdout")]).await.ok();
         // Wait for the command to be running, then go away.
         loop {
             match tokio::time::timeout(Duration::from_secs(30), client.next()).await {
-                Ok(Some(Frame::Data { id: 3, data, .. })) if !data.is_empty() => break,
-                Ok(Some(_)) => {}
+                Ok(Ok(Some(Frame::Data { id: 3, data, .. }))) if !data.is_empty() => break,
+                Ok(Ok(Some(_))) => {}
                 other => panic!("no output from the command: {other:?}"),
             }
         }
@@ -420,7 +358,8 @@ mod tests {
                 id: 1,
                 status: spdy::CANCEL,
             })
-            .await;
+            .await
+            .ok();
         tokio::time::timeout(Duration::from_secs(30), served)
             .await
             .unwrap_or_else(|_| panic!("the exec did not end"))

@@ -3,6 +3,12 @@
 //! certificate authority, service-account signing key, static tokens for the admin and the
 //! components, and the same audit policy as the kind clusters, written to a file.
 //!
+//! kube-apiserver reaches the kubelets (logs, exec, port-forward) as kubeadm sets it up: with
+//! a client certificate of the cluster CA ([`KUBELET_CLIENT_USER`], bound to
+//! `system:kubelet-api-admin`), verifying the kubelets' serving certificates against the
+//! cluster CA, which signs them ([`ControlPlane::upstream`] gives kubelets the CA to sign
+//! with).
+//!
 //! # Guarantees
 //! Every process runs in a watched process group ([`crate::sim::kubelet::process`]): when
 //! the process that started it dies — panic, SIGINT, even SIGKILL — its watchdog kills the
