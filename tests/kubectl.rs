@@ -117,6 +117,18 @@ trait Kubectl {
         std::fs::write(&path, content).expect("write manifest");
         path.display().to_string()
     }
+
+    /// Applies the manifest of pod `name` and waits until it is Ready.
+    fn ready_pod(&self, name: &str, manifest: &str) {
+        let path = self.write(&format!("{name}.yaml"), manifest);
+        self.ok(&["apply", "-f", &path]);
+        self.ok(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{name}"),
+            "--timeout=30s",
+        ]);
+    }
 }
 
 impl Kubectl for Sim {
@@ -833,19 +845,12 @@ fn kubectl_exec_runs_commands_in_a_pod_and_logs_follow_streams_its_output_as_wri
 /// image `shell:1` (`/bin/sh`).
 fn exec_and_logs_follow(sim: &impl Kubectl) {
     // It waits for a file its working directory gets from an exec, then ends.
-    let pod = sim.write(
-        "pod.yaml",
+    sim.ready_pod(
+        "waiter",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: waiter}\nspec:\n  restartPolicy: Never\n  \
          containers:\n  - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
          'echo before; while [ ! -e go ]; do sleep 0.1; done; echo after']\n",
     );
-    sim.ok(&["apply", "-f", &pod]);
-    sim.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/waiter",
-        "--timeout=30s",
-    ]);
 
     let out = sim.run(&[
         "exec",
@@ -960,21 +965,14 @@ fn kubectl_port_forward_reaches_a_pods_port_over_the_websocket_tunnel_and_over_p
 fn port_forward_both_ways(sim: &impl Kubectl) {
     // An HTTP server on 8080 serving the container's filesystem, whose /etc/hostname is
     // the pod's; Ready once the port accepts connections.
-    let pod = sim.write(
-        "pod.yaml",
+    sim.ready_pod(
+        "portal",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: portal}\nspec:\n  containers:\n  \
          - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
          'exec python3 -m http.server 8080 --bind 0.0.0.0 --directory /']\n    \
          ports: [{containerPort: 8080}]\n    \
          readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}\n",
     );
-    sim.ok(&["apply", "-f", &pod]);
-    sim.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/portal",
-        "--timeout=30s",
-    ]);
 
     // kubectl's default (SPDY inside a WebSocket), then its fallback (plain SPDY/3.1).
     for env in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
@@ -1168,11 +1166,65 @@ fn the_kubelet_lets_in_only_whom_the_api_server_authorizes(local: &Local) {
     }
 }
 
+/// `kubectl attach` relays what the container writes until it ends, then ends well.
+fn attach_relays_a_containers_output_until_it_ends(local: &Local) {
+    local.ready_pod(
+        "talker",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: talker}\nspec:\n  restartPolicy: Never\n  \
+         containers:\n  - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
+         'while [ ! -e stop ]; do echo tick; sleep 0.2; done; echo bye']\n",
+    );
+    let mut attach = local
+        .kubectl()
+        .args(["attach", "talker"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl attach starts");
+    // Read by a thread, so that every wait for a line is bounded.
+    let stdout = attach.stdout.take().expect("stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let first = lines.recv_timeout(WAIT);
+    if first.as_deref() != Ok("tick") {
+        let _ = attach.kill();
+        panic!("kubectl attach did not relay the container's output: {first:?}");
+    }
+    local.ok(&["exec", "talker", "--", "/bin/sh", "-c", "touch stop"]);
+    let mut rest = Vec::new();
+    loop {
+        match lines.recv_timeout(WAIT) {
+            Ok(line) => rest.push(line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = attach.kill();
+                panic!("kubectl attach did not end with the container: {rest:?}");
+            }
+        }
+    }
+    assert_eq!(rest.last().map(String::as_str), Some("bye"), "{rest:?}");
+    assert!(
+        rest[..rest.len() - 1].iter().all(|l| l == "tick"),
+        "{rest:?}"
+    );
+    let ended = wait_with_timeout(attach, WAIT);
+    assert!(
+        ended.status.success(),
+        "kubectl attach ends with the container: {ended:?}"
+    );
+}
+
 #[test]
-fn on_local_kubectl_exec_logs_follow_and_port_forward_reach_our_kubelet_which_lets_in_only_authorized_users()
+fn on_local_kubectl_exec_attach_logs_follow_and_port_forward_reach_our_kubelet_which_lets_in_only_authorized_users()
  {
     let local = Local::start();
     the_kubelet_lets_in_only_whom_the_api_server_authorizes(&local);
     exec_and_logs_follow(&local);
+    attach_relays_a_containers_output_until_it_ends(&local);
     port_forward_both_ways(&local);
 }

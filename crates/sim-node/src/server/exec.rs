@@ -1,6 +1,6 @@
-//! `/exec/{namespace}/{pod}/{container}` over SPDY/3.1, as kube-apiserver reaches the
-//! kubelet for `pods/exec` (it translates kubectl's WebSocket into this): the kubelet side
-//! of `remotecommand`.
+//! `/exec/{namespace}/{pod}/{container}` and `/attach/{namespace}/{pod}/{container}` over
+//! SPDY/3.1, as kube-apiserver reaches the kubelet for `pods/exec` and `pods/attach` (it
+//! translates kubectl's WebSocket into this): the kubelet side of `remotecommand`.
 //!
 //! The request names the streams in its query (`input`, `output`, `error`, `tty`, each
 //! `1` to ask for it, and one `command` per argument) and offers stream protocols in
@@ -15,8 +15,13 @@
 //! and is FINed. A client that goes away (a reset of the error stream, or the end of the
 //! session) kills the command.
 //!
+//! Attach ([`serve_attach`]) relays what a container writes from then on, read from its log
+//! as `kubectl logs -f` reads it, until the container instance ends; then `Success`.
+//!
 //! # Caveats
 //! - No terminal: `tty=1` is refused before the upgrade (`kubectl exec -t`).
+//! - Attach has no stdin (`input=1` is refused: the kubelet keeps no stdin of a container)
+//!   and sends stdout and stderr together on one stream, as the log has them.
 //! - Stream protocols v1 to v3 (text errors, no exit code) are not served: a client that
 //!   offers only those gets the 403 of a failed negotiation.
 //! - The session ends when the client closes it (kube-apiserver does once it has the
@@ -24,6 +29,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt as _;
+use sim_apiserver::podlog::LogTail;
 use sim_apiserver::spdy::{self, Event, Incoming, StreamWriter};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::process::Child;
@@ -55,6 +62,30 @@ impl ExecOptions {
     /// # Errors
     /// No command, no stream, or a terminal asked for, each named.
     pub fn parse(query: Option<&str>) -> Result<Self, String> {
+        let options = Self::streams_of(query)?;
+        if options.command.is_empty() {
+            return Err("you must specify at least one command for the container".into());
+        }
+        Ok(options)
+    }
+
+    /// The options of an attach query (`output=1&error=1`).
+    ///
+    /// # Errors
+    /// No stream, a terminal or stdin asked for, each named.
+    pub fn parse_attach(query: Option<&str>) -> Result<Self, String> {
+        let options = Self::streams_of(query)?;
+        if options.stdin {
+            return Err(
+                "attaching stdin is not served by the simulated kubelet: it keeps no \
+                 stdin of a container (attach without -i)"
+                    .into(),
+            );
+        }
+        Ok(options)
+    }
+
+    fn streams_of(query: Option<&str>) -> Result<Self, String> {
         let mut options = Self::default();
         let mut tty = false;
         for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
@@ -75,9 +106,6 @@ impl ExecOptions {
         }
         if !(options.stdin || options.stdout || options.stderr) {
             return Err("you must specify at least 1 of stdin, stdout, stderr".into());
-        }
-        if options.command.is_empty() {
-            return Err("you must specify at least one command for the container".into());
         }
         Ok(options)
     }
@@ -192,6 +220,56 @@ where
         .write(&serde_json::to_vec(&status).unwrap_or_default());
     error.writer.finish();
     // The session runs on until the client closes it; `incoming` goes with this task.
+    drop(incoming);
+}
+
+/// Serves an attach session on the upgraded connection `io`: what the container writes
+/// from now on (its log, followed) goes out on the stdout stream (on stderr when only that
+/// was asked for), and once the container instance ends the error stream carries
+/// `Success`.
+pub async fn serve_attach<S>(io: S, mut output: LogTail, options: ExecOptions)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (tx, mut incoming) = mpsc::channel(8);
+    let session = tokio::spawn(spdy::serve(io, tx));
+    let Some(Streams {
+        error: Some(mut error),
+        stdout,
+        stderr,
+        ..
+    }) = gather(&mut incoming, options.streams()).await
+    else {
+        session.abort();
+        return;
+    };
+    // One stream gets the output; the other, if asked for, has nothing to say.
+    let (to, other) = match (stdout, stderr) {
+        (Some(out), err) => (Some(out.writer), err),
+        (None, err) => (err.map(|s| s.writer), None),
+    };
+    if let Some(other) = other {
+        other.writer.finish();
+    }
+    let relay = async {
+        while let Some(chunk) = output.next().await {
+            if let Some(to) = &to {
+                to.write(&chunk);
+            }
+        }
+        if let Some(to) = &to {
+            to.finish();
+        }
+    };
+    tokio::select! {
+        () = relay => {}
+        () = gone(&mut error.events) => return,
+    }
+    let success = sim_apiserver::exec::exit_status(Ok(std::process::ExitStatus::default()));
+    error
+        .writer
+        .write(&serde_json::to_vec(&success).unwrap_or_default());
+    error.writer.finish();
     drop(incoming);
 }
 
@@ -327,6 +405,30 @@ mod tests {
         assert_eq!(status["reason"], "NonZeroExitCode");
         assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode");
         assert_eq!(status["details"]["causes"][0]["message"], "3");
+        client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
+        assert!(served.await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_attach_relays_the_output_on_stdout_finishes_stderr_and_ends_with_success() {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let options = ExecOptions::parse_attach(Some("output=1&error=1")).unwrap_or_default();
+        let output: LogTail = Box::pin(futures::stream::iter([
+            Bytes::from_static(b"tick\n"),
+            Bytes::from_static(b"bye\n"),
+        ]));
+        let served = tokio::spawn(serve_attach(server_io, output, options));
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdout")]).await.ok();
+        client.open(5, &[("streamtype", "stderr")]).await.ok();
+        let (data, _) = fins(&mut client, &[1, 3, 5]).await;
+        assert_eq!(String::from_utf8_lossy(&data[1]), "tick\nbye\n");
+        assert_eq!(data[2], b"");
+        let status: serde_json::Value =
+            serde_json::from_slice(&data[0]).unwrap_or_else(|e| panic!("{e}: {data:?}"));
+        assert_eq!(status["status"], "Success");
+        assert!(ExecOptions::parse_attach(Some("input=1&output=1")).is_err());
         client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
         assert!(served.await.is_ok());
     }

@@ -2,7 +2,8 @@
 //! `GET /containerLogs/{namespace}/{pod}/{container}` with the `PodLogOptions`
 //! kube-apiserver passes on (`follow` streams until the container instance ends) for
 //! `kubectl logs`, `/exec/{namespace}/{pod}/{container}` ([`exec`]: the command's streams
-//! over SPDY/3.1) for `kubectl exec`, `/portForward/{namespace}/{pod}` (the session of
+//! over SPDY/3.1) for `kubectl exec`, `/attach/{namespace}/{pod}/{container}` (what the
+//! container writes from then on) for `kubectl attach`, `/portForward/{namespace}/{pod}` (the session of
 //! [`sim_apiserver::portforward`], over SPDY/3.1) for `kubectl port-forward`, and
 //! `/healthz`. The simulated API server reads logs and runs commands in-process and needs
 //! none of this.
@@ -17,8 +18,7 @@
 //! `nodes/proxy` and the like.
 //!
 //! # Caveats
-//! - `/attach` is refused (400, saying so): the simulated kubelet keeps no handle on a
-//!   container's main process's standard streams to attach to.
+//! - `/attach` has no stdin and one output stream (see [`exec`]).
 //! - Port-forward's WebSocket channel protocol (`v4.channel.k8s.io` with `?ports=`) is not
 //!   served: kube-apiserver speaks SPDY to kubelets (see [`sim_apiserver::portforward`]).
 //! - The stats, metrics, pods and checkpoint endpoints are not served (404).
@@ -45,6 +45,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls;
 
+use super::runtime::PodRuntime;
 use super::shared::Shared;
 
 /// Errors of the kubelet's endpoint.
@@ -244,11 +245,10 @@ async fn answer<B>(
             let upgrade = hyper::upgrade::on(&mut req);
             port_forward(&shared, namespace, pod, &req, upgrade)
         }
-        ["attach", ..] => text(
-            StatusCode::BAD_REQUEST,
-            "attach is not served by the simulated kubelet: it keeps no handle on a \
-             container's standard streams (use exec)",
-        ),
+        ["attach", namespace, pod, container] | ["attach", namespace, pod, _, container] => {
+            let upgrade = hyper::upgrade::on(&mut req);
+            attach(&shared, namespace, pod, container, &req, upgrade)
+        }
         _ => text(StatusCode::NOT_FOUND, "404 page not found"),
     }
 }
@@ -305,6 +305,30 @@ fn refused(e: &sim_apiserver::status::ApiError) -> Response<Body> {
     text(status(e.code()), e.to_string())
 }
 
+/// What an exec or attach request (options by `parse`) asks of which of this node's
+/// pods, and its stream protocol; or the status and text refusing it.
+fn streaming<B>(
+    shared: &Shared,
+    namespace: &str,
+    pod: &str,
+    req: &Request<B>,
+    parse: fn(Option<&str>) -> Result<exec::ExecOptions, String>,
+) -> Result<(exec::ExecOptions, &'static str, Arc<PodRuntime>), (StatusCode, String)> {
+    let options = parse(req.uri().query()).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+    if !upgrade::is_spdy(req.headers()) {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "unable to upgrade: missing upgrade headers in request".into(),
+        ));
+    }
+    let protocol = upgrade::stream_protocol(req.headers(), exec::PROTOCOLS)
+        .map_err(|e| (status(e.code()), e.to_string()))?;
+    let runtime = shared
+        .find(namespace, pod)
+        .ok_or_else(|| (StatusCode::NOT_FOUND, "pod does not exist".to_string()))?;
+    Ok((options, protocol, runtime))
+}
+
 fn exec<B>(
     shared: &Shared,
     namespace: &str,
@@ -313,29 +337,54 @@ fn exec<B>(
     req: &Request<B>,
     upgrade: hyper::upgrade::OnUpgrade,
 ) -> Response<Body> {
-    let options = match exec::ExecOptions::parse(req.uri().query()) {
-        Ok(options) => options,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
-    };
-    if !upgrade::is_spdy(req.headers()) {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "unable to upgrade: missing upgrade headers in request",
-        );
-    }
-    let protocol = match upgrade::stream_protocol(req.headers(), exec::PROTOCOLS) {
-        Ok(protocol) => protocol,
-        Err(e) => return refused(&e),
-    };
-    let Some(runtime) = shared.find(namespace, pod) else {
-        return text(StatusCode::NOT_FOUND, "pod does not exist");
-    };
+    let (options, protocol, runtime) =
+        match streaming(shared, namespace, pod, req, exec::ExecOptions::parse) {
+            Ok(found) => found,
+            Err((code, why)) => return text(code, why),
+        };
     let child = match runtime.exec(container, &options.command, options.stdin) {
         Ok(child) => child,
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     switched(upgrade, &Switch::Spdy(protocol), move |io| {
         exec::serve(io, child, options)
+    })
+}
+
+fn attach<B>(
+    shared: &Shared,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    req: &Request<B>,
+    upgrade: hyper::upgrade::OnUpgrade,
+) -> Response<Body> {
+    let (options, protocol, runtime) =
+        match streaming(shared, namespace, pod, req, exec::ExecOptions::parse_attach) {
+            Ok(found) => found,
+            Err((code, why)) => return text(code, why),
+        };
+    // From now on: no lines of the past, then what is written until the instance ends.
+    let from_now = LogOptions {
+        container: container.to_owned(),
+        follow: true,
+        tail_lines: Some(0),
+        ..LogOptions::default()
+    };
+    let output = match runtime.read_log(container, &from_now, chrono::Utc::now()) {
+        Ok(LogStream {
+            rest: Some(rest), ..
+        }) => rest,
+        Ok(_) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("container {container} of pod {namespace}/{pod} is not running"),
+            );
+        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    switched(upgrade, &Switch::Spdy(protocol), move |io| {
+        exec::serve_attach(io, output, options)
     })
 }
 
