@@ -4,6 +4,11 @@
 //! `kubernetes` Service and field selectors; kubectl's rollout status and wait against
 //! the simulated controllers; and, in pods that run, `exec`, `logs -f` and `port-forward`
 //! (over the WebSocket tunnel and over plain SPDY).
+//!
+//! The same `exec`, `logs -f` and `port-forward` checks, and `attach`, also run against a
+//! real control plane (`opconform::cluster::local`) whose one node is our kubelet: there
+//! kube-apiserver reaches the pods through the kubelet's own endpoint, which is also shown
+//! to refuse anonymous requests (401) and users without `nodes/proxy` (403).
 
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;

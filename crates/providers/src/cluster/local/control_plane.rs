@@ -21,6 +21,10 @@
 //! ports (a bounded number of times), and any other early exit is reported with the tail
 //! of its log.
 //!
+//! kube-apiserver's node proxy (`/api/v1/nodes/NAME/proxy/…`) refuses the kubelets'
+//! loopback addresses ("address not allowed"); logs, exec, attach and port-forward, which
+//! reach them directly, are not affected.
+//!
 //! Without kube-controller-manager (setup-envtest installs none), the simulator's
 //! controllers run in its place against the real API server, and the simulator's
 //! scheduler in kube-scheduler's when that is missing too ([`ControlPlane::controllers`]
