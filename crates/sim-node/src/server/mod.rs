@@ -45,7 +45,6 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls;
 
-use super::runtime::PodRuntime;
 use super::shared::Shared;
 
 /// Errors of the kubelet's endpoint.
@@ -239,7 +238,7 @@ async fn answer<B>(
         }
         ["exec", namespace, pod, container] | ["exec", namespace, pod, _, container] => {
             let upgrade = hyper::upgrade::on(&mut req);
-            exec(&shared, namespace, pod, container, &req, upgrade)
+            remote_command(&shared, (namespace, pod, container), &req, upgrade, false)
         }
         ["portForward", namespace, pod] | ["portForward", namespace, pod, _] => {
             let upgrade = hyper::upgrade::on(&mut req);
@@ -247,7 +246,7 @@ async fn answer<B>(
         }
         ["attach", namespace, pod, container] | ["attach", namespace, pod, _, container] => {
             let upgrade = hyper::upgrade::on(&mut req);
-            attach(&shared, namespace, pod, container, &req, upgrade)
+            remote_command(&shared, (namespace, pod, container), &req, upgrade, true)
         }
         _ => text(StatusCode::NOT_FOUND, "404 page not found"),
     }
@@ -305,65 +304,45 @@ fn refused(e: &sim_apiserver::status::ApiError) -> Response<Body> {
     text(status(e.code()), e.to_string())
 }
 
-/// What an exec or attach request (options by `parse`) asks of which of this node's
-/// pods, and its stream protocol; or the status and text refusing it.
-fn streaming<B>(
+/// An exec (`attach` false) or an attach in `container` of a pod of this node: its options
+/// and stream protocol checked, the command started or the container's output followed,
+/// then the 101 and the session.
+fn remote_command<B>(
     shared: &Shared,
-    namespace: &str,
-    pod: &str,
-    req: &Request<B>,
-    parse: fn(Option<&str>) -> Result<exec::ExecOptions, String>,
-) -> Result<(exec::ExecOptions, &'static str, Arc<PodRuntime>), (StatusCode, String)> {
-    let options = parse(req.uri().query()).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-    if !upgrade::is_spdy(req.headers()) {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            "unable to upgrade: missing upgrade headers in request".into(),
-        ));
-    }
-    let protocol = upgrade::stream_protocol(req.headers(), exec::PROTOCOLS)
-        .map_err(|e| (status(e.code()), e.to_string()))?;
-    let runtime = shared
-        .find(namespace, pod)
-        .ok_or_else(|| (StatusCode::NOT_FOUND, "pod does not exist".to_string()))?;
-    Ok((options, protocol, runtime))
-}
-
-fn exec<B>(
-    shared: &Shared,
-    namespace: &str,
-    pod: &str,
-    container: &str,
+    (namespace, pod, container): (&str, &str, &str),
     req: &Request<B>,
     upgrade: hyper::upgrade::OnUpgrade,
+    attach: bool,
 ) -> Response<Body> {
-    let (options, protocol, runtime) =
-        match streaming(shared, namespace, pod, req, exec::ExecOptions::parse) {
-            Ok(found) => found,
-            Err((code, why)) => return text(code, why),
-        };
-    let child = match runtime.exec(container, &options.command, options.stdin) {
-        Ok(child) => child,
-        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let parsed = if attach {
+        exec::ExecOptions::parse_attach(req.uri().query())
+    } else {
+        exec::ExecOptions::parse(req.uri().query())
     };
-    switched(upgrade, &Switch::Spdy(protocol), move |io| {
-        exec::serve(io, child, options)
-    })
-}
-
-fn attach<B>(
-    shared: &Shared,
-    namespace: &str,
-    pod: &str,
-    container: &str,
-    req: &Request<B>,
-    upgrade: hyper::upgrade::OnUpgrade,
-) -> Response<Body> {
-    let (options, protocol, runtime) =
-        match streaming(shared, namespace, pod, req, exec::ExecOptions::parse_attach) {
-            Ok(found) => found,
-            Err((code, why)) => return text(code, why),
+    let options = match parsed {
+        Ok(options) => options,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    if !upgrade::is_spdy(req.headers()) {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "unable to upgrade: missing upgrade headers in request",
+        );
+    }
+    let switch = match upgrade::stream_protocol(req.headers(), exec::PROTOCOLS) {
+        Ok(protocol) => Switch::Spdy(protocol),
+        Err(e) => return refused(&e),
+    };
+    let Some(runtime) = shared.find(namespace, pod) else {
+        return text(StatusCode::NOT_FOUND, "pod does not exist");
+    };
+    if !attach {
+        let child = match runtime.exec(container, &options.command, options.stdin) {
+            Ok(child) => child,
+            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
+        return switched(upgrade, &switch, move |io| exec::serve(io, child, options));
+    }
     // From now on: no lines of the past, then what is written until the instance ends.
     let from_now = LogOptions {
         container: container.to_owned(),
@@ -371,21 +350,18 @@ fn attach<B>(
         tail_lines: Some(0),
         ..LogOptions::default()
     };
-    let output = match runtime.read_log(container, &from_now, chrono::Utc::now()) {
+    match runtime.read_log(container, &from_now, chrono::Utc::now()) {
         Ok(LogStream {
-            rest: Some(rest), ..
-        }) => rest,
-        Ok(_) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("container {container} of pod {namespace}/{pod} is not running"),
-            );
-        }
-        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    switched(upgrade, &Switch::Spdy(protocol), move |io| {
-        exec::serve_attach(io, output, options)
-    })
+            rest: Some(output), ..
+        }) => switched(upgrade, &switch, move |io| {
+            exec::serve_attach(io, output, options)
+        }),
+        Ok(_) => text(
+            StatusCode::BAD_REQUEST,
+            format!("container {container} of pod {namespace}/{pod} is not running"),
+        ),
+        Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
+    }
 }
 
 fn port_forward<B>(
