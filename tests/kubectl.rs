@@ -4,6 +4,11 @@
 //! `kubernetes` Service and field selectors; kubectl's rollout status and wait against
 //! the simulated controllers; and, in pods that run, `exec`, `logs -f` and `port-forward`
 //! (over the WebSocket tunnel and over plain SPDY).
+//!
+//! The same `exec`, `logs -f` and `port-forward` checks, and `attach`, also run against a
+//! real control plane (`opconform::cluster::local`) whose one node is our kubelet: there
+//! kube-apiserver reaches the pods through the kubelet's own endpoint, which is also shown
+//! to refuse anonymous requests (401) and users without `nodes/proxy` (403).
 
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
@@ -72,9 +77,16 @@ impl Sim {
             .expect("opconform sim announces that it is serving");
         Self { child, dir }
     }
+}
+
+/// A cluster kubectl drives: its kubeconfig, and a directory for manifests and kubectl's
+/// cache.
+trait Kubectl {
+    /// The scratch directory (the kubeconfig is `kubeconfig` in it).
+    fn dir(&self) -> &std::path::Path;
 
     fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("kubeconfig")
+        self.dir().join("kubeconfig")
     }
 
     fn kubectl(&self) -> Command {
@@ -83,7 +95,7 @@ impl Sim {
                 .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e))),
         );
         cmd.env("KUBECONFIG", self.kubeconfig())
-            .env("KUBECACHEDIR", self.dir.path().join("cache"))
+            .env("KUBECACHEDIR", self.dir().join("cache"))
             .env_remove("KUBECTL_EXTERNAL_DIFF");
         cmd
     }
@@ -106,9 +118,27 @@ impl Sim {
     }
 
     fn write(&self, name: &str, content: &str) -> String {
-        let path = self.dir.path().join(name);
+        let path = self.dir().join(name);
         std::fs::write(&path, content).expect("write manifest");
         path.display().to_string()
+    }
+
+    /// Applies the manifest of pod `name` and waits until it is Ready.
+    fn ready_pod(&self, name: &str, manifest: &str) {
+        let path = self.write(&format!("{name}.yaml"), manifest);
+        self.ok(&["apply", "-f", &path]);
+        self.ok(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{name}"),
+            "--timeout=30s",
+        ]);
+    }
+}
+
+impl Kubectl for Sim {
+    fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 }
 
@@ -813,21 +843,19 @@ fn the_kubebuilder_scaffold_renders_from_its_kustomize_tree_and_follows_its_oper
 
 #[test]
 fn kubectl_exec_runs_commands_in_a_pod_and_logs_follow_streams_its_output_as_written() {
-    let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
+    exec_and_logs_follow(&Sim::start_with(&["--image", "shell:1=/bin/sh"]));
+}
+
+/// `kubectl exec` (stdout, stderr, stdin, an exit code) and `kubectl logs -f` in a pod of
+/// image `shell:1` (`/bin/sh`).
+fn exec_and_logs_follow(sim: &impl Kubectl) {
     // It waits for a file its working directory gets from an exec, then ends.
-    let pod = sim.write(
-        "pod.yaml",
+    sim.ready_pod(
+        "waiter",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: waiter}\nspec:\n  restartPolicy: Never\n  \
          containers:\n  - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
          'echo before; while [ ! -e go ]; do sleep 0.1; done; echo after']\n",
     );
-    sim.ok(&["apply", "-f", &pod]);
-    sim.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/waiter",
-        "--timeout=30s",
-    ]);
 
     let out = sim.run(&[
         "exec",
@@ -885,7 +913,7 @@ fn kubectl_exec_runs_commands_in_a_pod_and_logs_follow_streams_its_output_as_wri
 /// Starts `kubectl port-forward pod/NAME :PORT` (with `env` set) and returns it and the
 /// local port from its `Forwarding from 127.0.0.1:NNNN -> PORT` line; its stdout is read on
 /// to the end by a thread, so kubectl never blocks writing it.
-fn port_forward(sim: &Sim, pod: &str, port: u16, env: &[(&str, &str)]) -> (Child, u16) {
+fn port_forward(sim: &impl Kubectl, pod: &str, port: u16, env: &[(&str, &str)]) -> (Child, u16) {
     let mut child = sim
         .kubectl()
         .args(["port-forward", &format!("pod/{pod}"), &format!(":{port}")])
@@ -934,28 +962,26 @@ fn http_get(port: u16, path: &str) -> std::io::Result<String> {
 
 #[test]
 fn kubectl_port_forward_reaches_a_pods_port_over_the_websocket_tunnel_and_over_plain_spdy() {
-    let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
+    port_forward_both_ways(&Sim::start_with(&["--image", "shell:1=/bin/sh"]));
+}
+
+/// `kubectl port-forward` to a pod of image `shell:1` (`/bin/sh`) serving HTTP with
+/// python3: over the WebSocket tunnel and over plain SPDY, and a refused port.
+fn port_forward_both_ways(sim: &impl Kubectl) {
     // An HTTP server on 8080 serving the container's filesystem, whose /etc/hostname is
     // the pod's; Ready once the port accepts connections.
-    let pod = sim.write(
-        "pod.yaml",
+    sim.ready_pod(
+        "portal",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: portal}\nspec:\n  containers:\n  \
          - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
          'exec python3 -m http.server 8080 --bind 0.0.0.0 --directory /']\n    \
          ports: [{containerPort: 8080}]\n    \
          readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}\n",
     );
-    sim.ok(&["apply", "-f", &pod]);
-    sim.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/portal",
-        "--timeout=30s",
-    ]);
 
     // kubectl's default (SPDY inside a WebSocket), then its fallback (plain SPDY/3.1).
     for env in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
-        let (mut kubectl, local) = port_forward(&sim, "portal", 8080, env);
+        let (mut kubectl, local) = port_forward(sim, "portal", 8080, env);
         // Two connections: two pairs of streams on the one session.
         for _ in 0..2 {
             let answer = http_get(local, "/etc/hostname")
@@ -972,7 +998,7 @@ fn kubectl_port_forward_reaches_a_pods_port_over_the_websocket_tunnel_and_over_p
 
     // Nothing listens on 8081: the error the pod's side gave reaches kubectl, which says
     // so and ends.
-    let (kubectl, local) = port_forward(&sim, "portal", 8081, &[]);
+    let (kubectl, local) = port_forward(sim, "portal", 8081, &[]);
     let cut = http_get(local, "/").unwrap_or_default();
     assert!(!cut.contains("200 OK"), "{cut}");
     let out = wait_with_timeout(kubectl, WAIT);
@@ -982,4 +1008,228 @@ fn kubectl_port_forward_reaches_a_pods_port_over_the_websocket_tunnel_and_over_p
             && stderr.contains("onnection refused"),
         "{out:?}"
     );
+}
+
+/// A real control plane (`opconform::cluster::local`) with one node of our kubelet, which
+/// maps image `shell:1` to `/bin/sh`; stopped on drop, even when the test panics.
+struct Local {
+    runtime: tokio::runtime::Runtime,
+    plane: Option<opconform::cluster::local::ControlPlane>,
+    kubelet: Option<opconform::sim::kubelet::Kubelet>,
+    dir: tempfile::TempDir,
+}
+
+const LOCAL_NODE: &str = "worker-74";
+
+impl Local {
+    fn start() -> Self {
+        use opconform::cluster::local::{Binaries, ControlPlane, ControlPlaneConfig};
+        use opconform::sim::kubelet::{Kubelet, KubeletConfig};
+        kubectl_available();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let binaries =
+            Binaries::find().unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+        let mut config = ControlPlaneConfig::new(binaries);
+        config.nodes = vec![LOCAL_NODE.into()];
+        let plane = runtime
+            .block_on(ControlPlane::start(config))
+            .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+        let mut local = Self {
+            runtime,
+            plane: Some(plane),
+            kubelet: None,
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        let mut node = KubeletConfig::new(LOCAL_NODE, 74, local.dir.path().join("node"));
+        node.images.insert("shell:1", "/bin/sh");
+        let upstream = std::sync::Arc::new(local.plane().upstream());
+        let kubelet = local
+            .runtime
+            .block_on(Kubelet::start(upstream, node))
+            .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+        local.kubelet = Some(kubelet);
+        local
+            .plane()
+            .write_admin_kubeconfig(&local.kubeconfig())
+            .expect("the admin kubeconfig is written");
+        local.ok(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("node/{LOCAL_NODE}"),
+            "--timeout=60s",
+        ]);
+        local
+    }
+
+    fn plane(&self) -> &opconform::cluster::local::ControlPlane {
+        self.plane.as_ref().expect("the control plane runs")
+    }
+
+    /// `GET path` of the kubelet's own endpoint at `server`, trusting the cluster CA, with
+    /// `token` or no credentials: the status and the body.
+    fn kubelet_get(&self, server: &str, token: Option<&str>, path: &str) -> (u16, String) {
+        use base64::Engine as _;
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.plane().ca_pem());
+        let user = token.map_or("{}".to_string(), |t| format!("{{token: {t}}}"));
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{server}', \
+             certificate-authority-data: {ca}}}}}]\nusers: [{{name: u, user: {user}}}]\n\
+             contexts: [{{name: k, context: {{cluster: k, user: u}}}}]\ncurrent-context: k\n"
+        );
+        self.runtime.block_on(async {
+            let parsed: kube::config::Kubeconfig =
+                serde_yaml::from_str(&kubeconfig).expect("a kubeconfig");
+            let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+                .await
+                .expect("a client configuration");
+            let client = kube::Client::try_from(config).expect("a client");
+            support::raw(&client, "GET", path, "text/plain", Vec::new()).await
+        })
+    }
+}
+
+impl Kubectl for Local {
+    fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let (kubelet, plane) = (self.kubelet.take(), self.plane.take());
+        self.runtime.block_on(async {
+            if let Some(kubelet) = kubelet {
+                kubelet.shutdown().await;
+            }
+            if let Some(plane) = plane {
+                plane.shutdown().await;
+            }
+        });
+    }
+}
+
+/// The kubelet's endpoint lets in users whose token the API server knows and who may use
+/// `nodes/proxy`, and no one else (kube-apiserver, with its client certificate, is let in
+/// for exec, logs and port-forward; its node proxy refuses loopback addresses, so it is
+/// not tried here).
+fn the_kubelet_lets_in_only_whom_the_api_server_authorizes(local: &Local) {
+    let port = local.ok(&[
+        "get",
+        "node",
+        LOCAL_NODE,
+        "-o",
+        "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+    ]);
+    // Its serving certificate is for its InternalIP, signed by the cluster CA.
+    let server = format!("https://127.0.10.74:{port}");
+    assert_eq!(
+        local.kubelet_get(&server, None, "/healthz"),
+        (401, "Unauthorized".to_string())
+    );
+    local.ok(&["create", "serviceaccount", "nobody"]);
+    let token = local.ok(&["create", "token", "nobody"]);
+    let token = token.trim();
+    assert_eq!(
+        local.kubelet_get(&server, Some(token), "/healthz"),
+        (
+            403,
+            "Forbidden (user=system:serviceaccount:default:nobody, verb=get, resource=nodes, \
+             subresource(s)=[healthz proxy])\n"
+                .to_string()
+        )
+    );
+    local.ok(&[
+        "create",
+        "clusterrole",
+        "node-proxy",
+        "--verb=get",
+        "--resource=nodes/proxy",
+    ]);
+    local.ok(&[
+        "create",
+        "clusterrolebinding",
+        "nobody-node-proxy",
+        "--clusterrole=node-proxy",
+        "--serviceaccount=default:nobody",
+    ]);
+    // The binding reaches the API server's authorizer through its informers.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let answer = local.kubelet_get(&server, Some(token), "/healthz");
+        if answer == (200, "ok".to_string()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodes/proxy did not let the user in within {WAIT:?}: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `kubectl attach` relays what the container writes until it ends, then ends well.
+fn attach_relays_a_containers_output_until_it_ends(local: &Local) {
+    local.ready_pod(
+        "talker",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: talker}\nspec:\n  restartPolicy: Never\n  \
+         containers:\n  - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
+         'while [ ! -e stop ]; do echo tick; sleep 0.2; done; echo bye']\n",
+    );
+    let mut attach = local
+        .kubectl()
+        .args(["attach", "talker"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl attach starts");
+    // Read by a thread, so that every wait for a line is bounded.
+    let stdout = attach.stdout.take().expect("stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let first = lines.recv_timeout(WAIT);
+    if first.as_deref() != Ok("tick") {
+        let _ = attach.kill();
+        panic!("kubectl attach did not relay the container's output: {first:?}");
+    }
+    local.ok(&["exec", "talker", "--", "/bin/sh", "-c", "touch stop"]);
+    let mut rest = Vec::new();
+    loop {
+        match lines.recv_timeout(WAIT) {
+            Ok(line) => rest.push(line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = attach.kill();
+                panic!("kubectl attach did not end with the container: {rest:?}");
+            }
+        }
+    }
+    assert_eq!(rest.last().map(String::as_str), Some("bye"), "{rest:?}");
+    assert!(
+        rest[..rest.len() - 1].iter().all(|l| l == "tick"),
+        "{rest:?}"
+    );
+    let ended = wait_with_timeout(attach, WAIT);
+    assert!(
+        ended.status.success(),
+        "kubectl attach ends with the container: {ended:?}"
+    );
+}
+
+#[test]
+fn on_local_kubectl_exec_attach_logs_follow_and_port_forward_reach_our_kubelet_which_lets_in_only_authorized_users()
+ {
+    let local = Local::start();
+    the_kubelet_lets_in_only_whom_the_api_server_authorizes(&local);
+    exec_and_logs_follow(&local);
+    attach_relays_a_containers_output_until_it_ends(&local);
+    port_forward_both_ways(&local);
 }

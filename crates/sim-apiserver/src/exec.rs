@@ -11,19 +11,20 @@
 //! own exit code) and the socket closes. A client that goes away kills the command.
 //!
 //! Kubelets register an [`ExecSource`] ([`crate::state::State::add_exec_source`]) that
-//! starts the command as a process whose standard streams are piped.
+//! starts the command as a process whose standard streams are piped. [`exit_status`] is the
+//! final status of a command, shared with the kubelet's own SPDY endpoint (in `sim-node`),
+//! which serves exec to a real kube-apiserver.
 //!
 //! # Caveats
 //! - No terminal (`tty=true` is refused, naming why): `kubectl exec -it` without `-t`
 //!   works, interactive shells do not.
-//! - SPDY, kubectl's fallback, is not served: the upgrade is refused with a status saying
-//!   which protocols are.
+//! - SPDY, kubectl's fallback, is not served here (the kubelet's endpoint serves it): the
+//!   upgrade is refused with a status saying which protocols are.
 
 use std::sync::Arc;
 
 use futures::{SinkExt as _, StreamExt as _};
 use hyper::HeaderMap;
-use hyper::header::{CONNECTION, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::Child;
@@ -32,7 +33,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
-use super::status::{ApiError, GroupResource};
+use super::status::ApiError;
 
 /// The subprotocols served, in order of preference.
 pub const PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -75,6 +76,16 @@ pub struct Accepted {
     /// `Sec-WebSocket-Accept`.
     pub accept_key: String,
     child: Child,
+}
+
+impl Accepted {
+    /// How the 101 answers ([`crate::upgrade::switching_protocols`]).
+    pub fn switch(&self) -> super::upgrade::Switch {
+        super::upgrade::Switch::WebSocket {
+            protocol: self.protocol,
+            accept_key: self.accept_key.clone(),
+        }
+    }
 }
 
 /// Checks an exec request of `stored`, the pod as stored, and starts its command through
@@ -123,18 +134,8 @@ pub fn start(
         ));
     }
     let (protocol, accept_key) = handshake(headers)?;
-    let gr = GroupResource::new("", "pods");
-    let pod = stored.ok_or_else(|| ApiError::not_found(&gr, name))?;
+    let pod = super::upgrade::scheduled_pod(stored, name)?;
     let container = super::podlog::container_of(&pod, name, &container)?;
-    if pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty()
-    {
-        return Err(ApiError::BadRequest(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
     let request = ExecRequest {
         namespace,
         pod: name,
@@ -165,34 +166,13 @@ pub fn start(
 /// The subprotocol and `Sec-WebSocket-Accept` of a WebSocket upgrade offering one of
 /// [`PROTOCOLS`].
 fn handshake(headers: &HeaderMap) -> Result<(&'static str, String), ApiError> {
-    let header = |name| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(|v| v.trim().to_ascii_lowercase())
-            .collect::<Vec<_>>()
-    };
-    let upgrade = header(UPGRADE).iter().any(|v| v == "websocket")
-        && header(CONNECTION).iter().any(|v| v == "upgrade");
-    let key = headers.get(SEC_WEBSOCKET_KEY).map(|k| k.as_bytes());
-    let offered = header(SEC_WEBSOCKET_PROTOCOL);
-    let protocol = PROTOCOLS
-        .iter()
-        .find(|p| offered.iter().any(|o| o == *p))
-        .copied();
-    match (upgrade, key, protocol) {
-        (true, Some(key), Some(protocol)) => Ok((
-            protocol,
-            tokio_tungstenite::tungstenite::handshake::derive_accept_key(key),
-        )),
-        _ => Err(ApiError::BadRequest(format!(
+    super::upgrade::websocket(headers, PROTOCOLS).ok_or_else(|| {
+        ApiError::BadRequest(format!(
             "upgrade request required: exec is served over a WebSocket with one of the \
              subprotocols {}",
             PROTOCOLS.join(", ")
-        ))),
-    }
+        ))
+    })
 }
 
 /// Relays the command's streams over the upgraded connection until it has exited and its
@@ -247,19 +227,7 @@ where
         }
     }
     drop(stdin);
-    let status = match child.wait().await {
-        Ok(exit) if exit.success() => json!({"metadata": {}, "status": "Success"}),
-        Ok(exit) => {
-            let code = exit
-                .code()
-                .or_else(|| std::os::unix::process::ExitStatusExt::signal(&exit).map(|s| 128 + s))
-                .unwrap_or(1);
-            failure(code)
-        }
-        Err(e) => json!({"metadata": {}, "status": "Failure",
-                         "message": format!("waiting for the command: {e}"),
-                         "reason": "InternalError"}),
-    };
+    let status = exit_status(child.wait().await);
     let mut frame = vec![STATUS];
     frame.extend(serde_json::to_vec(&status).unwrap_or_default());
     let _ = sink.send(Message::binary(frame)).await;
@@ -270,6 +238,25 @@ where
     };
     let _ = sink.send(Message::Close(Some(normal))).await;
     let _ = sink.close().await;
+}
+
+/// The `Status` of a command that has ended (or could not be waited for), as the kubelet
+/// writes it on the error stream: `Success`, or `Failure` with reason `NonZeroExitCode`
+/// and the exit code (128 + the signal for a command killed by one) as a cause.
+pub fn exit_status(exit: std::io::Result<std::process::ExitStatus>) -> Value {
+    match exit {
+        Ok(exit) if exit.success() => json!({"metadata": {}, "status": "Success"}),
+        Ok(exit) => {
+            let code = exit
+                .code()
+                .or_else(|| std::os::unix::process::ExitStatusExt::signal(&exit).map(|s| 128 + s))
+                .unwrap_or(1);
+            failure(code)
+        }
+        Err(e) => json!({"metadata": {}, "status": "Failure",
+                         "message": format!("error executing command in container: {e}"),
+                         "reason": "InternalError"}),
+    }
 }
 
 /// The status of a command that exited with `code`, as the kubelet writes it.
@@ -308,7 +295,9 @@ async fn pump(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::HeaderValue;
+    use hyper::header::{
+        CONNECTION, HeaderValue, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE,
+    };
 
     fn upgrade(protocols: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
@@ -343,7 +332,12 @@ mod tests {
 
     #[test]
     fn a_non_zero_exit_names_its_code_as_kubectl_reads_it() {
-        let status = failure(3);
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(
+            exit_status(Ok(std::process::ExitStatus::from_raw(0)))["status"],
+            "Success"
+        );
+        let status = exit_status(Ok(std::process::ExitStatus::from_raw(3 << 8)));
         assert_eq!(status["reason"], "NonZeroExitCode");
         assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode");
         assert_eq!(status["details"]["causes"][0]["message"], "3");

@@ -48,6 +48,7 @@ pub mod state;
 pub mod status;
 pub mod store;
 pub mod tls;
+pub mod upgrade;
 pub mod validation;
 pub mod watch;
 
@@ -70,7 +71,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use chrono::Utc;
-use http_body_util::{BodyExt as _, Empty, Full, Limited, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt as _, Full, Limited, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -593,7 +594,13 @@ async fn handle(
             ) {
                 Ok(accepted) => {
                     state.faults.served(&facts);
-                    exec_response(parts.extensions.remove(), accepted).into()
+                    // Without an upgrade (the client went away), dropping `accepted` kills
+                    // the command.
+                    let switch = accepted.switch();
+                    upgraded(parts.extensions.remove(), &switch, move |io| {
+                        exec::relay(io, accepted)
+                    })
+                    .into()
                 }
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
@@ -602,7 +609,11 @@ async fn handle(
             return match portforward::start(&state, &info.namespace, &info.name, &parts.headers) {
                 Ok(accepted) => {
                     state.faults.served(&facts);
-                    portforward_response(parts.extensions.remove(), accepted).into()
+                    let switch = accepted.switch.clone();
+                    upgraded(parts.extensions.remove(), &switch, move |io| {
+                        portforward::serve(io, accepted)
+                    })
+                    .into()
                 }
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
@@ -771,95 +782,19 @@ fn watch_response(
     resp
 }
 
-/// The answer to an accepted `pods/exec`: 101 Switching Protocols, and the relay of the
-/// command's streams once the connection is upgraded (see [`exec`]).
-fn exec_response(
+/// The answer to an accepted `pods/exec` or `pods/portforward`: 101 Switching Protocols
+/// as `switch` says, and `serve` on the connection once it is upgraded (see [`upgrade`]).
+fn upgraded<F, Fut>(
     upgrade: Option<hyper::upgrade::OnUpgrade>,
-    accepted: exec::Accepted,
-) -> Response<Body> {
-    let mut resp = Response::new(
-        Empty::<Bytes>::new()
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *resp.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
-    let headers = resp.headers_mut();
-    headers.insert(
-        hyper::header::UPGRADE,
-        HeaderValue::from_static("websocket"),
-    );
-    headers.insert(
-        hyper::header::CONNECTION,
-        HeaderValue::from_static("Upgrade"),
-    );
-    headers.insert(
-        hyper::header::SEC_WEBSOCKET_PROTOCOL,
-        HeaderValue::from_static(accepted.protocol),
-    );
-    if let Ok(key) = HeaderValue::from_str(&accepted.accept_key) {
-        headers.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, key);
-    }
-    tokio::spawn(async move {
-        // Without an upgrade (the client went away), dropping `accepted` kills the command.
-        if let Some(Ok(upgraded)) = match upgrade {
-            Some(on) => Some(on.await),
-            None => None,
-        } {
-            exec::relay(hyper_util::rt::TokioIo::new(upgraded), accepted).await;
-        }
-    });
-    resp
-}
-
-/// The answer to an accepted `pods/portforward`: 101 Switching Protocols to a WebSocket
-/// (the SPDY tunnel) or to SPDY/3.1, and the session once the connection is upgraded (see
-/// [`portforward`]).
-fn portforward_response(
-    upgrade: Option<hyper::upgrade::OnUpgrade>,
-    accepted: portforward::Accepted,
-) -> Response<Body> {
-    let mut resp = Response::new(
-        Empty::<Bytes>::new()
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *resp.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
-    let headers = resp.headers_mut();
-    headers.insert(
-        hyper::header::CONNECTION,
-        HeaderValue::from_static("Upgrade"),
-    );
-    match &accepted.transport {
-        portforward::Transport::WebSocket(key) => {
-            headers.insert(
-                hyper::header::UPGRADE,
-                HeaderValue::from_static("websocket"),
-            );
-            headers.insert(
-                hyper::header::SEC_WEBSOCKET_PROTOCOL,
-                HeaderValue::from_static(portforward::WEBSOCKET_PROTOCOL),
-            );
-            if let Ok(key) = HeaderValue::from_str(key) {
-                headers.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, key);
-            }
-        }
-        portforward::Transport::Spdy => {
-            headers.insert(hyper::header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-            headers.insert(
-                portforward::STREAM_PROTOCOL_HEADER,
-                HeaderValue::from_static(portforward::PROTOCOL),
-            );
-        }
-    }
-    tokio::spawn(async move {
-        if let Some(Ok(upgraded)) = match upgrade {
-            Some(on) => Some(on.await),
-            None => None,
-        } {
-            portforward::serve(hyper_util::rt::TokioIo::new(upgraded), accepted).await;
-        }
-    });
-    resp
+    switch: &upgrade::Switch,
+    serve: F,
+) -> Response<Body>
+where
+    F: FnOnce(hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    upgrade::switching_protocols(upgrade, switch, serve)
+        .map(|body| body.map_err(|never| match never {}).boxed())
 }
 
 /// A `pods/log` answer: the log so far as one body, or with `follow` a chunked stream of it

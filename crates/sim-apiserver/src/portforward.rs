@@ -19,6 +19,9 @@
 //! kubectl prints before it drops the session. A pair not completed within 30 s is told so
 //! on its error stream.
 //!
+//! The kubelet's own endpoint (in `sim-node`) serves the same session to a real
+//! kube-apiserver: it builds an [`Accepted`] for a [`Target`] of its own pods.
+//!
 //! # Caveats
 //! - The WebSocket channel protocol of the kubelet (`v4.channel.k8s.io`, `?ports=`, what
 //!   kube-rs's `Portforwarder` speaks) is not served: such an upgrade is refused, naming
@@ -33,7 +36,7 @@ use std::time::Duration;
 
 use futures::{SinkExt as _, StreamExt as _};
 use hyper::HeaderMap;
-use hyper::header::{CONNECTION, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use hyper::header::UPGRADE;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -44,41 +47,49 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::spdy::{self, Event, Incoming};
 use super::status::{ApiError, GroupResource};
+use super::upgrade::{self, Switch};
 
 /// The WebSocket subprotocol of the SPDY tunnel.
 pub const WEBSOCKET_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 /// The SPDY stream protocol (`X-Stream-Protocol-Version`).
 pub const PROTOCOL: &str = "portforward.k8s.io";
-/// The header naming the SPDY stream protocols.
-pub const STREAM_PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 /// How long a pair may wait for its second stream (the kubelet's stream creation timeout).
 const PAIR_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How an accepted port-forward is carried.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transport {
-    /// SPDY inside a WebSocket; the `Sec-WebSocket-Accept` to answer with.
-    WebSocket(String),
-    /// SPDY on the upgraded connection.
-    Spdy,
-}
-
-/// A port-forward accepted: how to answer (101 with [`Accepted::transport`]'s headers),
-/// then [`serve`] on the upgraded connection.
+/// A port-forward accepted: how to answer (101 with [`Accepted::switch`]'s headers), then
+/// [`serve`] on the upgraded connection.
 #[derive(Debug)]
 pub struct Accepted {
-    /// The transport the client asked for.
-    pub transport: Transport,
+    /// The transport the client asked for: SPDY inside a WebSocket, or SPDY on the
+    /// upgraded connection.
+    pub switch: Switch,
     target: Arc<Target>,
 }
 
 /// The pod whose ports are forwarded.
-#[derive(Debug)]
-struct Target {
-    namespace: String,
-    name: String,
-    uid: String,
-    ip: IpAddr,
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID (named in errors).
+    pub uid: String,
+    /// Its address (`status.podIP`), connected to from inside its network namespace.
+    pub ip: IpAddr,
+}
+
+impl Accepted {
+    /// A port-forward of `target`'s ports whose upgrade `headers` ask for.
+    ///
+    /// # Errors
+    /// As [`start`] refuses an upgrade.
+    pub fn new(headers: &HeaderMap, target: Target) -> Result<Self, ApiError> {
+        Ok(Self {
+            switch: handshake(headers)?,
+            target: Arc::new(target),
+        })
+    }
 }
 
 /// Checks a port-forward request: its upgrade and the pod.
@@ -93,21 +104,9 @@ pub fn start(
     name: &str,
     headers: &HeaderMap,
 ) -> Result<Accepted, ApiError> {
-    let transport = handshake(headers)?;
+    let switch = handshake(headers)?;
     let gr = GroupResource::new("", "pods");
-    let pod = state
-        .store
-        .get(&gr, namespace, name)
-        .ok_or_else(|| ApiError::not_found(&gr, name))?;
-    if pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty()
-    {
-        return Err(ApiError::BadRequest(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
+    let pod = super::upgrade::scheduled_pod(state.store.get(&gr, namespace, name), name)?;
     let ip = pod["status"]["podIP"]
         .as_str()
         .and_then(|ip| ip.parse().ok())
@@ -117,7 +116,7 @@ pub fn start(
             ))
         })?;
     Ok(Accepted {
-        transport,
+        switch,
         target: Arc::new(Target {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -131,56 +130,29 @@ pub fn start(
 }
 
 /// The transport an upgrade asks for, or why it is refused.
-fn handshake(headers: &HeaderMap) -> Result<Transport, ApiError> {
-    let values = |name: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(|v| v.trim().to_ascii_lowercase())
-            .filter(|v| !v.is_empty())
-            .collect::<Vec<_>>()
-    };
-    let upgrade = values(UPGRADE.as_str());
-    if !values(CONNECTION.as_str()).iter().any(|v| v == "upgrade") {
+fn handshake(headers: &HeaderMap) -> Result<Switch, ApiError> {
+    if !upgrade::is_upgrade(headers) {
         return Err(missing_upgrade());
     }
-    if upgrade.iter().any(|v| v == "websocket") {
-        let key = headers.get(SEC_WEBSOCKET_KEY).map(|k| k.as_bytes());
-        let tunnel = WEBSOCKET_PROTOCOL.to_ascii_lowercase();
-        return match key {
-            Some(key) if values(SEC_WEBSOCKET_PROTOCOL.as_str()).contains(&tunnel) => {
-                Ok(Transport::WebSocket(
-                    tokio_tungstenite::tungstenite::handshake::derive_accept_key(key),
-                ))
-            }
-            _ => Err(ApiError::BadRequest(format!(
+    let websocket = upgrade::header_values(headers, UPGRADE.as_str())
+        .iter()
+        .any(|v| v == "websocket");
+    if websocket {
+        return match upgrade::websocket(headers, &[WEBSOCKET_PROTOCOL]) {
+            Some((protocol, accept_key)) => Ok(Switch::WebSocket {
+                protocol,
+                accept_key,
+            }),
+            None => Err(ApiError::BadRequest(format!(
                 "unable to upgrade connection: port-forward is served over a WebSocket with \
                  the subprotocol {WEBSOCKET_PROTOCOL} or over SPDY/3.1 with {PROTOCOL}"
             ))),
         };
     }
-    if !upgrade.iter().any(|v| v == "spdy/3.1") {
+    if !upgrade::is_spdy(headers) {
         return Err(missing_upgrade());
     }
-    let offered = values(STREAM_PROTOCOL_HEADER);
-    if offered.is_empty() {
-        return Err(ApiError::BadRequest(
-            "unable to upgrade: X-Stream-Protocol-Version is required".into(),
-        ));
-    }
-    if !offered.iter().any(|p| p == PROTOCOL) {
-        return Err(ApiError::Custom {
-            code: 403,
-            reason: "Forbidden".into(),
-            message: format!(
-                "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, \
-                 server accepts [{PROTOCOL:?}]"
-            ),
-        });
-    }
-    Ok(Transport::Spdy)
+    upgrade::stream_protocol(headers, &[PROTOCOL]).map(Switch::Spdy)
 }
 
 fn missing_upgrade() -> ApiError {
@@ -193,9 +165,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let target = accepted.target;
-    match accepted.transport {
-        Transport::Spdy => session(io, target).await,
-        Transport::WebSocket(_) => {
+    match accepted.switch {
+        Switch::Spdy(_) => session(io, target).await,
+        Switch::WebSocket { .. } => {
             let (inner, outer) = tokio::io::duplex(64 * 1024);
             let session = tokio::spawn(session(inner, target));
             tunnel(io, outer).await;
@@ -413,99 +385,17 @@ async fn relay(connection: tokio::net::TcpStream, data: &mut Incoming) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upgrade::tests::with;
     use bytes::Bytes;
-    use hyper::header::HeaderValue;
 
-    fn with(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(*name, HeaderValue::from_static(value));
-        }
-        headers
-    }
+    type Client = spdy::Client<tokio::io::DuplexStream>;
 
-    /// A SPDY client over `io`, as client-go's port-forwarder drives one.
-    struct Client {
-        read: tokio::io::ReadHalf<tokio::io::DuplexStream>,
-        write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
-        encoder: spdy::HeaderEncoder,
-        decoder: spdy::HeaderDecoder,
-        buffer: Vec<u8>,
-    }
-
-    impl Client {
-        fn new(io: tokio::io::DuplexStream) -> Self {
-            let (read, write) = tokio::io::split(io);
-            Self {
-                read,
-                write,
-                encoder: spdy::HeaderEncoder::new().unwrap_or_else(|e| panic!("{e}")),
-                decoder: spdy::HeaderDecoder::default(),
-                buffer: Vec::new(),
-            }
-        }
-
-        async fn send(&mut self, frame: spdy::Frame) {
-            self.write.write_all(&frame.encode()).await.ok();
-        }
-
-        async fn open(&mut self, id: u32, headers: &[(&str, &str)]) {
-            let headers = headers
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect();
-            let block = self.encoder.encode(&headers).unwrap_or_default();
-            self.send(spdy::Frame::SynStream {
-                id,
-                flags: 0,
-                block: block.into(),
-            })
-            .await;
-        }
-
-        /// The next frame from the server (header blocks checked to decode).
-        async fn next(&mut self) -> Option<spdy::Frame> {
-            loop {
-                if let Ok(Some((frame, used))) = spdy::parse(&self.buffer) {
-                    self.buffer.drain(..used);
-                    if let spdy::Frame::SynReply { block, .. } = &frame {
-                        assert_eq!(self.decoder.decode(block).ok(), Some(Vec::new()));
-                    }
-                    return Some(frame);
-                }
-                let mut chunk = [0u8; 4096];
-                match self.read.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                }
-            }
-        }
-
-        /// What the server sends on each of `ids` until it has FINed them all, and the
-        /// other frames it sent meanwhile.
-        async fn read_to_fins(&mut self, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<spdy::Frame>) {
-            let mut data = vec![Vec::new(); ids.len()];
-            let mut open = ids.len();
-            let mut others = Vec::new();
-            while open > 0 {
-                // Bounded, so that a stream never finished fails the test.
-                let next = tokio::time::timeout(Duration::from_secs(30), self.next()).await;
-                let Ok(Some(frame)) = next else {
-                    panic!("streams {ids:?} were not finished; frames: {others:?}");
-                };
-                match frame {
-                    spdy::Frame::Data { id, flags, data: d } if ids.contains(&id) => {
-                        let at = ids.iter().position(|i| *i == id).unwrap_or_default();
-                        data[at].extend_from_slice(&d);
-                        if flags & spdy::FLAG_FIN != 0 {
-                            open -= 1;
-                        }
-                    }
-                    other => others.push(other),
-                }
-            }
-            (data, others)
-        }
+    /// What the server sends on `ids` until it FINs them all, within 30 s.
+    async fn fins(client: &mut Client, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<spdy::Frame>) {
+        tokio::time::timeout(Duration::from_secs(30), client.read_to_fins(ids))
+            .await
+            .unwrap_or_else(|_| panic!("streams {ids:?} were not finished within 30 s"))
+            .unwrap_or_else(|e| panic!("streams {ids:?}: {e}"))
     }
 
     fn loopback() -> Arc<Target> {
@@ -533,7 +423,7 @@ mod tests {
         });
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let served = tokio::spawn(session(server_io, loopback()));
-        let mut client = Client::new(client_io);
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         let port = port.to_string();
         // Data first: the pair is keyed by requestid, not by order.
         client
@@ -541,27 +431,31 @@ mod tests {
                 1,
                 &[("streamtype", "data"), ("port", &port), ("requestid", "7")],
             )
-            .await;
+            .await
+            .ok();
         client
             .open(
                 3,
                 &[("streamtype", "error"), ("port", &port), ("requestid", "7")],
             )
-            .await;
+            .await
+            .ok();
         client
             .send(spdy::Frame::Data {
                 id: 3,
                 flags: spdy::FLAG_FIN,
                 data: Bytes::new(),
             })
-            .await;
+            .await
+            .ok();
         client
             .send(spdy::Frame::Data {
                 id: 1,
                 flags: 0,
                 data: Bytes::from_static(b"hello"),
             })
-            .await;
+            .await
+            .ok();
         // The client's FIN half-closes the pod connection: the pod answers then.
         client
             .send(spdy::Frame::Data {
@@ -569,8 +463,9 @@ mod tests {
                 flags: spdy::FLAG_FIN,
                 data: Bytes::new(),
             })
-            .await;
-        let (data, others) = client.read_to_fins(&[1, 3]).await;
+            .await
+            .ok();
+        let (data, others) = fins(&mut client, &[1, 3]).await;
         assert_eq!(data, [&b"HELLO"[..], b""]);
         let replies: Vec<u32> = others
             .iter()
@@ -582,7 +477,8 @@ mod tests {
         assert_eq!(replies, [1, 3]);
         client
             .send(spdy::Frame::GoAway { last: 0, status: 0 })
-            .await;
+            .await
+            .ok();
         assert!(served.await.is_ok());
         assert!(pod.await.is_ok());
     }
@@ -596,20 +492,23 @@ mod tests {
             .unwrap_or_else(|e| panic!("binding a loopback port: {e}"));
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let served = tokio::spawn(session(server_io, loopback()));
-        let mut client = Client::new(client_io);
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         let port = port.to_string();
-        client.open(1, &[("streamtype", "data")]).await;
+        client.open(1, &[("streamtype", "data")]).await.ok();
         client
             .open(3, &[("streamtype", "other"), ("port", "80")])
-            .await;
+            .await
+            .ok();
         // No requestid: the data stream (7) pairs with the error stream before it (5).
         client
             .open(5, &[("streamtype", "error"), ("port", &port)])
-            .await;
+            .await
+            .ok();
         client
             .open(7, &[("streamtype", "data"), ("port", &port)])
-            .await;
-        let (data, others) = client.read_to_fins(&[5, 7]).await;
+            .await
+            .ok();
+        let (data, others) = fins(&mut client, &[5, 7]).await;
         assert_eq!(data[1], b"");
         let message = data[0].clone();
         let message = String::from_utf8_lossy(&message);
@@ -642,7 +541,10 @@ mod tests {
         ]);
         assert_eq!(
             handshake(&headers).ok(),
-            Some(Transport::WebSocket("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()))
+            Some(Switch::WebSocket {
+                protocol: WEBSOCKET_PROTOCOL,
+                accept_key: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()
+            })
         );
     }
 
@@ -665,7 +567,10 @@ mod tests {
             &[("x-stream-protocol-version", "portforward.k8s.io")],
         ]
         .concat();
-        assert_eq!(handshake(&with(&offered)).ok(), Some(Transport::Spdy));
+        assert_eq!(
+            handshake(&with(&offered)).ok(),
+            Some(Switch::Spdy(PROTOCOL))
+        );
         assert!(handshake(&with(&spdy)).is_err());
         let other = [
             &spdy[..],

@@ -4,7 +4,8 @@
 //! The frames ([`Frame`], [`parse`], [`Frame::encode`]) and their header blocks, compressed
 //! with one zlib stream per direction primed with the SPDY/3 dictionary ([`HeaderDecoder`],
 //! [`HeaderEncoder`]), and a session ([`serve`]) that hands each stream the client opens to
-//! its consumer ([`Incoming`]), who answers it ([`StreamWriter::reply`]) or resets it.
+//! its consumer ([`Incoming`]), who answers it ([`StreamWriter::reply`]) or resets it; and
+//! a [`Client`] of such a session.
 //!
 //! What a Go client (moby/spdystream) needs, no more: the client opens every stream (odd
 //! IDs), the server echoes its pings, ignores SETTINGS, WINDOW_UPDATE and HEADERS, and
@@ -682,6 +683,122 @@ where
     let _ = writer.write_all(&goaway.encode()).await;
     let _ = writer.shutdown().await;
     Ok(())
+}
+
+/// The client side of a session, as client-go drives one (opening odd-numbered streams),
+/// for whoever needs to talk to a server of this module's kind: tests of the servers that
+/// build on it, tools.
+pub struct Client<S> {
+    read: tokio::io::ReadHalf<S>,
+    write: tokio::io::WriteHalf<S>,
+    encoder: HeaderEncoder,
+    decoder: HeaderDecoder,
+    buffer: Vec<u8>,
+}
+
+impl<S: AsyncRead + AsyncWrite> Client<S> {
+    /// A client on the connection `io`.
+    ///
+    /// # Errors
+    /// When zlib refuses the header dictionary.
+    pub fn new(io: S) -> Result<Self, SpdyError> {
+        let (read, write) = tokio::io::split(io);
+        Ok(Self {
+            read,
+            write,
+            encoder: HeaderEncoder::new()?,
+            decoder: HeaderDecoder::default(),
+            buffer: Vec::new(),
+        })
+    }
+
+    /// Writes `frame`.
+    ///
+    /// # Errors
+    /// When the connection fails.
+    pub async fn send(&mut self, frame: Frame) -> Result<(), SpdyError> {
+        self.write
+            .write_all(&frame.encode())
+            .await
+            .map_err(SpdyError::Io)
+    }
+
+    /// Opens stream `id` (odd, above the last) with `headers`.
+    ///
+    /// # Errors
+    /// When the headers cannot be compressed or the connection fails.
+    pub async fn open(&mut self, id: u32, headers: &[(&str, &str)]) -> Result<(), SpdyError> {
+        let headers = headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        let block = self.encoder.encode(&headers)?;
+        self.send(Frame::SynStream {
+            id,
+            flags: 0,
+            block: block.into(),
+        })
+        .await
+    }
+
+    /// The next frame from the server (`None` once the connection ends); the header blocks
+    /// of replies are read, to keep the zlib stream in step, and must be empty, as the
+    /// server of this module sends them.
+    ///
+    /// # Errors
+    /// A frame or header block that breaks the protocol, or the connection failing.
+    pub async fn next(&mut self) -> Result<Option<Frame>, SpdyError> {
+        loop {
+            if let Some((frame, used)) = parse(&self.buffer)? {
+                self.buffer.drain(..used);
+                if let Frame::SynReply { block, .. } | Frame::Headers { block, .. } = &frame
+                    && !self.decoder.decode(block)?.is_empty()
+                {
+                    return Err(SpdyError::HeaderBlock("a reply carries headers"));
+                }
+                return Ok(Some(frame));
+            }
+            let mut chunk = [0u8; 4096];
+            match self.read.read(&mut chunk).await {
+                Ok(0) => return Ok(None),
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(SpdyError::Io(e)),
+            }
+        }
+    }
+
+    /// What the server sends on each of `ids` until it has FINed them all, and the other
+    /// frames it sent meanwhile (replies, resets, …). Not bounded in time: callers bound
+    /// it.
+    ///
+    /// # Errors
+    /// As [`Client::next`]; the connection ending first is an error too.
+    pub async fn read_to_fins(
+        &mut self,
+        ids: &[u32],
+    ) -> Result<(Vec<Vec<u8>>, Vec<Frame>), SpdyError> {
+        let mut data = vec![Vec::new(); ids.len()];
+        let mut open = ids.len();
+        let mut others = Vec::new();
+        while open > 0 {
+            let Some(frame) = self.next().await? else {
+                return Err(SpdyError::Io(std::io::Error::from(
+                    std::io::ErrorKind::UnexpectedEof,
+                )));
+            };
+            match frame {
+                Frame::Data { id, flags, data: d } if ids.contains(&id) => {
+                    let at = ids.iter().position(|i| *i == id).unwrap_or_default();
+                    data[at].extend_from_slice(&d);
+                    if flags & FLAG_FIN != 0 {
+                        open -= 1;
+                    }
+                }
+                other => others.push(other),
+            }
+        }
+        Ok((data, others))
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@
 //! - [`volume`]: a pod's volumes laid out on the host as the kubelet lays them out
 //!   (configMap, secret, downwardAPI, projected, emptyDir, hostPath) and each container's
 //!   bind mounts of them.
+//! - [`server`]: the kubelet's HTTPS endpoint for a real kube-apiserver (logs, exec,
+//!   port-forward), with the kubelet's authentication and authorization.
 //!
 //! # Guarantees
 //! - No pod process outlives the kubelet: [`Kubelet::shutdown`] and dropping the
@@ -216,15 +218,18 @@ impl Kubelet {
             tokio::spawn(pod::pod_loop(shared.clone())),
         ];
         if let Some(listener) = endpoint {
-            let served =
-                self::server::serve(listener, &node, Arc::downgrade(&shared)).map_err(|source| {
-                    KubeletError::Endpoint {
-                        node: node.clone(),
-                        source,
-                    }
-                });
-            match served {
-                Ok(task) => tasks.push(task),
+            let tls = self::server::tls_config(
+                &node,
+                IpAddr::V4(shared.config.node_ip),
+                server.kubelet_serving_ca().as_ref(),
+                &server.ca_pem(),
+            )
+            .map_err(|source| KubeletError::Endpoint {
+                node: node.clone(),
+                source,
+            });
+            match tls {
+                Ok(tls) => tasks.push(self::server::serve(listener, tls, Arc::downgrade(&shared))),
                 Err(e) => {
                     for task in &tasks {
                         task.abort();

@@ -1,7 +1,9 @@
 //! The API server a kubelet serves, as the kubelet sees it: where it listens (its proxies
 //! forward there), the CA it is signed by, the node's credentials, how a pod gets its
-//! ServiceAccount token — and, on the simulator only, two hooks into the in-process server
-//! (it reads container logs from the kubelet and attributes requests to pods by source IP).
+//! ServiceAccount token, the CA that signs the kubelet's serving certificate if the API
+//! server verifies it — and, on the simulator only, hooks into the in-process server (it
+//! reads container logs and runs commands through the kubelet and attributes requests to
+//! pods by source IP).
 //!
 //! Implemented here by [`RealApiServer`], any kube-apiserver reached with a node token (pods
 //! get TokenRequest tokens bound to them), and by [`SimulatedUpstream`], the simulated API
@@ -65,6 +67,11 @@ pub trait Upstream: Send + Sync {
     fn reads_logs_from_kubelets(&self) -> bool {
         false
     }
+    /// The CA that signs the kubelets' serving certificates, when the API server verifies
+    /// them (`--kubelet-certificate-authority`); without one they are self-signed.
+    fn kubelet_serving_ca(&self) -> Option<sim_apiserver::tls::SigningCa> {
+        None
+    }
     /// Where the API server reads this kubelet's container logs from (in-process servers).
     fn add_log_source(&self, _source: LogSource) {}
     /// Where the API server runs commands in this kubelet's containers (`pods/exec`;
@@ -87,6 +94,9 @@ pub struct RealApiServer {
     pub cluster_name: String,
     /// Node name → bearer token.
     pub node_tokens: Arc<std::collections::BTreeMap<String, String>>,
+    /// The CA that signs the kubelets' serving certificates (the API server is given it
+    /// as `--kubelet-certificate-authority`), if any.
+    pub kubelet_serving_ca: Option<sim_apiserver::tls::SigningCa>,
 }
 
 /// How long a pod's ServiceAccount token is valid (the kubelet's default projected
@@ -109,6 +119,10 @@ impl Upstream for RealApiServer {
 
     fn reads_logs_from_kubelets(&self) -> bool {
         true
+    }
+
+    fn kubelet_serving_ca(&self) -> Option<sim_apiserver::tls::SigningCa> {
+        self.kubelet_serving_ca.clone()
     }
 
     async fn node_client(&self, server: &str, node: &str) -> Result<kube::Client, UpstreamError> {

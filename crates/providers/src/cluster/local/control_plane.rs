@@ -3,6 +3,12 @@
 //! certificate authority, service-account signing key, static tokens for the admin and the
 //! components, and the same audit policy as the kind clusters, written to a file.
 //!
+//! kube-apiserver reaches the kubelets (logs, exec, port-forward) as kubeadm sets it up: with
+//! a client certificate of the cluster CA ([`KUBELET_CLIENT_USER`], bound to
+//! `system:kubelet-api-admin`), verifying the kubelets' serving certificates against the
+//! cluster CA, which signs them ([`ControlPlane::upstream`] gives kubelets the CA to sign
+//! with).
+//!
 //! # Guarantees
 //! Every process runs in a watched process group ([`crate::sim::kubelet::process`]): when
 //! the process that started it dies — panic, SIGINT, even SIGKILL — its watchdog kills the
@@ -14,6 +20,10 @@
 //! may take one in between. A component that then fails to bind is started again on new
 //! ports (a bounded number of times), and any other early exit is reported with the tail
 //! of its log.
+//!
+//! kube-apiserver's node proxy (`/api/v1/nodes/NAME/proxy/…`) refuses the kubelets'
+//! loopback addresses ("address not allowed"); logs, exec, attach and port-forward, which
+//! reach them directly, are not affected.
 //!
 //! Without kube-controller-manager (setup-envtest installs none), the simulator's
 //! controllers run in its place against the real API server, and the simulator's
@@ -40,6 +50,10 @@ pub const AUDIT_POLICY: &str = include_str!("../../../../../ci/kind/audit-policy
 
 /// The user the harness acts as (in `system:masters`).
 pub const ADMIN_USER: &str = "opconform-admin";
+
+/// The user kube-apiserver is to the kubelets (its `--kubelet-client-certificate`'s CN),
+/// bound to `system:kubelet-api-admin` as kubeadm binds it.
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
 /// The service CIDR; the `kubernetes` Service gets its first address.
 const SERVICE_CIDR: &str = "10.0.0.0/24";
@@ -111,6 +125,9 @@ pub enum ControlPlaneError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// kube-apiserver's kubelet client user could not be bound to its role.
+    #[error("cannot bind {KUBELET_CLIENT_USER} to system:kubelet-api-admin")]
+    KubeletClient(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A client for the API server could not be built.
     #[error("cannot build a client for the control plane")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -272,6 +289,7 @@ fn write(path: &Path, text: &str) -> Result<(), ControlPlaneError> {
 struct Pki {
     dir: PathBuf,
     ca_pem: String,
+    ca_key_pem: String,
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
@@ -302,9 +320,17 @@ impl Pki {
         let pki = Self {
             dir: dir.to_path_buf(),
             ca_pem,
+            ca_key_pem,
             ca,
         };
-        pki.serving_cert(
+        // What kube-apiserver shows the kubelets (kubeadm's apiserver-kubelet-client).
+        pki.leaf(
+            "apiserver-kubelet-client",
+            KUBELET_CLIENT_USER,
+            &[],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?;
+        pki.leaf(
             "apiserver",
             "kube-apiserver",
             &[
@@ -316,6 +342,7 @@ impl Pki {
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ],
+            ExtendedKeyUsagePurpose::ServerAuth,
         )?;
         // The service-account token signing key (ES256) and its public half.
         let sa = KeyPair::generate().map_err(ControlPlaneError::Certificates)?;
@@ -324,13 +351,14 @@ impl Pki {
         Ok(pki)
     }
 
-    /// Writes `<name>.crt` and `<name>.key`: a serving certificate for `names` (IP
+    /// Writes `<name>.crt` and `<name>.key`: a certificate for `usage` and `names` (IP
     /// addresses become IP SANs) signed by the CA.
-    fn serving_cert(
+    fn leaf(
         &self,
         name: &str,
         common_name: &str,
         names: &[&str],
+        usage: ExtendedKeyUsagePurpose,
     ) -> Result<(PathBuf, PathBuf), ControlPlaneError> {
         let key = KeyPair::generate().map_err(ControlPlaneError::Certificates)?;
         let mut params =
@@ -344,7 +372,7 @@ impl Pki {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = vec![usage];
         let cert = params
             .signed_by(&key, &self.ca)
             .map_err(ControlPlaneError::Certificates)?;
@@ -460,6 +488,7 @@ impl ControlPlane {
         };
         let etcd_url = plane.start_etcd(&config).await?;
         plane.start_apiserver(&config, &etcd_url).await?;
+        plane.bind_kubelet_client().await?;
         plane.install_crds(&config).await?;
         if config.controllers {
             // kube-scheduler serves nothing to ask whether it is ready: it starts first and
@@ -643,8 +672,19 @@ impl ControlPlane {
                 // The kubernetes Service cannot point at a loopback address.
                 "--endpoint-reconciler-type=none".into(),
                 "--allow-privileged=true".into(),
-                // Our nodes' kubelet endpoints listen on their InternalIP (127.0.10.N).
+                // Our nodes' kubelet endpoints listen on their InternalIP (127.0.10.N),
+                // with certificates the cluster CA signs; kube-apiserver authenticates to
+                // them with its own client certificate.
                 "--kubelet-preferred-address-types=InternalIP".into(),
+                format!("--kubelet-certificate-authority={}", pki("ca.crt")),
+                format!(
+                    "--kubelet-client-certificate={}",
+                    pki("apiserver-kubelet-client.crt")
+                ),
+                format!(
+                    "--kubelet-client-key={}",
+                    pki("apiserver-kubelet-client.key")
+                ),
                 format!(
                     "--audit-policy-file={}",
                     self.dir.join("audit/policy.yaml").display()
@@ -682,6 +722,25 @@ impl ControlPlane {
                 Err(a) => return Err(a.error),
             }
         }
+    }
+
+    /// Lets kube-apiserver use the kubelets' API (exec, port-forward, logs): its kubelet
+    /// client user gets `system:kubelet-api-admin`, as kubeadm binds it.
+    async fn bind_kubelet_client(&self) -> Result<(), ControlPlaneError> {
+        use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+        let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kube-apiserver-kubelet-api-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "system:kubelet-api-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": KUBELET_CLIENT_USER}],
+        }))
+        .map_err(|e| ControlPlaneError::KubeletClient(Box::new(e)))?;
+        kube::Api::<ClusterRoleBinding>::all(self.admin_client().await?)
+            .create(&Default::default(), &binding)
+            .await
+            .map_err(|e| ControlPlaneError::KubeletClient(Box::new(e)))?;
+        Ok(())
     }
 
     async fn install_crds(&self, config: &ControlPlaneConfig) -> Result<(), ControlPlaneError> {
@@ -886,6 +945,10 @@ impl ControlPlane {
             ca_pem: self.ca_pem.clone(),
             cluster_name: "opconform-local".into(),
             node_tokens: std::sync::Arc::new(self.node_tokens.clone()),
+            kubelet_serving_ca: Some(crate::sim::apiserver::tls::SigningCa {
+                cert_pem: self.pki.ca_pem.clone(),
+                key_pem: self.pki.ca_key_pem.clone(),
+            }),
         }
     }
 

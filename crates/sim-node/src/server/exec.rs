@@ -1,0 +1,474 @@
+//! `/exec/{namespace}/{pod}/{container}` and `/attach/{namespace}/{pod}/{container}` over
+//! SPDY/3.1, as kube-apiserver reaches the kubelet for `pods/exec` and `pods/attach` (it
+//! translates kubectl's WebSocket into this): the kubelet side of `remotecommand`.
+//!
+//! The request names the streams in its query (`input`, `output`, `error`, `tty`, each
+//! `1` to ask for it, and one `command` per argument) and offers stream protocols in
+//! `X-Stream-Protocol-Version`; `v5.channel.k8s.io` and `v4.channel.k8s.io` are served
+//! (over SPDY, v5 is v4). On the upgraded connection the client opens one stream per
+//! standard stream it asked for and an `error` stream, each named by its `streamType`
+//! header; once all are open (within 30 s) the command's stdout and stderr go out on
+//! theirs, each FINed when the command closes it, what comes on `stdin` goes to the
+//! command (its FIN closes the command's stdin), and when the command has exited the
+//! `error` stream carries its `metav1.Status` as JSON (`Success`, or `NonZeroExitCode`
+//! with the exit code as a cause, which kube-apiserver hands to kubectl as its exit code)
+//! and is FINed. A client that goes away (a reset of the error stream, or the end of the
+//! session) kills the command.
+//!
+//! Attach ([`serve_attach`]) relays what a container writes from then on, read from its log
+//! as `kubectl logs -f` reads it, until the container instance ends; then `Success`.
+//!
+//! # Caveats
+//! - No terminal: `tty=1` is refused before the upgrade (`kubectl exec -t`).
+//! - Attach has no stdin (`input=1` is refused: the kubelet keeps no stdin of a container)
+//!   and sends stdout and stderr together on one stream, as the log has them.
+//! - Stream protocols v1 to v3 (text errors, no exit code) are not served: a client that
+//!   offers only those gets the 403 of a failed negotiation.
+//! - The session ends when the client closes it (kube-apiserver does once it has the
+//!   status); the kubelet closes it itself.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use sim_apiserver::podlog::LogTail;
+use sim_apiserver::spdy::{self, Event, Incoming, StreamWriter};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::process::Child;
+use tokio::sync::mpsc;
+
+/// The stream protocols served, the client's order deciding.
+pub const PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+/// How long the client may take to open its streams (the kubelet's
+/// `streamCreationTimeout`).
+const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What an exec asks for: its command and which standard streams it attaches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// argv.
+    pub command: Vec<String>,
+    /// A stdin stream comes.
+    pub stdin: bool,
+    /// A stdout stream comes.
+    pub stdout: bool,
+    /// A stderr stream comes.
+    pub stderr: bool,
+}
+
+impl ExecOptions {
+    /// The options of an exec query (`command=…&input=1&output=1&error=1`).
+    ///
+    /// # Errors
+    /// No command, no stream, or a terminal asked for, each named.
+    pub fn parse(query: Option<&str>) -> Result<Self, String> {
+        let options = Self::streams_of(query)?;
+        if options.command.is_empty() {
+            return Err("you must specify at least one command for the container".into());
+        }
+        Ok(options)
+    }
+
+    /// The options of an attach query (`output=1&error=1`).
+    ///
+    /// # Errors
+    /// No stream, a terminal or stdin asked for, each named.
+    pub fn parse_attach(query: Option<&str>) -> Result<Self, String> {
+        let options = Self::streams_of(query)?;
+        if options.stdin {
+            return Err(
+                "attaching stdin is not served by the simulated kubelet: it keeps no \
+                 stdin of a container (attach without -i)"
+                    .into(),
+            );
+        }
+        Ok(options)
+    }
+
+    fn streams_of(query: Option<&str>) -> Result<Self, String> {
+        let mut options = Self::default();
+        let mut tty = false;
+        for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            let on = value == "1";
+            match key.as_ref() {
+                "command" => options.command.push(value.into_owned()),
+                "input" => options.stdin = on,
+                "output" => options.stdout = on,
+                "error" => options.stderr = on,
+                "tty" => tty = on,
+                _ => {}
+            }
+        }
+        if tty {
+            return Err(
+                "a terminal (tty) is not served by the simulated kubelet: exec without -t".into(),
+            );
+        }
+        if !(options.stdin || options.stdout || options.stderr) {
+            return Err("you must specify at least 1 of stdin, stdout, stderr".into());
+        }
+        Ok(options)
+    }
+
+    /// How many streams the client opens: one per standard stream, and the error stream.
+    fn streams(&self) -> usize {
+        1 + usize::from(self.stdin) + usize::from(self.stdout) + usize::from(self.stderr)
+    }
+}
+
+/// The streams of one exec, by type.
+#[derive(Default)]
+struct Streams {
+    error: Option<Incoming>,
+    stdin: Option<Incoming>,
+    stdout: Option<Incoming>,
+    stderr: Option<Incoming>,
+}
+
+/// Accepts the streams the client opens until the `expected` ones are there: each is
+/// answered, and kept by its `streamType`; others are answered and left alone. `None`
+/// when the session ends or the time runs out first.
+async fn gather(streams: &mut mpsc::Receiver<Incoming>, expected: usize) -> Option<Streams> {
+    let mut got = Streams::default();
+    let mut count = 0;
+    let deadline = tokio::time::sleep(STREAM_CREATION_TIMEOUT);
+    tokio::pin!(deadline);
+    while count < expected {
+        let stream = tokio::select! {
+            stream = streams.recv() => stream?,
+            () = &mut deadline => {
+                tracing::debug!("exec: timed out waiting for client to create streams");
+                return None;
+            }
+        };
+        stream.writer.reply();
+        let slot = match spdy::header(&stream.headers, "streamtype") {
+            Some("error") => &mut got.error,
+            Some("stdin") => &mut got.stdin,
+            Some("stdout") => &mut got.stdout,
+            Some("stderr") => &mut got.stderr,
+            other => {
+                tracing::debug!("exec: unexpected stream type {other:?}");
+                continue;
+            }
+        };
+        *slot = Some(stream);
+        count += 1;
+    }
+    Some(got)
+}
+
+/// Serves the exec session on the upgraded connection `io`: relays `child`'s standard
+/// streams over the streams the client opens and sends its status once it has exited;
+/// kills it when the client goes away or does not open its streams.
+pub async fn serve<S>(io: S, mut child: Child, options: ExecOptions)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (tx, mut incoming) = mpsc::channel(8);
+    let session = tokio::spawn(spdy::serve(io, tx));
+    let Some(streams) = gather(&mut incoming, options.streams()).await else {
+        let _ = child.kill().await;
+        session.abort();
+        return;
+    };
+    let Streams {
+        error,
+        stdin,
+        stdout,
+        stderr,
+    } = streams;
+    let Some(mut error) = error else {
+        let _ = child.kill().await;
+        return;
+    };
+    let pumps = [
+        child
+            .stdout
+            .take()
+            .map(|out| tokio::spawn(pump(out, stdout.map(|s| s.writer)))),
+        child
+            .stderr
+            .take()
+            .map(|err| tokio::spawn(pump(err, stderr.map(|s| s.writer)))),
+    ];
+    let feeding = match (child.stdin.take(), stdin) {
+        (Some(pipe), Some(stream)) => Some(tokio::spawn(feed(stream, pipe))),
+        _ => None,
+    };
+    let output = async {
+        for pump in pumps.into_iter().flatten() {
+            let _ = pump.await;
+        }
+    };
+    tokio::select! {
+        () = output => {}
+        () = gone(&mut error.events) => {
+            if let Some(feeding) = feeding {
+                feeding.abort();
+            }
+            let _ = child.kill().await;
+            return;
+        }
+    }
+    let status = sim_apiserver::exec::exit_status(child.wait().await);
+    if let Some(feeding) = feeding {
+        feeding.abort();
+    }
+    error
+        .writer
+        .write(&serde_json::to_vec(&status).unwrap_or_default());
+    error.writer.finish();
+    // The session runs on until the client closes it; `incoming` goes with this task.
+    drop(incoming);
+}
+
+/// Serves an attach session on the upgraded connection `io`: what the container writes
+/// from now on (its log, followed) goes out on the stdout stream (on stderr when only that
+/// was asked for), and once the container instance ends the error stream carries
+/// `Success`.
+pub async fn serve_attach<S>(io: S, mut output: LogTail, options: ExecOptions)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (tx, mut incoming) = mpsc::channel(8);
+    let session = tokio::spawn(spdy::serve(io, tx));
+    let Some(Streams {
+        error: Some(mut error),
+        stdout,
+        stderr,
+        ..
+    }) = gather(&mut incoming, options.streams()).await
+    else {
+        session.abort();
+        return;
+    };
+    // One stream gets the output; the other, if asked for, has nothing to say.
+    let (to, other) = match (stdout, stderr) {
+        (Some(out), err) => (Some(out.writer), err),
+        (None, err) => (err.map(|s| s.writer), None),
+    };
+    if let Some(other) = other {
+        other.writer.finish();
+    }
+    let relay = async {
+        while let Some(chunk) = output.next().await {
+            if let Some(to) = &to {
+                to.write(&chunk);
+            }
+        }
+        if let Some(to) = &to {
+            to.finish();
+        }
+    };
+    tokio::select! {
+        () = relay => {}
+        () = gone(&mut error.events) => return,
+    }
+    let success = sim_apiserver::exec::exit_status(Ok(std::process::ExitStatus::default()));
+    error
+        .writer
+        .write(&serde_json::to_vec(&success).unwrap_or_default());
+    error.writer.finish();
+    drop(incoming);
+}
+
+/// Returns once the client is gone: the stream is reset, or its events end before its
+/// FIN (the session ended). After a FIN it never returns.
+async fn gone(events: &mut mpsc::Receiver<Event>) {
+    loop {
+        match events.recv().await {
+            Some(Event::Data(_)) => {}
+            Some(Event::Fin) => std::future::pending::<()>().await,
+            Some(Event::Reset) | None => return,
+        }
+    }
+}
+
+/// Sends what `from` yields on `to` (or drops it, when the client asked for no such
+/// stream) until it ends, then FINs `to`.
+async fn pump(mut from: impl AsyncRead + Unpin, to: Option<StreamWriter>) {
+    let mut buffer = vec![0u8; 32 * 1024];
+    loop {
+        match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if let Some(to) = &to {
+                    to.write(&buffer[..n]);
+                }
+            }
+        }
+    }
+    if let Some(to) = to {
+        to.finish();
+    }
+}
+
+/// Writes what the client sends on its stdin stream to the command's stdin, which is
+/// closed at the stream's FIN or reset.
+async fn feed(mut stream: Incoming, mut pipe: tokio::process::ChildStdin) {
+    while let Some(Event::Data(bytes)) = stream.events.recv().await {
+        if pipe.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use sim_apiserver::spdy::Frame;
+
+    #[test]
+    fn the_query_names_the_streams_with_ones_and_refuses_a_terminal_or_no_stream() {
+        let options = ExecOptions::parse(Some(
+            "command=%2Fbin%2Fsh&command=-c&command=true&input=1&output=1",
+        ))
+        .unwrap_or_default();
+        assert_eq!(options.command, ["/bin/sh", "-c", "true"]);
+        assert!(options.stdin && options.stdout && !options.stderr);
+        assert_eq!(options.streams(), 3);
+        assert!(ExecOptions::parse(Some("command=x&output=1&tty=1")).is_err());
+        assert!(ExecOptions::parse(Some("command=x&output=true")).is_err());
+        assert!(ExecOptions::parse(Some("output=1")).is_err());
+    }
+
+    type Client = spdy::Client<tokio::io::DuplexStream>;
+
+    /// What the server sends on `ids` until it FINs them all (within 30 s), and the
+    /// streams it replied to meanwhile.
+    async fn fins(client: &mut Client, ids: &[u32]) -> (Vec<Vec<u8>>, Vec<u32>) {
+        let (data, others) =
+            tokio::time::timeout(Duration::from_secs(30), client.read_to_fins(ids))
+                .await
+                .unwrap_or_else(|_| panic!("streams {ids:?} were not finished within 30 s"))
+                .unwrap_or_else(|e| panic!("streams {ids:?}: {e}"));
+        let replies = others
+            .iter()
+            .filter_map(|f| match f {
+                Frame::SynReply { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        (data, replies)
+    }
+
+    fn shell(script: &str, stdin: bool) -> Child {
+        tokio::process::Command::new("/bin/sh")
+            .args(["-c", script])
+            .stdin(if stdin {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("/bin/sh: {e}"))
+    }
+
+    #[tokio::test]
+    async fn the_streams_pair_by_type_carry_the_commands_io_and_the_error_stream_its_exit_code() {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let options = ExecOptions {
+            command: vec!["sh".into()],
+            stdin: true,
+            stdout: true,
+            stderr: true,
+        };
+        let child = shell("read line; echo \"got $line\"; echo oops >&2; exit 3", true);
+        let served = tokio::spawn(serve(server_io, child, options));
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
+        // client-go opens the error stream first; the order does not matter here.
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdin")]).await.ok();
+        client.open(5, &[("streamtype", "stdout")]).await.ok();
+        client.open(7, &[("streamtype", "stderr")]).await.ok();
+        client
+            .send(Frame::Data {
+                id: 3,
+                flags: spdy::FLAG_FIN,
+                data: Bytes::from_static(b"hello\n"),
+            })
+            .await
+            .ok();
+        let (data, mut replies) = fins(&mut client, &[1, 5, 7]).await;
+        replies.sort_unstable();
+        assert_eq!(replies, [1, 3, 5, 7]);
+        assert_eq!(String::from_utf8_lossy(&data[1]), "got hello\n");
+        assert_eq!(String::from_utf8_lossy(&data[2]), "oops\n");
+        let status: serde_json::Value =
+            serde_json::from_slice(&data[0]).unwrap_or_else(|e| panic!("{e}: {data:?}"));
+        assert_eq!(status["status"], "Failure");
+        assert_eq!(status["reason"], "NonZeroExitCode");
+        assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode");
+        assert_eq!(status["details"]["causes"][0]["message"], "3");
+        client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
+        assert!(served.await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_attach_relays_the_output_on_stdout_finishes_stderr_and_ends_with_success() {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let options = ExecOptions::parse_attach(Some("output=1&error=1")).unwrap_or_default();
+        let output: LogTail = Box::pin(futures::stream::iter([
+            Bytes::from_static(b"tick\n"),
+            Bytes::from_static(b"bye\n"),
+        ]));
+        let served = tokio::spawn(serve_attach(server_io, output, options));
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdout")]).await.ok();
+        client.open(5, &[("streamtype", "stderr")]).await.ok();
+        let (data, _) = fins(&mut client, &[1, 3, 5]).await;
+        assert_eq!(String::from_utf8_lossy(&data[1]), "tick\nbye\n");
+        assert_eq!(data[2], b"");
+        let status: serde_json::Value =
+            serde_json::from_slice(&data[0]).unwrap_or_else(|e| panic!("{e}: {data:?}"));
+        assert_eq!(status["status"], "Success");
+        assert!(ExecOptions::parse_attach(Some("input=1&output=1")).is_err());
+        client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
+        assert!(served.await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_client_that_resets_its_error_stream_has_the_command_killed() {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let options = ExecOptions {
+            command: vec!["sh".into()],
+            stdout: true,
+            ..ExecOptions::default()
+        };
+        let child = shell("echo started; exec sleep 600", false);
+        let pid = child.id().unwrap_or_default();
+        let served = tokio::spawn(serve(server_io, child, options));
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdout")]).await.ok();
+        // Wait for the command to be running, then go away.
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), client.next()).await {
+                Ok(Ok(Some(Frame::Data { id: 3, data, .. }))) if !data.is_empty() => break,
+                Ok(Ok(Some(_))) => {}
+                other => panic!("no output from the command: {other:?}"),
+            }
+        }
+        client
+            .send(Frame::RstStream {
+                id: 1,
+                status: spdy::CANCEL,
+            })
+            .await
+            .ok();
+        tokio::time::timeout(Duration::from_secs(30), served)
+            .await
+            .unwrap_or_else(|_| panic!("the exec did not end"))
+            .ok();
+        // Killed and reaped: no such process any more.
+        let alive =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+        assert!(!alive, "the command outlived its client");
+    }
+}
