@@ -9,9 +9,9 @@
 use cucumber::then;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-use opconform::steps::wait::eventually;
 use opconform::features::FeatureSet;
-use opconform::steps::{Dur, Step, StepError, Suite, World, run_suite};
+use opconform::steps::wait::eventually;
+use opconform::steps::{Dur, Step, Suite, World, run_suite};
 
 /// A step of this crate: the images the containers of a Deployment in the scenario's
 /// `default` namespace run, waited for with the step's own bound.
@@ -42,8 +42,7 @@ async fn deployment_runs_image(
             Err(format!("its images: {images:?}"))
         }
     })
-    .await
-    .map_err(StepError::from)?;
+    .await?;
     Ok(())
 }
 
