@@ -147,6 +147,9 @@ fn init_writes_for_the_kubebuilder_subject_what_its_hand_written_profile_says() 
     );
     let feature =
         std::fs::read_to_string(dir.join("opconform/features/memcached.feature")).unwrap();
+    // No tag of its own: the harness's tags (`@memcached` is the bundled operator's kind)
+    // would leave its scenarios out.
+    assert!(feature.starts_with("Feature: Memcached\n"), "{feature}");
     for line in [
         "When these objects are applied:",
         "kind: Memcached",
@@ -268,4 +271,39 @@ fn init_names_a_malformed_file_and_what_it_expected() {
     std::fs::write(dir.join("PROJECT"), "layout: [a\n").unwrap();
     let stderr = String::from_utf8_lossy(&init(&dir, &[]).stderr).into_owned();
     assert!(stderr.contains("PROJECT: not YAML"), "{stderr}");
+}
+
+#[test]
+fn init_of_a_project_with_metrics_and_webhooks_off_says_the_metrics_are_to_fill_in() {
+    let (_tmp, dir) = project();
+    let kustomization = dir.join("config/default/kustomization.yaml");
+    let text = std::fs::read_to_string(&kustomization).unwrap();
+    let mut off = text.clone();
+    for part in [
+        "- ../webhook\n",
+        "- ../certmanager\n",
+        "- path: manager_metrics_patch.yaml\n  target:\n    kind: Deployment\n",
+        "- path: manager_webhook_patch.yaml\n  target:\n    kind: Deployment\n",
+    ] {
+        assert!(off.contains(part), "{part}");
+        off = off.replace(part, "");
+    }
+    std::fs::write(&kustomization, off).unwrap();
+    let out = init(&dir, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "metrics: --metrics-bind-address's default in main.go is \"0\": the manager serves no metrics as deployed"
+        ),
+        "{stdout}"
+    );
+    let subject = Profile::read(&dir.join("opconform/profile.yaml")).unwrap();
+    assert!(subject.manager.env.is_empty(), "{:?}", subject.manager);
+    assert!(subject.leave_out.kinds.is_empty());
+    assert_eq!(subject.manager.args, ["--zap-time-encoding=rfc3339nano"]);
 }

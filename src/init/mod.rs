@@ -945,14 +945,12 @@ fn feature_text(s: &Sources, d: &Draft) -> Option<String> {
     let resource = s.project.resources.first()?;
     let kind = &resource.kind;
     let mut out = format!(
-        "@{tag}\n\
-         Feature: {kind}\n  \
+        "Feature: {kind}\n  \
          A starter written by `opconform init` for {project}: a {kind} of config/samples\n  \
          is applied and found as written, and the manager elects one leader. Add what the\n  \
          operator promises with opconform's steps for any kind (its own example:\n  \
          `opconform test any-kind`, features/any_kind.feature).\n\n  \
          Background:\n    Given a cluster\n",
-        tag = kind.to_lowercase(),
         project = s.project.name,
     );
     if let Ok(Some(sample)) = first_sample(s) {
