@@ -141,6 +141,15 @@ fn init_writes_for_the_kubebuilder_subject_what_its_hand_written_profile_says() 
     assert!(stdout.contains("opconform test --operator"), "{stdout}");
 
     let text = std::fs::read_to_string(&written).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate().skip(1) {
+        if !line.starts_with([' ', '#', '-']) {
+            assert!(
+                lines[i - 1].starts_with('#'),
+                "no comment above {line:?}: {text}"
+            );
+        }
+    }
     assert!(
         text.contains("# cmd/main.go's LeaderElectionID"),
         "no comment on lock: {text}"
@@ -266,6 +275,16 @@ fn init_names_a_malformed_file_and_what_it_expected() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("config/manager/manager.yaml: expected a Deployment (kind: Deployment)"),
+        "{stderr}"
+    );
+    std::fs::remove_file(dir.join("config/manager/manager.yaml")).unwrap();
+    std::fs::create_dir(dir.join("config/manager/manager.yaml")).unwrap();
+    let stderr = String::from_utf8_lossy(&init(&dir, &[]).stderr).into_owned();
+    assert!(
+        stderr.contains(&format!(
+            "cannot read {}",
+            dir.join("config/manager/manager.yaml").display()
+        )),
         "{stderr}"
     );
     std::fs::write(dir.join("PROJECT"), "layout: [a\n").unwrap();

@@ -591,6 +591,31 @@ version: \"3\"
     }
 
     #[test]
+    fn readers_take_odd_shapes_without_panicking() {
+        let p = project("layout: go.kubebuilder.io/v4\nprojectName: x\nresources: 7\n").unwrap();
+        assert!(p.resources.is_empty());
+        let p =
+            project("layout: [go.kubebuilder.io/v4]\nprojectName: x\nresources: [1, {kind: A}]\n")
+                .unwrap();
+        assert!(p.resources.is_empty(), "{p:?}");
+        assert!(project("").is_err());
+        let k = kustomization("resources: {a: 1}\npatches: [7, {path: p.yaml}]\nimages: [3]\n")
+            .unwrap();
+        assert!(k.resources.is_empty());
+        assert_eq!(k.patches, ["p.yaml"]);
+        assert!(manager_deployment("kind: Deployment\nmetadata: {name: m}\nspec: 3\n").is_err());
+        assert!(manager_deployment("---\n---\n").is_err());
+        assert_eq!(
+            json_patch("- 1\n- {op: add}\n").unwrap(),
+            Some(PatchAdds::default())
+        );
+        assert!(objects("[").is_err());
+        let m = main_go("LeaderElectionID: \"unterminated\nflag.BoolVar(&x, \"\", ");
+        assert_eq!(m.election_id, GoValue::Expr("\"unterminated".into()));
+        assert!(m.flags.is_empty());
+    }
+
+    #[test]
     fn a_kustomization_gives_its_namespace_prefix_resources_patches_and_images() {
         let k = kustomization(
             "namespace: shop-system\nnamePrefix: shop-\nresources:\n- ../crd\n#- ../webhook\n\
