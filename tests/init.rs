@@ -293,7 +293,7 @@ fn init_names_a_malformed_file_and_what_it_expected() {
 }
 
 #[test]
-fn init_of_a_project_with_metrics_and_webhooks_off_says_the_metrics_are_to_fill_in() {
+fn init_of_a_project_with_metrics_and_webhooks_off_turns_the_metrics_on_and_says_so() {
     let (_tmp, dir) = project();
     let kustomization = dir.join("config/default/kustomization.yaml");
     let text = std::fs::read_to_string(&kustomization).unwrap();
@@ -307,6 +307,8 @@ fn init_of_a_project_with_metrics_and_webhooks_off_says_the_metrics_are_to_fill_
         assert!(off.contains(part), "{part}");
         off = off.replace(part, "");
     }
+    // The cert-manager replacements go too, as they name the webhook's Service.
+    let off = &off[..off.find("replacements:").unwrap()];
     std::fs::write(&kustomization, off).unwrap();
     let out = init(&dir, &[]);
     assert!(
@@ -317,12 +319,22 @@ fn init_of_a_project_with_metrics_and_webhooks_off_says_the_metrics_are_to_fill_
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(
-            "metrics: --metrics-bind-address's default in main.go is \"0\": the manager serves no metrics as deployed"
+            "metrics: --metrics-bind-address's default in main.go is \"0\": the manager serves no metrics as deployed; the profile turns them on over HTTP on :8080"
         ),
         "{stdout}"
     );
     let subject = Profile::read(&dir.join("opconform/profile.yaml")).unwrap();
-    assert!(subject.manager.env.is_empty(), "{:?}", subject.manager);
+    assert_eq!(subject.manager.env["ENABLE_WEBHOOKS"], "false");
+    assert!(subject.manager.remove_args.is_empty());
     assert!(subject.leave_out.kinds.is_empty());
-    assert_eq!(subject.manager.args, ["--zap-time-encoding=rfc3339nano"]);
+    assert_eq!(
+        subject.manager.args,
+        [
+            "--metrics-bind-address=:8080",
+            "--metrics-secure=false",
+            "--zap-time-encoding=rfc3339nano"
+        ]
+    );
+    assert!(!subject.metrics.https);
+    assert_eq!(subject.metrics.port, 8080);
 }

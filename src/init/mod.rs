@@ -110,6 +110,8 @@ struct Entry {
 struct Draft {
     entries: Vec<Entry>,
     gaps: Vec<Gap>,
+    /// Arguments the profile adds to the manager, and why.
+    args: Vec<(String, String)>,
 }
 
 impl Draft {
@@ -278,6 +280,7 @@ fn draft(s: &Sources, profile_dir: &Path) -> Result<Draft, InitError> {
     let mut d = Draft {
         entries: Vec::new(),
         gaps: Vec::new(),
+        args: Vec::new(),
     };
     let prefix = &s.default.name_prefix;
     let project_rel = relative(profile_dir, &s.dir);
@@ -428,6 +431,36 @@ fn metrics(s: &Sources, d: &mut Draft, args: &[String]) {
             .and_then(|p| p.parse::<u16>().ok())
             .filter(|p| *p != 0)
     });
+    let has_flag = |name: &str| main.is_some_and(|m| m.flag(name).is_some());
+    if port.is_none()
+        && let Some((addr, from)) = &bind
+        && has_flag("metrics-bind-address")
+    {
+        d.args.push((
+            "--metrics-bind-address=:8080".into(),
+            format!("metrics on :8080 ({from} is {addr:?}: none as deployed)"),
+        ));
+        let mut why = "the profile turns them on over HTTP";
+        if has_flag("metrics-secure") {
+            d.args
+                .push(("--metrics-secure=false".into(), "over HTTP".into()));
+        } else if main.is_some_and(|m| m.secure_serving != GoValue::Missing) {
+            why = "the profile turns them on (check the scheme: SecureServing is set)";
+        }
+        d.gap(
+            "metrics",
+            format!(
+                "{from} is {addr:?}: the manager serves no metrics as deployed; {why} on :8080 \
+                 (manager.args); or enable config/default's [METRICS] patch and run init again"
+            ),
+        );
+        d.set(
+            "metrics",
+            format!("{from} is {addr:?}: none as deployed; {why}, with manager.args"),
+            map([("port", 8080)]),
+        );
+        return;
+    }
     let Some(port) = port else {
         d.set("metrics", "not inferred", map([("port", 8080)]));
         d.gap(
@@ -691,9 +724,17 @@ fn webhooks(
     let mut sources = vec!["the manager container of config/manager/manager.yaml".to_string()];
     let main = s.main_go.as_ref().map(|(_, m, _)| m);
     let mut leave_out = None;
+    let switch = main.is_some_and(|m| m.webhooks_env);
+    if switch {
+        manager.insert("env".into(), map([("ENABLE_WEBHOOKS", "false")]));
+        sources.push(
+            "its webhooks off (ENABLE_WEBHOOKS=false, as main.go allows and `make run` does): \
+             without cert-manager there is no certificate for them"
+                .into(),
+        );
+    }
     if s.enabled("../webhook") {
-        if main.is_some_and(|m| m.webhooks_env) {
-            manager.insert("env".into(), map([("ENABLE_WEBHOOKS", "false")]));
+        if switch {
             let (mut remove_args, mut remove_volumes) = (Vec::new(), Vec::new());
             for (file, adds) in patches.iter().filter(|(f, _)| f.contains("webhook")) {
                 remove_args.extend(adds.args.iter().map(|a| flag_name(a).to_string()));
@@ -708,12 +749,6 @@ fn webhooks(
             if !remove_volumes.is_empty() {
                 manager.insert("removeVolumes".into(), seq(remove_volumes));
             }
-            sources.insert(
-                1,
-                "its webhooks off (ENABLE_WEBHOOKS=false, as main.go allows and `make run` \
-                 does): without cert-manager there is no certificate for them"
-                    .into(),
-            );
             let mut kinds = Vec::new();
             let mut objects = Vec::new();
             let mut parts = vec!["webhook"];
@@ -749,9 +784,17 @@ fn webhooks(
             );
         }
     }
+    let mut args = Vec::new();
+    for (arg, why) in &d.args {
+        args.push(arg.clone());
+        sources.push(format!("{arg}: {why}"));
+    }
     if main.is_some_and(|m| m.zap_flags) {
-        manager.insert("args".into(), seq(["--zap-time-encoding=rfc3339nano"]));
+        args.push("--zap-time-encoding=rfc3339nano".into());
         sources.push("its log times to the nanosecond, for the timeline (zap's flags)".into());
+    }
+    if !args.is_empty() {
+        manager.insert("args".into(), seq(args));
     }
     d.set("manager", sources.join("; "), Value::Mapping(manager));
     if let Some(value) = leave_out {
