@@ -189,7 +189,10 @@ fn init_without_a_literal_election_id_leaves_the_lock_to_fill_in_and_says_so() {
         stdout.contains("lock.name: cmd/main.go sets LeaderElectionID to os.Getenv(\"LOCK_NAME\"), not a literal"),
         "{stdout}"
     );
-    assert!(stdout.contains("lock.name"), "{stdout}");
+    assert!(
+        stdout.contains("the profile is not complete yet: operator profile"),
+        "{stdout}"
+    );
     let check = opconform()
         .args(["profile", "check"])
         .arg(dir.join("opconform/profile.yaml"))
