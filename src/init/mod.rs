@@ -948,10 +948,11 @@ pub fn relative(from: &Path, to: &Path) -> PathBuf {
 /// The profile's text: a header, then each key with a comment saying where it came from.
 fn profile_text(d: &Draft, project: &Project) -> String {
     let mut out = format!(
-        "# The operator profile of {}, written by `opconform init` from the project's files\n\
-         # (the format: `opconform profile schema`); relative paths are relative to this\n\
-         # file's directory. Above each key, where its value came from; FILL-IN marks a value\n\
-         # it could not read, which `opconform profile check` refuses until it is written.\n",
+        "# The operator profile of {}, written by `opconform init` from the project's\n\
+         # files (the format: `opconform profile schema`); relative paths are relative to\n\
+         # this file's directory. Above each key, where its value came from; FILL-IN marks a\n\
+         # value it could not read, which `opconform profile check` refuses until it is\n\
+         # written.\n",
         project.name
     );
     for entry in &d.entries {
