@@ -1,6 +1,7 @@
 //! The `opconform` command line: `opconform sim` runs the simulated control plane in the
 //! foreground so a person can use kubectl against it; `opconform profile` checks operator
-//! profiles and prints their schema.
+//! profiles and prints their schema; `opconform init` writes a profile for a kubebuilder
+//! or operator-sdk project.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -63,6 +64,9 @@ pub enum CliError {
     /// The real control plane did not start.
     #[error("cannot start the real control plane")]
     Local(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// `opconform init` could not read the project or write its files.
+    #[error(transparent)]
+    Init(crate::init::InitError),
 }
 
 /// End-to-end conformance harness for Kubernetes operators.
@@ -100,6 +104,27 @@ pub enum Command {
     /// write the table of what each scenario found for each: held, broken (with the
     /// checker's verdict) or not applicable.
     Conformance(ConformanceArgs),
+    /// Write an operator profile and a starter feature for a kubebuilder or operator-sdk
+    /// (Go) project, from its PROJECT file, config/ and cmd/main.go, and say what it could
+    /// not infer.
+    Init(InitArgs),
+}
+
+/// Arguments of `opconform init`.
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// The project's directory (holding its PROJECT file).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// The profile to write [default: DIR/opconform/profile.yaml].
+    #[arg(long, value_name = "PROFILE_PATH")]
+    pub out: Option<PathBuf>,
+    /// The directory of the starter feature [default: DIR/opconform/features].
+    #[arg(long, value_name = "DIR")]
+    pub features: Option<PathBuf>,
+    /// Overwrite the profile and the feature if they exist.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Arguments of `opconform test`.
@@ -387,7 +412,42 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Profile(command) => profile(command),
         Command::Test(args) => test(args).await,
         Command::Conformance(args) => conformance(args).await,
+        Command::Init(args) => init(args),
     }
+}
+
+fn init(args: InitArgs) -> Result<(), CliError> {
+    let outcome = crate::init::run(&crate::init::Options {
+        dir: args.dir,
+        out: args.out,
+        features: args.features,
+        force: args.force,
+    })
+    .map_err(CliError::Init)?;
+    println!("wrote {}", outcome.profile.display());
+    println!("wrote {}", outcome.feature.display());
+    if outcome.gaps.is_empty() {
+        println!("\nevery key was read from the project; check the comments above each");
+    } else {
+        println!("\nnot inferred, to fill in or check:");
+        for gap in &outcome.gaps {
+            println!("  {}: {}", gap.key, gap.why);
+        }
+    }
+    if let Some(problem) = &outcome.check {
+        println!("\nthe profile is not complete yet: {problem}");
+    }
+    println!(
+        "\nnext:\n  opconform profile check {}\n  opconform test --operator {} {}",
+        outcome.profile.display(),
+        outcome.profile.display(),
+        outcome
+            .feature
+            .parent()
+            .unwrap_or(&outcome.feature)
+            .display()
+    );
+    Ok(())
 }
 
 async fn test(args: TestArgs) -> Result<(), CliError> {

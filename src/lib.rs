@@ -19,12 +19,15 @@
 //!   user's own.
 //! - [`conformance`]: `opconform conformance`, the table of which guarantee each profile keeps.
 //! - [`bench`]: `opconform bench`, the operator's handoffs, API load and memory beside the anchors'.
+//! - [`init`]: `opconform init`, a profile and a starter feature read from a kubebuilder or
+//!   operator-sdk project.
 //! - [`cli`]: the `opconform` command line.
 
 pub mod bench;
 pub mod cli;
 pub mod conformance;
 pub mod features;
+pub mod init;
 
 pub use opconform_providers::{cluster, report, repository_root, sim};
 pub use opconform_steps::{profile, steps, subject};
