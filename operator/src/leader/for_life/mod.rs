@@ -20,6 +20,10 @@
 //! - Once leading ([`ForLifeElector::hold`]) the lock stays watched: if it is deleted
 //!   or its owner changes, leadership is lost and the process must exit non-zero
 //!   ("leader-for-life lock lost"). operator-lib never looks at the lock again.
+//! - A lock that vanishes while the Pod that owned it still runs was deleted by hand under
+//!   a live leader, not collected after it: a standby that saw it go waits operator-lib's
+//!   first wait ([`INITIAL_BACKOFF`]) before taking it, so that the old leader, which sees
+//!   the same deletion, stops leading first. A lock collected after its Pod is taken at once.
 //!
 //! # Guarantees
 //! **This elector never deletes the lock of a leader that may still be running.**
@@ -319,11 +323,32 @@ where
         // The Pod that owns the lock, watched while we wait: its eviction leaves the lock as
         // it is, so the lock's watch alone would only see it on the safety poll.
         let mut owner: Option<OwnerWatch> = None;
+        // The Pod that owned the lock last seen: a lock gone while that Pod still runs was
+        // deleted under a live leader (by hand), not collected after it.
+        let mut last_owner: Option<OwnerReference> = None;
         loop {
             if shutdown.is_triggered() {
                 return Ok(false);
             }
-            let seen = match self.lock.get().await {
+            let lock = self.lock.get().await;
+            if matches!(lock, Ok(None))
+                && let Some(previous) = last_owner.take()
+                && self.still_runs(&previous).await
+            {
+                // The old leader sees the same deletion and stops leading: it gets
+                // operator-lib's first wait to do so before this Pod takes the lock, so that
+                // the two never lead at once.
+                tracing::info!(
+                    lock = %self.cfg.lock_name,
+                    owner = %previous.name,
+                    "the lock was deleted while its owner runs; waiting for it to stop leading",
+                );
+                match unless_shutdown(shutdown, tokio::time::sleep(INITIAL_BACKOFF)).await {
+                    Some(()) => continue,
+                    None => return Ok(false),
+                }
+            }
+            let seen = match lock {
                 Ok(None) => match self.lock.create(&self.desired_lock(&me)).await {
                     Ok(created) => {
                         self.became_leader(&created, "became the leader").await;
@@ -358,6 +383,10 @@ where
                     );
                     None
                 }
+            };
+            last_owner = match seen.as_ref().map(|cm| classify_lock(cm, &me)) {
+                Some(LockOwner::Other(o)) => Some(o),
+                _ => None,
             };
             owner = match (&events, seen.as_ref().map(|cm| classify_lock(cm, &me))) {
                 (Some(_), Some(LockOwner::Other(o))) => match owner.take() {
@@ -395,6 +424,15 @@ where
                 Woke::Shutdown => return Ok(false),
                 Woke::Retry | Woke::SafetyPoll => {}
             }
+        }
+    }
+
+    /// Whether the Pod `owner` names still runs (exists with its uid, evicted or not, being
+    /// deleted or not); `false` when it cannot be read.
+    async fn still_runs(&self, owner: &OwnerReference) -> bool {
+        match self.pods.get(&owner.name).await {
+            Ok(pod) => matches!(owner_state(owner, pod.as_ref()), OwnerState::Alive),
+            Err(_) => false,
         }
     }
 

@@ -243,6 +243,52 @@ async fn a_missing_leader_pod_means_waiting_for_garbage_collection_then_taking_o
 // ---- beyond operator-lib ----
 
 #[tokio::test(start_paused = true)]
+async fn a_lock_deleted_by_hand_under_a_running_leader_is_taken_only_after_operator_libs_first_wait()
+ {
+    let lock = FakeLock::with(lock_owned_by(&[owner("op-b", "uid-b")]));
+    let mut s = setup(
+        lock,
+        [me(), PodBuilder::new("op-b", "uid-b").build()],
+        StandbyMode::Watch,
+    );
+    let lock = s.lock.clone();
+    let deleted = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        lock.delete();
+        Instant::now()
+    });
+    assert!(become_within(&mut s, Duration::from_secs(30)).await);
+    let taken = Instant::now() - deleted.await.unwrap();
+    assert!(
+        taken >= INITIAL_BACKOFF && taken < INITIAL_BACKOFF + Duration::from_millis(10),
+        "taken {taken:?} after the delete"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_collected_after_its_leaders_pod_is_gone_is_taken_at_once() {
+    let lock = FakeLock::with(lock_owned_by(&[owner("op-b", "uid-b")]));
+    let mut s = setup(
+        lock,
+        [me(), PodBuilder::new("op-b", "uid-b").build()],
+        StandbyMode::Watch,
+    );
+    let pods = s.pods.clone();
+    let collected = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        // The garbage collector removes the lock with its Pod.
+        PodBackend::delete(&pods, "op-b", "uid-b").await.unwrap();
+        Instant::now()
+    });
+    assert!(become_within(&mut s, Duration::from_secs(30)).await);
+    let taken = Instant::now() - collected.await.unwrap();
+    assert!(
+        taken < Duration::from_millis(10),
+        "taken {taken:?} after the delete"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_live_leaders_lock_is_never_deleted_and_its_pod_left_alone() {
     // The lock backend has no delete at all: the only way a lock goes is garbage collection.
     let lock = FakeLock::with(lock_owned_by(&[owner("op-b", "uid-b")]));
