@@ -23,7 +23,9 @@
 //! - A lock that vanishes while the Pod that owned it still runs was deleted by hand under
 //!   a live leader, not collected after it: a standby that saw it go waits operator-lib's
 //!   first wait ([`INITIAL_BACKOFF`]) before taking it, so that the old leader, which sees
-//!   the same deletion, stops leading first. A lock collected after its Pod is taken at once.
+//!   the same deletion, stops leading first. So does a standby whose create found a lock
+//!   that was gone again before it could read its owner. A lock collected after its Pod
+//!   is taken at once.
 //!
 //! # Guarantees
 //! **This elector never deletes the lock of a leader that may still be running.**
@@ -326,22 +328,29 @@ where
         // The Pod that owned the lock last seen: a lock gone while that Pod still runs was
         // deleted under a live leader (by hand), not collected after it.
         let mut last_owner: Option<OwnerReference> = None;
+        // Whether this Pod's last create found a lock it had not seen: one that vanishes
+        // before this Pod sees it had an owner this Pod cannot tell gone or running.
+        let mut lost_race = false;
         loop {
             if shutdown.is_triggered() {
                 return Ok(false);
             }
             let lock = self.lock.get().await;
-            if matches!(lock, Ok(None))
-                && let Some(previous) = last_owner.take()
-                && self.still_runs(&previous).await
-            {
+            let vanished = matches!(lock, Ok(None)) && {
+                let previous = last_owner.take();
+                let unseen = std::mem::take(&mut lost_race);
+                match previous {
+                    Some(previous) => self.still_runs(&previous).await,
+                    None => unseen,
+                }
+            };
+            if vanished {
                 // The old leader sees the same deletion and stops leading: it gets
                 // operator-lib's first wait to do so before this Pod takes the lock, so that
                 // the two never lead at once.
                 tracing::info!(
                     lock = %self.cfg.lock_name,
-                    owner = %previous.name,
-                    "the lock was deleted while its owner runs; waiting for it to stop leading",
+                    "the lock was deleted while its owner may still run; waiting for it to stop leading",
                 );
                 match unless_shutdown(shutdown, tokio::time::sleep(INITIAL_BACKOFF)).await {
                     Some(()) => continue,
@@ -354,7 +363,10 @@ where
                         self.became_leader(&created, "became the leader").await;
                         return Ok(true);
                     }
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
+                    Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                        lost_race = true;
+                        continue;
+                    }
                     Err(error) => {
                         tracing::warn!(
                             lock = %self.cfg.lock_name,

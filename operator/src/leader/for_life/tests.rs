@@ -266,6 +266,25 @@ async fn a_lock_deleted_by_hand_under_a_running_leader_is_taken_only_after_opera
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_lock_that_won_the_race_and_vanished_before_it_was_read_is_taken_only_after_the_first_wait()
+ {
+    // Another Pod's lock was there at this Pod's create and is gone at its next read.
+    let lock = FakeLock::empty();
+    lock.fail_next(
+        crate::leader::fake::Op::Create,
+        crate::leader::fake::already_exists(),
+    );
+    let mut s = setup(lock, [me()], StandbyMode::Watch);
+    let t = Instant::now();
+    assert!(become_within(&mut s, Duration::from_secs(5)).await);
+    assert!(
+        t.elapsed() >= INITIAL_BACKOFF && t.elapsed() < INITIAL_BACKOFF + Duration::from_millis(10),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_lock_collected_after_its_leaders_pod_is_gone_is_taken_at_once() {
     let lock = FakeLock::with(lock_owned_by(&[owner("op-b", "uid-b")]));
     let mut s = setup(
