@@ -361,6 +361,14 @@ pub async fn run(
                 }
                 for_life::Stop::Lost(why) => {
                     finish(&stop_tx, task, LOST_GRACE).await;
+                    // No longer leading, its work stopped: the process leaves only after the
+                    // standbys that saw the lock go have taken it (they wait
+                    // INITIAL_BACKOFF), so that its restart finds their lock rather than
+                    // racing them for it.
+                    tokio::select! {
+                        () = tokio::time::sleep(for_life::LOST_LINGER) => {}
+                        () = shutdown.wait() => {}
+                    }
                     Err(Error::ForLifeLost(why))
                 }
             }

@@ -25,7 +25,8 @@
 //!   first wait ([`INITIAL_BACKOFF`]) before taking it, so that the old leader, which sees
 //!   the same deletion, stops leading first. So does a standby whose create found a lock
 //!   that was gone again before it could read its owner. A lock collected after its Pod
-//!   is taken at once.
+//!   is taken at once. The old leader, its work stopped, exits only after [`LOST_LINGER`],
+//!   so that its restarted process finds the standby's lock instead of racing for it.
 //!
 //! # Guarantees
 //! **This elector never deletes the lock of a leader that may still be running.**
@@ -60,6 +61,9 @@ use crate::shutdown::Shutdown;
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 /// operator-lib's `defaultMaxBackoffInterval`.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(16);
+/// How long a leader that lost its lock stays, no longer leading, before its process
+/// exits: past the wait of the standbys that saw the lock go ([`INITIAL_BACKOFF`]).
+pub const LOST_LINGER: Duration = Duration::from_secs(2);
 /// The safety poll of a watching standby (keeps a standby at ≤ 2 requests a minute).
 pub const SAFETY_POLL: Duration = Duration::from_secs(60);
 
