@@ -149,8 +149,9 @@ pub struct TestArgs {
     /// Only the scenarios whose name this regular expression matches.
     #[arg(long, value_name = "REGEX", conflicts_with = "tags")]
     pub name: Option<String>,
-    /// Where the reports go [default: target/opconform, or under $CARGO_TARGET_DIR; local
-    /// and kind in a folder of their own].
+    /// Where the reports go [default: opconform/reports in the current directory (in
+    /// opconform's own repository: target/opconform, or under $CARGO_TARGET_DIR); local and
+    /// kind in a folder of their own].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Also write a JUnit XML report here.
@@ -453,6 +454,9 @@ fn init(args: InitArgs) -> Result<(), CliError> {
 async fn test(args: TestArgs) -> Result<(), CliError> {
     use crate::steps::{Selection, Suite};
     let features = crate::features::gather(&args.features)
+        .map_err(|e| CliError::Usage(crate::error_chain(&e)))?;
+    features
+        .check()
         .map_err(|e| CliError::Usage(crate::error_chain(&e)))?;
     let provider = crate::cluster::ProviderKind::parse(Some(&args.provider))
         .map_err(|e| CliError::Usage(crate::error_chain(&e)))?;

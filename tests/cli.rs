@@ -236,3 +236,61 @@ Feature: Wrong expectations
         "{stderr}"
     );
 }
+
+#[test]
+fn test_refuses_a_feature_that_is_not_gherkin_and_a_doc_string_that_is_not_yaml_naming_their_lines()
+{
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(
+        project.path().join("broken.feature"),
+        "Feature: Broken\n  Scenario: A step without its keyword\n    Given a cluster\n    \
+         the operator is deployed\n",
+    )
+    .unwrap();
+    let out = opconform()
+        .current_dir(project.path())
+        .args(["test", "broken.feature"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "broken.feature:4:5: not valid Gherkin: \"the operator is deployed\" begins with no \
+             keyword: expected Feature"
+        ),
+        "{stderr}"
+    );
+    // Refused before anything ran: no report.
+    assert!(!project.path().join("opconform/reports").exists());
+
+    std::fs::write(
+        project.path().join("yaml.feature"),
+        "Feature: Malformed YAML\n  Scenario: A flow sequence never closed\n    Given a cluster\n    \
+         When these objects are applied:\n      \"\"\"\n      apiVersion: v1\n      kind: ConfigMap\n      \
+         metadata:\n        name: [oops\n      \"\"\"\n",
+    )
+    .unwrap();
+    let out = opconform()
+        .current_dir(project.path())
+        .args(["test", "yaml.feature"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("When these objects are applied: (yaml.feature:4)")
+            && stderr.contains(
+                "document 1 of the step's doc string is not YAML: did not find expected ',' or \
+                 ']' at line 10 of the feature file, while parsing a flow sequence at line 9 of \
+                 the feature file"
+            ),
+        "{stderr}"
+    );
+    assert!(
+        project
+            .path()
+            .join("opconform/reports/suite.json")
+            .is_file()
+    );
+}

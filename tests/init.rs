@@ -1,7 +1,9 @@
 //! `opconform init` on a copy of the kubebuilder subject's project: the profile it writes
 //! passes `opconform profile check` and says, in substance, what the hand-written profile
 //! of that project says; what it cannot know it reports; it refuses to overwrite, and a
-//! directory without a PROJECT file.
+//! directory without a PROJECT file. And the README's walkthrough ("Testing your
+//! operator"), its five commands exactly, on a copy of that project outside this repository
+//! with the binary installed outside it too.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -340,4 +342,109 @@ fn init_of_a_project_with_metrics_and_webhooks_off_turns_the_metrics_on_and_says
     );
     assert!(!subject.metrics.https);
     assert_eq!(subject.metrics.port, 8080);
+}
+
+/// The commands of the README's walkthrough: the first `sh` block of its "Testing your
+/// operator" section, one per line, comments dropped.
+fn walkthrough_commands() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Testing your operator\n")
+        .nth(1)
+        .expect("README.md has a section \"Testing your operator\"");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the section has a sh block");
+    block
+        .lines()
+        .map(|l| l.split(" # ").next().unwrap_or_default().trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_readme_walkthrough_installs_inits_checks_and_tests_a_kubebuilder_project_outside_this_repository()
+ {
+    let commands = walkthrough_commands();
+    assert_eq!(commands.len(), 5, "at most five commands: {commands:?}");
+    assert_eq!(commands[0], "cargo install --path .");
+    assert!(commands[1].starts_with("cd "), "{commands:?}");
+
+    // 1. Install. `cargo install --path .` builds this package and copies its binary into
+    // a bin directory; the build is this test run's own (building it again with the
+    // features of one package alone takes a minute), so the test copies that binary into
+    // a bin directory of its own, outside the repository and outside cargo's target.
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("cargo-home/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(
+        assert_cmd::cargo::cargo_bin!("opconform"),
+        bin.join("opconform"),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    // 2. `cd` into the project: a copy of the kubebuilder-scaffolded project.
+    let project = tmp.path().join("src/my-operator");
+    copy_dir(&subject_dir().join("project"), &project);
+
+    // 3–5, exactly as written.
+    let run = |command: &str| {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(&project)
+            .env("PATH", &path)
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "{command}: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        (stdout, stderr)
+    };
+    let (stdout, _) = run(&commands[2]);
+    assert!(
+        stdout.contains("wrote ./opconform/profile.yaml")
+            && stdout.contains("wrote ./opconform/features/memcached.feature"),
+        "{stdout}"
+    );
+    let (stdout, _) = run(&commands[3]);
+    assert!(
+        stdout.contains("operator memcached-operator (Deployment memcached-operator-system/memcached-operator-controller-manager"),
+        "{stdout}"
+    );
+    let (stdout, stderr) = run(&commands[4]);
+    let reports = project.join("opconform/reports");
+    assert!(reports.join("suite.json").is_file(), "{stderr}");
+    match opconform::cluster::ProviderKind::Sim.pods_are_not_containers() {
+        // The kubebuilder manager needs a container (needsContainer): where this machine
+        // cannot make one the run says so and runs nothing.
+        Some(why) => {
+            eprintln!("the walkthrough's scenarios need containers: {why}");
+            assert!(stderr.contains("opconform: no scenario runs:"), "{stderr}");
+        }
+        None => {
+            assert!(
+                stdout.contains("2 scenarios (2 passed)"),
+                "{stdout}\n{stderr}"
+            );
+            let suite = std::fs::read_to_string(reports.join("suite.json")).unwrap();
+            assert!(
+                suite.contains("Exactly one of three replicas leads"),
+                "{suite}"
+            );
+        }
+    }
 }

@@ -33,10 +33,17 @@ pub fn repository_root() -> PathBuf {
 pub mod report {
     pub use opconform_core::report::*;
 
-    /// Where reports go: `$CARGO_TARGET_DIR/opconform` when the variable is set (a relative
-    /// one is taken from the repository, as cargo does from where it runs), else the
-    /// repository's `target/opconform`.
+    /// Where reports go. Run from inside the repository the harness was built from (its
+    /// tests, `cargo run`): `$CARGO_TARGET_DIR/opconform` when the variable is set (a
+    /// relative one is taken from the repository, as cargo does from where it runs), else
+    /// the repository's `target/opconform`. Run from anywhere else (an installed
+    /// `opconform` in an operator's project): `opconform/reports` in the current
+    /// directory, beside the profile and features `opconform init` writes.
     pub fn reports_root() -> std::path::PathBuf {
-        reports_root_in(&super::repository_root())
+        let repository = super::repository_root();
+        match std::env::current_dir() {
+            Ok(here) if !here.starts_with(&repository) => here.join("opconform/reports"),
+            _ => reports_root_in(&repository),
+        }
     }
 }

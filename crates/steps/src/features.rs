@@ -18,6 +18,25 @@ pub enum FeaturesError {
     /// A path named does not exist.
     #[error("{0}: no such file or directory")]
     Missing(PathBuf),
+    /// A feature is not Gherkin.
+    #[error("{path}:{at}: not valid Gherkin: {expected}")]
+    Parse {
+        /// The file (or the shipped feature's path).
+        path: PathBuf,
+        /// `line:column` of the furthest point the parser reached.
+        at: String,
+        /// What the parser expected there.
+        expected: String,
+    },
+    /// A feature file could not be read.
+    #[error("cannot read the feature file {path}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// A directory could not be read.
     #[error("cannot read the directory {path}")]
     Read {
@@ -82,6 +101,88 @@ impl FeatureSet {
         Ok(self)
     }
 
+    /// Parses every feature, so that a run with one that is not Gherkin stops before it
+    /// starts anything, naming the file, line and column.
+    ///
+    /// # Errors
+    /// The first feature that does not parse or cannot be read.
+    pub fn check(&self) -> Result<(), FeaturesError> {
+        use cucumber::gherkin::{GherkinEnv, ParseFileError};
+        for feature in &self.features {
+            let (path, parsed) = match feature {
+                Feature::File(path) => (
+                    path.clone(),
+                    cucumber::gherkin::Feature::parse_path(path, GherkinEnv::default()).map(drop),
+                ),
+                Feature::Embedded { path, text } => (
+                    PathBuf::from(path),
+                    cucumber::gherkin::Feature::parse(text, GherkinEnv::default())
+                        .map(drop)
+                        .map_err(|source| ParseFileError::Parsing {
+                            path: PathBuf::from(path),
+                            error: None,
+                            source,
+                        }),
+                ),
+            };
+            match parsed {
+                Ok(()) => {}
+                Err(ParseFileError::Reading { path, source }) => {
+                    return Err(FeaturesError::ReadFile { path, source });
+                }
+                Err(ParseFileError::Parsing { error, source, .. }) => {
+                    let (mut at, mut expected) = parse_failure(&source.to_string());
+                    // The parser's own reason, when it kept one, says more than the tokens;
+                    // the line of an unknown keyword is where the keyword is, not where
+                    // the parser gave up.
+                    if let Some(env) = error.map(|e| e.to_string()) {
+                        // (`UnknownKeyword`'s type is private to the gherkin crate: its
+                        // message is what it exposes.)
+                        if let Some(word) = env
+                            .strip_prefix("Unknown keyword: '")
+                            .and_then(|w| w.strip_suffix("'."))
+                        {
+                            let word = word.trim();
+                            let text = match feature {
+                                Feature::File(path) => {
+                                    std::fs::read_to_string(path).unwrap_or_default()
+                                }
+                                Feature::Embedded { text, .. } => (*text).to_string(),
+                            };
+                            // The last line that begins with it at or before where the
+                            // parser stopped (a description line above may begin alike).
+                            let stopped: usize = at
+                                .split(':')
+                                .next()
+                                .and_then(|l| l.parse().ok())
+                                .unwrap_or(usize::MAX);
+                            let found = text
+                                .lines()
+                                .enumerate()
+                                .take(stopped)
+                                .filter(|(_, l)| l.trim_start().starts_with(word))
+                                .last();
+                            let shown = found.map_or(word, |(_, line)| line.trim());
+                            if let Some((n, line)) = found {
+                                let column = line.len() - line.trim_start().len() + 1;
+                                at = format!("{}:{column}", n + 1);
+                            }
+                            expected = format!(
+                                "{shown:?} begins with no keyword: expected Feature, Rule, \
+                                 Background, Scenario, Examples, a step (Given, When, Then, \
+                                 And, But), a table, a doc string, a tag or a comment"
+                            );
+                        } else {
+                            expected = env.trim().to_string();
+                        }
+                    }
+                    return Err(FeaturesError::Parse { path, at, expected });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The features, in order.
     pub fn features(&self) -> &[Feature] {
         &self.features
@@ -121,6 +222,29 @@ fn feature_files(dir: &Path) -> Result<Vec<PathBuf>, FeaturesError> {
     }
     found.sort();
     Ok(found)
+}
+
+/// The position and the expected tokens of a Gherkin parse error, from its message
+/// (`Error at 4:3: {"Given", …}`: the gherkin crate keeps both fields private).
+fn parse_failure(message: &str) -> (String, String) {
+    let rest = message.strip_prefix("Error at ").unwrap_or(message);
+    let Some((at, tokens)) = rest.split_once(": ") else {
+        return ("1".into(), message.to_string());
+    };
+    let mut tokens: Vec<&str> = tokens
+        .trim_matches(|c| c == '{' || c == '}')
+        .split(", ")
+        .map(|t| t.trim_matches('"'))
+        .filter(|t| !t.is_empty())
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    let expected = if tokens.is_empty() {
+        "unexpected text".to_string()
+    } else {
+        format!("expected one of {}", tokens.join(", "))
+    };
+    (at.to_string(), expected)
 }
 
 /// Parses the set's features, in order, as cucumber's own parser parses a file.
@@ -215,6 +339,33 @@ mod tests {
         let parsed = parse(FeatureSet::new().embedded("features/broken.feature", "Scenario:"));
         let e = parsed[0].as_ref().unwrap_err();
         assert!(e.contains("features/broken.feature"), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_gherkin_is_refused_naming_its_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("broken.feature");
+        std::fs::write(
+            &file,
+            "Feature: broken\n  Scenario: s\n    Given a cluster\n   Whatever this is\n",
+        )
+        .unwrap();
+        let set = FeatureSet::new()
+            .embedded("features/fine.feature", "Feature: fine\n")
+            .path(&file)
+            .unwrap();
+        let e = set.check().unwrap_err().to_string();
+        let prefix = format!(
+            "{}:4:4: not valid Gherkin: \"Whatever this is\" begins with no keyword: expected",
+            file.display()
+        );
+        assert!(e.starts_with(&prefix), "{e}");
+        assert!(
+            FeatureSet::new()
+                .embedded("f", "Feature: f\n")
+                .check()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -427,8 +427,11 @@ impl Profile {
         })?;
         // Relative to the working directory as it is now, whatever a build or a process
         // started later takes as its own.
-        let base = std::path::absolute(path.parent().unwrap_or(Path::new(".")))
-            .unwrap_or_else(|_| path.parent().unwrap_or(Path::new(".")).to_path_buf());
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let base = std::path::absolute(parent).unwrap_or_else(|_| parent.to_path_buf());
         Self::parse(&text, path, &base)
     }
 

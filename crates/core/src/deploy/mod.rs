@@ -15,6 +15,19 @@ use serde::Deserialize as _;
 /// The field manager opconform applies with.
 pub const FIELD_MANAGER: &str = "opconform";
 
+/// The CustomResourceDefinitions this process applied, by name: a run on a cluster it
+/// does not own removes those that were not there before it ([`crds_applied`]).
+static CRDS_APPLIED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The names of the CustomResourceDefinitions [`apply_all`] applied in this process.
+pub fn crds_applied() -> std::collections::BTreeSet<String> {
+    CRDS_APPLIED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
 /// Errors of deploying.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -264,6 +277,10 @@ pub async fn apply_all(
                 source: Box::new(source),
             })?;
         if resource.kind == "CustomResourceDefinition" {
+            CRDS_APPLIED
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(name.clone());
             let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
                 Api::all(client.clone());
             let established = kube::runtime::wait::await_condition(

@@ -3,6 +3,10 @@
 //! (`opconform-xxxxxx-…`) and cluster-scoped names with its own suffix, all labelled so that
 //! teardown removes exactly what the scenario made.
 //!
+//! A run leaves nothing on the cluster: each scenario's teardown deletes what carries its
+//! label, and the run's end ([`finish_run`]) deletes the CustomResourceDefinitions the run
+//! applied that the cluster did not have when the run began (those it had, it keeps).
+//!
 //! It needs nothing but a kubeconfig: the operator image must already be pullable there
 //! (`OPCONFORM_IMAGE`, default `memcached-operator:dev`). It has no access to nodes, so
 //! crash, hold and partition are refused; the audit of writes is followed when
@@ -11,6 +15,7 @@
 
 use async_trait::async_trait;
 use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams};
 use std::path::{Path, PathBuf};
 
 use super::audit_log::{any_format_lines, followed_or_warned};
@@ -72,6 +77,13 @@ impl KubeconfigProvider {
                 action: "asking the cluster in the kubeconfig for its version".into(),
                 source,
             })?;
+        RUN.get_or_init(|| RunState {
+            client: client.clone(),
+            crds_before: tokio::sync::OnceCell::new(),
+        })
+        .crds_before
+        .get_or_init(|| crd_names(client.clone()))
+        .await;
         Ok(Self::with_client(client, options))
     }
 
@@ -91,6 +103,61 @@ impl KubeconfigProvider {
     /// The scenario's name prefix (`opconform-xxxxxx`).
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+}
+
+/// What the run keeps for its end: a client, and the CustomResourceDefinitions the cluster
+/// had before the run's first scenario applied anything.
+struct RunState {
+    client: Client,
+    crds_before: tokio::sync::OnceCell<Option<std::collections::BTreeSet<String>>>,
+}
+
+static RUN: std::sync::OnceLock<RunState> = std::sync::OnceLock::new();
+
+/// The names of the cluster's CustomResourceDefinitions; `None` (reported) when they cannot
+/// be listed, and the run then deletes none.
+async fn crd_names(client: Client) -> Option<std::collections::BTreeSet<String>> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    match api.list_metadata(&ListParams::default()).await {
+        Ok(list) => Some(
+            list.items
+                .into_iter()
+                .filter_map(|c| c.metadata.name)
+                .collect(),
+        ),
+        Err(e) => {
+            eprintln!(
+                "opconform: listing the cluster's CustomResourceDefinitions failed ({e}): the \
+                 run will not delete those it applies"
+            );
+            None
+        }
+    }
+}
+
+/// Ends a run on the kubeconfig's cluster: deletes the CustomResourceDefinitions the run
+/// applied that the cluster did not have when it began (their objects with them), saying
+/// which. Errors are reported: the run's verdict stands.
+pub async fn finish_run() {
+    let Some(run) = RUN.get() else { return };
+    let Some(Some(before)) = run.crds_before.get() else {
+        return;
+    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(run.client.clone());
+    for name in crate::deploy::crds_applied().difference(before) {
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => eprintln!(
+                "opconform: deleted the CustomResourceDefinition {name}, which the run applied"
+            ),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => eprintln!(
+                "opconform: deleting the CustomResourceDefinition {name}, which the run \
+                 applied, failed: {e}"
+            ),
+        }
     }
 }
 

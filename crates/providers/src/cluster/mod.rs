@@ -502,12 +502,14 @@ pub fn start_run(kind: ProviderKind) {
 }
 
 /// Ends a run on `kind`, whatever happened: the run's kind cluster is deleted (its logs
-/// exported first when the run `failed`), the run's local control plane stopped.
+/// exported first when the run `failed`), the run's local control plane stopped, the
+/// CustomResourceDefinitions a run on a kubeconfig's cluster brought deleted.
 pub async fn finish_run(kind: ProviderKind, failed: bool) {
     match kind {
         ProviderKind::Kind => self::kind::KindRun::global().finish(failed).await,
         ProviderKind::Local => local::LocalRun::global().finish().await,
-        ProviderKind::Sim | ProviderKind::Kubeconfig => {}
+        ProviderKind::Kubeconfig => kubeconfig::finish_run().await,
+        ProviderKind::Sim => {}
     }
 }
 

@@ -75,11 +75,15 @@ where
 }
 
 /// Deletes what carries `label=value`: namespaces (and so everything in them) one by one,
-/// as kube-apiserver has no delete-collection for them (it answers 405), then the
-/// cluster-scoped RBAC objects. Errors are reported, not returned: teardown goes on.
+/// as kube-apiserver has no delete-collection for them (it answers 405), then every
+/// labelled object of every cluster-scoped kind the cluster serves with a delete-collection
+/// (ClusterRoles, their bindings, webhook configurations, PriorityClasses… whatever the
+/// operator's manifests held). CustomResourceDefinitions are the run's, not a scenario's
+/// (see the kubeconfig provider's end of run). Errors are reported, not returned: teardown
+/// goes on.
 pub async fn delete_labelled(client: &Client, label: &str, value: &str) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
     let selector = ListParams::default().labels(&format!("{label}={value}"));
+    let namespaces: Api<Namespace> = Api::all(client.clone());
     match namespaces.list(&selector).await {
         Ok(listed) => {
             for namespace in listed {
@@ -91,8 +95,42 @@ pub async fn delete_labelled(client: &Client, label: &str, value: &str) {
         }
         Err(e) => eprintln!("opconform: listing the namespaces of {value} failed: {e}"),
     }
-    delete_all_labelled::<ClusterRole>(client, label, value, "ClusterRoles").await;
-    delete_all_labelled::<ClusterRoleBinding>(client, label, value, "ClusterRoleBindings").await;
+    let discovery = match kube::discovery::Discovery::new(client.clone()).run().await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!(
+                "opconform: discovering the cluster-scoped kinds to delete those of {value} \
+                 failed ({e}): deleting its ClusterRoles and ClusterRoleBindings only"
+            );
+            delete_all_labelled::<ClusterRole>(client, label, value, "ClusterRoles").await;
+            delete_all_labelled::<ClusterRoleBinding>(client, label, value, "ClusterRoleBindings")
+                .await;
+            return;
+        }
+    };
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            if caps.scope != kube::discovery::Scope::Cluster
+                || !caps.supports_operation(kube::discovery::verbs::DELETE_COLLECTION)
+                || matches!(
+                    resource.kind.as_str(),
+                    "Namespace" | "CustomResourceDefinition"
+                )
+            {
+                continue;
+            }
+            let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+            if let Err(e) = api
+                .delete_collection(&DeleteParams::background(), &selector)
+                .await
+            {
+                eprintln!(
+                    "opconform: deleting the {} of {value} failed: {e}",
+                    resource.plural
+                );
+            }
+        }
+    }
 }
 
 /// The placement of a scenario on a shared cluster.

@@ -154,14 +154,51 @@ async fn target(world: &mut World, kind: &str, name: &str) -> Result<Target, Ste
     })
 }
 
-/// The docstring of a step that needs one.
+/// The docstring of a step that needs one, each of its YAML documents checked to parse: a
+/// malformed one is refused with the line and column of the feature file it is on.
 fn docstring(step: &GherkinStep) -> Result<&str, StepError> {
-    step.docstring.as_deref().ok_or_else(|| {
+    let text = step.docstring.as_deref().ok_or_else(|| {
         StepError::Missing(format!(
             "the step \"{}\" needs its YAML as a doc string (between \"\"\" lines) below it",
             step.value
         ))
-    })
+    })?;
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        if let Err(e) = Value::deserialize(doc) {
+            return Err(StepError::Missing(malformed_docstring(
+                step.position.line,
+                text,
+                i + 1,
+                &e,
+            )));
+        }
+    }
+    Ok(text)
+}
+
+/// Why a document of a step's doc string is not YAML, its positions turned into lines of
+/// the feature file: the doc string's text starts on the line after its opening `"""`,
+/// which is the line after the step's (the gherkin parser keeps the newline that ends the
+/// `"""` line); its columns are the doc string's, whose indentation is gone.
+fn malformed_docstring(
+    step_line: usize,
+    text: &str,
+    index: usize,
+    e: &serde_yaml::Error,
+) -> String {
+    static POSITION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"line (\d+) column \d+").expect("a valid regular expression")
+    });
+    let first = step_line + 1 + usize::from(!text.starts_with('\n'));
+    let message = e.to_string();
+    let message = POSITION.replace_all(&message, |c: &regex::Captures<'_>| {
+        let line: usize = c[1].parse().unwrap_or(1);
+        format!(
+            "line {} of the feature file",
+            first + line.saturating_sub(1)
+        )
+    });
+    format!("document {index} of the step's doc string is not YAML: {message}")
 }
 
 /// `manifests` with each namespace they name mapped to the scenario's (created when new).

@@ -85,7 +85,40 @@ fn manifests(world: &World, setup: &OperatorSetup) -> Result<Vec<Manifest>, Step
         .subject()
         .render(setup, &placement)
         .map_err(operator_error)
-        .doing("reading operator/config")
+        .doing(format!("reading {}", manifests_named(world)))
+}
+
+/// The operator's manifests as a person names them: whose, and where its profile says.
+fn manifests_named(world: &World) -> String {
+    let subject = world.subject();
+    format!(
+        "the manifests of {} (its profile's manifests: {})",
+        subject.name,
+        subject.manifests.describe()
+    )
+}
+
+/// A failed apply of the operator's manifests; a kind the cluster does not serve says how
+/// to make the profile and the cluster agree.
+fn deploy_error(world: &World, e: DeployError) -> StepError {
+    match e {
+        DeployError::UnknownKind {
+            api_version,
+            kind,
+            path,
+        } => StepError::Unmet(format!(
+            "deploying {}: they hold a {api_version} {kind} ({}) that this cluster does not \
+             serve: install what serves it first, or leave it out with the profile's \
+             leaveOut (kinds: [{kind}]); what was applied before it was removed with the \
+             scenario",
+            manifests_named(world),
+            path.display()
+        )),
+        e => StepError::Acting {
+            doing: format!("deploying {}", manifests_named(world)),
+            source: operator_error(e),
+        },
+    }
 }
 
 /// Starts the recorder before the operator is deployed, with the token its metrics ask for.
@@ -105,12 +138,7 @@ async fn start_recording(world: &mut World) -> Result<(), StepError> {
 pub async fn deploy(world: &mut World, setup: OperatorSetup) -> Result<(), StepError> {
     start_recording(world).await?;
     let manifests = manifests(world, &setup)?;
-    let client = world.client()?;
-    let namespace = world.operator_namespace()?;
-    apply_all(&client, &manifests, Namespacing::Default(&namespace))
-        .await
-        .map_err(operator_error)
-        .doing("deploying operator/config")?;
+    apply(world, &manifests).await?;
     world.note(&format!(
         "deployed {}: {} replicas, {}",
         world.subject().deployment,
@@ -236,7 +264,12 @@ async fn second_operator(
     let mut deployment = manifests(world, &setup)?
         .into_iter()
         .find(|m| kind_of(&m.object) == "Deployment")
-        .ok_or_else(|| StepError::Unmet("operator/config has no manager Deployment".into()))?;
+        .ok_or_else(|| {
+            StepError::Unmet(format!(
+                "{} hold no manager Deployment",
+                manifests_named(world)
+            ))
+        })?;
     let object = &mut deployment.object;
     let name = format!(
         "{}-{instance}",
@@ -258,8 +291,7 @@ async fn apply(world: &World, manifests: &[Manifest]) -> Result<(), StepError> {
     let namespace = world.operator_namespace()?;
     apply_all(&client, manifests, Namespacing::Default(&namespace))
         .await
-        .map_err(operator_error)
-        .doing("applying operator/config")?;
+        .map_err(|e| deploy_error(world, e))?;
     Ok(())
 }
 
