@@ -528,7 +528,17 @@ async fn test(args: TestArgs) -> Result<(), CliError> {
 
 async fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
     let profiles = if args.profiles.is_empty() {
-        crate::conformance::shipped_profiles(&crate::subject::repository_root())
+        let root = crate::subject::repository_root();
+        let shipped = crate::conformance::shipped_profiles(&root);
+        if shipped.is_empty() {
+            return Err(CliError::Usage(format!(
+                "no profile named, and the shipped ones are not in {} (the repository this \
+                 opconform was built from): expected the profiles to compare, e.g. opconform \
+                 conformance opconform/profile.yaml",
+                root.display()
+            )));
+        }
+        shipped
     } else {
         args.profiles
     };

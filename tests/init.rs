@@ -174,6 +174,80 @@ fn init_writes_for_the_kubebuilder_subject_what_its_hand_written_profile_says() 
     }
 }
 
+/// The project as operator-sdk's Go plugin lays it out: kubebuilder's `go.kubebuilder.io/v4`
+/// with operator-sdk's own plugins in `PROJECT` (`manifests.sdk.operatorframework.io/v2`,
+/// `scorecard.sdk.operatorframework.io/v2`) and their trees, `config/manifests` (the
+/// bundle's ClusterServiceVersion base) and `config/scorecard`. (operator-sdk itself is not
+/// served by the Go module proxy this project builds from, so its layout is written here.)
+fn as_operator_sdk_lays_it_out(dir: &Path) {
+    let project = std::fs::read_to_string(dir.join("PROJECT")).unwrap();
+    let project = project
+        .replace("cliVersion: 4.16.0\n", "cliVersion: 1.42.0\n")
+        .replace(
+            "plugins:\n",
+            "plugins:\n  manifests.sdk.operatorframework.io/v2: {}\n  \
+             scorecard.sdk.operatorframework.io/v2: {}\n",
+        );
+    assert!(project.contains("manifests.sdk.operatorframework.io/v2"));
+    std::fs::write(dir.join("PROJECT"), project).unwrap();
+    let manifests = dir.join("config/manifests");
+    std::fs::create_dir_all(manifests.join("bases")).unwrap();
+    std::fs::write(
+        manifests.join("kustomization.yaml"),
+        "resources:\n- bases/memcached-operator.clusterserviceversion.yaml\n- ../default\n\
+         - ../samples\n- ../scorecard\n",
+    )
+    .unwrap();
+    std::fs::write(
+        manifests.join("bases/memcached-operator.clusterserviceversion.yaml"),
+        "apiVersion: operators.coreos.com/v1alpha1\nkind: ClusterServiceVersion\nmetadata:\n  \
+         name: memcached-operator.v0.0.0\n  namespace: placeholder\nspec:\n  displayName: \
+         memcached-operator\n  install:\n    spec:\n      deployments: null\n    strategy: \"\"\n",
+    )
+    .unwrap();
+    let scorecard = dir.join("config/scorecard");
+    std::fs::create_dir_all(scorecard.join("bases")).unwrap();
+    std::fs::write(
+        scorecard.join("kustomization.yaml"),
+        "resources:\n- bases/config.yaml\n",
+    )
+    .unwrap();
+    std::fs::write(
+        scorecard.join("bases/config.yaml"),
+        "apiVersion: scorecard.operatorframework.io/v1alpha3\nkind: Configuration\nmetadata:\n  \
+         name: config\nstages:\n- parallel: true\n  tests: []\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn init_reads_an_operator_sdk_go_project_as_it_reads_kubebuilders() {
+    let (_kubebuilder_tmp, kubebuilder) = project();
+    let (_sdk_tmp, sdk) = project();
+    as_operator_sdk_lays_it_out(&sdk);
+    for dir in [&kubebuilder, &sdk] {
+        let out = init(dir, &[]);
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let read = |dir: &Path| {
+        relative_to(
+            Profile::read(&dir.join("opconform/profile.yaml")).unwrap(),
+            dir,
+        )
+    };
+    assert_eq!(read(&sdk), read(&kubebuilder));
+    let feature = |dir: &Path| {
+        std::fs::read_to_string(dir.join("opconform/features/memcached.feature")).unwrap()
+    };
+    assert_eq!(feature(&sdk), feature(&kubebuilder));
+}
+
 #[test]
 fn init_without_a_literal_election_id_leaves_the_lock_to_fill_in_and_says_so() {
     let (_tmp, dir) = project();
