@@ -157,6 +157,9 @@ pub struct TestArgs {
     /// Also write a JUnit XML report here.
     #[arg(long, value_name = "PATH")]
     pub junit: Option<PathBuf>,
+    /// Run each scenario N times, each run in its own cluster, named "… (run i of N)".
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub runs: u16,
 }
 
 /// Arguments of `opconform conformance`.
@@ -178,6 +181,10 @@ pub struct ConformanceArgs {
     /// Where the table and every run's reports go [default: target/opconform/conformance/<provider>, or under $CARGO_TARGET_DIR].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Run each scenario N times per profile: a cell says held k of N, with the min /
+    /// median / max of its failover figures.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub runs: u16,
 }
 
 /// `opconform profile …`.
@@ -458,6 +465,7 @@ async fn test(args: TestArgs) -> Result<(), CliError> {
     features
         .check()
         .map_err(|e| CliError::Usage(crate::error_chain(&e)))?;
+    let features = features.runs(usize::from(args.runs));
     let provider = crate::cluster::ProviderKind::parse(Some(&args.provider))
         .map_err(|e| CliError::Usage(crate::error_chain(&e)))?;
     let subject = match &args.operator {
@@ -551,6 +559,7 @@ async fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
         provider: args.provider,
         profiles,
         tags: args.tags,
+        runs: usize::from(args.runs),
     };
     let table = crate::conformance::run(&options)
         .await

@@ -22,6 +22,7 @@ use std::process::Stdio;
 
 use serde::{Deserialize, Serialize};
 
+use crate::check::Breach;
 use crate::cluster::{ProviderError, ProviderKind};
 
 /// Errors of a conformance run.
@@ -131,26 +132,46 @@ pub struct ScenarioResult {
     /// Its timeline, relative to the run's reports.
     #[serde(default)]
     pub link: String,
+    /// The kind of guarantee its failure breached.
+    #[serde(default)]
+    pub breach: Option<Breach>,
+    /// Why opconform holds operators to the breached guarantee, when client-go does not
+    /// promise it.
+    #[serde(default)]
+    pub ours: Option<String>,
 }
 
-/// What one scenario found for one subject.
+/// What one scenario found for one subject, over its runs (`--runs N`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", tag = "verdict")]
 pub enum Cell {
-    /// Every step passed.
+    /// Every step of every run passed.
     Held {
-        /// Failover figures.
-        failovers: Vec<String>,
-        /// The timeline.
+        /// How many runs.
+        runs: usize,
+        /// The failover figures over the runs.
+        figures: Vec<Figure>,
+        /// The first run's timeline.
         link: String,
     },
-    /// A step failed.
+    /// A step failed in at least one run.
     Broken {
-        /// The step and the checker's verdict, on one line.
+        /// How many runs held.
+        held: usize,
+        /// How many runs.
+        runs: usize,
+        /// The gravest kind of guarantee the failed runs breached; none when the failed
+        /// step checks no election guarantee.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        breach: Option<Breach>,
+        /// When that guarantee is opconform's own, why it matters.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ours: Option<String>,
+        /// The first failed run's step and the checker's verdict, on one line.
         why: String,
-        /// Failover figures.
-        failovers: Vec<String>,
-        /// The timeline.
+        /// The failover figures over the runs.
+        figures: Vec<Figure>,
+        /// The first failed run's timeline.
         link: String,
     },
     /// Not run for this subject: a tag it cannot serve was left out (no reason), or the
@@ -160,6 +181,70 @@ pub enum Cell {
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+}
+
+/// One failover figure (`crash: 4158 ms` in a run's report) over the runs that measured it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Figure {
+    /// What it measures: the fault's verb (`crash`, `partition`…).
+    pub label: String,
+    /// How many runs measured it.
+    pub runs: usize,
+    /// The least, in milliseconds.
+    pub min_ms: u64,
+    /// The median (the lower middle of an even count), in milliseconds.
+    pub median_ms: u64,
+    /// The greatest, in milliseconds.
+    pub max_ms: u64,
+}
+
+impl Figure {
+    /// The figures of `reports` (each a run's `label: N ms` strings), label by label in
+    /// the order they first appear; a string of another shape is left out.
+    fn over<'a>(reports: impl IntoIterator<Item = &'a [String]>) -> Vec<Self> {
+        let mut measured: Vec<(String, Vec<u64>)> = Vec::new();
+        for failovers in reports {
+            for f in failovers {
+                let Some((label, ms)) = f
+                    .split_once(": ")
+                    .and_then(|(l, v)| Some((l, v.strip_suffix(" ms")?.parse::<u64>().ok()?)))
+                else {
+                    continue;
+                };
+                match measured.iter_mut().find(|(l, _)| l == label) {
+                    Some((_, values)) => values.push(ms),
+                    None => measured.push((label.to_string(), vec![ms])),
+                }
+            }
+        }
+        measured
+            .into_iter()
+            .map(|(label, mut values)| {
+                values.sort_unstable();
+                Self {
+                    label,
+                    runs: values.len(),
+                    min_ms: values[0],
+                    median_ms: values[(values.len() - 1) / 2],
+                    max_ms: values[values.len() - 1],
+                }
+            })
+            .collect()
+    }
+
+    /// `crash: 4158 ms` for one run, `crash: 4158 / 4200 / 4630 ms` (min / median / max)
+    /// for several.
+    fn shown(&self) -> String {
+        if self.runs == 1 {
+            format!("{}: {} ms", self.label, self.min_ms)
+        } else {
+            format!(
+                "{}: {} / {} / {} ms",
+                self.label, self.min_ms, self.median_ms, self.max_ms
+            )
+        }
+    }
 }
 
 /// One subject's column.
@@ -172,10 +257,12 @@ pub struct Subject {
     pub profile: PathBuf,
     /// Its reports, relative to the table's directory.
     pub reports: String,
-    /// Scenarios run and held.
+    /// Scenarios run and held in every run.
     pub held: usize,
     /// Scenarios run.
     pub ran: usize,
+    /// How many times each scenario ran.
+    pub runs: usize,
     /// The run's wall time.
     pub wall_seconds: f64,
     /// What was left out, and why.
@@ -208,13 +295,15 @@ pub struct Row {
 
 impl Table {
     /// The table of `runs` (subject, profile, its reports directory name, its report), rows
-    /// in the order the scenarios first appear.
+    /// in the order the scenarios first appear; the runs of a scenario repeated with
+    /// `--runs N` (named `… (run i of N)`) make one cell.
     pub fn of(provider: &str, runs: &[Run]) -> Self {
         let mut scenarios: Vec<String> = Vec::new();
         for (_, _, _, report) in runs {
             for r in &report.results {
-                if !scenarios.contains(&r.name) {
-                    scenarios.push(r.name.clone());
+                let (name, _) = crate::features::run_of(&r.name);
+                if !scenarios.iter().any(|s| s == name) {
+                    scenarios.push(name.to_string());
                 }
             }
         }
@@ -223,59 +312,101 @@ impl Table {
             .map(|scenario| {
                 let cells = runs
                     .iter()
-                    .map(|(_, _, dir, report)| {
-                        if let Some(reason) = &report.not_applicable {
-                            return Cell::NotApplicable {
-                                reason: Some(reason.clone()),
-                            };
-                        }
-                        let Some(r) = report.results.iter().find(|r| r.name == scenario) else {
-                            return Cell::NotApplicable { reason: None };
-                        };
-                        let link = if r.link.is_empty() {
-                            String::new()
-                        } else {
-                            format!("{dir}/{}", r.link)
-                        };
-                        if r.passed {
-                            Cell::Held {
-                                failovers: r.failovers.clone(),
-                                link,
-                            }
-                        } else {
-                            Cell::Broken {
-                                why: r
-                                    .failure
-                                    .as_deref()
-                                    .and_then(|f| f.lines().next())
-                                    .unwrap_or("a step failed")
-                                    .to_string(),
-                                failovers: r.failovers.clone(),
-                                link,
-                            }
-                        }
-                    })
+                    .map(|(_, _, dir, report)| cell(&scenario, dir, report))
                     .collect();
                 Row { scenario, cells }
             })
             .collect();
         let subjects = runs
             .iter()
-            .map(|(name, profile, dir, report)| Subject {
-                name: name.clone(),
-                profile: profile.clone(),
-                reports: dir.clone(),
-                held: report.results.iter().filter(|r| r.passed).count(),
-                ran: report.results.len(),
-                wall_seconds: report.wall_seconds,
-                left_out: report.left_out.clone(),
-                not_applicable: report.not_applicable.clone(),
+            .map(|(name, profile, dir, report)| {
+                let cells: Vec<Cell> = report
+                    .results
+                    .iter()
+                    .map(|r| crate::features::run_of(&r.name).0)
+                    .fold(Vec::<&str>::new(), |mut names, n| {
+                        if !names.contains(&n) {
+                            names.push(n);
+                        }
+                        names
+                    })
+                    .into_iter()
+                    .map(|n| cell(n, dir, report))
+                    .collect();
+                Subject {
+                    name: name.clone(),
+                    profile: profile.clone(),
+                    reports: dir.clone(),
+                    held: cells
+                        .iter()
+                        .filter(|c| matches!(c, Cell::Held { .. }))
+                        .count(),
+                    ran: cells.len(),
+                    runs: cells
+                        .iter()
+                        .map(|c| match c {
+                            Cell::Held { runs, .. } | Cell::Broken { runs, .. } => *runs,
+                            Cell::NotApplicable { .. } => 0,
+                        })
+                        .max()
+                        .unwrap_or(1),
+                    wall_seconds: report.wall_seconds,
+                    left_out: report.left_out.clone(),
+                    not_applicable: report.not_applicable.clone(),
+                }
             })
             .collect();
         Self {
             provider: provider.to_string(),
             subjects,
             rows,
+        }
+    }
+
+    /// The sentences of the guarantees of opconform's own that a cell of the table
+    /// breached, each once, numbered in the order they appear.
+    fn ours(&self) -> Vec<&str> {
+        let mut found: Vec<&str> = Vec::new();
+        for row in &self.rows {
+            for cell in &row.cells {
+                if let Cell::Broken {
+                    ours: Some(why), ..
+                } = cell
+                    && !found.contains(&why.as_str())
+                {
+                    found.push(why);
+                }
+            }
+        }
+        found
+    }
+
+    /// A cell's verdict in words: `held`, `held 3 of 3`, `broken (timing, ours¹)`,
+    /// `held 2 of 3, broken (safety)`.
+    fn verdict(&self, cell: &Cell) -> Option<String> {
+        match cell {
+            Cell::Held { runs, .. } if *runs > 1 => Some(format!("held {runs} of {runs}")),
+            Cell::Held { .. } => Some("held".into()),
+            Cell::Broken {
+                held,
+                runs,
+                breach,
+                ours,
+                ..
+            } => {
+                let ours = ours.as_ref().and_then(|why| {
+                    let n = self.ours().iter().position(|o| o == why)? + 1;
+                    Some(format!(", ours [{n}]"))
+                });
+                let kind = breach.map(|b| format!(" ({}{})", b.name(), ours.unwrap_or_default()));
+                let kind = kind.unwrap_or_default();
+                Some(if *runs > 1 {
+                    format!("held {held} of {runs}, broken{kind}")
+                } else {
+                    format!("broken{kind}")
+                })
+            }
+            Cell::NotApplicable { .. } => None,
         }
     }
 
@@ -295,10 +426,11 @@ impl Table {
         for row in &self.rows {
             out.push_str(&format!("| {} |", cell_text(&row.scenario)));
             for cell in &row.cells {
+                let verdict = self.verdict(cell).unwrap_or_default();
                 let text = match cell {
-                    Cell::Held { failovers, .. } => with_failovers("held", failovers),
-                    Cell::Broken { why, failovers, .. } => {
-                        with_failovers(&format!("**broken**: {}", cell_text(why)), failovers)
+                    Cell::Held { figures, .. } => with_figures(&verdict, figures),
+                    Cell::Broken { why, figures, .. } => {
+                        with_figures(&format!("**{verdict}**: {}", cell_text(why)), figures)
                     }
                     Cell::NotApplicable { reason: None } => "n/a".to_string(),
                     Cell::NotApplicable {
@@ -310,9 +442,19 @@ impl Table {
             out.push('\n');
         }
         out.push('\n');
+        for (n, why) in self.ours().iter().enumerate() {
+            out.push_str(&format!(
+                "[{}] A guarantee of opconform's own, which client-go's documented semantics \
+                 do not promise: {why}.\n\n",
+                n + 1
+            ));
+        }
         for s in &self.subjects {
             let verdict = match &s.not_applicable {
                 Some(reason) => format!("not applicable on {}: {reason}", self.provider),
+                None if s.runs > 1 => {
+                    format!("{} of {} held in each of {} runs", s.held, s.ran, s.runs)
+                }
                 None => format!("{} of {} held", s.held, s.ran),
             };
             out.push_str(&format!(
@@ -348,13 +490,12 @@ impl Table {
         for row in &self.rows {
             body.push_str(&format!("<tr><td>{}</td>", escape(&row.scenario)));
             for cell in &row.cells {
-                let (class, text, failovers, link) = match cell {
-                    Cell::Held { failovers, link } => ("held", "held".to_string(), failovers, link),
+                let verdict = self.verdict(cell).unwrap_or_default();
+                let (class, text, figures, link) = match cell {
+                    Cell::Held { figures, link, .. } => ("held", verdict, figures, link),
                     Cell::Broken {
-                        why,
-                        failovers,
-                        link,
-                    } => ("broken", format!("broken: {why}"), failovers, link),
+                        why, figures, link, ..
+                    } => ("broken", format!("{verdict}: {why}"), figures, link),
                     Cell::NotApplicable { reason: None } => {
                         body.push_str("<td class=\"na\">n/a</td>");
                         continue;
@@ -369,7 +510,7 @@ impl Table {
                         continue;
                     }
                 };
-                let text = with_failovers(&text, failovers);
+                let text = with_figures(&text, figures);
                 let text = if link.is_empty() {
                     escape(&text)
                 } else {
@@ -380,6 +521,14 @@ impl Table {
             body.push_str("</tr>\n");
         }
         let mut notes = String::new();
+        for (n, why) in self.ours().iter().enumerate() {
+            notes.push_str(&format!(
+                "<li>[{}] A guarantee of opconform's own, which client-go's documented \
+                 semantics do not promise: {}.</li>",
+                n + 1,
+                escape(why)
+            ));
+        }
         for s in &self.subjects {
             if let Some(reason) = &s.not_applicable {
                 notes.push_str(&format!(
@@ -409,11 +558,63 @@ impl Table {
     }
 }
 
-fn with_failovers(text: &str, failovers: &[String]) -> String {
-    if failovers.is_empty() {
+/// The cell of `scenario` in one subject's `report` (its runs' reports under `dir`).
+fn cell(scenario: &str, dir: &str, report: &SuiteReport) -> Cell {
+    if let Some(reason) = &report.not_applicable {
+        return Cell::NotApplicable {
+            reason: Some(reason.clone()),
+        };
+    }
+    let runs: Vec<&ScenarioResult> = report
+        .results
+        .iter()
+        .filter(|r| crate::features::run_of(&r.name).0 == scenario)
+        .collect();
+    let Some(first) = runs.first() else {
+        return Cell::NotApplicable { reason: None };
+    };
+    let link = |r: &ScenarioResult| {
+        if r.link.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/{}", r.link)
+        }
+    };
+    let figures = Figure::over(runs.iter().map(|r| r.failovers.as_slice()));
+    let failed: Vec<&&ScenarioResult> = runs.iter().filter(|r| !r.passed).collect();
+    let Some(first_failed) = failed.first() else {
+        return Cell::Held {
+            runs: runs.len(),
+            figures,
+            link: link(first),
+        };
+    };
+    let breach = failed.iter().filter_map(|r| r.breach).max();
+    Cell::Broken {
+        held: runs.len() - failed.len(),
+        runs: runs.len(),
+        breach,
+        ours: failed
+            .iter()
+            .find(|r| r.breach == breach)
+            .and_then(|r| r.ours.clone()),
+        why: first_failed
+            .failure
+            .as_deref()
+            .and_then(|f| f.lines().next())
+            .unwrap_or("a step failed")
+            .to_string(),
+        figures,
+        link: link(first_failed),
+    }
+}
+
+fn with_figures(text: &str, figures: &[Figure]) -> String {
+    if figures.is_empty() {
         text.to_string()
     } else {
-        format!("{text} (failover {})", failovers.join(", "))
+        let shown: Vec<String> = figures.iter().map(Figure::shown).collect();
+        format!("{text} (failover {})", shown.join(", "))
     }
 }
 
@@ -461,6 +662,8 @@ pub struct Options {
     pub tags: String,
     /// Where the table and every run's reports go.
     pub out: PathBuf,
+    /// How many times each scenario runs per profile (`--runs`).
+    pub runs: usize,
 }
 
 /// One profile's run: its subject's name, the profile as shown, its reports directory
@@ -568,6 +771,7 @@ async fn run_profiles(
             .arg("--operator")
             .arg(profile)
             .args(["--provider", &options.provider, "--tags", &options.tags])
+            .args(["--runs", &options.runs.max(1).to_string()])
             .arg("--out")
             .arg(&reports)
             .stdin(Stdio::null())
@@ -601,10 +805,11 @@ async fn run_profiles(
                 subject.name, options.provider
             ),
             None => eprintln!(
-                "conformance: {}: {} of {} scenarios held in {seconds:.0}s{}",
+                "conformance: {}: {} of {} scenario{} held in {seconds:.0}s{}",
                 subject.name,
                 parsed.results.iter().filter(|r| r.passed).count(),
                 parsed.results.len(),
+                if options.runs > 1 { " runs" } else { "s" },
                 if status.success() {
                     ""
                 } else {
@@ -639,6 +844,8 @@ mod tests {
                     failure: failure.map(str::to_string),
                     failovers: vec!["reject: 4158 ms".into()],
                     link: format!("{}/timeline.html", name.to_lowercase()),
+                    breach: None,
+                    ours: None,
                 })
                 .collect(),
         }
@@ -757,6 +964,152 @@ mod tests {
         assert_eq!(
             serde_json::to_value(Cell::NotApplicable { reason: None }).unwrap(),
             serde_json::json!({"verdict": "notApplicable"})
+        );
+    }
+
+    /// A result of run `i` of 3 of `name`.
+    fn run(
+        name: &str,
+        i: usize,
+        failure: Option<(&str, Breach, Option<&str>)>,
+        ms: u64,
+    ) -> ScenarioResult {
+        ScenarioResult {
+            name: crate::features::run_name(name, i, 3),
+            passed: failure.is_none(),
+            failure: failure.map(|(f, ..)| f.to_string()),
+            failovers: vec![format!("crash: {ms} ms")],
+            link: format!("run-{i}/timeline.html"),
+            breach: failure.map(|(_, b, _)| b),
+            ours: failure.and_then(|(.., o)| o.map(str::to_string)),
+        }
+    }
+
+    #[test]
+    fn the_runs_of_a_scenario_make_one_cell_held_k_of_n_with_the_spread_and_the_gravest_breach() {
+        let mut suite = report(&[]);
+        suite.results = vec![
+            run("Crash", 1, None, 4300),
+            run("Crash", 2, None, 4100),
+            run("Crash", 3, None, 4600),
+            run(
+                "Partition",
+                1,
+                Some((
+                    "And the old leader stopped leading at most 3s after the partition: 3.4s",
+                    Breach::Timing,
+                    Some("from the fault"),
+                )),
+                5000,
+            ),
+            run("Partition", 2, None, 4000),
+            run(
+                "Partition",
+                3,
+                Some((
+                    "And there was never more than one leader: a and b",
+                    Breach::Safety,
+                    None,
+                )),
+                6000,
+            ),
+        ];
+        let runs = vec![(
+            "ours".to_string(),
+            PathBuf::from("profiles/ours/profile.yaml"),
+            "ours".to_string(),
+            suite,
+        )];
+        let table = Table::of("sim", &runs);
+        assert_eq!(table.rows.len(), 2);
+        let figure = |min_ms, median_ms, max_ms| Figure {
+            label: "crash".into(),
+            runs: 3,
+            min_ms,
+            median_ms,
+            max_ms,
+        };
+        assert_eq!(
+            table.rows[0].cells[0],
+            Cell::Held {
+                runs: 3,
+                figures: vec![figure(4100, 4300, 4600)],
+                link: "ours/run-1/timeline.html".into(),
+            }
+        );
+        assert_eq!(
+            table.rows[1].cells[0],
+            Cell::Broken {
+                held: 1,
+                runs: 3,
+                breach: Some(Breach::Safety),
+                ours: None,
+                why: "And the old leader stopped leading at most 3s after the partition: 3.4s"
+                    .into(),
+                figures: vec![figure(4000, 5000, 6000)],
+                link: "ours/run-1/timeline.html".into(),
+            }
+        );
+        assert_eq!(
+            (
+                table.subjects[0].held,
+                table.subjects[0].ran,
+                table.subjects[0].runs
+            ),
+            (1, 2, 3)
+        );
+        let md = table.markdown();
+        assert!(
+            md.contains("| Crash | held 3 of 3 (failover crash: 4100 / 4300 / 4600 ms) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Partition | **held 1 of 3, broken (safety)**: And the old leader"),
+            "{md}"
+        );
+        assert!(md.contains("1 of 2 held in each of 3 runs"), "{md}");
+        let json = serde_json::to_value(&table).unwrap();
+        assert_eq!(json["rows"][1]["cells"][0]["breach"], "safety");
+        assert_eq!(json["rows"][1]["cells"][0]["held"], 1);
+        assert_eq!(json["rows"][0]["cells"][0]["figures"][0]["medianMs"], 4300);
+    }
+
+    #[test]
+    fn a_breach_of_a_guarantee_of_our_own_is_marked_with_why_it_matters() {
+        let mut suite = report(&[]);
+        suite.results = vec![ScenarioResult {
+            name: "Partition".into(),
+            passed: false,
+            failure: Some(
+                "And the old leader stopped leading at most 3s after the partition: 3.4s".into(),
+            ),
+            failovers: Vec::new(),
+            link: String::new(),
+            breach: Some(Breach::Timing),
+            ours: Some("measured from the fault".into()),
+        }];
+        let runs = vec![(
+            "ours".to_string(),
+            PathBuf::from("profiles/ours/profile.yaml"),
+            "ours".to_string(),
+            suite,
+        )];
+        let table = Table::of("sim", &runs);
+        let md = table.markdown();
+        assert!(
+            md.contains("| Partition | **broken (timing, ours [1])**: And the old leader"),
+            "{md}"
+        );
+        assert!(md.contains("[1] A guarantee of opconform's own, which client-go's documented semantics do not promise: measured from the fault."), "{md}");
+        let html = table.html();
+        assert!(
+            html.contains("broken (timing, ours [1]): And the old leader"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<li>[1] A guarantee of opconform&#39;s own")
+                || html.contains("<li>[1] A guarantee of opconform's own"),
+            "{html}"
         );
     }
 

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-pub use opconform_steps::features::FeatureSet;
+pub use opconform_steps::features::{FeatureSet, run_name, run_of};
 
 /// A feature shipped with opconform: its short name, its file name and its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -66,6 +66,26 @@ pub enum Feature {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FeatureSet {
     features: Vec<Feature>,
+    /// How many times each scenario runs (`--runs N`); 0 and 1 both mean once.
+    runs: usize,
+}
+
+/// The name of run `i` of `n` of a scenario repeated with `--runs N`.
+pub fn run_name(scenario: &str, i: usize, n: usize) -> String {
+    format!("{scenario} (run {i} of {n})")
+}
+
+/// A scenario's name and which of its runs it is, when it was repeated ([`run_name`]).
+pub fn run_of(name: &str) -> (&str, Option<(usize, usize)>) {
+    let parsed = name.strip_suffix(')').and_then(|rest| {
+        let (scenario, runs) = rest.rsplit_once(" (run ")?;
+        let (i, n) = runs.split_once(" of ")?;
+        Some((scenario, (i.parse().ok()?, n.parse().ok()?)))
+    });
+    match parsed {
+        Some((scenario, run)) => (scenario, Some(run)),
+        None => (name, None),
+    }
 }
 
 impl FeatureSet {
@@ -183,6 +203,13 @@ impl FeatureSet {
         Ok(())
     }
 
+    /// Runs each scenario `n` times, run `i` named [`run_name`]`(name, i, n)`: each run
+    /// has its own cluster, history and timeline.
+    pub fn runs(mut self, n: usize) -> Self {
+        self.runs = n;
+        self
+    }
+
     /// The features, in order.
     pub fn features(&self) -> &[Feature] {
         &self.features
@@ -247,6 +274,31 @@ fn parse_failure(message: &str) -> (String, String) {
     (at.to_string(), expected)
 }
 
+/// `feature` with each of its scenarios (its rules' too) `runs` times, named by
+/// [`run_name`]; unchanged for one run.
+fn repeated(mut feature: cucumber::gherkin::Feature, runs: usize) -> cucumber::gherkin::Feature {
+    if runs <= 1 {
+        return feature;
+    }
+    let repeat = |scenarios: &mut Vec<cucumber::gherkin::Scenario>| {
+        *scenarios = scenarios
+            .iter()
+            .flat_map(|scenario| {
+                (1..=runs).map(move |i| {
+                    let mut run = scenario.clone();
+                    run.name = run_name(&scenario.name, i, runs);
+                    run
+                })
+            })
+            .collect();
+    };
+    repeat(&mut feature.scenarios);
+    for rule in &mut feature.rules {
+        repeat(&mut rule.scenarios);
+    }
+    feature
+}
+
 /// Parses the set's features, in order, as cucumber's own parser parses a file.
 impl cucumber::Parser<FeatureSet> for FeatureSet {
     type Cli = cucumber::cli::Empty;
@@ -277,7 +329,9 @@ impl cucumber::Parser<FeatureSet> for FeatureSet {
                             })
                     }
                 };
-                parsed.map_err(|e| cucumber::parser::Error::Parsing(Arc::new(e)))
+                parsed
+                    .map(|feature| repeated(feature, input.runs))
+                    .map_err(|e| cucumber::parser::Error::Parsing(Arc::new(e)))
             })
             .collect::<Vec<_>>();
         futures::stream::iter(parsed)
@@ -339,6 +393,32 @@ mod tests {
         let parsed = parse(FeatureSet::new().embedded("features/broken.feature", "Scenario:"));
         let e = parsed[0].as_ref().unwrap_err();
         assert!(e.contains("features/broken.feature"), "{e}");
+    }
+
+    #[test]
+    fn with_runs_each_scenario_is_repeated_under_a_name_that_says_which_run_it_is() {
+        let set = FeatureSet::new()
+            .embedded(
+                "features/f.feature",
+                "Feature: f\n  Scenario: one\n    Given a cluster\n  Rule: r\n    Scenario: two\n      Given a cluster\n",
+            )
+            .runs(3);
+        let feature = parse(set).remove(0).unwrap();
+        let names: Vec<&str> = feature.scenarios.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["one (run 1 of 3)", "one (run 2 of 3)", "one (run 3 of 3)"]
+        );
+        assert_eq!(feature.rules[0].scenarios.len(), 3);
+        assert_eq!(run_of("one (run 2 of 3)"), ("one", Some((2, 3))));
+        assert_eq!(run_of("one"), ("one", None));
+        assert_eq!(run_of("odd (run x of 3)"), ("odd (run x of 3)", None));
+        let once = parse(
+            FeatureSet::new()
+                .embedded("f", "Feature: f\n  Scenario: one\n")
+                .runs(1),
+        );
+        assert_eq!(once[0].as_ref().unwrap().scenarios[0].name, "one");
     }
 
     #[test]

@@ -12,6 +12,48 @@ use serde::Serialize;
 
 use crate::record::{Entry, History, Observation, describe};
 
+/// The kind of guarantee a failed scenario breached, from the least to the most grave.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Breach {
+    /// A bound exceeded with a single leader throughout: a failover, a step-down or a
+    /// renewal that took longer than it may.
+    Timing,
+    /// Nothing happened within its bound: no leader, no work done, a leader lost without a
+    /// fault.
+    Liveness,
+    /// Two leaders at once, a stale write, a lock overwritten or taken early.
+    Safety,
+}
+
+impl Breach {
+    /// Its name in tables and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Timing => "timing",
+            Self::Liveness => "liveness",
+            Self::Safety => "safety",
+        }
+    }
+}
+
+/// Whether `verdict` is one of the history's safety checks (single leader, single writer,
+/// transitions that never decrease) and failed: a scenario that failed with one of them
+/// failed breached safety, whatever step it failed at.
+pub fn breaches_safety(verdict: &Verdict) -> bool {
+    !verdict.passed
+        && [SINGLE_LEADER, SINGLE_WRITER, TRANSITIONS_NEVER_DECREASE].contains(&verdict.checker)
+}
+
+/// The single-leader checker's name.
+pub const SINGLE_LEADER: &str = "single leader";
+/// The single-writer checker's name.
+pub const SINGLE_WRITER: &str = "single writer";
+/// The transitions checker's name.
+pub const TRANSITIONS_NEVER_DECREASE: &str = "lease transitions never decrease";
+
 /// The outcome of one checker.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
@@ -181,7 +223,7 @@ pub fn writes_outside_leadership(history: &History, runs: &[Interval]) -> Vec<In
 /// overlap — from their gauges, extended by the writes a replica made outside them, and,
 /// for replicas that report no gauge (no election), the span in which they wrote.
 pub fn single_leader(history: &History) -> Verdict {
-    const NAME: &str = "single leader";
+    const NAME: &str = SINGLE_LEADER;
     let mut intervals = gauge_intervals(history);
     let outside = writes_outside_leadership(history, &intervals);
     intervals.extend(outside);
@@ -374,7 +416,7 @@ pub fn lock_changed_hands_once(history: &History, verb: &str) -> Verdict {
 /// The fencing property: once another replica has written as leader, a replica that wrote
 /// before writes no more — unless it took the lock again after that.
 pub fn single_writer(history: &History) -> Verdict {
-    const NAME: &str = "single writer";
+    const NAME: &str = SINGLE_WRITER;
     let acquired = acquisitions(history);
     let reacquired = |replica: &str, after: DateTime<Utc>, before: DateTime<Utc>| {
         acquired
@@ -432,7 +474,7 @@ pub fn single_writer(history: &History) -> Verdict {
 
 /// Lease transitions never decrease.
 pub fn transitions_never_decrease(history: &History) -> Verdict {
-    const NAME: &str = "lease transitions never decrease";
+    const NAME: &str = TRANSITIONS_NEVER_DECREASE;
     let mut last: HashMap<String, (i64, Entry)> = HashMap::new();
     for e in history.entries() {
         // A deleted lock starts over: a new Lease counts its transitions from 0.

@@ -796,6 +796,17 @@ pub struct ScenarioSummary {
     /// The failed step and its error, when it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The kind of guarantee the failure breached, when the failed step checks one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breach: Option<crate::check::Breach>,
+    /// When the breached guarantee is one client-go's documented semantics do not promise:
+    /// why opconform holds operators to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours: Option<String>,
+    /// Whether the history's own safety checks (single leader, single writer, transitions)
+    /// failed.
+    #[serde(skip)]
+    pub history_breached_safety: bool,
 }
 
 /// What the index page says about a run.
@@ -1132,6 +1143,9 @@ mod tests {
             failovers: vec!["crash: 12 ms".into()],
             seconds: 4.25,
             failure: (!passed).then(|| "Then within 20s another replica leads: <none>".into()),
+            breach: None,
+            ours: None,
+            history_breached_safety: false,
         };
         let html = index_html(&SuiteSummary {
             provider: "local",

@@ -144,6 +144,10 @@ async fn stepped_down_within(world: &mut World, bound: Dur, verb: String) -> Ste
     Ok(())
 }
 
+/// How a takeover that came too early is described ([`super::breach`] reads it: early is a
+/// safety breach, late a timing one).
+pub(crate) const EARLY: &str = "earlier than";
+
 #[then(
     expr = "the new leader took over between {duration} and {duration} after the old leader's last renewal"
 )]
@@ -163,9 +167,14 @@ async fn takeover_window(world: &mut World, at_least: Dur, at_most: Dur) -> Step
     );
     let (low, high) = (world.span(&at_least)?, world.span(&at_most)?);
     ensure!(
-        took >= low && took <= high,
-        "the takeover came {took:?} after the last renewal, outside [{}, {}]",
-        at_least.shown(low),
+        took >= low,
+        "the takeover came {took:?} after the last renewal, {EARLY} {}: the old leader may \
+         still have been leading",
+        at_least.shown(low)
+    );
+    ensure!(
+        took <= high,
+        "the takeover came {took:?} after the last renewal, later than {}",
         at_most.shown(high)
     );
     Ok(())

@@ -21,6 +21,7 @@ macro_rules! bail {
 }
 
 pub mod artifacts;
+pub mod breach;
 pub mod cluster;
 pub mod diagnosis;
 pub mod failures;
@@ -667,6 +668,9 @@ impl World {
                 .map(|t| t.elapsed().as_secs_f64())
                 .unwrap_or_default(),
             failure: None,
+            breach: None,
+            ours: None,
+            history_breached_safety: false,
         };
         let history = match self.recorder.take() {
             Some(r) => Some(r.stop().await),
@@ -678,6 +682,7 @@ impl World {
                 crate::check::single_writer(&history),
                 crate::check::transitions_never_decrease(&history),
             ];
+            summary.history_breached_safety = verdicts.iter().any(crate::check::breaches_safety);
             let failovers: Vec<_> = FAULT_VERBS
                 .iter()
                 .filter_map(|v| crate::check::failover(&history, v))
@@ -1116,6 +1121,16 @@ pub async fn run_suite(
             .find(|s| s.name == failure.scenario && s.failure.is_none())
         {
             summary.failure = Some(format!("{}: {}", failure.step, failure.error));
+            let judged = breach::of_step(&failure.step, &failure.error);
+            summary.breach = if summary.history_breached_safety {
+                Some(crate::check::Breach::Safety)
+            } else {
+                judged.map(|g| g.breach)
+            };
+            summary.ours = judged
+                .and_then(|g| g.ours)
+                .filter(|_| summary.breach == judged.map(|g| g.breach))
+                .map(str::to_string);
         }
     }
     summaries.sort_by(|a, b| a.name.cmp(&b.name));
