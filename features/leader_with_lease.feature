@@ -41,6 +41,22 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
+  # controller-runtime #2719: a manager that never led started its leader-only runnables
+  # while shutting down (fixed by #2724).
+  @audit @work
+  Scenario: A standby that shuts down does not start the leader's work
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And the operator has work
+    And within 30s the operator has done work
+    And within 30s exactly one replica leads
+    And within 15s the other replicas are ready standbys
+    When a standby pod is deleted
+    Then the leader keeps leading for 3s
+    When the operator is given more work
+    Then within 30s the leader has done the new work
+    And only the lock's holder ever wrote the work
+    And there was never more than one leader
+
   @audit @work @timing
   Scenario: A leader killed without releasing is replaced once its lease expires
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s

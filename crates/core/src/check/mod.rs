@@ -311,6 +311,55 @@ fn acquisitions(history: &History) -> Vec<(DateTime<Utc>, String)> {
         .collect()
 }
 
+/// Every write of the work came from the lock's holder: the replica the lock named when
+/// the write was made, or one that took it within a second after (the lock is watched, the
+/// writes are audited: a new holder's first write can be seen before its lock). A replica
+/// that never held the lock, or no longer did, and wrote anyway ran leader-only work — as
+/// controller-runtime's non-elected managers did on shutdown (controller-runtime #2719).
+pub fn only_holders_wrote(history: &History) -> Verdict {
+    const NAME: &str = "only the holder writes";
+    let locks: Vec<(DateTime<Utc>, Option<&str>)> = history
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.observation {
+            Observation::Lock { holder, .. } => Some((e.time, holder.as_deref())),
+            _ => None,
+        })
+        .collect();
+    let mut writes = 0;
+    for (time, replica) in work_writes(history) {
+        writes += 1;
+        let holder = locks
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= time)
+            .and_then(|(_, h)| *h);
+        let soon = locks.iter().any(|(t, h)| {
+            *t > time && *t <= time + chrono::Duration::seconds(1) && *h == Some(replica)
+        });
+        if holder == Some(replica) || soon {
+            continue;
+        }
+        let evidence = slice_of(history, time - chrono::Duration::seconds(2), time, |o| {
+            matches!(o, Observation::Lock { .. } | Observation::Write { .. })
+        });
+        return Verdict {
+            checker: NAME,
+            passed: false,
+            summary: format!(
+                "{replica} wrote its work at {} while the lock {}",
+                time.format("%H:%M:%S%.3f"),
+                holder.map_or("was free".to_string(), |h| format!("was {h}'s"))
+            ),
+            evidence,
+        };
+    }
+    Verdict::pass(
+        NAME,
+        format!("{writes} write(s) of the work, each by the lock's holder"),
+    )
+}
+
 /// After the first `verb` fault the lock changed hands exactly once: one replica took it
 /// and nobody took it from that one. Two candidates that both saw the lock free or expired
 /// may both write it; a write made without the lock's resourceVersion as a precondition is
@@ -826,6 +875,58 @@ mod tests {
         gauge(&mut h, 300, "b", true);
         let v = single_leader(&h);
         assert!(v.passed, "{}", v.summary);
+    }
+
+    #[test]
+    fn a_standby_that_writes_while_another_holds_the_lock_breaks_only_holders_wrote() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        write(&mut h, 10, "a");
+        write(&mut h, 500, "c");
+        write(&mut h, 600, "a");
+        let v = only_holders_wrote(&h);
+        assert!(!v.passed);
+        assert!(
+            v.summary.starts_with("c wrote its work at"),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.summary.ends_with("while the lock was a's"),
+            "{}",
+            v.summary
+        );
+        // The same write with the lock released is a write while it was free.
+        let mut free = History::new();
+        lock(&mut free, 0, None, 0);
+        write(&mut free, 500, "c");
+        assert!(
+            only_holders_wrote(&free)
+                .summary
+                .ends_with("while the lock was free")
+        );
+    }
+
+    #[test]
+    fn a_new_holder_whose_first_write_is_seen_before_its_lock_wrote_as_the_holder() {
+        let mut h = History::new();
+        lock(&mut h, 0, Some("a"), 0);
+        write(&mut h, 10, "a");
+        write(&mut h, 1_000, "b");
+        lock(&mut h, 1_300, Some("b"), 1);
+        write(&mut h, 1_500, "b");
+        let v = only_holders_wrote(&h);
+        assert!(v.passed, "{}", v.summary);
+        assert_eq!(
+            v.summary,
+            "3 write(s) of the work, each by the lock's holder"
+        );
+        // More than a second before it took the lock is too early.
+        let mut early = History::new();
+        lock(&mut early, 0, Some("a"), 0);
+        write(&mut early, 100, "b");
+        lock(&mut early, 1_300, Some("b"), 1);
+        assert!(!only_holders_wrote(&early).passed);
     }
 
     #[test]

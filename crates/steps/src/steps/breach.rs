@@ -29,6 +29,11 @@ pub const STEP_DOWN_FROM_THE_FAULT: &str = "client-go bounds a leader's step-dow
 const STEPS: &[(&str, Breach, Option<&str>)] = &[
     ("there was never more than one leader", Breach::Safety, None),
     (
+        "only the lock's holder ever wrote the work",
+        Breach::Safety,
+        None,
+    ),
+    (
         "no replica wrote after losing leadership",
         Breach::Safety,
         None,

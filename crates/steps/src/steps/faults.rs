@@ -195,6 +195,32 @@ async fn standby_clock_ahead(world: &mut World, seconds: i64) -> Step {
     Ok(())
 }
 
+#[when("a standby pod is deleted")]
+async fn standby_deleted(world: &mut World) -> Step {
+    let leader = world.seen_leader()?;
+    let standby = super::leadership::leading_candidates(&world.history().await)
+        .into_iter()
+        .find(|r| *r != leader)
+        .ok_or_else(|| {
+            StepError::Missing(format!(
+                "no standby of {leader} seen yet (no leader gauge of another replica was \
+                 scraped): wait for them first, with \"within {{duration}} the other replicas \
+                 are ready standbys\""
+            ))
+        })?;
+    let namespace = world.operator_namespace()?;
+    let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
+    world.provider()?.faults().record(
+        "delete",
+        &format!("pod {namespace}/{standby}"),
+        "graceful, a standby",
+    );
+    pods.delete(&standby, &DeleteParams::default())
+        .await
+        .doing(format!("deleting the standby {standby} (graceful)"))?;
+    Ok(())
+}
+
 #[when("the lock is deleted by hand")]
 async fn lock_deleted(world: &mut World) -> Step {
     let namespace = world.operator_namespace()?;

@@ -42,6 +42,20 @@ async fn single_writer(world: &mut World) -> Step {
     Ok(())
 }
 
+#[then("only the lock's holder ever wrote the work")]
+async fn only_holders_wrote(world: &mut World) -> Step {
+    let history = world.history().await;
+    let v = check::only_holders_wrote(&history);
+    ensure!(v.passed, "{}", v.explain(origin(&history)));
+    ensure!(
+        !v.summary.starts_with("0 write"),
+        "the check had nothing to check: no replica wrote its work; give the operator work \
+         in this scenario (\"Given the operator has work\")"
+    );
+    println!("{}", v.summary);
+    Ok(())
+}
+
 #[then("the lease transitions never decreased")]
 async fn transitions(world: &mut World) -> Step {
     let history = world.history().await;
