@@ -57,6 +57,22 @@ Feature: Leader with lease
     And only the lock's holder ever wrote the work
     And there was never more than one leader
 
+  # kubernetes #47671: a candidate judged the lease by its own LeaseDuration, not the one
+  # its holder wrote; a rolling update that shortens the timings mixes the two.
+  @audit @work
+  Scenario: A rolling update that shortens the lease timings keeps a single leader
+    Given the operator is deployed with 3 replicas in lease mode with timings 8s/6s/2s
+    And the operator has work
+    And within 30s the operator has done work
+    And within 30s exactly one replica leads
+    When the operator is rolled out with timings 4s/3s/1s
+    Then within 120s the operator Deployment is rolled out
+    And within 30s exactly one replica leads
+    When the operator is given more work
+    Then within 30s the leader has done the new work
+    And there was never more than one leader
+    And no replica wrote after losing leadership
+
   @audit @work @timing
   Scenario: A leader killed without releasing is replaced once its lease expires
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s

@@ -54,6 +54,11 @@ const STEPS: &[(&str, Breach, Option<&str>)] = &[
         None,
     ),
     ("the leader gauges sum to 1", Breach::Safety, None),
+    (
+        "the old leader's Pod stays terminating and the lock stays its own",
+        Breach::Safety,
+        None,
+    ),
     ("no replica leads for", Breach::Safety, None),
     ("the failover after the", Breach::Timing, None),
     (

@@ -459,6 +459,45 @@ async fn rolled_out_again(world: &mut World) -> Step {
     Ok(())
 }
 
+#[when(expr = "the operator is rolled out with timings {word}")]
+async fn rolled_out_with_timings(world: &mut World, timings: String) -> Step {
+    let replicas = world
+        .operator
+        .as_ref()
+        .ok_or_else(|| {
+            StepError::Missing(
+                "the operator was not deployed: deploy it in lease mode first".into(),
+            )
+        })?
+        .replicas;
+    let setup = lease_setup(world, replicas, &timings, "")?;
+    let mut deployment = manifests(world, &setup)?
+        .into_iter()
+        .find(|m| kind_of(&m.object) == "Deployment")
+        .ok_or_else(|| {
+            StepError::Unmet(format!(
+                "{} hold no manager Deployment",
+                manifests_named(world)
+            ))
+        })?;
+    // A new template whatever the timings (a profile may fix them): the rollout happens.
+    deployment.object.data["spec"]["template"]["metadata"]["annotations"]["opconform.io/restartedAt"] =
+        json!(chrono::Utc::now().to_rfc3339());
+    let namespace = world.operator_namespace()?;
+    world.provider()?.faults().record(
+        "rollout",
+        &format!("deployment {namespace}/{}", world.subject().deployment),
+        &format!("timings {timings}"),
+    );
+    apply(world, &[deployment]).await?;
+    world.note(&format!(
+        "rolling the operator out with timings {timings}: {}",
+        setup.args.join(" ")
+    ));
+    world.operator = Some(setup);
+    Ok(())
+}
+
 #[then(expr = "within {duration} the operator Deployment is rolled out")]
 async fn rolled_out(world: &mut World, within: Dur) -> Step {
     let namespace = world.operator_namespace()?;
