@@ -159,6 +159,21 @@ Feature: Leader with lease
     And the lease transitions grew by exactly 0
     And there was never more than one leader
 
+  # controller-runtime #3027: one renewal slower than the leader-election client's request
+  # timeout (RenewDeadline / 2), yet answered within RenewDeadline, must not cost the leader
+  # its lease. Held for less than RenewDeadline - RetryPeriod, so that a leader counting its
+  # deadline from its last successful renewal, not from the attempt, also gets the answer
+  # in time.
+  @request-rules
+  Scenario: One lease update held past half the renew deadline keeps the leader
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s
+    And within 30s exactly one replica leads
+    And within 15s the other replicas are ready standbys
+    When the API server holds the leader's next lease update for RenewDeadline / 2 + RetryPeriod / 4
+    Then the leader keeps leading for LeaseDuration + 2 × RetryPeriod
+    And the lease transitions grew by exactly 0
+    And there was never more than one leader
+
   @api-faults @timing
   Scenario: Lease updates rejected for longer than the renew deadline make the leader step down
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s

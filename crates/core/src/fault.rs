@@ -43,6 +43,10 @@ pub trait RequestRules: Send + Sync {
         limit: std::time::Duration,
     ) -> u64;
 
+    /// Holds the next request matching `matches` unserved for `span` (its pod keeps
+    /// running), then serves it: one slow request; returns the rule's id.
+    fn defer_for(&self, matches: RequestMatch, span: std::time::Duration) -> u64;
+
     /// Whether the detail of a `serve` fault says the held request was let go because its
     /// limit ran out, not because the request it waited for got there.
     fn deferral_timed_out(&self, serve_detail: &str) -> bool;

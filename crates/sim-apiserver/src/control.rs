@@ -6,6 +6,7 @@
 //! - `POST /opconform/v1/faults/rules` `{"match": {…}, "action": {"action": "reject", "code": 500, "reason": "InternalError", "message": "…"}}`
 //!   or `{"action": {"action": "delay", "millis": 200}}`, or
 //!   `{"action": {"action": "defer", "until": {…}, "milestone": "arrived"|"answered", "millis": 10000}}`
+//!   (without `until`: the request is held for `millis`)
 //!   → `{"id": N}`;
 //! - `DELETE /opconform/v1/faults/rules/N`: allow (remove the rule);
 //! - `POST /opconform/v1/faults/pods/NAMESPACE/NAME` with a [`PodFault`];
@@ -104,7 +105,7 @@ pub fn serve(
                     rule.after,
                 ),
                 RuleAction::Defer {
-                    until,
+                    until: Some(until),
                     milestone,
                     millis,
                 } => state.faults.defer_until(
@@ -113,6 +114,13 @@ pub fn serve(
                     milestone,
                     std::time::Duration::from_millis(millis),
                 ),
+                RuleAction::Defer {
+                    until: None,
+                    millis,
+                    ..
+                } => state
+                    .faults
+                    .defer_for(rule.matches, std::time::Duration::from_millis(millis)),
             };
             Ok((201, json!({"id": id})))
         }

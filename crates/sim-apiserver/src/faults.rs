@@ -66,11 +66,13 @@ pub enum RuleAction {
     },
     /// Hold the request itself, unserved (its pod keeps running), until a request matching
     /// `until` has reached `milestone` — counted from when the rule was made, so one that
-    /// came before the held request counts — or for at most `millis`, then serve it. Fires
-    /// once, at the first matching request, and is removed.
+    /// came before the held request counts — or for at most `millis`, then serve it; with
+    /// no `until`, for `millis`: one slow request. Fires once, at the first matching
+    /// request, and is removed.
     Defer {
-        /// The request it waits for.
-        until: RequestMatch,
+        /// The request it waits for; none: it is held for `millis`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<RequestMatch>,
         /// How far that request must have got.
         milestone: Milestone,
         /// The longest the request is held, in milliseconds: then it is served anyway.
@@ -134,8 +136,9 @@ pub struct Deferral {
     pub rule: u64,
     /// The rule as the fault log names it (`rule 4: update,patch leases… from pod ops/b`).
     pub target: String,
-    /// The request waited for, as the fault log describes it.
-    pub until: String,
+    /// The request waited for, as the fault log describes it; none when the request is
+    /// held for its limit.
+    pub until: Option<String>,
     /// How far it must get.
     pub milestone: Milestone,
     /// The longest the request is held.
@@ -172,7 +175,7 @@ pub const DEFER_TIMED_OUT: &str = "timed out";
 #[derive(Debug)]
 struct Awaiting {
     rule: u64,
-    until: RequestMatch,
+    until: Option<RequestMatch>,
     milestone: Milestone,
     met: watch::Sender<bool>,
 }
@@ -264,11 +267,14 @@ impl Faults {
                     });
                 (
                     "arm",
-                    format!(
-                        "defer until the {} {}, at most {millis}ms",
-                        describe(until),
-                        milestone_words(*milestone).0
-                    ),
+                    match until {
+                        Some(until) => format!(
+                            "defer until the {} {}, at most {millis}ms",
+                            describe(until),
+                            milestone_words(*milestone).0
+                        ),
+                        None => format!("defer for {millis}ms"),
+                    },
                 )
             }
         };
@@ -363,9 +369,23 @@ impl Faults {
         self.add(
             matches,
             RuleAction::Defer {
-                until,
+                until: Some(until),
                 milestone,
                 millis: limit.as_millis() as u64,
+            },
+        )
+    }
+
+    /// Holds the next request matching `matches` (not its pod) for `span`, then serves it:
+    /// one slow request (a one-shot rule, removed when it fires); returns the rule id. The
+    /// log shows it held (`defer`) and let go (`serve`).
+    pub fn defer_for(&self, matches: RequestMatch, span: Duration) -> u64 {
+        self.add(
+            matches,
+            RuleAction::Defer {
+                until: None,
+                milestone: Milestone::Arrived,
+                millis: span.as_millis() as u64,
             },
         )
     }
@@ -386,7 +406,11 @@ impl Faults {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|a| a.milestone == milestone && !*a.met.borrow() && a.until.matches(facts))
+            .filter(|a| {
+                a.milestone == milestone
+                    && !*a.met.borrow()
+                    && a.until.as_ref().is_some_and(|u| u.matches(facts))
+            })
         {
             a.met.send_replace(true);
         }
@@ -398,12 +422,31 @@ impl Faults {
     /// out). Does not serve it: the caller does, once this returns.
     pub async fn defer(&self, deferral: Deferral, what: &str) {
         let (waiting, reached, missed) = milestone_words(deferral.milestone);
+        let Some(until) = &deferral.until else {
+            // Held for its limit: one slow request.
+            self.record(
+                "defer",
+                &deferral.target,
+                &format!("{what}, for {}ms", deferral.limit.as_millis()),
+            );
+            let start = tokio::time::Instant::now();
+            tokio::time::sleep(deferral.limit).await;
+            self.record(
+                "serve",
+                &deferral.target,
+                &format!("{what}, after {}ms", start.elapsed().as_millis()),
+            );
+            self.awaiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|a| a.rule != deferral.rule);
+            return;
+        };
         self.record(
             "defer",
             &deferral.target,
             &format!(
-                "{what}, until the {} {waiting}, at most {}ms",
-                deferral.until,
+                "{what}, until the {until} {waiting}, at most {}ms",
                 deferral.limit.as_millis()
             ),
         );
@@ -576,7 +619,7 @@ impl Faults {
     fn deferral(
         &self,
         rule: &Rule,
-        until: &RequestMatch,
+        until: &Option<RequestMatch>,
         milestone: Milestone,
         millis: u64,
     ) -> Option<Deferral> {
@@ -591,7 +634,7 @@ impl Faults {
         Some(Deferral {
             rule: rule.id,
             target: format!("rule {}: {}", rule.id, describe(&rule.matches)),
-            until: describe(until),
+            until: until.as_ref().map(describe),
             milestone,
             limit: Duration::from_millis(millis),
             met,
@@ -945,6 +988,43 @@ mod tests {
                 .ends_with("ms: the request it waited for arrived"),
             "{}",
             log[2].detail
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_defer_for_a_span_holds_the_next_matching_request_that_long_once_and_serves_it() {
+        let f = Faults::new();
+        let (b, c) = (pod("b"), pod("c"));
+        f.defer_for(lease_writes_of("c"), Duration::from_millis(1750));
+        // Another pod's write is not the one it holds.
+        assert_eq!(f.verdict(&lease_write(&b)), Verdict::Pass);
+        let held = deferral(f.verdict(&lease_write(&c)));
+        assert!(f.rules().is_empty(), "a defer rule fires once");
+        assert_eq!(f.verdict(&lease_write(&c)), Verdict::Pass);
+        let start = tokio::time::Instant::now();
+        f.defer(held, "update leases ops/lock").await;
+        assert_eq!(start.elapsed(), Duration::from_millis(1750));
+        let log = f.log();
+        let entries: Vec<(&str, &str)> = log
+            .iter()
+            .map(|e| (e.verb.as_str(), e.detail.as_str()))
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                ("arm", "defer for 1750ms"),
+                ("defer", "update leases ops/lock, for 1750ms"),
+                ("serve", "update leases ops/lock, after 1750ms"),
+            ]
+        );
+        // Its JSON has no `until`, and reads back as the same rule.
+        f.defer_for(lease_writes_of("c"), Duration::from_millis(5));
+        let rule = f.rules().pop().unwrap();
+        let json = serde_json::to_value(&rule.action).unwrap();
+        assert!(json.get("until").is_none(), "{json}");
+        assert_eq!(
+            serde_json::from_value::<RuleAction>(json).unwrap(),
+            rule.action
         );
     }
 

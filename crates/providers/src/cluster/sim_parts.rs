@@ -59,6 +59,10 @@ impl RequestRules for SimRules {
         self.0.defer_until(matches, until, milestone, limit)
     }
 
+    fn defer_for(&self, matches: RequestMatch, span: Duration) -> u64 {
+        self.0.defer_for(matches, span)
+    }
+
     fn deferral_timed_out(&self, serve_detail: &str) -> bool {
         serve_detail.starts_with(DEFER_TIMED_OUT)
     }

@@ -178,6 +178,53 @@ async fn reject_lease_updates(world: &mut World, span: Dur) -> Step {
     Ok(())
 }
 
+#[when(expr = "the API server holds the leader's next lease update for {duration}")]
+async fn slow_lease_update(world: &mut World, span: Dur) -> Step {
+    let pod = world.seen_leader()?;
+    let namespace = world.operator_namespace()?;
+    let span = world.span(&span)?;
+    let rules = request_rules(world, "holding one lease update")?;
+    let (group, resource) = lock_resource(world);
+    let id = rules.defer_for(
+        RequestMatch {
+            verbs: vec!["update".into(), "patch".into()],
+            group: Some(group.into()),
+            resource: Some(resource.into()),
+            namespace: Some(namespace.clone()),
+            name: Some(world.subject().lock.name.clone()),
+            pod: Some(format!("{namespace}/{pod}")),
+            ..RequestMatch::default()
+        },
+        span,
+    );
+    // A scenario whose update was never held has checked nothing: the step ends once the
+    // leader's next update is held (it renews every RetryPeriod; a RenewDeadline bounds it).
+    let within = world
+        .timings
+        .map_or(std::time::Duration::from_secs(10), |t| t.renew_deadline);
+    let faults = world.provider()?.faults();
+    let rule = format!("rule {id}:");
+    eventually(
+        within,
+        &format!("{pod}'s next lease update to be held"),
+        || {
+            let held = faults
+                .events()
+                .iter()
+                .any(|e| e.verb == "defer" && e.target.starts_with(&rule));
+            async move {
+                if held {
+                    Ok(())
+                } else {
+                    Err("the rule is armed; no lease update of the leader came yet".to_string())
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 #[when(expr = "a standby's clock runs {int}s ahead")]
 async fn standby_clock_ahead(world: &mut World, seconds: i64) -> Step {
     let leader = world.seen_leader()?;
