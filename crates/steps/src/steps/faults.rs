@@ -225,10 +225,13 @@ async fn slow_lease_update(world: &mut World, span: Dur) -> Step {
     Ok(())
 }
 
-#[when(expr = "a standby's clock runs {int}s ahead")]
-async fn standby_clock_ahead(world: &mut World, seconds: i64) -> Step {
+/// A replica other than the leader whose leader gauge was scraped.
+///
+/// # Errors
+/// When no step saw a leader, or no standby was seen yet.
+async fn seen_standby(world: &World) -> Result<String, StepError> {
     let leader = world.seen_leader()?;
-    let standby = super::leadership::leading_candidates(&world.history().await)
+    super::leadership::leading_candidates(&world.history().await)
         .into_iter()
         .find(|r| *r != leader)
         .ok_or_else(|| {
@@ -237,24 +240,19 @@ async fn standby_clock_ahead(world: &mut World, seconds: i64) -> Step {
                  scraped): wait for them first, with \"within {{duration}} the other replicas \
                  are ready standbys\""
             ))
-        })?;
+        })
+}
+
+#[when(expr = "a standby's clock runs {int}s ahead")]
+async fn standby_clock_ahead(world: &mut World, seconds: i64) -> Step {
+    let standby = seen_standby(world).await?;
     pod_fault(world, &standby, PodFault::Skew { seconds }).await?;
     Ok(())
 }
 
 #[when("a standby pod is deleted")]
 async fn standby_deleted(world: &mut World) -> Step {
-    let leader = world.seen_leader()?;
-    let standby = super::leadership::leading_candidates(&world.history().await)
-        .into_iter()
-        .find(|r| *r != leader)
-        .ok_or_else(|| {
-            StepError::Missing(format!(
-                "no standby of {leader} seen yet (no leader gauge of another replica was \
-                 scraped): wait for them first, with \"within {{duration}} the other replicas \
-                 are ready standbys\""
-            ))
-        })?;
+    let standby = seen_standby(world).await?;
     let namespace = world.operator_namespace()?;
     let pods: Api<Pod> = Api::namespaced(world.client()?, &namespace);
     world.provider()?.faults().record(

@@ -98,6 +98,19 @@ fn manifests_named(world: &World) -> String {
     )
 }
 
+/// The manager Deployment of the operator's manifests for `setup`.
+fn manager_deployment(world: &World, setup: &OperatorSetup) -> Result<Manifest, StepError> {
+    manifests(world, setup)?
+        .into_iter()
+        .find(|m| kind_of(&m.object) == "Deployment")
+        .ok_or_else(|| {
+            StepError::Unmet(format!(
+                "{} hold no manager Deployment",
+                manifests_named(world)
+            ))
+        })
+}
+
 /// A failed apply of the operator's manifests; a kind the cluster does not serve says how
 /// to make the profile and the cluster agree.
 fn deploy_error(world: &World, e: DeployError) -> StepError {
@@ -261,15 +274,7 @@ async fn second_operator(
     timings: String,
 ) -> Step {
     let setup = OperatorSetup::lease(world.subject(), replicas, &timings, "")?;
-    let mut deployment = manifests(world, &setup)?
-        .into_iter()
-        .find(|m| kind_of(&m.object) == "Deployment")
-        .ok_or_else(|| {
-            StepError::Unmet(format!(
-                "{} hold no manager Deployment",
-                manifests_named(world)
-            ))
-        })?;
+    let mut deployment = manager_deployment(world, &setup)?;
     let object = &mut deployment.object;
     let name = format!(
         "{}-{instance}",
@@ -471,15 +476,7 @@ async fn rolled_out_with_timings(world: &mut World, timings: String) -> Step {
         })?
         .replicas;
     let setup = lease_setup(world, replicas, &timings, "")?;
-    let mut deployment = manifests(world, &setup)?
-        .into_iter()
-        .find(|m| kind_of(&m.object) == "Deployment")
-        .ok_or_else(|| {
-            StepError::Unmet(format!(
-                "{} hold no manager Deployment",
-                manifests_named(world)
-            ))
-        })?;
+    let mut deployment = manager_deployment(world, &setup)?;
     // A new template whatever the timings (a profile may fix them): the rollout happens.
     deployment.object.data["spec"]["template"]["metadata"]["annotations"]["opconform.io/restartedAt"] =
         json!(chrono::Utc::now().to_rfc3339());
