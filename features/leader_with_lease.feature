@@ -41,6 +41,22 @@ Feature: Leader with lease
     And there was never more than one leader
     And no replica wrote after losing leadership
 
+  # kubernetes #131867 (PRs #132849 and #137988, "really hard to test"): the renewal in
+  # flight when the leader shuts down is given up by the client and committed by the server
+  # after the release read the lease, so the release's write conflicts with it. A release
+  # that does not read again and retry on the conflict leaves the lease to expire: the
+  # hand-over takes a whole LeaseDuration instead of a retry period.
+  @audit @release-on-cancel @request-rules @timing
+  Scenario: A renewal committed after the leader gave up on it does not hold up the release
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s, releasing its lease on shutdown
+    And within 30s exactly one replica leads
+    And within 15s the other replicas are ready standbys
+    When the API server commits the leader's next lease update only after the leader reads the lease again, and loses its answer
+    And the leader pod is deleted
+    Then within 10s another replica leads
+    And the old leader released the lock after the delete and another took it within RetryPeriod
+    And there was never more than one leader
+
   # controller-runtime #2719: a manager that never led started its leader-only runnables
   # while shutting down (fixed by #2724).
   @audit @work

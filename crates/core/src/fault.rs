@@ -18,9 +18,9 @@ pub use cluster_vocabulary::{
 
 /// Rules that judge a pod's API requests one at a time, where a provider sees each of them
 /// (the simulated API server; on `local`, each pod's proxy). They hold a request, or its
-/// sender, to build the interleavings the election bugs need. What they do is logged in the
-/// scenario's [`FaultLog`]: `arm` when a rule is made, `defer` and `serve` around a held
-/// request.
+/// sender, or commit one and lose its answer, to build the interleavings the election bugs
+/// need. What they do is logged in the scenario's [`FaultLog`]: `arm` when a rule is made,
+/// `defer` and `serve` around a held request, `lose` when its answer is dropped.
 pub trait RequestRules: Send + Sync {
     /// Freezes the pod that next sends a request matching `matches` for `span`, before that
     /// request is served (with `after`: its first such request after one matching `after`
@@ -46,6 +46,17 @@ pub trait RequestRules: Send + Sync {
     /// Holds the next request matching `matches` unserved for `span` (its pod keeps
     /// running), then serves it: one slow request; returns the rule's id.
     fn defer_for(&self, matches: RequestMatch, span: std::time::Duration) -> u64;
+
+    /// Commits the next request matching `matches` and loses its answer: holds it until a
+    /// request matching `until` has reached its milestone since now, or for at most `limit`
+    /// (with no `until`, for `limit`), then serves it whether or not its client still
+    /// waits, and never answers it; returns the rule's id.
+    fn lose_answer(
+        &self,
+        matches: RequestMatch,
+        until: Option<(RequestMatch, Milestone)>,
+        limit: std::time::Duration,
+    ) -> u64;
 
     /// Whether the detail of a `serve` fault says the held request was let go because its
     /// limit ran out, not because the request it waited for got there.

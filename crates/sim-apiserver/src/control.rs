@@ -80,7 +80,7 @@ pub fn serve(
         )),
         (&Method::POST, ["rules"]) => {
             let rule: NewRule = serde_json::from_slice(body).map_err(|e| {
-                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\"|\"defer\", ...}}", e)
+                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\"|\"defer\", ...}} (a defer with \"loseAnswer\": true also loses the answer)", e)
             })?;
             if rule.after.is_some() && !matches!(rule.action, RuleAction::Hold { .. }) {
                 return Err(ApiError::BadRequest(
@@ -105,9 +105,20 @@ pub fn serve(
                     rule.after,
                 ),
                 RuleAction::Defer {
+                    until,
+                    milestone,
+                    millis,
+                    lose_answer: true,
+                } => state.faults.lose_answer(
+                    rule.matches,
+                    until.map(|until| (until, milestone)),
+                    std::time::Duration::from_millis(millis),
+                ),
+                RuleAction::Defer {
                     until: Some(until),
                     milestone,
                     millis,
+                    lose_answer: false,
                 } => state.faults.defer_until(
                     rule.matches,
                     until,

@@ -1,10 +1,13 @@
 //! Faults of the simulated cluster: the API server's request rules (`reject`/`allow`,
-//! `delay`, the one-shot `hold` of the pod that sends a matching request, and the one-shot
-//! `defer` of a matching request until another has arrived or been answered), evaluated
+//! `delay`, the one-shot `hold` of the pod that sends a matching request, the one-shot
+//! `defer` of a matching request until another has arrived or been answered, and the
+//! one-shot `lose` of a request's answer: served, committed, and never answered), evaluated
 //! in order with the first non-pass verdict winning, and the log of every fault applied
 //! and undone (process and network faults are carried out by the kubelets; they are logged
 //! here too), so a history can show when each was in force.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -77,6 +80,15 @@ pub enum RuleAction {
         milestone: Milestone,
         /// The longest the request is held, in milliseconds: then it is served anyway.
         millis: u64,
+        /// Whether its answer is lost: the request is served (and a write committed) even
+        /// if its client gave up meanwhile, and the client never gets the answer (its
+        /// connection is closed instead).
+        #[serde(
+            default,
+            rename = "loseAnswer",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        lose_answer: bool,
     },
 }
 
@@ -143,6 +155,10 @@ pub struct Deferral {
     pub milestone: Milestone,
     /// The longest the request is held.
     pub limit: Duration,
+    /// Whether the request's answer is lost (see [`RuleAction::Defer`]): the caller serves
+    /// it whether or not its client still waits, calls [`Faults::lost`], and closes the
+    /// connection instead of answering.
+    pub lose_answer: bool,
     met: watch::Receiver<bool>,
 }
 
@@ -154,12 +170,14 @@ impl PartialEq for Deferral {
             &self.until,
             self.milestone,
             self.limit,
+            self.lose_answer,
         ) == (
             other.rule,
             &other.target,
             &other.until,
             other.milestone,
             other.limit,
+            other.lose_answer,
         )
     }
 }
@@ -255,6 +273,7 @@ impl Faults {
                 until,
                 milestone,
                 millis,
+                lose_answer,
             } => {
                 self.awaiting
                     .lock()
@@ -265,15 +284,20 @@ impl Faults {
                         milestone: *milestone,
                         met: watch::Sender::new(false),
                     });
+                let held = match until {
+                    Some(until) => format!(
+                        "defer until the {} {}, at most {millis}ms",
+                        describe(until),
+                        milestone_words(*milestone).0
+                    ),
+                    None => format!("defer for {millis}ms"),
+                };
                 (
                     "arm",
-                    match until {
-                        Some(until) => format!(
-                            "defer until the {} {}, at most {millis}ms",
-                            describe(until),
-                            milestone_words(*milestone).0
-                        ),
-                        None => format!("defer for {millis}ms"),
+                    if *lose_answer {
+                        format!("{held}, then serve it and lose its answer")
+                    } else {
+                        held
                     },
                 )
             }
@@ -372,6 +396,7 @@ impl Faults {
                 until: Some(until),
                 milestone,
                 millis: limit.as_millis() as u64,
+                lose_answer: false,
             },
         )
     }
@@ -386,8 +411,51 @@ impl Faults {
                 until: None,
                 milestone: Milestone::Arrived,
                 millis: span.as_millis() as u64,
+                lose_answer: false,
             },
         )
+    }
+
+    /// Commits the next request matching `matches` and loses its answer (a one-shot rule,
+    /// removed when it fires): the request is held until a request matching `until` has
+    /// reached its milestone since now, or for at most `limit` (with no `until`: for
+    /// `limit`, which may be zero), then served whether or not its client still waits, and
+    /// its client never gets the answer. Returns the rule id, which [`Faults::allow`] takes
+    /// to disarm it before it fires. The log shows it held (`defer`), served (`serve`) and
+    /// its answer dropped (`lose`).
+    ///
+    /// A client that gave up on the request (its context was cancelled) believes the write
+    /// did not happen; the server has it, with a new resourceVersion: the next write the
+    /// client bases on what it knew conflicts.
+    pub fn lose_answer(
+        &self,
+        matches: RequestMatch,
+        until: Option<(RequestMatch, Milestone)>,
+        limit: Duration,
+    ) -> u64 {
+        let (until, milestone) = match until {
+            Some((until, milestone)) => (Some(until), milestone),
+            None => (None, Milestone::Arrived),
+        };
+        self.add(
+            matches,
+            RuleAction::Defer {
+                until,
+                milestone,
+                millis: limit.as_millis() as u64,
+                lose_answer: true,
+            },
+        )
+    }
+
+    /// Logs that the answer of a request held by a `lose` rule (see [`Faults::lose_answer`])
+    /// was dropped: `code` is what the server answered, which its client never learns.
+    pub fn lost(&self, deferral: &Deferral, what: &str, code: u16) {
+        self.record(
+            "lose",
+            &deferral.target,
+            &format!("{what}: served ({code}), its answer dropped"),
+        );
     }
 
     /// Tells the rules that a request arrived (before its verdict); the returned passage,
@@ -589,7 +657,8 @@ impl Faults {
                             until,
                             milestone,
                             millis,
-                        } => match self.deferral(rule, until, *milestone, *millis) {
+                            lose_answer,
+                        } => match self.deferral(rule, until, *milestone, *millis, *lose_answer) {
                             Some(deferral) => Verdict::Defer(deferral),
                             // Allowed meanwhile: nothing to wait for.
                             None => Verdict::Pass,
@@ -622,6 +691,7 @@ impl Faults {
         until: &Option<RequestMatch>,
         milestone: Milestone,
         millis: u64,
+        lose_answer: bool,
     ) -> Option<Deferral> {
         let met = self
             .awaiting
@@ -637,6 +707,7 @@ impl Faults {
             until: until.as_ref().map(describe),
             milestone,
             limit: Duration::from_millis(millis),
+            lose_answer,
             met,
         })
     }
@@ -675,6 +746,69 @@ fn describe(m: &RequestMatch) -> String {
 
 /// A shared set of faults.
 pub type SharedFaults = Arc<Faults>;
+
+/// Whether a `lose` rule took a request (see [`Faults::lose_answer`]): from then on the
+/// request is served even if its client goes away, and its answer is dropped. The server
+/// handling the request marks it; [`detachable`] reads it.
+#[derive(Debug, Clone, Default)]
+pub struct AnswerLoss(Arc<AtomicBool>);
+
+impl AnswerLoss {
+    /// Says a `lose` rule took the request.
+    pub fn mark(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a `lose` rule took the request.
+    pub fn is_marked(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What a server's service answers for a request whose answer a `lose` rule dropped: hyper
+/// closes the connection instead of answering.
+#[derive(Debug, thiserror::Error)]
+#[error("the answer was dropped by a lose rule")]
+pub struct AnswerLost;
+
+/// Handles one request as a task of its own: aborted when its client goes away (this future
+/// is dropped), as a server handling it inline would be, unless `loss` was marked (a `lose`
+/// rule took it): then it runs to its end, and its answer is dropped ([`AnswerLost`]).
+///
+/// # Errors
+/// [`AnswerLost`] when `loss` was marked.
+///
+/// # Panics
+/// When `handling` panics (the panic goes on here).
+pub async fn detachable<T: Send + 'static>(
+    loss: AnswerLoss,
+    handling: impl Future<Output = T> + Send + 'static,
+) -> Result<T, AnswerLost> {
+    /// Aborts the handling when dropped, unless a `lose` rule took the request.
+    struct AbortUnlessLost(tokio::task::AbortHandle, AnswerLoss);
+
+    impl Drop for AbortUnlessLost {
+        fn drop(&mut self) {
+            if !self.1.is_marked() {
+                self.0.abort();
+            }
+        }
+    }
+
+    let task = tokio::spawn(handling);
+    let _guard = AbortUnlessLost(task.abort_handle(), loss.clone());
+    let answer = match task.await {
+        Ok(answer) => answer,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Aborted: only by the guard, which is still here.
+        Err(_) => return Err(AnswerLost),
+    };
+    if loss.is_marked() {
+        Err(AnswerLost)
+    } else {
+        Ok(answer)
+    }
+}
 
 /// The `Status` reason kube-apiserver gives with an HTTP error code.
 pub fn reason_for_code(code: u16) -> &'static str {
@@ -1025,6 +1159,117 @@ mod tests {
         assert_eq!(
             serde_json::from_value::<RuleAction>(json).unwrap(),
             rule.action
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lose_rule_holds_the_write_until_the_read_it_waits_for_was_answered_and_logs_the_answer_dropped()
+     {
+        let f = Arc::new(Faults::new());
+        let c = pod("c");
+        let reads = RequestMatch {
+            verbs: vec!["get".into()],
+            ..lease_writes_of("c")
+        };
+        let read = RequestFacts {
+            verb: "get",
+            ..lease_write(&c)
+        };
+        f.lose_answer(
+            lease_writes_of("c"),
+            Some((reads, Milestone::Answered)),
+            Duration::from_secs(10),
+        );
+        let held = deferral(f.verdict(&lease_write(&c)));
+        assert!(held.lose_answer);
+        assert!(f.rules().is_empty(), "a lose rule fires once");
+        assert_eq!(f.verdict(&lease_write(&c)), Verdict::Pass);
+        let waiting = {
+            let (f, held) = (f.clone(), held.clone());
+            tokio::spawn(async move { f.defer(held, "update leases ops/lock").await })
+        };
+        // The read arriving is not enough: it must have been answered.
+        let passage = f.arrived(&read);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        drop(passage);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("served once the read was answered")
+            .unwrap();
+        f.lost(&held, "update leases ops/lock", 200);
+        let log = f.log();
+        let entries: Vec<(&str, &str)> = log
+            .iter()
+            .map(|e| (e.verb.as_str(), e.detail.as_str()))
+            .collect();
+        assert_eq!(entries[0].0, "arm");
+        assert!(
+            entries[0]
+                .1
+                .ends_with("at most 10000ms, then serve it and lose its answer"),
+            "{}",
+            entries[0].1
+        );
+        assert_eq!(
+            entries[1..].iter().map(|e| e.0).collect::<Vec<_>>(),
+            ["defer", "serve", "lose"]
+        );
+        assert_eq!(
+            entries[3].1,
+            "update leases ops/lock: served (200), its answer dropped"
+        );
+        // As JSON (the control API's rule) it is a defer that loses the answer.
+        f.lose_answer(lease_writes_of("c"), None, Duration::ZERO);
+        let rule = f.rules().pop().unwrap();
+        let json = serde_json::to_value(&rule.action).unwrap();
+        assert_eq!(json["action"], "defer");
+        assert_eq!(json["loseAnswer"], true);
+        assert_eq!(
+            serde_json::from_value::<RuleAction>(json).unwrap(),
+            rule.action
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_a_lose_rule_took_runs_to_its_end_after_its_client_went_away_and_others_do_not()
+     {
+        let finished = Arc::new(AtomicBool::new(false));
+        let handling = |loss: AnswerLoss, lose: bool| {
+            let finished = finished.clone();
+            async move {
+                if lose {
+                    loss.mark();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                finished.store(true, Ordering::SeqCst);
+            }
+        };
+        // The client goes away (the service's future is dropped) before the handling ends.
+        for lose in [false, true] {
+            finished.store(false, Ordering::SeqCst);
+            let loss = AnswerLoss::default();
+            let gone = tokio::time::timeout(
+                Duration::from_millis(10),
+                detachable(loss.clone(), handling(loss, lose)),
+            )
+            .await;
+            assert!(gone.is_err());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(finished.load(Ordering::SeqCst), lose, "lose rule: {lose}");
+        }
+        // A client that stays gets the answer, or, when a lose rule took it, none.
+        let loss = AnswerLoss::default();
+        assert!(detachable(loss.clone(), async { 7 }).await.is_ok());
+        let loss = AnswerLoss::default();
+        let took = loss.clone();
+        assert!(
+            detachable(loss, async move {
+                took.mark();
+                7
+            })
+            .await
+            .is_err()
         );
     }
 

@@ -387,7 +387,16 @@ async fn accept_loop(
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
                 let shutdown = service_shutdown.clone();
-                async move { Ok::<_, Infallible>(handle(state, req, peer, addr, shutdown).await) }
+                async move {
+                    // A task of its own, so that a request a `lose` rule took is served even
+                    // after its client went away.
+                    let loss = crate::faults::AnswerLoss::default();
+                    crate::faults::detachable(
+                        loss.clone(),
+                        handle(state, req, peer, addr, shutdown, loss),
+                    )
+                    .await
+                }
             });
             // With upgrades: `pods/exec` switches the connection to a WebSocket, `pods/portforward`
             // to a WebSocket or to SPDY/3.1.
@@ -496,6 +505,7 @@ async fn handle(
     peer: SocketAddr,
     server_addr: SocketAddr,
     shutdown: signal::Receiver<bool>,
+    loss: crate::faults::AnswerLoss,
 ) -> Response<Body> {
     let time = Utc::now();
     let (mut parts, body) = req.into_parts();
@@ -511,6 +521,8 @@ async fn handle(
     // A create names its object only in the body: the audit names it from the response.
     let mut created_name = String::new();
     let mut impersonated_by = None;
+    // The request a `lose` rule took: served, and its answer dropped once audited.
+    let mut losing = None;
     let outcome: Outcome = async {
         let token = parts
             .headers
@@ -546,6 +558,23 @@ async fn handle(
             };
             return error_response(&e, &parts.headers).into();
         }
+        // Read before any rule holds the request, so that one a `lose` rule takes can be
+        // served after its client went away.
+        let declared = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > MAX_BODY) {
+            return error_response(&ApiError::TooLarge { limit: MAX_BODY }, &parts.headers).into();
+        }
+        let body = match Limited::new(body, MAX_BODY).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                return error_response(&ApiError::TooLarge { limit: MAX_BODY }, &parts.headers)
+                    .into();
+            }
+        };
         let pod = state.audit.pod_of(peer.ip());
         let facts = crate::faults::request_facts(&info, pod.as_ref(), &user.name);
         // Dropped when this block ends, whatever it answered: rules waiting for this
@@ -555,6 +584,10 @@ async fn handle(
             crate::faults::Verdict::Pass => {}
             crate::faults::Verdict::Delay(delay) => tokio::time::sleep(delay).await,
             crate::faults::Verdict::Defer(deferral) => {
+                if deferral.lose_answer {
+                    loss.mark();
+                    losing = Some(deferral.clone());
+                }
                 state.faults.defer(deferral, &info.summary()).await;
             }
             crate::faults::Verdict::Hold(span) => {
@@ -621,21 +654,6 @@ async fn handle(
         if !accepts_json(&parts.headers) {
             return error_response(&ApiError::NotAcceptable, &parts.headers).into();
         }
-        let declared = parts
-            .headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > MAX_BODY) {
-            return error_response(&ApiError::TooLarge { limit: MAX_BODY }, &parts.headers).into();
-        }
-        let body = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(_) => {
-                return error_response(&ApiError::TooLarge { limit: MAX_BODY }, &parts.headers)
-                    .into();
-            }
-        };
         if info.path.starts_with(control::PREFIX) {
             return match control::serve(&state, &parts.method, &info.path, &body) {
                 Ok((code, value)) => json_response(code, &value, &parts.headers),
@@ -752,6 +770,9 @@ async fn handle(
         user_agent,
         code: outcome.code,
     });
+    if let Some(deferral) = &losing {
+        state.faults.lost(deferral, &info.summary(), outcome.code);
+    }
     outcome.response
 }
 

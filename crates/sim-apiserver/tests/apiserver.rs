@@ -1244,6 +1244,102 @@ async fn a_reject_rule_answers_matching_requests_with_the_chosen_status_until_al
 }
 
 #[tokio::test]
+async fn a_lose_rule_commits_a_write_its_client_gave_up_on_so_the_next_write_from_what_it_knew_conflicts()
+ {
+    use sim_apiserver::faults::{Milestone, RequestMatch};
+    let (server, client) = server().await;
+    let api: Api<Lease> = Api::namespaced(client, "default");
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "lock"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "leaseTransitions": 0,
+                 "renewTime": "2026-01-01T00:00:00.000000Z"}
+    }))
+    .unwrap();
+    let known = api.create(&PostParams::default(), &lease).await.unwrap();
+    let lease_requests = |verb: &str| RequestMatch {
+        verbs: vec![verb.into()],
+        group: Some("coordination.k8s.io".into()),
+        resource: Some("leases".into()),
+        name: Some("lock".into()),
+        ..Default::default()
+    };
+    let faults = &server.state().faults;
+    faults.lose_answer(
+        lease_requests("update"),
+        Some((lease_requests("get"), Milestone::Answered)),
+        std::time::Duration::from_secs(30),
+    );
+    // The renewal: held until the lease is read, and given up by its client before that.
+    let mut renewal = known.clone();
+    renewal.spec.as_mut().unwrap().renew_time =
+        Some(serde_json::from_value(json!("2026-01-01T00:00:02.000000Z")).unwrap());
+    let gave_up = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        api.replace("lock", &PostParams::default(), &renewal),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the renewal was answered: {gave_up:?}");
+    // The read is answered with the lease as it was; then the renewal commits.
+    let read = api.get("lock").await.unwrap();
+    assert_eq!(
+        read.metadata.resource_version,
+        known.metadata.resource_version
+    );
+    let committed = eventually("the given-up renewal to be committed", || async {
+        let now = api.get("lock").await.unwrap();
+        (now.metadata.resource_version != known.metadata.resource_version).then_some(now)
+    })
+    .await;
+    assert_eq!(
+        committed.spec.unwrap().renew_time,
+        renewal.spec.as_ref().unwrap().renew_time
+    );
+    // The release its client writes from what it read conflicts (kubernetes #131867).
+    let mut release = read.clone();
+    release.spec.as_mut().unwrap().holder_identity = None;
+    let (code, reason, _) = api_error(
+        api.replace("lock", &PostParams::default(), &release)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+    let log: Vec<(String, String)> = faults
+        .log()
+        .into_iter()
+        .map(|e| (e.verb, e.detail))
+        .collect();
+    let verbs: Vec<&str> = log.iter().map(|(v, _)| v.as_str()).collect();
+    assert_eq!(verbs, ["arm", "defer", "serve", "lose"]);
+    assert!(
+        log[3].1.ends_with("served (200), its answer dropped"),
+        "{}",
+        log[3].1
+    );
+    let updates: Vec<u16> = server
+        .state()
+        .audit
+        .events()
+        .into_iter()
+        .filter(|e| e.resource == "leases" && e.verb == "update")
+        .map(|e| e.code)
+        .collect();
+    assert_eq!(updates, [200, 409]);
+
+    // A client that waits gets no answer: its connection is closed; the write is committed.
+    let before = api.get("lock").await.unwrap();
+    faults.lose_answer(lease_requests("update"), None, std::time::Duration::ZERO);
+    let mut again = before.clone();
+    again.spec.as_mut().unwrap().lease_transitions = Some(1);
+    let error = api
+        .replace("lock", &PostParams::default(), &again)
+        .await
+        .unwrap_err();
+    assert!(!matches!(error, kube::Error::Api(_)), "{error:?}");
+    let after = api.get("lock").await.unwrap();
+    assert_eq!(after.spec.unwrap().lease_transitions, Some(1));
+}
+
+#[tokio::test]
 async fn a_delay_rule_adds_at_least_the_delay() {
     use sim_apiserver::faults::RequestMatch;
     let (server, client) = server().await;

@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{Either, Full};
+use http_body_util::{BodyExt as _, Either, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -22,7 +22,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::rustls;
 
 use sim_apiserver::audit::PodRef;
-use sim_apiserver::faults::{FaultTarget, Faults, Verdict, request_facts};
+use sim_apiserver::faults::{
+    AnswerLoss, AnswerLost, FaultTarget, Faults, Verdict, detachable, request_facts,
+};
 use sim_apiserver::request::{Query, parse};
 use sim_apiserver::tls::ClusterTls;
 
@@ -144,6 +146,10 @@ enum ForwardError {
     Connect(#[source] std::io::Error),
     #[error("the api server's connection failed")]
     Http(#[source] hyper::Error),
+    #[error("cannot read the pod's request")]
+    Request(#[source] hyper::Error),
+    #[error(transparent)]
+    Lost(#[from] AnswerLost),
 }
 
 /// Serves one pod connection (the proxy's side of it): TLS, then HTTP/1.1, each request
@@ -162,16 +168,28 @@ pub(crate) async fn serve(
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let inspection = inspection.clone();
         let sender = sender.clone();
-        async move { judged(request, &inspection, &sender, upstream, source).await }
+        // A task of its own, so that a request a `lose` rule took is forwarded even after
+        // the pod went away.
+        async move {
+            let loss = AnswerLoss::default();
+            detachable(loss.clone(), async move {
+                judged(request, &inspection, &sender, upstream, source, &loss).await
+            })
+            .await?
+        }
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(tls), service)
         .await;
 }
 
+/// What the proxy sends upstream: the pod's request body as it streams in, or read whole
+/// (a request a `lose` rule took, which must outlive the pod's connection).
+type Forwarded = Either<Incoming, Full<Bytes>>;
+
 /// One upstream connection; its task ends with it.
 struct Upstream {
-    sender: hyper::client::conn::http1::SendRequest<Incoming>,
+    sender: hyper::client::conn::http1::SendRequest<Forwarded>,
     task: tokio::task::AbortHandle,
 }
 
@@ -187,6 +205,7 @@ async fn judged(
     sender: &tokio::sync::Mutex<Option<Upstream>>,
     upstream: SocketAddr,
     source: IpAddr,
+    loss: &AnswerLoss,
 ) -> Result<Answer, ForwardError> {
     let query = Query::parse(request.uri().query());
     let info = parse(request.method(), request.uri().path(), &query);
@@ -198,6 +217,25 @@ async fn judged(
     match faults.verdict(&facts) {
         Verdict::Pass => {}
         Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+        Verdict::Defer(deferral) if deferral.lose_answer => {
+            loss.mark();
+            let what = info.summary();
+            // Read whole now: the pod may go away while the request is held.
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.map_err(ForwardError::Request)?;
+            let whole = Request::from_parts(parts, Either::Right(Full::new(body.to_bytes())));
+            faults.defer(deferral.clone(), &what).await;
+            let answer = forward(whole, sender, inspection, upstream, source).await?;
+            let code = answer.status().as_u16();
+            // Read to its end, so that the upstream connection serves the next request.
+            let _ = answer.into_body().collect().await;
+            drop(passage);
+            if code < 400 {
+                faults.served(&facts);
+            }
+            faults.lost(&deferral, &what, code);
+            return Err(AnswerLost.into());
+        }
         Verdict::Defer(deferral) => faults.defer(deferral, &info.summary()).await,
         Verdict::Hold(span) => {
             let what = info.summary();
@@ -212,7 +250,14 @@ async fn judged(
             message,
         } => return Ok(rejected(code, &reason, &message)),
     }
-    let answer = forward(request, sender, inspection, upstream, source).await?;
+    let answer = forward(
+        request.map(Either::Left),
+        sender,
+        inspection,
+        upstream,
+        source,
+    )
+    .await?;
     drop(passage);
     if answer.status().as_u16() < 400 {
         faults.served(&facts);
@@ -221,7 +266,7 @@ async fn judged(
 }
 
 async fn forward(
-    request: Request<Incoming>,
+    request: Request<Forwarded>,
     sender: &tokio::sync::Mutex<Option<Upstream>>,
     inspection: &Inspection,
     upstream: SocketAddr,

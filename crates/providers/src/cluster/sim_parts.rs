@@ -63,6 +63,15 @@ impl RequestRules for SimRules {
         self.0.defer_for(matches, span)
     }
 
+    fn lose_answer(
+        &self,
+        matches: RequestMatch,
+        until: Option<(RequestMatch, Milestone)>,
+        limit: Duration,
+    ) -> u64 {
+        self.0.lose_answer(matches, until, limit)
+    }
+
     fn deferral_timed_out(&self, serve_detail: &str) -> bool {
         serve_detail.starts_with(DEFER_TIMED_OUT)
     }

@@ -181,24 +181,68 @@ async fn reject_lease_updates(world: &mut World, span: Dur) -> Step {
 #[when(expr = "the API server holds the leader's next lease update for {duration}")]
 async fn slow_lease_update(world: &mut World, span: Dur) -> Step {
     let pod = world.seen_leader()?;
-    let namespace = world.operator_namespace()?;
     let span = world.span(&span)?;
     let rules = request_rules(world, "holding one lease update")?;
-    let (group, resource) = lock_resource(world);
     let id = rules.defer_for(
-        RequestMatch {
-            verbs: vec!["update".into(), "patch".into()],
-            group: Some(group.into()),
-            resource: Some(resource.into()),
-            namespace: Some(namespace.clone()),
-            name: Some(world.subject().lock.name.clone()),
-            pod: Some(format!("{namespace}/{pod}")),
-            ..RequestMatch::default()
-        },
+        leaders_lock_requests(world, &pod, &["update", "patch"])?,
         span,
     );
-    // A scenario whose update was never held has checked nothing: the step ends once the
-    // leader's next update is held (it renews every RetryPeriod; a RenewDeadline bounds it).
+    next_lease_update_held(world, &pod, id).await
+}
+
+// kubernetes #131867 (PRs #132849 and #137988): a renewal in flight when the leader shuts
+// down is given up by the client (its context is cancelled) but committed by the server
+// after the release read the lease; the release's write, based on that read, conflicts,
+// and a client that does not read again and retry leaves the lease to expire. The first
+// rule commits the update once the leader has read the lease again (at most RenewDeadline
+// later: a leader that waits for its answer instead of giving up on it gets no answer, the
+// connection closed, when the limit runs out); the second holds the leader's next write of
+// the lock until that update was committed, as when it lands just after the read.
+#[when(
+    "the API server commits the leader's next lease update only after the leader reads the lease again, and loses its answer"
+)]
+async fn lost_lease_update(world: &mut World) -> Step {
+    let pod = world.seen_leader()?;
+    let rules = request_rules(world, "losing a lease update's answer")?;
+    let writes = leaders_lock_requests(world, &pod, &["update", "patch"])?;
+    let limit = world
+        .timings
+        .map_or(std::time::Duration::from_secs(10), |t| t.renew_deadline);
+    let id = rules.lose_answer(
+        writes.clone(),
+        Some((
+            leaders_lock_requests(world, &pod, &["get"])?,
+            Milestone::Answered,
+        )),
+        limit,
+    );
+    rules.defer_until(writes.clone(), writes, Milestone::Answered, limit);
+    next_lease_update_held(world, &pod, id).await
+}
+
+/// The requests of the leader `pod` with one of `verbs` on the operator's lock.
+fn leaders_lock_requests(
+    world: &World,
+    pod: &str,
+    verbs: &[&str],
+) -> Result<RequestMatch, StepError> {
+    let namespace = world.operator_namespace()?;
+    let (group, resource) = lock_resource(world);
+    Ok(RequestMatch {
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        group: Some(group.into()),
+        resource: Some(resource.into()),
+        name: Some(world.subject().lock.name.clone()),
+        pod: Some(format!("{namespace}/{pod}")),
+        namespace: Some(namespace),
+        ..RequestMatch::default()
+    })
+}
+
+/// Waits until request rule `id`, armed for the leader `pod`'s next lease update, holds
+/// one: a scenario whose update was never held has checked nothing. The leader renews every
+/// RetryPeriod; a RenewDeadline bounds the wait.
+async fn next_lease_update_held(world: &World, pod: &str, id: u64) -> Step {
     let within = world
         .timings
         .map_or(std::time::Duration::from_secs(10), |t| t.renew_deadline);
