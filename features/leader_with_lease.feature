@@ -57,6 +57,22 @@ Feature: Leader with lease
     And the old leader released the lock after the delete and another took it within RetryPeriod
     And there was never more than one leader
 
+  # kubernetes PR #139991 (client-go releases the lease while OnStartedLeading still runs)
+  # and controller-runtime #1132: a leader that releases its lease on shutdown before its
+  # work has stopped lets a write still in flight land after a standby took the lease.
+  @audit @work @release-on-cancel @request-rules
+  Scenario: A leader that releases its lease on shutdown lets its work end first
+    Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s, releasing its lease on shutdown
+    And the operator has work
+    And within 30s the operator has done work
+    And within 30s exactly one replica leads
+    And within 15s the other replicas are ready standbys
+    When the API server holds the leader's next write of its work for LeaseDuration
+    And the leader pod is deleted
+    Then within 10s another replica leads
+    And only the lock's holder ever wrote the work
+    And there was never more than one leader
+
   # controller-runtime #2719: a manager that never led started its leader-only runnables
   # while shutting down (fixed by #2724).
   @audit @work

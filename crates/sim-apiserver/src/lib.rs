@@ -507,7 +507,10 @@ async fn handle(
     shutdown: signal::Receiver<bool>,
     loss: crate::faults::AnswerLoss,
 ) -> Response<Body> {
-    let time = Utc::now();
+    // When the server received the request, as its audit says: once the request rules let
+    // it through (as on a real API server behind the pods' proxies, which hold a request
+    // before it reaches the server), so that a held write is audited when it lands.
+    let mut time = Utc::now();
     let (mut parts, body) = req.into_parts();
     let query = Query::parse(parts.uri.query());
     let info = request::parse(&parts.method, parts.uri.path(), &query);
@@ -603,6 +606,7 @@ async fn handle(
                 reason,
                 message,
             } => {
+                time = Utc::now();
                 let e = ApiError::Custom {
                     code,
                     reason,
@@ -611,6 +615,7 @@ async fn handle(
                 return error_response(&e, &parts.headers).into();
             }
         }
+        time = Utc::now();
         if info.group.is_empty() && info.resource == "pods" && info.subresource == "exec" {
             let stored = state.store.get(
                 &self::status::GroupResource::new("", "pods"),

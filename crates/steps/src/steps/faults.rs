@@ -220,6 +220,48 @@ async fn lost_lease_update(world: &mut World) -> Step {
     next_lease_update_held(world, &pod, id).await
 }
 
+// kubernetes PR #139991 (client-go releases the lease while OnStartedLeading still runs)
+// and controller-runtime #1132: a leader that releases its lock on shutdown before its work
+// has stopped lets a write still in flight land after a standby took the lock. The write
+// is held at the API server (its pod keeps running) for the span, so that it lands late.
+#[when(expr = "the API server holds the leader's next write of its work for {duration}")]
+async fn slow_work_write(world: &mut World, span: Dur) -> Step {
+    let pod = world.seen_leader()?;
+    let span = world.span(&span)?;
+    let namespace = world.operator_namespace()?;
+    let subject = world.subject();
+    let work = subject.work.as_ref().ok_or_else(|| {
+        StepError::Unmet(format!(
+            "the profile of {} has no work (its @work scenarios are left out)",
+            subject.name
+        ))
+    })?;
+    let rules = request_rules(world, "holding a write of the work")?;
+    // One one-shot rule per resource whose writes are work: the first to fire is the write
+    // held; the others match only this pod's writes, which end with it.
+    let ids: Vec<u64> = work
+        .writes
+        .iter()
+        .map(|written| {
+            let (resource, subresource) = written.split_once('/').unwrap_or((written, ""));
+            rules.defer_for(
+                RequestMatch {
+                    verbs: vec!["create".into(), "update".into(), "patch".into()],
+                    resource: Some(resource.into()),
+                    subresource: Some(subresource.into()),
+                    pod: Some(format!("{namespace}/{pod}")),
+                    ..RequestMatch::default()
+                },
+                span,
+            )
+        })
+        .collect();
+    // An operator that works only when given work (a Memcached to scale) writes once given
+    // more; one that works on its own writes anyway.
+    super::work::more_work(world).await?;
+    held(world, &ids, &format!("{pod}'s next write of its work"), "work").await
+}
+
 /// The requests of the leader `pod` with one of `verbs` on the operator's lock.
 fn leaders_lock_requests(
     world: &World,
@@ -240,31 +282,38 @@ fn leaders_lock_requests(
 }
 
 /// Waits until request rule `id`, armed for the leader `pod`'s next lease update, holds
-/// one: a scenario whose update was never held has checked nothing. The leader renews every
-/// RetryPeriod; a RenewDeadline bounds the wait.
+/// one. The leader renews every RetryPeriod; a RenewDeadline bounds the wait.
 async fn next_lease_update_held(world: &World, pod: &str, id: u64) -> Step {
+    held(
+        world,
+        &[id],
+        &format!("{pod}'s next lease update"),
+        "lease update",
+    )
+    .await
+}
+
+/// Waits until one of the request rules `ids` holds a request (`what`, of the leader's
+/// `kind` of request): a scenario whose request was never held has checked nothing. A
+/// RenewDeadline bounds the wait (the leader renews, and works, more often than that).
+async fn held(world: &World, ids: &[u64], what: &str, kind: &str) -> Step {
     let within = world
         .timings
         .map_or(std::time::Duration::from_secs(10), |t| t.renew_deadline);
     let faults = world.provider()?.faults();
-    let rule = format!("rule {id}:");
-    eventually(
-        within,
-        &format!("{pod}'s next lease update to be held"),
-        || {
-            let held = faults
-                .events()
-                .iter()
-                .any(|e| e.verb == "defer" && e.target.starts_with(&rule));
-            async move {
-                if held {
-                    Ok(())
-                } else {
-                    Err("the rule is armed; no lease update of the leader came yet".to_string())
-                }
+    let rules: Vec<String> = ids.iter().map(|id| format!("rule {id}:")).collect();
+    eventually(within, &format!("{what} to be held"), || {
+        let held = faults.events().iter().any(|e| {
+            e.verb == "defer" && rules.iter().any(|rule| e.target.starts_with(rule.as_str()))
+        });
+        async move {
+            if held {
+                Ok(())
+            } else {
+                Err(format!("the rule is armed; no {kind} of the leader came yet"))
             }
-        },
-    )
+        }
+    })
     .await?;
     Ok(())
 }

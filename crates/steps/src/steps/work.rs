@@ -134,7 +134,7 @@ async fn has_done_work(world: &mut World, within: Dur) -> Step {
 }
 
 #[when("the operator is given more work")]
-async fn more_work(world: &mut World) -> Step {
+pub(super) async fn more_work(world: &mut World) -> Step {
     let work = work(world)?;
     world.work.more_at = Some(Utc::now());
     let Some(patch) = &work.more else {
