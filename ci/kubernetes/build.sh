@@ -2,7 +2,9 @@
 # Builds the Kubernetes binaries opconform uses, from the Go module proxy, into a cache
 # directory outside the repository keyed by version; binaries already there are reused.
 #
-#   ci/kubernetes/build.sh [COMPONENT...]     default: kubectl
+#   ci/kubernetes/build.sh [--version VERSION] [COMPONENT...]     default: kubectl
+#   VERSION: one of KUBERNETES_VERSIONS in versions.env, full (v1.37.2) or as its minor
+#            (1.37); also read from $KUBERNETES_VERSION; default: the pinned KUBERNETES_VERSION
 #   COMPONENT: kubectl kube-apiserver kube-controller-manager kube-scheduler
 #              kubelet kubeadm kube-proxy etcd, or "control-plane" for
 #              etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
@@ -12,8 +14,40 @@
 # The versions are pinned in versions.env beside this script.
 set -euo pipefail
 
+requested=${KUBERNETES_VERSION:-}
 # shellcheck source=versions.env
 . "$(dirname "$0")/versions.env"
+
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --version)
+      step="reading the arguments"
+      [ $# -ge 2 ] || { echo "kubernetes build: --version needs a value such as v1.37.2 or 1.37" >&2; exit 2; }
+      requested=$2; shift 2 ;;
+    --version=*) requested=${1#--version=}; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+set -- "${args[@]+"${args[@]}"}"
+
+# Resolves the requested version against KUBERNETES_VERSIONS: a full version must be listed,
+# a minor (1.37 or v1.37) names the listed patch of that minor.
+if [ -n "$requested" ]; then
+  step="reading the version"
+  want=${requested#v}
+  resolved=""
+  for known in $KUBERNETES_VERSIONS; do
+    k=${known#v}
+    if [ "$want" = "$k" ] || [ "$want" = "${k%.*}" ]; then resolved=$known; fi
+  done
+  [ -n "$resolved" ] || { echo "kubernetes build: unknown Kubernetes version '$requested': expected one of $KUBERNETES_VERSIONS (or its minor, such as 1.37)" >&2; exit 2; }
+  KUBERNETES_VERSION=$resolved
+fi
+# The etcd a version runs with: ETCD_VERSION unless versions.env names another for its minor
+# (ETCD_VERSION_1_32=... for Kubernetes 1.32).
+minor_key=${KUBERNETES_VERSION#v}; minor_key=${minor_key%.*}; minor_key=ETCD_VERSION_${minor_key//./_}
+ETCD_VERSION=${!minor_key:-$ETCD_VERSION}
 
 cache_root=${OPCONFORM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opconform}
 bin_dir="$cache_root/kubernetes-$KUBERNETES_VERSION/bin"

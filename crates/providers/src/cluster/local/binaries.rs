@@ -1,13 +1,16 @@
 //! Where the real Kubernetes binaries come from: setup-envtest's `KUBEBUILDER_ASSETS`, or
 //! the cache `ci/kubernetes/build.sh` fills from the Go module proxy, at the versions
 //! pinned in `ci/kubernetes/versions.env`. When neither has them, they are built into the
-//! cache on first use ([`super::provision`]), unless `OPCONFORM_NO_PROVISION=1`.
+//! cache on first use ([`super::provision`]), unless `OPCONFORM_NO_PROVISION=1`. A run that
+//! chose another of the known versions ([`super::versions::choose`]) finds that version's
+//! binaries in the cache, built there when missing; `KUBEBUILDER_ASSETS` is then not used.
 
 use std::path::{Path, PathBuf};
 
 use super::pinned::is_executable;
 pub use super::pinned::{build_dir, cache_dir, etcd_version, kubernetes_version};
 use super::provision::{self, ProvisionError, Provisioner};
+use super::versions;
 
 /// Errors of finding the binaries.
 #[derive(Debug, thiserror::Error)]
@@ -63,12 +66,25 @@ struct Lookup {
 
 impl Lookup {
     fn from_env() -> Self {
+        let assets = std::env::var_os("KUBEBUILDER_ASSETS")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        let chosen = versions::chosen().kubernetes;
+        if let (Some(version), Some(dir)) = (chosen, &assets) {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "opconform: Kubernetes {version} was chosen: its binaries come from the cache, not from KUBEBUILDER_ASSETS ({})",
+                    dir.display()
+                )
+            });
+        }
         Self {
-            assets: std::env::var_os("KUBEBUILDER_ASSETS")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
+            assets: if chosen.is_some() { None } else { assets },
             provision: !provision::opted_out(),
-            provisioner: Provisioner::pinned(),
+            provisioner: Provisioner::of(
+                chosen.unwrap_or_else(versions::KubernetesVersion::pinned),
+            ),
         }
     }
 

@@ -77,6 +77,11 @@ impl LocalCluster {
         config.nodes = names.clone();
         config.node_monitor_grace_period = NODE_GRACE;
         config.crds = crds;
+        // The run's choice of version (found by Binaries::find) and feature gates.
+        let chosen = super::versions::chosen();
+        config.runtime_config =
+            super::versions::runtime_config(chosen.version(), &chosen.feature_gates);
+        config.feature_gates = chosen.feature_gates;
         let plane = ControlPlane::start(config).await.map_err(failed)?;
         let controllers = plane.controllers();
         if controllers != crate::cluster::local::ControllersRun::Real {

@@ -157,6 +157,12 @@ pub struct ControlPlaneConfig {
     /// meanwhile can wait far longer to be collected; a cluster that has had the CRDs for
     /// a while has no such delay.
     pub crds: Vec<String>,
+    /// Feature gates of kube-apiserver, kube-controller-manager and kube-scheduler
+    /// (`--feature-gates`; none when empty).
+    pub feature_gates: super::versions::FeatureGates,
+    /// API versions kube-apiserver serves beyond its defaults (`--runtime-config`, e.g.
+    /// `coordination.k8s.io/v1beta1=true`; none when empty).
+    pub runtime_config: Vec<String>,
 }
 
 impl ControlPlaneConfig {
@@ -171,8 +177,20 @@ impl ControlPlaneConfig {
             controllers: true,
             nodes: Vec::new(),
             crds: Vec::new(),
+            feature_gates: Default::default(),
+            runtime_config: Vec::new(),
         }
     }
+}
+
+/// The `--feature-gates` argument of `config`'s gates, when it has any.
+fn gate_args(config: &ControlPlaneConfig) -> Option<String> {
+    (!config.feature_gates.is_empty()).then(|| {
+        format!(
+            "--feature-gates={}",
+            super::versions::feature_gates_arg(&config.feature_gates)
+        )
+    })
 }
 
 /// One running component.
@@ -496,7 +514,9 @@ impl ControlPlane {
             // by a condition of their own (see wait_for_default_service_account).
             if let Some(scheduler) = &config.binaries.kube_scheduler {
                 let kubeconfig = plane.component_kubeconfig("kube-scheduler", &scheduler_token)?;
-                plane.spawn_scheduler(scheduler, &kubeconfig).await?;
+                plane
+                    .spawn_scheduler(scheduler, &kubeconfig, gate_args(&config))
+                    .await?;
             }
             if let Some(kcm) = &config.binaries.kube_controller_manager {
                 let kubeconfig =
@@ -655,7 +675,7 @@ impl ControlPlane {
             let port = free_port()?;
             self.url = format!("https://127.0.0.1:{port}");
             let pki = |f: &str| self.pki.path(f);
-            let args = vec![
+            let mut args = vec![
                 format!("--etcd-servers={etcd_url}"),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
@@ -694,6 +714,13 @@ impl ControlPlane {
                 "--audit-log-maxsize=500".into(),
                 "--profiling=false".into(),
             ];
+            args.extend(gate_args(config));
+            if !config.runtime_config.is_empty() {
+                args.push(format!(
+                    "--runtime-config={}",
+                    config.runtime_config.join(",")
+                ));
+            }
             let program = config.binaries.kube_apiserver.clone();
             self.spawn("kube-apiserver", &program, args).await?;
             let client = self.admin_client().await?;
@@ -787,7 +814,7 @@ impl ControlPlane {
     ) -> Result<(), ControlPlaneError> {
         let pki = |f: &str| self.pki.path(f);
         let grace = config.node_monitor_grace_period.as_secs().max(1);
-        let args = vec![
+        let mut args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--service-account-private-key-file={}", pki("sa.key")),
             format!("--root-ca-file={}", pki("ca.crt")),
@@ -806,6 +833,7 @@ impl ControlPlane {
             "--secure-port=0".into(),
             "--profiling=false".into(),
         ];
+        args.extend(gate_args(config));
         self.spawn("kube-controller-manager", program, args).await?;
         self.wait_for_default_service_account(config).await
     }
@@ -867,8 +895,9 @@ impl ControlPlane {
         &mut self,
         program: &Path,
         kubeconfig: &Path,
+        gates: Option<String>,
     ) -> Result<(), ControlPlaneError> {
-        let args = vec![
+        let mut args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".into(),
             "--kube-api-qps=1000".into(),
@@ -876,6 +905,7 @@ impl ControlPlane {
             "--secure-port=0".into(),
             "--profiling=false".into(),
         ];
+        args.extend(gates);
         self.spawn("kube-scheduler", program, args).await
     }
 

@@ -8,8 +8,10 @@ pub mod control_plane;
 pub mod pinned;
 pub mod provider;
 pub mod provision;
+pub mod versions;
 
 pub use binaries::{Binaries, BinariesError};
 pub use cluster::LocalCluster;
 pub use control_plane::{ControlPlane, ControlPlaneConfig, ControlPlaneError, ControllersRun};
 pub use provider::{LocalRun, LocalShare};
+pub use versions::{KubernetesVersion, LocalOptions, VersionError};

@@ -16,12 +16,13 @@ pub fn etcd_version() -> &'static str {
     pinned("ETCD_VERSION")
 }
 
-fn pinned(key: &str) -> &'static str {
+/// The value of `key` in the versions file (quotes removed); empty when it has none.
+pub(super) fn pinned(key: &str) -> &'static str {
     VERSIONS
         .lines()
         .filter_map(|line| line.trim().split_once('='))
         .find(|(k, _)| *k == key)
-        .map(|(_, v)| v.trim())
+        .map(|(_, v)| v.trim().trim_matches('"'))
         .unwrap_or_default()
 }
 
@@ -40,14 +41,13 @@ pub fn cache_dir() -> PathBuf {
 
 /// The directory `ci/kubernetes/build.sh` puts the binaries of the pinned version in.
 pub fn build_dir() -> PathBuf {
-    build_dir_in(&cache_dir())
+    build_dir_in(&cache_dir(), kubernetes_version())
 }
 
-/// [`build_dir`] below the cache directory `cache`.
-pub(super) fn build_dir_in(cache: &Path) -> PathBuf {
-    cache
-        .join(format!("kubernetes-{}", kubernetes_version()))
-        .join("bin")
+/// The directory the binaries of Kubernetes `version` (`v1.37.2`) are built into below the
+/// cache directory `cache`.
+pub(super) fn build_dir_in(cache: &Path, version: &str) -> PathBuf {
+    cache.join(format!("kubernetes-{version}")).join("bin")
 }
 
 pub(super) fn is_executable(path: &Path) -> bool {

@@ -1,8 +1,9 @@
 //! Building the real Kubernetes binaries when they are not there yet, so that a fresh
 //! clone's tests need nothing beyond Rust and Go: an embedded copy of
 //! `ci/kubernetes/build.sh` builds etcd, kube-apiserver, kube-controller-manager,
-//! kube-scheduler and kubectl at the versions pinned in `ci/kubernetes/versions.env`, from
-//! the Go module proxy, into the cache ([`super::pinned::build_dir`]).
+//! kube-scheduler and kubectl at the versions pinned in `ci/kubernetes/versions.env` (or
+//! another of the Kubernetes versions it knows: [`Provisioner::of`]), from the Go module
+//! proxy, into the cache ([`super::pinned::build_dir`]).
 //!
 //! It happens once however many threads and processes ask at the same time: the one that
 //! holds an exclusive lock on `<cache>/kubernetes-<version>.lock` builds, the others wait
@@ -21,9 +22,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::pinned::{
-    VERSIONS, build_dir_in, cache_dir, etcd_version, is_executable, kubernetes_version,
-};
+use super::pinned::{VERSIONS, build_dir_in, cache_dir, is_executable};
+use super::versions::KubernetesVersion;
 
 /// The environment variable that turns building off when set to anything but empty or `0`.
 pub const NO_PROVISION_VAR: &str = "OPCONFORM_NO_PROVISION";
@@ -38,7 +38,8 @@ pub const CONTROL_PLANE: [&str; 5] = [
     "kubectl",
 ];
 
-/// The oldest Go that builds the pinned Kubernetes (the `go` directive of its go.mod).
+/// The oldest Go that builds the pinned Kubernetes (the `go` directive of its go.mod);
+/// newer minors need newer Go (1.37: Go 1.26), which the build itself then asks for.
 pub const MIN_GO: (u32, u32) = (1, 24);
 
 /// The build script, run from a temporary directory beside a copy of the versions file.
@@ -58,17 +59,22 @@ pub enum ProvisionError {
         "go is not on PATH: install Go {}.{} or newer from go.dev or your package manager, \
          or set KUBEBUILDER_ASSETS to a directory holding etcd, kube-apiserver and kubectl \
          (`KUBEBUILDER_ASSETS=$(setup-envtest use -p path {}.x)`)",
-        MIN_GO.0, MIN_GO.1, kubernetes_minor()
+        MIN_GO.0, MIN_GO.1, version.minor_name()
     )]
-    NoGo,
+    NoGo {
+        /// The Kubernetes version to build.
+        version: KubernetesVersion,
+    },
     /// The `go` on `PATH` is older than [`MIN_GO`].
     #[error(
         "{} is {found}, too old to build Kubernetes {}: install Go {}.{} or newer from go.dev \
          or your package manager, or set KUBEBUILDER_ASSETS to a directory holding etcd, \
          kube-apiserver and kubectl (`KUBEBUILDER_ASSETS=$(setup-envtest use -p path {}.x)`)",
-        go.display(), kubernetes_version(), MIN_GO.0, MIN_GO.1, kubernetes_minor()
+        go.display(), version.full(), MIN_GO.0, MIN_GO.1, version.minor_name()
     )]
     GoTooOld {
+        /// The Kubernetes version to build.
+        version: KubernetesVersion,
         /// The go found.
         go: PathBuf,
         /// Its version, as `go env GOVERSION` gives it.
@@ -135,7 +141,7 @@ pub enum ProvisionError {
 impl ProvisionError {
     /// Whether nothing can be built here (no usable Go), as opposed to a build that failed.
     pub fn is_impossible(&self) -> bool {
-        matches!(self, Self::NoGo | Self::GoTooOld { .. })
+        matches!(self, Self::NoGo { .. } | Self::GoTooOld { .. })
     }
 }
 
@@ -148,17 +154,13 @@ fn opt_out_value(value: Option<&OsStr>) -> bool {
     value.is_some_and(|v| !v.is_empty() && v != "0")
 }
 
-/// `1.34` of `v1.34.4`: what setup-envtest is asked for.
-fn kubernetes_minor() -> &'static str {
-    let version = kubernetes_version().trim_start_matches('v');
-    version.rsplit_once('.').map_or(version, |(minor, _)| minor)
-}
-
 /// Builds the control-plane binaries into a cache directory, once, under its lock.
 #[derive(Debug, Clone)]
 pub struct Provisioner {
     /// The cache: the build's output below it, the lock file in it.
     cache: PathBuf,
+    /// The Kubernetes version built.
+    version: KubernetesVersion,
     /// The build script's text.
     script: String,
     /// The `PATH` that `go` and `bash` are found on.
@@ -171,33 +173,54 @@ impl Provisioner {
     /// The pinned build (`ci/kubernetes/build.sh control-plane`) into
     /// [`super::pinned::cache_dir`], with the `go` and `bash` on `PATH`.
     pub fn pinned() -> Self {
+        Self::of(KubernetesVersion::pinned())
+    }
+
+    /// The build of Kubernetes `version` (`KUBERNETES_VERSION=<version>
+    /// ci/kubernetes/build.sh control-plane`) into [`super::pinned::cache_dir`], with the
+    /// `go` and `bash` on `PATH`.
+    pub fn of(version: KubernetesVersion) -> Self {
         Self::new(
             cache_dir(),
             BUILD_SCRIPT.to_string(),
             std::env::var_os("PATH").unwrap_or_default(),
         )
+        .building(version)
     }
 
-    /// A build that runs `script` (as `bash <script> control-plane`, beside a copy of the
-    /// versions file, with `OPCONFORM_CACHE=<cache>`) and finds its tools on `path`.
+    /// A build of the pinned version that runs `script` (as `bash <script> control-plane`,
+    /// beside a copy of the versions file, with `OPCONFORM_CACHE=<cache>` and
+    /// `KUBERNETES_VERSION=<version>`) and finds its tools on `path`.
     pub(crate) fn new(cache: PathBuf, script: String, path: OsString) -> Self {
         Self {
             cache,
+            version: KubernetesVersion::pinned(),
             script,
             path,
             progress_every: PROGRESS_EVERY,
         }
     }
 
+    /// The same, building Kubernetes `version`.
+    pub fn building(mut self, version: KubernetesVersion) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The Kubernetes version it builds.
+    pub fn version(&self) -> KubernetesVersion {
+        self.version
+    }
+
     /// The directory the binaries are in once built.
     pub fn bin_dir(&self) -> PathBuf {
-        build_dir_in(&self.cache)
+        build_dir_in(&self.cache, self.version.full())
     }
 
     /// The lock file: `<cache>/kubernetes-<version>.lock`.
     pub fn lock_path(&self) -> PathBuf {
         self.cache
-            .join(format!("kubernetes-{}.lock", kubernetes_version()))
+            .join(format!("kubernetes-{}.lock", self.version.full()))
     }
 
     /// The `PATH` tools are looked for on.
@@ -269,7 +292,9 @@ impl Provisioner {
     /// The `go` on the search path, refused when older than [`MIN_GO`]; its version (or
     /// its path when that cannot be read: the build will tell).
     fn usable_go(&self) -> Result<String, ProvisionError> {
-        let go = on_path("go", &self.path).ok_or(ProvisionError::NoGo)?;
+        let go = on_path("go", &self.path).ok_or(ProvisionError::NoGo {
+            version: self.version,
+        })?;
         let version = Command::new(&go)
             .args(["env", "GOVERSION"])
             .env("PATH", &self.path)
@@ -282,9 +307,11 @@ impl Provisioner {
             .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
             .unwrap_or_default();
         match go_release(&version) {
-            Some(release) if release < MIN_GO => {
-                Err(ProvisionError::GoTooOld { go, found: version })
-            }
+            Some(release) if release < MIN_GO => Err(ProvisionError::GoTooOld {
+                go,
+                found: version,
+                version: self.version,
+            }),
             Some(_) => Ok(version),
             None => Ok(go.display().to_string()),
         }
@@ -308,13 +335,17 @@ impl Provisioner {
         ] {
             std::fs::write(&path, text).map_err(|source| ProvisionError::Stage { path, source })?;
         }
-        let command = format!("bash {} control-plane", script.display());
+        let command = format!(
+            "KUBERNETES_VERSION={} bash {} control-plane",
+            self.version.full(),
+            script.display()
+        );
         eprintln!(
             "opconform: building Kubernetes {} and etcd {} ({}) with {go}, from the Go module proxy, \
              into {}: once for every test; a cold build takes about 13 minutes on 2 cores \
              ({NO_PROVISION_VAR}=1 turns this off)",
-            kubernetes_version(),
-            etcd_version(),
+            self.version.full(),
+            self.version.etcd(),
             CONTROL_PLANE.join(", "),
             bin_dir.display()
         );
@@ -328,6 +359,7 @@ impl Provisioner {
             .arg("control-plane")
             .current_dir(stage.path())
             .env("OPCONFORM_CACHE", &self.cache)
+            .env("KUBERNETES_VERSION", self.version.full())
             .env("PATH", &self.path)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -429,7 +461,9 @@ pub(crate) mod fake {
     /// executable stand-in of every control-plane binary where the real one would be
     /// (found through the versions file beside it, as the real script does).
     pub(crate) const BUILD: &str = r#"set -eu
+chosen=${KUBERNETES_VERSION:-}
 . "$(dirname "$0")/versions.env"
+KUBERNETES_VERSION=${chosen:-$KUBERNETES_VERSION}
 [ "$1" = control-plane ]
 echo run >> "$OPCONFORM_CACHE/runs"
 echo "kubernetes build: building" >&2
@@ -482,6 +516,7 @@ echo "$bin"
 
 #[cfg(test)]
 mod tests {
+    use super::super::pinned::{etcd_version, kubernetes_version};
     use super::fake::{self, BUILD};
     use super::*;
 
@@ -573,9 +608,15 @@ mod tests {
             .unwrap_err();
         assert!(!e.is_impossible());
         let e = e.to_string();
-        assert!(e.contains("`bash "), "{e}");
         assert!(
             e.contains("build.sh control-plane` failed (exit status: 3)"),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!(
+                "`KUBERNETES_VERSION={} bash ",
+                kubernetes_version()
+            )),
             "{e}"
         );
         let lines: Vec<_> = e.lines().collect();
@@ -671,6 +712,46 @@ mod tests {
             BUILD_SCRIPT.contains(r#"ln -sfn "../../etcd-$ETCD_VERSION/bin/etcd" "$bin_dir/etcd""#)
         );
         assert!(BUILD_SCRIPT.contains(r#". "$(dirname "$0")/versions.env""#));
-        assert_eq!(kubernetes_minor(), "1.34");
+        assert_eq!(KubernetesVersion::pinned().minor_name(), "1.34");
+    }
+
+    #[test]
+    fn a_chosen_version_is_built_into_a_directory_and_under_a_lock_of_its_own() {
+        let root = tempfile::tempdir().unwrap();
+        let v137 = KubernetesVersion::resolve("1.37").unwrap();
+        let newer = fake::provisioner(root.path(), BUILD).building(v137);
+        let pinned = fake::provisioner(root.path(), BUILD);
+        assert!(newer.bin_dir().ends_with("cache/kubernetes-v1.37.2/bin"));
+        assert!(newer.lock_path().ends_with("cache/kubernetes-v1.37.2.lock"));
+        assert_eq!(newer.ensure().unwrap(), newer.bin_dir());
+        assert_eq!(newer.missing(), None);
+        assert_eq!(
+            pinned.missing(),
+            Some("etcd"),
+            "the pinned version is not built by building another"
+        );
+        assert_eq!(fake::runs(root.path()), 1);
+    }
+
+    #[test]
+    fn the_embedded_script_refuses_an_unknown_version_naming_the_known_ones() {
+        let root = tempfile::tempdir().unwrap();
+        let stage = root.path().join("stage");
+        std::fs::create_dir(&stage).unwrap();
+        std::fs::write(stage.join("build.sh"), BUILD_SCRIPT).unwrap();
+        std::fs::write(stage.join("versions.env"), VERSIONS).unwrap();
+        let out = Command::new("bash")
+            .arg(stage.join("build.sh"))
+            .args(["--version", "1.99", "control-plane"])
+            .env("OPCONFORM_CACHE", root.path().join("cache"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("unknown Kubernetes version '1.99': expected one of v1.32.13 v1.33.13 v1.34.4 v1.35.4 v1.36.3 v1.37.2"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
     }
 }
