@@ -67,6 +67,123 @@ pub enum CliError {
     /// `opconform init` could not read the project or write its files.
     #[error(transparent)]
     Init(crate::init::InitError),
+    /// The local provider's options (`--kubernetes`, `--feature-gates`) cannot be used.
+    #[error(transparent)]
+    LocalOption(#[from] LocalOptionError),
+}
+
+/// Errors of the local provider's options: the Kubernetes version and feature gates of its
+/// control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalOptionError {
+    /// An option of the local provider given with another provider.
+    #[error(
+        "{option} chooses the {what} of the local provider's control plane: the {provider} \
+         provider cannot; expected --provider local, or no {option}"
+    )]
+    NotLocal {
+        /// The option.
+        option: &'static str,
+        /// What it chooses.
+        what: &'static str,
+        /// The provider given.
+        provider: String,
+    },
+    /// A version or feature-gate list that cannot be read.
+    #[error("{option} {given:?}")]
+    Invalid {
+        /// The option.
+        option: &'static str,
+        /// Its value.
+        given: String,
+        /// What is wrong with it.
+        #[source]
+        source: crate::cluster::local::VersionError,
+    },
+    /// A profile that elects through coordinated leader election, on a provider that cannot
+    /// set kube-apiserver's feature gates.
+    #[error(
+        "the profile of {subject} sets election.coordinated, which needs kube-apiserver's \
+         CoordinatedLeaderElection feature gate: the {provider} provider cannot set feature \
+         gates; expected --provider local"
+    )]
+    CoordinatedNeedsGates {
+        /// The operator.
+        subject: String,
+        /// The provider given.
+        provider: String,
+    },
+    /// A profile that elects through coordinated leader election, with the gate turned off.
+    #[error(
+        "the profile of {subject} sets election.coordinated, and --feature-gates turns \
+         CoordinatedLeaderElection off: expected it on, or left out (the profile turns it on)"
+    )]
+    CoordinatedTurnedOff {
+        /// The operator.
+        subject: String,
+    },
+}
+
+/// What a run on `provider` starts the local control plane with: the `--kubernetes` version
+/// (`None`: not chosen) and the `--feature-gates`, with `CoordinatedLeaderElection` on when
+/// `coordinated` names the operator under test, whose profile elects through it; `None` on
+/// other providers, which refuse these options and such an operator.
+///
+/// # Errors
+/// [`LocalOptionError`]: an option given with a provider other than local, an unknown
+/// version, gates that cannot be read, a coordinated profile on a provider that cannot set
+/// gates, or with the gate turned off.
+pub fn local_options(
+    provider: crate::cluster::ProviderKind,
+    kubernetes: Option<&str>,
+    feature_gates: Option<&str>,
+    coordinated: Option<&str>,
+) -> Result<Option<crate::cluster::local::LocalOptions>, LocalOptionError> {
+    use crate::cluster::local::{KubernetesVersion, LocalOptions, versions};
+    if provider != crate::cluster::ProviderKind::Local {
+        for (option, given, what) in [
+            ("--kubernetes", kubernetes, "Kubernetes version"),
+            ("--feature-gates", feature_gates, "feature gates"),
+        ] {
+            if given.is_some() {
+                return Err(LocalOptionError::NotLocal {
+                    option,
+                    what,
+                    provider: provider.name().to_string(),
+                });
+            }
+        }
+        if let Some(subject) = coordinated {
+            return Err(LocalOptionError::CoordinatedNeedsGates {
+                subject: subject.to_string(),
+                provider: provider.name().to_string(),
+            });
+        }
+        return Ok(None);
+    }
+    let kubernetes = kubernetes
+        .map(|given| {
+            KubernetesVersion::resolve(given).map_err(|e| invalid("--kubernetes", given, e))
+        })
+        .transpose()?;
+    let mut feature_gates = feature_gates
+        .map(|given| {
+            versions::parse_feature_gates(given).map_err(|e| invalid("--feature-gates", given, e))
+        })
+        .transpose()?
+        .unwrap_or_default();
+    if let Some(subject) = coordinated {
+        let gate = versions::COORDINATED_LEADER_ELECTION.to_string();
+        if feature_gates.insert(gate, true) == Some(false) {
+            return Err(LocalOptionError::CoordinatedTurnedOff {
+                subject: subject.to_string(),
+            });
+        }
+    }
+    Ok(Some(LocalOptions {
+        kubernetes,
+        feature_gates,
+    }))
 }
 
 /// End-to-end conformance harness for Kubernetes operators.
@@ -160,6 +277,16 @@ pub struct TestArgs {
     /// Run each scenario N times, each run in its own cluster, named "… (run i of N)".
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub runs: u16,
+    /// With --provider local: the Kubernetes version of the control plane, a minor (1.37:
+    /// its known patch) or a full version (v1.37.2) of those ci/kubernetes/versions.env
+    /// lists, built into the cache when missing [default: the pinned one].
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes: Option<String>,
+    /// With --provider local: feature gates of kube-apiserver, kube-controller-manager and
+    /// kube-scheduler, Name=true|false,… (CoordinatedLeaderElection=true also serves its
+    /// LeaseCandidate API).
+    #[arg(long, value_name = "GATES")]
+    pub feature_gates: Option<String>,
 }
 
 /// Arguments of `opconform conformance`.
@@ -185,6 +312,15 @@ pub struct ConformanceArgs {
     /// median / max of its failover figures.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub runs: u16,
+    /// With --provider local: the Kubernetes versions to run the table on, one after
+    /// another, comma-separated (1.34,1.37; a minor names its known patch): a column per
+    /// profile and version [default: the pinned one, columns without a version].
+    #[arg(long, value_name = "VERSIONS")]
+    pub kubernetes: Option<String>,
+    /// With --provider local: feature gates of the control plane, Name=true|false,… (as
+    /// for opconform test).
+    #[arg(long, value_name = "GATES")]
+    pub feature_gates: Option<String>,
 }
 
 /// `opconform profile …`.
@@ -210,6 +346,16 @@ pub struct LocalArgs {
     /// cache ci/kubernetes/build.sh fills].
     #[arg(long)]
     pub binaries: Option<PathBuf>,
+    /// The Kubernetes version: a minor (1.37) or full version (v1.37.2) of those
+    /// ci/kubernetes/versions.env lists, built into the cache when missing [default: the
+    /// pinned one].
+    #[arg(long, value_name = "VERSION", conflicts_with = "binaries")]
+    pub kubernetes: Option<String>,
+    /// Feature gates of kube-apiserver, kube-controller-manager and kube-scheduler,
+    /// Name=true|false,… (CoordinatedLeaderElection=true also serves its LeaseCandidate
+    /// API).
+    #[arg(long, value_name = "GATES")]
+    pub feature_gates: Option<String>,
 }
 
 /// Arguments of `opconform bench`.
@@ -502,14 +648,28 @@ async fn test(args: TestArgs) -> Result<(), CliError> {
             .clone()
             .unwrap_or_else(|| Suite::default_reports(provider)),
     };
+    let local = local_options(
+        provider,
+        args.kubernetes.as_deref(),
+        args.feature_gates.as_deref(),
+        suite
+            .subject
+            .election
+            .coordinated
+            .then_some(suite.subject.name.as_str()),
+    )?;
+    if let Some(local) = &local {
+        crate::cluster::local::versions::choose(local.clone());
+    }
     if let Some(line) = provider.pods_as_processes_warning() {
         eprintln!("opconform: {line}");
     }
     eprintln!(
-        "opconform: {} feature file(s) against {} on {}; reports in {}",
+        "opconform: {} feature file(s) against {} on {}{}; reports in {}",
         features.len(),
         suite.subject.name,
         provider.name(),
+        local.as_ref().map_or_else(String::new, describe_local),
         suite.reports.display()
     );
     let selection = Selection {
@@ -534,7 +694,71 @@ async fn test(args: TestArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The error of `option`'s value `given`.
+fn invalid(
+    option: &'static str,
+    given: &str,
+    source: crate::cluster::local::VersionError,
+) -> LocalOptionError {
+    LocalOptionError::Invalid {
+        option,
+        given: given.to_string(),
+        source,
+    }
+}
+
+/// ` (Kubernetes v1.37.2, feature gates CoordinatedLeaderElection=true)`.
+fn describe_local(local: &crate::cluster::local::LocalOptions) -> String {
+    let gates = if local.feature_gates.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", feature gates {}",
+            crate::cluster::local::versions::feature_gates_arg(&local.feature_gates)
+        )
+    };
+    format!(" (Kubernetes {}{gates})", local.version())
+}
+
+/// The versions and gates of `opconform conformance --provider local`, refused with other
+/// providers.
+fn conformance_local(
+    provider: &str,
+    kubernetes: Option<&str>,
+    feature_gates: Option<&str>,
+) -> Result<Vec<crate::cluster::local::KubernetesVersion>, LocalOptionError> {
+    use crate::cluster::local::{KubernetesVersion, versions};
+    if provider != "local" {
+        for (option, given, what) in [
+            ("--kubernetes", kubernetes, "Kubernetes versions"),
+            ("--feature-gates", feature_gates, "feature gates"),
+        ] {
+            if given.is_some() {
+                return Err(LocalOptionError::NotLocal {
+                    option,
+                    what,
+                    provider: provider.to_string(),
+                });
+            }
+        }
+    }
+    if let Some(given) = feature_gates {
+        versions::parse_feature_gates(given).map_err(|e| invalid("--feature-gates", given, e))?;
+    }
+    kubernetes
+        .map(|given| {
+            KubernetesVersion::resolve_list(given).map_err(|e| invalid("--kubernetes", given, e))
+        })
+        .transpose()
+        .map(Option::unwrap_or_default)
+}
+
 async fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
+    let kubernetes = conformance_local(
+        &args.provider,
+        args.kubernetes.as_deref(),
+        args.feature_gates.as_deref(),
+    )?;
     let profiles = if args.profiles.is_empty() {
         let root = crate::subject::repository_root();
         let shipped = crate::conformance::shipped_profiles(&root);
@@ -560,6 +784,8 @@ async fn conformance(args: ConformanceArgs) -> Result<(), CliError> {
         profiles,
         tags: args.tags,
         runs: usize::from(args.runs),
+        kubernetes,
+        feature_gates: args.feature_gates,
     };
     let table = crate::conformance::run(&options)
         .await
@@ -857,12 +1083,24 @@ async fn sim(args: SimArgs) -> Result<(), CliError> {
 async fn local(args: LocalArgs) -> Result<(), CliError> {
     use crate::cluster::local::{Binaries, ControlPlane, ControlPlaneConfig};
     let failed = |e: Box<dyn std::error::Error + Send + Sync>| CliError::Local(e);
+    let local = local_options(
+        crate::cluster::ProviderKind::Local,
+        args.kubernetes.as_deref(),
+        args.feature_gates.as_deref(),
+        None,
+    )?
+    .unwrap_or_default();
+    crate::cluster::local::versions::choose(local.clone());
     let binaries = match &args.binaries {
         Some(dir) => Binaries::in_dir(dir),
         None => Binaries::find(),
     }
     .map_err(|e| failed(e.into()))?;
-    let plane = ControlPlane::start(ControlPlaneConfig::new(binaries))
+    let mut config = ControlPlaneConfig::new(binaries);
+    config.runtime_config =
+        crate::cluster::local::versions::runtime_config(local.version(), &local.feature_gates);
+    config.feature_gates = local.feature_gates.clone();
+    let plane = ControlPlane::start(config)
         .await
         .map_err(|e| failed(e.into()))?;
     let partial = args.kubeconfig.with_extension("partial");
@@ -873,8 +1111,9 @@ async fn local(args: LocalArgs) -> Result<(), CliError> {
             source,
         })?;
     println!(
-        "opconform local: serving {} with {} (started in {} ms)",
+        "opconform local: serving {}{} with {} (started in {} ms)",
         plane.url(),
+        describe_local(&local),
         plane.components().join(", "),
         plane.started_in().as_millis()
     );

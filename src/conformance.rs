@@ -11,6 +11,13 @@
 //! cannot run on the provider (`notApplicable` in its `suite.json`), is a finding, not a
 //! failure of the command: it fails only when a run could not produce its report.
 //!
+//! On local, `--kubernetes 1.34,1.37` runs the profiles once per Kubernetes version, one
+//! version after another (each run's control plane of that version, built into the cache
+//! when missing): a column per profile and version, `name · 1.34`, and the wall time of
+//! each version. A profile that elects through coordinated leader election
+//! (`election.coordinated`) is not applicable on the providers that cannot set feature
+//! gates (every one but local).
+//!
 //! On kind the profiles share one kind cluster: the command creates it before the first
 //! run (unless `OPCONFORM_KIND_CLUSTER` names one), hands it to each run as
 //! `OPCONFORM_KIND_CLUSTER` (each loads its own operator's image into it), and deletes it
@@ -23,6 +30,7 @@ use std::process::Stdio;
 use serde::{Deserialize, Serialize};
 
 use crate::check::Breach;
+use crate::cluster::local::KubernetesVersion;
 use crate::cluster::{ProviderError, ProviderKind};
 
 /// Errors of a conformance run.
@@ -253,6 +261,9 @@ impl Figure {
 pub struct Subject {
     /// The profile's name.
     pub name: String,
+    /// The Kubernetes version it ran on (`1.37`), when the table runs on several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<String>,
     /// The profile.
     pub profile: PathBuf,
     /// Its reports, relative to the table's directory.
@@ -272,12 +283,39 @@ pub struct Subject {
     pub not_applicable: Option<String>,
 }
 
+impl Subject {
+    /// Its column's heading: the name, with ` · 1.37` when the table runs on several
+    /// Kubernetes versions.
+    pub fn heading(&self) -> String {
+        match &self.kubernetes {
+            Some(version) => format!("{} · {version}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// The runs of the profiles on one Kubernetes version.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionRuns {
+    /// The minor, `1.37`, as the columns name it.
+    pub kubernetes: String,
+    /// The full version, `v1.37.2`.
+    pub full: String,
+    /// The wall time of its profiles' runs, together.
+    pub wall_seconds: f64,
+}
+
 /// The table.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Table {
     /// The provider.
     pub provider: String,
+    /// The Kubernetes versions it ran on, when named (`--kubernetes`): a column per
+    /// profile and version.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kubernetes: Vec<VersionRuns>,
     /// The columns.
     pub subjects: Vec<Subject>,
     /// One row per scenario: its name and a cell per subject, in the columns' order.
@@ -298,8 +336,40 @@ impl Table {
     /// in the order the scenarios first appear; the runs of a scenario repeated with
     /// `--runs N` (named `… (run i of N)`) make one cell.
     pub fn of(provider: &str, runs: &[Run]) -> Self {
+        let columns: Vec<(Option<&str>, &Run)> = runs.iter().map(|run| (None, run)).collect();
+        Self::of_columns(provider, &columns, Vec::new())
+    }
+
+    /// The table of the runs of the same profiles on several Kubernetes versions, each
+    /// version's runs with its wall time: a column per profile and version, the versions
+    /// of a profile side by side in the order given.
+    pub fn across(provider: &str, versions: &[(VersionRuns, Vec<Run>)]) -> Self {
+        let profiles = versions
+            .iter()
+            .map(|(_, runs)| runs.len())
+            .max()
+            .unwrap_or(0);
+        let columns: Vec<(Option<&str>, &Run)> = (0..profiles)
+            .flat_map(|i| {
+                versions.iter().filter_map(move |(version, runs)| {
+                    Some((Some(version.kubernetes.as_str()), runs.get(i)?))
+                })
+            })
+            .collect();
+        let kubernetes = versions
+            .iter()
+            .map(|(version, _)| version.clone())
+            .collect();
+        Self::of_columns(provider, &columns, kubernetes)
+    }
+
+    fn of_columns(
+        provider: &str,
+        runs: &[(Option<&str>, &Run)],
+        kubernetes: Vec<VersionRuns>,
+    ) -> Self {
         let mut scenarios: Vec<String> = Vec::new();
-        for (_, _, _, report) in runs {
+        for (_, (_, _, _, report)) in runs {
             for r in &report.results {
                 let (name, _) = crate::features::run_of(&r.name);
                 if !scenarios.iter().any(|s| s == name) {
@@ -312,14 +382,14 @@ impl Table {
             .map(|scenario| {
                 let cells = runs
                     .iter()
-                    .map(|(_, _, dir, report)| cell(&scenario, dir, report))
+                    .map(|(_, (_, _, dir, report))| cell(&scenario, dir, report))
                     .collect();
                 Row { scenario, cells }
             })
             .collect();
         let subjects = runs
             .iter()
-            .map(|(name, profile, dir, report)| {
+            .map(|(version, (name, profile, dir, report))| {
                 let cells: Vec<Cell> = report
                     .results
                     .iter()
@@ -335,6 +405,7 @@ impl Table {
                     .collect();
                 Subject {
                     name: name.clone(),
+                    kubernetes: version.map(str::to_string),
                     profile: profile.clone(),
                     reports: dir.clone(),
                     held: cells
@@ -358,6 +429,7 @@ impl Table {
             .collect();
         Self {
             provider: provider.to_string(),
+            kubernetes,
             subjects,
             rows,
         }
@@ -413,10 +485,10 @@ impl Table {
     /// The table as Markdown: a row per scenario, a column per subject, then what each
     /// subject left out.
     pub fn markdown(&self) -> String {
-        let mut out = format!("## Leadership conformance on {}\n\n", self.provider);
+        let mut out = format!("## Leadership conformance on {}\n\n", self.title());
         out.push_str("| scenario |");
         for s in &self.subjects {
-            out.push_str(&format!(" {} |", s.name));
+            out.push_str(&format!(" {} |", s.heading()));
         }
         out.push_str("\n|---|");
         for _ in &self.subjects {
@@ -459,7 +531,7 @@ impl Table {
             };
             out.push_str(&format!(
                 "- **{}** (`{}`): {verdict}, {:.0} s",
-                s.name,
+                s.heading(),
                 s.profile.display(),
                 s.wall_seconds
             ));
@@ -468,7 +540,31 @@ impl Table {
             }
             out.push('\n');
         }
+        for v in &self.kubernetes {
+            out.push_str(&format!(
+                "- Kubernetes {} ({}): every profile in {:.0} s\n",
+                v.kubernetes, v.full, v.wall_seconds
+            ));
+        }
         out
+    }
+
+    /// `local`, or `local, Kubernetes 1.34 and 1.37` when it ran on named versions.
+    fn title(&self) -> String {
+        let names: Vec<&str> = self
+            .kubernetes
+            .iter()
+            .map(|v| v.kubernetes.as_str())
+            .collect();
+        match names.split_last() {
+            None => self.provider.clone(),
+            Some((only, [])) => format!("{}, Kubernetes {only}", self.provider),
+            Some((last, rest)) => format!(
+                "{}, Kubernetes {} and {last}",
+                self.provider,
+                rest.join(", ")
+            ),
+        }
     }
 
     /// The table as an HTML page whose cells link to the scenarios' timelines.
@@ -482,7 +578,7 @@ impl Table {
             };
             head.push_str(&format!(
                 "<th>{}<br><small>{verdict}</small></th>",
-                escape(&s.name),
+                escape(&s.heading()),
             ));
         }
         head.push_str("</tr>");
@@ -533,7 +629,7 @@ impl Table {
             if let Some(reason) = &s.not_applicable {
                 notes.push_str(&format!(
                     "<li>{}: not applicable on {}: {}</li>",
-                    escape(&s.name),
+                    escape(&s.heading()),
                     escape(&self.provider),
                     escape(reason)
                 ));
@@ -541,11 +637,19 @@ impl Table {
             for l in &s.left_out {
                 notes.push_str(&format!(
                     "<li>{}: left out @{}: {}</li>",
-                    escape(&s.name),
+                    escape(&s.heading()),
                     escape(&l.tag),
                     escape(&l.why)
                 ));
             }
+        }
+        for v in &self.kubernetes {
+            notes.push_str(&format!(
+                "<li>Kubernetes {} ({}): every profile in {:.0} s</li>",
+                escape(&v.kubernetes),
+                escape(&v.full),
+                v.wall_seconds
+            ));
         }
         format!(
             "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Leadership conformance on {provider}</title>\n\
@@ -553,7 +657,7 @@ impl Table {
              td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;max-width:28em}}\
              .held{{background:#e6f4ea}}.broken{{background:#fce8e6}}.na{{color:#888}}</style></head>\n\
              <body><h1>Leadership conformance on {provider}</h1>\n<table>{head}\n{body}</table>\n<ul>{notes}</ul></body></html>\n",
-            provider = escape(&self.provider),
+            provider = escape(&self.title()),
         )
     }
 }
@@ -664,6 +768,12 @@ pub struct Options {
     pub out: PathBuf,
     /// How many times each scenario runs per profile (`--runs`).
     pub runs: usize,
+    /// On local, the Kubernetes versions to run the profiles on, one after another (a
+    /// column per profile and version); none: the pinned one, columns without a version.
+    pub kubernetes: Vec<KubernetesVersion>,
+    /// On local, the control plane's feature gates (`--feature-gates`, checked), passed on
+    /// to each run.
+    pub feature_gates: Option<String>,
 }
 
 /// One profile's run: its subject's name, the profile as shown, its reports directory
@@ -686,7 +796,7 @@ pub async fn run(options: &Options) -> Result<Table, ConformanceError> {
         .iter()
         .map(|profile| crate::profile::Profile::read(profile))
         .collect::<Result<Vec<_>, _>>()?;
-    let runs = if provider == ProviderKind::Kind {
+    let table = if provider == ProviderKind::Kind {
         if let Some(image) = std::env::var("OPCONFORM_IMAGE")
             .ok()
             .filter(|i| !i.is_empty() && options.profiles.len() > 1)
@@ -699,16 +809,38 @@ pub async fn run(options: &Options) -> Result<Table, ConformanceError> {
         // From here on ctrl-c and SIGTERM delete the cluster this command creates.
         crate::cluster::start_run(ProviderKind::Kind);
         let runs = match crate::cluster::kind::KindRun::global().cluster().await {
-            Ok(cluster) => run_profiles(options, &subjects, Some(cluster.name())).await,
+            Ok(cluster) => run_profiles(options, &subjects, Some(cluster.name()), None).await,
             Err(e) => Err(ConformanceError::SharedCluster(e)),
         };
         // Each run exported the logs of its own failures: the cluster just goes.
         crate::cluster::finish_run(ProviderKind::Kind, false).await;
-        runs?
+        Table::of(&options.provider, &runs?)
+    } else if options.kubernetes.is_empty() {
+        Table::of(
+            &options.provider,
+            &run_profiles(options, &subjects, None, None).await?,
+        )
     } else {
-        run_profiles(options, &subjects, None).await?
+        let mut versions = Vec::new();
+        for (i, version) in options.kubernetes.iter().enumerate() {
+            eprintln!(
+                "conformance: Kubernetes {version} ({} of {})…",
+                i + 1,
+                options.kubernetes.len()
+            );
+            let begin = std::time::Instant::now();
+            let runs = run_profiles(options, &subjects, None, Some(*version)).await?;
+            let wall_seconds = begin.elapsed().as_secs_f64();
+            eprintln!("conformance: Kubernetes {version}: every profile in {wall_seconds:.0}s");
+            let runs_of = VersionRuns {
+                kubernetes: version.minor_name().to_string(),
+                full: version.full().to_string(),
+                wall_seconds,
+            };
+            versions.push((runs_of, runs));
+        }
+        Table::across(&options.provider, &versions)
     };
-    let table = Table::of(&options.provider, &runs);
     let write = |name: &str, text: String| {
         let path = options.out.join(name);
         std::fs::write(&path, text).map_err(|source| ConformanceError::Write { path, source })
@@ -722,12 +854,27 @@ pub async fn run(options: &Options) -> Result<Table, ConformanceError> {
     Ok(table)
 }
 
+/// Why `subject` cannot run on `provider` before any scenario starts: it elects through
+/// coordinated leader election, whose feature gate only the local provider sets.
+fn not_applicable_before(subject: &crate::subject::Subject, provider: &str) -> Option<String> {
+    (subject.election.coordinated && provider != ProviderKind::Local.name()).then(|| {
+        format!(
+            "the profile of {} says it elects through coordinated leader election \
+             (election.coordinated), which needs kube-apiserver's CoordinatedLeaderElection \
+             feature gate, and the {provider} provider cannot set feature gates",
+            subject.name
+        )
+    })
+}
+
 /// Runs each profile's scenarios in an `opconform test` of its own, on `kind_cluster` when
-/// given (`OPCONFORM_KIND_CLUSTER`), and reads its report.
+/// given (`OPCONFORM_KIND_CLUSTER`), or on local's Kubernetes `version` when given, and
+/// reads its report.
 async fn run_profiles(
     options: &Options,
     subjects: &[crate::subject::Subject],
     kind_cluster: Option<&str>,
+    version: Option<KubernetesVersion>,
 ) -> Result<Vec<Run>, ConformanceError> {
     let root = crate::subject::repository_root();
     let opconform = std::env::current_exe().map_err(|source| ConformanceError::Spawn {
@@ -736,7 +883,27 @@ async fn run_profiles(
     })?;
     let mut runs = Vec::new();
     for (i, (profile, subject)) in options.profiles.iter().zip(subjects).enumerate() {
-        let dir = subject.name.clone();
+        let shown = profile.strip_prefix(&root).unwrap_or(profile).to_path_buf();
+        if let Some(reason) = not_applicable_before(subject, &options.provider) {
+            eprintln!(
+                "conformance: {}: not applicable on {} ({reason})",
+                subject.name, options.provider
+            );
+            let report = SuiteReport {
+                provider: options.provider.clone(),
+                wall_seconds: 0.0,
+                left_out: Vec::new(),
+                not_applicable: Some(reason),
+                results: Vec::new(),
+            };
+            runs.push((subject.name.clone(), shown, subject.name.clone(), report));
+            continue;
+        }
+        // On several versions, each version's reports in a folder of its own: `1.37/name`.
+        let dir = match version {
+            Some(version) => format!("{}/{}", version.minor_name(), subject.name),
+            None => subject.name.clone(),
+        };
         let reports = options.out.join(&dir);
         std::fs::create_dir_all(&reports).map_err(|source| ConformanceError::Write {
             path: reports.clone(),
@@ -746,10 +913,11 @@ async fn run_profiles(
         let report = reports.join("suite.json");
         let _ = std::fs::remove_file(&report);
         eprintln!(
-            "conformance: {} on {}{} ({} of {}; output in {})…",
+            "conformance: {} on {}{}{} ({} of {}; output in {})…",
             subject.name,
             options.provider,
             kind_cluster.map_or_else(String::new, |c| format!(" (kind cluster {c})")),
+            version.map_or_else(String::new, |v| format!(" (Kubernetes {v})")),
             i + 1,
             options.profiles.len(),
             log.display()
@@ -780,6 +948,12 @@ async fn run_profiles(
             .kill_on_drop(true);
         if let Some(cluster) = kind_cluster {
             command.env("OPCONFORM_KIND_CLUSTER", cluster);
+        }
+        if let Some(version) = version {
+            command.args(["--kubernetes", version.full()]);
+        }
+        if let Some(gates) = &options.feature_gates {
+            command.args(["--feature-gates", gates]);
         }
         let status = command
             .status()
@@ -817,7 +991,6 @@ async fn run_profiles(
                 }
             ),
         }
-        let shown = profile.strip_prefix(&root).unwrap_or(profile).to_path_buf();
         runs.push((subject.name.clone(), shown, dir, parsed));
     }
     Ok(runs)
@@ -1111,6 +1284,135 @@ mod tests {
                 || html.contains("<li>[1] A guarantee of opconform's own"),
             "{html}"
         );
+    }
+
+    /// The runs of `ours` and `theirs` on Kubernetes `minor`, in folders of its own.
+    fn on(minor: &str, seconds: f64, theirs_broken: bool) -> (VersionRuns, Vec<Run>) {
+        let failure = theirs_broken.then_some("And there was never more than one leader: a and b");
+        let runs = vec![
+            (
+                "ours".to_string(),
+                PathBuf::from("profiles/ours/profile.yaml"),
+                format!("{minor}/ours"),
+                report(&[("One leader", None), ("Skew", None)]),
+            ),
+            (
+                "theirs".to_string(),
+                PathBuf::from("subjects/theirs/profile.yaml"),
+                format!("{minor}/theirs"),
+                report(&[("One leader", None), ("Skew", failure)]),
+            ),
+        ];
+        let version = KubernetesVersion::resolve(minor).unwrap();
+        let runs_of = VersionRuns {
+            kubernetes: version.minor_name().to_string(),
+            full: version.full().to_string(),
+            wall_seconds: seconds,
+        };
+        (runs_of, runs)
+    }
+
+    #[test]
+    fn on_several_versions_each_profile_has_a_column_per_version_side_by_side() {
+        let table = Table::across(
+            "local",
+            &[on("1.34", 312.4, false), on("1.37", 298.0, true)],
+        );
+        let headings: Vec<String> = table.subjects.iter().map(Subject::heading).collect();
+        assert_eq!(
+            headings,
+            [
+                "ours · 1.34",
+                "ours · 1.37",
+                "theirs · 1.34",
+                "theirs · 1.37"
+            ]
+        );
+        assert_eq!(table.rows.len(), 2);
+        assert!(matches!(table.rows[1].cells[2], Cell::Held { .. }));
+        assert!(matches!(
+            &table.rows[1].cells[3],
+            Cell::Broken { link, .. } if link == "1.37/theirs/skew/timeline.html"
+        ));
+        let md = table.markdown();
+        assert!(
+            md.starts_with("## Leadership conformance on local, Kubernetes 1.34 and 1.37\n\n| scenario | ours · 1.34 | ours · 1.37 | theirs · 1.34 | theirs · 1.37 |\n|---|---|---|---|---|\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Skew | held (failover reject: 4158 ms) | held (failover reject: 4158 ms) | held (failover reject: 4158 ms) | **broken**: And there was never more than one leader: a and b (failover reject: 4158 ms) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- **theirs · 1.37** (`subjects/theirs/profile.yaml`): 1 of 2 held, 10 s"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- Kubernetes 1.34 (v1.34.4): every profile in 312 s\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- Kubernetes 1.37 (v1.37.2): every profile in 298 s\n"),
+            "{md}"
+        );
+        let html = table.html();
+        assert!(
+            html.contains("<h1>Leadership conformance on local, Kubernetes 1.34 and 1.37</h1>")
+        );
+        assert!(
+            html.contains("<th>theirs · 1.37<br><small>1 of 2 held</small></th>"),
+            "{html}"
+        );
+        assert!(html.contains("<li>Kubernetes 1.37 (v1.37.2): every profile in 298 s</li>"));
+        let json = serde_json::to_value(&table).unwrap();
+        assert_eq!(json["subjects"][1]["name"], "ours");
+        assert_eq!(json["subjects"][1]["kubernetes"], "1.37");
+        assert_eq!(json["kubernetes"][0]["full"], "v1.34.4");
+        assert_eq!(json["kubernetes"][1]["wallSeconds"], 298.0);
+    }
+
+    #[test]
+    fn one_named_version_shows_in_the_title_and_the_columns() {
+        let table = Table::across("local", &[on("1.37", 100.0, false)]);
+        let md = table.markdown();
+        assert!(
+            md.starts_with("## Leadership conformance on local, Kubernetes 1.37\n\n| scenario | ours · 1.37 | theirs · 1.37 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn without_named_versions_the_table_keeps_its_single_version_layout() {
+        let (_, runs) = on("1.34", 1.0, false);
+        let table = Table::of("local", &runs);
+        let md = table.markdown();
+        assert!(
+            md.starts_with("## Leadership conformance on local\n\n| scenario | ours | theirs |\n"),
+            "{md}"
+        );
+        assert!(!md.contains("Kubernetes"), "{md}");
+        assert!(!md.contains(" · "), "{md}");
+        let json = serde_json::to_value(&table).unwrap();
+        assert!(json.get("kubernetes").is_none());
+        assert!(json["subjects"][0].get("kubernetes").is_none());
+    }
+
+    #[test]
+    fn a_coordinated_profile_is_not_applicable_where_feature_gates_cannot_be_set() {
+        let mut subject = crate::subject::Subject::memcached();
+        assert_eq!(not_applicable_before(&subject, "sim"), None);
+        subject.election.coordinated = true;
+        assert_eq!(not_applicable_before(&subject, "local"), None);
+        for provider in ["sim", "kind"] {
+            let why = not_applicable_before(&subject, provider).unwrap();
+            assert!(
+                why.ends_with(&format!(
+                    "CoordinatedLeaderElection feature gate, and the {provider} provider cannot set feature gates"
+                )),
+                "{why}"
+            );
+            assert!(why.contains("(election.coordinated)"), "{why}");
+        }
     }
 
     #[test]

@@ -278,6 +278,13 @@ pub struct ElectionSpec {
     /// tagged `@release-on-cancel` are left out].
     #[serde(default)]
     pub release_on_cancel: Option<Vec<String>>,
+    /// It elects through coordinated leader election (KEP-4355: its candidates write
+    /// LeaseCandidates and kube-apiserver picks the leader), which needs the control plane's
+    /// `CoordinatedLeaderElection` feature gate: the local provider starts kube-apiserver
+    /// with it (and the LeaseCandidate API); on providers that cannot set feature gates its
+    /// scenarios cannot run [default: false].
+    #[serde(default)]
+    pub coordinated: bool,
 }
 
 /// How an operator elects with a Lease: the flags that set its timings, or its fixed
@@ -669,6 +676,13 @@ impl Profile {
                 format!("unknown placeholder {unknown}: leader-for-life has no timings"),
             ));
         }
+        if self.election.coordinated && self.election.lease.is_none() {
+            return Err((
+                "election.coordinated",
+                "expected `election.lease` too: coordinated leader election elects with a Lease"
+                    .into(),
+            ));
+        }
         if self.election.release_on_cancel.is_some() && self.election.lease.is_none() {
             return Err((
                 "election.releaseOnCancel",
@@ -784,6 +798,7 @@ impl Profile {
                 }),
                 for_life: self.election.for_life,
                 release_on_cancel: self.election.release_on_cancel,
+                coordinated: self.election.coordinated,
             },
             manager: self
                 .manager
@@ -1294,6 +1309,22 @@ manifests: {dir: config, apply: [rbac, manager], crds: crd}
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains(expected), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn coordinated_leader_election_is_off_unless_the_lease_mode_says_so() {
+        assert!(!parse(MINIMAL).unwrap().election.coordinated);
+        let coordinated = MINIMAL.replace("election:\n", "election:\n  coordinated: true\n");
+        assert!(parse(&coordinated).unwrap().election.coordinated);
+        let for_life_only = coordinated.replace(
+            "  lease: [--elect=lease, '--lease={leaseDuration}', '--renew={renewDeadline}', '--retry={retryPeriod}']",
+            "  forLife: [--elect=for-life]",
+        );
+        let e = parse(&for_life_only).unwrap_err().to_string();
+        assert!(
+            e.contains("election.coordinated: expected `election.lease` too"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -148,6 +148,9 @@ pub struct Election {
     pub for_life: Option<Vec<String>>,
     /// What makes a leader release its Lease on shutdown (`None`: it never does).
     pub release_on_cancel: Option<Vec<String>>,
+    /// It elects through coordinated leader election: the control plane needs the
+    /// `CoordinatedLeaderElection` feature gate (see the profile's `election.coordinated`).
+    pub coordinated: bool,
 }
 
 /// How an operator elects its leader with a Lease.

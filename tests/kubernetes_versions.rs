@@ -1,0 +1,182 @@
+//! The local provider's Kubernetes version and feature gates on the command line:
+//! `--kubernetes` and `--feature-gates` of `opconform test` and `opconform conformance`,
+//! refused with other providers, and a profile that elects through coordinated leader
+//! election. Nothing here starts a control plane.
+
+use assert_cmd::Command;
+use opconform::cli::{LocalOptionError, local_options};
+use opconform::cluster::ProviderKind;
+use opconform::cluster::local::KubernetesVersion;
+
+fn opconform() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin!("opconform"))
+}
+
+#[test]
+fn a_minor_on_local_chooses_its_known_patch_and_the_gates_are_read() {
+    let options = local_options(
+        ProviderKind::Local,
+        Some("1.37"),
+        Some("CoordinatedLeaderElection=true"),
+        None,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(options.version().full(), "v1.37.2");
+    assert_eq!(
+        options.feature_gates.get("CoordinatedLeaderElection"),
+        Some(&true)
+    );
+}
+
+#[test]
+fn without_options_local_runs_the_pinned_version_with_no_gates() {
+    let options = local_options(ProviderKind::Local, None, None, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(options.kubernetes, None);
+    assert_eq!(options.version(), KubernetesVersion::pinned());
+    assert!(options.feature_gates.is_empty());
+    assert_eq!(
+        local_options(ProviderKind::Sim, None, None, None).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn an_unknown_version_is_an_error_listing_the_known_ones() {
+    let e = local_options(ProviderKind::Local, Some("1.30"), None, None).unwrap_err();
+    let chain = opconform::error_chain(&e);
+    assert!(chain.starts_with("--kubernetes \"1.30\": unknown Kubernetes version \"1.30\": expected one of 1.32 (v1.32.13), 1.33 (v1.33.13), 1.34 (v1.34.4), 1.35 (v1.35.4), 1.36 (v1.36.3), 1.37 (v1.37.2)"), "{chain}");
+}
+
+#[test]
+fn the_local_options_are_refused_with_other_providers_naming_the_option() {
+    for provider in [
+        ProviderKind::Sim,
+        ProviderKind::Kind,
+        ProviderKind::Kubeconfig,
+    ] {
+        let e = local_options(provider, Some("1.37"), None, None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "--kubernetes chooses the Kubernetes version of the local provider's control plane: the {} provider cannot; expected --provider local, or no --kubernetes",
+                provider.name()
+            )
+        );
+        let e = local_options(provider, None, Some("A=true"), None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LocalOptionError::NotLocal {
+                    option: "--feature-gates",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_coordinated_profile_turns_the_gate_on_locally_and_is_refused_elsewhere() {
+    let options = local_options(ProviderKind::Local, None, Some("Other=false"), Some("op"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        opconform::cluster::local::versions::feature_gates_arg(&options.feature_gates),
+        "CoordinatedLeaderElection=true,Other=false"
+    );
+    let e = local_options(ProviderKind::Sim, None, None, Some("op")).unwrap_err();
+    assert!(
+        e.to_string().starts_with("the profile of op sets election.coordinated, which needs kube-apiserver's CoordinatedLeaderElection feature gate: the sim provider cannot set feature gates"),
+        "{e}"
+    );
+    let e = local_options(
+        ProviderKind::Local,
+        None,
+        Some("CoordinatedLeaderElection=false"),
+        Some("op"),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, LocalOptionError::CoordinatedTurnedOff { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn opconform_test_on_sim_refuses_a_kubernetes_version_before_running_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = opconform()
+        .args([
+            "test",
+            "lease",
+            "--provider",
+            "sim",
+            "--kubernetes",
+            "1.37",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: --kubernetes chooses the Kubernetes version of the local provider's control plane: the sim provider cannot"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing ran"
+    );
+}
+
+#[test]
+fn opconform_conformance_refuses_an_unknown_version_in_its_list_before_running_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = opconform()
+        .args([
+            "conformance",
+            "--provider",
+            "local",
+            "--kubernetes",
+            "1.34,1.29",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: --kubernetes \"1.34,1.29\": unknown Kubernetes version \"1.29\": expected one of 1.32 (v1.32.13)"),
+        "{stderr}"
+    );
+    let out = opconform()
+        .args([
+            "conformance",
+            "--provider",
+            "kind",
+            "--kubernetes",
+            "1.34",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: --kubernetes chooses the Kubernetes versions of the local provider's control plane: the kind provider cannot"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing ran"
+    );
+}
