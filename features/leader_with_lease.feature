@@ -59,7 +59,9 @@ Feature: Leader with lease
 
   # kubernetes PR #139991 (client-go releases the lease while OnStartedLeading still runs)
   # and controller-runtime #1132: a leader that releases its lease on shutdown before its
-  # work has stopped lets a write still in flight land after a standby took the lease.
+  # work has stopped lets a write still in flight land after a standby took the lease. A
+  # write that reached the API server commits even if its client gives up on it: only a
+  # leader that waits for its writes' answers before it releases holds this.
   @audit @work @release-on-cancel @request-rules
   Scenario: A leader that releases its lease on shutdown lets its work end first
     Given the operator is deployed with 3 replicas in lease mode with timings 4s/3s/1s, releasing its lease on shutdown
@@ -67,7 +69,7 @@ Feature: Leader with lease
     And within 30s the operator has done work
     And within 30s exactly one replica leads
     And within 15s the other replicas are ready standbys
-    When the API server holds the leader's next write of its work for LeaseDuration
+    When the API server holds the leader's next write of its work for LeaseDuration and then commits it
     And the leader pod is deleted
     Then within 10s another replica leads
     And only the lock's holder ever wrote the work

@@ -47,6 +47,11 @@ pub trait RequestRules: Send + Sync {
     /// running), then serves it: one slow request; returns the rule's id.
     fn defer_for(&self, matches: RequestMatch, span: std::time::Duration) -> u64;
 
+    /// Holds the next request matching `matches` for `span`, then serves it even if its
+    /// client gave up on it meanwhile (a write slow to commit commits whatever its client
+    /// does); returns the rule's id.
+    fn commit_after(&self, matches: RequestMatch, span: std::time::Duration) -> u64;
+
     /// Commits the next request matching `matches` and loses its answer: holds it until a
     /// request matching `until` has reached its milestone since now, or for at most `limit`
     /// (with no `until`, for `limit`), then serves it whether or not its client still

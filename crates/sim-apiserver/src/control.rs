@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::state::State;
 use super::status::ApiError;
-use crate::faults::{FaultError, NodeFault, PodFault, RequestMatch, RuleAction};
+use crate::faults::{Fate, FaultError, NodeFault, PodFault, RequestMatch, RuleAction};
 
 /// The path prefix of the control endpoint.
 pub const PREFIX: &str = "/opconform/v1/faults";
@@ -80,7 +80,7 @@ pub fn serve(
         )),
         (&Method::POST, ["rules"]) => {
             let rule: NewRule = serde_json::from_slice(body).map_err(|e| {
-                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\"|\"defer\", ...}} (a defer with \"loseAnswer\": true also loses the answer)", e)
+                bad_body("a rule {\"match\": {...}, \"action\": {\"action\": \"reject\"|\"delay\"|\"hold\"|\"defer\", ...}} (a defer's \"fate\": \"withClient\", \"committed\" or \"answerLost\")", e)
             })?;
             if rule.after.is_some() && !matches!(rule.action, RuleAction::Hold { .. }) {
                 return Err(ApiError::BadRequest(
@@ -108,17 +108,34 @@ pub fn serve(
                     until,
                     milestone,
                     millis,
-                    lose_answer: true,
+                    fate: Fate::AnswerLost,
                 } => state.faults.lose_answer(
                     rule.matches,
                     until.map(|until| (until, milestone)),
                     std::time::Duration::from_millis(millis),
                 ),
                 RuleAction::Defer {
+                    until: None,
+                    millis,
+                    fate: Fate::Committed,
+                    ..
+                } => state
+                    .faults
+                    .commit_after(rule.matches, std::time::Duration::from_millis(millis)),
+                RuleAction::Defer {
+                    until: Some(_),
+                    fate: Fate::Committed,
+                    ..
+                } => {
+                    return Err(ApiError::BadRequest(
+                        "a defer rule whose fate is \"committed\" holds for its millis: it takes no \"until\"".into(),
+                    ));
+                }
+                RuleAction::Defer {
                     until: Some(until),
                     milestone,
                     millis,
-                    lose_answer: false,
+                    fate: Fate::WithClient,
                 } => state.faults.defer_until(
                     rule.matches,
                     until,
@@ -128,6 +145,7 @@ pub fn serve(
                 RuleAction::Defer {
                     until: None,
                     millis,
+                    fate: Fate::WithClient,
                     ..
                 } => state
                     .faults

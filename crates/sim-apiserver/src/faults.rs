@@ -80,16 +80,46 @@ pub enum RuleAction {
         milestone: Milestone,
         /// The longest the request is held, in milliseconds: then it is served anyway.
         millis: u64,
-        /// Whether its answer is lost: the request is served (and a write committed) even
-        /// if its client gave up meanwhile, and the client never gets the answer (its
-        /// connection is closed instead).
-        #[serde(
-            default,
-            rename = "loseAnswer",
-            skip_serializing_if = "std::ops::Not::not"
-        )]
-        lose_answer: bool,
+        /// What becomes of it if its client gives up on it meanwhile, and of its answer.
+        #[serde(default, skip_serializing_if = "Fate::is_default")]
+        fate: Fate,
     },
+}
+
+/// What becomes of a request a `defer` rule holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Fate {
+    /// Served if its client still waits, dropped with it otherwise: a request still queued
+    /// before the server's storage.
+    #[default]
+    WithClient,
+    /// Served even if its client gave up on it meanwhile, and answered if it still waits: a
+    /// write that reached the server's storage commits whatever its client does.
+    Committed,
+    /// Served even if its client gave up on it meanwhile, and never answered (the client's
+    /// connection is closed instead): the write commits, its answer is lost.
+    AnswerLost,
+}
+
+impl Fate {
+    fn is_default(&self) -> bool {
+        *self == Fate::WithClient
+    }
+
+    /// Whether the request is served even if its client goes away.
+    pub fn outlives_client(self) -> bool {
+        self != Fate::WithClient
+    }
+
+    /// What the fault log adds to a `defer` rule's arming.
+    fn words(self) -> &'static str {
+        match self {
+            Fate::WithClient => "",
+            Fate::Committed => ", then serve it even if its client gave up",
+            Fate::AnswerLost => ", then serve it and lose its answer",
+        }
+    }
 }
 
 /// What the fault log says of a milestone: (waiting for it, reached, not reached).
@@ -155,10 +185,11 @@ pub struct Deferral {
     pub milestone: Milestone,
     /// The longest the request is held.
     pub limit: Duration,
-    /// Whether the request's answer is lost (see [`RuleAction::Defer`]): the caller serves
-    /// it whether or not its client still waits, calls [`Faults::lost`], and closes the
-    /// connection instead of answering.
-    pub lose_answer: bool,
+    /// What becomes of it (see [`Fate`]): unless it is [`Fate::WithClient`], the caller
+    /// serves it whether or not its client still waits (see [`detachable`]); for
+    /// [`Fate::AnswerLost`] it calls [`Faults::lost`] and closes the connection instead of
+    /// answering.
+    pub fate: Fate,
     met: watch::Receiver<bool>,
 }
 
@@ -170,14 +201,14 @@ impl PartialEq for Deferral {
             &self.until,
             self.milestone,
             self.limit,
-            self.lose_answer,
+            self.fate,
         ) == (
             other.rule,
             &other.target,
             &other.until,
             other.milestone,
             other.limit,
-            other.lose_answer,
+            other.fate,
         )
     }
 }
@@ -273,7 +304,7 @@ impl Faults {
                 until,
                 milestone,
                 millis,
-                lose_answer,
+                fate,
             } => {
                 self.awaiting
                     .lock()
@@ -292,14 +323,7 @@ impl Faults {
                     ),
                     None => format!("defer for {millis}ms"),
                 };
-                (
-                    "arm",
-                    if *lose_answer {
-                        format!("{held}, then serve it and lose its answer")
-                    } else {
-                        held
-                    },
-                )
+                ("arm", format!("{held}{}", fate.words()))
             }
         };
         self.record(verb, &format!("rule {id}: {}", describe(&matches)), &detail);
@@ -396,7 +420,7 @@ impl Faults {
                 until: Some(until),
                 milestone,
                 millis: limit.as_millis() as u64,
-                lose_answer: false,
+                fate: Fate::WithClient,
             },
         )
     }
@@ -411,7 +435,7 @@ impl Faults {
                 until: None,
                 milestone: Milestone::Arrived,
                 millis: span.as_millis() as u64,
-                lose_answer: false,
+                fate: Fate::WithClient,
             },
         )
     }
@@ -443,7 +467,22 @@ impl Faults {
                 until,
                 milestone,
                 millis: limit.as_millis() as u64,
-                lose_answer: true,
+                fate: Fate::AnswerLost,
+            },
+        )
+    }
+
+    /// Holds the next request matching `matches` for `span`, then serves it even if its
+    /// client gave up on it meanwhile (a one-shot rule, removed when it fires): a write
+    /// slow to commit that commits whatever its client does. Returns the rule id.
+    pub fn commit_after(&self, matches: RequestMatch, span: Duration) -> u64 {
+        self.add(
+            matches,
+            RuleAction::Defer {
+                until: None,
+                milestone: Milestone::Arrived,
+                millis: span.as_millis() as u64,
+                fate: Fate::Committed,
             },
         )
     }
@@ -657,8 +696,8 @@ impl Faults {
                             until,
                             milestone,
                             millis,
-                            lose_answer,
-                        } => match self.deferral(rule, until, *milestone, *millis, *lose_answer) {
+                            fate,
+                        } => match self.deferral(rule, until, *milestone, *millis, *fate) {
                             Some(deferral) => Verdict::Defer(deferral),
                             // Allowed meanwhile: nothing to wait for.
                             None => Verdict::Pass,
@@ -691,7 +730,7 @@ impl Faults {
         until: &Option<RequestMatch>,
         milestone: Milestone,
         millis: u64,
-        lose_answer: bool,
+        fate: Fate,
     ) -> Option<Deferral> {
         let met = self
             .awaiting
@@ -707,7 +746,7 @@ impl Faults {
             until: until.as_ref().map(describe),
             milestone,
             limit: Duration::from_millis(millis),
-            lose_answer,
+            fate,
             met,
         })
     }
@@ -747,21 +786,31 @@ fn describe(m: &RequestMatch) -> String {
 /// A shared set of faults.
 pub type SharedFaults = Arc<Faults>;
 
-/// Whether a `lose` rule took a request (see [`Faults::lose_answer`]): from then on the
-/// request is served even if its client goes away, and its answer is dropped. The server
-/// handling the request marks it; [`detachable`] reads it.
+/// What a rule made of a request's handling (see [`Fate`]): whether it is served to its
+/// end even if its client goes away, and whether its answer is dropped. The server handling
+/// the request marks it; [`detachable`] reads it.
 #[derive(Debug, Clone, Default)]
-pub struct AnswerLoss(Arc<AtomicBool>);
+pub struct Detachment(Arc<(AtomicBool, AtomicBool)>);
 
-impl AnswerLoss {
-    /// Says a `lose` rule took the request.
-    pub fn mark(&self) {
-        self.0.store(true, Ordering::SeqCst);
+impl Detachment {
+    /// Says what a rule made of the request: nothing for [`Fate::WithClient`].
+    pub fn mark(&self, fate: Fate) {
+        if fate.outlives_client() {
+            self.0.0.store(true, Ordering::SeqCst);
+        }
+        if fate == Fate::AnswerLost {
+            self.0.1.store(true, Ordering::SeqCst);
+        }
     }
 
-    /// Whether a `lose` rule took the request.
-    pub fn is_marked(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+    /// Whether the request is served to its end even if its client goes away.
+    pub fn outlives_client(&self) -> bool {
+        self.0.0.load(Ordering::SeqCst)
+    }
+
+    /// Whether the request's answer is dropped.
+    pub fn answer_lost(&self) -> bool {
+        self.0.1.load(Ordering::SeqCst)
     }
 }
 
@@ -772,38 +821,39 @@ impl AnswerLoss {
 pub struct AnswerLost;
 
 /// Handles one request as a task of its own: aborted when its client goes away (this future
-/// is dropped), as a server handling it inline would be, unless `loss` was marked (a `lose`
-/// rule took it): then it runs to its end, and its answer is dropped ([`AnswerLost`]).
+/// is dropped), as a server handling it inline would be, unless a rule made it outlive its
+/// client (`detachment`): then it runs to its end; and its answer is dropped
+/// ([`AnswerLost`]) when the rule lost it.
 ///
 /// # Errors
-/// [`AnswerLost`] when `loss` was marked.
+/// [`AnswerLost`] when a `lose` rule took the request.
 ///
 /// # Panics
 /// When `handling` panics (the panic goes on here).
 pub async fn detachable<T: Send + 'static>(
-    loss: AnswerLoss,
+    detachment: Detachment,
     handling: impl Future<Output = T> + Send + 'static,
 ) -> Result<T, AnswerLost> {
-    /// Aborts the handling when dropped, unless a `lose` rule took the request.
-    struct AbortUnlessLost(tokio::task::AbortHandle, AnswerLoss);
+    /// Aborts the handling when dropped, unless a rule made it outlive its client.
+    struct AbortWithClient(tokio::task::AbortHandle, Detachment);
 
-    impl Drop for AbortUnlessLost {
+    impl Drop for AbortWithClient {
         fn drop(&mut self) {
-            if !self.1.is_marked() {
+            if !self.1.outlives_client() {
                 self.0.abort();
             }
         }
     }
 
     let task = tokio::spawn(handling);
-    let _guard = AbortUnlessLost(task.abort_handle(), loss.clone());
+    let _guard = AbortWithClient(task.abort_handle(), detachment.clone());
     let answer = match task.await {
         Ok(answer) => answer,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Aborted: only by the guard, which is still here.
         Err(_) => return Err(AnswerLost),
     };
-    if loss.is_marked() {
+    if detachment.answer_lost() {
         Err(AnswerLost)
     } else {
         Ok(answer)
@@ -1181,7 +1231,7 @@ mod tests {
             Duration::from_secs(10),
         );
         let held = deferral(f.verdict(&lease_write(&c)));
-        assert!(held.lose_answer);
+        assert_eq!(held.fate, Fate::AnswerLost);
         assert!(f.rules().is_empty(), "a lose rule fires once");
         assert_eq!(f.verdict(&lease_write(&c)), Verdict::Pass);
         let waiting = {
@@ -1224,7 +1274,7 @@ mod tests {
         let rule = f.rules().pop().unwrap();
         let json = serde_json::to_value(&rule.action).unwrap();
         assert_eq!(json["action"], "defer");
-        assert_eq!(json["loseAnswer"], true);
+        assert_eq!(json["fate"], "answerLost");
         assert_eq!(
             serde_json::from_value::<RuleAction>(json).unwrap(),
             rule.action
@@ -1232,45 +1282,49 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_request_a_lose_rule_took_runs_to_its_end_after_its_client_went_away_and_others_do_not()
-     {
+    async fn a_request_a_rule_commits_runs_to_its_end_after_its_client_went_away_and_others_do_not()
+    {
         let finished = Arc::new(AtomicBool::new(false));
-        let handling = |loss: AnswerLoss, lose: bool| {
+        let handling = |detachment: Detachment, fate: Fate| {
             let finished = finished.clone();
             async move {
-                if lose {
-                    loss.mark();
-                }
+                detachment.mark(fate);
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 finished.store(true, Ordering::SeqCst);
             }
         };
         // The client goes away (the service's future is dropped) before the handling ends.
-        for lose in [false, true] {
+        for fate in [Fate::WithClient, Fate::Committed, Fate::AnswerLost] {
             finished.store(false, Ordering::SeqCst);
-            let loss = AnswerLoss::default();
+            let detachment = Detachment::default();
             let gone = tokio::time::timeout(
                 Duration::from_millis(10),
-                detachable(loss.clone(), handling(loss, lose)),
+                detachable(detachment.clone(), handling(detachment, fate)),
             )
             .await;
             assert!(gone.is_err());
             tokio::time::sleep(Duration::from_millis(200)).await;
-            assert_eq!(finished.load(Ordering::SeqCst), lose, "lose rule: {lose}");
+            assert_eq!(
+                finished.load(Ordering::SeqCst),
+                fate != Fate::WithClient,
+                "{fate:?}"
+            );
         }
         // A client that stays gets the answer, or, when a lose rule took it, none.
-        let loss = AnswerLoss::default();
-        assert!(detachable(loss.clone(), async { 7 }).await.is_ok());
-        let loss = AnswerLoss::default();
-        let took = loss.clone();
-        assert!(
-            detachable(loss, async move {
-                took.mark();
+        for fate in [Fate::WithClient, Fate::Committed, Fate::AnswerLost] {
+            let detachment = Detachment::default();
+            let took = detachment.clone();
+            let answer = detachable(detachment, async move {
+                took.mark(fate);
                 7
             })
-            .await
-            .is_err()
-        );
+            .await;
+            assert_eq!(
+                answer.ok(),
+                (fate != Fate::AnswerLost).then_some(7),
+                "{fate:?}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -388,12 +388,12 @@ async fn accept_loop(
                 let state = state.clone();
                 let shutdown = service_shutdown.clone();
                 async move {
-                    // A task of its own, so that a request a `lose` rule took is served even
-                    // after its client went away.
-                    let loss = crate::faults::AnswerLoss::default();
+                    // A task of its own, so that a request a rule commits is served even after
+                    // its client went away.
+                    let detachment = crate::faults::Detachment::default();
                     crate::faults::detachable(
-                        loss.clone(),
-                        handle(state, req, peer, addr, shutdown, loss),
+                        detachment.clone(),
+                        handle(state, req, peer, addr, shutdown, detachment),
                     )
                     .await
                 }
@@ -505,7 +505,7 @@ async fn handle(
     peer: SocketAddr,
     server_addr: SocketAddr,
     shutdown: signal::Receiver<bool>,
-    loss: crate::faults::AnswerLoss,
+    detachment: crate::faults::Detachment,
 ) -> Response<Body> {
     // When the server received the request, as its audit says: once the request rules let
     // it through (as on a real API server behind the pods' proxies, which hold a request
@@ -561,8 +561,8 @@ async fn handle(
             };
             return error_response(&e, &parts.headers).into();
         }
-        // Read before any rule holds the request, so that one a `lose` rule takes can be
-        // served after its client went away.
+        // Read before any rule holds the request, so that one a rule commits can be served
+        // after its client went away.
         let declared = parts
             .headers
             .get(CONTENT_LENGTH)
@@ -587,8 +587,8 @@ async fn handle(
             crate::faults::Verdict::Pass => {}
             crate::faults::Verdict::Delay(delay) => tokio::time::sleep(delay).await,
             crate::faults::Verdict::Defer(deferral) => {
-                if deferral.lose_answer {
-                    loss.mark();
+                detachment.mark(deferral.fate);
+                if deferral.fate == crate::faults::Fate::AnswerLost {
                     losing = Some(deferral.clone());
                 }
                 state.faults.defer(deferral, &info.summary()).await;

@@ -1336,7 +1336,47 @@ async fn a_lose_rule_commits_a_write_its_client_gave_up_on_so_the_next_write_fro
         .unwrap_err();
     assert!(!matches!(error, kube::Error::Api(_)), "{error:?}");
     let after = api.get("lock").await.unwrap();
-    assert_eq!(after.spec.unwrap().lease_transitions, Some(1));
+    assert_eq!(after.spec.as_ref().unwrap().lease_transitions, Some(1));
+
+    // A write only deferred is dropped with its client; one held and then committed lands
+    // although its client gave up on it.
+    let hold = std::time::Duration::from_millis(400);
+    let from = faults.log().len();
+    for (committed, transitions) in [(false, 2), (true, 3)] {
+        if committed {
+            faults.commit_after(lease_requests("update"), hold);
+        } else {
+            faults.defer_for(lease_requests("update"), hold);
+        }
+        let mut write = api.get("lock").await.unwrap();
+        write.spec.as_mut().unwrap().lease_transitions = Some(transitions);
+        let gave_up = tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            api.replace("lock", &PostParams::default(), &write),
+        )
+        .await;
+        assert!(gave_up.is_err());
+    }
+    // The committed write was held after the other was given up: once it was served, the
+    // other would have been too.
+    let serves = || {
+        faults.log()[from..]
+            .iter()
+            .filter(|e| e.verb == "serve")
+            .count()
+    };
+    eventually("the committed write's hold to end", || async {
+        (serves() > 0).then_some(())
+    })
+    .await;
+    let landed = api
+        .get("lock")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .lease_transitions;
+    assert_eq!((serves(), landed), (1, Some(3)));
 }
 
 #[tokio::test]

@@ -23,7 +23,7 @@ use tokio_rustls::rustls;
 
 use sim_apiserver::audit::PodRef;
 use sim_apiserver::faults::{
-    AnswerLoss, AnswerLost, FaultTarget, Faults, Verdict, detachable, request_facts,
+    AnswerLost, Detachment, Fate, FaultTarget, Faults, Verdict, detachable, request_facts,
 };
 use sim_apiserver::request::{Query, parse};
 use sim_apiserver::tls::ClusterTls;
@@ -168,12 +168,12 @@ pub(crate) async fn serve(
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let inspection = inspection.clone();
         let sender = sender.clone();
-        // A task of its own, so that a request a `lose` rule took is forwarded even after
-        // the pod went away.
+        // A task of its own, so that a request a rule commits is forwarded even after the
+        // pod went away.
         async move {
-            let loss = AnswerLoss::default();
-            detachable(loss.clone(), async move {
-                judged(request, &inspection, &sender, upstream, source, &loss).await
+            let detachment = Detachment::default();
+            detachable(detachment.clone(), async move {
+                judged(request, &inspection, &sender, upstream, source, &detachment).await
             })
             .await?
         }
@@ -205,7 +205,7 @@ async fn judged(
     sender: &tokio::sync::Mutex<Option<Upstream>>,
     upstream: SocketAddr,
     source: IpAddr,
-    loss: &AnswerLoss,
+    detachment: &Detachment,
 ) -> Result<Answer, ForwardError> {
     let query = Query::parse(request.uri().query());
     let info = parse(request.method(), request.uri().path(), &query);
@@ -217,24 +217,29 @@ async fn judged(
     match faults.verdict(&facts) {
         Verdict::Pass => {}
         Verdict::Delay(delay) => tokio::time::sleep(delay).await,
-        Verdict::Defer(deferral) if deferral.lose_answer => {
-            loss.mark();
+        Verdict::Defer(deferral) if deferral.fate.outlives_client() => {
+            detachment.mark(deferral.fate);
             let what = info.summary();
             // Read whole now: the pod may go away while the request is held.
             let (parts, body) = request.into_parts();
             let body = body.collect().await.map_err(ForwardError::Request)?;
             let whole = Request::from_parts(parts, Either::Right(Full::new(body.to_bytes())));
             faults.defer(deferral.clone(), &what).await;
-            let answer = forward(whole, sender, inspection, upstream, source).await?;
-            let code = answer.status().as_u16();
+            let (head, body) = forward(whole, sender, inspection, upstream, source)
+                .await?
+                .into_parts();
             // Read to its end, so that the upstream connection serves the next request.
-            let _ = answer.into_body().collect().await;
+            let body = body.collect().await.map_err(ForwardError::Http)?.to_bytes();
             drop(passage);
+            let code = head.status.as_u16();
             if code < 400 {
                 faults.served(&facts);
             }
-            faults.lost(&deferral, &what, code);
-            return Err(AnswerLost.into());
+            if deferral.fate == Fate::AnswerLost {
+                faults.lost(&deferral, &what, code);
+                return Err(AnswerLost.into());
+            }
+            return Ok(Response::from_parts(head, Either::Right(Full::new(body))));
         }
         Verdict::Defer(deferral) => faults.defer(deferral, &info.summary()).await,
         Verdict::Hold(span) => {

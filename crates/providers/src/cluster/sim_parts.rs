@@ -63,6 +63,10 @@ impl RequestRules for SimRules {
         self.0.defer_for(matches, span)
     }
 
+    fn commit_after(&self, matches: RequestMatch, span: Duration) -> u64 {
+        self.0.commit_after(matches, span)
+    }
+
     fn lose_answer(
         &self,
         matches: RequestMatch,

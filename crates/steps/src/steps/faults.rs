@@ -223,8 +223,12 @@ async fn lost_lease_update(world: &mut World) -> Step {
 // kubernetes PR #139991 (client-go releases the lease while OnStartedLeading still runs)
 // and controller-runtime #1132: a leader that releases its lock on shutdown before its work
 // has stopped lets a write still in flight land after a standby took the lock. The write
-// is held at the API server (its pod keeps running) for the span, so that it lands late.
-#[when(expr = "the API server holds the leader's next write of its work for {duration}")]
+// is held at the API server for the span (its pod keeps running) and then committed even
+// if the leader gave up on it meanwhile, as a write that reached the server's storage is:
+// cancelling a request does not take it back.
+#[when(
+    expr = "the API server holds the leader's next write of its work for {duration} and then commits it"
+)]
 async fn slow_work_write(world: &mut World, span: Dur) -> Step {
     let pod = world.seen_leader()?;
     let span = world.span(&span)?;
@@ -244,7 +248,7 @@ async fn slow_work_write(world: &mut World, span: Dur) -> Step {
         .iter()
         .map(|written| {
             let (resource, subresource) = written.split_once('/').unwrap_or((written, ""));
-            rules.defer_for(
+            rules.commit_after(
                 RequestMatch {
                     verbs: vec!["create".into(), "update".into(), "patch".into()],
                     resource: Some(resource.into()),
@@ -259,7 +263,13 @@ async fn slow_work_write(world: &mut World, span: Dur) -> Step {
     // An operator that works only when given work (a Memcached to scale) writes once given
     // more; one that works on its own writes anyway.
     super::work::more_work(world).await?;
-    held(world, &ids, &format!("{pod}'s next write of its work"), "work").await
+    held(
+        world,
+        &ids,
+        &format!("{pod}'s next write of its work"),
+        "work",
+    )
+    .await
 }
 
 /// The requests of the leader `pod` with one of `verbs` on the operator's lock.
@@ -310,7 +320,9 @@ async fn held(world: &World, ids: &[u64], what: &str, kind: &str) -> Step {
             if held {
                 Ok(())
             } else {
-                Err(format!("the rule is armed; no {kind} of the leader came yet"))
+                Err(format!(
+                    "the rule is armed; no {kind} of the leader came yet"
+                ))
             }
         }
     })
