@@ -72,6 +72,7 @@ Feature: Leader with lease
     When the API server holds the leader's next write of its work for LeaseDuration and then commits it
     And the leader pod is deleted
     Then within 10s another replica leads
+    And within LeaseDuration the held write of its work was committed
     And only the lock's holder ever wrote the work
     And there was never more than one leader
 

@@ -234,7 +234,8 @@ pub fn plan(args: &Args, env: &Env) -> Result<Plan, ConfigError> {
 ///
 /// Serves HTTP at once (standbys included), then elects, then reconciles while leading.
 /// Once leadership ends — shutdown or loss — no new reconcile starts and the running ones
-/// may end ([`CONTROLLER_GRACE`], [`LOST_GRACE`]), their writes subject to the write guard.
+/// may end ([`CONTROLLER_GRACE`], [`LOST_GRACE`]), their writes subject to the write guard;
+/// on shutdown the lease is renewed until they have ended, and only then released.
 ///
 /// # Errors
 /// See [`Error`]; lost leadership is [`Error::LeaseLost`] / [`Error::ForLifeLost`].
@@ -395,7 +396,11 @@ pub async fn run(
             };
             let result = match stop {
                 lease::Stop::Cancelled => {
-                    finish(&stop_tx, task, CONTROLLER_GRACE).await;
+                    // The lease is kept while the running reconciles end: a write they have
+                    // in flight lands while this replica still holds the lock.
+                    elector
+                        .renew_while(finish(&stop_tx, task, CONTROLLER_GRACE))
+                        .await;
                     Ok(())
                 }
                 lease::Stop::Lost(why) => {

@@ -260,6 +260,9 @@ async fn slow_work_write(world: &mut World, span: Dur) -> Step {
             )
         })
         .collect();
+    if let (Some(first), Some(last)) = (ids.first(), ids.last()) {
+        world.work.held_by = Some((*first, *last));
+    }
     // An operator that works only when given work (a Memcached to scale) writes once given
     // more; one that works on its own writes anyway.
     super::work::more_work(world).await?;
@@ -270,6 +273,37 @@ async fn slow_work_write(world: &mut World, span: Dur) -> Step {
         "work",
     )
     .await
+}
+
+#[then(expr = "within {duration} the held write of its work was committed")]
+async fn held_work_committed(world: &mut World, within: Dur) -> Step {
+    let (first, last) = world.work.held_by.ok_or_else(|| {
+        StepError::Missing(
+            "no write of the work was held: hold one first (\"the API server holds the \
+             leader's next write of its work for {duration} and then commits it\")"
+                .into(),
+        )
+    })?;
+    let rules: Vec<String> = (first..=last).map(|id| format!("rule {id}:")).collect();
+    let faults = world.provider()?.faults();
+    eventually(
+        world.span(&within)?,
+        "the held write of the work to be committed",
+        || {
+            let served = faults.events().iter().any(|e| {
+                e.verb == "serve" && rules.iter().any(|rule| e.target.starts_with(rule.as_str()))
+            });
+            async move {
+                if served {
+                    Ok(())
+                } else {
+                    Err("the write is still held".to_string())
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// The requests of the leader `pod` with one of `verbs` on the operator's lock.

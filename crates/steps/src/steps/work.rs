@@ -266,4 +266,7 @@ pub struct WorkGiven {
     /// When "the operator is given more work" last ran: the leader's writes from then on
     /// are the new work.
     pub more_at: Option<DateTime<Utc>>,
+    /// The request rules (first and last id) holding the leader's next write of its work,
+    /// armed by "the API server holds the leader's next write of its work …".
+    pub held_by: Option<(u64, u64)>,
 }

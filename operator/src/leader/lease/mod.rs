@@ -534,6 +534,22 @@ impl<B: LockBackend<Lease>, C: Clock> LeaseElector<B, C> {
         }
     }
 
+    /// Keeps renewing, every RetryPeriod, until `work` ends (or leadership is lost), and
+    /// returns its output: a leader shutting down holds the lease while its running work
+    /// ends, so that a write still in flight lands while this replica holds the lock, never
+    /// after a standby took it (kubernetes PR #139991, controller-runtime #1132). The
+    /// renewal in flight when `work` ends is abandoned; [`LeaseElector::release`] reads
+    /// afresh and retries a conflict with it.
+    pub async fn renew_while<F: std::future::Future>(&mut self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        // Nothing cancels this holding but the work's end.
+        let (_never, mut not_cancelled) = crate::shutdown::channel();
+        tokio::select! {
+            output = &mut work => output,
+            _ = self.hold(&mut not_cancelled) => work.await,
+        }
+    }
+
     async fn lose(&mut self, why: Lost) -> Stop {
         tracing::error!(lease = %self.cfg.name, reason = %why, "leader election lost");
         self.stopped_leading().await;

@@ -557,6 +557,27 @@ async fn a_leader_renews_every_retry_period() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_leader_shutting_down_keeps_renewing_until_its_work_has_ended() {
+    let mut s = setup_with(FakeLock::empty(), SystemClock, StandbyMode::Poll);
+    let (_t, mut sd) = shutdown::channel();
+    assert!(s.elector.acquire(&mut sd).await);
+    // Work that takes two lease durations to end: the lease must outlive it.
+    let ended = s
+        .elector
+        .renew_while(async {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            "ended"
+        })
+        .await;
+    assert_eq!(ended, "ended");
+    let renewals = s.lock.ops().iter().filter(|op| *op == "update").count();
+    assert!(renewals >= 9, "{:?}", s.lock.ops());
+    assert!(s.leadership.is_leading());
+    assert!(s.elector.release().await.unwrap());
+    assert_eq!(spec_of(&s.lock).holder_identity.as_deref(), Some(""));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_leader_that_cannot_renew_steps_down_at_the_renew_deadline() {
     let mut s = setup_with(FakeLock::empty(), SystemClock, StandbyMode::Poll);
     let (_t, mut sd) = shutdown::channel();
