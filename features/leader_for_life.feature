@@ -67,6 +67,25 @@ Feature: Leader for life
     Then within 30s the leader has done the new work
     And no replica wrote after losing leadership
 
+  # operator-sdk #1874 (operator-lib's isNotReadyNode): a standby that finds the leader's
+  # node NotReady deletes the leader's Pod and the lock, and takes the lock, while the old
+  # leader may still run. Here only the node's kubelet hangs: the node turns NotReady, the
+  # old leader runs on and reaches the API server, and leader-for-life promises it keeps
+  # the lock until its Pod is gone.
+  @node-access @audit @work
+  Scenario: A leader whose kubelet hangs keeps the lock while it runs on
+    Given the operator has work
+    And within 30s the operator has done work
+    And within 30s exactly one replica leads
+    When the kubelet of the leader's node hangs
+    Then within 90s the node of the hung kubelet is not ready
+    And the leader keeps leading for 20s
+    When the operator is given more work
+    Then within 30s the leader has done the new work
+    And there was never more than one leader
+    And no replica wrote after losing leadership
+    When the hung kubelet recovers
+
   @kubelet-faults @audit @work @timing
   Scenario: An evicted leader Pod is deleted by a standby, which then leads
     Given the operator has work

@@ -498,7 +498,7 @@ pub enum FaultCommand {
     Node {
         /// Node name.
         node: String,
-        /// hold | release | partition | repair.
+        /// hold | hold-kubelet (the kubelet alone; its pods run on) | release | partition | repair.
         verb: String,
         /// partition: drop | hang | hang-responses.
         #[arg(long, default_value = "drop")]
@@ -873,7 +873,7 @@ pub fn fault_request(
     command: FaultCommand,
 ) -> Result<(http::Method, String, serde_json::Value), CliError> {
     use crate::sim::apiserver::control::PREFIX;
-    use crate::sim::faults::{NodeFault, PodFault, RuleAction};
+    use crate::sim::faults::{HoldScope, NodeFault, PodFault, RuleAction};
     use serde_json::json;
     Ok(match command {
         FaultCommand::List => (http::Method::GET, PREFIX.to_string(), json!(null)),
@@ -936,13 +936,19 @@ pub fn fault_request(
             cut: how,
         } => {
             let fault = match verb.as_str() {
-                "hold" => NodeFault::Hold,
+                "hold" => NodeFault::Hold {
+                    scope: HoldScope::Node,
+                },
+                "hold-kubelet" => NodeFault::Hold {
+                    scope: HoldScope::Kubelet,
+                },
                 "release" => NodeFault::Release,
                 "partition" => NodeFault::Partition { cut: cut(&how)? },
                 "repair" => NodeFault::Repair,
                 other => {
                     return Err(CliError::Usage(format!(
-                        "unknown node fault {other:?}: expected hold, release, partition or repair"
+                        "unknown node fault {other:?}: expected hold, hold-kubelet, release, \
+                         partition or repair"
                     )));
                 }
             };

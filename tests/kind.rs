@@ -17,7 +17,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use opconform::cluster::kind::node::SIGNAL_SCRIPT;
 use opconform::cluster::kind::{KindOptions, KindProvider, KindRun, Timeouts, Tools};
 use opconform::cluster::{OperatorUnderTest, Placement, Provider, ProviderError};
-use opconform::fault::{Cut, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
+use opconform::fault::{Cut, HoldScope, LOW_ON_MEMORY, NodeFault, PodFault, RequestMatch};
 use opconform::sim::apiserver::{ApiServer, ApiServerConfig};
 use serde_json::json;
 
@@ -982,7 +982,17 @@ async fn a_node_is_paused_and_unpaused_and_disconnected_and_reconnected_at_its_a
     let (_run, provider, name) = scenario(&fake).await;
     let node = format!("{name}-worker");
     let cut = NodeFault::Partition { cut: Cut::Drop };
-    apply_node(&provider, &node, &[NodeFault::Hold, NodeFault::Release]).await;
+    apply_node(
+        &provider,
+        &node,
+        &[
+            NodeFault::Hold {
+                scope: HoldScope::Node,
+            },
+            NodeFault::Release,
+        ],
+    )
+    .await;
     apply_node(&provider, &node, &[cut, NodeFault::Repair]).await;
     assert_eq!(
         fake.take_calls(),
@@ -1066,7 +1076,12 @@ async fn delay_skew_eviction_hanging_node_cuts_and_the_control_plane_are_refused
         .to_string();
     assert!(e.starts_with("the kind provider cannot cut node"), "{e}");
     let e = provider
-        .node_fault(&format!("{name}-control-plane"), &NodeFault::Hold)
+        .node_fault(
+            &format!("{name}-control-plane"),
+            &NodeFault::Hold {
+                scope: HoldScope::Node,
+            },
+        )
         .await
         .unwrap_err()
         .to_string();
@@ -1075,7 +1090,12 @@ async fn delay_skew_eviction_hanging_node_cuts_and_the_control_plane_are_refused
         "{e}"
     );
     let e = provider
-        .node_fault("elsewhere-worker", &NodeFault::Hold)
+        .node_fault(
+            "elsewhere-worker",
+            &NodeFault::Hold {
+                scope: HoldScope::Node,
+            },
+        )
         .await
         .unwrap_err()
         .to_string();
@@ -1123,7 +1143,12 @@ async fn teardown_after_a_failed_scenario_undoes_the_faults_in_force_and_deletes
         .await
         .unwrap();
     provider
-        .node_fault(&worker2, &NodeFault::Hold)
+        .node_fault(
+            &worker2,
+            &NodeFault::Hold {
+                scope: HoldScope::Node,
+            },
+        )
         .await
         .unwrap();
     provider

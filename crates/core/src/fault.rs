@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use chrono::Utc;
 
 pub use cluster_vocabulary::{
-    Cut, FaultError, FaultEvent, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestMatch,
+    Cut, FaultError, FaultEvent, HoldScope, LOW_ON_MEMORY, Milestone, NodeFault, PodFault,
+    RequestMatch,
 };
 
 /// Rules that judge a pod's API requests one at a time, where a provider sees each of them

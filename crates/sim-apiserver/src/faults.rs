@@ -19,8 +19,8 @@ use crate::audit::PodRef;
 use crate::request::RequestInfo;
 
 pub use cluster_vocabulary::{
-    Cut, FaultError, FaultEvent, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestFacts,
-    RequestMatch,
+    Cut, FaultError, FaultEvent, HoldScope, LOW_ON_MEMORY, Milestone, NodeFault, PodFault,
+    RequestFacts, RequestMatch,
 };
 
 /// The facts of the request `info` describes, sent from `pod` (if known) by `user`.

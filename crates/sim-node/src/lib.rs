@@ -89,7 +89,7 @@ pub use self::error::KubeletError;
 pub use self::image::ImageConfig;
 use self::node::NodeAgent;
 use self::runtime::{PodRuntime, lock};
-use self::shared::{IpPool, Shared};
+use self::shared::{Held, IpPool, Shared};
 use self::upstream::Upstream;
 use crate::proxy::{Mode, Proxy};
 
@@ -190,7 +190,7 @@ impl Kubelet {
             proxy,
             pods: Mutex::new(HashMap::new()),
             node_mode: Mutex::new(Mode::Pass),
-            held: watch::channel(false).0,
+            held: watch::channel(Held::No).0,
             stopping: watch::channel(false).0,
             sequence: AtomicU64::new(0),
             pulled: Mutex::new(HashMap::new()),
@@ -310,15 +310,29 @@ impl Kubelet {
     /// Freezes the whole node: the kubelet's loops stop (no heartbeats, no status, no
     /// restarts, no probes) and every pod process is SIGSTOPped.
     pub fn hold_node(&self) {
-        self.shared.held.send_replace(true);
+        self.shared.held.send_replace(Held::Node);
         for pod in self.shared.all_pods() {
             pod.freeze();
         }
     }
 
-    /// Thaws the node: loops resume and pods not held on their own are SIGCONTed.
+    /// Freezes the kubelet alone, as a kubelet process that hangs: its loops stop (no
+    /// heartbeats, no status, no restarts, no probes) while its pods run on and reach the
+    /// API server. A node held whole stays held whole.
+    pub fn hold_kubelet(&self) {
+        self.shared.held.send_if_modified(|held| {
+            let was = *held;
+            if was == Held::No {
+                *held = Held::Kubelet;
+            }
+            was == Held::No
+        });
+    }
+
+    /// Thaws the node, or its kubelet: loops resume and pods not held on their own are
+    /// SIGCONTed.
     pub fn release_node(&self) {
-        self.shared.held.send_replace(false);
+        self.shared.held.send_replace(Held::No);
         for pod in self.shared.all_pods() {
             pod.thaw();
         }
@@ -450,7 +464,7 @@ impl Kubelet {
     /// is SIGKILLed and reaped. Does not touch the API (pods and the Node stay as they are).
     pub async fn shutdown(mut self) {
         self.shared.stopping.send_replace(true);
-        self.shared.held.send_replace(false);
+        self.shared.held.send_replace(Held::No);
         self.shared.kill_everything();
         let handles = std::mem::take(&mut self.tasks);
         let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
@@ -472,7 +486,7 @@ impl Kubelet {
 impl Drop for Kubelet {
     fn drop(&mut self) {
         self.shared.stopping.send_replace(true);
-        self.shared.held.send_replace(false);
+        self.shared.held.send_replace(Held::No);
         self.shared.kill_everything();
         for task in &self.tasks {
             task.abort();

@@ -46,6 +46,19 @@ impl IpPool {
     }
 }
 
+/// What of a node a hold stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Nothing: the kubelet works.
+    #[default]
+    No,
+    /// The kubelet alone: its loops stop (no heartbeats, no status, no pod syncs), its pods
+    /// run on and reach the API server.
+    Kubelet,
+    /// The kubelet and every pod process.
+    Node,
+}
+
 /// What the kubelet's tasks share.
 pub(crate) struct Shared {
     pub(crate) config: KubeletConfig,
@@ -54,7 +67,7 @@ pub(crate) struct Shared {
     pub(crate) proxy: Proxy,
     pub(crate) pods: Mutex<HashMap<String, Arc<PodRuntime>>>,
     pub(crate) node_mode: Mutex<Mode>,
-    pub(crate) held: watch::Sender<bool>,
+    pub(crate) held: watch::Sender<Held>,
     pub(crate) stopping: watch::Sender<bool>,
     pub(crate) ips: Mutex<IpPool>,
     pub(crate) sequence: AtomicU64,
@@ -79,10 +92,10 @@ impl Shared {
         pem
     }
 
-    /// Waits while the node is held (a held node's kubelet does nothing).
+    /// Waits while the kubelet is held (a held kubelet does nothing).
     pub(crate) async fn gate(&self) {
         let mut held = self.held.subscribe();
-        let _ = held.wait_for(|h| !*h).await;
+        let _ = held.wait_for(|h| *h == Held::No).await;
     }
 
     /// [`Shared::gate`] as a reusable closure (for probe loops).
@@ -96,15 +109,15 @@ impl Shared {
                 if let Some(shared) = weak.upgrade() {
                     let mut held = shared.held.subscribe();
                     drop(shared);
-                    let _ = held.wait_for(|h| !*h).await;
+                    let _ = held.wait_for(|h| *h == Held::No).await;
                 }
             })
         }
     }
 
-    /// Whether the node is held.
+    /// Whether the whole node is held (its pods frozen too).
     pub(crate) fn node_held(&self) -> bool {
-        *self.held.borrow()
+        *self.held.borrow() == Held::Node
     }
 
     /// Whether the kubelet is shutting down.

@@ -188,7 +188,7 @@ impl PodFault {
         match self {
             Self::Crash { .. } => "crash",
             Self::Evict { .. } => "evict",
-            Self::Hold => "hold",
+            Self::Hold { .. } => "hold",
             Self::Release => "release",
             Self::Partition { .. } => "partition",
             Self::Repair => "repair",
@@ -214,8 +214,12 @@ impl PodFault {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "verb")]
 pub enum NodeFault {
-    /// Freeze the node: its kubelet and every pod process stop.
-    Hold,
+    /// Freeze the node: its kubelet and every pod process stop; or the kubelet alone.
+    Hold {
+        /// What stops.
+        #[serde(default)]
+        scope: HoldScope,
+    },
     /// Undo `Hold`.
     Release,
     /// Cut the node (kubelet and pods) from the API server.
@@ -232,7 +236,7 @@ impl NodeFault {
     /// The fault verb as the log writes it.
     pub fn verb(&self) -> &'static str {
         match self {
-            Self::Hold => "hold",
+            Self::Hold { .. } => "hold",
             Self::Release => "release",
             Self::Partition { .. } => "partition",
             Self::Repair => "repair",
@@ -243,9 +247,24 @@ impl NodeFault {
     pub fn detail(&self) -> String {
         match self {
             Self::Partition { cut } => cut.describe(),
+            Self::Hold {
+                scope: HoldScope::Kubelet,
+            } => "kubelet only".to_string(),
             _ => String::new(),
         }
     }
+}
+
+/// What a node hold stops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum HoldScope {
+    /// The kubelet and every pod process: a machine that freezes.
+    #[default]
+    Node,
+    /// The kubelet alone: it stops heartbeats, status and pod syncs while its pods run on
+    /// and reach the API server (a hung kubelet process); the node turns NotReady.
+    Kubelet,
 }
 
 /// One fault applied or undone, as the history shows it.

@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams};
 
 use super::apiserver::{ApiServer, ApiServerConfig, ApiServerError, ServerHandle};
 use super::controllers::{ControllerConfig, Controllers, ControllersError};
-use super::faults::{Cut, FaultError, FaultTarget, NodeFault, PodFault};
+use super::faults::{Cut, FaultError, FaultTarget, HoldScope, NodeFault, PodFault};
 use super::in_process::{SimulatedUpstream, start_controllers};
 use super::kubelet::oci::Isolation;
 use super::kubelet::{ImageMap, Kubelet, KubeletConfig, KubeletError};
@@ -214,7 +214,12 @@ impl FaultTarget for Nodes {
             .find(|k| k.node_name() == node)
             .ok_or_else(|| FaultError::NoTarget(format!("node {node}")))?;
         match fault {
-            NodeFault::Hold => kubelet.hold_node(),
+            NodeFault::Hold {
+                scope: HoldScope::Node,
+            } => kubelet.hold_node(),
+            NodeFault::Hold {
+                scope: HoldScope::Kubelet,
+            } => kubelet.hold_kubelet(),
             NodeFault::Release => kubelet.release_node(),
             NodeFault::Partition { cut } => kubelet.partition_node(mode(*cut)),
             NodeFault::Repair => kubelet.partition_node(Mode::Pass),

@@ -11,7 +11,7 @@ use super::Doing as _;
 use super::wait::eventually;
 use super::{Dur, Step, StepError, World};
 use crate::fault::{
-    Cut, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestMatch, RequestRules,
+    Cut, HoldScope, LOW_ON_MEMORY, Milestone, NodeFault, PodFault, RequestMatch, RequestRules,
 };
 use crate::record::Observation;
 
@@ -426,17 +426,93 @@ async fn lock_deleted(world: &mut World) -> Step {
     Ok(())
 }
 
-#[when("the leader's node is cut off from the API server")]
-async fn node_cut_off(world: &mut World) -> Step {
+/// The node the leader's Pod runs on.
+///
+/// # Errors
+/// When no step saw a leader, or its Pod cannot be read or has no node.
+async fn leaders_node(world: &World) -> Result<String, StepError> {
     let pod = world.seen_leader()?;
     let namespace = world.operator_namespace()?;
-    let node = Api::<Pod>::namespaced(world.client()?, &namespace)
+    Api::<Pod>::namespaced(world.client()?, &namespace)
         .get(&pod)
         .await
         .doing(format!("reading the leader's Pod {pod}"))?
         .spec
         .and_then(|s| s.node_name)
-        .ok_or_else(|| StepError::Unmet(format!("the leader's Pod {pod} has no node")))?;
+        .ok_or_else(|| StepError::Unmet(format!("the leader's Pod {pod} has no node")))
+}
+
+// operator-sdk #1874 (operator-lib's isNotReadyNode): a hung kubelet stops reporting, so its
+// node turns NotReady, while its pods run on and reach the API server.
+#[when("the kubelet of the leader's node hangs")]
+async fn kubelet_hangs(world: &mut World) -> Step {
+    let node = leaders_node(world).await?;
+    world
+        .provider()?
+        .node_fault(
+            &node,
+            &NodeFault::Hold {
+                scope: HoldScope::Kubelet,
+            },
+        )
+        .await
+        .doing(format!("holding the kubelet of node {node}"))?;
+    world.faulted.hung_kubelet = Some(node);
+    Ok(())
+}
+
+#[when("the hung kubelet recovers")]
+async fn kubelet_recovers(world: &mut World) -> Step {
+    let node = world.faulted.hung_kubelet.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no kubelet hangs: run \"the kubelet of the leader's node hangs\" first".into(),
+        )
+    })?;
+    world
+        .provider()?
+        .node_fault(&node, &NodeFault::Release)
+        .await
+        .doing(format!("releasing the kubelet of node {node}"))?;
+    Ok(())
+}
+
+#[then(expr = "within {duration} the node of the hung kubelet is not ready")]
+async fn hung_node_not_ready(world: &mut World, within: Dur) -> Step {
+    use k8s_openapi::api::core::v1::Node;
+    let node = world.faulted.hung_kubelet.clone().ok_or_else(|| {
+        StepError::Missing(
+            "no kubelet hangs: run \"the kubelet of the leader's node hangs\" first".into(),
+        )
+    })?;
+    let nodes: Api<Node> = Api::all(world.client()?);
+    eventually(
+        world.span(&within)?,
+        &format!("node {node} to be not ready"),
+        || {
+            let (nodes, node) = (nodes.clone(), node.clone());
+            async move {
+                let read = nodes.get(&node).await.map_err(|e| e.to_string())?;
+                let ready = read
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "Ready")
+                    .map(|c| c.status);
+                match ready.as_deref() {
+                    Some("True") => Err("its Ready condition is still True".to_string()),
+                    _ => Ok(()),
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[when("the leader's node is cut off from the API server")]
+async fn node_cut_off(world: &mut World) -> Step {
+    let node = leaders_node(world).await?;
     world
         .provider()?
         .node_fault(&node, &NodeFault::Partition { cut: Cut::Drop })

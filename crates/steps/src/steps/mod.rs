@@ -177,6 +177,8 @@ pub struct Faulted {
     pub evicted: Option<(String, String)>,
     /// The node cut off from the API server.
     pub partitioned_node: Option<String>,
+    /// The node whose kubelet hangs.
+    pub hung_kubelet: Option<String>,
     /// The replica frozen until a step releases it.
     pub frozen: Option<String>,
     /// The two rules that make standbys' lock writes race: each rule's id and the standby

@@ -33,7 +33,7 @@ use crate::cluster::audit_log::{
 };
 use crate::cluster::shared::{SCENARIO_LABEL, delete_labelled, shared_placement};
 use crate::cluster::{Placement, Provider, ProviderError, random_name};
-use crate::fault::{Cut, FaultError, FaultLog, NodeFault, PodFault, RequestMatch};
+use crate::fault::{Cut, FaultError, FaultLog, HoldScope, NodeFault, PodFault, RequestMatch};
 
 /// Where a pod runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +52,8 @@ struct InForce {
     held: BTreeSet<String>,
     /// Paused nodes.
     paused: BTreeSet<String>,
+    /// Nodes whose kubelet is stopped (SIGSTOP).
+    kubelet_stopped: BTreeSet<String>,
     /// Disconnected nodes and their addresses before.
     disconnected: BTreeMap<String, Address>,
 }
@@ -269,6 +271,17 @@ impl KindProvider {
                 Err(e) => report(format!("docker unpause {node_name}"), &e),
             }
         }
+        for node_name in &in_force.kubelet_stopped {
+            match tools
+                .run("docker", &kubelet_signal(node_name, false), limit)
+                .await
+            {
+                Ok(_) => self
+                    .faults
+                    .record("release", &format!("node {node_name}"), "teardown"),
+                Err(e) => report(format!("continuing the kubelet of {node_name}"), &e),
+            }
+        }
         for (node_name, before) in &in_force.disconnected {
             match node::reconnect(tools, limit, node_name, network, before).await {
                 Ok(()) => self
@@ -393,15 +406,33 @@ impl Provider for KindProvider {
         let network = self.cluster.network();
         let mut in_force = self.in_force.lock().await;
         let detail = match fault {
-            NodeFault::Hold => {
+            NodeFault::Hold {
+                scope: HoldScope::Node,
+            } => {
                 tools.run("docker", &["pause", node_name], limit).await?;
                 in_force.paused.insert(node_name.to_string());
                 "docker pause".to_string()
             }
+            NodeFault::Hold {
+                scope: HoldScope::Kubelet,
+            } => {
+                tools
+                    .run("docker", &kubelet_signal(node_name, true), limit)
+                    .await?;
+                in_force.kubelet_stopped.insert(node_name.to_string());
+                "systemctl kill --signal=SIGSTOP kubelet".to_string()
+            }
             NodeFault::Release => {
-                tools.run("docker", &["unpause", node_name], limit).await?;
-                in_force.paused.remove(node_name);
-                "docker unpause".to_string()
+                if in_force.kubelet_stopped.remove(node_name) {
+                    tools
+                        .run("docker", &kubelet_signal(node_name, false), limit)
+                        .await?;
+                    "systemctl kill --signal=SIGCONT kubelet".to_string()
+                } else {
+                    tools.run("docker", &["unpause", node_name], limit).await?;
+                    in_force.paused.remove(node_name);
+                    "docker unpause".to_string()
+                }
             }
             NodeFault::Partition { cut: Cut::Drop } => {
                 if in_force.disconnected.contains_key(node_name) {
@@ -493,4 +524,15 @@ impl Provider for KindProvider {
         }
         delete_labelled(&self.cluster.client(), SCENARIO_LABEL, &self.prefix).await;
     }
+}
+
+/// `docker` arguments that stop (SIGSTOP) or continue (SIGCONT) every process of the
+/// kubelet unit of kind node `node_name`.
+fn kubelet_signal(node_name: &str, stop: bool) -> [&str; 6] {
+    let signal = if stop {
+        "--signal=SIGSTOP"
+    } else {
+        "--signal=SIGCONT"
+    };
+    ["exec", node_name, "systemctl", "kill", signal, "kubelet"]
 }

@@ -309,7 +309,7 @@ impl Provider for LocalShare {
         {
             let mut in_force = self.in_force();
             match fault {
-                NodeFault::Hold => in_force.held.insert(node.to_string()),
+                NodeFault::Hold { .. } => in_force.held.insert(node.to_string()),
                 NodeFault::Release => in_force.held.remove(node),
                 NodeFault::Partition { .. } => in_force.cut.insert(node.to_string()),
                 NodeFault::Repair => in_force.cut.remove(node),
