@@ -841,6 +841,11 @@ pub async fn run(options: &Options) -> Result<Table, ConformanceError> {
         }
         Table::across(&options.provider, &versions)
     };
+    // Made by the runs too, but not when every profile was not applicable before running.
+    std::fs::create_dir_all(&options.out).map_err(|source| ConformanceError::Write {
+        path: options.out.clone(),
+        source,
+    })?;
     let write = |name: &str, text: String| {
         let path = options.out.join(name);
         std::fs::write(&path, text).map_err(|source| ConformanceError::Write { path, source })

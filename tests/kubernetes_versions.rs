@@ -180,3 +180,62 @@ fn opconform_conformance_refuses_an_unknown_version_in_its_list_before_running_a
         "nothing ran"
     );
 }
+
+/// A profile whose operator elects through coordinated leader election; nothing it names
+/// needs to exist for the runs that never start it.
+const COORDINATED: &str = "
+name: coordinated
+namespace: op-system
+deployment: op-manager
+podSelector: {app: op}
+metrics: {port: 8080}
+lock: {kind: Lease, name: op-lock}
+election:
+  coordinated: true
+  lease: [--elect=lease, '--lease={leaseDuration}', '--renew={renewDeadline}', '--retry={retryPeriod}']
+image: op:dev
+binary: {path: bin/op}
+manifests: {dir: config, apply: [rbac, manager]}
+";
+
+#[test]
+fn a_coordinated_profile_is_a_not_applicable_column_of_a_table_on_sim_and_an_error_of_a_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("coordinated.profile.yaml");
+    std::fs::write(&profile, COORDINATED).unwrap();
+    let out = dir.path().join("table");
+    let run = opconform()
+        .args(["conformance", "--provider", "sim", "--out"])
+        .arg(&out)
+        .arg(&profile)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("conformance.json")).unwrap())
+            .unwrap();
+    let why = json["subjects"][0]["notApplicable"].as_str().unwrap();
+    assert!(
+        why.ends_with(
+            "CoordinatedLeaderElection feature gate, and the sim provider cannot set feature gates"
+        ),
+        "{why}"
+    );
+    let run = opconform()
+        .args(["test", "lease", "--provider", "sim", "--operator"])
+        .arg(&profile)
+        .arg("--out")
+        .arg(dir.path().join("reports"))
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("error: the profile of coordinated sets election.coordinated, which needs kube-apiserver's CoordinatedLeaderElection feature gate: the sim provider cannot set feature gates; expected --provider local"),
+        "{stderr}"
+    );
+}
