@@ -72,7 +72,7 @@ Feature: Leader for life
   # leader may still run. Here only the node's kubelet hangs: the node turns NotReady, the
   # old leader runs on and reaches the API server, and leader-for-life promises it keeps
   # the lock until its Pod is gone.
-  @node-access @audit @work
+  @node-access @audit @disruptive @work
   Scenario: A leader whose kubelet hangs keeps the lock while it runs on
     Given the operator has work
     And within 30s the operator has done work

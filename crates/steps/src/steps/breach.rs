@@ -177,6 +177,26 @@ mod tests {
     }
 
     #[test]
+    fn every_step_the_table_classifies_is_a_defined_step() {
+        let dir = crate::repository_root().join("crates/steps/src/steps");
+        let defined = crate::steps::vocabulary::defined_steps(&dir).unwrap();
+        for (start, ..) in STEPS {
+            assert!(
+                defined.iter().any(|step| step.starts_with(start)),
+                "no step starts with {start:?}"
+            );
+        }
+        for (end, _) in WITHIN {
+            assert!(
+                defined
+                    .iter()
+                    .any(|step| step.starts_with("within {duration} ") && step.ends_with(end)),
+                "no step reads \"within {{duration}} {end}\""
+            );
+        }
+    }
+
+    #[test]
     fn the_step_down_bound_from_the_fault_is_marked_as_opconforms_own() {
         let judged =
             of_step("And the old leader stopped leading at most RenewDeadline + RetryPeriod / 2 after the partition", "")
