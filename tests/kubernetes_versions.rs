@@ -106,28 +106,19 @@ fn a_coordinated_profile_turns_the_gate_on_locally_and_is_refused_elsewhere() {
     );
 }
 
-#[test]
-fn opconform_test_on_sim_refuses_a_kubernetes_version_before_running_anything() {
+/// Runs opconform with `args` and `--out` an empty directory; checks that it fails (exit
+/// 1) saying `says` on stderr, and that nothing ran (the directory stays empty).
+fn refused_before_running(args: &[&str], says: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out = opconform()
-        .args([
-            "test",
-            "lease",
-            "--provider",
-            "sim",
-            "--kubernetes",
-            "1.37",
-            "--out",
-        ])
+        .args(args)
+        .arg("--out")
         .arg(dir.path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("error: --kubernetes chooses the Kubernetes version of the local provider's control plane: the sim provider cannot"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(says), "{stderr}");
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
         0,
@@ -136,48 +127,28 @@ fn opconform_test_on_sim_refuses_a_kubernetes_version_before_running_anything() 
 }
 
 #[test]
+fn opconform_test_on_sim_refuses_a_kubernetes_version_before_running_anything() {
+    refused_before_running(
+        &["test", "lease", "--provider", "sim", "--kubernetes", "1.37"],
+        "error: --kubernetes chooses the Kubernetes version of the local provider's control plane: the sim provider cannot",
+    );
+}
+
+#[test]
 fn opconform_conformance_refuses_an_unknown_version_in_its_list_before_running_anything() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = opconform()
-        .args([
+    refused_before_running(
+        &[
             "conformance",
             "--provider",
             "local",
             "--kubernetes",
             "1.34,1.29",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("error: --kubernetes \"1.34,1.29\": unknown Kubernetes version \"1.29\": expected one of 1.32 (v1.32.13)"),
-        "{stderr}"
+        ],
+        "error: --kubernetes \"1.34,1.29\": unknown Kubernetes version \"1.29\": expected one of 1.32 (v1.32.13)",
     );
-    let out = opconform()
-        .args([
-            "conformance",
-            "--provider",
-            "kind",
-            "--kubernetes",
-            "1.34",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("error: --kubernetes chooses the Kubernetes versions of the local provider's control plane: the kind provider cannot"),
-        "{stderr}"
-    );
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        0,
-        "nothing ran"
+    refused_before_running(
+        &["conformance", "--provider", "kind", "--kubernetes", "1.34"],
+        "error: --kubernetes chooses the Kubernetes versions of the local provider's control plane: the kind provider cannot",
     );
 }
 

@@ -461,13 +461,21 @@ async fn kubelet_hangs(world: &mut World) -> Step {
     Ok(())
 }
 
-#[when("the hung kubelet recovers")]
-async fn kubelet_recovers(world: &mut World) -> Step {
-    let node = world.faulted.hung_kubelet.clone().ok_or_else(|| {
+/// The node whose kubelet a step made hang.
+///
+/// # Errors
+/// [`StepError::Missing`] when none did.
+fn hung_kubelet(world: &World) -> Result<String, StepError> {
+    world.faulted.hung_kubelet.clone().ok_or_else(|| {
         StepError::Missing(
             "no kubelet hangs: run \"the kubelet of the leader's node hangs\" first".into(),
         )
-    })?;
+    })
+}
+
+#[when("the hung kubelet recovers")]
+async fn kubelet_recovers(world: &mut World) -> Step {
+    let node = hung_kubelet(world)?;
     world
         .provider()?
         .node_fault(&node, &NodeFault::Release)
@@ -479,11 +487,7 @@ async fn kubelet_recovers(world: &mut World) -> Step {
 #[then(expr = "within {duration} the node of the hung kubelet is not ready")]
 async fn hung_node_not_ready(world: &mut World, within: Dur) -> Step {
     use k8s_openapi::api::core::v1::Node;
-    let node = world.faulted.hung_kubelet.clone().ok_or_else(|| {
-        StepError::Missing(
-            "no kubelet hangs: run \"the kubelet of the leader's node hangs\" first".into(),
-        )
-    })?;
+    let node = hung_kubelet(world)?;
     let nodes: Api<Node> = Api::all(world.client()?);
     eventually(
         world.span(&within)?,
