@@ -169,7 +169,7 @@ fn bench_with_two_runs_prints_every_row_for_ours_and_its_anchor_and_writes_json_
     )
     .unwrap();
     let output = opconform()
-        .args(["bench", "--runs", "2", "--objects", "3", "--window", "3s"])
+        .args(["bench", "--runs", "2", "--objects", "3", "--window", "1s"])
         .arg("--out")
         .arg(&out)
         .arg("--json")

@@ -2,10 +2,12 @@
 //! the harness cannot judge requests inside the server: the proxy terminates the pod's TLS
 //! with a certificate of the node's own CA (which the pod trusts beside the cluster's: the
 //! `ca.crt` it is given holds both), judges each HTTP request by the request rules the
-//! harness set — hold its sender, defer it, delay it, reject it: the simulated API server's
-//! own [`Faults`] — and forwards it over a TLS connection of its own to the API server, from
-//! the pod's address and with the pod's own credentials. Bodies stream through; watches stay
-//! open as long as the pod keeps them.
+//! harness set — hold its sender, defer it, delay it, reject it, commit it whatever the pod
+//! does or lose its answer: the simulated API server's own [`Faults`] — and forwards it
+//! over a TLS connection of its own to the API server, from the pod's address and with the
+//! pod's own credentials. Bodies stream through (a request a rule commits is read whole
+//! first: it outlives the pod's connection); watches stay open as long as the pod keeps
+//! them.
 //!
 //! Connection faults (partition, delay) still act on the pod's side of the proxy, on the
 //! bytes, before anything here sees them.

@@ -11,10 +11,10 @@
 //! | pod hold | the kubelet: SIGSTOP | release: SIGCONT |
 //! | pod partition, delay | the pod's API proxy: drop, hang, hang responses, latency | repair |
 //! | pod skew | libfaketime preloaded into the pod's processes | skew by 0 |
-//! | node hold | the kubelet and its pods freeze | release |
+//! | node hold | the kubelet and its pods freeze; or the kubelet alone (its pods run on, the **real** node lifecycle controller marks the node NotReady) | release |
 //! | node partition | the node's and its pods' proxies cut: heartbeats stop, and the **real** node lifecycle controller marks it NotReady, taints it and evicts | repair |
 //! | reject | a ValidatingAdmissionPolicy and binding ([`crate::cluster::admission`]), as on kind | allow: both deleted |
-//! | hold a request's sender, defer a request | the pod's API proxy, which terminates the pod's TLS (the pod trusts its node's proxy CA) and judges each request by the request rules | the rule fires once; disarm |
+//! | hold a request's sender, defer a request, commit it whatever its pod does, lose its answer | the pod's API proxy, which terminates the pod's TLS (the pod trusts its node's proxy CA) and judges each request by the request rules | the rule fires once; disarm |
 //!
 //! The audit of writes is kube-apiserver's own JSON audit log (the kind policy), followed
 //! as a file; requests are attributed to pods by their bound ServiceAccount tokens, else by
