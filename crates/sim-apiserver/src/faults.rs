@@ -429,13 +429,19 @@ impl Faults {
     /// one slow request (a one-shot rule, removed when it fires); returns the rule id. The
     /// log shows it held (`defer`) and let go (`serve`).
     pub fn defer_for(&self, matches: RequestMatch, span: Duration) -> u64 {
+        self.held_for(matches, span, Fate::WithClient)
+    }
+
+    /// A one-shot `defer` rule that holds the next matching request for `span`, then gives
+    /// it `fate`.
+    fn held_for(&self, matches: RequestMatch, span: Duration, fate: Fate) -> u64 {
         self.add(
             matches,
             RuleAction::Defer {
                 until: None,
                 milestone: Milestone::Arrived,
                 millis: span.as_millis() as u64,
-                fate: Fate::WithClient,
+                fate,
             },
         )
     }
@@ -476,15 +482,7 @@ impl Faults {
     /// client gave up on it meanwhile (a one-shot rule, removed when it fires): a write
     /// slow to commit that commits whatever its client does. Returns the rule id.
     pub fn commit_after(&self, matches: RequestMatch, span: Duration) -> u64 {
-        self.add(
-            matches,
-            RuleAction::Defer {
-                until: None,
-                milestone: Milestone::Arrived,
-                millis: span.as_millis() as u64,
-                fate: Fate::Committed,
-            },
-        )
+        self.held_for(matches, span, Fate::Committed)
     }
 
     /// Logs that the answer of a request held by a `lose` rule (see [`Faults::lose_answer`])

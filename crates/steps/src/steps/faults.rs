@@ -28,6 +28,18 @@ async fn pod_fault(world: &World, pod: &str, fault: PodFault) -> Result<(), Step
         .doing(format!("{} on pod {pod}", fault.verb()))
 }
 
+/// Applies `fault` to node `node`.
+///
+/// # Errors
+/// When there is no cluster or the provider cannot apply it.
+async fn node_fault(world: &World, node: &str, fault: NodeFault) -> Result<(), StepError> {
+    world
+        .provider()?
+        .node_fault(node, &fault)
+        .await
+        .doing(format!("{} on node {node}", fault.verb()))
+}
+
 /// Deletes the leader's Pod with `params`, recording the deletion as a fault first.
 ///
 /// # Errors
@@ -447,16 +459,14 @@ async fn leaders_node(world: &World) -> Result<String, StepError> {
 #[when("the kubelet of the leader's node hangs")]
 async fn kubelet_hangs(world: &mut World) -> Step {
     let node = leaders_node(world).await?;
-    world
-        .provider()?
-        .node_fault(
-            &node,
-            &NodeFault::Hold {
-                scope: HoldScope::Kubelet,
-            },
-        )
-        .await
-        .doing(format!("holding the kubelet of node {node}"))?;
+    node_fault(
+        world,
+        &node,
+        NodeFault::Hold {
+            scope: HoldScope::Kubelet,
+        },
+    )
+    .await?;
     world.faulted.hung_kubelet = Some(node);
     Ok(())
 }
@@ -476,11 +486,7 @@ fn hung_kubelet(world: &World) -> Result<String, StepError> {
 #[when("the hung kubelet recovers")]
 async fn kubelet_recovers(world: &mut World) -> Step {
     let node = hung_kubelet(world)?;
-    world
-        .provider()?
-        .node_fault(&node, &NodeFault::Release)
-        .await
-        .doing(format!("releasing the kubelet of node {node}"))?;
+    node_fault(world, &node, NodeFault::Release).await?;
     Ok(())
 }
 
@@ -517,11 +523,7 @@ async fn hung_node_not_ready(world: &mut World, within: Dur) -> Step {
 #[when("the leader's node is cut off from the API server")]
 async fn node_cut_off(world: &mut World) -> Step {
     let node = leaders_node(world).await?;
-    world
-        .provider()?
-        .node_fault(&node, &NodeFault::Partition { cut: Cut::Drop })
-        .await
-        .doing(format!("partitioning node {node}"))?;
+    node_fault(world, &node, NodeFault::Partition { cut: Cut::Drop }).await?;
     world.faulted.partitioned_node = Some(node);
     Ok(())
 }
@@ -535,11 +537,7 @@ async fn node_repaired(world: &mut World) -> Step {
                 .into(),
         )
     })?;
-    world
-        .provider()?
-        .node_fault(&node, &NodeFault::Repair)
-        .await
-        .doing(format!("repairing node {node}"))?;
+    node_fault(world, &node, NodeFault::Repair).await?;
     Ok(())
 }
 
