@@ -1279,7 +1279,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_request_a_rule_commits_runs_to_its_end_after_its_client_went_away_and_others_do_not()
     {
         let finished = Arc::new(AtomicBool::new(false));
