@@ -2,8 +2,9 @@
 //! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
 //! on a finalizer, tokens and `auth can-i`, discovery (`api-resources`), APIServices, the
 //! `kubernetes` Service and field selectors; kubectl's rollout status and wait against
-//! the simulated controllers; and, in pods that run, `exec`, `logs -f` and `port-forward`
-//! (over the WebSocket tunnel and over plain SPDY).
+//! the simulated controllers; and, in pods that run, `exec`, `attach` (the output from
+//! then on, and stdin, which `stdinOnce` closes), `logs -f` and `port-forward` (over the
+//! WebSocket tunnel and over plain SPDY).
 //!
 //! The same `exec`, `logs -f` and `port-forward` checks, and `attach`, also run against a
 //! real control plane (`opconform::cluster::local`) whose one node is our kubelet: there
@@ -1172,7 +1173,7 @@ fn the_kubelet_lets_in_only_whom_the_api_server_authorizes(local: &Local) {
 }
 
 /// `kubectl attach` relays what the container writes until it ends, then ends well.
-fn attach_relays_a_containers_output_until_it_ends(local: &Local) {
+fn attach_relays_a_containers_output_until_it_ends(local: &impl Kubectl) {
     local.ready_pod(
         "talker",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: talker}\nspec:\n  restartPolicy: Never\n  \
@@ -1224,6 +1225,47 @@ fn attach_relays_a_containers_output_until_it_ends(local: &Local) {
     );
 }
 
+/// `kubectl attach -i` writes to the stdin the kubelet keeps of a container with `stdin:
+/// true`; with `stdinOnce: true` the end of kubectl's stdin closes the container's, and the
+/// attach goes on to relay what the container writes until it ends.
+fn attach_writes_to_a_containers_stdin_which_stdin_once_closes(cluster: &impl Kubectl) {
+    cluster.ready_pod(
+        "reader",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: reader}\nspec:\n  restartPolicy: Never\n  \
+         containers:\n  - name: main\n    image: shell:1\n    stdin: true\n    stdinOnce: true\n    \
+         command: [/bin/sh, -c, 'while read line; do echo \"got $line\"; done; echo closed']\n",
+    );
+    let mut attach = cluster
+        .kubectl()
+        .args(["attach", "-i", "reader"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl attach -i starts");
+    {
+        use std::io::Write as _;
+        let mut stdin = attach.stdin.take().expect("stdin");
+        stdin.write_all(b"hello\n").expect("kubectl reads stdin");
+    }
+    let ended = wait_with_timeout(attach, WAIT);
+    assert!(
+        ended.status.success(),
+        "kubectl attach -i ends with the container: {ended:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ended.stdout),
+        "got hello\nclosed\n"
+    );
+}
+
+#[test]
+fn kubectl_attach_relays_a_containers_output_and_writes_its_stdin_which_stdin_once_closes() {
+    let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
+    attach_relays_a_containers_output_until_it_ends(&sim);
+    attach_writes_to_a_containers_stdin_which_stdin_once_closes(&sim);
+}
+
 #[test]
 fn on_local_kubectl_exec_attach_logs_follow_and_port_forward_reach_our_kubelet_which_lets_in_only_authorized_users()
  {
@@ -1231,5 +1273,6 @@ fn on_local_kubectl_exec_attach_logs_follow_and_port_forward_reach_our_kubelet_w
     the_kubelet_lets_in_only_whom_the_api_server_authorizes(&local);
     exec_and_logs_follow(&local);
     attach_relays_a_containers_output_until_it_ends(&local);
+    attach_writes_to_a_containers_stdin_which_stdin_once_closes(&local);
     port_forward_both_ways(&local);
 }

@@ -38,12 +38,12 @@ use super::status::ApiError;
 /// The subprotocols served, in order of preference.
 pub const PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
 
-const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
-const STATUS: u8 = 3;
+pub(crate) const STDIN: u8 = 0;
+pub(crate) const STDOUT: u8 = 1;
+pub(crate) const STDERR: u8 = 2;
+pub(crate) const STATUS: u8 = 3;
 /// v5's close signal: `[255, channel]`.
-const CLOSE: u8 = 255;
+pub(crate) const CLOSE: u8 = 255;
 
 /// What a kubelet is asked to run.
 #[derive(Debug)]

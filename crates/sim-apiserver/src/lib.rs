@@ -21,6 +21,7 @@
 pub mod aggregated;
 pub mod apiservices;
 pub mod apply;
+pub mod attach;
 pub mod audit;
 pub mod auth;
 pub mod call;
@@ -637,6 +638,31 @@ async fn handle(
                     let switch = accepted.switch();
                     upgraded(parts.extensions.remove(), &switch, move |io| {
                         exec::relay(io, accepted)
+                    })
+                    .into()
+                }
+                Err(e) => error_response(&e, &parts.headers).into(),
+            };
+        }
+        if info.group.is_empty() && info.resource == "pods" && info.subresource == "attach" {
+            let stored = state.store.get(
+                &self::status::GroupResource::new("", "pods"),
+                &info.namespace,
+                &info.name,
+            );
+            return match attach::start(
+                stored,
+                &info.namespace,
+                &info.name,
+                parts.uri.query(),
+                &parts.headers,
+                |r| state.attach(r),
+            ) {
+                Ok(accepted) => {
+                    state.faults.served(&facts);
+                    let switch = accepted.switch();
+                    upgraded(parts.extensions.remove(), &switch, move |io| {
+                        attach::relay(io, accepted)
                     })
                     .into()
                 }

@@ -62,6 +62,8 @@ pub struct State {
     pub log_sources: RwLock<Vec<LogSource>>,
     /// Where `pods/exec` runs commands (the kubelets register themselves here).
     pub exec_sources: RwLock<Vec<super::exec::ExecSource>>,
+    /// Where `pods/attach` attaches to containers (the kubelets register themselves here).
+    pub attach_sources: RwLock<Vec<super::attach::AttachSource>>,
     /// Settings.
     pub config: ApiServerConfig,
     /// Objects and events.
@@ -101,6 +103,7 @@ impl State {
             fault_target: RwLock::new(None),
             log_sources: RwLock::new(Vec::new()),
             exec_sources: RwLock::new(Vec::new()),
+            attach_sources: RwLock::new(Vec::new()),
             store: Store::new(config.watch_history),
             config,
             registry: RwLock::new(Registry::new()),
@@ -148,6 +151,27 @@ impl State {
     ) -> Option<Result<tokio::process::Child, super::exec::ExecRefusal>> {
         let sources = self
             .exec_sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        sources.iter().find_map(|source| source(request))
+    }
+
+    /// Registers a way to attach to containers (a kubelet).
+    pub fn add_attach_source(&self, source: super::attach::AttachSource) {
+        self.attach_sources
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(source);
+    }
+
+    /// Attaches to a container through whichever kubelet runs its pod (`None`: none does).
+    pub fn attach(
+        &self,
+        request: &super::attach::AttachRequest<'_>,
+    ) -> Option<Result<super::attach::Attached, super::exec::ExecRefusal>> {
+        let sources = self
+            .attach_sources
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();

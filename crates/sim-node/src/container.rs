@@ -25,7 +25,7 @@ use super::node::CAPACITY;
 use super::oci::{BindMount, ContainerSpec, Isolation, OciRuntime, Rootfs};
 use super::probe::{self, Kind, Target, Verdict};
 use super::process::{Exit, Instance, Spec};
-use super::runtime::{ContainerRuntime, PodRuntime, StatusCell, StopState, lock};
+use super::runtime::{ContainerRuntime, HeldStdin, PodRuntime, StatusCell, StopState, lock};
 use super::shared::Shared;
 use super::status::{ContainerStatus, State, Terminated};
 use super::volume::{self, VolumeError, VolumeSources};
@@ -1008,6 +1008,13 @@ impl ContainerTask {
         }
     }
 
+    /// Keeps the stdin of a new instance whose spec has `stdin: true`, for attach.
+    fn hold_stdin(&self, instance: &mut Instance) {
+        *lock(&self.runtime.stdin) = instance
+            .take_stdin()
+            .map(|pipe| Arc::new(HeldStdin::new(pipe, self.spec.stdin_once == Some(true))));
+    }
+
     /// Starts one instance and runs it to its end.
     async fn run_instance(&mut self, launch: Launch, restarts: i32) -> Terminated {
         let started_at = Utc::now();
@@ -1020,8 +1027,12 @@ impl ContainerTask {
                 return start_error(message, started_at);
             }
             Launch::Process(spec, arg0) => {
-                match Instance::spawn_as(&spec, arg0.as_deref(), self.runtime.log.clone()).await {
-                    Ok(instance) => {
+                let stdin = self.spec.stdin == Some(true);
+                match Instance::spawn_as(&spec, arg0.as_deref(), stdin, self.runtime.log.clone())
+                    .await
+                {
+                    Ok(mut instance) => {
+                        self.hold_stdin(&mut instance);
                         let group = instance.group();
                         *lock(&self.runtime.group) = Some(group.clone());
                         if self.pod.frozen() {
@@ -1043,13 +1054,18 @@ impl ContainerTask {
                     .map_err(|e| error_chain(&e))
                     .map(Arc::new);
                 let spawned = match started {
-                    Ok(container) => Instance::spawn_container(container, self.runtime.log.clone())
-                        .await
-                        .map_err(|e| error_chain(&e)),
+                    Ok(container) => Instance::spawn_container(
+                        container,
+                        self.spec.stdin == Some(true),
+                        self.runtime.log.clone(),
+                    )
+                    .await
+                    .map_err(|e| error_chain(&e)),
                     Err(e) => Err(e),
                 };
                 match spawned {
-                    Ok(instance) => {
+                    Ok(mut instance) => {
+                        self.hold_stdin(&mut instance);
                         let group = instance.group();
                         *lock(&self.runtime.group) = Some(group.clone());
                         if self.pod.frozen() {
@@ -1169,6 +1185,7 @@ impl ContainerTask {
         drop(probes);
         *lock(&self.runtime.group) = None;
         *lock(&self.runtime.standin) = None;
+        *lock(&self.runtime.stdin) = None;
         if let Running::Process(instance) = running {
             instance.finish().await;
         }

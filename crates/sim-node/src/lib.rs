@@ -79,6 +79,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use sim_apiserver::attach::AttachRequest;
 use sim_apiserver::exec::{ExecRefusal, ExecRequest};
 use sim_apiserver::podlog::{LogRefusal, LogRequest};
 use tokio::sync::watch;
@@ -210,6 +211,15 @@ impl Kubelet {
             let pod = shared.find(request.namespace, request.pod)?;
             Some(
                 pod.exec(request.container, request.command, request.stdin)
+                    .map_err(|e| Box::new(e) as ExecRefusal),
+            )
+        }));
+        let weak: Weak<Shared> = Arc::downgrade(&shared);
+        server.add_attach_source(Arc::new(move |request: &AttachRequest<'_>| {
+            let shared = weak.upgrade()?;
+            let pod = shared.find(request.namespace, request.pod)?;
+            Some(
+                pod.attach(request.container, request.stdin)
                     .map_err(|e| Box::new(e) as ExecRefusal),
             )
         }));

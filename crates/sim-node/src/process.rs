@@ -1,6 +1,8 @@
 //! Container processes: each instance runs in a process group of its own, guarded by a
 //! watchdog so that it dies with the process that owns the kubelet; signals to the group
-//! (SIGTERM, SIGKILL, SIGSTOP, SIGCONT); reaping; output captured into the container log.
+//! (SIGTERM, SIGKILL, SIGSTOP, SIGCONT); reaping; output captured into the container log;
+//! stdin `/dev/null`, or a pipe whose write end the kubelet keeps ([`Instance::take_stdin`])
+//! for a container whose spec has `stdin: true`.
 //!
 //! # Guarantees
 //! Every process group is led by a tiny watchdog shell started first (`process_group(0)`),
@@ -230,31 +232,42 @@ impl Instance {
     /// # Errors
     /// When the watchdog or the executable cannot be started.
     pub async fn spawn(spec: &Spec, log: Arc<ContainerLog>) -> Result<Self, ProcessError> {
-        Self::spawn_as(spec, None, log).await
+        Self::spawn_as(spec, None, false, log).await
     }
 
     /// [`Instance::spawn`] with `arg0` as the process's `argv[0]` instead of the
-    /// executable's path (a container's `command[0]` as it gave it).
+    /// executable's path (a container's `command[0]` as it gave it), and with `stdin` a
+    /// pipe as its stdin ([`Instance::take_stdin`]) instead of `/dev/null`.
     ///
     /// # Errors
     /// When the watchdog or the executable cannot be started.
     pub async fn spawn_as(
         spec: &Spec,
         arg0: Option<&str>,
+        stdin: bool,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
-        Self::launch(spec, arg0, WATCHDOG, &[], log).await
+        Self::launch(spec, arg0, WATCHDOG, &[], stdin, log).await
+    }
+
+    /// The write end of the pipe that is the process's stdin, when it was started with one
+    /// (once).
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.leader.stdin.take()
     }
 
     /// Starts `container` (prepared by its runtime) in a new watched process group and
     /// returns once the runtime has created it (bounded by [`CREATE_BOUND`]); its output
-    /// goes to `log`. The group's `pid` is the container's init process.
+    /// goes to `log`. The group's `pid` is the container's init process. With `stdin`, its
+    /// stdin is a pipe ([`Instance::take_stdin`]; the runtime passes it on to the container's
+    /// process), else `/dev/null`.
     ///
     /// # Errors
     /// When the watchdog or the runtime cannot be started, or the runtime exits or takes
     /// too long before the container exists (what it said is then in `log`).
     pub async fn spawn_container(
         container: Arc<Container>,
+        stdin: bool,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
         let (program, args) = container.command();
@@ -265,7 +278,8 @@ impl Instance {
             cwd: PathBuf::from("/"),
         };
         let words = container.delete_words();
-        let mut instance = Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, log).await?;
+        let mut instance =
+            Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, stdin, log).await?;
         container.set_runtime_pid(instance.group.pid);
         let begin = tokio::time::Instant::now();
         let pid = loop {
@@ -293,6 +307,7 @@ impl Instance {
         arg0: Option<&str>,
         watchdog_script: &str,
         watchdog_args: &[String],
+        stdin: bool,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
         let mut watchdog = Command::new("/bin/sh")
@@ -324,7 +339,7 @@ impl Instance {
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&spec.cwd)
-            .stdin(Stdio::null())
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(pgid)

@@ -11,8 +11,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use nix::sys::signal::Signal;
-use tokio::sync::{Notify, watch};
+use sim_apiserver::attach::Attached;
+use tokio::io::AsyncWriteExt as _;
+use tokio::process::ChildStdin;
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use std::collections::HashMap;
@@ -56,6 +60,47 @@ pub struct ContainerRuntime {
     pub(crate) standin: Mutex<Option<Arc<Notify>>>,
     /// The bundle of the container running now, removed when it ends.
     pub(crate) bundle: Mutex<Option<PathBuf>>,
+    /// The stdin kept of the instance running now, when its spec has `stdin: true`.
+    pub(crate) stdin: Mutex<Option<Arc<HeldStdin>>>,
+}
+
+/// The stdin the kubelet keeps of a container instance whose spec has `stdin: true`: the
+/// write end of the pipe that is its stdin, which attach sessions write to.
+pub struct HeldStdin {
+    pipe: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    /// `stdinOnce`: the end of the first attach session's stdin closes it.
+    once: bool,
+}
+
+impl HeldStdin {
+    /// Keeps `pipe`; with `once`, the first attach session that ends closes it.
+    pub fn new(pipe: ChildStdin, once: bool) -> Self {
+        Self {
+            pipe: Arc::new(tokio::sync::Mutex::new(Some(pipe))),
+            once,
+        }
+    }
+
+    /// A session's stdin: what is sent on it is written to the container's stdin in order;
+    /// once it is dropped (and what was sent is written), with `stdinOnce` the container's
+    /// stdin is closed. Needs a Tokio runtime.
+    pub fn session(&self) -> mpsc::Sender<Bytes> {
+        let (tx, mut rx) = mpsc::channel::<Bytes>(16);
+        let (pipe, once) = (self.pipe.clone(), self.once);
+        tokio::spawn(async move {
+            while let Some(chunk) = rx.recv().await {
+                let mut held = pipe.lock().await;
+                let Some(writer) = held.as_mut() else { break };
+                if writer.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            if once {
+                pipe.lock().await.take();
+            }
+        });
+        tx
+    }
 }
 
 impl ContainerRuntime {
@@ -68,6 +113,7 @@ impl ContainerRuntime {
             group: Mutex::new(None),
             bundle: Mutex::new(None),
             standin: Mutex::new(None),
+            stdin: Mutex::new(None),
         }
     }
 
@@ -145,6 +191,23 @@ pub enum ExecError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// Attach found no running instance of the container.
+    #[error("container {container} of pod {pod} is not running")]
+    NotAttachable {
+        /// The container.
+        container: String,
+        /// The pod (`namespace/name`).
+        pod: String,
+    },
+    /// Attach could not follow the container's output.
+    #[error("cannot attach to container {container}")]
+    Attach {
+        /// The container.
+        container: String,
+        /// The cause.
+        #[source]
+        source: LogError,
     },
 }
 
@@ -365,6 +428,49 @@ impl PodRuntime {
                 container: container.to_string(),
                 source,
             })
+    }
+
+    /// Attaches to the running instance of `container`: what it writes from now on (its
+    /// log, followed, until the instance ends) and, with `stdin` and a container whose spec
+    /// has `stdin: true`, a session of the stdin this kubelet keeps ([`HeldStdin`]); a
+    /// container without one gets no stdin (what the client sends is dropped, as containerd
+    /// drops it). Needs a Tokio runtime.
+    ///
+    /// # Errors
+    /// When the container is not running or its log cannot be followed.
+    pub fn attach(&self, container: &str, stdin: bool) -> Result<Attached, ExecError> {
+        let from_now = LogOptions {
+            container: container.to_owned(),
+            follow: true,
+            tail_lines: Some(0),
+            ..LogOptions::default()
+        };
+        let output = match self.read_log(container, &from_now, chrono::Utc::now()) {
+            Ok(LogStream {
+                rest: Some(output), ..
+            }) => output,
+            Ok(_) => {
+                return Err(ExecError::NotAttachable {
+                    container: container.to_owned(),
+                    pod: format!("{}/{}", self.namespace, self.name),
+                });
+            }
+            Err(source) => {
+                return Err(ExecError::Attach {
+                    container: container.to_owned(),
+                    source,
+                });
+            }
+        };
+        let held = self
+            .container(container)
+            .and_then(|c| lock(&c.stdin).clone())
+            .filter(|_| stdin);
+        Ok(Attached {
+            output,
+            stdin: held.as_ref().map(|h| h.session()),
+            stdin_once: held.is_some_and(|h| h.once),
+        })
     }
 
     /// Reads a container's log for `pods/log` at `now`, as the kubelet answers it: with

@@ -77,6 +77,9 @@ pub trait Upstream: Send + Sync {
     /// Where the API server runs commands in this kubelet's containers (`pods/exec`;
     /// in-process servers).
     fn add_exec_source(&self, _source: sim_apiserver::exec::ExecSource) {}
+    /// Where the API server attaches to this kubelet's containers (`pods/attach`;
+    /// in-process servers).
+    fn add_attach_source(&self, _source: sim_apiserver::attach::AttachSource) {}
     /// Requests from `ip` come from `pod` (`None`: no longer) — for servers that attribute
     /// requests by source address in-process.
     fn attribute(&self, _ip: IpAddr, _pod: Option<PodRef>) {}
@@ -242,6 +245,10 @@ impl Upstream for SimulatedUpstream {
 
     fn add_exec_source(&self, source: sim_apiserver::exec::ExecSource) {
         self.0.state().add_exec_source(source);
+    }
+
+    fn add_attach_source(&self, source: sim_apiserver::attach::AttachSource) {
+        self.0.state().add_attach_source(source);
     }
 
     fn attribute(&self, ip: IpAddr, pod: Option<PodRef>) {

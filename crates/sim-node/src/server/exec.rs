@@ -16,12 +16,14 @@
 //! session) kills the command.
 //!
 //! Attach ([`serve_attach`]) relays what a container writes from then on, read from its log
-//! as `kubectl logs -f` reads it, until the container instance ends; then `Success`.
+//! as `kubectl logs -f` reads it, until the container instance ends; then `Success`. What
+//! comes on its stdin stream goes to the stdin the kubelet keeps of a container whose spec
+//! has `stdin: true` (see [`sim_apiserver::attach`] for when the client's FIN ends the
+//! session and when, with `stdinOnce`, it closes the container's stdin).
 //!
 //! # Caveats
 //! - No terminal: `tty=1` is refused before the upgrade (`kubectl exec -t`).
-//! - Attach has no stdin (`input=1` is refused: the kubelet keeps no stdin of a container)
-//!   and sends stdout and stderr together on one stream, as the log has them.
+//! - Attach sends stdout and stderr together on one stream, as the log has them.
 //! - Stream protocols v1 to v3 (text errors, no exit code) are not served: a client that
 //!   offers only those gets the 403 of a failed negotiation.
 //! - The session ends when the client closes it (kube-apiserver does once it has the
@@ -30,7 +32,7 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use sim_apiserver::podlog::LogTail;
+use sim_apiserver::attach::Attached;
 use sim_apiserver::spdy::{self, Event, Incoming, StreamWriter};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::process::Child;
@@ -69,20 +71,12 @@ impl ExecOptions {
         Ok(options)
     }
 
-    /// The options of an attach query (`output=1&error=1`).
+    /// The options of an attach query (`input=1&output=1&error=1`).
     ///
     /// # Errors
-    /// No stream, a terminal or stdin asked for, each named.
+    /// No stream, or a terminal asked for, each named.
     pub fn parse_attach(query: Option<&str>) -> Result<Self, String> {
-        let options = Self::streams_of(query)?;
-        if options.stdin {
-            return Err(
-                "attaching stdin is not served by the simulated kubelet: it keeps no \
-                 stdin of a container (attach without -i)"
-                    .into(),
-            );
-        }
-        Ok(options)
+        Self::streams_of(query)
     }
 
     fn streams_of(query: Option<&str>) -> Result<Self, String> {
@@ -225,19 +219,25 @@ where
 
 /// Serves an attach session on the upgraded connection `io`: what the container writes
 /// from now on (its log, followed) goes out on the stdout stream (on stderr when only that
-/// was asked for), and once the container instance ends the error stream carries
-/// `Success`.
-pub async fn serve_attach<S>(io: S, mut output: LogTail, options: ExecOptions)
+/// was asked for), what comes on the stdin stream goes to the container's kept stdin (or
+/// is dropped when it has none), and once the container instance ends, or the client's
+/// stdin ends without `stdinOnce`, the error stream carries `Success`.
+pub async fn serve_attach<S>(io: S, attached: Attached, options: ExecOptions)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    let Attached {
+        mut output,
+        stdin: to_container,
+        stdin_once,
+    } = attached;
     let (tx, mut incoming) = mpsc::channel(8);
     let session = tokio::spawn(spdy::serve(io, tx));
     let Some(Streams {
         error: Some(mut error),
+        stdin,
         stdout,
         stderr,
-        ..
     }) = gather(&mut incoming, options.streams()).await
     else {
         session.abort();
@@ -257,13 +257,35 @@ where
                 to.write(&chunk);
             }
         }
-        if let Some(to) = &to {
-            to.finish();
+    };
+    // Returns when the client's stdin ends and that ends the session (not `stdinOnce`).
+    let stdin_ends = async {
+        let Some(mut stream) = stdin else {
+            return std::future::pending::<()>().await;
+        };
+        let mut to_container = to_container;
+        let attached = to_container.is_some();
+        while let Some(Event::Data(bytes)) = stream.events.recv().await {
+            if let Some(pipe) = &to_container
+                && pipe.send(bytes).await.is_err()
+            {
+                to_container = None;
+            }
+        }
+        drop(to_container);
+        if !attached || stdin_once {
+            // Keep draining: the session must not stall on the stream.
+            while stream.events.recv().await.is_some() {}
+            std::future::pending::<()>().await;
         }
     };
     tokio::select! {
         () = relay => {}
+        () = stdin_ends => {}
         () = gone(&mut error.events) => return,
+    }
+    if let Some(to) = &to {
+        to.finish();
     }
     let success = sim_apiserver::exec::exit_status(Ok(std::process::ExitStatus::default()));
     error
@@ -413,10 +435,14 @@ mod tests {
     async fn an_attach_relays_the_output_on_stdout_finishes_stderr_and_ends_with_success() {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let options = ExecOptions::parse_attach(Some("output=1&error=1")).unwrap_or_default();
-        let output: LogTail = Box::pin(futures::stream::iter([
-            Bytes::from_static(b"tick\n"),
-            Bytes::from_static(b"bye\n"),
-        ]));
+        let output = Attached {
+            output: Box::pin(futures::stream::iter([
+                Bytes::from_static(b"tick\n"),
+                Bytes::from_static(b"bye\n"),
+            ])),
+            stdin: None,
+            stdin_once: false,
+        };
         let served = tokio::spawn(serve_attach(server_io, output, options));
         let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         client.open(1, &[("streamtype", "error")]).await.ok();
@@ -428,9 +454,72 @@ mod tests {
         let status: serde_json::Value =
             serde_json::from_slice(&data[0]).unwrap_or_else(|e| panic!("{e}: {data:?}"));
         assert_eq!(status["status"], "Success");
-        assert!(ExecOptions::parse_attach(Some("input=1&output=1")).is_err());
         client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
         assert!(served.await.is_ok());
+    }
+
+    /// An attach with stdin of a container that keeps one: what the client sends reaches
+    /// the container, then the client FINs its stdin, which the container sees closed;
+    /// then the container writes `after` and ends. Returns what reached the container and
+    /// what the stdout stream carried, the session having ended with `Success`.
+    async fn attach_and_close_stdin(stdin_once: bool) -> (Vec<u8>, String) {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let options = ExecOptions::parse_attach(Some("input=1&output=1")).unwrap_or_default();
+        let (to_container, mut container) = mpsc::channel::<Bytes>(16);
+        let (writes, written) = mpsc::channel::<Bytes>(16);
+        let attached = Attached {
+            output: Box::pin(futures::stream::unfold(written, |mut rx| async move {
+                rx.recv().await.map(|chunk| (chunk, rx))
+            })),
+            stdin: Some(to_container),
+            stdin_once,
+        };
+        let served = tokio::spawn(serve_attach(server_io, attached, options));
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdin")]).await.ok();
+        client.open(5, &[("streamtype", "stdout")]).await.ok();
+        client
+            .send(Frame::Data {
+                id: 3,
+                flags: spdy::FLAG_FIN,
+                data: Bytes::from_static(b"hello\n"),
+            })
+            .await
+            .ok();
+        let mut got = Vec::new();
+        while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), container.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the session's stdin was not closed within 30 s"))
+        {
+            got.extend_from_slice(&chunk);
+        }
+        writes.send(Bytes::from_static(b"after\n")).await.ok();
+        drop(writes);
+        let (data, _) = fins(&mut client, &[1, 5]).await;
+        let status: serde_json::Value =
+            serde_json::from_slice(&data[0]).unwrap_or_else(|e| panic!("{e}: {data:?}"));
+        assert_eq!(status["status"], "Success");
+        client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
+        assert!(served.await.is_ok());
+        (got, String::from_utf8_lossy(&data[1]).into_owned())
+    }
+
+    #[tokio::test]
+    async fn an_attach_writes_stdin_to_the_container_and_ends_when_the_client_closes_it() {
+        let (got, output) = attach_and_close_stdin(false).await;
+        assert_eq!(got, b"hello\n");
+        assert_eq!(
+            output, "",
+            "the session went on after the client closed its stdin"
+        );
+    }
+
+    #[tokio::test]
+    async fn with_stdin_once_the_clients_fin_closes_the_containers_stdin_and_output_goes_on() {
+        let (got, output) = attach_and_close_stdin(true).await;
+        assert_eq!(got, b"hello\n");
+        assert_eq!(output, "after\n");
     }
 
     #[tokio::test]

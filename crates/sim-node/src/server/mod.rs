@@ -3,7 +3,7 @@
 //! kube-apiserver passes on (`follow` streams until the container instance ends) for
 //! `kubectl logs`, `/exec/{namespace}/{pod}/{container}` ([`exec`]: the command's streams
 //! over SPDY/3.1) for `kubectl exec`, `/attach/{namespace}/{pod}/{container}` (what the
-//! container writes from then on) for `kubectl attach`, `/portForward/{namespace}/{pod}` (the session of
+//! container writes from then on; its stdin) for `kubectl attach`, `/portForward/{namespace}/{pod}` (the session of
 //! [`sim_apiserver::portforward`], over SPDY/3.1) for `kubectl port-forward`, and
 //! `/healthz`. The simulated API server reads logs and runs commands in-process and needs
 //! none of this.
@@ -18,7 +18,7 @@
 //! `nodes/proxy` and the like.
 //!
 //! # Caveats
-//! - `/attach` has no stdin and one output stream (see [`exec`]).
+//! - `/attach` has one output stream (see [`exec`]).
 //! - Port-forward's WebSocket channel protocol (`v4.channel.k8s.io` with `?ports=`) is not
 //!   served: kube-apiserver speaks SPDY to kubelets (see [`sim_apiserver::portforward`]).
 //! - The stats, metrics, pods and checkpoint endpoints are not served (404).
@@ -343,23 +343,10 @@ fn remote_command<B>(
         };
         return switched(upgrade, &switch, move |io| exec::serve(io, child, options));
     }
-    // From now on: no lines of the past, then what is written until the instance ends.
-    let from_now = LogOptions {
-        container: container.to_owned(),
-        follow: true,
-        tail_lines: Some(0),
-        ..LogOptions::default()
-    };
-    match runtime.read_log(container, &from_now, chrono::Utc::now()) {
-        Ok(LogStream {
-            rest: Some(output), ..
-        }) => switched(upgrade, &switch, move |io| {
-            exec::serve_attach(io, output, options)
+    match runtime.attach(container, options.stdin) {
+        Ok(attached) => switched(upgrade, &switch, move |io| {
+            exec::serve_attach(io, attached, options)
         }),
-        Ok(_) => text(
-            StatusCode::BAD_REQUEST,
-            format!("container {container} of pod {namespace}/{pod} is not running"),
-        ),
         Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }

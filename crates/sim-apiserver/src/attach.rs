@@ -1,0 +1,277 @@
+//! `pods/attach`: the standard streams of a running container, relayed over a WebSocket as
+//! kube-apiserver relays them to kubectl, in the channel protocol of [`crate::exec`].
+//!
+//! The client upgrades `GET …/pods/NAME/attach?container=…&stdin=…&stdout=…&stderr=…` to a
+//! WebSocket (`v5.channel.k8s.io` or `v4.channel.k8s.io`). What the container writes from
+//! then on goes out on channel 1 (on 2 when only stderr was asked for), and once the
+//! container instance ends the `Success` status goes on channel 3 and the socket closes.
+//! What comes on channel 0 goes to the container's stdin when it has one (`stdin: true` in
+//! its spec: the kubelet keeps it); a container without one has it dropped, as containerd
+//! drops it. When the client closes its stdin (v5's `[255, 0]`), the session ends with
+//! `Success` at once, unless the container's spec has `stdinOnce: true`: the kubelet then
+//! closes the container's stdin and relays its output on until it ends (containerd's
+//! `ContainerIO.Attach`). A client that goes away ends its session, and with `stdinOnce`
+//! the container's stdin.
+//!
+//! Kubelets register an [`AttachSource`] ([`crate::state::State::add_attach_source`]).
+//! [`Attached`] is shared with the kubelet's own SPDY endpoint (in `sim-node`).
+//!
+//! # Caveats
+//! - No terminal (`tty=true` is refused, naming why): kubectl asks for one only of a
+//!   container whose spec has `tty: true`.
+//! - stdout and stderr come together on one channel, as the container's log has them.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{SinkExt as _, StreamExt as _};
+use hyper::HeaderMap;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+
+use super::exec::{CLOSE, ExecRefusal, PROTOCOLS, STATUS, STDERR, STDIN, STDOUT};
+use super::podlog::LogTail;
+use super::status::ApiError;
+
+/// What a kubelet is asked to attach to.
+#[derive(Debug)]
+pub struct AttachRequest<'a> {
+    /// The pod's namespace.
+    pub namespace: &'a str,
+    /// The pod.
+    pub pod: &'a str,
+    /// The container (already checked to be one of the pod's).
+    pub container: &'a str,
+    /// Whether the client sends a stdin.
+    pub stdin: bool,
+}
+
+/// A container attached to: its output from now on, and its stdin when asked for and kept.
+pub struct Attached {
+    /// What the container writes from now on (stdout and stderr as its log has them),
+    /// ending when the container instance ends.
+    pub output: LogTail,
+    /// Where the client's stdin goes: `None` when not asked for or when the container has
+    /// none. Dropping it ends this session's stdin (with `stdin_once`, the container's).
+    pub stdin: Option<mpsc::Sender<Bytes>>,
+    /// The container's `stdinOnce`: the end of the client's stdin closes the container's,
+    /// and the session goes on until the container ends.
+    pub stdin_once: bool,
+}
+
+/// A kubelet's way to attach to a container: `None` when the pod is not its, else the
+/// container attached to or why not.
+pub type AttachSource =
+    Arc<dyn Fn(&AttachRequest<'_>) -> Option<Result<Attached, ExecRefusal>> + Send + Sync>;
+
+/// An attach accepted: the answer to give (101 with these headers), then the relay to run
+/// on the upgraded connection ([`relay`]).
+pub struct Accepted {
+    /// The subprotocol chosen.
+    pub protocol: &'static str,
+    /// `Sec-WebSocket-Accept`.
+    pub accept_key: String,
+    /// Which channel carries the output: stdout, or stderr when only that was asked for;
+    /// `None` when neither was.
+    output_channel: Option<u8>,
+    attached: Attached,
+}
+
+impl Accepted {
+    /// How the 101 answers ([`crate::upgrade::switching_protocols`]).
+    pub fn switch(&self) -> super::upgrade::Switch {
+        super::upgrade::Switch::WebSocket {
+            protocol: self.protocol,
+            accept_key: self.accept_key.clone(),
+        }
+    }
+}
+
+/// Checks an attach request of `stored`, the pod as stored, and attaches through `attach`
+/// (whichever kubelet's [`AttachSource`] runs the pod).
+///
+/// # Errors
+/// As kube-apiserver refuses: a request that is not a WebSocket upgrade offering one of
+/// [`PROTOCOLS`], no stream, a terminal, an unknown pod or container, a pod no kubelet
+/// runs, or what the kubelet said.
+pub fn start(
+    stored: Option<Value>,
+    namespace: &str,
+    name: &str,
+    raw_query: Option<&str>,
+    headers: &HeaderMap,
+    attach: impl FnOnce(&AttachRequest<'_>) -> Option<Result<Attached, ExecRefusal>>,
+) -> Result<Accepted, ApiError> {
+    let (mut container, mut stdin, mut stdout, mut stderr, mut tty) =
+        (String::new(), false, false, false, false);
+    for (key, value) in form_urlencoded::parse(raw_query.unwrap_or_default().as_bytes()) {
+        let on = matches!(value.as_ref(), "true" | "1");
+        match key.as_ref() {
+            "container" => container = value.into_owned(),
+            "stdin" => stdin = on,
+            "stdout" => stdout = on,
+            "stderr" => stderr = on,
+            "tty" => tty = on,
+            _ => {}
+        }
+    }
+    if !(stdin || stdout || stderr) {
+        return Err(ApiError::BadRequest(
+            "you must specify at least 1 of stdin, stdout, stderr".into(),
+        ));
+    }
+    if tty {
+        return Err(ApiError::BadRequest(
+            "a terminal (tty) is not served by the simulated kubelet for attach: attach \
+             without -t"
+                .into(),
+        ));
+    }
+    let (protocol, accept_key) =
+        super::upgrade::websocket(headers, PROTOCOLS).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "upgrade request required: attach is served over a WebSocket with one of \
+                 the subprotocols {}",
+                PROTOCOLS.join(", ")
+            ))
+        })?;
+    let pod = super::upgrade::scheduled_pod(stored, name)?;
+    let container = super::podlog::container_of(&pod, name, &container)?;
+    let request = AttachRequest {
+        namespace,
+        pod: name,
+        container: &container,
+        stdin,
+    };
+    let attached = match attach(&request) {
+        Some(Ok(attached)) => attached,
+        Some(Err(refusal)) => {
+            return Err(ApiError::BadRequest(format!(
+                "unable to upgrade connection: {refusal}"
+            )));
+        }
+        None => {
+            return Err(ApiError::BadRequest(format!(
+                "unable to upgrade connection: pod {name} is not running on a kubelet of this cluster"
+            )));
+        }
+    };
+    let output_channel = match (stdout, stderr) {
+        (true, _) => Some(STDOUT),
+        (false, true) => Some(STDERR),
+        (false, false) => None,
+    };
+    Ok(Accepted {
+        protocol,
+        accept_key,
+        output_channel,
+        attached,
+    })
+}
+
+/// Relays the container's output over the upgraded connection, and the client's stdin to
+/// the container, until the container instance ends (then `Success`), the client closes
+/// its stdin (then `Success`, unless `stdinOnce`), or the client goes away.
+pub async fn relay<S>(socket: S, accepted: Accepted)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let v5 = accepted.protocol == PROTOCOLS[0];
+    let Attached {
+        mut output,
+        mut stdin,
+        stdin_once,
+    } = accepted.attached;
+    let had_stdin = stdin.is_some();
+    let ws = WebSocketStream::from_raw_socket(socket, Role::Server, None).await;
+    let (mut sink, mut incoming) = ws.split();
+    loop {
+        tokio::select! {
+            chunk = output.next() => match chunk {
+                Some(chunk) => {
+                    let Some(channel) = accepted.output_channel else { continue };
+                    let mut frame = Vec::with_capacity(chunk.len() + 1);
+                    frame.push(channel);
+                    frame.extend_from_slice(&chunk);
+                    if sink.send(Message::binary(frame)).await.is_err() {
+                        return;
+                    }
+                }
+                // The container instance ended.
+                None => break,
+            },
+            message = incoming.next() => match message {
+                Some(Ok(Message::Binary(data))) => match data.first() {
+                    Some(&STDIN) => {
+                        if let Some(pipe) = &stdin
+                            && pipe.send(Bytes::copy_from_slice(&data[1..])).await.is_err()
+                        {
+                            stdin = None;
+                        }
+                    }
+                    Some(&CLOSE) if v5 && data.get(1) == Some(&STDIN) => {
+                        stdin = None;
+                        if had_stdin && !stdin_once {
+                            break;
+                        }
+                    }
+                    _ => {}
+                },
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    drop(stdin);
+    let status = super::exec::exit_status(Ok(std::process::ExitStatus::default()));
+    let mut frame = vec![STATUS];
+    frame.extend(serde_json::to_vec(&status).unwrap_or_default());
+    let _ = sink.send(Message::binary(frame)).await;
+    let normal = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    };
+    let _ = sink.send(Message::Close(Some(normal))).await;
+    let _ = sink.close().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod() -> Option<Value> {
+        Some(json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
+        }))
+    }
+
+    fn quiet() -> Attached {
+        Attached {
+            output: Box::pin(futures::stream::empty()),
+            stdin: None,
+            stdin_once: false,
+        }
+    }
+
+    #[test]
+    fn an_attach_without_a_stream_with_a_terminal_or_without_a_websocket_is_refused() {
+        let headers = HeaderMap::new();
+        let refused = |query: &str| {
+            start(pod(), "default", "p", Some(query), &headers, |_| {
+                Some(Ok(quiet()))
+            })
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+        };
+        assert!(refused("container=main").contains("at least 1 of stdin, stdout, stderr"));
+        assert!(refused("stdout=true&tty=true").contains("tty"));
+        assert!(refused("stdout=true").contains("upgrade request required"));
+    }
+}
