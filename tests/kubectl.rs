@@ -2,7 +2,7 @@
 //! server-side apply, get in every output, watch, patch, replace conflicts, delete waiting
 //! on a finalizer, tokens and `auth can-i`, discovery (`api-resources`), APIServices, the
 //! `kubernetes` Service and field selectors; kubectl's rollout status and wait against
-//! the simulated controllers; and, in pods that run, `exec`, `attach` (the output from
+//! the simulated controllers; and, in pods that run, `exec` (also under a terminal), `attach` (the output from
 //! then on, and stdin, which `stdinOnce` closes), `logs -f` and `port-forward` (over the
 //! WebSocket tunnel and over plain SPDY).
 //!
@@ -1259,6 +1259,44 @@ fn attach_writes_to_a_containers_stdin_which_stdin_once_closes(cluster: &impl Ku
     );
 }
 
+/// `kubectl exec -it` (its terminal from util-linux `script`) runs the command under a
+/// terminal of its own, shows what it writes there, and ends with its exit code.
+fn exec_with_a_terminal(cluster: &impl Kubectl) {
+    cluster.ready_pod(
+        "idler",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: idler}\nspec:\n  containers:\n  - name: main\n    \
+         image: shell:1\n    command: [/bin/sh, -c, 'while :; do sleep 1; done']\n",
+    );
+    let kubectl = opconform::cluster::local::binaries::kubectl()
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+    let line = format!(
+        "{} exec -it idler -- /bin/sh -c 'tty; echo shown; exit 3'",
+        kubectl.display()
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECACHEDIR", cluster.dir().join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script runs kubectl exec -it");
+    // Held open until kubectl is done: its end would be typed into the terminal.
+    let typing = script.stdin.take();
+    let ended = wait_with_timeout(script, WAIT);
+    drop(typing);
+    let shown = String::from_utf8_lossy(&ended.stdout);
+    assert_eq!(ended.status.code(), Some(3), "{ended:?}");
+    assert!(shown.contains("/dev/pts/"), "not a terminal: {shown:?}");
+    assert!(shown.contains("shown\r\n"), "{shown:?}");
+}
+
+#[test]
+fn kubectl_exec_with_a_terminal_runs_the_command_under_one() {
+    exec_with_a_terminal(&Sim::start_with(&["--image", "shell:1=/bin/sh"]));
+}
+
 #[test]
 fn kubectl_attach_relays_a_containers_output_and_writes_its_stdin_which_stdin_once_closes() {
     let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
@@ -1274,5 +1312,6 @@ fn on_local_kubectl_exec_attach_logs_follow_and_port_forward_reach_our_kubelet_w
     exec_and_logs_follow(&local);
     attach_relays_a_containers_output_until_it_ends(&local);
     attach_writes_to_a_containers_stdin_which_stdin_once_closes(&local);
+    exec_with_a_terminal(&local);
     port_forward_both_ways(&local);
 }

@@ -10,23 +10,27 @@
 //! with reason `NonZeroExitCode` and the exit code as a cause, from which kubectl takes its
 //! own exit code) and the socket closes. A client that goes away kills the command.
 //!
+//! With `tty=true` (`kubectl exec -t`) the command runs under a pseudo-terminal: channel 1
+//! carries what the terminal shows, channel 0 is typed into it, there is no stderr (the
+//! kubelet drops `stderr` with a terminal), and channel 4 carries window sizes as JSON
+//! (`{"Width":80,"Height":24}`), each set on the terminal.
+//!
 //! Kubelets register an [`ExecSource`] ([`crate::state::State::add_exec_source`]) that
-//! starts the command as a process whose standard streams are piped. [`exit_status`] is the
-//! final status of a command, shared with the kubelet's own SPDY endpoint (in `sim-node`),
-//! which serves exec to a real kube-apiserver.
+//! starts the command as a process whose standard streams are piped, or that are a
+//! [`Terminal`]. [`exit_status`] is the final status of a command, shared with the kubelet's
+//! own SPDY endpoint (in `sim-node`), which serves exec to a real kube-apiserver.
 //!
 //! # Caveats
-//! - No terminal (`tty=true` is refused, naming why): `kubectl exec -it` without `-t`
-//!   works, interactive shells do not.
 //! - SPDY, kubectl's fallback, is not served here (the kubelet's endpoint serves it): the
 //!   upgrade is refused with a status saying which protocols are.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{SinkExt as _, StreamExt as _};
 use hyper::HeaderMap;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::process::Child;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -42,6 +46,8 @@ pub(crate) const STDIN: u8 = 0;
 pub(crate) const STDOUT: u8 = 1;
 pub(crate) const STDERR: u8 = 2;
 pub(crate) const STATUS: u8 = 3;
+/// Window sizes of a terminal (JSON).
+pub(crate) const RESIZE: u8 = 4;
 /// v5's close signal: `[255, channel]`.
 pub(crate) const CLOSE: u8 = 255;
 
@@ -58,15 +64,48 @@ pub struct ExecRequest<'a> {
     pub command: &'a [String],
     /// Whether the client sends a stdin.
     pub stdin: bool,
+    /// Whether the command runs under a terminal.
+    pub tty: bool,
+}
+
+/// A command started by a kubelet: its process, and its terminal when it runs under one
+/// (its standard streams are then the terminal's; else they are piped).
+pub struct Started {
+    /// The process; killed when dropped.
+    pub child: Child,
+    /// The terminal, with `tty`.
+    pub terminal: Option<Terminal>,
+}
+
+/// The terminal a command runs under, from the master side.
+pub struct Terminal {
+    /// What the terminal shows (ends when the command and all it started have closed it).
+    pub output: Pin<Box<dyn AsyncRead + Send>>,
+    /// What is typed into it.
+    pub input: Pin<Box<dyn AsyncWrite + Send>>,
+    /// Sets its window size: columns, rows.
+    pub resize: Box<dyn Fn(u16, u16) + Send + Sync>,
+}
+
+/// A window size as remotecommand sends it (`TerminalSize`).
+#[derive(Debug, serde::Deserialize)]
+pub struct WindowSize {
+    /// Columns.
+    #[serde(rename = "Width")]
+    pub width: u16,
+    /// Rows.
+    #[serde(rename = "Height")]
+    pub height: u16,
 }
 
 /// Why a kubelet did not run a command (its message is the answer's).
 pub type ExecRefusal = Box<dyn std::error::Error + Send + Sync>;
 
 /// A kubelet's way to run a command in a container: `None` when the pod is not its, else
-/// the started process (standard streams piped; stdin only when asked) or why not.
+/// the started command (standard streams piped, stdin only when asked; or a terminal) or
+/// why not.
 pub type ExecSource =
-    Arc<dyn Fn(&ExecRequest<'_>) -> Option<Result<Child, ExecRefusal>> + Send + Sync>;
+    Arc<dyn Fn(&ExecRequest<'_>) -> Option<Result<Started, ExecRefusal>> + Send + Sync>;
 
 /// An exec accepted and started: the answer to give (101 with these headers), then the
 /// relay to run on the upgraded connection ([`relay`]).
@@ -75,7 +114,7 @@ pub struct Accepted {
     pub protocol: &'static str,
     /// `Sec-WebSocket-Accept`.
     pub accept_key: String,
-    child: Child,
+    started: Started,
 }
 
 impl Accepted {
@@ -93,15 +132,15 @@ impl Accepted {
 ///
 /// # Errors
 /// As kube-apiserver refuses: a request that is not a WebSocket upgrade offering one of
-/// [`PROTOCOLS`], no command, no stream, a terminal, an unknown pod or container, a pod no
-/// kubelet runs, or what the kubelet said.
+/// [`PROTOCOLS`], no command, no stream, an unknown pod or container, a pod no kubelet
+/// runs, or what the kubelet said.
 pub fn start(
     stored: Option<Value>,
     namespace: &str,
     name: &str,
     raw_query: Option<&str>,
     headers: &HeaderMap,
-    run: impl FnOnce(&ExecRequest<'_>) -> Option<Result<Child, ExecRefusal>>,
+    run: impl FnOnce(&ExecRequest<'_>) -> Option<Result<Started, ExecRefusal>>,
 ) -> Result<Accepted, ApiError> {
     let mut command = Vec::new();
     let (mut container, mut stdin, mut stdout, mut stderr, mut tty) =
@@ -128,11 +167,6 @@ pub fn start(
             "you must specify at least 1 of stdin, stdout, stderr".into(),
         ));
     }
-    if tty {
-        return Err(ApiError::BadRequest(
-            "a terminal (tty) is not served by the simulated kubelet: exec without -t".into(),
-        ));
-    }
     let (protocol, accept_key) = handshake(headers)?;
     let pod = super::upgrade::scheduled_pod(stored, name)?;
     let container = super::podlog::container_of(&pod, name, &container)?;
@@ -142,9 +176,10 @@ pub fn start(
         container: &container,
         command: &command,
         stdin,
+        tty,
     };
-    let child = match run(&request) {
-        Some(Ok(child)) => child,
+    let started = match run(&request) {
+        Some(Ok(started)) => started,
         Some(Err(refusal)) => {
             return Err(ApiError::BadRequest(format!(
                 "unable to upgrade connection: {refusal}"
@@ -159,7 +194,7 @@ pub fn start(
     Ok(Accepted {
         protocol,
         accept_key,
-        child,
+        started,
     })
 }
 
@@ -182,7 +217,10 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let v5 = accepted.protocol == PROTOCOLS[0];
-    let mut child = accepted.child;
+    let Started {
+        mut child,
+        terminal,
+    } = accepted.started;
     let ws = WebSocketStream::from_raw_socket(socket, Role::Server, None).await;
     let (mut sink, mut incoming) = ws.split();
     let (tx, mut output) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
@@ -192,8 +230,20 @@ where
     if let Some(err) = child.stderr.take() {
         tokio::spawn(pump(err, STDERR, tx.clone()));
     }
+    let (mut stdin, resize): (Option<Pin<Box<dyn AsyncWrite + Send>>>, _) = match terminal {
+        Some(terminal) => {
+            tokio::spawn(pump(terminal.output, STDOUT, tx.clone()));
+            (Some(terminal.input), Some(terminal.resize))
+        }
+        None => (
+            child
+                .stdin
+                .take()
+                .map(|pipe| Box::pin(pipe) as Pin<Box<dyn AsyncWrite + Send>>),
+            None,
+        ),
+    };
     drop(tx);
-    let mut stdin = child.stdin.take();
     loop {
         tokio::select! {
             chunk = output.recv() => match chunk {
@@ -216,6 +266,13 @@ where
                         }
                     }
                     Some(&CLOSE) if v5 && data.get(1) == Some(&STDIN) => stdin = None,
+                    Some(&RESIZE) => {
+                        if let (Some(resize), Ok(size)) =
+                            (&resize, serde_json::from_slice::<WindowSize>(&data[1..]))
+                        {
+                            resize(size.width, size.height);
+                        }
+                    }
                     _ => {}
                 },
                 Some(Ok(Message::Close(_)) | Err(_)) | None => {

@@ -148,7 +148,7 @@ impl State {
     pub fn exec(
         &self,
         request: &super::exec::ExecRequest<'_>,
-    ) -> Option<Result<tokio::process::Child, super::exec::ExecRefusal>> {
+    ) -> Option<Result<super::exec::Started, super::exec::ExecRefusal>> {
         let sources = self
             .exec_sources
             .read()

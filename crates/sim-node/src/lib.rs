@@ -69,6 +69,7 @@ pub mod server;
 mod shared;
 mod source;
 pub mod status;
+pub mod terminal;
 pub mod upstream;
 pub mod volume;
 
@@ -210,8 +211,13 @@ impl Kubelet {
             let shared = weak.upgrade()?;
             let pod = shared.find(request.namespace, request.pod)?;
             Some(
-                pod.exec(request.container, request.command, request.stdin)
-                    .map_err(|e| Box::new(e) as ExecRefusal),
+                pod.exec(
+                    request.container,
+                    request.command,
+                    request.stdin,
+                    request.tty,
+                )
+                .map_err(|e| ExecRefusal::from(container::error_chain(&e))),
             )
         }));
         let weak: Weak<Shared> = Arc::downgrade(&shared);

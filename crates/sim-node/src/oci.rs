@@ -1040,15 +1040,20 @@ impl Container {
     /// The program and arguments that run `command` in the running container (the
     /// runtime's `exec`: the container's namespaces, root, user, environment and working
     /// directory). A rootless container's runs in the user namespace of the runtime process, where
-    /// the container's standard streams and files belong to its root.
-    pub fn exec_command(&self, command: &[String]) -> (PathBuf, Vec<String>) {
+    /// the container's standard streams and files belong to its root. With `tty`, it runs
+    /// under a terminal the runtime makes and relays to its own standard streams (`--tty`;
+    /// `--console-socket` is refused without `--detach`, which would lose the exit code).
+    pub fn exec_command(&self, command: &[String], tty: bool) -> (PathBuf, Vec<String>) {
         let mut args = vec![
             self.runtime.program.display().to_string(),
             "--root".to_string(),
             self.runtime.root.display().to_string(),
             "exec".into(),
-            self.id.clone(),
         ];
+        if tty {
+            args.push("--tty".into());
+        }
+        args.push(self.id.clone());
         args.extend(command.iter().cloned());
         match (&self.runtime.rootless, self.runtime_pid.get()) {
             (Some(nsenter), Some(pid)) => {

@@ -14,6 +14,11 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use nix::sys::signal::Signal;
 use sim_apiserver::attach::Attached;
+use sim_apiserver::exec::{Started, Terminal};
+use std::os::fd::OwnedFd;
+use std::process::Stdio;
+
+use super::terminal::open_pty;
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::ChildStdin;
 use tokio::sync::{Notify, mpsc, watch};
@@ -192,6 +197,15 @@ pub enum ExecError {
         #[source]
         source: std::io::Error,
     },
+    /// The command's terminal could not be made.
+    #[error("cannot make a terminal in container {container}")]
+    Terminal {
+        /// The container.
+        container: String,
+        /// The cause.
+        #[source]
+        source: super::terminal::TerminalError,
+    },
     /// Attach found no running instance of the container.
     #[error("container {container} of pod {pod} is not running")]
     NotAttachable {
@@ -209,6 +223,25 @@ pub enum ExecError {
         #[source]
         source: LogError,
     },
+}
+
+/// The terminal whose master is `master`: read and written through copies of it, resized
+/// on it.
+pub(crate) fn terminal_of(master: OwnedFd) -> std::io::Result<Terminal> {
+    let file = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map(|copy| tokio::fs::File::from_std(std::fs::File::from(copy)))
+    };
+    let (output, input) = (file(&master)?, file(&master)?);
+    Ok(Terminal {
+        output: Box::pin(output),
+        input: Box::pin(input),
+        resize: Box::new(move |width, height| {
+            if let Err(e) = super::terminal::resize(&master, width, height) {
+                tracing::debug!(error = %e, "cannot resize a terminal");
+            }
+        }),
+    })
 }
 
 /// A pod's own network (see [`pod_network`]).
@@ -381,19 +414,23 @@ impl PodRuntime {
         c.log.text(previous)
     }
 
-    /// Starts `command` in the running instance of `container`, its standard streams piped
-    /// (stdin only with `stdin`), killed when dropped: through the runtime's `exec` for a
-    /// container, as a host process in the pod's directory for a pod that is processes.
+    /// Starts `command` in the running instance of `container`, killed when dropped: its
+    /// standard streams piped (stdin only with `stdin`), or with `tty` all three a new
+    /// pseudo-terminal that is its controlling terminal (`setsid --ctty`). Through the
+    /// runtime's `exec` for a container (with `tty`, its `--tty`: the runtime relays a
+    /// terminal of the container to this one), as a host process in the pod's directory for
+    /// a pod that is processes.
     ///
     /// # Errors
     /// When nothing of the container runs (a stand-in runs nothing either), or the command
-    /// cannot be started.
+    /// or its terminal cannot be started.
     pub fn exec(
         &self,
         container: &str,
         command: &[String],
         stdin: bool,
-    ) -> Result<tokio::process::Child, ExecError> {
+        tty: bool,
+    ) -> Result<Started, ExecError> {
         let not_running = || ExecError::NotRunning {
             container: container.to_string(),
         };
@@ -401,33 +438,63 @@ impl PodRuntime {
             .container(container)
             .and_then(|c| c.group())
             .ok_or_else(not_running)?;
+        let spawn_error = |source| ExecError::Spawn {
+            command: command.to_vec(),
+            container: container.to_string(),
+            source,
+        };
+        let terminal_error = |source| ExecError::Terminal {
+            container: container.to_string(),
+            source,
+        };
+        let (first, rest) = command.split_first().ok_or_else(not_running)?;
         let (program, args, cwd) = match &group.container {
             Some(oci) => {
-                let (program, args) = oci.exec_command(command);
+                let (program, args) = oci.exec_command(command, tty);
                 (program, args, PathBuf::from("/"))
             }
-            None => {
-                let (first, rest) = command.split_first().ok_or_else(not_running)?;
-                (PathBuf::from(first), rest.to_vec(), self.dir.clone())
-            }
+            None => (PathBuf::from(first), rest.to_vec(), self.dir.clone()),
         };
-        tokio::process::Command::new(program)
+        if tty {
+            let pty = open_pty().map_err(terminal_error)?;
+            let slave = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+            let (input, output) = (
+                slave(&pty.slave).map_err(spawn_error)?,
+                slave(&pty.slave).map_err(spawn_error)?,
+            );
+            // The command's own copies only: the terminal ends when it closes them. A
+            // runtime's `exec --tty` relays its own terminal in the container to this one,
+            // and takes a new window size from it at the SIGWINCH a resize sends.
+            let child = tokio::process::Command::new("setsid")
+                .args(["--ctty", "--"])
+                .arg(program)
+                .args(args)
+                .current_dir(cwd)
+                .stdin(input)
+                .stdout(output)
+                .stderr(Stdio::from(pty.slave))
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(spawn_error)?;
+            let terminal = terminal_of(pty.master).map_err(spawn_error)?;
+            return Ok(Started {
+                child,
+                terminal: Some(terminal),
+            });
+        }
+        let child = tokio::process::Command::new(program)
             .args(args)
             .current_dir(cwd)
-            .stdin(if stdin {
-                std::process::Stdio::piped()
-            } else {
-                std::process::Stdio::null()
-            })
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|source| ExecError::Spawn {
-                command: command.to_vec(),
-                container: container.to_string(),
-                source,
-            })
+            .map_err(spawn_error)?;
+        Ok(Started {
+            child,
+            terminal: None,
+        })
     }
 
     /// Attaches to the running instance of `container`: what it writes from now on (its

@@ -15,6 +15,11 @@
 //! and is FINed. A client that goes away (a reset of the error stream, or the end of the
 //! session) kills the command.
 //!
+//! With `tty=1` the command runs under a pseudo-terminal: there is no stderr stream (the
+//! kubelet drops `error=1` with a terminal), the stdout stream carries what the terminal
+//! shows, stdin is typed into it, and the client's `resize` stream carries window sizes
+//! (JSON `{"Width":…,"Height":…}` one after another), each set on the terminal.
+//!
 //! Attach ([`serve_attach`]) relays what a container writes from then on, read from its log
 //! as `kubectl logs -f` reads it, until the container instance ends; then `Success`. What
 //! comes on its stdin stream goes to the stdin the kubelet keeps of a container whose spec
@@ -22,7 +27,7 @@
 //! session and when, with `stdinOnce`, it closes the container's stdin).
 //!
 //! # Caveats
-//! - No terminal: `tty=1` is refused before the upgrade (`kubectl exec -t`).
+//! - Attach has no terminal: `tty=1` is refused before the upgrade (`kubectl attach -t`).
 //! - Attach sends stdout and stderr together on one stream, as the log has them.
 //! - Stream protocols v1 to v3 (text errors, no exit code) are not served: a client that
 //!   offers only those gets the 403 of a failed negotiation.
@@ -32,10 +37,12 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use std::pin::Pin;
+
 use sim_apiserver::attach::Attached;
+use sim_apiserver::exec::{Started, WindowSize};
 use sim_apiserver::spdy::{self, Event, Incoming, StreamWriter};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-use tokio::process::Child;
 use tokio::sync::mpsc;
 
 /// The stream protocols served, the client's order deciding.
@@ -56,6 +63,8 @@ pub struct ExecOptions {
     pub stdout: bool,
     /// A stderr stream comes.
     pub stderr: bool,
+    /// The command runs under a terminal, and a resize stream comes.
+    pub tty: bool,
 }
 
 impl ExecOptions {
@@ -76,12 +85,19 @@ impl ExecOptions {
     /// # Errors
     /// No stream, or a terminal asked for, each named.
     pub fn parse_attach(query: Option<&str>) -> Result<Self, String> {
-        Self::streams_of(query)
+        let options = Self::streams_of(query)?;
+        if options.tty {
+            return Err(
+                "a terminal (tty) is not served by the simulated kubelet for attach: attach \
+                 without -t"
+                    .into(),
+            );
+        }
+        Ok(options)
     }
 
     fn streams_of(query: Option<&str>) -> Result<Self, String> {
         let mut options = Self::default();
-        let mut tty = false;
         for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
             let on = value == "1";
             match key.as_ref() {
@@ -89,14 +105,13 @@ impl ExecOptions {
                 "input" => options.stdin = on,
                 "output" => options.stdout = on,
                 "error" => options.stderr = on,
-                "tty" => tty = on,
+                "tty" => options.tty = on,
                 _ => {}
             }
         }
-        if tty {
-            return Err(
-                "a terminal (tty) is not served by the simulated kubelet: exec without -t".into(),
-            );
+        // As the kubelet's remotecommand: a terminal has one output stream.
+        if options.tty {
+            options.stderr = false;
         }
         if !(options.stdin || options.stdout || options.stderr) {
             return Err("you must specify at least 1 of stdin, stdout, stderr".into());
@@ -104,9 +119,13 @@ impl ExecOptions {
         Ok(options)
     }
 
-    /// How many streams the client opens: one per standard stream, and the error stream.
+    /// How many streams the client opens: one per standard stream, the error stream, and
+    /// with a terminal the resize stream.
     fn streams(&self) -> usize {
-        1 + usize::from(self.stdin) + usize::from(self.stdout) + usize::from(self.stderr)
+        1 + usize::from(self.stdin)
+            + usize::from(self.stdout)
+            + usize::from(self.stderr)
+            + usize::from(self.tty)
     }
 }
 
@@ -117,6 +136,7 @@ struct Streams {
     stdin: Option<Incoming>,
     stdout: Option<Incoming>,
     stderr: Option<Incoming>,
+    resize: Option<Incoming>,
 }
 
 /// Accepts the streams the client opens until the `expected` ones are there: each is
@@ -141,6 +161,7 @@ async fn gather(streams: &mut mpsc::Receiver<Incoming>, expected: usize) -> Opti
             Some("stdin") => &mut got.stdin,
             Some("stdout") => &mut got.stdout,
             Some("stderr") => &mut got.stderr,
+            Some("resize") => &mut got.resize,
             other => {
                 tracing::debug!("exec: unexpected stream type {other:?}");
                 continue;
@@ -152,13 +173,18 @@ async fn gather(streams: &mut mpsc::Receiver<Incoming>, expected: usize) -> Opti
     Some(got)
 }
 
-/// Serves the exec session on the upgraded connection `io`: relays `child`'s standard
-/// streams over the streams the client opens and sends its status once it has exited;
-/// kills it when the client goes away or does not open its streams.
-pub async fn serve<S>(io: S, mut child: Child, options: ExecOptions)
+/// Serves the exec session on the upgraded connection `io`: relays the command's standard
+/// streams (or its terminal, and window sizes from the resize stream) over the streams the
+/// client opens and sends its status once it has exited; kills it when the client goes
+/// away or does not open its streams.
+pub async fn serve<S>(io: S, started: Started, options: ExecOptions)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    let Started {
+        mut child,
+        terminal,
+    } = started;
     let (tx, mut incoming) = mpsc::channel(8);
     let session = tokio::spawn(spdy::serve(io, tx));
     let Some(streams) = gather(&mut incoming, options.streams()).await else {
@@ -171,12 +197,28 @@ where
         stdin,
         stdout,
         stderr,
+        resize,
     } = streams;
     let Some(mut error) = error else {
         let _ = child.kill().await;
         return;
     };
+    let (mut stdout, mut resizing) = (stdout, None);
+    let mut input: Option<Pin<Box<dyn AsyncWrite + Send>>> = child
+        .stdin
+        .take()
+        .map(|pipe| Box::pin(pipe) as Pin<Box<dyn AsyncWrite + Send>>);
+    let mut shown = None;
+    if let Some(terminal) = terminal {
+        shown = Some(tokio::spawn(pump(
+            terminal.output,
+            stdout.take().map(|s| s.writer),
+        )));
+        input = Some(terminal.input);
+        resizing = resize.map(|stream| tokio::spawn(resizes(stream, terminal.resize)));
+    }
     let pumps = [
+        shown,
         child
             .stdout
             .take()
@@ -186,7 +228,7 @@ where
             .take()
             .map(|err| tokio::spawn(pump(err, stderr.map(|s| s.writer)))),
     ];
-    let feeding = match (child.stdin.take(), stdin) {
+    let feeding = match (input, stdin) {
         (Some(pipe), Some(stream)) => Some(tokio::spawn(feed(stream, pipe))),
         _ => None,
     };
@@ -198,16 +240,16 @@ where
     tokio::select! {
         () = output => {}
         () = gone(&mut error.events) => {
-            if let Some(feeding) = feeding {
-                feeding.abort();
+            for task in [feeding, resizing].into_iter().flatten() {
+                task.abort();
             }
             let _ = child.kill().await;
             return;
         }
     }
     let status = sim_apiserver::exec::exit_status(child.wait().await);
-    if let Some(feeding) = feeding {
-        feeding.abort();
+    for task in [feeding, resizing].into_iter().flatten() {
+        task.abort();
     }
     error
         .writer
@@ -238,6 +280,7 @@ where
         stdin,
         stdout,
         stderr,
+        ..
     }) = gather(&mut incoming, options.streams()).await
     else {
         session.abort();
@@ -326,13 +369,29 @@ async fn pump(mut from: impl AsyncRead + Unpin, to: Option<StreamWriter>) {
     }
 }
 
-/// Writes what the client sends on its stdin stream to the command's stdin, which is
-/// closed at the stream's FIN or reset.
-async fn feed(mut stream: Incoming, mut pipe: tokio::process::ChildStdin) {
+/// Writes what the client sends on its stdin stream to the command's stdin (or terminal),
+/// which is closed at the stream's FIN or reset.
+async fn feed(mut stream: Incoming, mut pipe: impl AsyncWrite + Unpin) {
     while let Some(Event::Data(bytes)) = stream.events.recv().await {
-        if pipe.write_all(&bytes).await.is_err() {
+        if pipe.write_all(&bytes).await.is_err() || pipe.flush().await.is_err() {
             return;
         }
+    }
+}
+
+/// Sets the window sizes the client sends on its resize stream (JSON `TerminalSize`s one
+/// after another) with `resize`, until the stream ends.
+async fn resizes(mut stream: Incoming, resize: Box<dyn Fn(u16, u16) + Send + Sync>) {
+    let mut pending = Vec::new();
+    while let Some(Event::Data(bytes)) = stream.events.recv().await {
+        pending.extend_from_slice(&bytes);
+        let mut sizes = serde_json::Deserializer::from_slice(&pending).into_iter::<WindowSize>();
+        let mut used = 0;
+        while let Some(Ok(size)) = sizes.next() {
+            used = sizes.byte_offset();
+            resize(size.width, size.height);
+        }
+        pending.drain(..used);
     }
 }
 
@@ -343,7 +402,7 @@ mod tests {
     use sim_apiserver::spdy::Frame;
 
     #[test]
-    fn the_query_names_the_streams_with_ones_and_refuses_a_terminal_or_no_stream() {
+    fn the_query_names_the_streams_with_ones_drops_stderr_with_a_terminal_and_refuses_no_stream() {
         let options = ExecOptions::parse(Some(
             "command=%2Fbin%2Fsh&command=-c&command=true&input=1&output=1",
         ))
@@ -351,7 +410,11 @@ mod tests {
         assert_eq!(options.command, ["/bin/sh", "-c", "true"]);
         assert!(options.stdin && options.stdout && !options.stderr);
         assert_eq!(options.streams(), 3);
-        assert!(ExecOptions::parse(Some("command=x&output=1&tty=1")).is_err());
+        let tty = ExecOptions::parse(Some("command=x&input=1&output=1&error=1&tty=1"))
+            .unwrap_or_default();
+        assert!(tty.tty && tty.stdout && !tty.stderr, "{tty:?}");
+        assert_eq!(tty.streams(), 4);
+        assert!(ExecOptions::parse_attach(Some("output=1&tty=1")).is_err());
         assert!(ExecOptions::parse(Some("command=x&output=true")).is_err());
         assert!(ExecOptions::parse(Some("output=1")).is_err());
     }
@@ -376,7 +439,7 @@ mod tests {
         (data, replies)
     }
 
-    fn shell(script: &str, stdin: bool) -> Child {
+    fn shell(script: &str, stdin: bool) -> tokio::process::Child {
         tokio::process::Command::new("/bin/sh")
             .args(["-c", script])
             .stdin(if stdin {
@@ -399,9 +462,14 @@ mod tests {
             stdin: true,
             stdout: true,
             stderr: true,
+            tty: false,
         };
         let child = shell("read line; echo \"got $line\"; echo oops >&2; exit 3", true);
-        let served = tokio::spawn(serve(server_io, child, options));
+        let started = Started {
+            child,
+            terminal: None,
+        };
+        let served = tokio::spawn(serve(server_io, started, options));
         let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         // client-go opens the error stream first; the order does not matter here.
         client.open(1, &[("streamtype", "error")]).await.ok();
@@ -523,6 +591,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn with_a_terminal_stdin_is_typed_into_it_and_the_stdout_stream_shows_it() {
+        let pty = crate::terminal::open_pty().unwrap_or_else(|e| panic!("{e}"));
+        let slave = |fd: &std::os::fd::OwnedFd| {
+            fd.try_clone()
+                .map(std::process::Stdio::from)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let child = tokio::process::Command::new("setsid")
+            .args(["--ctty", "--", "/bin/sh", "-c"])
+            .arg("read line; echo \"got $line\"; tty")
+            .stdin(slave(&pty.slave))
+            .stdout(slave(&pty.slave))
+            .stderr(std::process::Stdio::from(pty.slave))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("setsid: {e}"));
+        let terminal = crate::runtime::terminal_of(pty.master).unwrap_or_else(|e| panic!("{e}"));
+        let started = Started {
+            child,
+            terminal: Some(terminal),
+        };
+        let options =
+            ExecOptions::parse(Some("command=sh&input=1&output=1&tty=1")).unwrap_or_default();
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(serve(server_io, started, options));
+        let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
+        client.open(1, &[("streamtype", "error")]).await.ok();
+        client.open(3, &[("streamtype", "stdin")]).await.ok();
+        client.open(5, &[("streamtype", "stdout")]).await.ok();
+        client.open(7, &[("streamtype", "resize")]).await.ok();
+        // A size on the resize stream (set on the terminal; see the terminal's own test).
+        client
+            .send(Frame::Data {
+                id: 7,
+                flags: 0,
+                data: Bytes::from_static(b"{\"Width\":123,\"Height\":45}"),
+            })
+            .await
+            .ok();
+        client
+            .send(Frame::Data {
+                id: 3,
+                flags: spdy::FLAG_FIN,
+                data: Bytes::from_static(b"hello\n"),
+            })
+            .await
+            .ok();
+        let (data, _) = fins(&mut client, &[1, 5]).await;
+        let shown = String::from_utf8_lossy(&data[1]);
+        assert!(shown.contains("got hello\r\n"), "{shown:?}");
+        assert!(shown.contains("/dev/pts/"), "{shown:?}");
+        let status: serde_json::Value =
+            serde_json::from_slice(&data[0]).unwrap_or_else(|e| panic!("{e}: {data:?}"));
+        assert_eq!(status["status"], "Success");
+        client.send(Frame::GoAway { last: 0, status: 0 }).await.ok();
+        assert!(served.await.is_ok());
+    }
+
+    #[tokio::test]
     async fn a_client_that_resets_its_error_stream_has_the_command_killed() {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let options = ExecOptions {
@@ -532,7 +659,11 @@ mod tests {
         };
         let child = shell("echo started; exec sleep 600", false);
         let pid = child.id().unwrap_or_default();
-        let served = tokio::spawn(serve(server_io, child, options));
+        let started = Started {
+            child,
+            terminal: None,
+        };
+        let served = tokio::spawn(serve(server_io, started, options));
         let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
         client.open(1, &[("streamtype", "error")]).await.ok();
         client.open(3, &[("streamtype", "stdout")]).await.ok();

@@ -337,11 +337,13 @@ fn remote_command<B>(
         return text(StatusCode::NOT_FOUND, "pod does not exist");
     };
     if !attach {
-        let child = match runtime.exec(container, &options.command, options.stdin) {
-            Ok(child) => child,
+        let started = match runtime.exec(container, &options.command, options.stdin, options.tty) {
+            Ok(started) => started,
             Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
-        return switched(upgrade, &switch, move |io| exec::serve(io, child, options));
+        return switched(upgrade, &switch, move |io| {
+            exec::serve(io, started, options)
+        });
     }
     match runtime.attach(container, options.stdin) {
         Ok(attached) => switched(upgrade, &switch, move |io| {
