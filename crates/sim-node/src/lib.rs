@@ -188,6 +188,10 @@ impl Kubelet {
             }),
             config,
             server: server.clone(),
+            reviews: self::server::auth::Reviews::new(
+                client.clone(),
+                self::server::auth::CacheTtls::default(),
+            ),
             client,
             proxy,
             pods: Mutex::new(HashMap::new()),

@@ -64,6 +64,8 @@ pub(crate) struct Shared {
     pub(crate) config: KubeletConfig,
     pub(crate) server: Arc<dyn Upstream>,
     pub(crate) client: kube::Client,
+    /// The reviews of the callers of the kubelet's endpoint, and their caches.
+    pub(crate) reviews: super::server::auth::Reviews,
     pub(crate) proxy: Proxy,
     pub(crate) pods: Mutex<HashMap<String, Arc<PodRuntime>>>,
     pub(crate) node_mode: Mutex<Mode>,

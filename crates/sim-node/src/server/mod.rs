@@ -213,16 +213,21 @@ async fn answer<B>(
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let checked = match auth::authenticate(&shared.client, certificate, authorization).await {
+    let checked = match shared
+        .reviews
+        .authenticate(certificate, authorization)
+        .await
+    {
         Ok(user) => {
-            auth::authorize(
-                &shared.client,
-                &shared.config.node_name,
-                &user,
-                req.method(),
-                req.uri().path(),
-            )
-            .await
+            shared
+                .reviews
+                .authorize(
+                    &shared.config.node_name,
+                    &user,
+                    req.method(),
+                    req.uri().path(),
+                )
+                .await
         }
         Err(refusal) => Err(refusal),
     };
