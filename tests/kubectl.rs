@@ -4,9 +4,10 @@
 //! `kubernetes` Service and field selectors; kubectl's rollout status and wait against
 //! the simulated controllers; and, in pods that run, `exec` (also under a terminal), `attach` (the output from
 //! then on, and stdin, which `stdinOnce` closes), `logs -f` and `port-forward` (over the
-//! WebSocket tunnel and over plain SPDY).
+//! WebSocket tunnel and over plain SPDY), and kube-rs's port-forward (over the kubelet's
+//! WebSocket channel protocol).
 //!
-//! The same `exec`, `logs -f` and `port-forward` checks, and `attach`, also run against a
+//! The same `exec`, `logs -f` and both port-forward checks, and `attach`, also run against a
 //! real control plane (`opconform::cluster::local`) whose one node is our kubelet: there
 //! kube-apiserver reaches the pods through the kubelet's own endpoint, which is also shown
 //! to refuse anonymous requests (401) and users without `nodes/proxy` (403).
@@ -966,11 +967,10 @@ fn kubectl_port_forward_reaches_a_pods_port_over_the_websocket_tunnel_and_over_p
     port_forward_both_ways(&Sim::start_with(&["--image", "shell:1=/bin/sh"]));
 }
 
-/// `kubectl port-forward` to a pod of image `shell:1` (`/bin/sh`) serving HTTP with
-/// python3: over the WebSocket tunnel and over plain SPDY, and a refused port.
-fn port_forward_both_ways(sim: &impl Kubectl) {
-    // An HTTP server on 8080 serving the container's filesystem, whose /etc/hostname is
-    // the pod's; Ready once the port accepts connections.
+/// Pod `portal` of image `shell:1` (`/bin/sh`) serving HTTP with python3 on 8080: the
+/// container's filesystem, whose /etc/hostname is the pod's; Ready once the port accepts
+/// connections.
+fn serve_portal(sim: &impl Kubectl) {
     sim.ready_pod(
         "portal",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: portal}\nspec:\n  containers:\n  \
@@ -979,6 +979,12 @@ fn port_forward_both_ways(sim: &impl Kubectl) {
          ports: [{containerPort: 8080}]\n    \
          readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}\n",
     );
+}
+
+/// `kubectl port-forward` to pod `portal` ([`serve_portal`]): over the WebSocket tunnel
+/// and over plain SPDY, and a refused port.
+fn port_forward_both_ways(sim: &impl Kubectl) {
+    serve_portal(sim);
 
     // kubectl's default (SPDY inside a WebSocket), then its fallback (plain SPDY/3.1).
     for env in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
@@ -1009,6 +1015,77 @@ fn port_forward_both_ways(sim: &impl Kubectl) {
             && stderr.contains("onnection refused"),
         "{out:?}"
     );
+}
+
+#[test]
+fn kube_rs_port_forward_reaches_a_pods_port_over_the_kubelets_websocket_channel_protocol() {
+    let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
+    serve_portal(&sim);
+    kube_rs_port_forward(&sim);
+}
+
+/// kube-rs's `Api::<Pod>::portforward` (the kubelet's WebSocket channel protocol) to pod
+/// `portal` ([`serve_portal`]) on 8080 and 8081 at once: an HTTP answer through 8080, the
+/// pod's refusal of 8081 (nothing listens there) on its error channel, and the session's
+/// end once both are done; an unknown pod is a 404.
+fn kube_rs_port_forward(cluster: &impl Kubectl) {
+    use k8s_openapi::api::core::v1::Pod;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(cluster.kubeconfig()).expect("the kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a client configuration");
+        let pods: kube::Api<Pod> =
+            kube::Api::default_namespaced(kube::Client::try_from(config).expect("a client"));
+        let mut forwarder = pods
+            .portforward("portal", &[8080, 8081])
+            .await
+            .unwrap_or_else(|e| panic!("kube-rs port-forward to portal: {e}"));
+        let mut stream = forwarder.take_stream(8080).expect("the stream of 8080");
+        let refused = forwarder.take_error(8081).expect("the errors of 8081");
+        stream
+            .write_all(b"GET /etc/hostname HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .expect("the request is written");
+        // The pod ends its answer; both ports done, the server ends the session.
+        let mut answer = Vec::new();
+        tokio::time::timeout(WAIT, stream.read_to_end(&mut answer))
+            .await
+            .unwrap_or_else(|_| panic!("the answer did not end within {WAIT:?}"))
+            .expect("the answer is read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nportal\n"), "{answer}");
+        let error = tokio::time::timeout(WAIT, refused)
+            .await
+            .unwrap_or_else(|_| panic!("no word on 8081 within {WAIT:?}"))
+            .unwrap_or_default();
+        assert!(
+            error.starts_with("error forwarding port 8081 to pod default/portal")
+                && error.contains("onnection refused"),
+            "{error}"
+        );
+        drop(stream);
+        // The server closed the WebSocket first (every port done, as the kubelet closes
+        // it), so kube-rs's own Close finds it closed: the one error its join may report.
+        let joined = tokio::time::timeout(WAIT, forwarder.join())
+            .await
+            .unwrap_or_else(|_| panic!("the forwarder did not end within {WAIT:?}"));
+        if let Err(e) = joined {
+            assert!(e.to_string().contains("Sending after closing"), "{e}");
+        }
+        match pods.portforward("nowhere", &[8080]).await {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 404, "{status:?}"),
+            Err(e) => panic!("an unknown pod: {e}"),
+            Ok(_) => panic!("an unknown pod was forwarded to"),
+        }
+    });
 }
 
 /// A real control plane (`opconform::cluster::local`) with one node of our kubelet, which
@@ -1314,4 +1391,5 @@ fn on_local_kubectl_exec_attach_logs_follow_and_port_forward_reach_our_kubelet_w
     attach_writes_to_a_containers_stdin_which_stdin_once_closes(&local);
     exec_with_a_terminal(&local);
     port_forward_both_ways(&local);
+    kube_rs_port_forward(&local);
 }

@@ -400,7 +400,7 @@ async fn accept_loop(
                 }
             });
             // With upgrades: `pods/exec` switches the connection to a WebSocket, `pods/portforward`
-            // to a WebSocket or to SPDY/3.1.
+            // to a WebSocket (of SPDY or of channels) or to SPDY/3.1.
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
                 .with_upgrades();
@@ -670,7 +670,14 @@ async fn handle(
             };
         }
         if info.group.is_empty() && info.resource == "pods" && info.subresource == "portforward" {
-            return match portforward::start(&state, &info.namespace, &info.name, &parts.headers) {
+            let query = parts.uri.query();
+            return match portforward::start(
+                &state,
+                &info.namespace,
+                &info.name,
+                query,
+                &parts.headers,
+            ) {
                 Ok(accepted) => {
                     state.faults.served(&facts);
                     let switch = accepted.switch.clone();

@@ -112,7 +112,7 @@ pub fn is_spdy(headers: &HeaderMap) -> bool {
 pub enum Switch {
     /// A WebSocket with this subprotocol and `Sec-WebSocket-Accept`.
     WebSocket {
-        /// The subprotocol chosen.
+        /// The subprotocol chosen (empty: none).
         protocol: &'static str,
         /// `Sec-WebSocket-Accept`.
         accept_key: String,
@@ -144,7 +144,10 @@ where
             accept_key,
         } => {
             headers.insert(UPGRADE, fixed("websocket"));
-            headers.insert(SEC_WEBSOCKET_PROTOCOL, fixed(protocol));
+            // None chosen (the client offered none): none named.
+            if !protocol.is_empty() {
+                headers.insert(SEC_WEBSOCKET_PROTOCOL, fixed(protocol));
+            }
             if let Ok(key) = HeaderValue::from_str(accept_key) {
                 headers.insert(SEC_WEBSOCKET_ACCEPT, key);
             }

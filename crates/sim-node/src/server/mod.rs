@@ -3,8 +3,10 @@
 //! kube-apiserver passes on (`follow` streams until the container instance ends) for
 //! `kubectl logs`, `/exec/{namespace}/{pod}/{container}` ([`exec`]: the command's streams
 //! over SPDY/3.1) for `kubectl exec`, `/attach/{namespace}/{pod}/{container}` (what the
-//! container writes from then on; its stdin) for `kubectl attach`, `/portForward/{namespace}/{pod}` (the session of
-//! [`sim_apiserver::portforward`], over SPDY/3.1) for `kubectl port-forward`, and
+//! container writes from then on; its stdin) for `kubectl attach`, `/portForward/{namespace}/{pod}` (the sessions of
+//! [`sim_apiserver::portforward`]: over SPDY/3.1 for `kubectl port-forward`, which
+//! kube-apiserver turns into SPDY; over the WebSocket channel protocol with `?port=` for
+//! kube-rs's `Portforwarder`, which kube-apiserver passes on as it is), and
 //! `/healthz`. The simulated API server reads logs and runs commands in-process and needs
 //! none of this.
 //!
@@ -19,8 +21,6 @@
 //!
 //! # Caveats
 //! - `/attach` has one output stream (see [`exec`]).
-//! - Port-forward's WebSocket channel protocol (`v4.channel.k8s.io` with `?ports=`) is not
-//!   served: kube-apiserver speaks SPDY to kubelets (see [`sim_apiserver::portforward`]).
 //! - The stats, metrics, pods and checkpoint endpoints are not served (404).
 
 pub mod auth;
@@ -365,6 +365,12 @@ fn port_forward<B>(
     req: &Request<B>,
     upgrade: hyper::upgrade::OnUpgrade,
 ) -> Response<Body> {
+    use sim_apiserver::portforward::{Accepted, KubeletOptions};
+    // As the kubelet: the ports of a WebSocket first, then the pod, then the upgrade.
+    let options = match KubeletOptions::parse(req.headers(), req.uri().query()) {
+        Ok(options) => options,
+        Err(e) => return refused(&e),
+    };
     let Some(runtime) = shared.find(namespace, pod) else {
         return text(StatusCode::NOT_FOUND, "pod does not exist");
     };
@@ -374,7 +380,7 @@ fn port_forward<B>(
         uid: runtime.uid.clone(),
         ip: IpAddr::V4(runtime.ip),
     };
-    match sim_apiserver::portforward::Accepted::new(req.headers(), target) {
+    match Accepted::for_kubelet(req.headers(), options, target) {
         Ok(accepted) => {
             let switch = accepted.switch.clone();
             switched(upgrade, &switch, move |io| {
