@@ -1193,7 +1193,7 @@ impl Drop for Local {
 /// The kubelet's endpoint lets in users whose token the API server knows and who may use
 /// `nodes/proxy`, and no one else (kube-apiserver, with its client certificate, is let in
 /// for exec, logs and port-forward; its node proxy refuses loopback addresses, so it is
-/// not tried here).
+/// not tried here); a pod it does not run is a 404 with the kubelet's text.
 fn the_kubelet_lets_in_only_whom_the_api_server_authorizes(local: &Local) {
     let port = local.ok(&[
         "get",
@@ -1227,26 +1227,49 @@ fn the_kubelet_lets_in_only_whom_the_api_server_authorizes(local: &Local) {
         "--verb=get",
         "--resource=nodes/proxy",
     ]);
+    // Bound now, but the kubelet keeps its denial of `nobody` for 30 s, as the kubelet
+    // does: `somebody`, never asked about, shows the binding.
+    local.ok(&["create", "serviceaccount", "somebody"]);
     local.ok(&[
         "create",
         "clusterrolebinding",
-        "nobody-node-proxy",
+        "node-proxy",
         "--clusterrole=node-proxy",
         "--serviceaccount=default:nobody",
+        "--serviceaccount=default:somebody",
     ]);
-    // The binding reaches the API server's authorizer through its informers.
+    // The binding reaches the API server's authorizer through its informers: asked of the
+    // API server, so that no denial is cached by the kubelet meanwhile.
     let deadline = std::time::Instant::now() + WAIT;
     loop {
-        let answer = local.kubelet_get(&server, Some(token), "/healthz");
-        if answer == (200, "ok".to_string()) {
+        let can = local.run(&[
+            "auth",
+            "can-i",
+            "get",
+            "nodes",
+            "--subresource=proxy",
+            "--as=system:serviceaccount:default:somebody",
+        ]);
+        if String::from_utf8_lossy(&can.stdout).trim() == "yes" {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "nodes/proxy did not let the user in within {WAIT:?}: {answer:?}"
+            "the binding did not reach the authorizer within {WAIT:?}: {can:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    let token = local.ok(&["create", "token", "somebody"]);
+    let token = token.trim();
+    assert_eq!(
+        local.kubelet_get(&server, Some(token), "/healthz"),
+        (200, "ok".to_string())
+    );
+    // A pod the kubelet does not run.
+    assert_eq!(
+        local.kubelet_get(&server, Some(token), "/portForward/default/nowhere"),
+        (404, "pod does not exist".to_string())
+    );
 }
 
 /// `kubectl attach` relays what the container writes until it ends, then ends well.

@@ -39,6 +39,11 @@
 //! # Caveats
 //! - The channel protocol has no half-close: what the client ends of one port is not
 //!   passed on to the pod (as with the kubelet), only the closing of the whole WebSocket.
+//! - A port is done as soon as the pod's side ends its connection; containerd (behind the
+//!   kubelet) gives the client's direction up to a second more.
+//! - The error text names the pod as `namespace/name` and its UID; behind a real kubelet
+//!   the runtime names its sandbox, and its own words follow.
+//! - No idle timeout (the kubelet's `streamingConnectionIdleTimeout`, 4 h by default).
 //! - A channel-protocol request of more than 128 ports is refused (400): channel numbers
 //!   are one byte.
 //! - The API server answers the channel protocol's refusals (a missing or bad `ports`, an
