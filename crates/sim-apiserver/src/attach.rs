@@ -30,10 +30,11 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_tungstenite::tungstenite::protocol::Role;
 
-use super::exec::{CLOSE, ExecRefusal, PROTOCOLS, STATUS, STDERR, STDIN, STDOUT};
+use super::exec::{
+    CLOSE, ExecRefusal, PROTOCOLS, STDERR, STDIN, STDOUT, StreamQuery, finish, kubelet_answer,
+};
 use super::podlog::LogTail;
 use super::status::ApiError;
 
@@ -106,24 +107,14 @@ pub fn start(
     headers: &HeaderMap,
     attach: impl FnOnce(&AttachRequest<'_>) -> Option<Result<Attached, ExecRefusal>>,
 ) -> Result<Accepted, ApiError> {
-    let (mut container, mut stdin, mut stdout, mut stderr, mut tty) =
-        (String::new(), false, false, false, false);
-    for (key, value) in form_urlencoded::parse(raw_query.unwrap_or_default().as_bytes()) {
-        let on = matches!(value.as_ref(), "true" | "1");
-        match key.as_ref() {
-            "container" => container = value.into_owned(),
-            "stdin" => stdin = on,
-            "stdout" => stdout = on,
-            "stderr" => stderr = on,
-            "tty" => tty = on,
-            _ => {}
-        }
-    }
-    if !(stdin || stdout || stderr) {
-        return Err(ApiError::BadRequest(
-            "you must specify at least 1 of stdin, stdout, stderr".into(),
-        ));
-    }
+    let StreamQuery {
+        container,
+        stdin,
+        stdout,
+        stderr,
+        tty,
+        ..
+    } = StreamQuery::parse(raw_query)?;
     if tty {
         return Err(ApiError::BadRequest(
             "a terminal (tty) is not served by the simulated kubelet for attach: attach \
@@ -147,19 +138,7 @@ pub fn start(
         container: &container,
         stdin,
     };
-    let attached = match attach(&request) {
-        Some(Ok(attached)) => attached,
-        Some(Err(refusal)) => {
-            return Err(ApiError::BadRequest(format!(
-                "unable to upgrade connection: {refusal}"
-            )));
-        }
-        None => {
-            return Err(ApiError::BadRequest(format!(
-                "unable to upgrade connection: pod {name} is not running on a kubelet of this cluster"
-            )));
-        }
-    };
+    let attached = kubelet_answer(attach(&request), name)?;
     let output_channel = match (stdout, stderr) {
         (true, _) => Some(STDOUT),
         (false, true) => Some(STDERR),
@@ -228,15 +207,7 @@ where
     }
     drop(stdin);
     let status = super::exec::exit_status(Ok(std::process::ExitStatus::default()));
-    let mut frame = vec![STATUS];
-    frame.extend(serde_json::to_vec(&status).unwrap_or_default());
-    let _ = sink.send(Message::binary(frame)).await;
-    let normal = CloseFrame {
-        code: CloseCode::Normal,
-        reason: "".into(),
-    };
-    let _ = sink.send(Message::Close(Some(normal))).await;
-    let _ = sink.close().await;
+    finish(&mut sink, &status).await;
 }
 
 #[cfg(test)]

@@ -142,29 +142,16 @@ pub fn start(
     headers: &HeaderMap,
     run: impl FnOnce(&ExecRequest<'_>) -> Option<Result<Started, ExecRefusal>>,
 ) -> Result<Accepted, ApiError> {
-    let mut command = Vec::new();
-    let (mut container, mut stdin, mut stdout, mut stderr, mut tty) =
-        (String::new(), false, false, false, false);
-    for (key, value) in form_urlencoded::parse(raw_query.unwrap_or_default().as_bytes()) {
-        let on = matches!(value.as_ref(), "true" | "1");
-        match key.as_ref() {
-            "command" => command.push(value.into_owned()),
-            "container" => container = value.into_owned(),
-            "stdin" => stdin = on,
-            "stdout" => stdout = on,
-            "stderr" => stderr = on,
-            "tty" => tty = on,
-            _ => {}
-        }
-    }
+    let StreamQuery {
+        command,
+        container,
+        stdin,
+        tty,
+        ..
+    } = StreamQuery::parse(raw_query)?;
     if command.is_empty() {
         return Err(ApiError::BadRequest(
             "you must specify at least one command for the container".into(),
-        ));
-    }
-    if !(stdin || stdout || stderr) {
-        return Err(ApiError::BadRequest(
-            "you must specify at least 1 of stdin, stdout, stderr".into(),
         ));
     }
     let (protocol, accept_key) = handshake(headers)?;
@@ -178,19 +165,7 @@ pub fn start(
         stdin,
         tty,
     };
-    let started = match run(&request) {
-        Some(Ok(started)) => started,
-        Some(Err(refusal)) => {
-            return Err(ApiError::BadRequest(format!(
-                "unable to upgrade connection: {refusal}"
-            )));
-        }
-        None => {
-            return Err(ApiError::BadRequest(format!(
-                "unable to upgrade connection: pod {name} is not running on a kubelet of this cluster"
-            )));
-        }
-    };
+    let started = kubelet_answer(run(&request), name)?;
     Ok(Accepted {
         protocol,
         accept_key,
@@ -284,11 +259,81 @@ where
         }
     }
     drop(stdin);
-    let status = exit_status(child.wait().await);
+    finish(&mut sink, &exit_status(child.wait().await)).await;
+}
+
+/// What a `pods/exec` or `pods/attach` query asks for:
+/// `command=…&container=…&stdin=…&stdout=…&stderr=…&tty=…` (`true` or `1` for on).
+#[derive(Debug, Default)]
+pub(crate) struct StreamQuery {
+    /// argv (exec only).
+    pub command: Vec<String>,
+    /// The container named, or empty.
+    pub container: String,
+    /// A stdin stream comes.
+    pub stdin: bool,
+    /// A stdout stream is wanted.
+    pub stdout: bool,
+    /// A stderr stream is wanted.
+    pub stderr: bool,
+    /// A terminal is asked for.
+    pub tty: bool,
+}
+
+impl StreamQuery {
+    /// Reads `raw_query`.
+    ///
+    /// # Errors
+    /// No stream asked for, with kube-apiserver's message.
+    pub(crate) fn parse(raw_query: Option<&str>) -> Result<Self, ApiError> {
+        let mut query = Self::default();
+        for (key, value) in form_urlencoded::parse(raw_query.unwrap_or_default().as_bytes()) {
+            let on = matches!(value.as_ref(), "true" | "1");
+            match key.as_ref() {
+                "command" => query.command.push(value.into_owned()),
+                "container" => query.container = value.into_owned(),
+                "stdin" => query.stdin = on,
+                "stdout" => query.stdout = on,
+                "stderr" => query.stderr = on,
+                "tty" => query.tty = on,
+                _ => {}
+            }
+        }
+        if !(query.stdin || query.stdout || query.stderr) {
+            return Err(ApiError::BadRequest(
+                "you must specify at least 1 of stdin, stdout, stderr".into(),
+            ));
+        }
+        Ok(query)
+    }
+}
+
+/// What a kubelet's source answered for pod `name`, as the API server answers it: `None`
+/// (no kubelet runs the pod) and a refusal are `unable to upgrade connection: …`.
+pub(crate) fn kubelet_answer<T>(
+    answer: Option<Result<T, ExecRefusal>>,
+    name: &str,
+) -> Result<T, ApiError> {
+    match answer {
+        Some(Ok(started)) => Ok(started),
+        Some(Err(refusal)) => Err(ApiError::BadRequest(format!(
+            "unable to upgrade connection: {refusal}"
+        ))),
+        None => Err(ApiError::BadRequest(format!(
+            "unable to upgrade connection: pod {name} is not running on a kubelet of this cluster"
+        ))),
+    }
+}
+
+/// Ends a session: `status` on channel 3, then a normal closure (1000), which clients read
+/// as the end of every stream.
+pub(crate) async fn finish<S>(sink: &mut S, status: &Value)
+where
+    S: futures::Sink<Message> + Unpin,
+{
     let mut frame = vec![STATUS];
-    frame.extend(serde_json::to_vec(&status).unwrap_or_default());
+    frame.extend(serde_json::to_vec(status).unwrap_or_default());
     let _ = sink.send(Message::binary(frame)).await;
-    // A normal closure (1000): clients read it as the end of every stream.
     let normal = CloseFrame {
         code: CloseCode::Normal,
         reason: "".into(),
