@@ -272,6 +272,7 @@ fn interactions() -> Vec<Interaction> {
     let mut all = core_interactions();
     all.extend(certificate_interactions());
     all.extend(ephemeral_container_interactions());
+    all.extend(client_library_interactions());
     all
 }
 
@@ -2263,6 +2264,96 @@ fn core_interactions() -> Vec<Interaction> {
 }
 
 /// A JSON body, a watch stream (one JSON event per line) as an array of its events, else text.
+const BATCH: &str = "/apis/batch/v1";
+
+/// What a client library's own cluster tests touch beyond the operators' usual kinds:
+/// Jobs and CronJobs, TokenReviews.
+fn client_library_interactions() -> Vec<Interaction> {
+    vec![
+        interaction!(
+            "Jobs and CronJobs of batch/v1: discovery, create, lists and status",
+            |t| {
+                t.admin("GET", BATCH, JSON, Value::Null).await;
+                let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "j", "namespace": NS},
+                "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox"}]}}}});
+                t.admin("POST", &format!("{BATCH}/namespaces/{NS}/jobs"), JSON, job)
+                    .await;
+                let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "c", "namespace": NS},
+                "spec": {"schedule": "*/5 * * * *", "suspend": true, "jobTemplate": {"spec": {
+                    "template": {"spec": {"restartPolicy": "OnFailure",
+                        "containers": [{"name": "c", "image": "busybox"}]}}}}}});
+                t.admin(
+                    "POST",
+                    &format!("{BATCH}/namespaces/{NS}/cronjobs"),
+                    JSON,
+                    cron,
+                )
+                .await;
+                list_names(t, &format!("{BATCH}/jobs")).await;
+                list_names(t, &format!("{BATCH}/namespaces/{NS}/jobs")).await;
+                list_names(t, &format!("{BATCH}/cronjobs")).await;
+                list_names(t, &format!("{BATCH}/namespaces/{NS}/cronjobs")).await;
+                let status = format!("{BATCH}/namespaces/{NS}/cronjobs/c/status");
+                t.admin("GET", &status, JSON, Value::Null).await;
+                t.admin(
+                    "PATCH",
+                    &status,
+                    MERGE,
+                    json!({"status": {"lastScheduleTime": "2026-01-01T00:00:00Z"}}),
+                )
+                .await;
+                t.admin(
+                    "GET",
+                    &format!("{BATCH}/namespaces/{NS}/cronjobs/missing"),
+                    JSON,
+                    Value::Null,
+                )
+                .await;
+                let background = json!({"propagationPolicy": "Background"});
+                raw_delete(
+                    t,
+                    &format!("{BATCH}/namespaces/{NS}/cronjobs/c"),
+                    background.clone(),
+                )
+                .await;
+                let job = format!("{BATCH}/namespaces/{NS}/jobs/j");
+                let options = serde_json::to_vec(&background).unwrap();
+                let (code, text) = support::raw(&t.admin, "DELETE", &job, JSON, options).await;
+                assert_eq!(code, 200, "{}: DELETE {job}: {text}", t.name);
+                wait_until(t, &job, "the Job gone", |code, _| code == 404).await;
+            }
+        ),
+        interaction!(
+            "TokenReviews of a valid, an unknown and a malformed token",
+            |t| {
+                const REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+                let review = |token: &str| {
+                    json!({"apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview", "spec": {"token": token}})
+                };
+                let token = raw_token(t, "default").await;
+                t.admin("POST", REVIEWS, JSON, review(&token)).await;
+                t.admin("POST", REVIEWS, JSON, review("not-a-token")).await;
+                // A JWT the server did not sign, with the service-account issuer, long expired.
+                let forged = "eyJhbGciOiJSUzI1NiIsImtpZCI6IngifQ.eyJpc3MiOiJodHRwczovL2t1YmVybmV0ZXMuZGVmYXVsdC5zdmMuY2x1c3Rlci5sb2NhbCIsInN1YiI6InN5c3RlbTpzZXJ2aWNlYWNjb3VudDpkaWZmZXJlbnRpYWw6ZGVmYXVsdCIsImF1ZCI6WyJodHRwczovL2t1YmVybmV0ZXMuZGVmYXVsdC5zdmMuY2x1c3Rlci5sb2NhbCJdLCJleHAiOjE2MDAwMDAwMDAsImlhdCI6MTYwMDAwMDAwMCwibmJmIjoxNjAwMDAwMDAwfQ.c2lnbmF0dXJl";
+                t.admin("POST", REVIEWS, JSON, review(forged)).await;
+                t.admin(
+                    "POST",
+                    REVIEWS,
+                    JSON,
+                    json!({"apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview", "spec": {"token": token,
+                "audiences": ["https://kubernetes.default.svc.cluster.local", "other"]}}),
+                )
+                .await;
+            }
+        ),
+    ]
+}
+
 fn parse_body(text: String) -> Value {
     if let Ok(v) = serde_json::from_str(&text) {
         return v;

@@ -2,7 +2,7 @@
 //! impersonation, and RBAC evaluation of Roles, ClusterRoles and their bindings, with the
 //! real server's forbidden messages.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
@@ -75,7 +75,36 @@ enum TokenOwner {
         name: String,
         uid: String,
         expires: Option<DateTime<Utc>>,
+        /// The token's own id (a JWT's `jti`), named in the credential-id extra.
+        id: String,
+        /// The audiences it was issued for; none means the API server's own.
+        audiences: Vec<String>,
     },
+}
+
+/// A token the server accepts, and what it knows of it besides its user.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// Who it belongs to.
+    pub user: UserInfo,
+    /// The user's extra values (`authentication.kubernetes.io/credential-id`).
+    pub extra: BTreeMap<String, Vec<String>>,
+    /// The audiences it was issued for, `None` for tokens valid for any audience.
+    pub audiences: Option<Vec<String>>,
+}
+
+/// Why a token is refused, as kube-apiserver's union of token authenticators says it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// No authenticator knows the token.
+    #[error("invalid bearer token")]
+    Unknown,
+    /// A service-account JWT of this server's issuer that none of its keys signed.
+    #[error("[invalid bearer token, invalid signature, no keys found]")]
+    BadSignature,
+    /// A service-account token past its expiry.
+    #[error("[invalid bearer token, service account token has expired]")]
+    Expired,
 }
 
 /// The bearer tokens the server accepts.
@@ -113,6 +142,18 @@ impl Tokens {
         uid: &str,
         expires: Option<DateTime<Utc>>,
     ) -> String {
+        self.issue_for(namespace, name, uid, expires, &[])
+    }
+
+    /// Issues a token for a ServiceAccount for `audiences` (none: the API server's own).
+    pub fn issue_for(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        expires: Option<DateTime<Utc>>,
+        audiences: &[String],
+    ) -> String {
         let token = random_token();
         self.lock().insert(
             token.clone(),
@@ -121,6 +162,8 @@ impl Tokens {
                 name: name.into(),
                 uid: uid.into(),
                 expires,
+                id: uuid::Uuid::new_v4().to_string(),
+                audiences: audiences.to_vec(),
             },
         );
         token
@@ -159,6 +202,7 @@ impl Tokens {
                 name: s,
                 uid: u,
                 expires: None,
+                ..
             } if n == namespace && s == name && u == uid => Some(token.clone()),
             _ => None,
         });
@@ -167,31 +211,83 @@ impl Tokens {
 
     /// Who a bearer token belongs to; `None` when unknown or expired.
     pub fn authenticate(&self, token: &str, store: &Store) -> Option<UserInfo> {
-        let owner = self.lock().get(token).cloned()?;
+        self.review(token, store).ok().map(|a| a.user)
+    }
+
+    /// What the server knows of a bearer token, or why it refuses it (a TokenReview's
+    /// answer).
+    ///
+    /// # Errors
+    /// When the token is unknown, expired, or of a ServiceAccount that no longer exists.
+    pub fn review(&self, token: &str, store: &Store) -> Result<Authenticated, TokenError> {
+        let Some(owner) = self.lock().get(token).cloned() else {
+            return Err(if is_service_account_jwt(token) {
+                TokenError::BadSignature
+            } else {
+                TokenError::Unknown
+            });
+        };
+        let plain = |user| Authenticated {
+            user,
+            extra: BTreeMap::new(),
+            audiences: None,
+        };
         match owner {
-            TokenOwner::Admin => Some(UserInfo::admin()),
-            TokenOwner::User(user) => Some(user),
+            TokenOwner::Admin => Ok(plain(UserInfo::admin())),
+            TokenOwner::User(user) => Ok(plain(user)),
             TokenOwner::ServiceAccount {
                 namespace,
                 name,
                 uid,
                 expires,
+                id,
+                audiences,
             } => {
                 if expires.is_some_and(|e| e < Utc::now()) {
-                    return None;
+                    return Err(TokenError::Expired);
                 }
-                let sa = store.get(
-                    &GroupResource::new("", "serviceaccounts"),
-                    &namespace,
-                    &name,
-                )?;
+                let sa = store
+                    .get(
+                        &GroupResource::new("", "serviceaccounts"),
+                        &namespace,
+                        &name,
+                    )
+                    .ok_or(TokenError::Unknown)?;
                 if sa["metadata"]["uid"].as_str() != Some(&uid) {
-                    return None;
+                    return Err(TokenError::Unknown);
                 }
-                Some(UserInfo::service_account(&namespace, &name, &uid))
+                let extra = BTreeMap::from([(
+                    "authentication.kubernetes.io/credential-id".to_string(),
+                    vec![format!("JTI={id}")],
+                )]);
+                Ok(Authenticated {
+                    user: UserInfo::service_account(&namespace, &name, &uid),
+                    extra,
+                    audiences: Some(audiences),
+                })
             }
         }
     }
+}
+
+/// The issuer of the service-account tokens (the API server's `--service-account-issuer`).
+pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// Whether `token` reads as a JWT of [`SERVICE_ACCOUNT_ISSUER`]: one the service-account
+/// authenticator checks the signature of (rather than passing it on).
+fn is_service_account_jwt(token: &str) -> bool {
+    use base64::Engine as _;
+    let mut parts = token.split('.');
+    let (Some(_), Some(payload), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .is_some_and(|claims| claims["iss"] == SERVICE_ACCOUNT_ISSUER)
 }
 
 /// What a request wants to do, in RBAC terms.

@@ -512,6 +512,20 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             set_default(spec, "replicas", json!(1));
             default_pod_spec(obj_mut(obj_mut(spec, "template"), "spec"));
         }
+        ("batch", "jobs") => default_job(obj),
+        ("batch", "cronjobs") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "concurrencyPolicy", json!("Allow"));
+            set_default(spec, "suspend", json!(false));
+            set_default(spec, "successfulJobsHistoryLimit", json!(3));
+            set_default(spec, "failedJobsHistoryLimit", json!(1));
+            // The templates' metadata are structs: encoded even when empty.
+            let job_template = obj_mut(spec, "jobTemplate");
+            obj_mut(job_template, "metadata");
+            let pod_template = obj_mut(obj_mut(job_template, "spec"), "template");
+            obj_mut(pod_template, "metadata");
+            default_pod_spec(obj_mut(pod_template, "spec"));
+        }
         ("", "namespaces") => {
             let name = obj["metadata"]["name"].clone();
             if name.as_str().is_some_and(|name| !name.is_empty()) {
@@ -556,6 +570,80 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
         _ => {}
     }
     omit_empty(rt, obj);
+}
+
+/// SetDefaults_Job (`pkg/apis/batch/v1/defaults.go`) and the pod template's defaults.
+fn default_job(job: &mut Value) {
+    let template_labels = job
+        .pointer("/spec/template/metadata/labels")
+        .filter(|l| l.is_object())
+        .cloned();
+    let spec = obj_mut(job, "spec");
+    if spec["completions"].is_null() && spec["parallelism"].is_null() {
+        spec["completions"] = json!(1);
+    }
+    set_default(spec, "parallelism", json!(1));
+    if spec["backoffLimit"].is_null() {
+        let limit = if spec["backoffLimitPerIndex"].is_null() {
+            6
+        } else {
+            i64::from(i32::MAX)
+        };
+        spec["backoffLimit"] = json!(limit);
+    }
+    set_default(spec, "completionMode", json!("NonIndexed"));
+    set_default(spec, "suspend", json!(false));
+    set_default(spec, "manualSelector", json!(false));
+    let replacement = if spec["podFailurePolicy"].is_null() {
+        "TerminatingOrFailed"
+    } else {
+        "Failed"
+    };
+    set_default(spec, "podReplacementPolicy", json!(replacement));
+    if let Some(rules) = spec
+        .pointer_mut("/podFailurePolicy/rules")
+        .and_then(Value::as_array_mut)
+    {
+        for pattern in rules
+            .iter_mut()
+            .filter_map(|r| r.get_mut("onPodConditions"))
+            .filter_map(Value::as_array_mut)
+            .flatten()
+        {
+            set_default(pattern, "status", json!("True"));
+        }
+    }
+    default_pod_spec(obj_mut(obj_mut(spec, "template"), "spec"));
+    let metadata = obj_mut(job, "metadata");
+    let unlabelled = metadata["labels"].as_object().is_none_or(|l| l.is_empty());
+    if let Some(labels) = template_labels.filter(|_| unlabelled) {
+        metadata["labels"] = labels;
+    }
+}
+
+/// The Job strategy's `PrepareForCreate` (`pkg/registry/batch/job/strategy.go`): without
+/// `manualSelector`, a selector on the Job's uid and the labels that match it on its pod
+/// template; an empty status.
+fn prepare_job(job: &mut Value) {
+    let uid = job["metadata"]["uid"].clone();
+    let name = job["metadata"]["name"].clone();
+    let spec = obj_mut(job, "spec");
+    if spec["manualSelector"] != json!(true) {
+        spec["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
+        let labels = obj_mut(obj_mut(obj_mut(spec, "template"), "metadata"), "labels");
+        set_default(labels, "controller-uid", uid.clone());
+        set_default(labels, "batch.kubernetes.io/controller-uid", uid);
+        set_default(labels, "job-name", name.clone());
+        set_default(labels, "batch.kubernetes.io/job-name", name);
+    }
+    let labels = job.pointer("/spec/template/metadata/labels").cloned();
+    let metadata = obj_mut(job, "metadata");
+    if metadata["labels"].as_object().is_none_or(|l| l.is_empty())
+        && let Some(labels) = labels
+    {
+        metadata["labels"] = labels;
+    }
+    job["status"] = json!({});
 }
 
 /// SetDefaults_CustomResourceDefinitionSpec and SetDefaults_ServiceReference.
@@ -640,6 +728,8 @@ pub fn prepare_for_create(
 ) {
     match (rt.group.as_str(), rt.resource.as_str()) {
         ("", "pods") => admit_pod(obj, accounts, suffix),
+        ("batch", "jobs") => prepare_job(obj),
+        ("batch", "cronjobs") => obj["status"] = json!({}),
         ("", "namespaces") => {
             let spec = obj_mut(obj, "spec");
             let mut finalizers = spec["finalizers"].as_array().cloned().unwrap_or_default();

@@ -288,6 +288,19 @@ fn builtins() -> Vec<Builtin> {
             )
         },
         Builtin {
+            all: true,
+            status: true,
+            generation: G::Spec,
+            ..b("batch", "v1", "jobs", "job", "Job", true)
+        },
+        Builtin {
+            short: &["cj"],
+            all: true,
+            status: true,
+            generation: G::Spec,
+            ..b("batch", "v1", "cronjobs", "cronjob", "CronJob", true)
+        },
+        Builtin {
             short: &["ev"],
             create_on_update: true,
             ..b("events.k8s.io", "v1", "events", "event", "Event", true)
@@ -705,6 +718,8 @@ mod tests {
                 false,
             ),
             ("apps", "replicasets", true, false),
+            ("batch", "cronjobs", true, false),
+            ("batch", "jobs", true, false),
             ("coordination.k8s.io", "leases", false, true),
             ("events.k8s.io", "events", true, true),
             (

@@ -90,9 +90,14 @@ pub fn create(call: &Call<'_>, rt: &ResourceType) -> Result<(u16, Value), ApiErr
 }
 
 /// A TokenReview, as kube-apiserver's registry answers it: a token it accepts is
-/// `authenticated`, with its user, and the audiences asked for (the API server's own when
-/// none are); any other gets an empty user. (A token this server issued is valid for every
-/// audience asked for.)
+/// `authenticated`, with its user (a ServiceAccount's with the token's credential id) and
+/// the audiences asked for that the token was issued for (the API server's own when none
+/// are asked); any other gets an empty user and the authenticators' `error`. The request's
+/// `managedFields` entry is recorded as the create handler records it.
+///
+/// # Caveats
+/// A token asked for audiences it was not issued for is refused without the real error
+/// text.
 fn token_review(call: &Call<'_>, mut review: Value) -> Result<(u16, Value), ApiError> {
     let token = review["spec"]["token"].as_str().unwrap_or_default();
     if token.is_empty() {
@@ -100,29 +105,79 @@ fn token_review(call: &Call<'_>, mut review: Value) -> Result<(u16, Value), ApiE
             "token is required for TokenReview in authentication".into(),
         ));
     }
-    let asked: Vec<Value> = review["spec"]["audiences"]
+    let asked: Vec<String> = review["spec"]["audiences"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let status = match call.state.tokens.authenticate(token, &call.state.store) {
-        Some(user) => {
-            let mut who = json!({"username": user.name, "groups": user.groups});
-            if !user.uid.is_empty() {
-                who["uid"] = json!(user.uid);
-            }
-            let audiences = if asked.is_empty() {
-                API_AUDIENCES.iter().map(|a| json!(a)).collect()
-            } else {
-                asked
-            };
-            json!({"authenticated": true, "user": who, "audiences": audiences})
-        }
-        None => json!({"user": {}}),
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    let asked = if asked.is_empty() {
+        API_AUDIENCES.iter().map(|a| a.to_string()).collect()
+    } else {
+        asked
     };
+    let status = match call.state.tokens.review(token, &call.state.store) {
+        Ok(found) => {
+            let issued_for: Vec<String> = match found.audiences {
+                Some(issued) if !issued.is_empty() => issued,
+                Some(_) => API_AUDIENCES.iter().map(|a| a.to_string()).collect(),
+                None => asked.clone(),
+            };
+            let audiences: Vec<&String> = asked.iter().filter(|a| issued_for.contains(a)).collect();
+            if audiences.is_empty() {
+                json!({"user": {}, "error": auth::TokenError::Unknown.to_string()})
+            } else {
+                let user = found.user;
+                let mut who = json!({"username": user.name});
+                if !user.uid.is_empty() {
+                    who["uid"] = json!(user.uid);
+                }
+                who["groups"] = json!(user.groups);
+                if !found.extra.is_empty() {
+                    who["extra"] = json!(found.extra);
+                }
+                json!({"authenticated": true, "user": who, "audiences": audiences})
+            }
+        }
+        Err(e) => json!({"user": {}, "error": e.to_string()}),
+    };
+    let now = now_text();
+    let mut recorded = review.clone();
+    without_nulls(&mut recorded);
+    if let Some(m) = recorded["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
+    recorded["apiVersion"] = json!("authentication.k8s.io/v1");
+    recorded["kind"] = json!("TokenReview");
+    apply::record_update(
+        &Value::Null,
+        &mut recorded,
+        &call.manager,
+        "TokenReview",
+        &now,
+        None,
+    );
+    let mut entries = recorded["metadata"]["managedFields"].clone();
+    for entry in entries.as_array_mut().into_iter().flatten() {
+        if let Some(map) = entry["fieldsV1"]
+            .pointer_mut("/f:spec")
+            .and_then(Value::as_object_mut)
+        {
+            map.remove(".");
+        }
+    }
+    if entries.as_array().is_some_and(|e| !e.is_empty()) {
+        review["metadata"]["managedFields"] = entries;
+    }
     review["apiVersion"] = json!("authentication.k8s.io/v1");
     review["kind"] = json!("TokenReview");
     review["status"] = status;
     Ok((201, review))
+}
+
+fn now_text() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 /// The audiences of a token whose request names none (the apiserver's `--api-audiences`,
@@ -365,10 +420,17 @@ pub fn token_request(call: &Call<'_>, _rt: &ResourceType) -> Result<(u16, Value)
     }
 
     let expires = now + Duration::seconds(seconds);
+    let audiences: Vec<String> = request["spec"]["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
     let token = call
         .state
         .tokens
-        .issue(namespace, name, &sa_uid, Some(expires));
+        .issue_for(namespace, name, &sa_uid, Some(expires), &audiences);
     request["apiVersion"] = json!("authentication.k8s.io/v1");
     request["kind"] = json!(kind);
     if managed_fields.is_array() {
@@ -442,7 +504,8 @@ mod tests {
     }
 
     #[test]
-    fn a_token_review_names_the_account_of_an_issued_token_and_no_one_for_another() {
+    fn a_token_review_names_the_account_of_an_issued_token_and_says_why_it_refuses_another_or_an_expired_one()
+     {
         let (state, uid) = with_account();
         let (_, issued) = token(
             &state,
@@ -464,7 +527,22 @@ mod tests {
             json!(["https://kubernetes.default.svc.cluster.local"])
         );
         let (_, unknown) = review_token(&state, "not-a-token").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(unknown["status"], json!({"user": {}}));
+        assert_eq!(
+            unknown["status"],
+            json!({"user": {}, "error": "invalid bearer token"})
+        );
+        let expired = state.tokens.issue(
+            "default",
+            "sa",
+            &uid,
+            Some(Utc::now() - Duration::seconds(1)),
+        );
+        let (_, expired) = review_token(&state, &expired).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            expired["status"],
+            json!({"user": {},
+                "error": "[invalid bearer token, service account token has expired]"})
+        );
         match review_token(&state, "") {
             Err(ApiError::BadRequest(message)) => {
                 assert_eq!(
