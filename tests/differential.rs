@@ -2264,10 +2264,54 @@ fn core_interactions() -> Vec<Interaction> {
 }
 
 /// A JSON body, a watch stream (one JSON event per line) as an array of its events, else text.
+/// The Accept header of kube-rs's `get_metadata` and client-go's metadata client.
+const PARTIAL: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// The Accept header of a metadata list (client-go asks for the list kind).
+const PARTIAL_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+/// A request as the admin with an Accept header (recorded).
+async fn with_accept(
+    t: &Target,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    accept: &str,
+    body: Value,
+) -> String {
+    let bytes = if body.is_null() {
+        Vec::new()
+    } else {
+        serde_json::to_vec(&body).unwrap()
+    };
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .header("accept", accept)
+        .body(kube::client::Body::from(bytes))
+        .unwrap();
+    let response = t.admin.send(request).await.unwrap();
+    let code = response.status().as_u16();
+    let content_type = header_of(&response, "content-type");
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    t.record(Answer {
+        asked: format!("{method} {path} with Accept: {accept}"),
+        code: i64::from(code),
+        body: normalize(json!({"content-type": content_type, "body": parse_body(text.clone())})),
+    });
+    text
+}
+
 const BATCH: &str = "/apis/batch/v1";
 
 /// What a client library's own cluster tests touch beyond the operators' usual kinds:
-/// Jobs and CronJobs, TokenReviews.
+/// Jobs and CronJobs, TokenReviews, ComponentStatuses, metadata-only answers and the order
+/// of an answer's fields.
 fn client_library_interactions() -> Vec<Interaction> {
     vec![
         interaction!(
@@ -2351,6 +2395,51 @@ fn client_library_interactions() -> Vec<Interaction> {
                 .await;
             }
         ),
+        interaction!("metadata-only answers to every verb", |t| {
+            let path = format!("/api/v1/namespaces/{NS}/configmaps");
+            with_accept(
+                t,
+                "POST",
+                &path,
+                JSON,
+                PARTIAL,
+                configmap("meta", json!({"k": "1"})),
+            )
+            .await;
+            let one = format!("{path}/meta");
+            with_accept(t, "GET", &one, JSON, PARTIAL, Value::Null).await;
+            with_accept(
+                t,
+                "GET",
+                &format!("{path}?fieldSelector=metadata.name%3Dmeta"),
+                JSON,
+                PARTIAL_LIST,
+                Value::Null,
+            )
+            .await;
+            with_accept(
+                t,
+                "PATCH",
+                &one,
+                MERGE,
+                PARTIAL,
+                json!({"metadata": {"labels": {"a": "b"}}}),
+            )
+            .await;
+            let mut live = raw_get(t, &one).await;
+            live["data"]["k"] = json!("2");
+            with_accept(t, "PUT", &one, JSON, PARTIAL, live).await;
+            with_accept(
+                t,
+                "GET",
+                &format!("{path}/missing"),
+                JSON,
+                PARTIAL,
+                Value::Null,
+            )
+            .await;
+            with_accept(t, "DELETE", &one, JSON, PARTIAL, Value::Null).await;
+        }),
     ]
 }
 

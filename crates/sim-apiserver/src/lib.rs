@@ -14,6 +14,8 @@
 //!   resources are JSON only; answers are always JSON. No Table output (kubectl falls back to NAME/AGE columns), no admission
 //!   webhooks, no RBAC escalation checks, no ClusterRole aggregation.
 //! - `continue` pages are served from the current state, not a snapshot of the first page.
+//! - `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` (or `…List`) gets metadata only
+//!   from every verb but watch, whose events carry whole objects.
 //! - The `orphan`/`foregroundDeletion` finalizers are added on DELETE as the real server
 //!   does when garbage collection is enabled; they are cleared by the garbage collector of
 //!   the simulated controllers, not by this server.
@@ -440,6 +442,40 @@ fn json_response(code: u16, value: &Value, headers: &HeaderMap) -> Response<Body
     )
 }
 
+/// Whether the client asks for metadata only (`as=PartialObjectMetadata` or
+/// `as=PartialObjectMetadataList` of `meta.k8s.io/v1`, as client-go's metadata client and
+/// kube-rs's `get_metadata` and `list_metadata` do).
+fn wants_partial_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|accept| accept.split(',').next())
+        .is_some_and(|first| {
+            let params: Vec<&str> = first.split(';').skip(1).map(str::trim).collect();
+            params
+                .iter()
+                .any(|p| p.starts_with("as=PartialObjectMetadata"))
+                && params.contains(&"g=meta.k8s.io")
+                && params.contains(&"v=v1")
+        })
+}
+
+/// An answer as metadata only: an object becomes a `PartialObjectMetadata`, a list a
+/// `PartialObjectMetadataList` of them; a `Status` stays as it is.
+fn partial_metadata(value: Value) -> Value {
+    const META: &str = "meta.k8s.io/v1";
+    if value["kind"] == "Status" {
+        return value;
+    }
+    if let Some(items) = value["items"].as_array() {
+        let items: Vec<Value> = items.iter().cloned().map(partial_metadata).collect();
+        return serde_json::json!({"kind": "PartialObjectMetadataList", "apiVersion": META,
+            "metadata": value["metadata"], "items": items});
+    }
+    serde_json::json!({"kind": "PartialObjectMetadata", "apiVersion": META,
+        "metadata": value["metadata"]})
+}
+
 fn error_response(e: &ApiError, headers: &HeaderMap) -> Response<Body> {
     json_response(e.code(), &e.to_status(), headers)
 }
@@ -775,6 +811,11 @@ async fn handle(
                         .unwrap_or_default()
                         .to_string();
                 }
+                let value = if wants_partial_metadata(&parts.headers) {
+                    partial_metadata(value)
+                } else {
+                    value
+                };
                 json_response(code, &value, &parts.headers).into()
             }
             Err(e) => error_response(&e, &parts.headers).into(),
