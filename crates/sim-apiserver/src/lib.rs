@@ -653,54 +653,30 @@ async fn handle(
             }
         }
         time = Utc::now();
-        if info.group.is_empty() && info.resource == "pods" && info.subresource == "exec" {
+        if info.group.is_empty()
+            && info.resource == "pods"
+            && matches!(info.subresource.as_str(), "exec" | "attach")
+        {
             let stored = state.store.get(
                 &self::status::GroupResource::new("", "pods"),
                 &info.namespace,
                 &info.name,
             );
-            return match exec::start(
-                stored,
-                &info.namespace,
-                &info.name,
-                parts.uri.query(),
-                &parts.headers,
-                |r| state.exec(r),
-            ) {
-                Ok(accepted) => {
-                    state.faults.served(&facts);
-                    // Without an upgrade (the client went away), dropping `accepted` kills
-                    // the command.
-                    let switch = accepted.switch();
-                    upgraded(parts.extensions.remove(), &switch, move |io| {
-                        exec::relay(io, accepted)
-                    })
-                    .into()
-                }
-                Err(e) => error_response(&e, &parts.headers).into(),
+            let (namespace, name) = (info.namespace.as_str(), info.name.as_str());
+            let (query, headers) = (parts.uri.query(), &parts.headers);
+            // Without an upgrade (the client went away), dropping the session ends it (an
+            // exec's command is killed).
+            let session = if info.subresource == "exec" {
+                exec::start(stored, namespace, name, query, headers, |r| state.exec(r))
+                    .map(|a| stream_session(a.switch(), move |io| exec::relay(io, a)))
+            } else {
+                attach::start(stored, namespace, name, query, headers, |r| state.attach(r))
+                    .map(|a| stream_session(a.switch(), move |io| attach::relay(io, a)))
             };
-        }
-        if info.group.is_empty() && info.resource == "pods" && info.subresource == "attach" {
-            let stored = state.store.get(
-                &self::status::GroupResource::new("", "pods"),
-                &info.namespace,
-                &info.name,
-            );
-            return match attach::start(
-                stored,
-                &info.namespace,
-                &info.name,
-                parts.uri.query(),
-                &parts.headers,
-                |r| state.attach(r),
-            ) {
-                Ok(accepted) => {
+            return match session {
+                Ok((switch, relay)) => {
                     state.faults.served(&facts);
-                    let switch = accepted.switch();
-                    upgraded(parts.extensions.remove(), &switch, move |io| {
-                        attach::relay(io, accepted)
-                    })
-                    .into()
+                    upgraded(parts.extensions.remove(), &switch, relay).into()
                 }
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
@@ -884,6 +860,23 @@ fn watch_response(
 
 /// The answer to an accepted `pods/exec` or `pods/portforward`: 101 Switching Protocols
 /// as `switch` says, and `serve` on the connection once it is upgraded (see [`upgrade`]).
+/// The upgraded connection of an exec or attach session.
+type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// What serves an accepted exec or attach session on its upgraded connection.
+type Relay = Box<dyn FnOnce(UpgradedIo) -> futures::future::BoxFuture<'static, ()> + Send>;
+
+/// An accepted exec or attach session: how the 101 answers, and its relay.
+fn stream_session<Fut>(
+    switch: upgrade::Switch,
+    relay: impl FnOnce(UpgradedIo) -> Fut + Send + 'static,
+) -> (upgrade::Switch, Relay)
+where
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    (switch, Box::new(move |io| Box::pin(relay(io))))
+}
+
 fn upgraded<F, Fut>(
     upgrade: Option<hyper::upgrade::OnUpgrade>,
     switch: &upgrade::Switch,

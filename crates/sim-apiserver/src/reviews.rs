@@ -89,6 +89,17 @@ pub fn create(call: &Call<'_>, rt: &ResourceType) -> Result<(u16, Value), ApiErr
     Ok((201, review))
 }
 
+/// The `spec.audiences` of a TokenReview or TokenRequest (empty when none are named).
+fn audiences_of(spec: &Value) -> Vec<String> {
+    spec["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
 /// A TokenReview, as kube-apiserver's registry answers it: a token it accepts is
 /// `authenticated`, with its user (a ServiceAccount's with the token's credential id) and
 /// the audiences asked for that the token was issued for (the API server's own when none
@@ -105,13 +116,7 @@ fn token_review(call: &Call<'_>, mut review: Value) -> Result<(u16, Value), ApiE
             "token is required for TokenReview in authentication".into(),
         ));
     }
-    let asked: Vec<String> = review["spec"]["audiences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
+    let asked = audiences_of(&review["spec"]);
     let asked = if asked.is_empty() {
         API_AUDIENCES.iter().map(|a| a.to_string()).collect()
     } else {
@@ -420,13 +425,7 @@ pub fn token_request(call: &Call<'_>, _rt: &ResourceType) -> Result<(u16, Value)
     }
 
     let expires = now + Duration::seconds(seconds);
-    let audiences: Vec<String> = request["spec"]["audiences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
+    let audiences = audiences_of(&request["spec"]);
     let token = call
         .state
         .tokens
