@@ -7,6 +7,12 @@
 //! and kube-scheduler's message, and is tried again when a node changes in a way that
 //! matters (or after the retry period).
 //!
+//! Pods are placed one at a time and bound concurrently, as kube-scheduler's scheduling and
+//! binding cycles are: a placed pod is assumed on its node (counted there by the next
+//! placements) and its binding sent by a task of its own, so a slow binding holds up no
+//! other pod. A binding that fails forgets the assumption and the pod is tried again with
+//! backoff.
+//!
 //! # Caveats
 //! No resource requests, ports, pod (anti-)affinity, topology spread or preemption.
 
@@ -307,7 +313,7 @@ impl Scheduler {
         (all, same)
     }
 
-    async fn schedule(&self, key: &ObjectKey) -> Result<Option<Duration>, Error> {
+    async fn schedule(self: &Arc<Self>, key: &ObjectKey) -> Result<Option<Duration>, Error> {
         let Some(pod) = self.pods.get(&key.namespace, &key.name) else {
             return Ok(None);
         };
@@ -352,10 +358,31 @@ impl Scheduler {
                 .then(a.metadata.name.cmp(&b.metadata.name))
         });
         let target = feasible[0].metadata.name.clone().unwrap_or_default();
+        // The pod is assumed on its node before its binding is sent, and the binding runs
+        // on its own, as kube-scheduler's binding cycle does: the next pod is placed
+        // counting this one, without waiting for the API server's answer.
+        self.assumed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), target.clone());
+        self.unschedulable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        let scheduler = self.clone();
+        let (key, uid) = (key.clone(), pod.metadata.uid.clone());
+        tokio::spawn(async move { scheduler.bind(key, uid, target).await });
+        Ok(None)
+    }
+
+    /// Binds the assumed pod `key` to `target`. A failed binding forgets the assumption and
+    /// puts the pod back in the queue with backoff, as kube-scheduler's binding cycle does;
+    /// a pod bound meanwhile, being deleted or gone is forgotten.
+    async fn bind(&self, key: ObjectKey, uid: Option<String>, target: String) {
         let binding = json!({
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": key.name, "namespace": key.namespace, "uid": pod.metadata.uid},
+            "metadata": {"name": key.name, "namespace": key.namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": target},
         });
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
@@ -363,21 +390,18 @@ impl Scheduler {
             .create_subresource("binding", &key.name, &PostParams::default(), &binding)
             .await;
         match bound {
-            Ok(_) => {
-                tracing::debug!(pod = %key, node = %target, "bound");
+            Ok(_) => tracing::debug!(pod = %key, node = %target, "bound"),
+            Err(e) => {
                 self.assumed
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(key.clone(), target);
-                self.unschedulable
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(key);
-                Ok(None)
+                    .remove(&key);
+                // Already bound, being deleted, or gone: nothing more to do.
+                if !is_conflict(&e) && !is_not_found(&e) {
+                    tracing::debug!(pod = %key, error = %super::support::error_chain(&e), "binding failed; retrying");
+                    self.queue.add_rate_limited(key);
+                }
             }
-            // Already bound, being deleted, or gone: nothing to do.
-            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(None),
-            Err(e) => Err(e.into()),
         }
     }
 

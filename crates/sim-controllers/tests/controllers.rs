@@ -1265,6 +1265,46 @@ async fn the_scheduler_spreads_pods_and_respects_selectors_and_taints() {
 }
 
 #[tokio::test]
+async fn a_binding_the_api_server_holds_does_not_hold_up_the_pods_behind_it() {
+    let sim = Sim::start(&["node-a"]).await;
+    let pods: Api<Pod> = sim.api();
+    let binding_of = |name: &str| sim_apiserver::faults::RequestMatch {
+        verbs: vec!["create".into()],
+        resource: Some("pods".into()),
+        subresource: Some("binding".into()),
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    // The first pod's binding is answered only once the second pod's has been: a
+    // scheduler that waits for each binding before placing the next pod never sends the
+    // second, and both stay unbound for the whole minute.
+    sim.server.state().faults.defer_until(
+        binding_of("first"),
+        binding_of("second"),
+        sim_apiserver::faults::Milestone::Answered,
+        Duration::from_secs(60),
+    );
+    pods.create(&PostParams::default(), &bare_pod("first", json!({})))
+        .await
+        .unwrap();
+    eventually("the first pod's binding to reach the server", || async {
+        let log = sim.server.state().faults.log();
+        log.iter().any(|e| e.verb == "defer").then_some(())
+    })
+    .await;
+    pods.create(&PostParams::default(), &bare_pod("second", json!({})))
+        .await
+        .unwrap();
+    for name in ["second", "first"] {
+        eventually(&format!("pod {name} to be bound"), || async {
+            node_of(&pods.get(name).await.unwrap())
+        })
+        .await;
+    }
+    sim.stop().await;
+}
+
+#[tokio::test]
 async fn an_unreachable_node_gets_no_new_pods_and_the_scheduler_says_why() {
     let sim = Sim::start(&["node-a"]).await;
     let pods: Api<Pod> = sim.api();
