@@ -244,6 +244,9 @@ macro_rules! interaction {
     };
 }
 
+#[path = "differential/builtins.rs"]
+mod builtins;
+
 fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": data})
 }
@@ -273,6 +276,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(certificate_interactions());
     all.extend(ephemeral_container_interactions());
     all.extend(client_library_interactions());
+    all.extend(builtins::interactions());
     all
 }
 
@@ -2787,7 +2791,18 @@ fn differences(interaction: &'static str, sim: &[Answer], real: &[Answer]) -> Ve
 /// Disagreements found and not fixed yet, as (interaction, path prefix). The test fails on
 /// any disagreement not listed here, and on an entry that no longer disagrees: fixing the
 /// simulator means deleting its line.
-const KNOWN: &[(&str, &str)] = &[];
+const KNOWN: &[(&str, &str)] = &[
+    // SelfSubjectRulesReviews are not served: the real server lists every rule of the
+    // requester's roles, the simulator has no such listing yet.
+    (
+        "built-in resources: discovery of every group version, plain and aggregated",
+        ".resources.selfsubjectrulesreviews",
+    ),
+    (
+        "built-in resources: discovery of every group version, plain and aggregated",
+        ".versions[0].resources.selfsubjectrulesreviews",
+    ),
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulator_answers_every_interaction_as_the_real_kube_apiserver_does() {

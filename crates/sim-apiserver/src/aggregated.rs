@@ -310,7 +310,8 @@ mod tests {
         assert_eq!(names[..2], ["apiregistration.k8s.io", "apps"]);
         let apps = &apis["items"][1]["versions"][0];
         assert_eq!(apps["freshness"], "Current");
-        let deployments = &apps["resources"][0];
+        // controllerrevisions, daemonsets, then deployments.
+        let deployments = &apps["resources"][2];
         assert_eq!(deployments["resource"], "deployments");
         assert_eq!(
             deployments["responseKind"],

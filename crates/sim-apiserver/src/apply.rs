@@ -1431,7 +1431,10 @@ fn is_atomic_struct(kind: &str, path: &[&str]) -> bool {
                 | "Service"
                 | "ReplicationController"
         ),
-        ("Event", ["involvedObject" | "related" | "regarding"])
+        ("NetworkPolicy", ["spec", "podSelector"])
+        | ("ValidatingAdmissionPolicy", ["spec", "matchConstraints"])
+        | ("ValidatingAdmissionPolicyBinding", ["spec", "matchResources"])
+        | ("Event", ["involvedObject" | "related" | "regarding"])
         | ("RoleBinding" | "ClusterRoleBinding", ["roleRef" | "subjects"])
         | ("ClusterRole", ["aggregationRule", "clusterRoleSelectors"])
         | ("ServiceAccount", ["secrets" | "imagePullSecrets"]) => true,
@@ -1502,6 +1505,9 @@ fn built_in_list_type(kind: &str, path: &[&str]) -> Option<ListType> {
         (_, [.., "metadata", "ownerReferences"]) => Some(ListType::Map(vec!["uid".to_owned()])),
         ("ServiceAccount", ["secrets"]) | ("Pod", ["status", "resourceClaimStatuses"]) => by_name(),
         ("Node", ["spec", "podCIDRs"]) => Some(ListType::Set),
+        ("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration", ["webhooks"]) => {
+            by_name()
+        }
         ("Pod", ["status", "hostIPs"]) => Some(ListType::Atomic),
         _ => match pod_spec_rest(kind, path)? {
             [
@@ -1563,6 +1569,10 @@ pub(super) fn is_always_serialized(kind: &str, path: &[&str]) -> bool {
                 "state" | "lastState"
             ]
             | ["involvedObject" | "source" | "regarding" | "deprecatedSource" | "roleRef"]
+            | [
+                "spec",
+                "resources" | "scaleTargetRef" | "priorityLevelConfiguration"
+            ]
             | ["rules"]
             | ["rules", "verbs"]
     )

@@ -270,14 +270,17 @@ pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
 }
 
 /// `discovery.StorageVersionHash` of a stored resource: the first 8 bytes of the SHA-256
-/// of `group/version/kind` in its storage version, in base64. Reviews, stored nowhere,
+/// of `group/version/kind` in its storage version (or what it is encoded as), in base64. Reviews, stored nowhere,
 /// have none.
 pub fn storage_version_hash(t: &ResourceType) -> Option<String> {
     use base64::Engine as _;
     if matches!(t.backing, Backing::Virtual) {
         return None;
     }
-    let gvk = format!("{}/{}/{}", t.group, t.storage_version(), t.kind);
+    let gvk = match t.encoded_as {
+        Some(gvk) => gvk.to_string(),
+        None => format!("{}/{}/{}", t.group, t.storage_version(), t.kind),
+    };
     let digest = ring::digest::digest(&ring::digest::SHA256, gvk.as_bytes());
     Some(base64::engine::general_purpose::STANDARD.encode(&digest.as_ref()[..8]))
 }

@@ -374,6 +374,17 @@ impl<'a> Call<'a> {
         let rt = self.rt()?;
         if matches!(rt.backing, Backing::Virtual) {
             return match self.info.verb.as_str() {
+                // `bindings` is `pods/binding` with the pod named in the Binding.
+                "create" if rt.group.is_empty() && rt.resource == "bindings" => {
+                    let pods = self
+                        .state
+                        .registry()
+                        .get(&GroupResource::new("", "pods"))
+                        .cloned()
+                        .ok_or(ApiError::NoSuchResource)?;
+                    let body = body_object(self)?;
+                    self.bind_pod(&pods, meta_str(&body, "name"))
+                }
                 "create" => super::reviews::create(self, &rt),
                 _ => Err(ApiError::MethodNotSupported),
             };
@@ -405,7 +416,7 @@ impl<'a> Call<'a> {
             ("get", "scale") if rt.scale.is_some() => self.get_scale(&rt),
             ("update" | "patch", "scale") if rt.scale.is_some() => self.write_scale(&rt),
             ("update", "finalize") if rt.resource == "namespaces" => self.finalize_namespace(&rt),
-            ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt),
+            ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt, &self.info.name),
             ("create", "eviction") if rt.resource == "pods" => self.evict_pod(&rt),
             ("get", "ephemeralcontainers") if rt.resource == "pods" => self.get(&rt),
             ("update", "ephemeralcontainers") if rt.resource == "pods" => {
@@ -872,7 +883,7 @@ impl<'a> Call<'a> {
 
     fn present_delete(&self, rt: &ResourceType, outcome: Deleted) -> Value {
         match outcome {
-            Deleted::Gone(obj) if !(rt.group.is_empty() && rt.resource == "pods") => {
+            Deleted::Gone(obj) if !rt.returns_deleted_object => {
                 success_status(&rt.gr(), meta_str(&obj, "name"), meta_str(&obj, "uid"))
             }
             Deleted::Gone(obj) | Deleted::Pending(obj) => to_view(rt, &self.info.version, obj),
@@ -1024,7 +1035,7 @@ impl<'a> Call<'a> {
         Ok((200, self.view_written(rt, written)))
     }
 
-    fn bind_pod(&self, rt: &ResourceType) -> Reply {
+    fn bind_pod(&self, rt: &ResourceType, name: &str) -> Reply {
         let body = body_object(self)?;
         let node = body["target"]["name"]
             .as_str()
@@ -1034,11 +1045,11 @@ impl<'a> Call<'a> {
             return Err(ApiError::invalid(
                 "Binding",
                 "",
-                &self.info.name,
+                name,
                 vec![objects::required("target.name")],
             ));
         }
-        let name = self.info.name.clone();
+        let name = name.to_string();
         self.write(rt, &self.ns(rt), &name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
             if is_deleting(current) {
@@ -1063,8 +1074,9 @@ impl<'a> Call<'a> {
 
     /// `pods/eviction` (policy/v1 Eviction): the pod is marked `DisruptionTarget` (reason
     /// `EvictionByEvictionAPI`) and deleted with the Eviction's `deleteOptions`, gracefully
-    /// as any pod deletion; the answer is a `Success` Status with code 201. The simulator
-    /// serves no PodDisruptionBudgets, so no eviction is refused for one (no 429).
+    /// as any pod deletion; the answer is a `Success` Status with code 201. PodDisruptionBudgets
+    /// are stored but not consulted (no disruption controller computes their status), so no
+    /// eviction is refused for one (no 429).
     fn evict_pod(&self, rt: &ResourceType) -> Reply {
         let body = if self.body.is_empty() {
             json!({})

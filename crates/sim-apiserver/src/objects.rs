@@ -567,9 +567,204 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             obj_mut(obj, "spec");
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => default_crd_spec(obj),
+        ("apps", "statefulsets") => default_stateful_set(obj_mut(obj, "spec")),
+        ("apps", "daemonsets") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            let strategy = obj_mut(spec, "updateStrategy");
+            set_default(strategy, "type", json!("RollingUpdate"));
+            if strategy["type"] == "RollingUpdate" {
+                let rolling = obj_mut(strategy, "rollingUpdate");
+                set_default(rolling, "maxUnavailable", json!(1));
+                set_default(rolling, "maxSurge", json!(0));
+            }
+            default_pod_spec(obj_mut(obj_mut(spec, "template"), "spec"));
+            // The template's generation, which the strategy keeps in an annotation (and the
+            // field manager gives to the writer).
+            let annotations = obj_mut(obj_mut(obj, "metadata"), "annotations");
+            set_default(annotations, DAEMON_SET_TEMPLATE_GENERATION, json!("1"));
+        }
+        ("", "replicationcontrollers") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "replicas", json!(1));
+            default_pod_spec(obj_mut(obj_mut(spec, "template"), "spec"));
+        }
+        ("", "podtemplates") => default_pod_spec(obj_mut(obj_mut(obj, "template"), "spec")),
+        ("", "persistentvolumeclaims") => {
+            set_default(obj_mut(obj, "spec"), "volumeMode", json!("Filesystem"));
+        }
+        ("", "persistentvolumes") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+            set_default(spec, "volumeMode", json!("Filesystem"));
+            if let Some(host_path) = spec.get_mut("hostPath").filter(|h| h.is_object()) {
+                set_default(host_path, "type", json!(""));
+            }
+        }
+        ("discovery.k8s.io", "endpointslices") | ("", "endpoints") => default_ports(obj),
+        ("networking.k8s.io", "networkpolicies") => default_network_policy(obj_mut(obj, "spec")),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => {
+            default_webhooks(obj, false);
+        }
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
+            default_webhooks(obj, true);
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "failurePolicy", json!("Fail"));
+            if let Some(constraints) = spec.get_mut("matchConstraints").filter(|m| m.is_object()) {
+                default_match_resources(constraints);
+            }
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
+            if let Some(resources) = obj
+                .pointer_mut("/spec/matchResources")
+                .filter(|m| m.is_object())
+            {
+                default_match_resources(resources);
+            }
+        }
+        ("scheduling.k8s.io", "priorityclasses") => {
+            set_default(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            set_default(obj, "reclaimPolicy", json!("Delete"));
+            set_default(obj, "volumeBindingMode", json!("Immediate"));
+        }
+        ("autoscaling", "horizontalpodautoscalers") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "minReplicas", json!(1));
+            if spec["metrics"].as_array().is_none_or(Vec::is_empty) {
+                spec["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": 80}}}]);
+            }
+        }
         _ => {}
     }
     omit_empty(rt, obj);
+}
+
+/// SetDefaults_StatefulSet (`pkg/apis/apps/v1/defaults.go`): one replica, ordered pod
+/// management, rolling updates from partition 0, ten revisions kept, claims retained, and
+/// the pod template's and the claim templates' own defaults.
+fn default_stateful_set(spec: &mut Value) {
+    set_default(spec, "replicas", json!(1));
+    set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    let strategy = obj_mut(spec, "updateStrategy");
+    set_default(strategy, "type", json!("RollingUpdate"));
+    if strategy["type"] == "RollingUpdate" {
+        set_default(obj_mut(strategy, "rollingUpdate"), "partition", json!(0));
+    }
+    let retention = obj_mut(spec, "persistentVolumeClaimRetentionPolicy");
+    set_default(retention, "whenDeleted", json!("Retain"));
+    set_default(retention, "whenScaled", json!("Retain"));
+    default_pod_spec(obj_mut(obj_mut(spec, "template"), "spec"));
+    for claim in spec
+        .get_mut("volumeClaimTemplates")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.is_object())
+    {
+        set_default_if_empty(claim, "apiVersion", json!("v1"));
+        set_default_if_empty(claim, "kind", json!("PersistentVolumeClaim"));
+        default_claim(claim);
+    }
+}
+
+/// SetDefaults_PersistentVolumeClaim of a StatefulSet's claim template: a filesystem
+/// volume, `Pending` (a claim's own status is the strategy's, see [`prepare_for_create`]).
+fn default_claim(claim: &mut Value) {
+    set_default(obj_mut(claim, "spec"), "volumeMode", json!("Filesystem"));
+    set_default(obj_mut(claim, "status"), "phase", json!("Pending"));
+}
+
+/// The `TCP` protocol of each port of an EndpointSlice or of each subset of Endpoints.
+fn default_ports(obj: &mut Value) {
+    default_protocols(obj.get_mut("ports"));
+    for subset in obj
+        .get_mut("subsets")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        default_protocols(subset.get_mut("ports"));
+    }
+}
+
+/// Sets `protocol: TCP` on each port of a list that names none.
+fn default_protocols(ports: Option<&mut Value>) {
+    for port in ports.and_then(Value::as_array_mut).into_iter().flatten() {
+        set_default(port, "protocol", json!("TCP"));
+    }
+}
+
+/// SetDefaults_NetworkPolicy: ports are TCP; without policy types, `Ingress`, and `Egress`
+/// too when there are egress rules.
+fn default_network_policy(spec: &mut Value) {
+    for direction in ["ingress", "egress"] {
+        for rule in spec
+            .get_mut(direction)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            default_protocols(rule.get_mut("ports"));
+        }
+    }
+    if spec["policyTypes"].as_array().is_none_or(Vec::is_empty) {
+        let mut types = vec![json!("Ingress")];
+        if spec["egress"].as_array().is_some_and(|e| !e.is_empty()) {
+            types.push(json!("Egress"));
+        }
+        spec["policyTypes"] = Value::Array(types);
+    }
+}
+
+/// SetDefaults_ValidatingWebhook and SetDefaults_MutatingWebhook
+/// (`pkg/apis/admissionregistration/v1/defaults.go`), with their rules' scope and their
+/// services' port.
+fn default_webhooks(obj: &mut Value, mutating: bool) {
+    for webhook in obj
+        .get_mut("webhooks")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter(|w| w.is_object())
+    {
+        set_default(webhook, "failurePolicy", json!("Fail"));
+        set_default(webhook, "matchPolicy", json!("Equivalent"));
+        set_default(webhook, "namespaceSelector", json!({}));
+        set_default(webhook, "objectSelector", json!({}));
+        set_default(webhook, "timeoutSeconds", json!(10));
+        if mutating {
+            set_default(webhook, "reinvocationPolicy", json!("Never"));
+        }
+        default_rule_scopes(webhook.get_mut("rules"));
+        if let Some(service) = webhook
+            .pointer_mut("/clientConfig/service")
+            .filter(|s| s.is_object())
+        {
+            set_default(service, "port", json!(443));
+        }
+    }
+}
+
+/// SetDefaults_MatchResources: equivalent matching, empty selectors, and every rule's scope.
+fn default_match_resources(resources: &mut Value) {
+    set_default(resources, "matchPolicy", json!("Equivalent"));
+    set_default(resources, "namespaceSelector", json!({}));
+    set_default(resources, "objectSelector", json!({}));
+    default_rule_scopes(resources.get_mut("resourceRules"));
+    default_rule_scopes(resources.get_mut("excludeResourceRules"));
+}
+
+/// SetDefaults_Rule: a rule without a scope applies to `*`.
+fn default_rule_scopes(rules: Option<&mut Value>) {
+    for rule in rules.and_then(Value::as_array_mut).into_iter().flatten() {
+        set_default(rule, "scope", json!("*"));
+    }
 }
 
 /// SetDefaults_Job (`pkg/apis/batch/v1/defaults.go`) and the pod template's defaults.
@@ -730,6 +925,36 @@ pub fn prepare_for_create(
         ("", "pods") => admit_pod(obj, accounts, suffix),
         ("batch", "jobs") => prepare_job(obj),
         ("batch", "cronjobs") => obj["status"] = json!({}),
+        // Each strategy's `PrepareForCreate` resets status to its Go zero value, and the
+        // StorageObjectInUseProtection admission plugin adds its finalizer to claims and
+        // volumes.
+        ("apps", "statefulsets") => {
+            obj["status"] = json!({"replicas": 0, "availableReplicas": 0});
+        }
+        ("apps", "daemonsets") => {
+            obj["status"] = json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                "desiredNumberScheduled": 0, "numberReady": 0});
+        }
+        ("", "persistentvolumeclaims") => {
+            add_finalizer(obj, "kubernetes.io/pvc-protection");
+            obj["status"] = json!({"phase": "Pending"});
+        }
+        ("", "persistentvolumes") => {
+            add_finalizer(obj, "kubernetes.io/pv-protection");
+            obj["status"] = json!({"phase": "Pending", "lastPhaseTransitionTime": now()});
+        }
+        ("policy", "poddisruptionbudgets") => {
+            obj["status"] = json!({"disruptionsAllowed": 0, "currentHealthy": 0,
+                "desiredHealthy": 0, "expectedPods": 0});
+        }
+        ("networking.k8s.io", "ingresses") => obj["status"] = json!({"loadBalancer": {}}),
+        ("flowcontrol.apiserver.k8s.io", _) => obj["status"] = json!({}),
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            obj["status"] = json!({});
+        }
+        ("autoscaling", "horizontalpodautoscalers") => {
+            obj["status"] = json!({"currentMetrics": null, "desiredReplicas": 0});
+        }
         ("", "namespaces") => {
             let spec = obj_mut(obj, "spec");
             let mut finalizers = spec["finalizers"].as_array().cloned().unwrap_or_default();
@@ -758,6 +983,22 @@ pub fn prepare_for_create(
         }
         _ => {}
     }
+}
+
+/// The annotation a DaemonSet's strategy keeps its template's generation in.
+const DAEMON_SET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+/// Adds `finalizer` to an object's finalizers unless it is there.
+fn add_finalizer(obj: &mut Value, finalizer: &str) {
+    let metadata = obj_mut(obj, "metadata");
+    let mut finalizers = metadata["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !finalizers.iter().any(|f| f == finalizer) {
+        finalizers.push(json!(finalizer));
+    }
+    metadata["finalizers"] = Value::Array(finalizers);
 }
 
 /// Drops what Go's `omitempty` drops when the real server decodes a built-in object and
@@ -814,6 +1055,7 @@ fn is_go_map(kind: &str, names: &[String]) -> bool {
     match path.as_slice() {
         ["data" | "binaryData" | "stringData"] => matches!(kind, "ConfigMap" | "Secret"),
         ["spec", "selector"] => kind == "Service",
+        ["parameters"] => matches!(kind, "StorageClass" | "VolumeAttributesClass"),
         [.., "flexVolume", "options"] => true,
         [
             ..,
@@ -904,7 +1146,7 @@ pub fn label_selector_string(selector: &Value) -> Option<String> {
     Some(parts.join(","))
 }
 
-fn validate_workload(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
+fn validate_workload(rt: &ResourceType, obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
     let spec = &obj["spec"];
     if let Some(r) = int_at(spec, "replicas").filter(|r| *r < 0) {
         causes.push(invalid(
@@ -914,7 +1156,14 @@ fn validate_workload(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) 
         ));
     }
     let selector = &spec["selector"];
-    if !selector.is_object()
+    let daemon_set = rt.resource == "daemonsets";
+    if daemon_set && selector.as_object().is_some_and(Map::is_empty) {
+        causes.push(invalid(
+            "spec.selector",
+            selector.clone(),
+            "empty selector is invalid for daemonset",
+        ));
+    } else if !selector.is_object()
         || (selector["matchLabels"]
             .as_object()
             .is_none_or(Map::is_empty)
@@ -926,9 +1175,15 @@ fn validate_workload(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) 
     } else {
         let labels = labels_of(&spec["template"]["metadata"]["labels"]);
         if !selector_matches(selector, &labels) {
+            // The apps validation of StatefulSets and DaemonSets names the labels themselves,
+            // that of Deployments and ReplicaSets as Go prints a map.
+            let shown = match rt.resource.as_str() {
+                "statefulsets" | "daemonsets" => Value::Object(labels.clone()),
+                _ => Value::String(go_map(&labels)),
+            };
             causes.push(invalid(
                 "spec.template.metadata.labels",
-                Value::String(go_map(&labels)),
+                shown,
                 "`selector` does not match template `labels`",
             ));
         }
@@ -957,7 +1212,9 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Caus
                 causes.push(forbidden("spec", "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"));
             }
         }
-        ("apps", "deployments" | "replicasets") => validate_workload(obj, old, &mut causes),
+        ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets") => {
+            validate_workload(rt, obj, old, &mut causes);
+        }
         ("coordination.k8s.io", "leases") => {
             let spec = &obj["spec"];
             if let Some(d) = int_at(spec, "leaseDurationSeconds").filter(|d| *d <= 0) {
@@ -1202,7 +1459,11 @@ pub fn scale_of(rt: &ResourceType, obj: &Value) -> Value {
             "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
             "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"],
         },
-        "spec": {"replicas": at(&paths.spec_replicas).unwrap_or(json!(0))},
+        // `replicas` of a ScaleSpec is `omitempty`: no replicas reads as none.
+        "spec": match at(&paths.spec_replicas).filter(|r| *r != json!(0)) {
+            Some(replicas) => json!({"replicas": replicas}),
+            None => json!({}),
+        },
         "status": {"replicas": at(&paths.status_replicas).unwrap_or(json!(0))},
     });
     if let Some(s) = selector {

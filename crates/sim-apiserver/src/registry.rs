@@ -2,6 +2,18 @@
 //! Established CRDs, with the per-type rules (scope, subresources, update strategy) that
 //! kube-apiserver's registry strategies encode.
 //!
+//! The built-in resources are one Rust table, `BUILTINS`: a row per resource with what
+//! kube-apiserver 1.34's discovery says of it (group, versions, plural, kind, scope, short
+//! names, the `all` category, status and scale subresources; singular names, verbs,
+//! categories and storage version hashes follow from these) and the few strategy rules that
+//! differ between kinds. Every verb, selector and subresource is served from the row alone;
+//! what a kind does beyond that (defaults, validation, what a create adds) is looked up by
+//! group and resource in [`super::objects`] and [`super::kinds`]. A table in the source
+//! rather than a file captured from a server: the rows hold rules (the update strategies,
+//! where a kind is stored) that discovery does not show, and the compiler checks them. The
+//! differential test compares every built-in group version's discovery with the real
+//! server's, so a row that drifts from kube-apiserver fails it.
+//!
 //! The two update rules follow the strategies of Kubernetes v1.34.4 (status subresources
 //! embed the main strategy and inherit both): `AllowUnconditionalUpdate` is false only for
 //! Leases (`pkg/registry/coordination/lease/strategy.go`), CustomResourceDefinitions and
@@ -99,6 +111,13 @@ pub struct ResourceType {
     pub selectable: BTreeMap<String, Vec<String>>,
     /// What backs it.
     pub backing: Backing,
+    /// The `group/version/kind` its objects are kept in by kube-apiserver when that is not
+    /// its own storage version's (CRDs in `v1beta1`, `events.k8s.io` Events as core
+    /// Events): what its `storageVersionHash` is the hash of.
+    pub encoded_as: Option<&'static str>,
+    /// A delete that removes the object at once answers with the object rather than a
+    /// `Success` Status (the store's `ReturnDeletedObject`: pods, StorageClasses, …).
+    pub returns_deleted_object: bool,
 }
 
 impl ResourceType {
@@ -154,35 +173,54 @@ impl ResourceType {
     }
 }
 
+/// How kube-apiserver serves a built-in resource: what its storage backs it with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// A stored resource with every verb.
+    Stored,
+    /// Create-only, computed and never stored (reviews, `bindings`).
+    CreateOnly,
+}
+
+/// One row of [`BUILTINS`]: what kube-apiserver 1.34's discovery says of a resource, and
+/// the two update rules and the generation rule of its registry strategy.
+#[derive(Debug, Clone, Copy)]
 struct Builtin {
     group: &'static str,
-    version: &'static str,
+    /// Served versions, the storage (and preferred) version first.
+    versions: &'static [&'static str],
     resource: &'static str,
-    singular: &'static str,
     kind: &'static str,
     namespaced: bool,
     short: &'static [&'static str],
+    /// Member of the `all` category (`kubectl get all`).
     all: bool,
     status: bool,
     scale: bool,
     unconditional: bool,
     create_on_update: bool,
     generation: GenerationRule,
+    served: Served,
+    encoded_as: Option<&'static str>,
+    returns_deleted: bool,
 }
 
-const fn b(
+const V1: &[&str] = &["v1"];
+const NAMESPACED: bool = true;
+const CLUSTER: bool = false;
+
+/// A stored resource with the strategies' common rules: unconditional updates allowed, no
+/// create on update, no generation, no subresource.
+const fn r(
     group: &'static str,
-    version: &'static str,
     resource: &'static str,
-    singular: &'static str,
     kind: &'static str,
     namespaced: bool,
 ) -> Builtin {
     Builtin {
         group,
-        version,
+        versions: V1,
         resource,
-        singular,
         kind,
         namespaced,
         short: &[],
@@ -192,252 +230,426 @@ const fn b(
         unconditional: true,
         create_on_update: false,
         generation: GenerationRule::None,
+        served: Served::Stored,
+        encoded_as: None,
+        returns_deleted: false,
     }
 }
 
-fn builtins() -> Vec<Builtin> {
-    use GenerationRule as G;
-    vec![
-        Builtin {
-            short: &["ns"],
+impl Builtin {
+    const fn short(self, short: &'static [&'static str]) -> Self {
+        Self { short, ..self }
+    }
+    const fn all(self) -> Self {
+        Self { all: true, ..self }
+    }
+    const fn status(self) -> Self {
+        Self {
             status: true,
-            ..b("", "v1", "namespaces", "namespace", "Namespace", false)
-        },
-        Builtin {
-            short: &["po"],
-            all: true,
-            status: true,
-            generation: G::Spec,
-            ..b("", "v1", "pods", "pod", "Pod", true)
-        },
-        Builtin {
-            short: &["cm"],
-            ..b("", "v1", "configmaps", "configmap", "ConfigMap", true)
-        },
-        Builtin {
-            ..b("", "v1", "secrets", "secret", "Secret", true)
-        },
-        Builtin {
-            short: &["sa"],
-            ..b(
-                "",
-                "v1",
-                "serviceaccounts",
-                "serviceaccount",
-                "ServiceAccount",
-                true,
-            )
-        },
-        Builtin {
-            short: &["svc"],
-            all: true,
-            status: true,
-            create_on_update: true,
-            ..b("", "v1", "services", "service", "Service", true)
-        },
-        Builtin {
-            short: &["ev"],
-            create_on_update: true,
-            ..b("", "v1", "events", "event", "Event", true)
-        },
-        Builtin {
-            short: &["no"],
-            status: true,
-            ..b("", "v1", "nodes", "node", "Node", false)
-        },
-        Builtin {
-            unconditional: false,
-            create_on_update: true,
-            ..b(
-                "coordination.k8s.io",
-                "v1",
-                "leases",
-                "lease",
-                "Lease",
-                true,
-            )
-        },
-        Builtin {
-            short: &["deploy"],
-            all: true,
-            status: true,
+            ..self
+        }
+    }
+    const fn scale(self) -> Self {
+        Self {
             scale: true,
-            generation: G::SpecOrAnnotations,
-            ..b(
-                "apps",
-                "v1",
-                "deployments",
-                "deployment",
-                "Deployment",
-                true,
-            )
-        },
-        Builtin {
-            short: &["rs"],
-            all: true,
-            status: true,
-            scale: true,
-            generation: G::Spec,
-            ..b(
-                "apps",
-                "v1",
-                "replicasets",
-                "replicaset",
-                "ReplicaSet",
-                true,
-            )
-        },
-        Builtin {
-            all: true,
-            status: true,
-            generation: G::Spec,
-            ..b("batch", "v1", "jobs", "job", "Job", true)
-        },
-        Builtin {
-            short: &["cj"],
-            all: true,
-            status: true,
-            generation: G::Spec,
-            ..b("batch", "v1", "cronjobs", "cronjob", "CronJob", true)
-        },
-        Builtin {
-            short: &["ev"],
+            ..self
+        }
+    }
+    const fn generation(self, generation: GenerationRule) -> Self {
+        Self { generation, ..self }
+    }
+    const fn versions(self, versions: &'static [&'static str]) -> Self {
+        Self { versions, ..self }
+    }
+    /// `AllowCreateOnUpdate`: a PUT of a missing object creates it.
+    const fn create_on_update(self) -> Self {
+        Self {
             create_on_update: true,
-            ..b("events.k8s.io", "v1", "events", "event", "Event", true)
-        },
-        Builtin {
-            create_on_update: true,
-            ..b(
-                "rbac.authorization.k8s.io",
-                "v1",
-                "roles",
-                "role",
-                "Role",
-                true,
-            )
-        },
-        Builtin {
-            create_on_update: true,
-            ..b(
-                "rbac.authorization.k8s.io",
-                "v1",
-                "clusterroles",
-                "clusterrole",
-                "ClusterRole",
-                false,
-            )
-        },
-        Builtin {
-            create_on_update: true,
-            ..b(
-                "rbac.authorization.k8s.io",
-                "v1",
-                "rolebindings",
-                "rolebinding",
-                "RoleBinding",
-                true,
-            )
-        },
-        Builtin {
-            create_on_update: true,
-            ..b(
-                "rbac.authorization.k8s.io",
-                "v1",
-                "clusterrolebindings",
-                "clusterrolebinding",
-                "ClusterRoleBinding",
-                false,
-            )
-        },
-        Builtin {
-            short: &["csr"],
-            status: true,
-            ..b(
-                "certificates.k8s.io",
-                "v1",
-                "certificatesigningrequests",
-                "certificatesigningrequest",
-                "CertificateSigningRequest",
-                false,
-            )
-        },
-        Builtin {
-            status: true,
-            ..b(
-                "apiregistration.k8s.io",
-                "v1",
-                "apiservices",
-                "apiservice",
-                "APIService",
-                false,
-            )
-        },
-        Builtin {
-            short: &["crd", "crds"],
-            status: true,
+            ..self
+        }
+    }
+    /// `AllowUnconditionalUpdate` false: a PUT must name a resourceVersion.
+    const fn conditional(self) -> Self {
+        Self {
             unconditional: false,
-            generation: G::Spec,
-            ..b(
-                "apiextensions.k8s.io",
-                "v1",
-                "customresourcedefinitions",
-                "customresourcedefinition",
-                "CustomResourceDefinition",
-                false,
-            )
-        },
-    ]
+            ..self
+        }
+    }
+    /// Kept in etcd as another group version kind than its storage version's.
+    const fn encoded_as(self, gvk: &'static str) -> Self {
+        Self {
+            encoded_as: Some(gvk),
+            ..self
+        }
+    }
+    /// `ReturnDeletedObject`, as read from the real server's answers to deletes.
+    const fn returns_deleted(self) -> Self {
+        Self {
+            returns_deleted: true,
+            ..self
+        }
+    }
+    const fn create_only(self) -> Self {
+        Self {
+            served: Served::CreateOnly,
+            unconditional: false,
+            ..self
+        }
+    }
 }
 
-/// The review resources of authorization.k8s.io/v1 and authentication.k8s.io/v1
-/// (create-only, never stored).
-fn virtuals() -> Vec<ResourceType> {
-    const AUTHORIZATION: &str = "authorization.k8s.io";
-    [
-        (
-            AUTHORIZATION,
-            "selfsubjectaccessreviews",
-            "SelfSubjectAccessReview",
-            false,
+const CORE: &str = "";
+const ADMISSION: &str = "admissionregistration.k8s.io";
+const APPS: &str = "apps";
+const AUTHENTICATION: &str = "authentication.k8s.io";
+const AUTHORIZATION: &str = "authorization.k8s.io";
+const FLOWCONTROL: &str = "flowcontrol.apiserver.k8s.io";
+const NETWORKING: &str = "networking.k8s.io";
+const RBAC: &str = "rbac.authorization.k8s.io";
+const RESOURCE: &str = "resource.k8s.io";
+const STORAGE: &str = "storage.k8s.io";
+
+/// Every resource kube-apiserver 1.34 serves by default (its GA group versions), as its
+/// discovery lists it, but `componentstatuses` and `selfsubjectrulesreviews`. Singular
+/// names are the kinds in lower case; categories are `all` where marked and
+/// `api-extensions` for the admission, CRD and APIService kinds (see [`categories`]);
+/// the storage version hash follows from group, storage version and kind
+/// ([`super::discovery::storage_version_hash`]). `AllowCreateOnUpdate` was read from the
+/// real server (a PUT of a missing object), the generation rules from the strategies.
+const BUILTINS: &[Builtin] = {
+    use GenerationRule::{AllButMetadata, Spec, SpecOrAnnotations};
+    &[
+        r(CORE, "bindings", "Binding", NAMESPACED).create_only(),
+        r(CORE, "configmaps", "ConfigMap", NAMESPACED).short(&["cm"]),
+        r(CORE, "endpoints", "Endpoints", NAMESPACED)
+            .short(&["ep"])
+            .create_on_update(),
+        r(CORE, "events", "Event", NAMESPACED)
+            .short(&["ev"])
+            .create_on_update(),
+        r(CORE, "limitranges", "LimitRange", NAMESPACED)
+            .short(&["limits"])
+            .create_on_update(),
+        r(CORE, "namespaces", "Namespace", CLUSTER)
+            .short(&["ns"])
+            .status(),
+        r(CORE, "nodes", "Node", CLUSTER).short(&["no"]).status(),
+        r(
+            CORE,
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            NAMESPACED,
+        )
+        .short(&["pvc"])
+        .status(),
+        r(CORE, "persistentvolumes", "PersistentVolume", CLUSTER)
+            .short(&["pv"])
+            .status(),
+        r(CORE, "pods", "Pod", NAMESPACED)
+            .short(&["po"])
+            .all()
+            .status()
+            .generation(Spec)
+            .returns_deleted(),
+        r(CORE, "podtemplates", "PodTemplate", NAMESPACED).returns_deleted(),
+        r(
+            CORE,
+            "replicationcontrollers",
+            "ReplicationController",
+            NAMESPACED,
+        )
+        .short(&["rc"])
+        .all()
+        .status()
+        .scale()
+        .generation(Spec),
+        r(CORE, "resourcequotas", "ResourceQuota", NAMESPACED)
+            .short(&["quota"])
+            .status()
+            .returns_deleted(),
+        r(CORE, "secrets", "Secret", NAMESPACED),
+        r(CORE, "serviceaccounts", "ServiceAccount", NAMESPACED).short(&["sa"]),
+        r(CORE, "services", "Service", NAMESPACED)
+            .short(&["svc"])
+            .all()
+            .status()
+            .create_on_update(),
+        r(
+            ADMISSION,
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            CLUSTER,
+        )
+        .generation(AllButMetadata),
+        r(
+            ADMISSION,
+            "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicy",
+            CLUSTER,
+        )
+        .status()
+        .generation(Spec),
+        r(
+            ADMISSION,
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            CLUSTER,
+        )
+        .generation(Spec),
+        r(
+            ADMISSION,
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            CLUSTER,
+        )
+        .generation(AllButMetadata),
+        r(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            CLUSTER,
+        )
+        .short(&["crd", "crds"])
+        .status()
+        .conditional()
+        .generation(Spec)
+        .encoded_as("apiextensions.k8s.io/v1beta1/CustomResourceDefinition"),
+        r(
+            "apiregistration.k8s.io",
+            "apiservices",
+            "APIService",
+            CLUSTER,
+        )
+        .status(),
+        r(
+            APPS,
+            "controllerrevisions",
+            "ControllerRevision",
+            NAMESPACED,
         ),
-        (
-            AUTHORIZATION,
-            "subjectaccessreviews",
-            "SubjectAccessReview",
-            false,
-        ),
-        (
+        r(APPS, "daemonsets", "DaemonSet", NAMESPACED)
+            .short(&["ds"])
+            .all()
+            .status()
+            .generation(Spec),
+        r(APPS, "deployments", "Deployment", NAMESPACED)
+            .short(&["deploy"])
+            .all()
+            .status()
+            .scale()
+            .generation(SpecOrAnnotations),
+        r(APPS, "replicasets", "ReplicaSet", NAMESPACED)
+            .short(&["rs"])
+            .all()
+            .status()
+            .scale()
+            .generation(Spec),
+        r(APPS, "statefulsets", "StatefulSet", NAMESPACED)
+            .short(&["sts"])
+            .all()
+            .status()
+            .scale()
+            .generation(Spec),
+        r(
+            AUTHENTICATION,
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            CLUSTER,
+        )
+        .create_only(),
+        r(AUTHENTICATION, "tokenreviews", "TokenReview", CLUSTER).create_only(),
+        r(
             AUTHORIZATION,
             "localsubjectaccessreviews",
             "LocalSubjectAccessReview",
-            true,
+            NAMESPACED,
+        )
+        .create_only(),
+        r(
+            AUTHORIZATION,
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            CLUSTER,
+        )
+        .create_only(),
+        r(
+            AUTHORIZATION,
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            CLUSTER,
+        )
+        .create_only(),
+        r(
+            "autoscaling",
+            "horizontalpodautoscalers",
+            "HorizontalPodAutoscaler",
+            NAMESPACED,
+        )
+        .versions(&["v2", "v1"])
+        .short(&["hpa"])
+        .all()
+        .status(),
+        r("batch", "cronjobs", "CronJob", NAMESPACED)
+            .short(&["cj"])
+            .all()
+            .status()
+            .generation(Spec),
+        r("batch", "jobs", "Job", NAMESPACED)
+            .all()
+            .status()
+            .generation(Spec),
+        r(
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            "CertificateSigningRequest",
+            CLUSTER,
+        )
+        .short(&["csr"])
+        .status(),
+        r("coordination.k8s.io", "leases", "Lease", NAMESPACED)
+            .conditional()
+            .create_on_update(),
+        r(
+            "discovery.k8s.io",
+            "endpointslices",
+            "EndpointSlice",
+            NAMESPACED,
+        )
+        .generation(AllButMetadata),
+        r("events.k8s.io", "events", "Event", NAMESPACED)
+            .short(&["ev"])
+            .create_on_update()
+            .encoded_as("/v1/Event"),
+        r(FLOWCONTROL, "flowschemas", "FlowSchema", CLUSTER)
+            .status()
+            .generation(Spec),
+        r(
+            FLOWCONTROL,
+            "prioritylevelconfigurations",
+            "PriorityLevelConfiguration",
+            CLUSTER,
+        )
+        .status()
+        .generation(Spec),
+        r(NETWORKING, "ingressclasses", "IngressClass", CLUSTER),
+        r(NETWORKING, "ingresses", "Ingress", NAMESPACED)
+            .short(&["ing"])
+            .status()
+            .generation(Spec),
+        r(NETWORKING, "ipaddresses", "IPAddress", CLUSTER).short(&["ip"]),
+        r(NETWORKING, "networkpolicies", "NetworkPolicy", NAMESPACED)
+            .short(&["netpol"])
+            .generation(Spec),
+        r(NETWORKING, "servicecidrs", "ServiceCIDR", CLUSTER).status(),
+        r("node.k8s.io", "runtimeclasses", "RuntimeClass", CLUSTER).create_on_update(),
+        r(
+            "policy",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            NAMESPACED,
+        )
+        .short(&["pdb"])
+        .status()
+        .generation(Spec),
+        r(RBAC, "clusterrolebindings", "ClusterRoleBinding", CLUSTER).create_on_update(),
+        r(RBAC, "clusterroles", "ClusterRole", CLUSTER).create_on_update(),
+        r(RBAC, "rolebindings", "RoleBinding", NAMESPACED).create_on_update(),
+        r(RBAC, "roles", "Role", NAMESPACED).create_on_update(),
+        r(RESOURCE, "deviceclasses", "DeviceClass", CLUSTER)
+            .generation(Spec)
+            .encoded_as("resource.k8s.io/v1beta2/DeviceClass")
+            .returns_deleted(),
+        r(RESOURCE, "resourceclaims", "ResourceClaim", NAMESPACED)
+            .status()
+            .generation(Spec)
+            .encoded_as("resource.k8s.io/v1beta2/ResourceClaim")
+            .returns_deleted(),
+        r(
+            RESOURCE,
+            "resourceclaimtemplates",
+            "ResourceClaimTemplate",
+            NAMESPACED,
+        )
+        .encoded_as("resource.k8s.io/v1beta2/ResourceClaimTemplate")
+        .returns_deleted(),
+        r(RESOURCE, "resourceslices", "ResourceSlice", CLUSTER)
+            .generation(Spec)
+            .encoded_as("resource.k8s.io/v1beta2/ResourceSlice")
+            .returns_deleted(),
+        r(
+            "scheduling.k8s.io",
+            "priorityclasses",
+            "PriorityClass",
+            CLUSTER,
+        )
+        .short(&["pc"])
+        .generation(Spec),
+        r(STORAGE, "csidrivers", "CSIDriver", CLUSTER).returns_deleted(),
+        r(STORAGE, "csinodes", "CSINode", CLUSTER).returns_deleted(),
+        r(
+            STORAGE,
+            "csistoragecapacities",
+            "CSIStorageCapacity",
+            NAMESPACED,
         ),
-        (
-            "authentication.k8s.io",
-            "tokenreviews",
-            "TokenReview",
-            false,
-        ),
+        r(STORAGE, "storageclasses", "StorageClass", CLUSTER)
+            .short(&["sc"])
+            .returns_deleted(),
+        r(STORAGE, "volumeattachments", "VolumeAttachment", CLUSTER)
+            .status()
+            .returns_deleted(),
+        r(
+            STORAGE,
+            "volumeattributesclasses",
+            "VolumeAttributesClass",
+            CLUSTER,
+        )
+        .short(&["vac"])
+        .encoded_as("storage.k8s.io/v1beta1/VolumeAttributesClass"),
     ]
-    .into_iter()
-    .map(|(group, resource, kind, namespaced)| ResourceType {
-        group: group.into(),
-        versions: vec!["v1".into()],
-        resource: resource.into(),
-        singular: String::new(),
-        kind: kind.into(),
-        namespaced,
-        short_names: vec![],
-        categories: vec![],
-        status: false,
-        scale: None,
-        allow_unconditional_update: false,
-        allow_create_on_update: false,
-        generation: GenerationRule::None,
-        selectable: BTreeMap::new(),
-        backing: Backing::Virtual,
-    })
-    .collect()
+};
+
+/// The categories of a built-in resource: `all` where its row says so, `api-extensions`
+/// for the kinds that extend the API (`admissionregistration.k8s.io`, CRDs, APIServices).
+fn categories(row: &Builtin) -> Vec<String> {
+    match (row.all, row.group) {
+        (true, _) => vec!["all".into()],
+        (_, ADMISSION | "apiextensions.k8s.io" | "apiregistration.k8s.io") => {
+            vec!["api-extensions".into()]
+        }
+        _ => vec![],
+    }
+}
+
+impl Builtin {
+    fn resource_type(&self) -> ResourceType {
+        ResourceType {
+            group: self.group.into(),
+            versions: self.versions.iter().map(|v| v.to_string()).collect(),
+            resource: self.resource.into(),
+            singular: self.kind.to_lowercase(),
+            kind: self.kind.into(),
+            namespaced: self.namespaced,
+            short_names: self.short.iter().map(|s| s.to_string()).collect(),
+            categories: categories(self),
+            status: self.status,
+            scale: self.scale.then(|| ScalePaths {
+                spec_replicas: "spec.replicas".into(),
+                status_replicas: "status.replicas".into(),
+                label_selector: None,
+            }),
+            allow_unconditional_update: self.unconditional,
+            allow_create_on_update: self.create_on_update,
+            generation: self.generation,
+            selectable: BTreeMap::new(),
+            backing: match self.served {
+                Served::Stored => Backing::Builtin,
+                Served::CreateOnly => Backing::Virtual,
+            },
+            encoded_as: self.encoded_as,
+            returns_deleted_object: self.returns_deleted,
+        }
+    }
 }
 
 /// The set of served resources, keyed by group and plural.
@@ -455,40 +667,13 @@ impl Default for Registry {
 impl Registry {
     /// The built-in resources.
     pub fn new() -> Self {
-        let mut types = BTreeMap::new();
-        for t in builtins() {
-            let rt = ResourceType {
-                group: t.group.into(),
-                versions: vec![t.version.into()],
-                resource: t.resource.into(),
-                singular: t.singular.into(),
-                kind: t.kind.into(),
-                namespaced: t.namespaced,
-                short_names: t.short.iter().map(|s| s.to_string()).collect(),
-                categories: match (t.all, t.group) {
-                    (true, _) => vec!["all".into()],
-                    (_, "apiextensions.k8s.io" | "apiregistration.k8s.io") => {
-                        vec!["api-extensions".into()]
-                    }
-                    _ => vec![],
-                },
-                status: t.status,
-                scale: t.scale.then(|| ScalePaths {
-                    spec_replicas: "spec.replicas".into(),
-                    status_replicas: "status.replicas".into(),
-                    label_selector: None,
-                }),
-                allow_unconditional_update: t.unconditional,
-                allow_create_on_update: t.create_on_update,
-                generation: t.generation,
-                selectable: BTreeMap::new(),
-                backing: Backing::Builtin,
-            };
-            types.insert(rt.gr(), rt);
-        }
-        for rt in virtuals() {
-            types.insert(rt.gr(), rt);
-        }
+        let types = BUILTINS
+            .iter()
+            .map(|row| {
+                let rt = row.resource_type();
+                (rt.gr(), rt)
+            })
+            .collect();
         Self { types }
     }
 
@@ -647,6 +832,8 @@ pub fn custom_type(crd: &Value) -> Result<ResourceType, String> {
             schemas,
             printer_columns,
         },
+        encoded_as: None,
+        returns_deleted_object: false,
     })
 }
 
@@ -692,62 +879,72 @@ mod tests {
     }
 
     #[test]
-    fn every_built_in_type_takes_its_update_rules_from_its_v1_34_strategy() {
-        // (group, resource, AllowUnconditionalUpdate, AllowCreateOnUpdate)
-        let mut expected = vec![
-            ("", "configmaps", true, false),
-            ("", "events", true, true),
-            ("", "namespaces", true, false),
-            ("", "nodes", true, false),
-            ("", "pods", true, false),
-            ("", "secrets", true, false),
-            ("", "serviceaccounts", true, false),
-            ("", "services", true, true),
-            ("apiregistration.k8s.io", "apiservices", true, false),
-            (
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                false,
-                false,
-            ),
-            ("apps", "deployments", true, false),
-            (
-                "certificates.k8s.io",
-                "certificatesigningrequests",
-                true,
-                false,
-            ),
-            ("apps", "replicasets", true, false),
-            ("batch", "cronjobs", true, false),
-            ("batch", "jobs", true, false),
-            ("coordination.k8s.io", "leases", false, true),
-            ("events.k8s.io", "events", true, true),
-            (
-                "rbac.authorization.k8s.io",
-                "clusterrolebindings",
-                true,
-                true,
-            ),
-            ("rbac.authorization.k8s.io", "clusterroles", true, true),
-            ("rbac.authorization.k8s.io", "rolebindings", true, true),
-            ("rbac.authorization.k8s.io", "roles", true, true),
-        ];
+    fn only_the_strategies_that_say_so_create_on_update_or_refuse_unconditional_updates() {
         let registry = Registry::new();
-        let mut served: Vec<_> = registry
-            .all()
-            .filter(|t| matches!(t.backing, Backing::Builtin))
-            .map(|t| {
-                (
-                    t.group.as_str(),
-                    t.resource.as_str(),
-                    t.allow_unconditional_update,
-                    t.allow_create_on_update,
-                )
+        let stored = || {
+            registry
+                .all()
+                .filter(|t| matches!(t.backing, Backing::Builtin))
+        };
+        let mut create_on_update: Vec<String> = stored()
+            .filter(|t| t.allow_create_on_update)
+            .map(|t| t.gr().to_string())
+            .collect();
+        create_on_update.sort();
+        // As the real server answers a PUT of a missing object of each resource.
+        assert_eq!(
+            create_on_update,
+            [
+                "clusterrolebindings.rbac.authorization.k8s.io",
+                "clusterroles.rbac.authorization.k8s.io",
+                "endpoints",
+                "events",
+                "events.events.k8s.io",
+                "leases.coordination.k8s.io",
+                "limitranges",
+                "rolebindings.rbac.authorization.k8s.io",
+                "roles.rbac.authorization.k8s.io",
+                "runtimeclasses.node.k8s.io",
+                "services",
+            ]
+        );
+        let mut conditional: Vec<String> = stored()
+            .filter(|t| !t.allow_unconditional_update)
+            .map(|t| t.gr().to_string())
+            .collect();
+        conditional.sort();
+        assert_eq!(
+            conditional,
+            [
+                "customresourcedefinitions.apiextensions.k8s.io",
+                "leases.coordination.k8s.io"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_group_version_kube_apiserver_serves_by_default_is_served() {
+        let registry = Registry::new();
+        let mut group_versions: Vec<String> = registry
+            .group_versions()
+            .keys()
+            .map(|(g, v)| {
+                if g.is_empty() {
+                    v.clone()
+                } else {
+                    format!("{g}/{v}")
+                }
             })
             .collect();
-        expected.sort();
-        served.sort();
-        assert_eq!(served, expected);
+        group_versions.sort();
+        assert_eq!(group_versions.len(), 22);
+        assert!(group_versions.contains(&"autoscaling/v1".to_string()));
+        assert_eq!(
+            registry
+                .lookup("autoscaling", "v1", "horizontalpodautoscalers")
+                .map(ResourceType::storage_version),
+            Some("v2")
+        );
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub fn create(call: &Call<'_>, rt: &ResourceType) -> Result<(u16, Value), ApiErr
     if rt.resource == "tokenreviews" {
         return token_review(call, review);
     }
+    if rt.resource == "selfsubjectreviews" {
+        return Ok((201, self_subject_review(call.user, review)));
+    }
     let spec = review["spec"].clone();
     let (user, ns) = match rt.resource.as_str() {
         "selfsubjectaccessreviews" => (call.user.clone(), None),
@@ -87,6 +90,25 @@ pub fn create(call: &Call<'_>, rt: &ResourceType) -> Result<(u16, Value), ApiErr
     }
     review["status"] = status;
     Ok((201, review))
+}
+
+/// A SelfSubjectReview: the requester's own user, stamped with the time of the request.
+///
+/// # Caveats
+/// A ServiceAccount token's `extra` (its credential id, pod and node) is left out.
+fn self_subject_review(user: &UserInfo, mut review: Value) -> Value {
+    let mut who = json!({"username": user.name});
+    if !user.uid.is_empty() {
+        who["uid"] = json!(user.uid);
+    }
+    if !user.groups.is_empty() {
+        who["groups"] = json!(user.groups);
+    }
+    review["apiVersion"] = json!("authentication.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectReview");
+    review["metadata"]["creationTimestamp"] = json!(super::objects::now());
+    review["status"] = json!({"userInfo": who});
+    review
 }
 
 /// The `spec.audiences` of a TokenReview or TokenRequest (empty when none are named).

@@ -1,7 +1,8 @@
 //! The server's shared state and what happens after a write: CRDs become served types,
 //! new namespaces get their default ServiceAccount and root CA ConfigMap, deleted
 //! ServiceAccounts lose their tokens, and pod IPs are indexed for audit attribution. A fresh
-//! cluster starts with its namespaces, the bootstrap RBAC policy and the `kubernetes` Service.
+//! cluster starts with its namespaces, the bootstrap RBAC policy, the system PriorityClasses,
+//! the flow-control configuration and the `kubernetes` Service.
 
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -16,6 +17,7 @@ use super::create;
 use super::registry::{self, Registry, ResourceType};
 use super::status::{ApiError, GroupResource};
 use super::store::{Event, EventType, Store, Write, Written};
+use super::system_objects;
 
 /// The `kubernetes.io/description` of every namespace's `kube-root-ca.crt`, as
 /// kube-controller-manager's root CA publisher writes it.
@@ -538,7 +540,50 @@ impl State {
         for (resource, obj) in auth::bootstrap_policy() {
             let _ = self.create_internal(APISERVER, "rbac.authorization.k8s.io", resource, obj);
         }
+        for class in system_objects::priority_classes() {
+            let _ = self.create_internal(APISERVER, "scheduling.k8s.io", "priorityclasses", class);
+        }
+        self.create_flow_control();
         self.sync_apiservices();
+    }
+
+    /// The API Priority and Fairness configuration, as its producer writes it, and each
+    /// FlowSchema's status, as its consumer applies it.
+    fn create_flow_control(&self) {
+        const GROUP: &str = "flowcontrol.apiserver.k8s.io";
+        for (resource, obj) in system_objects::flow_control() {
+            let producer = system_objects::FLOW_CONTROL_PRODUCER;
+            let Ok(created) = self.create_internal(producer, GROUP, resource, obj) else {
+                continue;
+            };
+            let Some(rt) = self
+                .registry()
+                .get(&GroupResource::new(GROUP, resource))
+                .cloned()
+                .filter(|_| resource == "flowschemas")
+            else {
+                continue;
+            };
+            let name = created["metadata"]["name"].as_str().unwrap_or_default();
+            let (status, entry) =
+                system_objects::flow_schema_status(&created, &super::objects::now());
+            let _ = self.write(&rt, "", name, |current| {
+                let Some(current) = current else {
+                    return Ok(Write::Keep);
+                };
+                let mut applied = current.clone();
+                applied["status"] = status;
+                let mut entries = vec![entry];
+                entries.extend(
+                    current["metadata"]["managedFields"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+                applied["metadata"]["managedFields"] = Value::Array(entries);
+                Ok(Write::Put(applied))
+            });
+        }
     }
 }
 

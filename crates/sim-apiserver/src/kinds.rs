@@ -1,0 +1,251 @@
+//! Validation of the built-in kinds that only the generic path of the registry serves (no
+//! strategy of their own here): the checks of kube-apiserver 1.34's
+//! `pkg/apis/*/validation` that operators' objects most often fail, with the real field
+//! paths and messages. Metadata is checked for every kind by
+//! [`super::objects::validate`]; [`validate`] adds these causes after it.
+//!
+//! # Caveats
+//! Each kind has the few checks its differential interaction compares (an invalid enum
+//! value, a required field, a bound), not the whole of its upstream validation: an object
+//! the real server refuses for another reason is accepted here.
+
+use serde_json::Value;
+
+use super::names::Cause;
+use super::registry::ResourceType;
+
+/// The causes of an object of a kind listed here beyond its metadata; none for others.
+pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    match (rt.group.as_str(), rt.resource.as_str()) {
+        ("discovery.k8s.io", "endpointslices") => {
+            one_of(obj, "addressType", &["FQDN", "IPv4", "IPv6"], &mut causes);
+        }
+        ("", "persistentvolumeclaims") if list_is_empty(&obj["spec"]["accessModes"]) => {
+            causes.push(Cause::required(
+                "spec.accessModes",
+                "at least 1 access mode is required",
+            ));
+        }
+        ("", "persistentvolumes") => {
+            let capacity = &obj["spec"]["capacity"];
+            if capacity.as_object().is_none_or(|c| c.is_empty()) {
+                causes.push(Cause::required("spec.capacity", ""));
+            }
+            if capacity
+                .as_object()
+                .is_none_or(|c| !c.contains_key("storage"))
+            {
+                // A missing map prints as an empty one.
+                let shown = match capacity {
+                    Value::Null => Value::Object(Default::default()),
+                    other => other.clone(),
+                };
+                causes.push(Cause::not_supported(
+                    "spec.capacity",
+                    shown,
+                    &["storage".to_string()],
+                ));
+            }
+        }
+        ("policy", "poddisruptionbudgets") => {
+            for field in ["minAvailable", "maxUnavailable"] {
+                if let Some(n) = obj["spec"][field].as_i64().filter(|n| *n < 0) {
+                    causes.push(Cause::invalid(
+                        &format!("spec.{field}"),
+                        n.into(),
+                        "must be greater than or equal to 0",
+                    ));
+                }
+            }
+        }
+        ("networking.k8s.io", "ingresses") => validate_ingress(obj, &mut causes),
+        ("networking.k8s.io", "networkpolicies") => {
+            for direction in ["ingress", "egress"] {
+                for (i, rule) in items(&obj["spec"][direction]) {
+                    for (j, port) in items(&rule["ports"]) {
+                        let at = format!("spec.{direction}[{i}].ports[{j}]");
+                        one_of(port, "protocol", PROTOCOLS, &mut causes).at(&at);
+                    }
+                }
+            }
+        }
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations" | "mutatingwebhookconfigurations",
+        ) => {
+            for (i, webhook) in items(&obj["webhooks"]) {
+                let at = format!("webhooks[{i}]");
+                if list_is_empty(&webhook["admissionReviewVersions"]) {
+                    causes.push(Cause::required(
+                        &format!("{at}.admissionReviewVersions"),
+                        "must specify one of v1, v1beta1",
+                    ));
+                }
+                one_of(
+                    webhook,
+                    "sideEffects",
+                    &["None", "NoneOnDryRun"],
+                    &mut causes,
+                )
+                .at(&at);
+                one_of(webhook, "failurePolicy", FAILURE_POLICIES, &mut causes).at(&at);
+            }
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            one_of(&obj["spec"], "failurePolicy", FAILURE_POLICIES, &mut causes).at("spec");
+        }
+        ("scheduling.k8s.io", "priorityclasses") => {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            let value = obj["value"].as_i64().unwrap_or_default();
+            if !name.starts_with("system-") && value > HIGHEST_USER_DEFINED_PRIORITY {
+                causes.push(Cause::forbidden(
+                    "value",
+                    format!(
+                        "maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINED_PRIORITY}"
+                    ),
+                ));
+            }
+        }
+        ("storage.k8s.io", "storageclasses")
+            if obj["provisioner"].as_str().is_none_or(str::is_empty) =>
+        {
+            causes.push(Cause::required("provisioner", ""));
+        }
+        ("autoscaling", "horizontalpodautoscalers") => {
+            let spec = &obj["spec"];
+            let max = spec["maxReplicas"].as_i64().unwrap_or_default();
+            let min = spec["minReplicas"].as_i64().unwrap_or(1);
+            if max < 1 {
+                causes.push(Cause::invalid(
+                    "spec.maxReplicas",
+                    max.into(),
+                    "must be greater than 0",
+                ));
+            }
+            if max < min {
+                causes.push(Cause::invalid(
+                    "spec.maxReplicas",
+                    max.into(),
+                    "must be greater than or equal to `minReplicas`",
+                ));
+            }
+        }
+        _ => {}
+    }
+    causes
+}
+
+/// `scheduling.HighestUserDefinablePriority`.
+const HIGHEST_USER_DEFINED_PRIORITY: i64 = 1_000_000_000;
+
+const PROTOCOLS: &[&str] = &["TCP", "UDP", "SCTP"];
+
+const FAILURE_POLICIES: &[&str] = &["Fail", "Ignore"];
+
+fn validate_ingress(obj: &Value, causes: &mut Vec<Cause>) {
+    for (i, rule) in items(&obj["spec"]["rules"]) {
+        for (j, path) in items(&rule["http"]["paths"]) {
+            let at = format!("spec.rules[{i}].http.paths[{j}]");
+            match path["pathType"].as_str() {
+                None => causes.push(Cause::required(
+                    &format!("{at}.pathType"),
+                    "pathType must be specified",
+                )),
+                Some(_) => {
+                    one_of(
+                        path,
+                        "pathType",
+                        &["Exact", "ImplementationSpecific", "Prefix"],
+                        causes,
+                    )
+                    .at(&at);
+                }
+            }
+        }
+    }
+}
+
+fn items(list: &Value) -> impl Iterator<Item = (usize, &Value)> {
+    list.as_array().into_iter().flatten().enumerate()
+}
+
+fn list_is_empty(list: &Value) -> bool {
+    list.as_array().is_none_or(Vec::is_empty)
+}
+
+/// Where [`one_of`] put its cause, if any, so that the caller can prefix its field path.
+struct Pushed<'c> {
+    cause: Option<&'c mut Cause>,
+}
+
+impl Pushed<'_> {
+    /// Prefixes the pushed cause's field with `prefix.`.
+    fn at(self, prefix: &str) {
+        if let Some(cause) = self.cause {
+            cause.field = format!("{prefix}.{}", cause.field);
+        }
+    }
+}
+
+/// A `NotSupported` cause when the string at `field` of `obj` is set and not one of
+/// `supported`.
+fn one_of<'c>(
+    obj: &Value,
+    field: &str,
+    supported: &[&str],
+    causes: &'c mut Vec<Cause>,
+) -> Pushed<'c> {
+    match obj[field].as_str() {
+        Some(value) if !supported.contains(&value) => {
+            let supported: Vec<String> = supported.iter().map(|s| s.to_string()).collect();
+            causes.push(Cause::not_supported(field, value.into(), &supported));
+            Pushed {
+                cause: causes.last_mut(),
+            }
+        }
+        _ => Pushed { cause: None },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+    use serde_json::json;
+
+    fn messages(group: &str, version: &str, resource: &str, obj: Value) -> Vec<String> {
+        let registry = Registry::new();
+        let rt = registry.lookup(group, version, resource).unwrap();
+        validate(rt, &obj).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_network_policy_port_of_an_unknown_protocol_is_refused_with_its_path() {
+        let policy = json!({"spec": {"ingress": [{"ports": [{"port": 80, "protocol": "ICMP"}]}]}});
+        assert_eq!(
+            messages("networking.k8s.io", "v1", "networkpolicies", policy),
+            [
+                r#"spec.ingress[0].ports[0].protocol: Unsupported value: "ICMP": supported values: "TCP", "UDP", "SCTP""#
+            ]
+        );
+    }
+
+    #[test]
+    fn only_system_priority_classes_may_exceed_a_billion() {
+        let class = |name: &str| json!({"metadata": {"name": name}, "value": 2_000_000_000});
+        assert_eq!(
+            messages("scheduling.k8s.io", "v1", "priorityclasses", class("high")).len(),
+            1
+        );
+        assert!(
+            messages(
+                "scheduling.k8s.io",
+                "v1",
+                "priorityclasses",
+                class("system-node-critical")
+            )
+            .is_empty()
+        );
+    }
+}

@@ -1,0 +1,527 @@
+//! The built-in resources beyond the operators' usual few: discovery of every group version
+//! kube-apiserver serves, and for each kind operators write most, a typical object created,
+//! read, listed, refused when invalid and deleted.
+//!
+//! Status and `managedFields` are compared on the create's answer only: on the real control
+//! plane kube-controller-manager's controllers (statefulset, disruption, persistent volume,
+//! horizontal pod autoscaler) write status right after, and the simulator runs none of them.
+
+use serde_json::{Value, json};
+
+use super::{
+    AGGREGATED, Answer, Interaction, JSON, MERGE, NS, Target, discovery, list_names, normalize,
+    parse_body, support, wait_until,
+};
+
+/// The interactions of this module, in the order they run.
+pub(super) fn interactions() -> Vec<Interaction> {
+    vec![
+        interaction!(
+            "built-in resources: discovery of every group version, plain and aggregated",
+            |t| {
+                discovery_of_every_group_version(t).await;
+            }
+        ),
+        interaction!("built-in kinds: a StatefulSet", |t| {
+            exercise(t, &STATEFUL_SET).await;
+        }),
+        interaction!("built-in kinds: a DaemonSet", |t| {
+            exercise(t, &DAEMON_SET).await;
+        }),
+        interaction!("built-in kinds: an EndpointSlice", |t| {
+            exercise(t, &ENDPOINT_SLICE).await;
+        }),
+        interaction!("built-in kinds: a PersistentVolumeClaim", |t| {
+            exercise(t, &CLAIM).await;
+        }),
+        interaction!("built-in kinds: a PersistentVolume", |t| {
+            exercise(t, &VOLUME).await;
+        }),
+        interaction!("built-in kinds: a PodDisruptionBudget", |t| {
+            exercise(t, &DISRUPTION_BUDGET).await;
+        }),
+        interaction!("built-in kinds: an Ingress", |t| {
+            exercise(t, &INGRESS).await;
+        }),
+        interaction!("built-in kinds: a NetworkPolicy", |t| {
+            exercise(t, &NETWORK_POLICY).await;
+        }),
+        interaction!("built-in kinds: a ValidatingWebhookConfiguration", |t| {
+            exercise(t, &VALIDATING_WEBHOOKS).await;
+        }),
+        interaction!("built-in kinds: a MutatingWebhookConfiguration", |t| {
+            exercise(t, &MUTATING_WEBHOOKS).await;
+        }),
+        interaction!("built-in kinds: a ValidatingAdmissionPolicy", |t| {
+            exercise(t, &ADMISSION_POLICY).await;
+        }),
+        interaction!("built-in kinds: a PriorityClass", |t| {
+            exercise(t, &PRIORITY_CLASS).await;
+        }),
+        interaction!("built-in kinds: a StorageClass", |t| {
+            exercise(t, &STORAGE_CLASS).await;
+        }),
+        interaction!("built-in kinds: a HorizontalPodAutoscaler", |t| {
+            exercise(t, &AUTOSCALER).await;
+        }),
+        interaction!(
+            "built-in kinds: the server's own PriorityClasses and flow-control objects",
+            |t| {
+                const SCHEDULING: &str = "/apis/scheduling.k8s.io/v1/priorityclasses";
+                const FLOWCONTROL: &str = "/apis/flowcontrol.apiserver.k8s.io/v1";
+                list_names(t, SCHEDULING).await;
+                for name in ["system-node-critical", "system-cluster-critical"] {
+                    t.admin("GET", &format!("{SCHEDULING}/{name}"), JSON, Value::Null)
+                        .await;
+                }
+                for resource in ["prioritylevelconfigurations", "flowschemas"] {
+                    let path = format!("{FLOWCONTROL}/{resource}");
+                    t.admin("GET", &path, JSON, Value::Null).await;
+                }
+            }
+        ),
+    ]
+}
+
+/// Whether a group is one of kube-apiserver's own (custom resources of other interactions
+/// are left out).
+fn built_in_group(group: &str) -> bool {
+    !group.contains('.') || group.ends_with(".k8s.io")
+}
+
+/// ComponentStatuses are served by a part of the simulator compared elsewhere.
+const COMPARED_ELSEWHERE: &[&str] = &["componentstatuses"];
+
+/// A resource list's entries keyed by name, so that a resource one side lacks shows as
+/// that resource's path.
+fn by_name(entries: &Value, key: &str) -> Value {
+    let map: serde_json::Map<String, Value> = entries
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e[key].as_str()?.to_string(), e.clone())))
+        .filter(|(name, _)| !COMPARED_ELSEWHERE.contains(&name.as_str()))
+        .collect();
+    Value::Object(map)
+}
+
+/// `/apis` (plain), `/api/v1` and every built-in group version's resource list, and both
+/// aggregated documents, every resource compared field by field.
+async fn discovery_of_every_group_version(t: &Target) {
+    let (_, text) = support::raw(&t.admin, "GET", "/apis", JSON, Vec::new()).await;
+    let groups: Vec<Value> = parse_body(text)["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| built_in_group(g["name"].as_str().unwrap_or_default()))
+        .cloned()
+        .collect();
+    t.record(Answer {
+        asked: "GET /apis: the built-in groups, in order".into(),
+        code: 200,
+        body: json!(groups),
+    });
+    let mut paths = vec!["/api/v1".to_string()];
+    paths.extend(
+        groups
+            .iter()
+            .flat_map(|g| g["versions"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| Some(format!("/apis/{}", v["groupVersion"].as_str()?))),
+    );
+    for path in paths {
+        let (code, text) = support::raw(&t.admin, "GET", &path, JSON, Vec::new()).await;
+        let list = parse_body(text);
+        t.record(Answer {
+            asked: format!("GET {path}"),
+            code: i64::from(code),
+            body: json!({"kind": list["kind"], "groupVersion": list["groupVersion"],
+                "resources": by_name(&list["resources"], "name")}),
+        });
+    }
+    for path in ["/api", "/apis"] {
+        let document = discovery(t, path, AGGREGATED).await;
+        for group in document["items"].as_array().into_iter().flatten() {
+            let name = group["metadata"]["name"].as_str().unwrap_or_default();
+            if !built_in_group(name) {
+                continue;
+            }
+            let versions: Vec<Value> = group["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    json!({"version": v["version"], "freshness": v["freshness"],
+                        "resources": by_name(&v["resources"], "resource")})
+                })
+                .collect();
+            t.record(Answer {
+                asked: format!("GET {path} (aggregated): group {name:?}"),
+                code: 200,
+                body: json!({"metadata": group["metadata"], "versions": versions}),
+            });
+        }
+    }
+}
+
+/// One kind as an operator writes it.
+struct Case {
+    /// The collection's path.
+    collection: fn() -> String,
+    /// A typical object.
+    object: fn() -> Value,
+    /// The same object made invalid in one place.
+    invalid: fn() -> Value,
+    /// Whether the kind has a scale subresource.
+    scale: bool,
+    /// Finalizers only a controller removes (the real server's protection controllers):
+    /// cleared after the delete, so the object goes on both sides.
+    finalizers: bool,
+}
+
+fn namespaced(group_version: &str, resource: &str) -> String {
+    let prefix = if group_version == "v1" {
+        "/api/v1".to_string()
+    } else {
+        format!("/apis/{group_version}")
+    };
+    format!("{prefix}/namespaces/{NS}/{resource}")
+}
+
+fn cluster(group_version: &str, resource: &str) -> String {
+    if group_version == "v1" {
+        format!("/api/v1/{resource}")
+    } else {
+        format!("/apis/{group_version}/{resource}")
+    }
+}
+
+/// Records `answer` with what controllers write left out (see the module docs).
+fn without_controllers(mut body: Value) -> Value {
+    if let Some(o) = body.as_object_mut() {
+        o.remove("status");
+    }
+    if let Some(m) = body["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
+    body
+}
+
+/// Creates, reads, lists, refuses and deletes one object of a kind.
+async fn exercise(t: &Target, case: &Case) {
+    let collection = (case.collection)();
+    let object = (case.object)();
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let one = format!("{collection}/{name}");
+    t.admin("POST", &collection, JSON, object).await;
+    let (code, text) = support::raw(&t.admin, "GET", &one, JSON, Vec::new()).await;
+    t.record(Answer {
+        asked: format!("GET {one} (status and managedFields left out)"),
+        code: i64::from(code),
+        body: normalize(without_controllers(parse_body(text))),
+    });
+    list_names(t, &collection).await;
+    if case.scale {
+        t.admin("GET", &format!("{one}/scale"), JSON, Value::Null)
+            .await;
+    }
+    t.admin("POST", &collection, JSON, (case.invalid)()).await;
+    let (code, text) = support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
+    t.record(Answer {
+        asked: format!("DELETE {one} (status and managedFields left out)"),
+        code: i64::from(code),
+        body: normalize(without_controllers(parse_body(text))),
+    });
+    if case.finalizers {
+        let clear = serde_json::to_vec(&json!({"metadata": {"finalizers": null}})).unwrap();
+        support::raw(&t.admin, "PATCH", &one, MERGE, clear).await;
+    }
+    wait_until(t, &one, "the object gone", |code, _| code == 404).await;
+}
+
+/// A copy of `object` with `value` at the JSON pointer `at` (whose parent exists).
+fn with(mut object: Value, at: &str, value: Value) -> Value {
+    let (parent, key) = at.rsplit_once('/').unwrap();
+    match object.pointer_mut(parent).unwrap() {
+        Value::Array(items) => items[key.parse::<usize>().unwrap()] = value,
+        parent => parent[key] = value,
+    }
+    object
+}
+
+const STATEFUL_SET: Case = Case {
+    collection: || namespaced("apps/v1", "statefulsets"),
+    object: stateful_set,
+    invalid: || {
+        with(
+            stateful_set(),
+            "/spec/template/metadata/labels",
+            json!({"app": "other"}),
+        )
+    },
+    scale: true,
+    finalizers: false,
+};
+
+/// No replicas, so that the real statefulset controller makes no pods and claims.
+fn stateful_set() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": NS, "labels": {"app": "web"}},
+        "spec": {"serviceName": "web", "replicas": 0,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{
+                "name": "nginx", "image": "nginx:1.27",
+                "ports": [{"containerPort": 80, "name": "web"}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}]}})
+}
+
+const DAEMON_SET: Case = Case {
+    collection: || namespaced("apps/v1", "daemonsets"),
+    object: daemon_set,
+    invalid: || with(daemon_set(), "/spec/selector", json!({})),
+    scale: false,
+    finalizers: false,
+};
+
+fn daemon_set() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "agent", "image": "busybox:1.36",
+                    "args": ["sleep", "3600"]}]}}}})
+}
+
+const ENDPOINT_SLICE: Case = Case {
+    collection: || namespaced("discovery.k8s.io/v1", "endpointslices"),
+    object: endpoint_slice,
+    invalid: || with(endpoint_slice(), "/addressType", json!("IPv5")),
+    scale: false,
+    finalizers: false,
+};
+
+fn endpoint_slice() -> Value {
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-abc", "namespace": NS,
+            "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4", "ports": [{"name": "http", "port": 80}],
+        "endpoints": [{"addresses": ["10.1.2.3"], "conditions": {"ready": true},
+            "nodeName": "n1"}]})
+}
+
+const CLAIM: Case = Case {
+    collection: || namespaced("v1", "persistentvolumeclaims"),
+    object: claim,
+    invalid: || with(claim(), "/spec/accessModes", json!([])),
+    scale: false,
+    finalizers: true,
+};
+
+/// Of a class that does not exist, so that the real persistent volume controller neither
+/// binds nor provisions it.
+fn claim() -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": NS},
+        "spec": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}}})
+}
+
+const VOLUME: Case = Case {
+    collection: || cluster("v1", "persistentvolumes"),
+    object: volume,
+    invalid: || with(volume(), "/spec/capacity", json!({})),
+    scale: false,
+    finalizers: true,
+};
+
+fn volume() -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "differential-local"},
+        "spec": {"storageClassName": "manual", "capacity": {"storage": "5Gi"},
+            "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/pv"}}})
+}
+
+const DISRUPTION_BUDGET: Case = Case {
+    collection: || namespaced("policy/v1", "poddisruptionbudgets"),
+    object: disruption_budget,
+    invalid: || with(disruption_budget(), "/spec/minAvailable", json!(-1)),
+    scale: false,
+    finalizers: false,
+};
+
+fn disruption_budget() -> Value {
+    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}})
+}
+
+const INGRESS: Case = Case {
+    collection: || namespaced("networking.k8s.io/v1", "ingresses"),
+    object: ingress,
+    invalid: || {
+        with(
+            ingress(),
+            "/spec/rules/0/http/paths/0/pathType",
+            json!("Everything"),
+        )
+    },
+    scale: false,
+    finalizers: false,
+};
+
+fn ingress() -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"ingressClassName": "nginx", "rules": [{"host": "web.example.com",
+            "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+}
+
+const NETWORK_POLICY: Case = Case {
+    collection: || namespaced("networking.k8s.io/v1", "networkpolicies"),
+    object: network_policy,
+    invalid: || {
+        with(
+            network_policy(),
+            "/spec/ingress/0/ports/0/protocol",
+            json!("ICMP"),
+        )
+    },
+    scale: false,
+    finalizers: false,
+};
+
+fn network_policy() -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                "ports": [{"port": 80}]}]}})
+}
+
+const VALIDATING_WEBHOOKS: Case = Case {
+    collection: || {
+        cluster(
+            "admissionregistration.k8s.io/v1",
+            "validatingwebhookconfigurations",
+        )
+    },
+    object: || webhooks("ValidatingWebhookConfiguration", "differential-validating"),
+    invalid: || {
+        with(
+            webhooks("ValidatingWebhookConfiguration", "differential-invalid"),
+            "/webhooks/0/sideEffects",
+            json!("Some"),
+        )
+    },
+    scale: false,
+    finalizers: false,
+};
+
+const MUTATING_WEBHOOKS: Case = Case {
+    collection: || {
+        cluster(
+            "admissionregistration.k8s.io/v1",
+            "mutatingwebhookconfigurations",
+        )
+    },
+    object: || webhooks("MutatingWebhookConfiguration", "differential-mutating"),
+    invalid: || {
+        with(
+            webhooks("MutatingWebhookConfiguration", "differential-invalid"),
+            "/webhooks/0/admissionReviewVersions",
+            json!([]),
+        )
+    },
+    scale: false,
+    finalizers: false,
+};
+
+/// A webhook configuration as a kubebuilder project's `config/webhook` renders it.
+fn webhooks(kind: &str, name: &str) -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": [{"name": "vdeployment.example.com", "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "clientConfig": {"service": {"name": "webhook-service", "namespace": NS,
+                "path": "/validate-apps-v1-deployment"}},
+            "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]}]})
+}
+
+const ADMISSION_POLICY: Case = Case {
+    collection: || {
+        cluster(
+            "admissionregistration.k8s.io/v1",
+            "validatingadmissionpolicies",
+        )
+    },
+    object: admission_policy,
+    invalid: || {
+        with(
+            admission_policy(),
+            "/spec/failurePolicy",
+            json!("Sometimes"),
+        )
+    },
+    scale: false,
+    finalizers: false,
+};
+
+fn admission_policy() -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "differential-replicas"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["apps"],
+                "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["deployments"]}]},
+            "validations": [{"expression": "object.spec.replicas <= 5"}]}})
+}
+
+const PRIORITY_CLASS: Case = Case {
+    collection: || cluster("scheduling.k8s.io/v1", "priorityclasses"),
+    object: priority_class,
+    invalid: || with(priority_class(), "/value", json!(2_000_000_001)),
+    scale: false,
+    finalizers: false,
+};
+
+fn priority_class() -> Value {
+    json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "differential-high"},
+        "value": 1000, "description": "for the operator's pods"})
+}
+
+const STORAGE_CLASS: Case = Case {
+    collection: || cluster("storage.k8s.io/v1", "storageclasses"),
+    object: storage_class,
+    invalid: || with(storage_class(), "/provisioner", json!("")),
+    scale: false,
+    finalizers: false,
+};
+
+fn storage_class() -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "differential-fast"},
+        "provisioner": "example.com/fast", "parameters": {"type": "ssd"}})
+}
+
+const AUTOSCALER: Case = Case {
+    collection: || namespaced("autoscaling/v2", "horizontalpodautoscalers"),
+    object: autoscaler,
+    invalid: || with(autoscaler(), "/spec/maxReplicas", json!(0)),
+    scale: false,
+    finalizers: false,
+};
+
+fn autoscaler() -> Value {
+    json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "name": "web"},
+            "minReplicas": 1, "maxReplicas": 5,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": 80}}}]}})
+}
