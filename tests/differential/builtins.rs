@@ -65,6 +65,39 @@ pub(super) fn interactions() -> Vec<Interaction> {
             exercise(t, &AUTOSCALER).await;
         }),
         interaction!(
+            "built-in kinds: the field selectors of ReplicationControllers, Jobs and ResourceSlices",
+            |t| {
+                let controllers = namespaced("v1", "replicationcontrollers");
+                t.admin("POST", &controllers, JSON, replication_controller())
+                    .await;
+                for selector in [
+                    "status.replicas%3D0",
+                    "status.replicas%3D1",
+                    "spec.replicas%3D0",
+                ] {
+                    list_names(t, &format!("{controllers}?fieldSelector={selector}")).await;
+                }
+                for selector in ["status.successful%3D0", "status.failed%3D0"] {
+                    list_names(t, &format!("/apis/batch/v1/jobs?fieldSelector={selector}")).await;
+                }
+                let slices = cluster("resource.k8s.io/v1", "resourceslices");
+                for selector in [
+                    "spec.nodeName%3Dn1,spec.driver%3Dd.example.com",
+                    "metadata.namespace%3Ddefault",
+                ] {
+                    list_names(t, &format!("{slices}?fieldSelector={selector}")).await;
+                }
+                let one = format!("{controllers}/web");
+                let orphan =
+                    serde_json::to_vec(&json!({"propagationPolicy": "Background"})).unwrap();
+                support::raw(&t.admin, "DELETE", &one, JSON, orphan).await;
+                wait_until(t, &one, "the ReplicationController gone", |code, _| {
+                    code == 404
+                })
+                .await;
+            }
+        ),
+        interaction!(
             "built-in kinds: the server's own PriorityClasses and flow-control objects",
             |t| {
                 const SCHEDULING: &str = "/apis/scheduling.k8s.io/v1/priorityclasses";
@@ -524,4 +557,13 @@ fn autoscaler() -> Value {
             "minReplicas": 1, "maxReplicas": 5,
             "metrics": [{"type": "Resource", "resource": {"name": "cpu",
                 "target": {"type": "Utilization", "averageUtilization": 80}}}]}})
+}
+
+/// No replicas, so that the real replication manager makes no pods.
+fn replication_controller() -> Value {
+    json!({"apiVersion": "v1", "kind": "ReplicationController",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"replicas": 0, "selector": {"app": "web"},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}})
 }

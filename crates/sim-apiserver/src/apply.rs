@@ -1533,6 +1533,10 @@ pub(super) fn is_always_serialized(kind: &str, path: &[&str]) -> bool {
     if !is_built_in(kind) {
         return false;
     }
+    // A ReplicationController's template is a pointer: nothing in it is in the zero value.
+    if kind == "ReplicationController" && path.starts_with(&["spec", "template"]) {
+        return false;
+    }
     if let Some(rest) = pod_spec_rest(kind, path) {
         return matches!(
             rest,

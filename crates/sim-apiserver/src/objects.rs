@@ -585,9 +585,26 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             set_default(annotations, DAEMON_SET_TEMPLATE_GENERATION, json!("1"));
         }
         ("", "replicationcontrollers") => {
+            // SetDefaults_ReplicationController: the template's labels are the selector and
+            // the controller's labels when those are empty.
+            let template_labels = obj
+                .pointer("/spec/template/metadata/labels")
+                .filter(|l| l.as_object().is_some_and(|l| !l.is_empty()))
+                .cloned();
             let spec = obj_mut(obj, "spec");
             set_default(spec, "replicas", json!(1));
-            default_pod_spec(obj_mut(obj_mut(spec, "template"), "spec"));
+            if let Some(labels) = &template_labels {
+                if spec["selector"].as_object().is_none_or(Map::is_empty) {
+                    spec["selector"] = labels.clone();
+                }
+                let metadata = obj_mut(obj, "metadata");
+                if metadata["labels"].as_object().is_none_or(Map::is_empty) {
+                    metadata["labels"] = labels.clone();
+                }
+            }
+            if let Some(template) = obj.pointer_mut("/spec/template").filter(|t| t.is_object()) {
+                default_pod_spec(obj_mut(template, "spec"));
+            }
         }
         ("", "podtemplates") => default_pod_spec(obj_mut(obj_mut(obj, "template"), "spec")),
         ("", "persistentvolumeclaims") => {
@@ -931,6 +948,7 @@ pub fn prepare_for_create(
         ("apps", "statefulsets") => {
             obj["status"] = json!({"replicas": 0, "availableReplicas": 0});
         }
+        ("", "replicationcontrollers") => obj["status"] = json!({"replicas": 0}),
         ("apps", "daemonsets") => {
             obj["status"] = json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
                 "desiredNumberScheduled": 0, "numberReady": 0});

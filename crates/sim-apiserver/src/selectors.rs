@@ -45,6 +45,14 @@ pub enum Error {
     /// for a resource that selects on nothing else (apimachinery's default conversion).
     #[error(r#""{0}" is not a known field selector: only "metadata.name", "metadata.namespace""#)]
     NotMetadataField(String),
+    /// A field selector names a field a Job cannot be selected on (the batch conversion's
+    /// own message).
+    #[error("field label {0:?} not supported for Job")]
+    UnsupportedJobField(String),
+    /// A field selector names a field a ResourceSlice cannot be selected on (the
+    /// resource.k8s.io conversion's own message).
+    #[error("field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: {0}")]
+    UnsupportedResourceSliceField(String),
 }
 
 /// What is wrong inside one label selector requirement: the text after
@@ -665,6 +673,12 @@ enum Selectable {
     Service,
     /// CertificateSigningRequests: `metadata.name` and `spec.signerName`.
     CertificateSigningRequest,
+    /// ReplicationControllers: `status.replicas` besides metadata.
+    ReplicationController,
+    /// Jobs: `status.successful` besides metadata.
+    Job,
+    /// ResourceSlices: `metadata.name`, `spec.nodeName` and `spec.driver`.
+    ResourceSlice,
     /// A custom resource: `metadata.*` and the selectable fields of the served version.
     Custom,
 }
@@ -732,6 +746,13 @@ impl SelectableFields {
             ("certificates.k8s.io", "certificatesigningrequests") => {
                 (Selectable::CertificateSigningRequest, &["spec.signerName"])
             }
+            ("", "replicationcontrollers") => {
+                (Selectable::ReplicationController, &["status.replicas"])
+            }
+            ("batch", "jobs") => (Selectable::Job, &["status.successful"]),
+            ("resource.k8s.io", "resourceslices") => {
+                (Selectable::ResourceSlice, &["spec.nodeName", "spec.driver"])
+            }
             _ => (Selectable::Metadata, &[]),
         };
         let mut extra: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
@@ -749,9 +770,10 @@ impl SelectableFields {
     pub fn labels(&self) -> Vec<&str> {
         let metadata: &[&str] = match self.kind {
             // Their conversions leave out metadata.namespace.
-            Selectable::Node | Selectable::Namespace | Selectable::CertificateSigningRequest => {
-                &["metadata.name"]
-            }
+            Selectable::Node
+            | Selectable::Namespace
+            | Selectable::CertificateSigningRequest
+            | Selectable::ResourceSlice => &["metadata.name"],
             _ => &["metadata.name", "metadata.namespace"],
         };
         let mut labels = metadata.to_vec();
@@ -772,6 +794,8 @@ impl SelectableFields {
         }
         Err(match self.kind {
             Selectable::Metadata => Error::NotMetadataField(label.to_string()),
+            Selectable::Job => Error::UnsupportedJobField(label.to_string()),
+            Selectable::ResourceSlice => Error::UnsupportedResourceSliceField(label.to_string()),
             _ => Error::UnsupportedField(label.to_string()),
         })
     }
@@ -793,6 +817,9 @@ impl SelectableFields {
             // Listed by the conversion but not in the pod's field set.
             (Selectable::Pod, "status.podIPs") => String::new(),
             (Selectable::Node, "spec.unschedulable") => or("/spec/unschedulable", "false"),
+            // Integers of the status, printed as Go prints them, `0` when unset.
+            (Selectable::ReplicationController, "status.replicas") => or("/status/replicas", "0"),
+            (Selectable::Job, "status.successful") => or("/status/succeeded", "0"),
             (Selectable::Event, "source") => {
                 first_set(&[text("source.component"), text("reportingComponent")])
             }
