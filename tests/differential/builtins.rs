@@ -65,6 +65,46 @@ pub(super) fn interactions() -> Vec<Interaction> {
             exercise(t, &AUTOSCALER).await;
         }),
         interaction!(
+            "built-in kinds: Endpoints, LimitRanges, ResourceQuotas and PodTemplates",
+            |t| {
+                for case in [&ENDPOINTS, &LIMIT_RANGE, &RESOURCE_QUOTA, &POD_TEMPLATE] {
+                    exercise(t, case).await;
+                }
+            }
+        ),
+        interaction!(
+            "built-in kinds: IngressClasses, RuntimeClasses and admission policy bindings",
+            |t| {
+                for case in [&INGRESS_CLASS, &RUNTIME_CLASS, &POLICY_BINDING] {
+                    exercise(t, case).await;
+                }
+            }
+        ),
+        interaction!(
+            "built-in kinds: CSI drivers, volume attachments and storage capacities",
+            |t| {
+                for case in [
+                    &CSI_DRIVER,
+                    &VOLUME_ATTACHMENT,
+                    &STORAGE_CAPACITY,
+                    &ATTRIBUTES_CLASS,
+                ] {
+                    exercise(t, case).await;
+                }
+            }
+        ),
+        interaction!("built-in kinds: ControllerRevisions", |t| {
+            exercise(t, &CONTROLLER_REVISION).await;
+        }),
+        interaction!(
+            "built-in kinds: DeviceClasses, ResourceClaims and their templates",
+            |t| {
+                for case in [&DEVICE_CLASS, &RESOURCE_CLAIM, &CLAIM_TEMPLATE] {
+                    exercise(t, case).await;
+                }
+            }
+        ),
+        interaction!(
             "built-in kinds: the field selectors of ReplicationControllers, Jobs and ResourceSlices",
             |t| {
                 let controllers = namespaced("v1", "replicationcontrollers");
@@ -202,8 +242,9 @@ struct Case {
     collection: fn() -> String,
     /// A typical object.
     object: fn() -> Value,
-    /// The same object made invalid in one place.
-    invalid: fn() -> Value,
+    /// The same object made invalid in one place, for the kinds whose validation is
+    /// compared.
+    invalid: Option<fn() -> Value>,
     /// Whether the kind has a scale subresource.
     scale: bool,
     /// Finalizers only a controller removes (the real server's protection controllers):
@@ -257,7 +298,9 @@ async fn exercise(t: &Target, case: &Case) {
         t.admin("GET", &format!("{one}/scale"), JSON, Value::Null)
             .await;
     }
-    t.admin("POST", &collection, JSON, (case.invalid)()).await;
+    if let Some(invalid) = case.invalid {
+        t.admin("POST", &collection, JSON, invalid()).await;
+    }
     let (code, text) = support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
     t.record(Answer {
         asked: format!("DELETE {one} (status and managedFields left out)"),
@@ -284,13 +327,13 @@ fn with(mut object: Value, at: &str, value: Value) -> Value {
 const STATEFUL_SET: Case = Case {
     collection: || namespaced("apps/v1", "statefulsets"),
     object: stateful_set,
-    invalid: || {
+    invalid: Some(|| {
         with(
             stateful_set(),
             "/spec/template/metadata/labels",
             json!({"app": "other"}),
         )
-    },
+    }),
     scale: true,
     finalizers: false,
 };
@@ -313,7 +356,7 @@ fn stateful_set() -> Value {
 const DAEMON_SET: Case = Case {
     collection: || namespaced("apps/v1", "daemonsets"),
     object: daemon_set,
-    invalid: || with(daemon_set(), "/spec/selector", json!({})),
+    invalid: Some(|| with(daemon_set(), "/spec/selector", json!({}))),
     scale: false,
     finalizers: false,
 };
@@ -331,7 +374,7 @@ fn daemon_set() -> Value {
 const ENDPOINT_SLICE: Case = Case {
     collection: || namespaced("discovery.k8s.io/v1", "endpointslices"),
     object: endpoint_slice,
-    invalid: || with(endpoint_slice(), "/addressType", json!("IPv5")),
+    invalid: Some(|| with(endpoint_slice(), "/addressType", json!("IPv5"))),
     scale: false,
     finalizers: false,
 };
@@ -348,7 +391,7 @@ fn endpoint_slice() -> Value {
 const CLAIM: Case = Case {
     collection: || namespaced("v1", "persistentvolumeclaims"),
     object: claim,
-    invalid: || with(claim(), "/spec/accessModes", json!([])),
+    invalid: Some(|| with(claim(), "/spec/accessModes", json!([]))),
     scale: false,
     finalizers: true,
 };
@@ -365,7 +408,7 @@ fn claim() -> Value {
 const VOLUME: Case = Case {
     collection: || cluster("v1", "persistentvolumes"),
     object: volume,
-    invalid: || with(volume(), "/spec/capacity", json!({})),
+    invalid: Some(|| with(volume(), "/spec/capacity", json!({}))),
     scale: false,
     finalizers: true,
 };
@@ -380,7 +423,7 @@ fn volume() -> Value {
 const DISRUPTION_BUDGET: Case = Case {
     collection: || namespaced("policy/v1", "poddisruptionbudgets"),
     object: disruption_budget,
-    invalid: || with(disruption_budget(), "/spec/minAvailable", json!(-1)),
+    invalid: Some(|| with(disruption_budget(), "/spec/minAvailable", json!(-1))),
     scale: false,
     finalizers: false,
 };
@@ -394,13 +437,13 @@ fn disruption_budget() -> Value {
 const INGRESS: Case = Case {
     collection: || namespaced("networking.k8s.io/v1", "ingresses"),
     object: ingress,
-    invalid: || {
+    invalid: Some(|| {
         with(
             ingress(),
             "/spec/rules/0/http/paths/0/pathType",
             json!("Everything"),
         )
-    },
+    }),
     scale: false,
     finalizers: false,
 };
@@ -416,13 +459,13 @@ fn ingress() -> Value {
 const NETWORK_POLICY: Case = Case {
     collection: || namespaced("networking.k8s.io/v1", "networkpolicies"),
     object: network_policy,
-    invalid: || {
+    invalid: Some(|| {
         with(
             network_policy(),
             "/spec/ingress/0/ports/0/protocol",
             json!("ICMP"),
         )
-    },
+    }),
     scale: false,
     finalizers: false,
 };
@@ -443,13 +486,13 @@ const VALIDATING_WEBHOOKS: Case = Case {
         )
     },
     object: || webhooks("ValidatingWebhookConfiguration", "differential-validating"),
-    invalid: || {
+    invalid: Some(|| {
         with(
             webhooks("ValidatingWebhookConfiguration", "differential-invalid"),
             "/webhooks/0/sideEffects",
             json!("Some"),
         )
-    },
+    }),
     scale: false,
     finalizers: false,
 };
@@ -462,13 +505,13 @@ const MUTATING_WEBHOOKS: Case = Case {
         )
     },
     object: || webhooks("MutatingWebhookConfiguration", "differential-mutating"),
-    invalid: || {
+    invalid: Some(|| {
         with(
             webhooks("MutatingWebhookConfiguration", "differential-invalid"),
             "/webhooks/0/admissionReviewVersions",
             json!([]),
         )
-    },
+    }),
     scale: false,
     finalizers: false,
 };
@@ -493,13 +536,13 @@ const ADMISSION_POLICY: Case = Case {
         )
     },
     object: admission_policy,
-    invalid: || {
+    invalid: Some(|| {
         with(
             admission_policy(),
             "/spec/failurePolicy",
             json!("Sometimes"),
         )
-    },
+    }),
     scale: false,
     finalizers: false,
 };
@@ -516,7 +559,7 @@ fn admission_policy() -> Value {
 const PRIORITY_CLASS: Case = Case {
     collection: || cluster("scheduling.k8s.io/v1", "priorityclasses"),
     object: priority_class,
-    invalid: || with(priority_class(), "/value", json!(2_000_000_001)),
+    invalid: Some(|| with(priority_class(), "/value", json!(2_000_000_001))),
     scale: false,
     finalizers: false,
 };
@@ -530,7 +573,7 @@ fn priority_class() -> Value {
 const STORAGE_CLASS: Case = Case {
     collection: || cluster("storage.k8s.io/v1", "storageclasses"),
     object: storage_class,
-    invalid: || with(storage_class(), "/provisioner", json!("")),
+    invalid: Some(|| with(storage_class(), "/provisioner", json!(""))),
     scale: false,
     finalizers: false,
 };
@@ -544,7 +587,7 @@ fn storage_class() -> Value {
 const AUTOSCALER: Case = Case {
     collection: || namespaced("autoscaling/v2", "horizontalpodautoscalers"),
     object: autoscaler,
-    invalid: || with(autoscaler(), "/spec/maxReplicas", json!(0)),
+    invalid: Some(|| with(autoscaler(), "/spec/maxReplicas", json!(0))),
     scale: false,
     finalizers: false,
 };
@@ -567,3 +610,156 @@ fn replication_controller() -> Value {
             "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
                 "containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}})
 }
+
+/// A kind checked for its defaults only.
+const fn unvalidated(collection: fn() -> String, object: fn() -> Value) -> Case {
+    Case {
+        collection,
+        object,
+        invalid: None,
+        scale: false,
+        finalizers: false,
+    }
+}
+
+const ENDPOINTS: Case = unvalidated(
+    || namespaced("v1", "endpoints"),
+    || {
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": NS},
+        "subsets": [{"addresses": [{"ip": "10.1.2.3"}], "ports": [{"name": "http", "port": 80}]}]})
+    },
+);
+
+const LIMIT_RANGE: Case = unvalidated(
+    || namespaced("v1", "limitranges"),
+    || {
+        json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits", "namespace": NS},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "1"}, "default": {"memory": "128Mi"}}]}})
+    },
+);
+
+const RESOURCE_QUOTA: Case = unvalidated(
+    || namespaced("v1", "resourcequotas"),
+    || {
+        json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "quota", "namespace": NS},
+        "spec": {"hard": {"pods": "10", "requests.cpu": "4"}}})
+    },
+);
+
+const POD_TEMPLATE: Case = unvalidated(
+    || namespaced("v1", "podtemplates"),
+    || {
+        json!({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker", "namespace": NS},
+        "template": {"metadata": {"labels": {"app": "worker"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}})
+    },
+);
+
+const INGRESS_CLASS: Case = unvalidated(
+    || cluster("networking.k8s.io/v1", "ingressclasses"),
+    || {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": "differential-nginx"},
+        "spec": {"controller": "example.com/ingress-nginx"}})
+    },
+);
+
+const RUNTIME_CLASS: Case = unvalidated(
+    || cluster("node.k8s.io/v1", "runtimeclasses"),
+    || {
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "differential-gvisor"}, "handler": "runsc"})
+    },
+);
+
+const POLICY_BINDING: Case = unvalidated(
+    || {
+        cluster(
+            "admissionregistration.k8s.io/v1",
+            "validatingadmissionpolicybindings",
+        )
+    },
+    || {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "differential-replicas"},
+        "spec": {"policyName": "differential-replicas", "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"env": "test"}}}}})
+    },
+);
+
+const CSI_DRIVER: Case = unvalidated(
+    || cluster("storage.k8s.io/v1", "csidrivers"),
+    || {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": "differential.csi.example.com"}, "spec": {}})
+    },
+);
+
+const VOLUME_ATTACHMENT: Case = unvalidated(
+    || cluster("storage.k8s.io/v1", "volumeattachments"),
+    || {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "differential-attachment"},
+        "spec": {"attacher": "differential.csi.example.com", "nodeName": "n1",
+            "source": {"persistentVolumeName": "differential-local"}}})
+    },
+);
+
+const STORAGE_CAPACITY: Case = unvalidated(
+    || namespaced("storage.k8s.io/v1", "csistoragecapacities"),
+    || {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+        "metadata": {"name": "capacity", "namespace": NS},
+        "storageClassName": "differential-fast", "capacity": "10Gi"})
+    },
+);
+
+const ATTRIBUTES_CLASS: Case = Case {
+    finalizers: true,
+    ..unvalidated(
+        || cluster("storage.k8s.io/v1", "volumeattributesclasses"),
+        || {
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+        "metadata": {"name": "differential-gold"},
+        "driverName": "differential.csi.example.com", "parameters": {"iops": "3000"}})
+        },
+    )
+};
+
+const CONTROLLER_REVISION: Case = unvalidated(
+    || namespaced("apps/v1", "controllerrevisions"),
+    || {
+        json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": "web-1", "namespace": NS}, "revision": 1,
+        "data": {"spec": {"template": {"metadata": {"labels": {"app": "web"}}}}}})
+    },
+);
+
+const DEVICE_CLASS: Case = unvalidated(
+    || cluster("resource.k8s.io/v1", "deviceclasses"),
+    || {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "differential-gpu"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]}})
+    },
+);
+
+const RESOURCE_CLAIM: Case = unvalidated(
+    || namespaced("resource.k8s.io/v1", "resourceclaims"),
+    || {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "gpu", "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpu",
+            "exactly": {"deviceClassName": "differential-gpu"}}]}}})
+    },
+);
+
+const CLAIM_TEMPLATE: Case = unvalidated(
+    || namespaced("resource.k8s.io/v1", "resourceclaimtemplates"),
+    || {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu", "namespace": NS},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+            "exactly": {"deviceClassName": "differential-gpu"}}]}}}})
+    },
+);

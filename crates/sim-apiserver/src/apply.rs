@@ -1432,6 +1432,7 @@ fn is_atomic_struct(kind: &str, path: &[&str]) -> bool {
                 | "ReplicationController"
         ),
         ("NetworkPolicy", ["spec", "podSelector"])
+        | ("ControllerRevision", ["data"])
         | ("ValidatingAdmissionPolicy", ["spec", "matchConstraints"])
         | ("ValidatingAdmissionPolicyBinding", ["spec", "matchResources"])
         | ("Event", ["involvedObject" | "related" | "regarding"])
@@ -1508,6 +1509,8 @@ fn built_in_list_type(kind: &str, path: &[&str]) -> Option<ListType> {
         ("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration", ["webhooks"]) => {
             by_name()
         }
+        ("ValidatingAdmissionPolicyBinding", ["spec", "validationActions"])
+        | ("CSIDriver", ["spec", "volumeLifecycleModes"]) => Some(ListType::Set),
         ("Pod", ["status", "hostIPs"]) => Some(ListType::Atomic),
         _ => match pod_spec_rest(kind, path)? {
             [
@@ -1575,8 +1578,15 @@ pub(super) fn is_always_serialized(kind: &str, path: &[&str]) -> bool {
             | ["involvedObject" | "source" | "regarding" | "deprecatedSource" | "roleRef"]
             | [
                 "spec",
-                "resources" | "scaleTargetRef" | "priorityLevelConfiguration"
+                "resources"
+                    | "scaleTargetRef"
+                    | "priorityLevelConfiguration"
+                    | "source"
+                    | "devices"
+                    | "spec"
+                    | "metadata"
             ]
+            | ["spec", "spec", "devices"]
             | ["rules"]
             | ["rules", "verbs"]
     )

@@ -644,6 +644,28 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
         ("scheduling.k8s.io", "priorityclasses") => {
             set_default(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
         }
+        ("", "limitranges") => default_limit_range(obj),
+        ("storage.k8s.io", "csidrivers") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "attachRequired", json!(true));
+            set_default(spec, "podInfoOnMount", json!(false));
+            set_default(spec, "storageCapacity", json!(false));
+            set_default(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
+            set_default(spec, "requiresRepublish", json!(false));
+            set_default(spec, "seLinuxMount", json!(false));
+            if spec["volumeLifecycleModes"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+            {
+                spec["volumeLifecycleModes"] = json!(["Persistent"]);
+            }
+        }
+        ("resource.k8s.io", "resourceclaims") => default_device_requests(obj_mut(obj, "spec")),
+        ("resource.k8s.io", "resourceclaimtemplates") => {
+            let spec = obj_mut(obj, "spec");
+            obj_mut(spec, "metadata");
+            default_device_requests(obj_mut(spec, "spec"));
+        }
         ("storage.k8s.io", "storageclasses") => {
             set_default(obj, "reclaimPolicy", json!("Delete"));
             set_default(obj, "volumeBindingMode", json!("Immediate"));
@@ -659,6 +681,49 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
         _ => {}
     }
     omit_empty(rt, obj);
+}
+
+/// SetDefaults_LimitRangeItem: a container's limits default to its maximums, and its
+/// requests to its default limits, then to its minimums.
+fn default_limit_range(obj: &mut Value) {
+    let limits = obj
+        .pointer_mut("/spec/limits")
+        .and_then(Value::as_array_mut);
+    for item in limits
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "Container")
+    {
+        let max = item["max"].as_object().cloned().unwrap_or_default();
+        let min = item["min"].as_object().cloned().unwrap_or_default();
+        let default = obj_mut(item, "default");
+        for (resource, quantity) in max {
+            set_default(default, &resource, quantity);
+        }
+        let default = default.as_object().cloned().unwrap_or_default();
+        let request = obj_mut(item, "defaultRequest");
+        for (resource, quantity) in default.into_iter().chain(min) {
+            set_default(request, &resource, quantity);
+        }
+    }
+}
+
+/// SetDefaults_ExactDeviceRequest: one device, counted exactly.
+fn default_device_requests(claim_spec: &mut Value) {
+    let requests = claim_spec
+        .pointer_mut("/devices/requests")
+        .and_then(Value::as_array_mut);
+    for exactly in requests
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get_mut("exactly"))
+        .filter(|e| e.is_object())
+    {
+        set_default(exactly, "allocationMode", json!("ExactCount"));
+        if exactly["allocationMode"] == "ExactCount" {
+            set_default(exactly, "count", json!(1));
+        }
+    }
 }
 
 /// SetDefaults_StatefulSet (`pkg/apis/apps/v1/defaults.go`): one replica, ordered pod
@@ -943,8 +1008,8 @@ pub fn prepare_for_create(
         ("batch", "jobs") => prepare_job(obj),
         ("batch", "cronjobs") => obj["status"] = json!({}),
         // Each strategy's `PrepareForCreate` resets status to its Go zero value, and the
-        // StorageObjectInUseProtection admission plugin adds its finalizer to claims and
-        // volumes.
+        // StorageObjectInUseProtection admission plugin adds its finalizer to claims,
+        // volumes and volume attributes classes.
         ("apps", "statefulsets") => {
             obj["status"] = json!({"replicas": 0, "availableReplicas": 0});
         }
@@ -966,7 +1031,13 @@ pub fn prepare_for_create(
                 "desiredHealthy": 0, "expectedPods": 0});
         }
         ("networking.k8s.io", "ingresses") => obj["status"] = json!({"loadBalancer": {}}),
-        ("flowcontrol.apiserver.k8s.io", _) => obj["status"] = json!({}),
+        ("flowcontrol.apiserver.k8s.io", _)
+        | ("", "resourcequotas")
+        | ("resource.k8s.io", "resourceclaims") => obj["status"] = json!({}),
+        ("storage.k8s.io", "volumeattachments") => obj["status"] = json!({"attached": false}),
+        ("storage.k8s.io", "volumeattributesclasses") => {
+            add_finalizer(obj, "kubernetes.io/vac-protection");
+        }
         ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
             obj["status"] = json!({});
         }

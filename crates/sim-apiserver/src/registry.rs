@@ -351,7 +351,9 @@ const BUILTINS: &[Builtin] = {
             .status()
             .generation(Spec)
             .returns_deleted(),
-        r(CORE, "podtemplates", "PodTemplate", NAMESPACED).returns_deleted(),
+        r(CORE, "podtemplates", "PodTemplate", NAMESPACED)
+            .generation(AllButMetadata)
+            .returns_deleted(),
         r(
             CORE,
             "replicationcontrollers",
@@ -531,7 +533,7 @@ const BUILTINS: &[Builtin] = {
         )
         .status()
         .generation(Spec),
-        r(NETWORKING, "ingressclasses", "IngressClass", CLUSTER),
+        r(NETWORKING, "ingressclasses", "IngressClass", CLUSTER).generation(Spec),
         r(NETWORKING, "ingresses", "Ingress", NAMESPACED)
             .short(&["ing"])
             .status()
@@ -561,7 +563,6 @@ const BUILTINS: &[Builtin] = {
             .returns_deleted(),
         r(RESOURCE, "resourceclaims", "ResourceClaim", NAMESPACED)
             .status()
-            .generation(Spec)
             .encoded_as("resource.k8s.io/v1beta2/ResourceClaim")
             .returns_deleted(),
         r(
