@@ -104,6 +104,65 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 }
             }
         ),
+        interaction!("built-in kinds: a SelfSubjectReview and a Binding", |t| {
+            let review =
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+            let reviews = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+            let (code, text) = support::raw(
+                &t.admin,
+                "POST",
+                reviews,
+                JSON,
+                serde_json::to_vec(&review).unwrap(),
+            )
+            .await;
+            // The local control plane's token file gives its admin a uid; the simulator's
+            // admin has none. The rest of the answer is compared.
+            let mut answer = parse_body(text);
+            if let Some(user) = answer["status"]["userInfo"].as_object_mut() {
+                user.remove("uid");
+            }
+            t.record(Answer {
+                asked: format!("POST {reviews} (the user's uid left out)"),
+                code: i64::from(code),
+                body: normalize(answer),
+            });
+            let pods = namespaced("v1", "pods");
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "bound-by-binding", "namespace": NS},
+                "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "busybox:1.36"}]}});
+            let (code, text) = support::raw(
+                &t.admin,
+                "POST",
+                &pods,
+                JSON,
+                serde_json::to_vec(&pod).unwrap(),
+            )
+            .await;
+            assert_eq!(code, 201, "{}: {text}", t.name);
+            let binding = |name: &str| {
+                json!({"apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": name, "namespace": NS},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
+            };
+            let bindings = namespaced("v1", "bindings");
+            t.admin("POST", &bindings, JSON, binding("bound-by-binding"))
+                .await;
+            t.admin("POST", &bindings, JSON, binding("bound-by-binding"))
+                .await;
+            t.admin("POST", &bindings, JSON, binding("never-created"))
+                .await;
+            let one = format!("{pods}/bound-by-binding");
+            let (_, text) = support::raw(&t.admin, "GET", &one, JSON, Vec::new()).await;
+            t.record(Answer {
+                asked: format!("GET {one}: its node"),
+                code: 200,
+                body: parse_body(text)["spec"]["nodeName"].clone(),
+            });
+            let now = serde_json::to_vec(&json!({"gracePeriodSeconds": 0})).unwrap();
+            support::raw(&t.admin, "DELETE", &one, JSON, now).await;
+            wait_until(t, &one, "the pod gone", |code, _| code == 404).await;
+        }),
         interaction!(
             "built-in kinds: the field selectors of ReplicationControllers, Jobs and ResourceSlices",
             |t| {

@@ -1050,13 +1050,15 @@ impl<'a> Call<'a> {
             ));
         }
         let name = name.to_string();
+        // The binding storage reports its conflicts as `pods/binding`'s.
+        let binding = GroupResource::new("", "pods/binding");
         self.write(rt, &self.ns(rt), &name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
             if is_deleting(current) {
-                return Err(ApiError::conflict(&rt.gr(), &name, format!("pod {name} is being deleted, cannot be assigned to a host")));
+                return Err(ApiError::conflict(&binding, &name, format!("pod {name} is being deleted, cannot be assigned to a host")));
             }
             if let Some(existing) = current["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-                return Err(ApiError::conflict(&rt.gr(), &name, format!("pod {name} is already assigned to node \"{existing}\"")));
+                return Err(ApiError::conflict(&binding, &name, format!("pod {name} is already assigned to node \"{existing}\"")));
             }
             let mut new = current.clone();
             new["spec"]["nodeName"] = json!(node);
