@@ -104,6 +104,60 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 }
             }
         ),
+        interaction!(
+            "built-in kinds: a HorizontalPodAutoscaler of autoscaling/v1, read in both versions",
+            |t| {
+                let v1 = namespaced("autoscaling/v1", "horizontalpodautoscalers");
+                let v2 = namespaced("autoscaling/v2", "horizontalpodautoscalers");
+                for (name, target) in [("cpu", json!(70)), ("default", Value::Null)] {
+                    let mut autoscaler = json!({"apiVersion": "autoscaling/v1",
+                        "kind": "HorizontalPodAutoscaler",
+                        "metadata": {"name": name, "namespace": NS},
+                        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1",
+                            "kind": "Deployment", "name": "web"}, "maxReplicas": 4}});
+                    if !target.is_null() {
+                        autoscaler["spec"]["targetCPUUtilizationPercentage"] = target;
+                    }
+                    let (code, text) = support::raw(
+                        &t.admin,
+                        "POST",
+                        &v1,
+                        JSON,
+                        serde_json::to_vec(&autoscaler).unwrap(),
+                    )
+                    .await;
+                    let mut created = parse_body(text);
+                    if let Some(m) = created["metadata"].as_object_mut() {
+                        m.remove("managedFields");
+                    }
+                    t.record(Answer {
+                        asked: format!("POST {v1} ({name}; managedFields left out)"),
+                        code: i64::from(code),
+                        body: normalize(created),
+                    });
+                    for collection in [&v1, &v2] {
+                        let one = format!("{collection}/{name}");
+                        let (code, text) =
+                            support::raw(&t.admin, "GET", &one, JSON, Vec::new()).await;
+                        // The conditions the real controller writes show as an annotation in v1.
+                        let mut read = without_controllers(parse_body(text));
+                        if let Some(m) = read["metadata"].as_object_mut() {
+                            m.remove("annotations");
+                        }
+                        t.record(Answer {
+                            asked: format!(
+                                "GET {one} (status, annotations and managedFields left out)"
+                            ),
+                            code: i64::from(code),
+                            body: normalize(read),
+                        });
+                    }
+                    let one = format!("{v2}/{name}");
+                    support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
+                    wait_until(t, &one, "the autoscaler gone", |code, _| code == 404).await;
+                }
+            }
+        ),
         interaction!("built-in kinds: a SelfSubjectReview and a Binding", |t| {
             let review =
                 json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});

@@ -1451,6 +1451,9 @@ pub fn to_view(rt: &ResourceType, version: &str, mut obj: Value) -> Value {
     if rt.group == "events.k8s.io" {
         obj = core_event_to_events_v1(obj);
     }
+    if rt.group == AUTOSCALING && version == "v1" {
+        autoscaler_to_v1(&mut obj);
+    }
     if let Some(o) = obj.as_object_mut() {
         o.insert("apiVersion".into(), json!(rt.api_version(version)));
         o.insert("kind".into(), json!(rt.kind));
@@ -1476,6 +1479,9 @@ pub fn from_view(rt: &ResourceType, mut obj: Value) -> Value {
     if rt.group == "events.k8s.io" {
         obj = events_v1_to_core_event(obj);
     }
+    if rt.group == AUTOSCALING && obj["apiVersion"] == "autoscaling/v1" {
+        autoscaler_from_v1(&mut obj);
+    }
     let storage = storage_type_api_version(rt);
     if let Some(o) = obj.as_object_mut() {
         o.insert("apiVersion".into(), json!(storage.0));
@@ -1490,6 +1496,107 @@ pub fn storage_type_api_version(rt: &ResourceType) -> (String, String) {
         ("v1".into(), "Event".into())
     } else {
         (rt.api_version(rt.storage_version()), rt.kind.clone())
+    }
+}
+
+const AUTOSCALING: &str = "autoscaling";
+
+/// Whether a v2 metric (spec or status) is the CPU utilization autoscaling/v1 has a field
+/// for; `part` is `target` or `current`.
+fn cpu_utilization(metrics: &Value, part: &str) -> Option<Value> {
+    metrics.as_array()?.iter().find_map(|m| {
+        let resource = &m["resource"];
+        let utilization = &resource[part]["averageUtilization"];
+        (m["type"] == "Resource" && resource["name"] == "cpu" && !utilization.is_null())
+            .then(|| utilization.clone())
+    })
+}
+
+/// Copies the fields of `from` named in `keys` that are set into `to`.
+fn copy_set(from: &Value, to: &mut Value, keys: &[&str]) {
+    for key in keys {
+        if let Some(value) = from.get(*key).filter(|v| !v.is_null()) {
+            to[*key] = value.clone();
+        }
+    }
+}
+
+/// autoscaling/v2 → autoscaling/v1 HorizontalPodAutoscaler (`pkg/apis/autoscaling/v1`
+/// conversion): the CPU utilization target and reading become
+/// `targetCPUUtilizationPercentage` and `currentCPUUtilizationPercentage`.
+///
+/// # Caveats
+/// Other metrics, the behavior and the conditions, which the real conversion keeps in
+/// `autoscaling.alpha.kubernetes.io/*` annotations, are left out.
+fn autoscaler_to_v1(obj: &mut Value) {
+    if let Some(spec) = obj.get("spec").filter(|s| s.is_object()).cloned() {
+        let mut v1 = json!({});
+        copy_set(
+            &spec,
+            &mut v1,
+            &["scaleTargetRef", "minReplicas", "maxReplicas"],
+        );
+        if let Some(cpu) = cpu_utilization(&spec["metrics"], "target") {
+            v1["targetCPUUtilizationPercentage"] = cpu;
+        }
+        obj["spec"] = v1;
+    }
+    if let Some(status) = obj.get("status").filter(|s| s.is_object()).cloned() {
+        let mut v1 = json!({"currentReplicas": 0, "desiredReplicas": 0});
+        copy_set(
+            &status,
+            &mut v1,
+            &[
+                "observedGeneration",
+                "lastScaleTime",
+                "currentReplicas",
+                "desiredReplicas",
+            ],
+        );
+        if let Some(cpu) = cpu_utilization(&status["currentMetrics"], "current") {
+            v1["currentCPUUtilizationPercentage"] = cpu;
+        }
+        obj["status"] = v1;
+    }
+}
+
+/// autoscaling/v1 → autoscaling/v2 HorizontalPodAutoscaler, the inverse of
+/// [`autoscaler_to_v1`].
+fn autoscaler_from_v1(obj: &mut Value) {
+    if let Some(spec) = obj.get("spec").filter(|s| s.is_object()).cloned() {
+        let mut v2 = json!({});
+        copy_set(
+            &spec,
+            &mut v2,
+            &["scaleTargetRef", "minReplicas", "maxReplicas"],
+        );
+        if let Some(cpu) = spec
+            .get("targetCPUUtilizationPercentage")
+            .filter(|c| !c.is_null())
+        {
+            v2["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": cpu}}}]);
+        }
+        obj["spec"] = v2;
+    }
+    if let Some(status) = obj.get("status").filter(|s| s.is_object()).cloned() {
+        let mut v2 = json!({"currentMetrics": null});
+        copy_set(
+            &status,
+            &mut v2,
+            &["observedGeneration", "lastScaleTime", "desiredReplicas"],
+        );
+        if let Some(current) = status["currentReplicas"].as_i64().filter(|c| *c != 0) {
+            v2["currentReplicas"] = json!(current);
+        }
+        if let Some(cpu) = status
+            .get("currentCPUUtilizationPercentage")
+            .filter(|c| !c.is_null())
+        {
+            v2["currentMetrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+                "current": {"averageUtilization": cpu}}}]);
+        }
+        obj["status"] = v2;
     }
 }
 
