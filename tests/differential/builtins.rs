@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{
     AGGREGATED, Answer, Interaction, JSON, MERGE, NS, Target, discovery, list_names, normalize,
-    parse_body, support, wait_until,
+    parse_body, raw_create, support, wait_until,
 };
 
 /// The interactions of this module, in the order they run.
@@ -27,6 +27,29 @@ pub(super) fn interactions() -> Vec<Interaction> {
         }),
         interaction!("built-in kinds: a DaemonSet", |t| {
             exercise(t, &DAEMON_SET).await;
+        }),
+        interaction!("built-in kinds: a DaemonSet's template generation", |t| {
+            let collection = (DAEMON_SET.collection)();
+            let one = format!("{collection}/agent");
+            raw_create(t, &collection, &daemon_set()).await;
+            for patch in [
+                json!({"spec": {"template": {"spec": {"containers": [{"name": "agent",
+                    "image": "busybox:1.37", "args": ["sleep", "3600"]}]}}}}),
+                json!({"metadata": {"labels": {"tier": "node"}}}),
+                json!({"spec": {"revisionHistoryLimit": 5}}),
+                json!({"metadata": {"annotations": null}}),
+            ] {
+                let body = serde_json::to_vec(&patch).unwrap();
+                let (code, text) = support::raw(&t.admin, "PATCH", &one, MERGE, body).await;
+                let patched = without_controllers(parse_body(text));
+                t.record(Answer {
+                    asked: format!("PATCH {one} with {patch} (status and managedFields left out)"),
+                    code: i64::from(code),
+                    body: normalize(json!({"metadata": patched["metadata"]})),
+                });
+            }
+            support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
+            wait_until(t, &one, "the DaemonSet gone", |code, _| code == 404).await;
         }),
         interaction!("built-in kinds: an EndpointSlice", |t| {
             exercise(t, &ENDPOINT_SLICE).await;

@@ -235,6 +235,9 @@ fn prepare_update(
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }
+    if part == Part::Main {
+        objects::prepare_for_update(rt, old, &mut new);
+    }
     let subresource = part.subresource();
     if !managed_by_apply {
         apply::record_update(

@@ -1074,6 +1074,24 @@ pub fn prepare_for_create(
     }
 }
 
+/// What an update of the main resource does beyond defaults, validation and generation
+/// (the strategy's `PrepareForUpdate`): a DaemonSet keeps its template generation, one more
+/// when its template changed.
+pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if (rt.group.as_str(), rt.resource.as_str()) != ("apps", "daemonsets") {
+        return;
+    }
+    let generation = |obj: &Value| {
+        obj["metadata"]["annotations"][DAEMON_SET_TEMPLATE_GENERATION]
+            .as_str()
+            .and_then(|g| g.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let bump = i64::from(old["spec"]["template"] != new["spec"]["template"]);
+    let annotations = obj_mut(obj_mut(new, "metadata"), "annotations");
+    annotations[DAEMON_SET_TEMPLATE_GENERATION] = json!((generation(old) + bump).to_string());
+}
+
 /// The annotation a DaemonSet's strategy keeps its template's generation in.
 const DAEMON_SET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
 
