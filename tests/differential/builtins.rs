@@ -274,7 +274,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
-            "built-in kinds: the server's own PriorityClasses and flow-control objects",
+            "built-in kinds: the server's own PriorityClasses, flow-control objects and service range",
             |t| {
                 const SCHEDULING: &str = "/apis/scheduling.k8s.io/v1/priorityclasses";
                 const FLOWCONTROL: &str = "/apis/flowcontrol.apiserver.k8s.io/v1";
@@ -282,6 +282,12 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 for name in ["system-node-critical", "system-cluster-critical"] {
                     t.admin("GET", &format!("{SCHEDULING}/{name}"), JSON, Value::Null)
                         .await;
+                }
+                for path in [
+                    "/apis/networking.k8s.io/v1/servicecidrs/kubernetes",
+                    "/apis/networking.k8s.io/v1/ipaddresses/10.0.0.1",
+                ] {
+                    t.admin("GET", path, JSON, Value::Null).await;
                 }
                 for resource in ["prioritylevelconfigurations", "flowschemas"] {
                     let path = format!("{FLOWCONTROL}/{resource}");

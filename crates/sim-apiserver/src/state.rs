@@ -439,7 +439,8 @@ impl State {
     /// Creates the `kubernetes` Service in `default` as kube-apiserver's bootstrap controller
     /// does: ClusterIP `10.0.0.1` (the first address of the service range), port 443 named
     /// `https` forwarding to the port the server listens on. The addresses the IP allocator
-    /// fills in (`clusterIPs`, `ipFamilies`) and the empty status belong to no manager.
+    /// fills in (`clusterIPs`, `ipFamilies`) and the empty status belong to no manager; the
+    /// allocator's IPAddress for `10.0.0.1` is written with it.
     pub fn create_kubernetes_service(&self, port: u16) {
         let Some(rt) = self
             .registry()
@@ -468,10 +469,15 @@ impl State {
         stored["spec"]["clusterIPs"] = json!([KUBERNETES_SERVICE_IP]);
         stored["spec"]["ipFamilies"] = json!(["IPv4"]);
         stored["status"] = json!({"loadBalancer": {}});
-        let _ = self.write(&rt, "default", "kubernetes", |current| match current {
+        let written = self.write(&rt, "default", "kubernetes", |current| match current {
             Some(_) => Err(ApiError::already_exists(&rt.gr(), "kubernetes")),
             None => Ok(Write::Put(stored)),
         });
+        if written.is_ok() {
+            let address =
+                system_objects::service_ip_address(KUBERNETES_SERVICE_IP, "default", "kubernetes");
+            let _ = self.create_internal(APISERVER, "networking.k8s.io", "ipaddresses", address);
+        }
     }
 
     /// Creates the APIService of every served group version that lacks one and deletes the
@@ -544,7 +550,24 @@ impl State {
             let _ = self.create_internal(APISERVER, "scheduling.k8s.io", "priorityclasses", class);
         }
         self.create_flow_control();
+        self.create_service_cidr();
         self.sync_apiservices();
+    }
+
+    /// The default ServiceCIDR, ready, as the real control plane leaves it.
+    fn create_service_cidr(&self) {
+        let gr = GroupResource::new("networking.k8s.io", "servicecidrs");
+        let Some(rt) = self.registry().get(&gr).cloned() else {
+            return;
+        };
+        let now = super::objects::now();
+        let mut cidr = system_objects::service_cidr(&now);
+        cidr["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        cidr["metadata"]["creationTimestamp"] = json!(now);
+        let _ = self.write(&rt, "", "kubernetes", |current| match current {
+            Some(_) => Ok(Write::Keep),
+            None => Ok(Write::Put(cidr)),
+        });
     }
 
     /// The API Priority and Fairness configuration, as its producer writes it, and each

@@ -1,8 +1,10 @@
 //! The objects kube-apiserver 1.34 writes into every cluster itself, besides its namespaces,
 //! the RBAC bootstrap policy and the `kubernetes` Service: the two system PriorityClasses
-//! (`pkg/apis/scheduling.SystemPriorityClasses`) and the API Priority and Fairness
+//! (`pkg/apis/scheduling.SystemPriorityClasses`), the API Priority and Fairness
 //! configuration its config producer keeps (`flowcontrol/bootstrap`), with the `Dangling`
-//! condition its config consumer applies to each FlowSchema's status.
+//! condition its config consumer applies to each FlowSchema's status, and the default
+//! ServiceCIDR with the IPAddress of the `kubernetes` Service, as kube-apiserver and
+//! kube-controller-manager leave them once the range is ready.
 //!
 //! The flow-control objects are held as captured from a real kube-apiserver 1.34.4
 //! (`flowcontrol.json` beside this module: metadata, spec, nothing the server sets), since
@@ -71,6 +73,52 @@ pub fn flow_schema_status(flow_schema: &Value, now: &str) -> (Value, Value) {
             "f:status": {}, "f:type": {}}}}},
         "subresource": "status"});
     (status, entry)
+}
+
+/// The default service range, `10.0.0.0/24` (the local control plane's).
+pub const SERVICE_CIDR: &str = "10.0.0.0/24";
+
+/// The `kubernetes` ServiceCIDR once ready: its range as kube-apiserver writes it, the
+/// finalizer kube-controller-manager's servicecidr controller adds, and the `Ready`
+/// condition both apply, each with its own `managedFields` entry, at `now`.
+pub fn service_cidr(now: &str) -> Value {
+    const GROUP_VERSION: &str = "networking.k8s.io/v1";
+    let ready =
+        |fields: Value| json!({"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": fields}}});
+    let entry = |manager: &str, operation: &str, fields: Value, status: bool| {
+        let mut e = json!({"manager": manager, "operation": operation,
+            "apiVersion": GROUP_VERSION, "time": now, "fieldsType": "FieldsV1",
+            "fieldsV1": fields});
+        if status {
+            e["subresource"] = json!("status");
+        }
+        e
+    };
+    json!({"apiVersion": GROUP_VERSION, "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes",
+            "finalizers": ["networking.k8s.io/service-cidr-finalizer"],
+            "managedFields": [
+                entry("kubernetes-service-cidr-controller", "Apply",
+                    ready(json!({".": {}, "f:status": {}, "f:type": {}})), true),
+                entry("service-cidr-controller", "Apply",
+                    ready(json!({".": {}, "f:lastTransitionTime": {}, "f:message": {},
+                        "f:reason": {}, "f:status": {}, "f:type": {}})), true),
+                entry("kube-apiserver", "Update", json!({"f:spec": {"f:cidrs": {}}}), false),
+                entry("kube-controller-manager", "Update",
+                    json!({"f:metadata": {"f:finalizers": {".": {},
+                        "v:\"networking.k8s.io/service-cidr-finalizer\"": {}}}}), false),
+            ]},
+        "spec": {"cidrs": [SERVICE_CIDR]},
+        "status": {"conditions": [{"type": "Ready", "status": "True",
+            "lastTransitionTime": now, "reason": "", "message": "Kubernetes Service CIDR is ready"}]}})
+}
+
+/// The IPAddress the IP allocator records for a Service's cluster IP.
+pub fn service_ip_address(ip: &str, namespace: &str, service: &str) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "IPAddress",
+        "metadata": {"name": ip, "labels": {"ipaddress.kubernetes.io/ip-family": "IPv4",
+            "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}},
+        "spec": {"parentRef": {"resource": "services", "namespace": namespace, "name": service}}})
 }
 
 #[cfg(test)]
