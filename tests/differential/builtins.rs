@@ -28,6 +28,31 @@ pub(super) fn interactions() -> Vec<Interaction> {
         interaction!("built-in kinds: a DaemonSet", |t| {
             exercise(t, &DAEMON_SET).await;
         }),
+        interaction!(
+            "built-in kinds: labels written through the status of a StatefulSet and a PodDisruptionBudget",
+            |t| {
+                for case in [&STATEFUL_SET, &DISRUPTION_BUDGET] {
+                    let collection = (case.collection)();
+                    let object = (case.object)();
+                    let one = format!(
+                        "{collection}/{}",
+                        object["metadata"]["name"].as_str().unwrap()
+                    );
+                    raw_create(t, &collection, &object).await;
+                    let patch = json!({"metadata": {"labels": {"via": "status"}}});
+                    let body = serde_json::to_vec(&patch).unwrap();
+                    let status = format!("{one}/status");
+                    let (code, text) = support::raw(&t.admin, "PATCH", &status, MERGE, body).await;
+                    t.record(Answer {
+                        asked: format!("PATCH {status} with {patch}: the labels"),
+                        code: i64::from(code),
+                        body: parse_body(text)["metadata"]["labels"].clone(),
+                    });
+                    support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
+                    wait_until(t, &one, "the object gone", |code, _| code == 404).await;
+                }
+            }
+        ),
         interaction!("built-in kinds: a DaemonSet's template generation", |t| {
             let collection = (DAEMON_SET.collection)();
             let one = format!("{collection}/agent");
