@@ -246,6 +246,10 @@ macro_rules! interaction {
 
 #[path = "differential/builtins.rs"]
 mod builtins;
+#[path = "differential/component_status.rs"]
+mod component_status;
+#[path = "differential/field_order.rs"]
+mod field_order;
 
 fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": data})
@@ -277,6 +281,8 @@ fn interactions() -> Vec<Interaction> {
     all.extend(ephemeral_container_interactions());
     all.extend(client_library_interactions());
     all.extend(builtins::interactions());
+    all.extend(field_order::interactions());
+    all.extend(component_status::interactions());
     all
 }
 

@@ -3,7 +3,9 @@
 // differential fixtures its decoder is tested against (crates/sim-apiserver/tests/protobuf).
 //
 // The kinds are those the schemes of the generally available API groups and
-// apiextensions.k8s.io/v1 register. Each Go struct becomes a message: the field numbers come from
+// apiextensions.k8s.io/v1 register (with PartialObjectMetadata and aggregated discovery's
+// documents). Each Go struct becomes a message, its fields in declaration order (the order
+// encoding/json writes them in, which the server's answers follow): the field numbers come from
 // the `protobuf` struct tags, the JSON names and presence (omitempty, pointer, repeated, map,
 // inline) from the `json` tags and the Go types. Before writing, every message is checked against
 // the Go types' own protobuf marshalling: a value with every field set must be written with

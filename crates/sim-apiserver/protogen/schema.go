@@ -145,7 +145,8 @@ func header() string {
 		"//! The protobuf schema of every built-in kind of Kubernetes 1.34 (the generally available API\n" +
 		"//! groups and apiextensions.k8s.io/v1), read from the Go types' `protobuf` and `json` struct\n" +
 		"//! tags: for each message its field numbers, JSON names, value types and presence, as the\n" +
-		"//! decoder in the parent module walks them.\n\n"
+		"//! decoder in the parent module walks them, in the Go types' declaration order, the order\n" +
+		"//! encoding/json writes them in (and the simulated API server's answers follow).\n\n"
 }
 
 // rustfmt formats Rust source as `cargo fmt` would.
@@ -179,8 +180,15 @@ func (g *generator) message(t reflect.Type) (string, error) {
 	g.messages[t] = m
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() || f.Type == typeMetaType {
-			// TypeMeta is carried by the envelope, not the object.
+		if f.Type == typeMetaType {
+			// TypeMeta is carried by the envelope, not the object. Its kind and apiVersion come
+			// first in JSON, where the answers' writer puts them.
+			if i != 0 {
+				return "", fmt.Errorf("%s embeds TypeMeta after its first field", t)
+			}
+			continue
+		}
+		if !f.IsExported() {
 			continue
 		}
 		jsonName, jsonOpts, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -193,7 +201,8 @@ func (g *generator) message(t reflect.Type) (string, error) {
 		}
 		m.fields = append(m.fields, field)
 	}
-	sort.Slice(m.fields, func(i, j int) bool { return m.fields[i].number < m.fields[j].number })
+	// The fields stay in declaration order, the order encoding/json writes them in (the decoder
+	// finds a field by its number, so it does not mind).
 	return static, nil
 }
 
@@ -210,6 +219,10 @@ func (g *generator) field(f reflect.StructField, jsonName, jsonOpts string) (fie
 		return field{}, fmt.Errorf("bad protobuf field number %q", tag[1])
 	}
 	inline := jsonName == "" && (f.Anonymous || strings.Contains(jsonOpts, ",inline,"))
+	if inline && !f.Anonymous {
+		// encoding/json would write such a field under its Go name, not inline.
+		return field{}, fmt.Errorf("named field with an inline json tag")
+	}
 	if jsonName == "" && !inline {
 		jsonName = f.Name
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -27,14 +28,20 @@ import (
 )
 
 // addToScheme registers the generally available API groups of Kubernetes 1.34 (each also
-// registers meta/v1's option types, DeleteOptions among them, under its own group version), and
-// the option types under meta.k8s.io/v1, where kube-apiserver accepts them too.
+// registers meta/v1's option types, DeleteOptions among them, under its own group version), the
+// option types under meta.k8s.io/v1, where kube-apiserver accepts them too, with
+// PartialObjectMetadata and its list, and aggregated discovery's apidiscovery.k8s.io/v2.
 var addToScheme = []func(*runtime.Scheme) error{
 	func(scheme *runtime.Scheme) error {
 		metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+		// The metadata-only forms of objects and lists that kube-apiserver answers with.
+		scheme.AddKnownTypes(metav1.SchemeGroupVersion,
+			&metav1.PartialObjectMetadata{}, &metav1.PartialObjectMetadataList{})
 		return nil
 	},
 	admissionregistrationv1.AddToScheme,
+	// Aggregated discovery's documents, for the order of their fields.
+	apidiscoveryv2.AddToScheme,
 	apiextensionsv1.AddToScheme,
 	appsv1.AddToScheme,
 	authenticationv1.AddToScheme,

@@ -274,7 +274,7 @@ pub fn subresources(t: &ResourceType) -> Vec<Subresource> {
 /// have none.
 pub fn storage_version_hash(t: &ResourceType) -> Option<String> {
     use base64::Engine as _;
-    if matches!(t.backing, Backing::Virtual) {
+    if matches!(t.backing, Backing::Virtual | Backing::Health) {
         return None;
     }
     let gvk = match t.encoded_as {
@@ -334,12 +334,19 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
     } else {
         format!("{group}/{version}")
     };
-    Some(json!({
+    let mut list = json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": gv,
         "resources": types.iter().flat_map(|t| resource_entries(t)).collect::<Vec<_>>(),
-    }))
+    });
+    if group.is_empty() {
+        // kube-apiserver's `/api/v1` names no apiVersion; every group's list does.
+        if let Some(fields) = list.as_object_mut() {
+            fields.remove("apiVersion");
+        }
+    }
+    Some(list)
 }
 
 fn gv_path(group: &str, version: &str) -> String {

@@ -332,7 +332,7 @@ where
     S: futures::Sink<Message> + Unpin,
 {
     let mut frame = vec![STATUS];
-    frame.extend(serde_json::to_vec(status).unwrap_or_default());
+    frame.extend(crate::answer_json::to_vec(status));
     let _ = sink.send(Message::binary(frame)).await;
     let normal = CloseFrame {
         code: CloseCode::Normal,

@@ -375,6 +375,9 @@ impl<'a> Call<'a> {
     /// Serves the request.
     pub fn serve(&self) -> Reply {
         let rt = self.rt()?;
+        if matches!(rt.backing, Backing::Health) {
+            return super::component_status::serve(self, &rt);
+        }
         if matches!(rt.backing, Backing::Virtual) {
             return match self.info.verb.as_str() {
                 // `bindings` is `pods/binding` with the pod named in the Binding.
@@ -510,6 +513,10 @@ impl<'a> Call<'a> {
             items.retain(|o| object_key(o) > after);
         }
         let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+        if rt.is_custom() {
+            // An unstructured list keeps ListMeta's empty `continue`.
+            metadata["continue"] = json!("");
+        }
         if let Some(limit) = q
             .get("limit")
             .and_then(|l| l.parse::<usize>().ok())

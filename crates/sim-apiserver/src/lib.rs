@@ -21,6 +21,7 @@
 //!   the simulated controllers, not by this server.
 
 pub mod aggregated;
+pub mod answer_json;
 pub mod apiservices;
 pub mod apply;
 pub mod attach;
@@ -28,6 +29,7 @@ pub mod audit;
 pub mod auth;
 pub mod call;
 pub mod certificates;
+pub mod component_status;
 pub mod control;
 mod create;
 pub mod discovery;
@@ -437,11 +439,7 @@ fn json_response(code: u16, value: &Value, headers: &HeaderMap) -> Response<Body
         let yaml = serde_yaml::to_string(value).unwrap_or_default();
         return full(code, "application/yaml", yaml.into_bytes());
     }
-    full(
-        code,
-        "application/json",
-        serde_json::to_vec(value).unwrap_or_default(),
-    )
+    full(code, "application/json", answer_json::document(value))
 }
 
 /// Whether the client asks for metadata only (`as=PartialObjectMetadata` or
@@ -479,7 +477,14 @@ fn partial_metadata(value: Value) -> Value {
 }
 
 fn error_response(e: &ApiError, headers: &HeaderMap) -> Response<Body> {
-    json_response(e.code(), &e.to_status(), headers)
+    if wants_yaml(headers) {
+        return json_response(e.code(), &e.to_status(), headers);
+    }
+    let accept = headers
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let body = answer_json::error_document(&e.to_status(), accept);
+    full(e.code(), "application/json", body)
 }
 
 fn accepts_json(headers: &HeaderMap) -> bool {
@@ -830,7 +835,14 @@ async fn handle(
     if let Some(deferral) = &losing {
         state.faults.lost(deferral, &info.summary(), outcome.code);
     }
-    outcome.response
+    let mut response = outcome.response;
+    if component_status::warns(&info) && !matches!(outcome.code, 401 | 403) {
+        response.headers_mut().insert(
+            hyper::header::WARNING,
+            HeaderValue::from_static(component_status::WARNING),
+        );
+    }
+    response
 }
 
 fn watch_response(
@@ -848,6 +860,9 @@ fn watch_response(
     let Some(rt) = rt.filter(|_| call.info.subresource.is_empty()) else {
         return error_response(&ApiError::NoSuchResource, headers);
     };
+    if matches!(rt.backing, registry::Backing::Health) {
+        return error_response(&component_status::watch_refused(), headers);
+    }
     let plan = match watch::plan(call, &rt) {
         Ok(plan) => plan,
         Err(e) => return error_response(&e, headers),
@@ -988,8 +1003,8 @@ fn aggregated_response(
     body: &Value,
     headers: &HeaderMap,
 ) -> Response<Body> {
-    let json = serde_json::to_vec(body).unwrap_or_default();
-    let etag = aggregated::etag(&json);
+    // The ETag hashes the document as json.Marshal writes it, without the encoder's newline.
+    let etag = aggregated::etag(&answer_json::to_vec(body));
     let mut resp = if headers
         .get(hyper::header::IF_NONE_MATCH)
         .is_some_and(|v| v.as_bytes() == etag.as_bytes())
@@ -1002,7 +1017,7 @@ fn aggregated_response(
         let yaml = serde_yaml::to_string(body).unwrap_or_default();
         full(200, aggregated::CONTENT_TYPE_YAML, yaml.into_bytes())
     } else {
-        full(200, aggregated::CONTENT_TYPE, json)
+        full(200, aggregated::CONTENT_TYPE, answer_json::document(body))
     };
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag) {

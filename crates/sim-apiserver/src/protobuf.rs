@@ -19,7 +19,8 @@
 //! Embedded structs that Go inlines in JSON are nested messages on the wire whose fields land in
 //! the enclosing object. Unknown field numbers are skipped.
 //!
-//! The server answers in JSON, so only request decoding lives here.
+//! The server answers in JSON, so only request decoding lives here; the same table gives the
+//! answers' writer ([`crate::answer_json`]) each message's fields in declaration order.
 
 use base64::Engine as _;
 use serde_json::{Map, Value};
@@ -368,7 +369,7 @@ use schema::KINDS;
 
 /// The protobuf type of a value and the JSON form it takes.
 #[derive(Clone, Copy)]
-enum Type {
+pub(crate) enum Type {
     /// `string` → JSON string.
     Str,
     /// `int64` varint → JSON number.
@@ -422,7 +423,7 @@ impl Type {
 
 /// How a field's value appears in JSON.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Presence {
+pub(crate) enum Presence {
     /// Go `omitempty` on a scalar value field: a zero value is left out.
     OmitZero,
     /// A pointer, a struct or a field without `omitempty`: present on the wire means present in
@@ -438,17 +439,26 @@ enum Presence {
 }
 
 /// One field of a message; `ty` is the type of each item of a list and each value of a map.
-struct Field {
+pub(crate) struct Field {
     number: u32,
-    json: &'static str,
-    ty: Type,
-    presence: Presence,
+    pub(crate) json: &'static str,
+    pub(crate) ty: Type,
+    pub(crate) presence: Presence,
 }
 
-/// One message type: its name (for error messages) and its known fields.
-struct Message {
+/// One message type: its name (for error messages) and its known fields, in the Go type's
+/// declaration order.
+pub(crate) struct Message {
     name: &'static str,
-    fields: &'static [Field],
+    pub(crate) fields: &'static [Field],
+}
+
+/// The message of the built-in kind `kind` of `api_version`, if there is one.
+pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static Message> {
+    KINDS
+        .binary_search_by(|(v, k, _)| (*v, *k).cmp(&(api_version, kind)))
+        .ok()
+        .map(|at| KINDS[at].2)
 }
 
 /// A field whose zero value is omitted (Go `omitempty`).

@@ -6,7 +6,8 @@
 //! The protobuf schema of every built-in kind of Kubernetes 1.34 (the generally available API
 //! groups and apiextensions.k8s.io/v1), read from the Go types' `protobuf` and `json` struct
 //! tags: for each message its field numbers, JSON names, value types and presence, as the
-//! decoder in the parent module walks them.
+//! decoder in the parent module walks them, in the Go types' declaration order, the order
+//! encoding/json writes them in (and the simulated API server's answers follow).
 
 use super::{Message, Type, inline, keep, list, map, opt};
 
@@ -88,6 +89,43 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
         "WatchEvent",
         &META_V1_WATCH_EVENT,
     ),
+    (
+        "apidiscovery.k8s.io/v2",
+        "APIGroupDiscovery",
+        &APIDISCOVERY_V2_API_GROUP_DISCOVERY,
+    ),
+    (
+        "apidiscovery.k8s.io/v2",
+        "APIGroupDiscoveryList",
+        &APIDISCOVERY_V2_API_GROUP_DISCOVERY_LIST,
+    ),
+    (
+        "apidiscovery.k8s.io/v2",
+        "CreateOptions",
+        &META_V1_CREATE_OPTIONS,
+    ),
+    (
+        "apidiscovery.k8s.io/v2",
+        "DeleteOptions",
+        &META_V1_DELETE_OPTIONS,
+    ),
+    ("apidiscovery.k8s.io/v2", "GetOptions", &META_V1_GET_OPTIONS),
+    (
+        "apidiscovery.k8s.io/v2",
+        "ListOptions",
+        &META_V1_LIST_OPTIONS,
+    ),
+    (
+        "apidiscovery.k8s.io/v2",
+        "PatchOptions",
+        &META_V1_PATCH_OPTIONS,
+    ),
+    (
+        "apidiscovery.k8s.io/v2",
+        "UpdateOptions",
+        &META_V1_UPDATE_OPTIONS,
+    ),
+    ("apidiscovery.k8s.io/v2", "WatchEvent", &META_V1_WATCH_EVENT),
     (
         "apiextensions.k8s.io/v1",
         "ConversionReview",
@@ -485,6 +523,16 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("meta.k8s.io/v1", "DeleteOptions", &META_V1_DELETE_OPTIONS),
     ("meta.k8s.io/v1", "GetOptions", &META_V1_GET_OPTIONS),
     ("meta.k8s.io/v1", "ListOptions", &META_V1_LIST_OPTIONS),
+    (
+        "meta.k8s.io/v1",
+        "PartialObjectMetadata",
+        &META_V1_PARTIAL_OBJECT_METADATA,
+    ),
+    (
+        "meta.k8s.io/v1",
+        "PartialObjectMetadataList",
+        &META_V1_PARTIAL_OBJECT_METADATA_LIST,
+    ),
     ("meta.k8s.io/v1", "PatchOptions", &META_V1_PATCH_OPTIONS),
     ("meta.k8s.io/v1", "UpdateOptions", &META_V1_UPDATE_OPTIONS),
     ("meta.k8s.io/v1", "WatchEvent", &META_V1_WATCH_EVENT),
@@ -963,17 +1011,17 @@ pub(super) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK: Message = Message {
             Type::Message(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS),
         ),
         keep(4, "failurePolicy", Type::Str),
+        keep(9, "matchPolicy", Type::Str),
         keep(
             5,
             "namespaceSelector",
             Type::Message(&META_V1_LABEL_SELECTOR),
         ),
+        keep(11, "objectSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(6, "sideEffects", Type::Str),
         keep(7, "timeoutSeconds", Type::Int32),
         list(8, "admissionReviewVersions", Type::Str),
-        keep(9, "matchPolicy", Type::Str),
         keep(10, "reinvocationPolicy", Type::Str),
-        keep(11, "objectSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         list(
             12,
             "matchConditions",
@@ -1208,16 +1256,16 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: Message = Message
             Type::Message(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS),
         ),
         keep(4, "failurePolicy", Type::Str),
+        keep(9, "matchPolicy", Type::Str),
         keep(
             5,
             "namespaceSelector",
             Type::Message(&META_V1_LABEL_SELECTOR),
         ),
+        keep(10, "objectSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(6, "sideEffects", Type::Str),
         keep(7, "timeoutSeconds", Type::Int32),
         list(8, "admissionReviewVersions", Type::Str),
-        keep(9, "matchPolicy", Type::Str),
-        keep(10, "objectSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         list(
             11,
             "matchConditions",
@@ -1269,13 +1317,90 @@ pub(super) static ADMISSIONREGISTRATION_V1_VARIABLE: Message = Message {
 pub(super) static ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG: Message = Message {
     name: "WebhookClientConfig",
     fields: &[
+        keep(3, "url", Type::Str),
         keep(
             1,
             "service",
             Type::Message(&ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE),
         ),
         opt(2, "caBundle", Type::Bytes),
-        keep(3, "url", Type::Str),
+    ],
+};
+
+pub(super) static APIDISCOVERY_V2_API_GROUP_DISCOVERY: Message = Message {
+    name: "APIGroupDiscovery",
+    fields: &[
+        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        list(
+            2,
+            "versions",
+            Type::Message(&APIDISCOVERY_V2_API_VERSION_DISCOVERY),
+        ),
+    ],
+};
+
+pub(super) static APIDISCOVERY_V2_API_GROUP_DISCOVERY_LIST: Message = Message {
+    name: "APIGroupDiscoveryList",
+    fields: &[
+        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
+        list(
+            2,
+            "items",
+            Type::Message(&APIDISCOVERY_V2_API_GROUP_DISCOVERY),
+        ),
+    ],
+};
+
+pub(super) static APIDISCOVERY_V2_API_RESOURCE_DISCOVERY: Message = Message {
+    name: "APIResourceDiscovery",
+    fields: &[
+        keep(1, "resource", Type::Str),
+        keep(
+            2,
+            "responseKind",
+            Type::Message(&META_V1_GROUP_VERSION_KIND),
+        ),
+        keep(3, "scope", Type::Str),
+        keep(4, "singularResource", Type::Str),
+        list(5, "verbs", Type::Str),
+        list(6, "shortNames", Type::Str),
+        list(7, "categories", Type::Str),
+        list(
+            8,
+            "subresources",
+            Type::Message(&APIDISCOVERY_V2_API_SUBRESOURCE_DISCOVERY),
+        ),
+    ],
+};
+
+pub(super) static APIDISCOVERY_V2_API_SUBRESOURCE_DISCOVERY: Message = Message {
+    name: "APISubresourceDiscovery",
+    fields: &[
+        keep(1, "subresource", Type::Str),
+        keep(
+            2,
+            "responseKind",
+            Type::Message(&META_V1_GROUP_VERSION_KIND),
+        ),
+        list(
+            3,
+            "acceptedTypes",
+            Type::Message(&META_V1_GROUP_VERSION_KIND),
+        ),
+        list(4, "verbs", Type::Str),
+    ],
+};
+
+pub(super) static APIDISCOVERY_V2_API_VERSION_DISCOVERY: Message = Message {
+    name: "APIVersionDiscovery",
+    fields: &[
+        keep(1, "version", Type::Str),
+        list(
+            2,
+            "resources",
+            Type::Message(&APIDISCOVERY_V2_API_RESOURCE_DISCOVERY),
+        ),
+        opt(3, "freshness", Type::Str),
     ],
 };
 
@@ -1436,6 +1561,8 @@ pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_VERSION: Message =
         keep(1, "name", Type::Str),
         keep(2, "served", Type::Bool),
         keep(3, "storage", Type::Bool),
+        opt(7, "deprecated", Type::Bool),
+        keep(8, "deprecationWarning", Type::Str),
         keep(
             4,
             "schema",
@@ -1451,8 +1578,6 @@ pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_VERSION: Message =
             "additionalPrinterColumns",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_COLUMN_DEFINITION),
         ),
-        opt(7, "deprecated", Type::Bool),
-        keep(8, "deprecationWarning", Type::Str),
         list(
             9,
             "selectableFields",
@@ -1637,13 +1762,13 @@ pub(super) static APIEXTENSIONS_V1_VALIDATION_RULE: Message = Message {
 pub(super) static APIEXTENSIONS_V1_WEBHOOK_CLIENT_CONFIG: Message = Message {
     name: "WebhookClientConfig",
     fields: &[
+        keep(3, "url", Type::Str),
         keep(
             1,
             "service",
             Type::Message(&APIEXTENSIONS_V1_SERVICE_REFERENCE),
         ),
         opt(2, "caBundle", Type::Bytes),
-        keep(3, "url", Type::Str),
     ],
 };
 
@@ -1765,10 +1890,10 @@ pub(super) static APPS_V1_DEPLOYMENT_CONDITION: Message = Message {
     fields: &[
         keep(1, "type", Type::Str),
         keep(2, "status", Type::Str),
-        opt(4, "reason", Type::Str),
-        opt(5, "message", Type::Str),
         keep(6, "lastUpdateTime", Type::Time),
         keep(7, "lastTransitionTime", Type::Time),
+        opt(4, "reason", Type::Str),
+        opt(5, "message", Type::Str),
     ],
 };
 
@@ -1800,16 +1925,16 @@ pub(super) static APPS_V1_DEPLOYMENT_STATUS: Message = Message {
         opt(1, "observedGeneration", Type::Int64),
         opt(2, "replicas", Type::Int32),
         opt(3, "updatedReplicas", Type::Int32),
+        opt(7, "readyReplicas", Type::Int32),
         opt(4, "availableReplicas", Type::Int32),
         opt(5, "unavailableReplicas", Type::Int32),
+        keep(9, "terminatingReplicas", Type::Int32),
         list(
             6,
             "conditions",
             Type::Message(&APPS_V1_DEPLOYMENT_CONDITION),
         ),
-        opt(7, "readyReplicas", Type::Int32),
         keep(8, "collisionCount", Type::Int32),
-        keep(9, "terminatingReplicas", Type::Int32),
     ],
 };
 
@@ -1857,9 +1982,9 @@ pub(super) static APPS_V1_REPLICA_SET_SPEC: Message = Message {
     name: "ReplicaSetSpec",
     fields: &[
         keep(1, "replicas", Type::Int32),
+        opt(4, "minReadySeconds", Type::Int32),
         keep(2, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(3, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
-        opt(4, "minReadySeconds", Type::Int32),
     ],
 };
 
@@ -1868,15 +1993,15 @@ pub(super) static APPS_V1_REPLICA_SET_STATUS: Message = Message {
     fields: &[
         keep(1, "replicas", Type::Int32),
         opt(2, "fullyLabeledReplicas", Type::Int32),
-        opt(3, "observedGeneration", Type::Int64),
         opt(4, "readyReplicas", Type::Int32),
         opt(5, "availableReplicas", Type::Int32),
+        keep(7, "terminatingReplicas", Type::Int32),
+        opt(3, "observedGeneration", Type::Int64),
         list(
             6,
             "conditions",
             Type::Message(&APPS_V1_REPLICA_SET_CONDITION),
         ),
-        keep(7, "terminatingReplicas", Type::Int32),
     ],
 };
 
@@ -2063,12 +2188,12 @@ pub(super) static AUTHENTICATION_V1_TOKEN_REQUEST_SPEC: Message = Message {
     name: "TokenRequestSpec",
     fields: &[
         list(1, "audiences", Type::Str),
+        keep(4, "expirationSeconds", Type::Int64),
         keep(
             3,
             "boundObjectRef",
             Type::Message(&AUTHENTICATION_V1_BOUND_OBJECT_REFERENCE),
         ),
-        keep(4, "expirationSeconds", Type::Int64),
     ],
 };
 
@@ -2107,8 +2232,8 @@ pub(super) static AUTHENTICATION_V1_TOKEN_REVIEW_STATUS: Message = Message {
     fields: &[
         opt(1, "authenticated", Type::Bool),
         keep(2, "user", Type::Message(&AUTHENTICATION_V1_USER_INFO)),
-        opt(3, "error", Type::Str),
         list(4, "audiences", Type::Str),
+        opt(3, "error", Type::Str),
     ],
 };
 
@@ -2305,9 +2430,9 @@ pub(super) static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS: Message = Messa
     name: "SubjectAccessReviewStatus",
     fields: &[
         keep(1, "allowed", Type::Bool),
+        opt(4, "denied", Type::Bool),
         opt(2, "reason", Type::Str),
         opt(3, "evaluationError", Type::Str),
-        opt(4, "denied", Type::Bool),
     ],
 };
 
@@ -2580,13 +2705,13 @@ pub(super) static AUTOSCALING_V2_HPA_SCALING_POLICY: Message = Message {
 pub(super) static AUTOSCALING_V2_HPA_SCALING_RULES: Message = Message {
     name: "HPAScalingRules",
     fields: &[
+        keep(3, "stabilizationWindowSeconds", Type::Int32),
         keep(1, "selectPolicy", Type::Str),
         list(
             2,
             "policies",
             Type::Message(&AUTOSCALING_V2_HPA_SCALING_POLICY),
         ),
-        keep(3, "stabilizationWindowSeconds", Type::Int32),
         keep(4, "tolerance", Type::Quantity),
     ],
 };
@@ -2615,14 +2740,14 @@ pub(super) static AUTOSCALING_V2_METRIC_SPEC: Message = Message {
             Type::Message(&AUTOSCALING_V2_RESOURCE_METRIC_SOURCE),
         ),
         keep(
-            5,
-            "external",
-            Type::Message(&AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE),
-        ),
-        keep(
             7,
             "containerResource",
             Type::Message(&AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_SOURCE),
+        ),
+        keep(
+            5,
+            "external",
+            Type::Message(&AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE),
         ),
     ],
 };
@@ -2643,14 +2768,14 @@ pub(super) static AUTOSCALING_V2_METRIC_STATUS: Message = Message {
             Type::Message(&AUTOSCALING_V2_RESOURCE_METRIC_STATUS),
         ),
         keep(
-            5,
-            "external",
-            Type::Message(&AUTOSCALING_V2_EXTERNAL_METRIC_STATUS),
-        ),
-        keep(
             7,
             "containerResource",
             Type::Message(&AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_STATUS),
+        ),
+        keep(
+            5,
+            "external",
+            Type::Message(&AUTOSCALING_V2_EXTERNAL_METRIC_STATUS),
         ),
     ],
 };
@@ -2781,13 +2906,13 @@ pub(super) static BATCH_V1_CRON_JOB_SPEC: Message = Message {
     name: "CronJobSpec",
     fields: &[
         keep(1, "schedule", Type::Str),
+        keep(8, "timeZone", Type::Str),
         keep(2, "startingDeadlineSeconds", Type::Int64),
         opt(3, "concurrencyPolicy", Type::Str),
         keep(4, "suspend", Type::Bool),
         keep(5, "jobTemplate", Type::Message(&BATCH_V1_JOB_TEMPLATE_SPEC)),
         keep(6, "successfulJobsHistoryLimit", Type::Int32),
         keep(7, "failedJobsHistoryLimit", Type::Int32),
-        keep(8, "timeZone", Type::Str),
     ],
 };
 
@@ -2835,23 +2960,23 @@ pub(super) static BATCH_V1_JOB_SPEC: Message = Message {
         keep(1, "parallelism", Type::Int32),
         keep(2, "completions", Type::Int32),
         keep(3, "activeDeadlineSeconds", Type::Int64),
-        keep(4, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(5, "manualSelector", Type::Bool),
-        keep(6, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
-        keep(7, "backoffLimit", Type::Int32),
-        keep(8, "ttlSecondsAfterFinished", Type::Int32),
-        keep(9, "completionMode", Type::Str),
-        keep(10, "suspend", Type::Bool),
         keep(
             11,
             "podFailurePolicy",
             Type::Message(&BATCH_V1_POD_FAILURE_POLICY),
         ),
+        keep(16, "successPolicy", Type::Message(&BATCH_V1_SUCCESS_POLICY)),
+        keep(7, "backoffLimit", Type::Int32),
         keep(12, "backoffLimitPerIndex", Type::Int32),
         keep(13, "maxFailedIndexes", Type::Int32),
+        keep(4, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
+        keep(5, "manualSelector", Type::Bool),
+        keep(6, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
+        keep(8, "ttlSecondsAfterFinished", Type::Int32),
+        keep(9, "completionMode", Type::Str),
+        keep(10, "suspend", Type::Bool),
         keep(14, "podReplacementPolicy", Type::Str),
         keep(15, "managedBy", Type::Str),
-        keep(16, "successPolicy", Type::Message(&BATCH_V1_SUCCESS_POLICY)),
     ],
 };
 
@@ -2864,15 +2989,15 @@ pub(super) static BATCH_V1_JOB_STATUS: Message = Message {
         opt(4, "active", Type::Int32),
         opt(5, "succeeded", Type::Int32),
         opt(6, "failed", Type::Int32),
+        keep(11, "terminating", Type::Int32),
         opt(7, "completedIndexes", Type::Str),
+        keep(10, "failedIndexes", Type::Str),
         keep(
             8,
             "uncountedTerminatedPods",
             Type::Message(&BATCH_V1_UNCOUNTED_TERMINATED_PODS),
         ),
         keep(9, "ready", Type::Int32),
-        keep(10, "failedIndexes", Type::Str),
-        keep(11, "terminating", Type::Int32),
     ],
 };
 
@@ -2970,11 +3095,11 @@ pub(super) static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_CONDITION: Message
     name: "CertificateSigningRequestCondition",
     fields: &[
         keep(1, "type", Type::Str),
+        keep(6, "status", Type::Str),
         opt(2, "reason", Type::Str),
         opt(3, "message", Type::Str),
         keep(4, "lastUpdateTime", Type::Time),
         keep(5, "lastTransitionTime", Type::Time),
-        keep(6, "status", Type::Str),
     ],
 };
 
@@ -2994,13 +3119,13 @@ pub(super) static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_SPEC: Message = Me
     name: "CertificateSigningRequestSpec",
     fields: &[
         keep(1, "request", Type::Bytes),
+        keep(7, "signerName", Type::Str),
+        keep(8, "expirationSeconds", Type::Int32),
+        list(5, "usages", Type::Str),
         opt(2, "username", Type::Str),
         opt(3, "uid", Type::Str),
         list(4, "groups", Type::Str),
-        list(5, "usages", Type::Str),
         map(6, "extra", Type::StringList),
-        keep(7, "signerName", Type::Str),
-        keep(8, "expirationSeconds", Type::Int32),
     ],
 };
 
@@ -3188,8 +3313,8 @@ pub(super) static CORE_V1_CLUSTER_TRUST_BUNDLE_PROJECTION: Message = Message {
         keep(1, "name", Type::Str),
         keep(2, "signerName", Type::Str),
         keep(3, "labelSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(4, "path", Type::Str),
         keep(5, "optional", Type::Bool),
+        keep(4, "path", Type::Str),
     ],
 };
 
@@ -3223,9 +3348,9 @@ pub(super) static CORE_V1_CONFIG_MAP: Message = Message {
     name: "ConfigMap",
     fields: &[
         keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        keep(4, "immutable", Type::Bool),
         map(2, "data", Type::Str),
         map(3, "binaryData", Type::Bytes),
-        keep(4, "immutable", Type::Bool),
     ],
 };
 
@@ -3293,30 +3418,13 @@ pub(super) static CORE_V1_CONTAINER: Message = Message {
         list(4, "args", Type::Str),
         opt(5, "workingDir", Type::Str),
         list(6, "ports", Type::Message(&CORE_V1_CONTAINER_PORT)),
+        list(19, "envFrom", Type::Message(&CORE_V1_ENV_FROM_SOURCE)),
         list(7, "env", Type::Message(&CORE_V1_ENV_VAR)),
         keep(
             8,
             "resources",
             Type::Message(&CORE_V1_RESOURCE_REQUIREMENTS),
         ),
-        list(9, "volumeMounts", Type::Message(&CORE_V1_VOLUME_MOUNT)),
-        keep(10, "livenessProbe", Type::Message(&CORE_V1_PROBE)),
-        keep(11, "readinessProbe", Type::Message(&CORE_V1_PROBE)),
-        keep(12, "lifecycle", Type::Message(&CORE_V1_LIFECYCLE)),
-        opt(13, "terminationMessagePath", Type::Str),
-        opt(14, "imagePullPolicy", Type::Str),
-        keep(
-            15,
-            "securityContext",
-            Type::Message(&CORE_V1_SECURITY_CONTEXT),
-        ),
-        opt(16, "stdin", Type::Bool),
-        opt(17, "stdinOnce", Type::Bool),
-        opt(18, "tty", Type::Bool),
-        list(19, "envFrom", Type::Message(&CORE_V1_ENV_FROM_SOURCE)),
-        opt(20, "terminationMessagePolicy", Type::Str),
-        list(21, "volumeDevices", Type::Message(&CORE_V1_VOLUME_DEVICE)),
-        keep(22, "startupProbe", Type::Message(&CORE_V1_PROBE)),
         list(
             23,
             "resizePolicy",
@@ -3328,6 +3436,23 @@ pub(super) static CORE_V1_CONTAINER: Message = Message {
             "restartPolicyRules",
             Type::Message(&CORE_V1_CONTAINER_RESTART_RULE),
         ),
+        list(9, "volumeMounts", Type::Message(&CORE_V1_VOLUME_MOUNT)),
+        list(21, "volumeDevices", Type::Message(&CORE_V1_VOLUME_DEVICE)),
+        keep(10, "livenessProbe", Type::Message(&CORE_V1_PROBE)),
+        keep(11, "readinessProbe", Type::Message(&CORE_V1_PROBE)),
+        keep(22, "startupProbe", Type::Message(&CORE_V1_PROBE)),
+        keep(12, "lifecycle", Type::Message(&CORE_V1_LIFECYCLE)),
+        opt(13, "terminationMessagePath", Type::Str),
+        opt(20, "terminationMessagePolicy", Type::Str),
+        opt(14, "imagePullPolicy", Type::Str),
+        keep(
+            15,
+            "securityContext",
+            Type::Message(&CORE_V1_SECURITY_CONTEXT),
+        ),
+        opt(16, "stdin", Type::Bool),
+        opt(17, "stdinOnce", Type::Bool),
+        opt(18, "tty", Type::Bool),
     ],
 };
 
@@ -3588,9 +3713,9 @@ pub(super) static CORE_V1_ENDPOINT_ADDRESS: Message = Message {
     name: "EndpointAddress",
     fields: &[
         keep(1, "ip", Type::Str),
-        keep(2, "targetRef", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
         opt(3, "hostname", Type::Str),
         keep(4, "nodeName", Type::Str),
+        keep(2, "targetRef", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
     ],
 };
 
@@ -3679,30 +3804,13 @@ pub(super) static CORE_V1_EPHEMERAL_CONTAINER_COMMON: Message = Message {
         list(4, "args", Type::Str),
         opt(5, "workingDir", Type::Str),
         list(6, "ports", Type::Message(&CORE_V1_CONTAINER_PORT)),
+        list(19, "envFrom", Type::Message(&CORE_V1_ENV_FROM_SOURCE)),
         list(7, "env", Type::Message(&CORE_V1_ENV_VAR)),
         keep(
             8,
             "resources",
             Type::Message(&CORE_V1_RESOURCE_REQUIREMENTS),
         ),
-        list(9, "volumeMounts", Type::Message(&CORE_V1_VOLUME_MOUNT)),
-        keep(10, "livenessProbe", Type::Message(&CORE_V1_PROBE)),
-        keep(11, "readinessProbe", Type::Message(&CORE_V1_PROBE)),
-        keep(12, "lifecycle", Type::Message(&CORE_V1_LIFECYCLE)),
-        opt(13, "terminationMessagePath", Type::Str),
-        opt(14, "imagePullPolicy", Type::Str),
-        keep(
-            15,
-            "securityContext",
-            Type::Message(&CORE_V1_SECURITY_CONTEXT),
-        ),
-        opt(16, "stdin", Type::Bool),
-        opt(17, "stdinOnce", Type::Bool),
-        opt(18, "tty", Type::Bool),
-        list(19, "envFrom", Type::Message(&CORE_V1_ENV_FROM_SOURCE)),
-        opt(20, "terminationMessagePolicy", Type::Str),
-        list(21, "volumeDevices", Type::Message(&CORE_V1_VOLUME_DEVICE)),
-        keep(22, "startupProbe", Type::Message(&CORE_V1_PROBE)),
         list(
             23,
             "resizePolicy",
@@ -3714,6 +3822,23 @@ pub(super) static CORE_V1_EPHEMERAL_CONTAINER_COMMON: Message = Message {
             "restartPolicyRules",
             Type::Message(&CORE_V1_CONTAINER_RESTART_RULE),
         ),
+        list(9, "volumeMounts", Type::Message(&CORE_V1_VOLUME_MOUNT)),
+        list(21, "volumeDevices", Type::Message(&CORE_V1_VOLUME_DEVICE)),
+        keep(10, "livenessProbe", Type::Message(&CORE_V1_PROBE)),
+        keep(11, "readinessProbe", Type::Message(&CORE_V1_PROBE)),
+        keep(22, "startupProbe", Type::Message(&CORE_V1_PROBE)),
+        keep(12, "lifecycle", Type::Message(&CORE_V1_LIFECYCLE)),
+        opt(13, "terminationMessagePath", Type::Str),
+        opt(20, "terminationMessagePolicy", Type::Str),
+        opt(14, "imagePullPolicy", Type::Str),
+        keep(
+            15,
+            "securityContext",
+            Type::Message(&CORE_V1_SECURITY_CONTEXT),
+        ),
+        opt(16, "stdin", Type::Bool),
+        opt(17, "stdinOnce", Type::Bool),
+        opt(18, "tty", Type::Bool),
     ],
 };
 
@@ -3925,8 +4050,8 @@ pub(super) static CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
         opt(6, "readOnly", Type::Bool),
         list(7, "portals", Type::Str),
         opt(8, "chapAuthDiscovery", Type::Bool),
-        keep(10, "secretRef", Type::Message(&CORE_V1_SECRET_REFERENCE)),
         opt(11, "chapAuthSession", Type::Bool),
+        keep(10, "secretRef", Type::Message(&CORE_V1_SECRET_REFERENCE)),
         keep(12, "initiatorName", Type::Str),
     ],
 };
@@ -3942,12 +4067,12 @@ pub(super) static CORE_V1_ISCSI_VOLUME_SOURCE: Message = Message {
         opt(6, "readOnly", Type::Bool),
         list(7, "portals", Type::Str),
         opt(8, "chapAuthDiscovery", Type::Bool),
+        opt(11, "chapAuthSession", Type::Bool),
         keep(
             10,
             "secretRef",
             Type::Message(&CORE_V1_LOCAL_OBJECT_REFERENCE),
         ),
-        opt(11, "chapAuthSession", Type::Bool),
         keep(12, "initiatorName", Type::Str),
     ],
 };
@@ -4267,7 +4392,7 @@ pub(super) static CORE_V1_NODE_SPEC: Message = Message {
     name: "NodeSpec",
     fields: &[
         opt(1, "podCIDR", Type::Str),
-        opt(2, "externalID", Type::Str),
+        list(7, "podCIDRs", Type::Str),
         opt(3, "providerID", Type::Str),
         opt(4, "unschedulable", Type::Bool),
         list(5, "taints", Type::Message(&CORE_V1_TAINT)),
@@ -4276,7 +4401,7 @@ pub(super) static CORE_V1_NODE_SPEC: Message = Message {
             "configSource",
             Type::Message(&CORE_V1_NODE_CONFIG_SOURCE),
         ),
-        list(7, "podCIDRs", Type::Str),
+        opt(2, "externalID", Type::Str),
     ],
 };
 
@@ -4408,13 +4533,13 @@ pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Message = Message {
     name: "PersistentVolumeClaimSpec",
     fields: &[
         list(1, "accessModes", Type::Str),
+        keep(4, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(
             2,
             "resources",
             Type::Message(&CORE_V1_VOLUME_RESOURCE_REQUIREMENTS),
         ),
         opt(3, "volumeName", Type::Str),
-        keep(4, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(5, "storageClassName", Type::Str),
         keep(6, "volumeMode", Type::Str),
         keep(
@@ -4696,12 +4821,12 @@ pub(super) static CORE_V1_POD_CONDITION: Message = Message {
     name: "PodCondition",
     fields: &[
         keep(1, "type", Type::Str),
+        opt(7, "observedGeneration", Type::Int64),
         keep(2, "status", Type::Str),
         keep(3, "lastProbeTime", Type::Time),
         keep(4, "lastTransitionTime", Type::Time),
         opt(5, "reason", Type::Str),
         opt(6, "message", Type::Str),
-        opt(7, "observedGeneration", Type::Int64),
     ],
 };
 
@@ -4822,17 +4947,18 @@ pub(super) static CORE_V1_POD_SECURITY_CONTEXT: Message = Message {
             "seLinuxOptions",
             Type::Message(&CORE_V1_SE_LINUX_OPTIONS),
         ),
-        keep(2, "runAsUser", Type::Int64),
-        keep(3, "runAsNonRoot", Type::Bool),
-        list(4, "supplementalGroups", Type::Int64),
-        keep(5, "fsGroup", Type::Int64),
-        keep(6, "runAsGroup", Type::Int64),
-        list(7, "sysctls", Type::Message(&CORE_V1_SYSCTL)),
         keep(
             8,
             "windowsOptions",
             Type::Message(&CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS),
         ),
+        keep(2, "runAsUser", Type::Int64),
+        keep(6, "runAsGroup", Type::Int64),
+        keep(3, "runAsNonRoot", Type::Bool),
+        list(4, "supplementalGroups", Type::Int64),
+        keep(12, "supplementalGroupsPolicy", Type::Str),
+        keep(5, "fsGroup", Type::Int64),
+        list(7, "sysctls", Type::Message(&CORE_V1_SYSCTL)),
         keep(9, "fsGroupChangePolicy", Type::Str),
         keep(
             10,
@@ -4844,7 +4970,6 @@ pub(super) static CORE_V1_POD_SECURITY_CONTEXT: Message = Message {
             "appArmorProfile",
             Type::Message(&CORE_V1_APP_ARMOR_PROFILE),
         ),
-        keep(12, "supplementalGroupsPolicy", Type::Str),
         keep(13, "seLinuxChangePolicy", Type::Str),
     ],
 };
@@ -4853,7 +4978,13 @@ pub(super) static CORE_V1_POD_SPEC: Message = Message {
     name: "PodSpec",
     fields: &[
         list(1, "volumes", Type::Message(&CORE_V1_VOLUME)),
+        list(20, "initContainers", Type::Message(&CORE_V1_CONTAINER)),
         list(2, "containers", Type::Message(&CORE_V1_CONTAINER)),
+        list(
+            34,
+            "ephemeralContainers",
+            Type::Message(&CORE_V1_EPHEMERAL_CONTAINER),
+        ),
         opt(3, "restartPolicy", Type::Str),
         keep(4, "terminationGracePeriodSeconds", Type::Int64),
         keep(5, "activeDeadlineSeconds", Type::Int64),
@@ -4861,10 +4992,12 @@ pub(super) static CORE_V1_POD_SPEC: Message = Message {
         map(7, "nodeSelector", Type::Str),
         opt(8, "serviceAccountName", Type::Str),
         opt(9, "serviceAccount", Type::Str),
+        keep(21, "automountServiceAccountToken", Type::Bool),
         opt(10, "nodeName", Type::Str),
         opt(11, "hostNetwork", Type::Bool),
         opt(12, "hostPID", Type::Bool),
         opt(13, "hostIPC", Type::Bool),
+        keep(27, "shareProcessNamespace", Type::Bool),
         keep(
             14,
             "securityContext",
@@ -4879,14 +5012,11 @@ pub(super) static CORE_V1_POD_SPEC: Message = Message {
         opt(17, "subdomain", Type::Str),
         keep(18, "affinity", Type::Message(&CORE_V1_AFFINITY)),
         opt(19, "schedulerName", Type::Str),
-        list(20, "initContainers", Type::Message(&CORE_V1_CONTAINER)),
-        keep(21, "automountServiceAccountToken", Type::Bool),
         list(22, "tolerations", Type::Message(&CORE_V1_TOLERATION)),
         list(23, "hostAliases", Type::Message(&CORE_V1_HOST_ALIAS)),
         opt(24, "priorityClassName", Type::Str),
         keep(25, "priority", Type::Int32),
         keep(26, "dnsConfig", Type::Message(&CORE_V1_POD_DNS_CONFIG)),
-        keep(27, "shareProcessNamespace", Type::Bool),
         list(
             28,
             "readinessGates",
@@ -4900,11 +5030,6 @@ pub(super) static CORE_V1_POD_SPEC: Message = Message {
             33,
             "topologySpreadConstraints",
             Type::Message(&CORE_V1_TOPOLOGY_SPREAD_CONSTRAINT),
-        ),
-        list(
-            34,
-            "ephemeralContainers",
-            Type::Message(&CORE_V1_EPHEMERAL_CONTAINER),
         ),
         keep(35, "setHostnameAsFQDN", Type::Bool),
         keep(36, "os", Type::Message(&CORE_V1_POD_OS)),
@@ -4931,26 +5056,28 @@ pub(super) static CORE_V1_POD_SPEC: Message = Message {
 pub(super) static CORE_V1_POD_STATUS: Message = Message {
     name: "PodStatus",
     fields: &[
+        opt(17, "observedGeneration", Type::Int64),
         opt(1, "phase", Type::Str),
         list(2, "conditions", Type::Message(&CORE_V1_POD_CONDITION)),
         opt(3, "message", Type::Str),
         opt(4, "reason", Type::Str),
+        opt(11, "nominatedNodeName", Type::Str),
         opt(5, "hostIP", Type::Str),
+        list(16, "hostIPs", Type::Message(&CORE_V1_HOST_IP)),
         opt(6, "podIP", Type::Str),
+        list(12, "podIPs", Type::Message(&CORE_V1_POD_IP)),
         keep(7, "startTime", Type::Time),
+        list(
+            10,
+            "initContainerStatuses",
+            Type::Message(&CORE_V1_CONTAINER_STATUS),
+        ),
         list(
             8,
             "containerStatuses",
             Type::Message(&CORE_V1_CONTAINER_STATUS),
         ),
         opt(9, "qosClass", Type::Str),
-        list(
-            10,
-            "initContainerStatuses",
-            Type::Message(&CORE_V1_CONTAINER_STATUS),
-        ),
-        opt(11, "nominatedNodeName", Type::Str),
-        list(12, "podIPs", Type::Message(&CORE_V1_POD_IP)),
         list(
             13,
             "ephemeralContainerStatuses",
@@ -4962,8 +5089,6 @@ pub(super) static CORE_V1_POD_STATUS: Message = Message {
             "resourceClaimStatuses",
             Type::Message(&CORE_V1_POD_RESOURCE_CLAIM_STATUS),
         ),
-        list(16, "hostIPs", Type::Message(&CORE_V1_HOST_IP)),
-        opt(17, "observedGeneration", Type::Int64),
         keep(
             18,
             "extendedResourceClaimStatus",
@@ -5154,9 +5279,9 @@ pub(super) static CORE_V1_REPLICATION_CONTROLLER_SPEC: Message = Message {
     name: "ReplicationControllerSpec",
     fields: &[
         keep(1, "replicas", Type::Int32),
+        opt(4, "minReadySeconds", Type::Int32),
         map(2, "selector", Type::Str),
         keep(3, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
-        opt(4, "minReadySeconds", Type::Int32),
     ],
 };
 
@@ -5165,9 +5290,9 @@ pub(super) static CORE_V1_REPLICATION_CONTROLLER_STATUS: Message = Message {
     fields: &[
         keep(1, "replicas", Type::Int32),
         opt(2, "fullyLabeledReplicas", Type::Int32),
-        opt(3, "observedGeneration", Type::Int64),
         opt(4, "readyReplicas", Type::Int32),
         opt(5, "availableReplicas", Type::Int32),
+        opt(3, "observedGeneration", Type::Int64),
         list(
             6,
             "conditions",
@@ -5315,10 +5440,10 @@ pub(super) static CORE_V1_SECRET: Message = Message {
     name: "Secret",
     fields: &[
         keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        map(2, "data", Type::Bytes),
-        opt(3, "type", Type::Str),
-        map(4, "stringData", Type::Str),
         keep(5, "immutable", Type::Bool),
+        map(2, "data", Type::Bytes),
+        map(4, "stringData", Type::Str),
+        opt(3, "type", Type::Str),
     ],
 };
 
@@ -5381,17 +5506,17 @@ pub(super) static CORE_V1_SECURITY_CONTEXT: Message = Message {
             "seLinuxOptions",
             Type::Message(&CORE_V1_SE_LINUX_OPTIONS),
         ),
-        keep(4, "runAsUser", Type::Int64),
-        keep(5, "runAsNonRoot", Type::Bool),
-        keep(6, "readOnlyRootFilesystem", Type::Bool),
-        keep(7, "allowPrivilegeEscalation", Type::Bool),
-        keep(8, "runAsGroup", Type::Int64),
-        keep(9, "procMount", Type::Str),
         keep(
             10,
             "windowsOptions",
             Type::Message(&CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS),
         ),
+        keep(4, "runAsUser", Type::Int64),
+        keep(8, "runAsGroup", Type::Int64),
+        keep(5, "runAsNonRoot", Type::Bool),
+        keep(6, "readOnlyRootFilesystem", Type::Bool),
+        keep(7, "allowPrivilegeEscalation", Type::Bool),
+        keep(9, "procMount", Type::Str),
         keep(
             11,
             "seccompProfile",
@@ -5467,10 +5592,10 @@ pub(super) static CORE_V1_SERVICE_PORT: Message = Message {
     fields: &[
         opt(1, "name", Type::Str),
         opt(2, "protocol", Type::Str),
+        keep(6, "appProtocol", Type::Str),
         keep(3, "port", Type::Int32),
         keep(4, "targetPort", Type::IntOrString),
         opt(5, "nodePort", Type::Int32),
-        keep(6, "appProtocol", Type::Str),
     ],
 };
 
@@ -5485,6 +5610,7 @@ pub(super) static CORE_V1_SERVICE_SPEC: Message = Message {
         list(1, "ports", Type::Message(&CORE_V1_SERVICE_PORT)),
         map(2, "selector", Type::Str),
         opt(3, "clusterIP", Type::Str),
+        list(18, "clusterIPs", Type::Str),
         opt(4, "type", Type::Str),
         list(5, "externalIPs", Type::Str),
         opt(7, "sessionAffinity", Type::Str),
@@ -5499,9 +5625,8 @@ pub(super) static CORE_V1_SERVICE_SPEC: Message = Message {
             "sessionAffinityConfig",
             Type::Message(&CORE_V1_SESSION_AFFINITY_CONFIG),
         ),
-        keep(17, "ipFamilyPolicy", Type::Str),
-        list(18, "clusterIPs", Type::Str),
         list(19, "ipFamilies", Type::Str),
+        keep(17, "ipFamilyPolicy", Type::Str),
         keep(20, "allocateLoadBalancerNodePorts", Type::Bool),
         keep(21, "loadBalancerClass", Type::Str),
         keep(22, "internalTrafficPolicy", Type::Str),
@@ -5670,11 +5795,11 @@ pub(super) static CORE_V1_VOLUME_MOUNT: Message = Message {
     fields: &[
         keep(1, "name", Type::Str),
         opt(2, "readOnly", Type::Bool),
+        keep(7, "recursiveReadOnly", Type::Str),
         keep(3, "mountPath", Type::Str),
         opt(4, "subPath", Type::Str),
         keep(5, "mountPropagation", Type::Str),
         opt(6, "subPathExpr", Type::Str),
-        keep(7, "recursiveReadOnly", Type::Str),
     ],
 };
 
@@ -5808,6 +5933,11 @@ pub(super) static CORE_V1_VOLUME_SOURCE: Message = Message {
             Type::Message(&CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE),
         ),
         keep(
+            26,
+            "projected",
+            Type::Message(&CORE_V1_PROJECTED_VOLUME_SOURCE),
+        ),
+        keep(
             24,
             "portworxVolume",
             Type::Message(&CORE_V1_PORTWORX_VOLUME_SOURCE),
@@ -5816,11 +5946,6 @@ pub(super) static CORE_V1_VOLUME_SOURCE: Message = Message {
             25,
             "scaleIO",
             Type::Message(&CORE_V1_SCALE_IO_VOLUME_SOURCE),
-        ),
-        keep(
-            26,
-            "projected",
-            Type::Message(&CORE_V1_PROJECTED_VOLUME_SOURCE),
         ),
         keep(
             27,
@@ -5918,9 +6043,9 @@ pub(super) static DISCOVERY_V1_ENDPOINT_SLICE: Message = Message {
     name: "EndpointSlice",
     fields: &[
         keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        keep(4, "addressType", Type::Str),
         list(2, "endpoints", Type::Message(&DISCOVERY_V1_ENDPOINT)),
         list(3, "ports", Type::Message(&DISCOVERY_V1_ENDPOINT_PORT)),
-        keep(4, "addressType", Type::Str),
     ],
 };
 
@@ -6257,14 +6382,14 @@ pub(super) static META_V1_API_RESOURCE: Message = Message {
     name: "APIResource",
     fields: &[
         keep(1, "name", Type::Str),
+        keep(6, "singularName", Type::Str),
         keep(2, "namespaced", Type::Bool),
+        opt(8, "group", Type::Str),
+        opt(9, "version", Type::Str),
         keep(3, "kind", Type::Str),
         list(4, "verbs", Type::Str),
         list(5, "shortNames", Type::Str),
-        keep(6, "singularName", Type::Str),
         list(7, "categories", Type::Str),
-        opt(8, "group", Type::Str),
-        opt(9, "version", Type::Str),
         opt(10, "storageVersionHash", Type::Str),
     ],
 };
@@ -6348,6 +6473,15 @@ pub(super) static META_V1_GROUP_VERSION_FOR_DISCOVERY: Message = Message {
     ],
 };
 
+pub(super) static META_V1_GROUP_VERSION_KIND: Message = Message {
+    name: "GroupVersionKind",
+    fields: &[
+        keep(1, "group", Type::Str),
+        keep(2, "version", Type::Str),
+        keep(3, "kind", Type::Str),
+    ],
+};
+
 pub(super) static META_V1_LABEL_SELECTOR: Message = Message {
     name: "LabelSelector",
     fields: &[
@@ -6385,12 +6519,12 @@ pub(super) static META_V1_LIST_OPTIONS: Message = Message {
         opt(1, "labelSelector", Type::Str),
         opt(2, "fieldSelector", Type::Str),
         opt(3, "watch", Type::Bool),
+        opt(9, "allowWatchBookmarks", Type::Bool),
         opt(4, "resourceVersion", Type::Str),
+        opt(10, "resourceVersionMatch", Type::Str),
         keep(5, "timeoutSeconds", Type::Int64),
         opt(7, "limit", Type::Int64),
         opt(8, "continue", Type::Str),
-        opt(9, "allowWatchBookmarks", Type::Bool),
-        opt(10, "resourceVersionMatch", Type::Str),
         keep(11, "sendInitialEvents", Type::Bool),
     ],
 };
@@ -6440,12 +6574,25 @@ pub(super) static META_V1_OBJECT_META: Message = Message {
 pub(super) static META_V1_OWNER_REFERENCE: Message = Message {
     name: "OwnerReference",
     fields: &[
+        keep(5, "apiVersion", Type::Str),
         keep(1, "kind", Type::Str),
         keep(3, "name", Type::Str),
         keep(4, "uid", Type::Str),
-        keep(5, "apiVersion", Type::Str),
         keep(6, "controller", Type::Bool),
         keep(7, "blockOwnerDeletion", Type::Bool),
+    ],
+};
+
+pub(super) static META_V1_PARTIAL_OBJECT_METADATA: Message = Message {
+    name: "PartialObjectMetadata",
+    fields: &[keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))],
+};
+
+pub(super) static META_V1_PARTIAL_OBJECT_METADATA_LIST: Message = Message {
+    name: "PartialObjectMetadataList",
+    fields: &[
+        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
+        list(2, "items", Type::Message(&META_V1_PARTIAL_OBJECT_METADATA)),
     ],
 };
 
@@ -6502,9 +6649,9 @@ pub(super) static META_V1_STATUS_DETAILS: Message = Message {
         opt(1, "name", Type::Str),
         opt(2, "group", Type::Str),
         opt(3, "kind", Type::Str),
+        opt(6, "uid", Type::Str),
         list(4, "causes", Type::Message(&META_V1_STATUS_CAUSE)),
         opt(5, "retryAfterSeconds", Type::Int32),
-        opt(6, "uid", Type::Str),
     ],
 };
 
@@ -6526,8 +6673,8 @@ pub(super) static NETWORKING_V1_HTTP_INGRESS_PATH: Message = Message {
     name: "HTTPIngressPath",
     fields: &[
         opt(1, "path", Type::Str),
-        keep(2, "backend", Type::Message(&NETWORKING_V1_INGRESS_BACKEND)),
         keep(3, "pathType", Type::Str),
+        keep(2, "backend", Type::Message(&NETWORKING_V1_INGRESS_BACKEND)),
     ],
 };
 
@@ -6553,14 +6700,14 @@ pub(super) static NETWORKING_V1_INGRESS_BACKEND: Message = Message {
     name: "IngressBackend",
     fields: &[
         keep(
-            3,
-            "resource",
-            Type::Message(&CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE),
-        ),
-        keep(
             4,
             "service",
             Type::Message(&NETWORKING_V1_INGRESS_SERVICE_BACKEND),
+        ),
+        keep(
+            3,
+            "resource",
+            Type::Message(&CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE),
         ),
     ],
 };
@@ -6675,6 +6822,7 @@ pub(super) static NETWORKING_V1_INGRESS_SERVICE_BACKEND: Message = Message {
 pub(super) static NETWORKING_V1_INGRESS_SPEC: Message = Message {
     name: "IngressSpec",
     fields: &[
+        keep(4, "ingressClassName", Type::Str),
         keep(
             1,
             "defaultBackend",
@@ -6682,7 +6830,6 @@ pub(super) static NETWORKING_V1_INGRESS_SPEC: Message = Message {
         ),
         list(2, "tls", Type::Message(&NETWORKING_V1_INGRESS_TLS)),
         list(3, "rules", Type::Message(&NETWORKING_V1_INGRESS_RULE)),
-        keep(4, "ingressClassName", Type::Str),
     ],
 };
 
@@ -7059,6 +7206,7 @@ pub(super) static RESOURCE_V1_ALLOCATED_DEVICE_STATUS: Message = Message {
         keep(1, "driver", Type::Str),
         keep(2, "pool", Type::Str),
         keep(3, "device", Type::Str),
+        keep(7, "shareID", Type::Str),
         list(4, "conditions", Type::Message(&META_V1_CONDITION)),
         keep(5, "data", Type::RawJson),
         keep(
@@ -7066,7 +7214,6 @@ pub(super) static RESOURCE_V1_ALLOCATED_DEVICE_STATUS: Message = Message {
             "networkData",
             Type::Message(&RESOURCE_V1_NETWORK_DEVICE_DATA),
         ),
-        keep(7, "shareID", Type::Str),
     ],
 };
 

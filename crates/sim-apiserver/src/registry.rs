@@ -73,6 +73,8 @@ pub enum Backing {
     },
     /// Create-only review resources computed on the fly (access reviews).
     Virtual,
+    /// The components' health, computed on each get or list (see [`super::component_status`]).
+    Health,
 }
 
 /// One served resource.
@@ -159,6 +161,7 @@ impl ResourceType {
     pub fn verbs(&self) -> Vec<&'static str> {
         match self.backing {
             Backing::Virtual => vec!["create"],
+            Backing::Health => vec!["get", "list"],
             _ => vec![
                 "create",
                 "delete",
@@ -310,7 +313,8 @@ const RESOURCE: &str = "resource.k8s.io";
 const STORAGE: &str = "storage.k8s.io";
 
 /// Every resource kube-apiserver 1.34 serves by default (its GA group versions), as its
-/// discovery lists it, but `componentstatuses` and `selfsubjectrulesreviews`. Singular
+/// discovery lists it, but `componentstatuses` (served apart: [`super::component_status`])
+/// and `selfsubjectrulesreviews`. Singular
 /// names are the kinds in lower case; categories are `all` where marked and
 /// `api-extensions` for the admission, CRD and APIService kinds (see [`categories`]);
 /// the storage version hash follows from group, storage version and kind
@@ -670,10 +674,9 @@ impl Registry {
     pub fn new() -> Self {
         let types = BUILTINS
             .iter()
-            .map(|row| {
-                let rt = row.resource_type();
-                (rt.gr(), rt)
-            })
+            .map(|row| row.resource_type())
+            .chain([super::component_status::resource_type()])
+            .map(|rt| (rt.gr(), rt))
             .collect();
         Self { types }
     }

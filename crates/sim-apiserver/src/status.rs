@@ -124,6 +124,15 @@ pub enum ApiError {
     /// 405: the verb is not supported on this resource.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotSupported,
+    /// 405: a verb the resource's storage does not implement (`NewMethodNotSupported`), e.g.
+    /// a watch of componentstatuses.
+    #[error("{verb} is not supported on resources of kind \"{gr}\"")]
+    VerbNotSupported {
+        /// The resource.
+        gr: GroupResource,
+        /// The verb refused.
+        verb: String,
+    },
     /// 406: the client accepts no representation the server can produce.
     #[error("only the following media types are accepted: application/json, application/yaml")]
     NotAcceptable,
@@ -272,7 +281,7 @@ impl ApiError {
             Self::Forbidden { .. } | Self::NamespaceTerminating { .. } => 403,
             Self::Unauthorized => 401,
             Self::BadRequest(_) => 400,
-            Self::MethodNotSupported => 405,
+            Self::MethodNotSupported | Self::VerbNotSupported { .. } => 405,
             Self::NotAcceptable => 406,
             Self::TooLarge { .. } => 413,
             Self::UnsupportedMediaType { .. } => 415,
@@ -292,7 +301,7 @@ impl ApiError {
             Self::Forbidden { .. } | Self::NamespaceTerminating { .. } => "Forbidden",
             Self::Unauthorized => "Unauthorized",
             Self::BadRequest(_) => "BadRequest",
-            Self::MethodNotSupported => "MethodNotAllowed",
+            Self::MethodNotSupported | Self::VerbNotSupported { .. } => "MethodNotAllowed",
             Self::NotAcceptable => "NotAcceptable",
             Self::TooLarge { .. } => "RequestEntityTooLarge",
             Self::UnsupportedMediaType { .. } => "UnsupportedMediaType",
@@ -363,6 +372,7 @@ impl ApiError {
                 }
                 Some(d)
             }
+            Self::VerbNotSupported { gr, .. } => Some(resource_details(gr, "")),
             Self::Internal(message) => Some(json!({"causes": [{"message": message}]})),
             Self::Generic { .. } => Some(json!({})),
             _ => None,

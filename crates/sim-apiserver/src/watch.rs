@@ -142,10 +142,8 @@ impl WatchPlan {
     }
 
     fn line(&self, kind: &str, obj: Value) -> Bytes {
-        let event = json!({"type": kind, "object": to_view(&self.rt, &self.version, obj)});
-        let mut line = event.to_string();
-        line.push('\n');
-        Bytes::from(line)
+        let object = to_view(&self.rt, &self.version, obj);
+        Bytes::from(crate::answer_json::watch_line(kind, &object))
     }
 
     fn bookmark(&self, revision: u64, initial_end: bool) -> Bytes {
@@ -153,12 +151,12 @@ impl WatchPlan {
         if initial_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let event = json!({"type": "BOOKMARK", "object": {
+        let object = json!({
             "kind": self.rt.kind,
             "apiVersion": self.rt.api_version(&self.version),
             "metadata": metadata,
-        }});
-        Bytes::from(event.to_string() + "\n")
+        });
+        Bytes::from(crate::answer_json::watch_line("BOOKMARK", &object))
     }
 
     /// What a live event means to this watch (selector transitions included).
@@ -194,7 +192,7 @@ impl WatchPlan {
 
 fn expired_line(message: String) -> Bytes {
     let status = ApiError::Expired(message).to_status();
-    Bytes::from(json!({"type": "ERROR", "object": status}).to_string() + "\n")
+    Bytes::from(crate::answer_json::watch_line("ERROR", &status))
 }
 
 /// Runs a watch, sending lines into the returned channel until the timeout, the client
