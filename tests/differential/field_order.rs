@@ -232,26 +232,43 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 ordered(t, "DELETE", &one, JSON, JSON, Value::Null, Body::Compared).await;
             }
         ),
-        interaction!("field order: a Lease, a Namespace and a Deployment", |t| {
-            let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases");
-            let lease = json!({"spec": {"leaseDurationSeconds": 15, "holderIdentity": "me",
+        interaction!(
+            "field order: a Pod, a Lease, a Namespace and a Deployment",
+            |t| {
+                let pods = format!("/api/v1/namespaces/{NS}/pods");
+                let pod = json!({"spec": {"restartPolicy": "Never", "containers": [{
+                    "volumeMounts": [{"mountPath": "/data", "name": "data"}],
+                    "resources": {"requests": {"memory": "64Mi", "cpu": "100m"}},
+                    "ports": [{"protocol": "TCP", "containerPort": 8080, "name": "http"}],
+                    "env": [{"value": "1", "name": "A"}],
+                    "image": "example/app:1", "name": "main"}],
+                    "volumes": [{"emptyDir": {}, "name": "data"}]},
+                "metadata": {"labels": {"z": "1", "a": "2"}, "name": "ordered"},
+                "kind": "Pod", "apiVersion": "v1"});
+                ordered(t, "POST", &pods, JSON, JSON, pod, Body::Compared).await;
+                // Unscheduled, so gone at once (unrecorded: the simulated scheduler's PodScheduled
+                // condition has no lastProbeTime and observedGeneration yet).
+                let one = format!("{pods}/ordered");
+                super::support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
+                let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases");
+                let lease = json!({"spec": {"leaseDurationSeconds": 15, "holderIdentity": "me",
                 "renewTime": "2026-01-01T00:00:00.000000Z"},
                 "metadata": {"namespace": NS, "name": "ordered"},
                 "kind": "Lease", "apiVersion": "coordination.k8s.io/v1"});
-            ordered(t, "POST", &leases, JSON, JSON, lease, Body::Compared).await;
-            let namespace = format!("/api/v1/namespaces/{NS}");
-            ordered(
-                t,
-                "GET",
-                &namespace,
-                JSON,
-                JSON,
-                Value::Null,
-                Body::Compared,
-            )
-            .await;
-            let deployments = format!("/apis/apps/v1/namespaces/{NS}/deployments");
-            let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                ordered(t, "POST", &leases, JSON, JSON, lease, Body::Compared).await;
+                let namespace = format!("/api/v1/namespaces/{NS}");
+                ordered(
+                    t,
+                    "GET",
+                    &namespace,
+                    JSON,
+                    JSON,
+                    Value::Null,
+                    Body::Compared,
+                )
+                .await;
+                let deployments = format!("/apis/apps/v1/namespaces/{NS}/deployments");
+                let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "ordered", "labels": {"app": "ordered"}},
                 "spec": {"selector": {"matchLabels": {"app": "ordered"}}, "replicas": 0,
                     "template": {"metadata": {"labels": {"app": "ordered"}},
@@ -259,17 +276,18 @@ pub(super) fn interactions() -> Vec<Interaction> {
                             "ports": [{"containerPort": 80}],
                             "env": [{"name": "A", "value": "1"}]}],
                             "volumes": [{"name": "v", "configMap": {"name": "cm"}}]}}}});
-            ordered(
-                t,
-                "POST",
-                &deployments,
-                JSON,
-                JSON,
-                deployment,
-                Body::Compared,
-            )
-            .await;
-        }),
+                ordered(
+                    t,
+                    "POST",
+                    &deployments,
+                    JSON,
+                    JSON,
+                    deployment,
+                    Body::Compared,
+                )
+                .await;
+            }
+        ),
         interaction!("field order: a custom resource and its list", |t| {
             let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                 "metadata": {"name": "gadgets.order.example.com"},

@@ -478,9 +478,86 @@ fn admit_pod(pod: &mut Value, accounts: &ServiceAccounts, suffix: &str) {
         }
     }
     spec["tolerations"] = Value::Array(tolerations);
-    let status = obj_mut(pod, "status");
-    set_default(status, "phase", json!("Pending"));
-    set_default(status, "qosClass", json!("BestEffort"));
+    set_default(obj_mut(pod, "status"), "phase", json!("Pending"));
+    let qos = qos_class(&pod["spec"]);
+    set_default(obj_mut(pod, "status"), "qosClass", json!(qos));
+}
+
+/// A pod's QoS class as kube-apiserver's `GetPodQOS` computes it from its containers' and init
+/// containers' CPU and memory: `BestEffort` without any request or limit, `Guaranteed` when
+/// every container limits both and the summed requests equal the summed limits, else
+/// `Burstable`. Zero quantities count as unset.
+fn qos_class(spec: &Value) -> &'static str {
+    const RESOURCES: [&str; 2] = ["cpu", "memory"];
+    let containers = ["containers", "initContainers"]
+        .into_iter()
+        .flat_map(|list| spec[list].as_array().into_iter().flatten());
+    let mut requests = [0.0_f64; 2];
+    let mut limits = [0.0_f64; 2];
+    let (mut any_request, mut any_limit) = ([false; 2], [false; 2]);
+    let mut every_container_limited = true;
+    for container in containers {
+        let resources = &container["resources"];
+        for (i, name) in RESOURCES.into_iter().enumerate() {
+            let amount = |of: &str| {
+                resources[of][name]
+                    .as_str()
+                    .and_then(quantity)
+                    .filter(|q| *q != 0.0)
+            };
+            let limit = amount("limits");
+            // A limit without a request is its request too (the container defaults).
+            if let Some(q) = amount("requests").or(limit) {
+                requests[i] += q;
+                any_request[i] = true;
+            }
+            match limit {
+                Some(q) => {
+                    limits[i] += q;
+                    any_limit[i] = true;
+                }
+                None => every_container_limited = false,
+            }
+        }
+    }
+    if !any_request.contains(&true) && !any_limit.contains(&true) {
+        return "BestEffort";
+    }
+    let equal = (0..2).all(|i| any_request[i] == any_limit[i] && requests[i] == limits[i]);
+    if every_container_limited && equal {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// The value of a resource quantity (`100m`, `64Mi`, `1e3`, `2G`), if it is one.
+fn quantity(text: &str) -> Option<f64> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0_f64.powi(2),
+        "Gi" => 1024.0_f64.powi(3),
+        "Ti" => 1024.0_f64.powi(4),
+        "Pi" => 1024.0_f64.powi(5),
+        "Ei" => 1024.0_f64.powi(6),
+        exponent => 10f64.powi(exponent.strip_prefix(['e', 'E'])?.parse().ok()?),
+    };
+    Some(number * scale)
 }
 
 /// Applies the type's defaults to an object about to be written, as decoding the request does
@@ -1709,6 +1786,24 @@ pub fn set_scale(rt: &ResourceType, obj: &mut Value, replicas: Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pods_qos_class_follows_its_containers_cpu_and_memory() {
+        let spec = |containers: Value| json!({"containers": containers});
+        assert_eq!(qos_class(&spec(json!([{"name": "a"}]))), "BestEffort");
+        let requests = json!([{"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]);
+        assert_eq!(qos_class(&spec(requests)), "Burstable");
+        let limits = json!([{"resources": {"limits": {"cpu": "0.1", "memory": "64Mi"}}}]);
+        assert_eq!(qos_class(&spec(limits)), "Guaranteed");
+        let equal = json!([{"resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+            "requests": {"cpu": "1000m", "memory": "1073741824"}}}]);
+        assert_eq!(qos_class(&spec(equal.clone())), "Guaranteed");
+        let mut with_init = spec(equal);
+        with_init["initContainers"] = json!([{"name": "init"}]);
+        assert_eq!(qos_class(&with_init), "Burstable");
+        let zero = json!([{"resources": {"requests": {"cpu": "0"}, "limits": {"memory": "0"}}}]);
+        assert_eq!(qos_class(&spec(zero)), "BestEffort");
+    }
+
     use super::*;
     use crate::registry::Registry;
 
