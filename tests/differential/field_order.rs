@@ -305,7 +305,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
             .await;
             let gadget = json!({"kind": "Gadget", "apiVersion": "order.example.com/v1",
                 "metadata": {"name": "g", "labels": {"b": "1", "a": "2"}},
-                "zeta": 1, "spec": {"y": 1, "b": 2}, "alpha": "x"});
+                "zeta": 1, "spec": {"y": 1, "b": 2}, "alpha": "x",
+                // Go writes a float64 without a needless fraction, and 1e21 as 1e+21.
+                "floats": [5.0, 1.5, 1e16, 1e21, 1e-7]});
             ordered(t, "POST", &gadgets, JSON, JSON, gadget, Body::Compared).await;
             ordered(t, "GET", &gadgets, JSON, JSON, Value::Null, Body::Compared).await;
         }),

@@ -12,7 +12,7 @@
 //!
 //! Strings are escaped as encoding/json escapes them: `<`, `>` and `&` as `\u003c`, `\u003e`
 //! and `\u0026`, U+2028 and U+2029 as `\u2028` and `\u2029`, control characters as `\n`,
-//! `\r`, `\t`, `\b`, `\f` or `\u00XX`.
+//! `\r`, `\t`, `\b`, `\f` or `\u00XX`; floats as it writes a float64.
 
 use serde_json::{Map, Value};
 
@@ -255,7 +255,10 @@ fn write_plain(out: &mut Vec<u8>, value: &Value) {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(number) => out.extend_from_slice(number.to_string().as_bytes()),
+        Value::Number(number) => match number.as_f64().filter(|_| number.is_f64()) {
+            Some(float) => write_float(out, float),
+            None => out.extend_from_slice(number.to_string().as_bytes()),
+        },
         Value::String(text) => write_str(out, text),
         Value::Array(items) => {
             out.push(b'[');
@@ -277,6 +280,25 @@ fn write_plain(out: &mut Vec<u8>, value: &Value) {
             out.push(b'}');
         }
     }
+}
+
+/// A float64 as encoding/json writes it: the shortest decimal that reads back the same, without
+/// an exponent (and without a fraction when it has none) unless it is below 1e-6 or at least
+/// 1e21, then with one (`1e+21`, `1e-7`).
+fn write_float(out: &mut Vec<u8>, float: f64) {
+    let magnitude = float.abs();
+    let text = if magnitude != 0.0 && !(1e-6..1e21).contains(&magnitude) {
+        let text = format!("{float:e}");
+        match text.split_once('e') {
+            Some((mantissa, exponent)) if !exponent.starts_with('-') => {
+                format!("{mantissa}e+{exponent}")
+            }
+            _ => text,
+        }
+    } else {
+        format!("{float}")
+    };
+    out.extend_from_slice(text.as_bytes());
 }
 
 /// `"key":`, after a comma unless it is the object's first.
@@ -431,6 +453,17 @@ mod tests {
         assert_eq!(compact.last(), Some(&b'\n'));
         assert!(!compact[..compact.len() - 1].contains(&b'\n'));
         assert_eq!(error_document(&status, None), compact);
+    }
+
+    #[test]
+    fn floats_are_written_as_encoding_json_writes_a_float64() {
+        let floats: Value =
+            serde_json::from_str("[5.0, 1.5, 1e16, 1e21, 1.25e22, 1e-6, 1e-7, -2.5e-9, 0.0, 7]")
+                .unwrap();
+        assert_eq!(
+            text(&floats),
+            "[5,1.5,10000000000000000,1e+21,1.25e+22,0.000001,1e-7,-2.5e-9,0,7]"
+        );
     }
 
     #[test]
