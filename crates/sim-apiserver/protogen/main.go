@@ -7,7 +7,8 @@
 // documents). Each Go struct becomes a message, its fields in declaration order (the order
 // encoding/json writes them in, which the server's answers follow): the field numbers come from
 // the `protobuf` struct tags, the JSON names and presence (omitempty, pointer, repeated, map,
-// inline) from the `json` tags and the Go types. Before writing, every message is checked against
+// inline, and whether encoding/json writes the field even when unset) from the `json` tags and
+// the Go types. Before writing, every message is checked against
 // the Go types' own protobuf marshalling: a value with every field set must be written with
 // exactly the table's field numbers and wire types.
 //

@@ -103,7 +103,7 @@ func writeSchema(w io.Writer) error {
 
 	var out bytes.Buffer
 	out.WriteString(header())
-	out.WriteString("use super::{Message, Type, inline, keep, list, map, opt};\n\n")
+	out.WriteString("use super::{Message, Type, always, inline, keep, list, map, opt};\n\n")
 	out.WriteString("/// The kinds accepted as protobuf, sorted by apiVersion and kind: apiVersion, kind, schema\n")
 	out.WriteString("/// of the object.\n")
 	out.WriteString("pub(super) static KINDS: &[(&str, &str, &Message)] = &[\n")
@@ -272,7 +272,24 @@ func (g *generator) field(f reflect.StructField, jsonName, jsonOpts string) (fie
 		}
 	}
 	decl := fmt.Sprintf("%s(%d, %q, %s)", constructor, number, jsonName, ty)
+	if !inline && alwaysWritten(t, pointer, jsonOpts) {
+		decl = "always(" + decl + ")"
+	}
 	return field{number: number, decl: decl, wires: wires}, nil
+}
+
+// alwaysWritten reports whether encoding/json writes a field of Go type t (after the pointer, if
+// pointer) even when it is unset: every non-pointer struct (omitempty does not apply to structs)
+// unless it is omitzero, and everything else without omitempty but pointers.
+func alwaysWritten(t reflect.Type, pointer bool, jsonOpts string) bool {
+	switch {
+	case pointer:
+		return false
+	case t.Kind() == reflect.Struct:
+		return !strings.Contains(jsonOpts, ",omitzero,")
+	default:
+		return !strings.Contains(jsonOpts, ",omitempty,")
+	}
 }
 
 // valueType returns the Rust `Type` of a value of Go type t (a field's, a list item's or a map

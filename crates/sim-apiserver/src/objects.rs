@@ -1083,8 +1083,7 @@ pub fn prepare_for_create(
     match (rt.group.as_str(), rt.resource.as_str()) {
         ("", "pods") => admit_pod(obj, accounts, suffix),
         ("batch", "jobs") => prepare_job(obj),
-        // An empty status struct, which encoding/json writes as `{}`.
-        ("batch", "cronjobs") | ("apps", "deployments") => obj["status"] = json!({}),
+        ("batch", "cronjobs") => obj["status"] = json!({}),
         // Each strategy's `PrepareForCreate` resets status to its Go zero value, and the
         // StorageObjectInUseProtection admission plugin adds its finalizer to claims,
         // volumes and volume attributes classes.

@@ -444,6 +444,9 @@ pub(crate) struct Field {
     pub(crate) json: &'static str,
     pub(crate) ty: Type,
     pub(crate) presence: Presence,
+    /// Whether encoding/json writes the field even when it is unset (its zero value then): a
+    /// non-pointer struct, or a value without `omitempty`.
+    pub(crate) always: bool,
 }
 
 /// One message type: its name (for error messages) and its known fields, in the Go type's
@@ -468,6 +471,7 @@ const fn opt(number: u32, json: &'static str, ty: Type) -> Field {
         json,
         ty,
         presence: Presence::OmitZero,
+        always: false,
     }
 }
 
@@ -478,6 +482,7 @@ const fn keep(number: u32, json: &'static str, ty: Type) -> Field {
         json,
         ty,
         presence: Presence::Keep,
+        always: false,
     }
 }
 
@@ -488,6 +493,7 @@ const fn list(number: u32, json: &'static str, ty: Type) -> Field {
         json,
         ty,
         presence: Presence::List,
+        always: false,
     }
 }
 
@@ -498,6 +504,15 @@ const fn map(number: u32, json: &'static str, ty: Type) -> Field {
         json,
         ty,
         presence: Presence::Map,
+        always: false,
+    }
+}
+
+/// `field`, written by encoding/json even when unset.
+const fn always(field: Field) -> Field {
+    Field {
+        always: true,
+        ..field
     }
 }
 
@@ -508,6 +523,7 @@ const fn inline(number: u32, json: &'static str, ty: Type) -> Field {
         json,
         ty,
         presence: Presence::Inline,
+        always: false,
     }
 }
 

@@ -9,7 +9,7 @@
 //! decoder in the parent module walks them, in the Go types' declaration order, the order
 //! encoding/json writes them in (and the simulated API server's answers follow).
 
-use super::{Message, Type, inline, keep, list, map, opt};
+use super::{Message, Type, always, inline, keep, list, map, opt};
 
 /// The kinds accepted as protobuf, sorted by apiVersion and kind: apiVersion, kind, schema
 /// of the object.
@@ -955,22 +955,25 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
 pub(super) static ADMISSIONREGISTRATION_V1_AUDIT_ANNOTATION: Message = Message {
     name: "AuditAnnotation",
     fields: &[
-        keep(1, "key", Type::Str),
-        keep(2, "valueExpression", Type::Str),
+        always(keep(1, "key", Type::Str)),
+        always(keep(2, "valueExpression", Type::Str)),
     ],
 };
 
 pub(super) static ADMISSIONREGISTRATION_V1_EXPRESSION_WARNING: Message = Message {
     name: "ExpressionWarning",
     fields: &[
-        keep(2, "fieldRef", Type::Str),
-        keep(3, "warning", Type::Str),
+        always(keep(2, "fieldRef", Type::Str)),
+        always(keep(3, "warning", Type::Str)),
     ],
 };
 
 pub(super) static ADMISSIONREGISTRATION_V1_MATCH_CONDITION: Message = Message {
     name: "MatchCondition",
-    fields: &[keep(1, "name", Type::Str), keep(2, "expression", Type::Str)],
+    fields: &[
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "expression", Type::Str)),
+    ],
 };
 
 pub(super) static ADMISSIONREGISTRATION_V1_MATCH_RESOURCES: Message = Message {
@@ -999,12 +1002,12 @@ pub(super) static ADMISSIONREGISTRATION_V1_MATCH_RESOURCES: Message = Message {
 pub(super) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK: Message = Message {
     name: "MutatingWebhook",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(
+        always(keep(1, "name", Type::Str)),
+        always(keep(
             2,
             "clientConfig",
             Type::Message(&ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG),
-        ),
+        )),
         list(
             3,
             "rules",
@@ -1020,7 +1023,7 @@ pub(super) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK: Message = Message {
         keep(11, "objectSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(6, "sideEffects", Type::Str),
         keep(7, "timeoutSeconds", Type::Int32),
-        list(8, "admissionReviewVersions", Type::Str),
+        always(list(8, "admissionReviewVersions", Type::Str)),
         keep(10, "reinvocationPolicy", Type::Str),
         list(
             12,
@@ -1033,7 +1036,7 @@ pub(super) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK: Message = Message {
 pub(super) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION: Message = Message {
     name: "MutatingWebhookConfiguration",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(
             2,
             "webhooks",
@@ -1045,12 +1048,12 @@ pub(super) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION: Messa
 pub(super) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION_LIST: Message = Message {
     name: "MutatingWebhookConfigurationList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION),
-        ),
+        )),
     ],
 };
 
@@ -1102,8 +1105,8 @@ pub(super) static ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS: Message = Messa
 pub(super) static ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE: Message = Message {
     name: "ServiceReference",
     fields: &[
-        keep(1, "namespace", Type::Str),
-        keep(2, "name", Type::Str),
+        always(keep(1, "namespace", Type::Str)),
+        always(keep(2, "name", Type::Str)),
         keep(3, "path", Type::Str),
         keep(4, "port", Type::Int32),
     ],
@@ -1121,29 +1124,29 @@ pub(super) static ADMISSIONREGISTRATION_V1_TYPE_CHECKING: Message = Message {
 pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY: Message = Message {
     name: "ValidatingAdmissionPolicy",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING: Message = Message {
     name: "ValidatingAdmissionPolicyBinding",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_SPEC),
-        ),
+        )),
     ],
 };
 
@@ -1151,12 +1154,12 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_L
     Message {
         name: "ValidatingAdmissionPolicyBindingList",
         fields: &[
-            keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-            list(
+            always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+            always(list(
                 2,
                 "items",
                 Type::Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING),
-            ),
+            )),
         ],
     };
 
@@ -1182,12 +1185,12 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_S
 pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_LIST: Message = Message {
     name: "ValidatingAdmissionPolicyList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY),
-        ),
+        )),
     ],
 };
 
@@ -1244,12 +1247,12 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_STATUS: M
 pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: Message = Message {
     name: "ValidatingWebhook",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(
+        always(keep(1, "name", Type::Str)),
+        always(keep(
             2,
             "clientConfig",
             Type::Message(&ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG),
-        ),
+        )),
         list(
             3,
             "rules",
@@ -1265,7 +1268,7 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: Message = Message
         keep(10, "objectSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(6, "sideEffects", Type::Str),
         keep(7, "timeoutSeconds", Type::Int32),
-        list(8, "admissionReviewVersions", Type::Str),
+        always(list(8, "admissionReviewVersions", Type::Str)),
         list(
             11,
             "matchConditions",
@@ -1277,7 +1280,7 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: Message = Message
 pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION: Message = Message {
     name: "ValidatingWebhookConfiguration",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(
             2,
             "webhooks",
@@ -1290,19 +1293,19 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION_LIST
     Message {
         name: "ValidatingWebhookConfigurationList",
         fields: &[
-            keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-            list(
+            always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+            always(list(
                 2,
                 "items",
                 Type::Message(&ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION),
-            ),
+            )),
         ],
     };
 
 pub(super) static ADMISSIONREGISTRATION_V1_VALIDATION: Message = Message {
     name: "Validation",
     fields: &[
-        keep(1, "expression", Type::Str),
+        always(keep(1, "expression", Type::Str)),
         opt(2, "message", Type::Str),
         keep(3, "reason", Type::Str),
         opt(4, "messageExpression", Type::Str),
@@ -1311,7 +1314,10 @@ pub(super) static ADMISSIONREGISTRATION_V1_VALIDATION: Message = Message {
 
 pub(super) static ADMISSIONREGISTRATION_V1_VARIABLE: Message = Message {
     name: "Variable",
-    fields: &[keep(1, "name", Type::Str), keep(2, "expression", Type::Str)],
+    fields: &[
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "expression", Type::Str)),
+    ],
 };
 
 pub(super) static ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG: Message = Message {
@@ -1330,7 +1336,7 @@ pub(super) static ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG: Message = Mess
 pub(super) static APIDISCOVERY_V2_API_GROUP_DISCOVERY: Message = Message {
     name: "APIGroupDiscovery",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(
             2,
             "versions",
@@ -1342,27 +1348,27 @@ pub(super) static APIDISCOVERY_V2_API_GROUP_DISCOVERY: Message = Message {
 pub(super) static APIDISCOVERY_V2_API_GROUP_DISCOVERY_LIST: Message = Message {
     name: "APIGroupDiscoveryList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&APIDISCOVERY_V2_API_GROUP_DISCOVERY),
-        ),
+        )),
     ],
 };
 
 pub(super) static APIDISCOVERY_V2_API_RESOURCE_DISCOVERY: Message = Message {
     name: "APIResourceDiscovery",
     fields: &[
-        keep(1, "resource", Type::Str),
+        always(keep(1, "resource", Type::Str)),
         keep(
             2,
             "responseKind",
             Type::Message(&META_V1_GROUP_VERSION_KIND),
         ),
-        keep(3, "scope", Type::Str),
-        keep(4, "singularResource", Type::Str),
-        list(5, "verbs", Type::Str),
+        always(keep(3, "scope", Type::Str)),
+        always(keep(4, "singularResource", Type::Str)),
+        always(list(5, "verbs", Type::Str)),
         list(6, "shortNames", Type::Str),
         list(7, "categories", Type::Str),
         list(
@@ -1376,7 +1382,7 @@ pub(super) static APIDISCOVERY_V2_API_RESOURCE_DISCOVERY: Message = Message {
 pub(super) static APIDISCOVERY_V2_API_SUBRESOURCE_DISCOVERY: Message = Message {
     name: "APISubresourceDiscovery",
     fields: &[
-        keep(1, "subresource", Type::Str),
+        always(keep(1, "subresource", Type::Str)),
         keep(
             2,
             "responseKind",
@@ -1387,14 +1393,14 @@ pub(super) static APIDISCOVERY_V2_API_SUBRESOURCE_DISCOVERY: Message = Message {
             "acceptedTypes",
             Type::Message(&META_V1_GROUP_VERSION_KIND),
         ),
-        list(4, "verbs", Type::Str),
+        always(list(4, "verbs", Type::Str)),
     ],
 };
 
 pub(super) static APIDISCOVERY_V2_API_VERSION_DISCOVERY: Message = Message {
     name: "APIVersionDiscovery",
     fields: &[
-        keep(1, "version", Type::Str),
+        always(keep(1, "version", Type::Str)),
         list(
             2,
             "resources",
@@ -1407,18 +1413,18 @@ pub(super) static APIDISCOVERY_V2_API_VERSION_DISCOVERY: Message = Message {
 pub(super) static APIEXTENSIONS_V1_CONVERSION_REQUEST: Message = Message {
     name: "ConversionRequest",
     fields: &[
-        keep(1, "uid", Type::Str),
-        keep(2, "desiredAPIVersion", Type::Str),
-        list(3, "objects", Type::RawJson),
+        always(keep(1, "uid", Type::Str)),
+        always(keep(2, "desiredAPIVersion", Type::Str)),
+        always(list(3, "objects", Type::RawJson)),
     ],
 };
 
 pub(super) static APIEXTENSIONS_V1_CONVERSION_RESPONSE: Message = Message {
     name: "ConversionResponse",
     fields: &[
-        keep(1, "uid", Type::Str),
-        list(2, "convertedObjects", Type::RawJson),
-        keep(3, "result", Type::Message(&META_V1_STATUS)),
+        always(keep(1, "uid", Type::Str)),
+        always(list(2, "convertedObjects", Type::RawJson)),
+        always(keep(3, "result", Type::Message(&META_V1_STATUS))),
     ],
 };
 
@@ -1441,19 +1447,19 @@ pub(super) static APIEXTENSIONS_V1_CONVERSION_REVIEW: Message = Message {
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_COLUMN_DEFINITION: Message = Message {
     name: "CustomResourceColumnDefinition",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "type", Type::Str),
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "type", Type::Str)),
         opt(3, "format", Type::Str),
         opt(4, "description", Type::Str),
         opt(5, "priority", Type::Int32),
-        keep(6, "jsonPath", Type::Str),
+        always(keep(6, "jsonPath", Type::Str)),
     ],
 };
 
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_CONVERSION: Message = Message {
     name: "CustomResourceConversion",
     fields: &[
-        keep(1, "strategy", Type::Str),
+        always(keep(1, "strategy", Type::Str)),
         keep(
             2,
             "webhook",
@@ -1465,26 +1471,26 @@ pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_CONVERSION: Message = Message
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION: Message = Message {
     name: "CustomResourceDefinition",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_CONDITION: Message = Message {
     name: "CustomResourceDefinitionCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -1493,22 +1499,22 @@ pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_CONDITION: Message
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_LIST: Message = Message {
     name: "CustomResourceDefinitionList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION),
-        ),
+        )),
     ],
 };
 
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_NAMES: Message = Message {
     name: "CustomResourceDefinitionNames",
     fields: &[
-        keep(1, "plural", Type::Str),
+        always(keep(1, "plural", Type::Str)),
         opt(2, "singular", Type::Str),
         list(3, "shortNames", Type::Str),
-        keep(4, "kind", Type::Str),
+        always(keep(4, "kind", Type::Str)),
         opt(5, "listKind", Type::Str),
         list(6, "categories", Type::Str),
     ],
@@ -1517,18 +1523,18 @@ pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_NAMES: Message = M
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_SPEC: Message = Message {
     name: "CustomResourceDefinitionSpec",
     fields: &[
-        keep(1, "group", Type::Str),
-        keep(
+        always(keep(1, "group", Type::Str)),
+        always(keep(
             3,
             "names",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_NAMES),
-        ),
-        keep(4, "scope", Type::Str),
-        list(
+        )),
+        always(keep(4, "scope", Type::Str)),
+        always(list(
             7,
             "versions",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_VERSION),
-        ),
+        )),
         keep(
             9,
             "conversion",
@@ -1541,26 +1547,26 @@ pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_SPEC: Message = Me
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_STATUS: Message = Message {
     name: "CustomResourceDefinitionStatus",
     fields: &[
-        list(
+        always(list(
             1,
             "conditions",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_CONDITION),
-        ),
-        keep(
+        )),
+        always(keep(
             2,
             "acceptedNames",
             Type::Message(&APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_NAMES),
-        ),
-        list(3, "storedVersions", Type::Str),
+        )),
+        always(list(3, "storedVersions", Type::Str)),
     ],
 };
 
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_DEFINITION_VERSION: Message = Message {
     name: "CustomResourceDefinitionVersion",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "served", Type::Bool),
-        keep(3, "storage", Type::Bool),
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "served", Type::Bool)),
+        always(keep(3, "storage", Type::Bool)),
         opt(7, "deprecated", Type::Bool),
         keep(8, "deprecationWarning", Type::Str),
         keep(
@@ -1605,8 +1611,8 @@ pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_SUBRESOURCES: Message = Messa
 pub(super) static APIEXTENSIONS_V1_CUSTOM_RESOURCE_SUBRESOURCE_SCALE: Message = Message {
     name: "CustomResourceSubresourceScale",
     fields: &[
-        keep(1, "specReplicasPath", Type::Str),
-        keep(2, "statusReplicasPath", Type::Str),
+        always(keep(1, "specReplicasPath", Type::Str)),
+        always(keep(2, "statusReplicasPath", Type::Str)),
         keep(3, "labelSelectorPath", Type::Str),
     ],
 };
@@ -1734,14 +1740,14 @@ pub(super) static APIEXTENSIONS_V1_JSON_SCHEMA_PROPS: Message = Message {
 
 pub(super) static APIEXTENSIONS_V1_SELECTABLE_FIELD: Message = Message {
     name: "SelectableField",
-    fields: &[keep(1, "jsonPath", Type::Str)],
+    fields: &[always(keep(1, "jsonPath", Type::Str))],
 };
 
 pub(super) static APIEXTENSIONS_V1_SERVICE_REFERENCE: Message = Message {
     name: "ServiceReference",
     fields: &[
-        keep(1, "namespace", Type::Str),
-        keep(2, "name", Type::Str),
+        always(keep(1, "namespace", Type::Str)),
+        always(keep(2, "name", Type::Str)),
         keep(3, "path", Type::Str),
         keep(4, "port", Type::Int32),
     ],
@@ -1750,7 +1756,7 @@ pub(super) static APIEXTENSIONS_V1_SERVICE_REFERENCE: Message = Message {
 pub(super) static APIEXTENSIONS_V1_VALIDATION_RULE: Message = Message {
     name: "ValidationRule",
     fields: &[
-        keep(1, "rule", Type::Str),
+        always(keep(1, "rule", Type::Str)),
         opt(2, "message", Type::Str),
         opt(3, "messageExpression", Type::Str),
         keep(4, "reason", Type::Str),
@@ -1780,42 +1786,46 @@ pub(super) static APIEXTENSIONS_V1_WEBHOOK_CONVERSION: Message = Message {
             "clientConfig",
             Type::Message(&APIEXTENSIONS_V1_WEBHOOK_CLIENT_CONFIG),
         ),
-        list(3, "conversionReviewVersions", Type::Str),
+        always(list(3, "conversionReviewVersions", Type::Str)),
     ],
 };
 
 pub(super) static APPS_V1_CONTROLLER_REVISION: Message = Message {
     name: "ControllerRevision",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "data", Type::RawJson),
-        keep(3, "revision", Type::Int64),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "data", Type::RawJson)),
+        always(keep(3, "revision", Type::Int64)),
     ],
 };
 
 pub(super) static APPS_V1_CONTROLLER_REVISION_LIST: Message = Message {
     name: "ControllerRevisionList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&APPS_V1_CONTROLLER_REVISION)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&APPS_V1_CONTROLLER_REVISION),
+        )),
     ],
 };
 
 pub(super) static APPS_V1_DAEMON_SET: Message = Message {
     name: "DaemonSet",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&APPS_V1_DAEMON_SET_SPEC)),
-        keep(3, "status", Type::Message(&APPS_V1_DAEMON_SET_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&APPS_V1_DAEMON_SET_SPEC))),
+        always(keep(3, "status", Type::Message(&APPS_V1_DAEMON_SET_STATUS))),
     ],
 };
 
 pub(super) static APPS_V1_DAEMON_SET_CONDITION: Message = Message {
     name: "DaemonSetCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -1824,8 +1834,8 @@ pub(super) static APPS_V1_DAEMON_SET_CONDITION: Message = Message {
 pub(super) static APPS_V1_DAEMON_SET_LIST: Message = Message {
     name: "DaemonSetList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&APPS_V1_DAEMON_SET)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&APPS_V1_DAEMON_SET))),
     ],
 };
 
@@ -1833,12 +1843,16 @@ pub(super) static APPS_V1_DAEMON_SET_SPEC: Message = Message {
     name: "DaemonSetSpec",
     fields: &[
         keep(1, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(2, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
-        keep(
+        always(keep(
+            2,
+            "template",
+            Type::Message(&CORE_V1_POD_TEMPLATE_SPEC),
+        )),
+        always(keep(
             3,
             "updateStrategy",
             Type::Message(&APPS_V1_DAEMON_SET_UPDATE_STRATEGY),
-        ),
+        )),
         opt(4, "minReadySeconds", Type::Int32),
         keep(6, "revisionHistoryLimit", Type::Int32),
     ],
@@ -1847,10 +1861,10 @@ pub(super) static APPS_V1_DAEMON_SET_SPEC: Message = Message {
 pub(super) static APPS_V1_DAEMON_SET_STATUS: Message = Message {
     name: "DaemonSetStatus",
     fields: &[
-        keep(1, "currentNumberScheduled", Type::Int32),
-        keep(2, "numberMisscheduled", Type::Int32),
-        keep(3, "desiredNumberScheduled", Type::Int32),
-        keep(4, "numberReady", Type::Int32),
+        always(keep(1, "currentNumberScheduled", Type::Int32)),
+        always(keep(2, "numberMisscheduled", Type::Int32)),
+        always(keep(3, "desiredNumberScheduled", Type::Int32)),
+        always(keep(4, "numberReady", Type::Int32)),
         opt(5, "observedGeneration", Type::Int64),
         opt(6, "updatedNumberScheduled", Type::Int32),
         opt(7, "numberAvailable", Type::Int32),
@@ -1879,19 +1893,19 @@ pub(super) static APPS_V1_DAEMON_SET_UPDATE_STRATEGY: Message = Message {
 pub(super) static APPS_V1_DEPLOYMENT: Message = Message {
     name: "Deployment",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&APPS_V1_DEPLOYMENT_SPEC)),
-        keep(3, "status", Type::Message(&APPS_V1_DEPLOYMENT_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&APPS_V1_DEPLOYMENT_SPEC))),
+        always(keep(3, "status", Type::Message(&APPS_V1_DEPLOYMENT_STATUS))),
     ],
 };
 
 pub(super) static APPS_V1_DEPLOYMENT_CONDITION: Message = Message {
     name: "DeploymentCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(6, "lastUpdateTime", Type::Time),
-        keep(7, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(6, "lastUpdateTime", Type::Time)),
+        always(keep(7, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -1900,8 +1914,8 @@ pub(super) static APPS_V1_DEPLOYMENT_CONDITION: Message = Message {
 pub(super) static APPS_V1_DEPLOYMENT_LIST: Message = Message {
     name: "DeploymentList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&APPS_V1_DEPLOYMENT)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&APPS_V1_DEPLOYMENT))),
     ],
 };
 
@@ -1910,8 +1924,16 @@ pub(super) static APPS_V1_DEPLOYMENT_SPEC: Message = Message {
     fields: &[
         keep(1, "replicas", Type::Int32),
         keep(2, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(3, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
-        keep(4, "strategy", Type::Message(&APPS_V1_DEPLOYMENT_STRATEGY)),
+        always(keep(
+            3,
+            "template",
+            Type::Message(&CORE_V1_POD_TEMPLATE_SPEC),
+        )),
+        always(keep(
+            4,
+            "strategy",
+            Type::Message(&APPS_V1_DEPLOYMENT_STRATEGY),
+        )),
         opt(5, "minReadySeconds", Type::Int32),
         keep(6, "revisionHistoryLimit", Type::Int32),
         opt(7, "paused", Type::Bool),
@@ -1953,18 +1975,22 @@ pub(super) static APPS_V1_DEPLOYMENT_STRATEGY: Message = Message {
 pub(super) static APPS_V1_REPLICA_SET: Message = Message {
     name: "ReplicaSet",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&APPS_V1_REPLICA_SET_SPEC)),
-        keep(3, "status", Type::Message(&APPS_V1_REPLICA_SET_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&APPS_V1_REPLICA_SET_SPEC))),
+        always(keep(
+            3,
+            "status",
+            Type::Message(&APPS_V1_REPLICA_SET_STATUS),
+        )),
     ],
 };
 
 pub(super) static APPS_V1_REPLICA_SET_CONDITION: Message = Message {
     name: "ReplicaSetCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -1973,8 +1999,8 @@ pub(super) static APPS_V1_REPLICA_SET_CONDITION: Message = Message {
 pub(super) static APPS_V1_REPLICA_SET_LIST: Message = Message {
     name: "ReplicaSetList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&APPS_V1_REPLICA_SET)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&APPS_V1_REPLICA_SET))),
     ],
 };
 
@@ -1984,14 +2010,18 @@ pub(super) static APPS_V1_REPLICA_SET_SPEC: Message = Message {
         keep(1, "replicas", Type::Int32),
         opt(4, "minReadySeconds", Type::Int32),
         keep(2, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(3, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
+        always(keep(
+            3,
+            "template",
+            Type::Message(&CORE_V1_POD_TEMPLATE_SPEC),
+        )),
     ],
 };
 
 pub(super) static APPS_V1_REPLICA_SET_STATUS: Message = Message {
     name: "ReplicaSetStatus",
     fields: &[
-        keep(1, "replicas", Type::Int32),
+        always(keep(1, "replicas", Type::Int32)),
         opt(2, "fullyLabeledReplicas", Type::Int32),
         opt(4, "readyReplicas", Type::Int32),
         opt(5, "availableReplicas", Type::Int32),
@@ -2032,18 +2062,22 @@ pub(super) static APPS_V1_ROLLING_UPDATE_STATEFUL_SET_STRATEGY: Message = Messag
 pub(super) static APPS_V1_STATEFUL_SET: Message = Message {
     name: "StatefulSet",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&APPS_V1_STATEFUL_SET_SPEC)),
-        keep(3, "status", Type::Message(&APPS_V1_STATEFUL_SET_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&APPS_V1_STATEFUL_SET_SPEC))),
+        always(keep(
+            3,
+            "status",
+            Type::Message(&APPS_V1_STATEFUL_SET_STATUS),
+        )),
     ],
 };
 
 pub(super) static APPS_V1_STATEFUL_SET_CONDITION: Message = Message {
     name: "StatefulSetCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -2052,14 +2086,14 @@ pub(super) static APPS_V1_STATEFUL_SET_CONDITION: Message = Message {
 pub(super) static APPS_V1_STATEFUL_SET_LIST: Message = Message {
     name: "StatefulSetList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&APPS_V1_STATEFUL_SET)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&APPS_V1_STATEFUL_SET))),
     ],
 };
 
 pub(super) static APPS_V1_STATEFUL_SET_ORDINALS: Message = Message {
     name: "StatefulSetOrdinals",
-    fields: &[keep(1, "start", Type::Int32)],
+    fields: &[always(keep(1, "start", Type::Int32))],
 };
 
 pub(super) static APPS_V1_STATEFUL_SET_PERSISTENT_VOLUME_CLAIM_RETENTION_POLICY: Message =
@@ -2076,19 +2110,23 @@ pub(super) static APPS_V1_STATEFUL_SET_SPEC: Message = Message {
     fields: &[
         keep(1, "replicas", Type::Int32),
         keep(2, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(3, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
+        always(keep(
+            3,
+            "template",
+            Type::Message(&CORE_V1_POD_TEMPLATE_SPEC),
+        )),
         list(
             4,
             "volumeClaimTemplates",
             Type::Message(&CORE_V1_PERSISTENT_VOLUME_CLAIM),
         ),
-        keep(5, "serviceName", Type::Str),
+        always(keep(5, "serviceName", Type::Str)),
         opt(6, "podManagementPolicy", Type::Str),
-        keep(
+        always(keep(
             7,
             "updateStrategy",
             Type::Message(&APPS_V1_STATEFUL_SET_UPDATE_STRATEGY),
-        ),
+        )),
         keep(8, "revisionHistoryLimit", Type::Int32),
         opt(9, "minReadySeconds", Type::Int32),
         keep(
@@ -2108,7 +2146,7 @@ pub(super) static APPS_V1_STATEFUL_SET_STATUS: Message = Message {
     name: "StatefulSetStatus",
     fields: &[
         opt(1, "observedGeneration", Type::Int64),
-        keep(2, "replicas", Type::Int32),
+        always(keep(2, "replicas", Type::Int32)),
         opt(3, "readyReplicas", Type::Int32),
         opt(4, "currentReplicas", Type::Int32),
         opt(5, "updatedReplicas", Type::Int32),
@@ -2120,7 +2158,7 @@ pub(super) static APPS_V1_STATEFUL_SET_STATUS: Message = Message {
             "conditions",
             Type::Message(&APPS_V1_STATEFUL_SET_CONDITION),
         ),
-        keep(11, "availableReplicas", Type::Int32),
+        always(keep(11, "availableReplicas", Type::Int32)),
     ],
 };
 
@@ -2149,45 +2187,45 @@ pub(super) static AUTHENTICATION_V1_BOUND_OBJECT_REFERENCE: Message = Message {
 pub(super) static AUTHENTICATION_V1_SELF_SUBJECT_REVIEW: Message = Message {
     name: "SelfSubjectReview",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "status",
             Type::Message(&AUTHENTICATION_V1_SELF_SUBJECT_REVIEW_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTHENTICATION_V1_SELF_SUBJECT_REVIEW_STATUS: Message = Message {
     name: "SelfSubjectReviewStatus",
-    fields: &[keep(
+    fields: &[always(keep(
         1,
         "userInfo",
         Type::Message(&AUTHENTICATION_V1_USER_INFO),
-    )],
+    ))],
 };
 
 pub(super) static AUTHENTICATION_V1_TOKEN_REQUEST: Message = Message {
     name: "TokenRequest",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTHENTICATION_V1_TOKEN_REQUEST_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTHENTICATION_V1_TOKEN_REQUEST_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTHENTICATION_V1_TOKEN_REQUEST_SPEC: Message = Message {
     name: "TokenRequestSpec",
     fields: &[
-        list(1, "audiences", Type::Str),
+        always(list(1, "audiences", Type::Str)),
         keep(4, "expirationSeconds", Type::Int64),
         keep(
             3,
@@ -2200,25 +2238,25 @@ pub(super) static AUTHENTICATION_V1_TOKEN_REQUEST_SPEC: Message = Message {
 pub(super) static AUTHENTICATION_V1_TOKEN_REQUEST_STATUS: Message = Message {
     name: "TokenRequestStatus",
     fields: &[
-        keep(1, "token", Type::Str),
-        keep(2, "expirationTimestamp", Type::Time),
+        always(keep(1, "token", Type::Str)),
+        always(keep(2, "expirationTimestamp", Type::Time)),
     ],
 };
 
 pub(super) static AUTHENTICATION_V1_TOKEN_REVIEW: Message = Message {
     name: "TokenReview",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTHENTICATION_V1_TOKEN_REVIEW_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTHENTICATION_V1_TOKEN_REVIEW_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -2231,7 +2269,7 @@ pub(super) static AUTHENTICATION_V1_TOKEN_REVIEW_STATUS: Message = Message {
     name: "TokenReviewStatus",
     fields: &[
         opt(1, "authenticated", Type::Bool),
-        keep(2, "user", Type::Message(&AUTHENTICATION_V1_USER_INFO)),
+        always(keep(2, "user", Type::Message(&AUTHENTICATION_V1_USER_INFO))),
         list(4, "audiences", Type::Str),
         opt(3, "error", Type::Str),
     ],
@@ -2274,17 +2312,17 @@ pub(super) static AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES: Message = Message 
 pub(super) static AUTHORIZATION_V1_LOCAL_SUBJECT_ACCESS_REVIEW: Message = Message {
     name: "LocalSubjectAccessReview",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -2296,7 +2334,7 @@ pub(super) static AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES: Message = Message {
 pub(super) static AUTHORIZATION_V1_NON_RESOURCE_RULE: Message = Message {
     name: "NonResourceRule",
     fields: &[
-        list(1, "verbs", Type::Str),
+        always(list(1, "verbs", Type::Str)),
         list(2, "nonResourceURLs", Type::Str),
     ],
 };
@@ -2327,7 +2365,7 @@ pub(super) static AUTHORIZATION_V1_RESOURCE_ATTRIBUTES: Message = Message {
 pub(super) static AUTHORIZATION_V1_RESOURCE_RULE: Message = Message {
     name: "ResourceRule",
     fields: &[
-        list(1, "verbs", Type::Str),
+        always(list(1, "verbs", Type::Str)),
         list(2, "apiGroups", Type::Str),
         list(3, "resources", Type::Str),
         list(4, "resourceNames", Type::Str),
@@ -2337,17 +2375,17 @@ pub(super) static AUTHORIZATION_V1_RESOURCE_RULE: Message = Message {
 pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW: Message = Message {
     name: "SelfSubjectAccessReview",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -2370,17 +2408,17 @@ pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC: Message = Me
 pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW: Message = Message {
     name: "SelfSubjectRulesReview",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -2392,17 +2430,17 @@ pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC: Message = Mes
 pub(super) static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW: Message = Message {
     name: "SubjectAccessReview",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -2429,7 +2467,7 @@ pub(super) static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC: Message = Message
 pub(super) static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS: Message = Message {
     name: "SubjectAccessReviewStatus",
     fields: &[
-        keep(1, "allowed", Type::Bool),
+        always(keep(1, "allowed", Type::Bool)),
         opt(4, "denied", Type::Bool),
         opt(2, "reason", Type::Str),
         opt(3, "evaluationError", Type::Str),
@@ -2439,17 +2477,17 @@ pub(super) static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS: Message = Messa
 pub(super) static AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS: Message = Message {
     name: "SubjectRulesReviewStatus",
     fields: &[
-        list(
+        always(list(
             1,
             "resourceRules",
             Type::Message(&AUTHORIZATION_V1_RESOURCE_RULE),
-        ),
-        list(
+        )),
+        always(list(
             2,
             "nonResourceRules",
             Type::Message(&AUTHORIZATION_V1_NON_RESOURCE_RULE),
-        ),
-        keep(3, "incomplete", Type::Bool),
+        )),
+        always(keep(3, "incomplete", Type::Bool)),
         opt(4, "evaluationError", Type::Str),
     ],
 };
@@ -2457,8 +2495,8 @@ pub(super) static AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS: Message = Messag
 pub(super) static AUTOSCALING_V1_CROSS_VERSION_OBJECT_REFERENCE: Message = Message {
     name: "CrossVersionObjectReference",
     fields: &[
-        keep(1, "kind", Type::Str),
-        keep(2, "name", Type::Str),
+        always(keep(1, "kind", Type::Str)),
+        always(keep(2, "name", Type::Str)),
         opt(3, "apiVersion", Type::Str),
     ],
 };
@@ -2466,42 +2504,42 @@ pub(super) static AUTOSCALING_V1_CROSS_VERSION_OBJECT_REFERENCE: Message = Messa
 pub(super) static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER: Message = Message {
     name: "HorizontalPodAutoscaler",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_LIST: Message = Message {
     name: "HorizontalPodAutoscalerList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_SPEC: Message = Message {
     name: "HorizontalPodAutoscalerSpec",
     fields: &[
-        keep(
+        always(keep(
             1,
             "scaleTargetRef",
             Type::Message(&AUTOSCALING_V1_CROSS_VERSION_OBJECT_REFERENCE),
-        ),
+        )),
         keep(2, "minReplicas", Type::Int32),
-        keep(3, "maxReplicas", Type::Int32),
+        always(keep(3, "maxReplicas", Type::Int32)),
         keep(4, "targetCPUUtilizationPercentage", Type::Int32),
     ],
 };
@@ -2511,8 +2549,8 @@ pub(super) static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Mes
     fields: &[
         keep(1, "observedGeneration", Type::Int64),
         keep(2, "lastScaleTime", Type::Time),
-        keep(3, "currentReplicas", Type::Int32),
-        keep(4, "desiredReplicas", Type::Int32),
+        always(keep(3, "currentReplicas", Type::Int32)),
+        always(keep(4, "desiredReplicas", Type::Int32)),
         keep(5, "currentCPUUtilizationPercentage", Type::Int32),
     ],
 };
@@ -2520,9 +2558,13 @@ pub(super) static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Mes
 pub(super) static AUTOSCALING_V1_SCALE: Message = Message {
     name: "Scale",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&AUTOSCALING_V1_SCALE_SPEC)),
-        keep(3, "status", Type::Message(&AUTOSCALING_V1_SCALE_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&AUTOSCALING_V1_SCALE_SPEC))),
+        always(keep(
+            3,
+            "status",
+            Type::Message(&AUTOSCALING_V1_SCALE_STATUS),
+        )),
     ],
 };
 
@@ -2534,7 +2576,7 @@ pub(super) static AUTOSCALING_V1_SCALE_SPEC: Message = Message {
 pub(super) static AUTOSCALING_V1_SCALE_STATUS: Message = Message {
     name: "ScaleStatus",
     fields: &[
-        keep(1, "replicas", Type::Int32),
+        always(keep(1, "replicas", Type::Int32)),
         opt(2, "selector", Type::Str),
     ],
 };
@@ -2542,30 +2584,34 @@ pub(super) static AUTOSCALING_V1_SCALE_STATUS: Message = Message {
 pub(super) static AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_SOURCE: Message = Message {
     name: "ContainerResourceMetricSource",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "target", Type::Message(&AUTOSCALING_V2_METRIC_TARGET)),
-        keep(3, "container", Type::Str),
+        always(keep(1, "name", Type::Str)),
+        always(keep(
+            2,
+            "target",
+            Type::Message(&AUTOSCALING_V2_METRIC_TARGET),
+        )),
+        always(keep(3, "container", Type::Str)),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_STATUS: Message = Message {
     name: "ContainerResourceMetricStatus",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(
+        always(keep(1, "name", Type::Str)),
+        always(keep(
             2,
             "current",
             Type::Message(&AUTOSCALING_V2_METRIC_VALUE_STATUS),
-        ),
-        keep(3, "container", Type::Str),
+        )),
+        always(keep(3, "container", Type::Str)),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE: Message = Message {
     name: "CrossVersionObjectReference",
     fields: &[
-        keep(1, "kind", Type::Str),
-        keep(2, "name", Type::Str),
+        always(keep(1, "kind", Type::Str)),
+        always(keep(2, "name", Type::Str)),
         opt(3, "apiVersion", Type::Str),
     ],
 };
@@ -2573,45 +2619,49 @@ pub(super) static AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE: Message = Messa
 pub(super) static AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE: Message = Message {
     name: "ExternalMetricSource",
     fields: &[
-        keep(
+        always(keep(
             1,
             "metric",
             Type::Message(&AUTOSCALING_V2_METRIC_IDENTIFIER),
-        ),
-        keep(2, "target", Type::Message(&AUTOSCALING_V2_METRIC_TARGET)),
+        )),
+        always(keep(
+            2,
+            "target",
+            Type::Message(&AUTOSCALING_V2_METRIC_TARGET),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_EXTERNAL_METRIC_STATUS: Message = Message {
     name: "ExternalMetricStatus",
     fields: &[
-        keep(
+        always(keep(
             1,
             "metric",
             Type::Message(&AUTOSCALING_V2_METRIC_IDENTIFIER),
-        ),
-        keep(
+        )),
+        always(keep(
             2,
             "current",
             Type::Message(&AUTOSCALING_V2_METRIC_VALUE_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER: Message = Message {
     name: "HorizontalPodAutoscaler",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -2634,9 +2684,9 @@ pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_BEHAVIOR: Message = M
 pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_CONDITION: Message = Message {
     name: "HorizontalPodAutoscalerCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -2645,25 +2695,25 @@ pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_CONDITION: Message = 
 pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_LIST: Message = Message {
     name: "HorizontalPodAutoscalerList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_SPEC: Message = Message {
     name: "HorizontalPodAutoscalerSpec",
     fields: &[
-        keep(
+        always(keep(
             1,
             "scaleTargetRef",
             Type::Message(&AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE),
-        ),
+        )),
         keep(2, "minReplicas", Type::Int32),
-        keep(3, "maxReplicas", Type::Int32),
+        always(keep(3, "maxReplicas", Type::Int32)),
         list(4, "metrics", Type::Message(&AUTOSCALING_V2_METRIC_SPEC)),
         keep(
             5,
@@ -2679,12 +2729,12 @@ pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Mes
         keep(1, "observedGeneration", Type::Int64),
         keep(2, "lastScaleTime", Type::Time),
         opt(3, "currentReplicas", Type::Int32),
-        keep(4, "desiredReplicas", Type::Int32),
-        list(
+        always(keep(4, "desiredReplicas", Type::Int32)),
+        always(list(
             5,
             "currentMetrics",
             Type::Message(&AUTOSCALING_V2_METRIC_STATUS),
-        ),
+        )),
         list(
             6,
             "conditions",
@@ -2696,9 +2746,9 @@ pub(super) static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Mes
 pub(super) static AUTOSCALING_V2_HPA_SCALING_POLICY: Message = Message {
     name: "HPAScalingPolicy",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "value", Type::Int32),
-        keep(3, "periodSeconds", Type::Int32),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "value", Type::Int32)),
+        always(keep(3, "periodSeconds", Type::Int32)),
     ],
 };
 
@@ -2719,7 +2769,7 @@ pub(super) static AUTOSCALING_V2_HPA_SCALING_RULES: Message = Message {
 pub(super) static AUTOSCALING_V2_METRIC_IDENTIFIER: Message = Message {
     name: "MetricIdentifier",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         keep(2, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
     ],
 };
@@ -2727,7 +2777,7 @@ pub(super) static AUTOSCALING_V2_METRIC_IDENTIFIER: Message = Message {
 pub(super) static AUTOSCALING_V2_METRIC_SPEC: Message = Message {
     name: "MetricSpec",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         keep(
             2,
             "object",
@@ -2755,7 +2805,7 @@ pub(super) static AUTOSCALING_V2_METRIC_SPEC: Message = Message {
 pub(super) static AUTOSCALING_V2_METRIC_STATUS: Message = Message {
     name: "MetricStatus",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         keep(
             2,
             "object",
@@ -2783,7 +2833,7 @@ pub(super) static AUTOSCALING_V2_METRIC_STATUS: Message = Message {
 pub(super) static AUTOSCALING_V2_METRIC_TARGET: Message = Message {
     name: "MetricTarget",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         keep(2, "value", Type::Quantity),
         keep(3, "averageValue", Type::Quantity),
         keep(4, "averageUtilization", Type::Int32),
@@ -2802,115 +2852,131 @@ pub(super) static AUTOSCALING_V2_METRIC_VALUE_STATUS: Message = Message {
 pub(super) static AUTOSCALING_V2_OBJECT_METRIC_SOURCE: Message = Message {
     name: "ObjectMetricSource",
     fields: &[
-        keep(
+        always(keep(
             1,
             "describedObject",
             Type::Message(&AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE),
-        ),
-        keep(2, "target", Type::Message(&AUTOSCALING_V2_METRIC_TARGET)),
-        keep(
+        )),
+        always(keep(
+            2,
+            "target",
+            Type::Message(&AUTOSCALING_V2_METRIC_TARGET),
+        )),
+        always(keep(
             3,
             "metric",
             Type::Message(&AUTOSCALING_V2_METRIC_IDENTIFIER),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_OBJECT_METRIC_STATUS: Message = Message {
     name: "ObjectMetricStatus",
     fields: &[
-        keep(
+        always(keep(
             1,
             "metric",
             Type::Message(&AUTOSCALING_V2_METRIC_IDENTIFIER),
-        ),
-        keep(
+        )),
+        always(keep(
             2,
             "current",
             Type::Message(&AUTOSCALING_V2_METRIC_VALUE_STATUS),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "describedObject",
             Type::Message(&AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_PODS_METRIC_SOURCE: Message = Message {
     name: "PodsMetricSource",
     fields: &[
-        keep(
+        always(keep(
             1,
             "metric",
             Type::Message(&AUTOSCALING_V2_METRIC_IDENTIFIER),
-        ),
-        keep(2, "target", Type::Message(&AUTOSCALING_V2_METRIC_TARGET)),
+        )),
+        always(keep(
+            2,
+            "target",
+            Type::Message(&AUTOSCALING_V2_METRIC_TARGET),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_PODS_METRIC_STATUS: Message = Message {
     name: "PodsMetricStatus",
     fields: &[
-        keep(
+        always(keep(
             1,
             "metric",
             Type::Message(&AUTOSCALING_V2_METRIC_IDENTIFIER),
-        ),
-        keep(
+        )),
+        always(keep(
             2,
             "current",
             Type::Message(&AUTOSCALING_V2_METRIC_VALUE_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_RESOURCE_METRIC_SOURCE: Message = Message {
     name: "ResourceMetricSource",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "target", Type::Message(&AUTOSCALING_V2_METRIC_TARGET)),
+        always(keep(1, "name", Type::Str)),
+        always(keep(
+            2,
+            "target",
+            Type::Message(&AUTOSCALING_V2_METRIC_TARGET),
+        )),
     ],
 };
 
 pub(super) static AUTOSCALING_V2_RESOURCE_METRIC_STATUS: Message = Message {
     name: "ResourceMetricStatus",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(
+        always(keep(1, "name", Type::Str)),
+        always(keep(
             2,
             "current",
             Type::Message(&AUTOSCALING_V2_METRIC_VALUE_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static BATCH_V1_CRON_JOB: Message = Message {
     name: "CronJob",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&BATCH_V1_CRON_JOB_SPEC)),
-        keep(3, "status", Type::Message(&BATCH_V1_CRON_JOB_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&BATCH_V1_CRON_JOB_SPEC))),
+        always(keep(3, "status", Type::Message(&BATCH_V1_CRON_JOB_STATUS))),
     ],
 };
 
 pub(super) static BATCH_V1_CRON_JOB_LIST: Message = Message {
     name: "CronJobList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&BATCH_V1_CRON_JOB)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&BATCH_V1_CRON_JOB))),
     ],
 };
 
 pub(super) static BATCH_V1_CRON_JOB_SPEC: Message = Message {
     name: "CronJobSpec",
     fields: &[
-        keep(1, "schedule", Type::Str),
+        always(keep(1, "schedule", Type::Str)),
         keep(8, "timeZone", Type::Str),
         keep(2, "startingDeadlineSeconds", Type::Int64),
         opt(3, "concurrencyPolicy", Type::Str),
         keep(4, "suspend", Type::Bool),
-        keep(5, "jobTemplate", Type::Message(&BATCH_V1_JOB_TEMPLATE_SPEC)),
+        always(keep(
+            5,
+            "jobTemplate",
+            Type::Message(&BATCH_V1_JOB_TEMPLATE_SPEC),
+        )),
         keep(6, "successfulJobsHistoryLimit", Type::Int32),
         keep(7, "failedJobsHistoryLimit", Type::Int32),
     ],
@@ -2928,19 +2994,19 @@ pub(super) static BATCH_V1_CRON_JOB_STATUS: Message = Message {
 pub(super) static BATCH_V1_JOB: Message = Message {
     name: "Job",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&BATCH_V1_JOB_SPEC)),
-        keep(3, "status", Type::Message(&BATCH_V1_JOB_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&BATCH_V1_JOB_SPEC))),
+        always(keep(3, "status", Type::Message(&BATCH_V1_JOB_STATUS))),
     ],
 };
 
 pub(super) static BATCH_V1_JOB_CONDITION: Message = Message {
     name: "JobCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastProbeTime", Type::Time),
-        keep(4, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastProbeTime", Type::Time)),
+        always(keep(4, "lastTransitionTime", Type::Time)),
         opt(5, "reason", Type::Str),
         opt(6, "message", Type::Str),
     ],
@@ -2949,8 +3015,8 @@ pub(super) static BATCH_V1_JOB_CONDITION: Message = Message {
 pub(super) static BATCH_V1_JOB_LIST: Message = Message {
     name: "JobList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&BATCH_V1_JOB)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&BATCH_V1_JOB))),
     ],
 };
 
@@ -2971,7 +3037,11 @@ pub(super) static BATCH_V1_JOB_SPEC: Message = Message {
         keep(13, "maxFailedIndexes", Type::Int32),
         keep(4, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(5, "manualSelector", Type::Bool),
-        keep(6, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
+        always(keep(
+            6,
+            "template",
+            Type::Message(&CORE_V1_POD_TEMPLATE_SPEC),
+        )),
         keep(8, "ttlSecondsAfterFinished", Type::Int32),
         keep(9, "completionMode", Type::Str),
         keep(10, "suspend", Type::Bool),
@@ -3004,38 +3074,41 @@ pub(super) static BATCH_V1_JOB_STATUS: Message = Message {
 pub(super) static BATCH_V1_JOB_TEMPLATE_SPEC: Message = Message {
     name: "JobTemplateSpec",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&BATCH_V1_JOB_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&BATCH_V1_JOB_SPEC))),
     ],
 };
 
 pub(super) static BATCH_V1_POD_FAILURE_POLICY: Message = Message {
     name: "PodFailurePolicy",
-    fields: &[list(
+    fields: &[always(list(
         1,
         "rules",
         Type::Message(&BATCH_V1_POD_FAILURE_POLICY_RULE),
-    )],
+    ))],
 };
 
 pub(super) static BATCH_V1_POD_FAILURE_POLICY_ON_EXIT_CODES_REQUIREMENT: Message = Message {
     name: "PodFailurePolicyOnExitCodesRequirement",
     fields: &[
         keep(1, "containerName", Type::Str),
-        keep(2, "operator", Type::Str),
-        list(3, "values", Type::Int32),
+        always(keep(2, "operator", Type::Str)),
+        always(list(3, "values", Type::Int32)),
     ],
 };
 
 pub(super) static BATCH_V1_POD_FAILURE_POLICY_ON_POD_CONDITIONS_PATTERN: Message = Message {
     name: "PodFailurePolicyOnPodConditionsPattern",
-    fields: &[keep(1, "type", Type::Str), keep(2, "status", Type::Str)],
+    fields: &[
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+    ],
 };
 
 pub(super) static BATCH_V1_POD_FAILURE_POLICY_RULE: Message = Message {
     name: "PodFailurePolicyRule",
     fields: &[
-        keep(1, "action", Type::Str),
+        always(keep(1, "action", Type::Str)),
         keep(
             2,
             "onExitCodes",
@@ -3051,11 +3124,11 @@ pub(super) static BATCH_V1_POD_FAILURE_POLICY_RULE: Message = Message {
 
 pub(super) static BATCH_V1_SUCCESS_POLICY: Message = Message {
     name: "SuccessPolicy",
-    fields: &[list(
+    fields: &[always(list(
         1,
         "rules",
         Type::Message(&BATCH_V1_SUCCESS_POLICY_RULE),
-    )],
+    ))],
 };
 
 pub(super) static BATCH_V1_SUCCESS_POLICY_RULE: Message = Message {
@@ -3077,49 +3150,49 @@ pub(super) static BATCH_V1_UNCOUNTED_TERMINATED_PODS: Message = Message {
 pub(super) static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST: Message = Message {
     name: "CertificateSigningRequest",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_CONDITION: Message = Message {
     name: "CertificateSigningRequestCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(6, "status", Type::Str),
+        always(keep(1, "type", Type::Str)),
+        always(keep(6, "status", Type::Str)),
         opt(2, "reason", Type::Str),
         opt(3, "message", Type::Str),
-        keep(4, "lastUpdateTime", Type::Time),
-        keep(5, "lastTransitionTime", Type::Time),
+        always(keep(4, "lastUpdateTime", Type::Time)),
+        always(keep(5, "lastTransitionTime", Type::Time)),
     ],
 };
 
 pub(super) static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_LIST: Message = Message {
     name: "CertificateSigningRequestList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST),
-        ),
+        )),
     ],
 };
 
 pub(super) static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_SPEC: Message = Message {
     name: "CertificateSigningRequestSpec",
     fields: &[
-        keep(1, "request", Type::Bytes),
-        keep(7, "signerName", Type::Str),
+        always(keep(1, "request", Type::Bytes)),
+        always(keep(7, "signerName", Type::Str)),
         keep(8, "expirationSeconds", Type::Int32),
         list(5, "usages", Type::Str),
         opt(2, "username", Type::Str),
@@ -3144,16 +3217,16 @@ pub(super) static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_STATUS: Message = 
 pub(super) static COORDINATION_V1_LEASE: Message = Message {
     name: "Lease",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&COORDINATION_V1_LEASE_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&COORDINATION_V1_LEASE_SPEC))),
     ],
 };
 
 pub(super) static COORDINATION_V1_LEASE_LIST: Message = Message {
     name: "LeaseList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&COORDINATION_V1_LEASE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&COORDINATION_V1_LEASE))),
     ],
 };
 
@@ -3186,20 +3259,23 @@ pub(super) static CORE_V1_AFFINITY: Message = Message {
 pub(super) static CORE_V1_APP_ARMOR_PROFILE: Message = Message {
     name: "AppArmorProfile",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         keep(2, "localhostProfile", Type::Str),
     ],
 };
 
 pub(super) static CORE_V1_ATTACHED_VOLUME: Message = Message {
     name: "AttachedVolume",
-    fields: &[keep(1, "name", Type::Str), keep(2, "devicePath", Type::Str)],
+    fields: &[
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "devicePath", Type::Str)),
+    ],
 };
 
 pub(super) static CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE: Message = Message {
     name: "AWSElasticBlockStoreVolumeSource",
     fields: &[
-        keep(1, "volumeID", Type::Str),
+        always(keep(1, "volumeID", Type::Str)),
         opt(2, "fsType", Type::Str),
         opt(3, "partition", Type::Int32),
         opt(4, "readOnly", Type::Bool),
@@ -3209,8 +3285,8 @@ pub(super) static CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE: Message = Messa
 pub(super) static CORE_V1_AZURE_DISK_VOLUME_SOURCE: Message = Message {
     name: "AzureDiskVolumeSource",
     fields: &[
-        keep(1, "diskName", Type::Str),
-        keep(2, "diskURI", Type::Str),
+        always(keep(1, "diskName", Type::Str)),
+        always(keep(2, "diskURI", Type::Str)),
         keep(3, "cachingMode", Type::Str),
         keep(4, "fsType", Type::Str),
         keep(5, "readOnly", Type::Bool),
@@ -3221,8 +3297,8 @@ pub(super) static CORE_V1_AZURE_DISK_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_AZURE_FILE_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "AzureFilePersistentVolumeSource",
     fields: &[
-        keep(1, "secretName", Type::Str),
-        keep(2, "shareName", Type::Str),
+        always(keep(1, "secretName", Type::Str)),
+        always(keep(2, "shareName", Type::Str)),
         opt(3, "readOnly", Type::Bool),
         keep(4, "secretNamespace", Type::Str),
     ],
@@ -3231,8 +3307,8 @@ pub(super) static CORE_V1_AZURE_FILE_PERSISTENT_VOLUME_SOURCE: Message = Message
 pub(super) static CORE_V1_AZURE_FILE_VOLUME_SOURCE: Message = Message {
     name: "AzureFileVolumeSource",
     fields: &[
-        keep(1, "secretName", Type::Str),
-        keep(2, "shareName", Type::Str),
+        always(keep(1, "secretName", Type::Str)),
+        always(keep(2, "shareName", Type::Str)),
         opt(3, "readOnly", Type::Bool),
     ],
 };
@@ -3240,8 +3316,8 @@ pub(super) static CORE_V1_AZURE_FILE_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_BINDING: Message = Message {
     name: "Binding",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "target", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "target", Type::Message(&CORE_V1_OBJECT_REFERENCE))),
     ],
 };
 
@@ -3253,7 +3329,7 @@ pub(super) static CORE_V1_CAPABILITIES: Message = Message {
 pub(super) static CORE_V1_CEPH_FS_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "CephFSPersistentVolumeSource",
     fields: &[
-        list(1, "monitors", Type::Str),
+        always(list(1, "monitors", Type::Str)),
         opt(2, "path", Type::Str),
         opt(3, "user", Type::Str),
         opt(4, "secretFile", Type::Str),
@@ -3265,7 +3341,7 @@ pub(super) static CORE_V1_CEPH_FS_PERSISTENT_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_CEPH_FS_VOLUME_SOURCE: Message = Message {
     name: "CephFSVolumeSource",
     fields: &[
-        list(1, "monitors", Type::Str),
+        always(list(1, "monitors", Type::Str)),
         opt(2, "path", Type::Str),
         opt(3, "user", Type::Str),
         opt(4, "secretFile", Type::Str),
@@ -3281,7 +3357,7 @@ pub(super) static CORE_V1_CEPH_FS_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_CINDER_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "CinderPersistentVolumeSource",
     fields: &[
-        keep(1, "volumeID", Type::Str),
+        always(keep(1, "volumeID", Type::Str)),
         opt(2, "fsType", Type::Str),
         opt(3, "readOnly", Type::Bool),
         keep(4, "secretRef", Type::Message(&CORE_V1_SECRET_REFERENCE)),
@@ -3291,7 +3367,7 @@ pub(super) static CORE_V1_CINDER_PERSISTENT_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_CINDER_VOLUME_SOURCE: Message = Message {
     name: "CinderVolumeSource",
     fields: &[
-        keep(1, "volumeID", Type::Str),
+        always(keep(1, "volumeID", Type::Str)),
         opt(2, "fsType", Type::Str),
         opt(3, "readOnly", Type::Bool),
         keep(
@@ -3314,15 +3390,15 @@ pub(super) static CORE_V1_CLUSTER_TRUST_BUNDLE_PROJECTION: Message = Message {
         keep(2, "signerName", Type::Str),
         keep(3, "labelSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(5, "optional", Type::Bool),
-        keep(4, "path", Type::Str),
+        always(keep(4, "path", Type::Str)),
     ],
 };
 
 pub(super) static CORE_V1_COMPONENT_CONDITION: Message = Message {
     name: "ComponentCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
         opt(3, "message", Type::Str),
         opt(4, "error", Type::Str),
     ],
@@ -3331,7 +3407,7 @@ pub(super) static CORE_V1_COMPONENT_CONDITION: Message = Message {
 pub(super) static CORE_V1_COMPONENT_STATUS: Message = Message {
     name: "ComponentStatus",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(2, "conditions", Type::Message(&CORE_V1_COMPONENT_CONDITION)),
     ],
 };
@@ -3339,15 +3415,15 @@ pub(super) static CORE_V1_COMPONENT_STATUS: Message = Message {
 pub(super) static CORE_V1_COMPONENT_STATUS_LIST: Message = Message {
     name: "ComponentStatusList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_COMPONENT_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_COMPONENT_STATUS))),
     ],
 };
 
 pub(super) static CORE_V1_CONFIG_MAP: Message = Message {
     name: "ConfigMap",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         keep(4, "immutable", Type::Bool),
         map(2, "data", Type::Str),
         map(3, "binaryData", Type::Bytes),
@@ -3366,7 +3442,7 @@ pub(super) static CORE_V1_CONFIG_MAP_KEY_SELECTOR: Message = Message {
     name: "ConfigMapKeySelector",
     fields: &[
         inline(1, "", Type::Message(&CORE_V1_LOCAL_OBJECT_REFERENCE)),
-        keep(2, "key", Type::Str),
+        always(keep(2, "key", Type::Str)),
         keep(3, "optional", Type::Bool),
     ],
 };
@@ -3374,19 +3450,19 @@ pub(super) static CORE_V1_CONFIG_MAP_KEY_SELECTOR: Message = Message {
 pub(super) static CORE_V1_CONFIG_MAP_LIST: Message = Message {
     name: "ConfigMapList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_CONFIG_MAP)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_CONFIG_MAP))),
     ],
 };
 
 pub(super) static CORE_V1_CONFIG_MAP_NODE_CONFIG_SOURCE: Message = Message {
     name: "ConfigMapNodeConfigSource",
     fields: &[
-        keep(1, "namespace", Type::Str),
-        keep(2, "name", Type::Str),
+        always(keep(1, "namespace", Type::Str)),
+        always(keep(2, "name", Type::Str)),
         opt(3, "uid", Type::Str),
         opt(4, "resourceVersion", Type::Str),
-        keep(5, "kubeletConfigKey", Type::Str),
+        always(keep(5, "kubeletConfigKey", Type::Str)),
     ],
 };
 
@@ -3412,7 +3488,7 @@ pub(super) static CORE_V1_CONFIG_MAP_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_CONTAINER: Message = Message {
     name: "Container",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         opt(2, "image", Type::Str),
         list(3, "command", Type::Str),
         list(4, "args", Type::Str),
@@ -3420,11 +3496,11 @@ pub(super) static CORE_V1_CONTAINER: Message = Message {
         list(6, "ports", Type::Message(&CORE_V1_CONTAINER_PORT)),
         list(19, "envFrom", Type::Message(&CORE_V1_ENV_FROM_SOURCE)),
         list(7, "env", Type::Message(&CORE_V1_ENV_VAR)),
-        keep(
+        always(keep(
             8,
             "resources",
             Type::Message(&CORE_V1_RESOURCE_REQUIREMENTS),
-        ),
+        )),
         list(
             23,
             "resizePolicy",
@@ -3459,16 +3535,16 @@ pub(super) static CORE_V1_CONTAINER: Message = Message {
 pub(super) static CORE_V1_CONTAINER_EXTENDED_RESOURCE_REQUEST: Message = Message {
     name: "ContainerExtendedResourceRequest",
     fields: &[
-        keep(1, "containerName", Type::Str),
-        keep(2, "resourceName", Type::Str),
-        keep(3, "requestName", Type::Str),
+        always(keep(1, "containerName", Type::Str)),
+        always(keep(2, "resourceName", Type::Str)),
+        always(keep(3, "requestName", Type::Str)),
     ],
 };
 
 pub(super) static CORE_V1_CONTAINER_IMAGE: Message = Message {
     name: "ContainerImage",
     fields: &[
-        list(1, "names", Type::Str),
+        always(list(1, "names", Type::Str)),
         opt(2, "sizeBytes", Type::Int64),
     ],
 };
@@ -3478,7 +3554,7 @@ pub(super) static CORE_V1_CONTAINER_PORT: Message = Message {
     fields: &[
         opt(1, "name", Type::Str),
         opt(2, "hostPort", Type::Int32),
-        keep(3, "containerPort", Type::Int32),
+        always(keep(3, "containerPort", Type::Int32)),
         opt(4, "protocol", Type::Str),
         opt(5, "hostIP", Type::Str),
     ],
@@ -3487,8 +3563,8 @@ pub(super) static CORE_V1_CONTAINER_PORT: Message = Message {
 pub(super) static CORE_V1_CONTAINER_RESIZE_POLICY: Message = Message {
     name: "ContainerResizePolicy",
     fields: &[
-        keep(1, "resourceName", Type::Str),
-        keep(2, "restartPolicy", Type::Str),
+        always(keep(1, "resourceName", Type::Str)),
+        always(keep(2, "restartPolicy", Type::Str)),
     ],
 };
 
@@ -3535,18 +3611,18 @@ pub(super) static CORE_V1_CONTAINER_STATE: Message = Message {
 
 pub(super) static CORE_V1_CONTAINER_STATE_RUNNING: Message = Message {
     name: "ContainerStateRunning",
-    fields: &[keep(1, "startedAt", Type::Time)],
+    fields: &[always(keep(1, "startedAt", Type::Time))],
 };
 
 pub(super) static CORE_V1_CONTAINER_STATE_TERMINATED: Message = Message {
     name: "ContainerStateTerminated",
     fields: &[
-        keep(1, "exitCode", Type::Int32),
+        always(keep(1, "exitCode", Type::Int32)),
         opt(2, "signal", Type::Int32),
         opt(3, "reason", Type::Str),
         opt(4, "message", Type::Str),
-        keep(5, "startedAt", Type::Time),
-        keep(6, "finishedAt", Type::Time),
+        always(keep(5, "startedAt", Type::Time)),
+        always(keep(6, "finishedAt", Type::Time)),
         opt(7, "containerID", Type::Str),
     ],
 };
@@ -3559,13 +3635,17 @@ pub(super) static CORE_V1_CONTAINER_STATE_WAITING: Message = Message {
 pub(super) static CORE_V1_CONTAINER_STATUS: Message = Message {
     name: "ContainerStatus",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "state", Type::Message(&CORE_V1_CONTAINER_STATE)),
-        keep(3, "lastState", Type::Message(&CORE_V1_CONTAINER_STATE)),
-        keep(4, "ready", Type::Bool),
-        keep(5, "restartCount", Type::Int32),
-        keep(6, "image", Type::Str),
-        keep(7, "imageID", Type::Str),
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "state", Type::Message(&CORE_V1_CONTAINER_STATE))),
+        always(keep(
+            3,
+            "lastState",
+            Type::Message(&CORE_V1_CONTAINER_STATE),
+        )),
+        always(keep(4, "ready", Type::Bool)),
+        always(keep(5, "restartCount", Type::Int32)),
+        always(keep(6, "image", Type::Str)),
+        always(keep(7, "imageID", Type::Str)),
         opt(8, "containerID", Type::Str),
         keep(9, "started", Type::Bool),
         map(10, "allocatedResources", Type::Quantity),
@@ -3601,8 +3681,8 @@ pub(super) static CORE_V1_CONTAINER_USER: Message = Message {
 pub(super) static CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "CSIPersistentVolumeSource",
     fields: &[
-        keep(1, "driver", Type::Str),
-        keep(2, "volumeHandle", Type::Str),
+        always(keep(1, "driver", Type::Str)),
+        always(keep(2, "volumeHandle", Type::Str)),
         opt(3, "readOnly", Type::Bool),
         opt(4, "fsType", Type::Str),
         map(5, "volumeAttributes", Type::Str),
@@ -3637,7 +3717,7 @@ pub(super) static CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_CSI_VOLUME_SOURCE: Message = Message {
     name: "CSIVolumeSource",
     fields: &[
-        keep(1, "driver", Type::Str),
+        always(keep(1, "driver", Type::Str)),
         keep(2, "readOnly", Type::Bool),
         keep(3, "fsType", Type::Str),
         map(4, "volumeAttributes", Type::Str),
@@ -3651,7 +3731,7 @@ pub(super) static CORE_V1_CSI_VOLUME_SOURCE: Message = Message {
 
 pub(super) static CORE_V1_DAEMON_ENDPOINT: Message = Message {
     name: "DaemonEndpoint",
-    fields: &[keep(1, "Port", Type::Int32)],
+    fields: &[always(keep(1, "Port", Type::Int32))],
 };
 
 pub(super) static CORE_V1_DOWNWARD_API_PROJECTION: Message = Message {
@@ -3666,7 +3746,7 @@ pub(super) static CORE_V1_DOWNWARD_API_PROJECTION: Message = Message {
 pub(super) static CORE_V1_DOWNWARD_API_VOLUME_FILE: Message = Message {
     name: "DownwardAPIVolumeFile",
     fields: &[
-        keep(1, "path", Type::Str),
+        always(keep(1, "path", Type::Str)),
         keep(2, "fieldRef", Type::Message(&CORE_V1_OBJECT_FIELD_SELECTOR)),
         keep(
             3,
@@ -3696,7 +3776,7 @@ pub(super) static CORE_V1_EMPTY_DIR_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_ENDPOINTS: Message = Message {
     name: "Endpoints",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(2, "subsets", Type::Message(&CORE_V1_ENDPOINT_SUBSET)),
     ],
 };
@@ -3704,15 +3784,15 @@ pub(super) static CORE_V1_ENDPOINTS: Message = Message {
 pub(super) static CORE_V1_ENDPOINTS_LIST: Message = Message {
     name: "EndpointsList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_ENDPOINTS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_ENDPOINTS))),
     ],
 };
 
 pub(super) static CORE_V1_ENDPOINT_ADDRESS: Message = Message {
     name: "EndpointAddress",
     fields: &[
-        keep(1, "ip", Type::Str),
+        always(keep(1, "ip", Type::Str)),
         opt(3, "hostname", Type::Str),
         keep(4, "nodeName", Type::Str),
         keep(2, "targetRef", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
@@ -3723,7 +3803,7 @@ pub(super) static CORE_V1_ENDPOINT_PORT: Message = Message {
     name: "EndpointPort",
     fields: &[
         opt(1, "name", Type::Str),
-        keep(2, "port", Type::Int32),
+        always(keep(2, "port", Type::Int32)),
         opt(3, "protocol", Type::Str),
         keep(4, "appProtocol", Type::Str),
     ],
@@ -3758,7 +3838,7 @@ pub(super) static CORE_V1_ENV_FROM_SOURCE: Message = Message {
 pub(super) static CORE_V1_ENV_VAR: Message = Message {
     name: "EnvVar",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         opt(2, "value", Type::Str),
         keep(3, "valueFrom", Type::Message(&CORE_V1_ENV_VAR_SOURCE)),
     ],
@@ -3798,7 +3878,7 @@ pub(super) static CORE_V1_EPHEMERAL_CONTAINER: Message = Message {
 pub(super) static CORE_V1_EPHEMERAL_CONTAINER_COMMON: Message = Message {
     name: "EphemeralContainerCommon",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         opt(2, "image", Type::Str),
         list(3, "command", Type::Str),
         list(4, "args", Type::Str),
@@ -3806,11 +3886,11 @@ pub(super) static CORE_V1_EPHEMERAL_CONTAINER_COMMON: Message = Message {
         list(6, "ports", Type::Message(&CORE_V1_CONTAINER_PORT)),
         list(19, "envFrom", Type::Message(&CORE_V1_ENV_FROM_SOURCE)),
         list(7, "env", Type::Message(&CORE_V1_ENV_VAR)),
-        keep(
+        always(keep(
             8,
             "resources",
             Type::Message(&CORE_V1_RESOURCE_REQUIREMENTS),
-        ),
+        )),
         list(
             23,
             "resizePolicy",
@@ -3854,33 +3934,33 @@ pub(super) static CORE_V1_EPHEMERAL_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_EVENT: Message = Message {
     name: "Event",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "involvedObject",
             Type::Message(&CORE_V1_OBJECT_REFERENCE),
-        ),
+        )),
         opt(3, "reason", Type::Str),
         opt(4, "message", Type::Str),
-        keep(5, "source", Type::Message(&CORE_V1_EVENT_SOURCE)),
-        keep(6, "firstTimestamp", Type::Time),
-        keep(7, "lastTimestamp", Type::Time),
+        always(keep(5, "source", Type::Message(&CORE_V1_EVENT_SOURCE))),
+        always(keep(6, "firstTimestamp", Type::Time)),
+        always(keep(7, "lastTimestamp", Type::Time)),
         opt(8, "count", Type::Int32),
         opt(9, "type", Type::Str),
-        keep(10, "eventTime", Type::MicroTime),
+        always(keep(10, "eventTime", Type::MicroTime)),
         keep(11, "series", Type::Message(&CORE_V1_EVENT_SERIES)),
         opt(12, "action", Type::Str),
         keep(13, "related", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
-        keep(14, "reportingComponent", Type::Str),
-        keep(15, "reportingInstance", Type::Str),
+        always(keep(14, "reportingComponent", Type::Str)),
+        always(keep(15, "reportingInstance", Type::Str)),
     ],
 };
 
 pub(super) static CORE_V1_EVENT_LIST: Message = Message {
     name: "EventList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_EVENT)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_EVENT))),
     ],
 };
 
@@ -3888,7 +3968,7 @@ pub(super) static CORE_V1_EVENT_SERIES: Message = Message {
     name: "EventSeries",
     fields: &[
         opt(1, "count", Type::Int32),
-        keep(2, "lastObservedTime", Type::MicroTime),
+        always(keep(2, "lastObservedTime", Type::MicroTime)),
     ],
 };
 
@@ -3916,9 +3996,9 @@ pub(super) static CORE_V1_FC_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_FILE_KEY_SELECTOR: Message = Message {
     name: "FileKeySelector",
     fields: &[
-        keep(1, "volumeName", Type::Str),
-        keep(2, "path", Type::Str),
-        keep(3, "key", Type::Str),
+        always(keep(1, "volumeName", Type::Str)),
+        always(keep(2, "path", Type::Str)),
+        always(keep(3, "key", Type::Str)),
         keep(4, "optional", Type::Bool),
     ],
 };
@@ -3926,7 +4006,7 @@ pub(super) static CORE_V1_FILE_KEY_SELECTOR: Message = Message {
 pub(super) static CORE_V1_FLEX_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "FlexPersistentVolumeSource",
     fields: &[
-        keep(1, "driver", Type::Str),
+        always(keep(1, "driver", Type::Str)),
         opt(2, "fsType", Type::Str),
         keep(3, "secretRef", Type::Message(&CORE_V1_SECRET_REFERENCE)),
         opt(4, "readOnly", Type::Bool),
@@ -3937,7 +4017,7 @@ pub(super) static CORE_V1_FLEX_PERSISTENT_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_FLEX_VOLUME_SOURCE: Message = Message {
     name: "FlexVolumeSource",
     fields: &[
-        keep(1, "driver", Type::Str),
+        always(keep(1, "driver", Type::Str)),
         opt(2, "fsType", Type::Str),
         keep(
             3,
@@ -3960,7 +4040,7 @@ pub(super) static CORE_V1_FLOCKER_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_GCE_PERSISTENT_DISK_VOLUME_SOURCE: Message = Message {
     name: "GCEPersistentDiskVolumeSource",
     fields: &[
-        keep(1, "pdName", Type::Str),
+        always(keep(1, "pdName", Type::Str)),
         opt(2, "fsType", Type::Str),
         opt(3, "partition", Type::Int32),
         opt(4, "readOnly", Type::Bool),
@@ -3970,7 +4050,7 @@ pub(super) static CORE_V1_GCE_PERSISTENT_DISK_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_GIT_REPO_VOLUME_SOURCE: Message = Message {
     name: "GitRepoVolumeSource",
     fields: &[
-        keep(1, "repository", Type::Str),
+        always(keep(1, "repository", Type::Str)),
         opt(2, "revision", Type::Str),
         opt(3, "directory", Type::Str),
     ],
@@ -3979,8 +4059,8 @@ pub(super) static CORE_V1_GIT_REPO_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_GLUSTERFS_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "GlusterfsPersistentVolumeSource",
     fields: &[
-        keep(1, "endpoints", Type::Str),
-        keep(2, "path", Type::Str),
+        always(keep(1, "endpoints", Type::Str)),
+        always(keep(2, "path", Type::Str)),
         opt(3, "readOnly", Type::Bool),
         keep(4, "endpointsNamespace", Type::Str),
     ],
@@ -3989,37 +4069,46 @@ pub(super) static CORE_V1_GLUSTERFS_PERSISTENT_VOLUME_SOURCE: Message = Message 
 pub(super) static CORE_V1_GLUSTERFS_VOLUME_SOURCE: Message = Message {
     name: "GlusterfsVolumeSource",
     fields: &[
-        keep(1, "endpoints", Type::Str),
-        keep(2, "path", Type::Str),
+        always(keep(1, "endpoints", Type::Str)),
+        always(keep(2, "path", Type::Str)),
         opt(3, "readOnly", Type::Bool),
     ],
 };
 
 pub(super) static CORE_V1_GRPC_ACTION: Message = Message {
     name: "GRPCAction",
-    fields: &[keep(1, "port", Type::Int32), keep(2, "service", Type::Str)],
+    fields: &[
+        always(keep(1, "port", Type::Int32)),
+        keep(2, "service", Type::Str),
+    ],
 };
 
 pub(super) static CORE_V1_HOST_ALIAS: Message = Message {
     name: "HostAlias",
-    fields: &[keep(1, "ip", Type::Str), list(2, "hostnames", Type::Str)],
+    fields: &[
+        always(keep(1, "ip", Type::Str)),
+        list(2, "hostnames", Type::Str),
+    ],
 };
 
 pub(super) static CORE_V1_HOST_IP: Message = Message {
     name: "HostIP",
-    fields: &[keep(1, "ip", Type::Str)],
+    fields: &[always(keep(1, "ip", Type::Str))],
 };
 
 pub(super) static CORE_V1_HOST_PATH_VOLUME_SOURCE: Message = Message {
     name: "HostPathVolumeSource",
-    fields: &[keep(1, "path", Type::Str), keep(2, "type", Type::Str)],
+    fields: &[
+        always(keep(1, "path", Type::Str)),
+        keep(2, "type", Type::Str),
+    ],
 };
 
 pub(super) static CORE_V1_HTTP_GET_ACTION: Message = Message {
     name: "HTTPGetAction",
     fields: &[
         opt(1, "path", Type::Str),
-        keep(2, "port", Type::IntOrString),
+        always(keep(2, "port", Type::IntOrString)),
         opt(3, "host", Type::Str),
         opt(4, "scheme", Type::Str),
         list(5, "httpHeaders", Type::Message(&CORE_V1_HTTP_HEADER)),
@@ -4028,7 +4117,10 @@ pub(super) static CORE_V1_HTTP_GET_ACTION: Message = Message {
 
 pub(super) static CORE_V1_HTTP_HEADER: Message = Message {
     name: "HTTPHeader",
-    fields: &[keep(1, "name", Type::Str), keep(2, "value", Type::Str)],
+    fields: &[
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "value", Type::Str)),
+    ],
 };
 
 pub(super) static CORE_V1_IMAGE_VOLUME_SOURCE: Message = Message {
@@ -4042,9 +4134,9 @@ pub(super) static CORE_V1_IMAGE_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "ISCSIPersistentVolumeSource",
     fields: &[
-        keep(1, "targetPortal", Type::Str),
-        keep(2, "iqn", Type::Str),
-        keep(3, "lun", Type::Int32),
+        always(keep(1, "targetPortal", Type::Str)),
+        always(keep(2, "iqn", Type::Str)),
+        always(keep(3, "lun", Type::Int32)),
         opt(4, "iscsiInterface", Type::Str),
         opt(5, "fsType", Type::Str),
         opt(6, "readOnly", Type::Bool),
@@ -4059,9 +4151,9 @@ pub(super) static CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_ISCSI_VOLUME_SOURCE: Message = Message {
     name: "ISCSIVolumeSource",
     fields: &[
-        keep(1, "targetPortal", Type::Str),
-        keep(2, "iqn", Type::Str),
-        keep(3, "lun", Type::Int32),
+        always(keep(1, "targetPortal", Type::Str)),
+        always(keep(2, "iqn", Type::Str)),
+        always(keep(3, "lun", Type::Int32)),
         opt(4, "iscsiInterface", Type::Str),
         opt(5, "fsType", Type::Str),
         opt(6, "readOnly", Type::Bool),
@@ -4080,8 +4172,8 @@ pub(super) static CORE_V1_ISCSI_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_KEY_TO_PATH: Message = Message {
     name: "KeyToPath",
     fields: &[
-        keep(1, "key", Type::Str),
-        keep(2, "path", Type::Str),
+        always(keep(1, "key", Type::Str)),
+        always(keep(2, "path", Type::Str)),
         keep(3, "mode", Type::Int32),
     ],
 };
@@ -4108,15 +4200,15 @@ pub(super) static CORE_V1_LIFECYCLE_HANDLER: Message = Message {
 pub(super) static CORE_V1_LIMIT_RANGE: Message = Message {
     name: "LimitRange",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_LIMIT_RANGE_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&CORE_V1_LIMIT_RANGE_SPEC))),
     ],
 };
 
 pub(super) static CORE_V1_LIMIT_RANGE_ITEM: Message = Message {
     name: "LimitRangeItem",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         map(2, "max", Type::Quantity),
         map(3, "min", Type::Quantity),
         map(4, "default", Type::Quantity),
@@ -4128,21 +4220,25 @@ pub(super) static CORE_V1_LIMIT_RANGE_ITEM: Message = Message {
 pub(super) static CORE_V1_LIMIT_RANGE_LIST: Message = Message {
     name: "LimitRangeList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_LIMIT_RANGE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_LIMIT_RANGE))),
     ],
 };
 
 pub(super) static CORE_V1_LIMIT_RANGE_SPEC: Message = Message {
     name: "LimitRangeSpec",
-    fields: &[list(1, "limits", Type::Message(&CORE_V1_LIMIT_RANGE_ITEM))],
+    fields: &[always(list(
+        1,
+        "limits",
+        Type::Message(&CORE_V1_LIMIT_RANGE_ITEM),
+    ))],
 };
 
 pub(super) static CORE_V1_LINUX_CONTAINER_USER: Message = Message {
     name: "LinuxContainerUser",
     fields: &[
-        keep(1, "uid", Type::Int64),
-        keep(2, "gid", Type::Int64),
+        always(keep(1, "uid", Type::Int64)),
+        always(keep(2, "gid", Type::Int64)),
         list(3, "supplementalGroups", Type::Int64),
     ],
 };
@@ -4150,8 +4246,8 @@ pub(super) static CORE_V1_LINUX_CONTAINER_USER: Message = Message {
 pub(super) static CORE_V1_LIST: Message = Message {
     name: "List",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::RawJson),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::RawJson)),
     ],
 };
 
@@ -4181,32 +4277,35 @@ pub(super) static CORE_V1_LOCAL_OBJECT_REFERENCE: Message = Message {
 
 pub(super) static CORE_V1_LOCAL_VOLUME_SOURCE: Message = Message {
     name: "LocalVolumeSource",
-    fields: &[keep(1, "path", Type::Str), keep(2, "fsType", Type::Str)],
+    fields: &[
+        always(keep(1, "path", Type::Str)),
+        keep(2, "fsType", Type::Str),
+    ],
 };
 
 pub(super) static CORE_V1_MODIFY_VOLUME_STATUS: Message = Message {
     name: "ModifyVolumeStatus",
     fields: &[
         opt(1, "targetVolumeAttributesClassName", Type::Str),
-        keep(2, "status", Type::Str),
+        always(keep(2, "status", Type::Str)),
     ],
 };
 
 pub(super) static CORE_V1_NAMESPACE: Message = Message {
     name: "Namespace",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_NAMESPACE_SPEC)),
-        keep(3, "status", Type::Message(&CORE_V1_NAMESPACE_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&CORE_V1_NAMESPACE_SPEC))),
+        always(keep(3, "status", Type::Message(&CORE_V1_NAMESPACE_STATUS))),
     ],
 };
 
 pub(super) static CORE_V1_NAMESPACE_CONDITION: Message = Message {
     name: "NamespaceCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(4, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(4, "lastTransitionTime", Type::Time)),
         opt(5, "reason", Type::Str),
         opt(6, "message", Type::Str),
     ],
@@ -4215,8 +4314,8 @@ pub(super) static CORE_V1_NAMESPACE_CONDITION: Message = Message {
 pub(super) static CORE_V1_NAMESPACE_LIST: Message = Message {
     name: "NamespaceList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_NAMESPACE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_NAMESPACE))),
     ],
 };
 
@@ -4236,8 +4335,8 @@ pub(super) static CORE_V1_NAMESPACE_STATUS: Message = Message {
 pub(super) static CORE_V1_NFS_VOLUME_SOURCE: Message = Message {
     name: "NFSVolumeSource",
     fields: &[
-        keep(1, "server", Type::Str),
-        keep(2, "path", Type::Str),
+        always(keep(1, "server", Type::Str)),
+        always(keep(2, "path", Type::Str)),
         opt(3, "readOnly", Type::Bool),
     ],
 };
@@ -4245,15 +4344,18 @@ pub(super) static CORE_V1_NFS_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_NODE: Message = Message {
     name: "Node",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_NODE_SPEC)),
-        keep(3, "status", Type::Message(&CORE_V1_NODE_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&CORE_V1_NODE_SPEC))),
+        always(keep(3, "status", Type::Message(&CORE_V1_NODE_STATUS))),
     ],
 };
 
 pub(super) static CORE_V1_NODE_ADDRESS: Message = Message {
     name: "NodeAddress",
-    fields: &[keep(1, "type", Type::Str), keep(2, "address", Type::Str)],
+    fields: &[
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "address", Type::Str)),
+    ],
 };
 
 pub(super) static CORE_V1_NODE_AFFINITY: Message = Message {
@@ -4275,10 +4377,10 @@ pub(super) static CORE_V1_NODE_AFFINITY: Message = Message {
 pub(super) static CORE_V1_NODE_CONDITION: Message = Message {
     name: "NodeCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastHeartbeatTime", Type::Time),
-        keep(4, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastHeartbeatTime", Type::Time)),
+        always(keep(4, "lastTransitionTime", Type::Time)),
         opt(5, "reason", Type::Str),
         opt(6, "message", Type::Str),
     ],
@@ -4309,11 +4411,11 @@ pub(super) static CORE_V1_NODE_CONFIG_STATUS: Message = Message {
 
 pub(super) static CORE_V1_NODE_DAEMON_ENDPOINTS: Message = Message {
     name: "NodeDaemonEndpoints",
-    fields: &[keep(
+    fields: &[always(keep(
         1,
         "kubeletEndpoint",
         Type::Message(&CORE_V1_DAEMON_ENDPOINT),
-    )],
+    ))],
 };
 
 pub(super) static CORE_V1_NODE_FEATURES: Message = Message {
@@ -4324,8 +4426,8 @@ pub(super) static CORE_V1_NODE_FEATURES: Message = Message {
 pub(super) static CORE_V1_NODE_LIST: Message = Message {
     name: "NodeList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_NODE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_NODE))),
     ],
 };
 
@@ -4337,7 +4439,7 @@ pub(super) static CORE_V1_NODE_PROXY_OPTIONS: Message = Message {
 pub(super) static CORE_V1_NODE_RUNTIME_HANDLER: Message = Message {
     name: "NodeRuntimeHandler",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         keep(
             2,
             "features",
@@ -4356,18 +4458,18 @@ pub(super) static CORE_V1_NODE_RUNTIME_HANDLER_FEATURES: Message = Message {
 
 pub(super) static CORE_V1_NODE_SELECTOR: Message = Message {
     name: "NodeSelector",
-    fields: &[list(
+    fields: &[always(list(
         1,
         "nodeSelectorTerms",
         Type::Message(&CORE_V1_NODE_SELECTOR_TERM),
-    )],
+    ))],
 };
 
 pub(super) static CORE_V1_NODE_SELECTOR_REQUIREMENT: Message = Message {
     name: "NodeSelectorRequirement",
     fields: &[
-        keep(1, "key", Type::Str),
-        keep(2, "operator", Type::Str),
+        always(keep(1, "key", Type::Str)),
+        always(keep(2, "operator", Type::Str)),
         list(3, "values", Type::Str),
     ],
 };
@@ -4413,12 +4515,16 @@ pub(super) static CORE_V1_NODE_STATUS: Message = Message {
         opt(3, "phase", Type::Str),
         list(4, "conditions", Type::Message(&CORE_V1_NODE_CONDITION)),
         list(5, "addresses", Type::Message(&CORE_V1_NODE_ADDRESS)),
-        keep(
+        always(keep(
             6,
             "daemonEndpoints",
             Type::Message(&CORE_V1_NODE_DAEMON_ENDPOINTS),
-        ),
-        keep(7, "nodeInfo", Type::Message(&CORE_V1_NODE_SYSTEM_INFO)),
+        )),
+        always(keep(
+            7,
+            "nodeInfo",
+            Type::Message(&CORE_V1_NODE_SYSTEM_INFO),
+        )),
         list(8, "images", Type::Message(&CORE_V1_CONTAINER_IMAGE)),
         list(9, "volumesInUse", Type::Str),
         list(
@@ -4444,16 +4550,16 @@ pub(super) static CORE_V1_NODE_SWAP_STATUS: Message = Message {
 pub(super) static CORE_V1_NODE_SYSTEM_INFO: Message = Message {
     name: "NodeSystemInfo",
     fields: &[
-        keep(1, "machineID", Type::Str),
-        keep(2, "systemUUID", Type::Str),
-        keep(3, "bootID", Type::Str),
-        keep(4, "kernelVersion", Type::Str),
-        keep(5, "osImage", Type::Str),
-        keep(6, "containerRuntimeVersion", Type::Str),
-        keep(7, "kubeletVersion", Type::Str),
-        keep(8, "kubeProxyVersion", Type::Str),
-        keep(9, "operatingSystem", Type::Str),
-        keep(10, "architecture", Type::Str),
+        always(keep(1, "machineID", Type::Str)),
+        always(keep(2, "systemUUID", Type::Str)),
+        always(keep(3, "bootID", Type::Str)),
+        always(keep(4, "kernelVersion", Type::Str)),
+        always(keep(5, "osImage", Type::Str)),
+        always(keep(6, "containerRuntimeVersion", Type::Str)),
+        always(keep(7, "kubeletVersion", Type::Str)),
+        always(keep(8, "kubeProxyVersion", Type::Str)),
+        always(keep(9, "operatingSystem", Type::Str)),
+        always(keep(10, "architecture", Type::Str)),
         keep(11, "swap", Type::Message(&CORE_V1_NODE_SWAP_STATUS)),
     ],
 };
@@ -4462,7 +4568,7 @@ pub(super) static CORE_V1_OBJECT_FIELD_SELECTOR: Message = Message {
     name: "ObjectFieldSelector",
     fields: &[
         opt(1, "apiVersion", Type::Str),
-        keep(2, "fieldPath", Type::Str),
+        always(keep(2, "fieldPath", Type::Str)),
     ],
 };
 
@@ -4482,40 +4588,44 @@ pub(super) static CORE_V1_OBJECT_REFERENCE: Message = Message {
 pub(super) static CORE_V1_PERSISTENT_VOLUME: Message = Message {
     name: "PersistentVolume",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_PERSISTENT_VOLUME_SPEC)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&CORE_V1_PERSISTENT_VOLUME_SPEC),
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&CORE_V1_PERSISTENT_VOLUME_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM: Message = Message {
     name: "PersistentVolumeClaim",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&CORE_V1_PERSISTENT_VOLUME_CLAIM_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_CONDITION: Message = Message {
     name: "PersistentVolumeClaimCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastProbeTime", Type::Time),
-        keep(4, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastProbeTime", Type::Time)),
+        always(keep(4, "lastTransitionTime", Type::Time)),
         opt(5, "reason", Type::Str),
         opt(6, "message", Type::Str),
     ],
@@ -4524,8 +4634,12 @@ pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_CONDITION: Message = Message {
 pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_LIST: Message = Message {
     name: "PersistentVolumeClaimList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_PERSISTENT_VOLUME_CLAIM)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&CORE_V1_PERSISTENT_VOLUME_CLAIM),
+        )),
     ],
 };
 
@@ -4534,11 +4648,11 @@ pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Message = Message {
     fields: &[
         list(1, "accessModes", Type::Str),
         keep(4, "selector", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(
+        always(keep(
             2,
             "resources",
             Type::Message(&CORE_V1_VOLUME_RESOURCE_REQUIREMENTS),
-        ),
+        )),
         opt(3, "volumeName", Type::Str),
         keep(5, "storageClassName", Type::Str),
         keep(6, "volumeMode", Type::Str),
@@ -4581,19 +4695,19 @@ pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_STATUS: Message = Message {
 pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_TEMPLATE: Message = Message {
     name: "PersistentVolumeClaimTemplate",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC),
-        ),
+        )),
     ],
 };
 
 pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE: Message = Message {
     name: "PersistentVolumeClaimVolumeSource",
     fields: &[
-        keep(1, "claimName", Type::Str),
+        always(keep(1, "claimName", Type::Str)),
         opt(2, "readOnly", Type::Bool),
     ],
 };
@@ -4601,8 +4715,8 @@ pub(super) static CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE: Message = Messa
 pub(super) static CORE_V1_PERSISTENT_VOLUME_LIST: Message = Message {
     name: "PersistentVolumeList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_PERSISTENT_VOLUME)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_PERSISTENT_VOLUME))),
     ],
 };
 
@@ -4734,15 +4848,18 @@ pub(super) static CORE_V1_PERSISTENT_VOLUME_STATUS: Message = Message {
 
 pub(super) static CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE: Message = Message {
     name: "PhotonPersistentDiskVolumeSource",
-    fields: &[keep(1, "pdID", Type::Str), opt(2, "fsType", Type::Str)],
+    fields: &[
+        always(keep(1, "pdID", Type::Str)),
+        opt(2, "fsType", Type::Str),
+    ],
 };
 
 pub(super) static CORE_V1_POD: Message = Message {
     name: "Pod",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_POD_SPEC)),
-        keep(3, "status", Type::Message(&CORE_V1_POD_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&CORE_V1_POD_SPEC))),
+        always(keep(3, "status", Type::Message(&CORE_V1_POD_STATUS))),
     ],
 };
 
@@ -4767,7 +4884,7 @@ pub(super) static CORE_V1_POD_AFFINITY_TERM: Message = Message {
     fields: &[
         keep(1, "labelSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         list(2, "namespaces", Type::Str),
-        keep(3, "topologyKey", Type::Str),
+        always(keep(3, "topologyKey", Type::Str)),
         keep(
             4,
             "namespaceSelector",
@@ -4820,11 +4937,11 @@ pub(super) static CORE_V1_POD_CERTIFICATE_PROJECTION: Message = Message {
 pub(super) static CORE_V1_POD_CONDITION: Message = Message {
     name: "PodCondition",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         opt(7, "observedGeneration", Type::Int64),
-        keep(2, "status", Type::Str),
-        keep(3, "lastProbeTime", Type::Time),
-        keep(4, "lastTransitionTime", Type::Time),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastProbeTime", Type::Time)),
+        always(keep(4, "lastTransitionTime", Type::Time)),
         opt(5, "reason", Type::Str),
         opt(6, "message", Type::Str),
     ],
@@ -4852,32 +4969,32 @@ pub(super) static CORE_V1_POD_EXEC_OPTIONS: Message = Message {
         opt(3, "stderr", Type::Bool),
         opt(4, "tty", Type::Bool),
         opt(5, "container", Type::Str),
-        list(6, "command", Type::Str),
+        always(list(6, "command", Type::Str)),
     ],
 };
 
 pub(super) static CORE_V1_POD_EXTENDED_RESOURCE_CLAIM_STATUS: Message = Message {
     name: "PodExtendedResourceClaimStatus",
     fields: &[
-        list(
+        always(list(
             1,
             "requestMappings",
             Type::Message(&CORE_V1_CONTAINER_EXTENDED_RESOURCE_REQUEST),
-        ),
-        keep(2, "resourceClaimName", Type::Str),
+        )),
+        always(keep(2, "resourceClaimName", Type::Str)),
     ],
 };
 
 pub(super) static CORE_V1_POD_IP: Message = Message {
     name: "PodIP",
-    fields: &[keep(1, "ip", Type::Str)],
+    fields: &[always(keep(1, "ip", Type::Str))],
 };
 
 pub(super) static CORE_V1_POD_LIST: Message = Message {
     name: "PodList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_POD)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_POD))),
     ],
 };
 
@@ -4899,7 +5016,7 @@ pub(super) static CORE_V1_POD_LOG_OPTIONS: Message = Message {
 
 pub(super) static CORE_V1_POD_OS: Message = Message {
     name: "PodOS",
-    fields: &[keep(1, "name", Type::Str)],
+    fields: &[always(keep(1, "name", Type::Str))],
 };
 
 pub(super) static CORE_V1_POD_PORT_FORWARD_OPTIONS: Message = Message {
@@ -4914,13 +5031,13 @@ pub(super) static CORE_V1_POD_PROXY_OPTIONS: Message = Message {
 
 pub(super) static CORE_V1_POD_READINESS_GATE: Message = Message {
     name: "PodReadinessGate",
-    fields: &[keep(1, "conditionType", Type::Str)],
+    fields: &[always(keep(1, "conditionType", Type::Str))],
 };
 
 pub(super) static CORE_V1_POD_RESOURCE_CLAIM: Message = Message {
     name: "PodResourceClaim",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         keep(3, "resourceClaimName", Type::Str),
         keep(4, "resourceClaimTemplateName", Type::Str),
     ],
@@ -4929,14 +5046,14 @@ pub(super) static CORE_V1_POD_RESOURCE_CLAIM: Message = Message {
 pub(super) static CORE_V1_POD_RESOURCE_CLAIM_STATUS: Message = Message {
     name: "PodResourceClaimStatus",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         keep(2, "resourceClaimName", Type::Str),
     ],
 };
 
 pub(super) static CORE_V1_POD_SCHEDULING_GATE: Message = Message {
     name: "PodSchedulingGate",
-    fields: &[keep(1, "name", Type::Str)],
+    fields: &[always(keep(1, "name", Type::Str))],
 };
 
 pub(super) static CORE_V1_POD_SECURITY_CONTEXT: Message = Message {
@@ -4979,7 +5096,7 @@ pub(super) static CORE_V1_POD_SPEC: Message = Message {
     fields: &[
         list(1, "volumes", Type::Message(&CORE_V1_VOLUME)),
         list(20, "initContainers", Type::Message(&CORE_V1_CONTAINER)),
-        list(2, "containers", Type::Message(&CORE_V1_CONTAINER)),
+        always(list(2, "containers", Type::Message(&CORE_V1_CONTAINER))),
         list(
             34,
             "ephemeralContainers",
@@ -5100,39 +5217,43 @@ pub(super) static CORE_V1_POD_STATUS: Message = Message {
 pub(super) static CORE_V1_POD_STATUS_RESULT: Message = Message {
     name: "PodStatusResult",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "status", Type::Message(&CORE_V1_POD_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "status", Type::Message(&CORE_V1_POD_STATUS))),
     ],
 };
 
 pub(super) static CORE_V1_POD_TEMPLATE: Message = Message {
     name: "PodTemplate",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "template", Type::Message(&CORE_V1_POD_TEMPLATE_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "template",
+            Type::Message(&CORE_V1_POD_TEMPLATE_SPEC),
+        )),
     ],
 };
 
 pub(super) static CORE_V1_POD_TEMPLATE_LIST: Message = Message {
     name: "PodTemplateList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_POD_TEMPLATE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_POD_TEMPLATE))),
     ],
 };
 
 pub(super) static CORE_V1_POD_TEMPLATE_SPEC: Message = Message {
     name: "PodTemplateSpec",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_POD_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&CORE_V1_POD_SPEC))),
     ],
 };
 
 pub(super) static CORE_V1_PORTWORX_VOLUME_SOURCE: Message = Message {
     name: "PortworxVolumeSource",
     fields: &[
-        keep(1, "volumeID", Type::Str),
+        always(keep(1, "volumeID", Type::Str)),
         opt(2, "fsType", Type::Str),
         opt(3, "readOnly", Type::Bool),
     ],
@@ -5141,8 +5262,8 @@ pub(super) static CORE_V1_PORTWORX_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_PORT_STATUS: Message = Message {
     name: "PortStatus",
     fields: &[
-        keep(1, "port", Type::Int32),
-        keep(2, "protocol", Type::Str),
+        always(keep(1, "port", Type::Int32)),
+        always(keep(2, "protocol", Type::Str)),
         keep(3, "error", Type::Str),
     ],
 };
@@ -5150,8 +5271,12 @@ pub(super) static CORE_V1_PORT_STATUS: Message = Message {
 pub(super) static CORE_V1_PREFERRED_SCHEDULING_TERM: Message = Message {
     name: "PreferredSchedulingTerm",
     fields: &[
-        keep(1, "weight", Type::Int32),
-        keep(2, "preference", Type::Message(&CORE_V1_NODE_SELECTOR_TERM)),
+        always(keep(1, "weight", Type::Int32)),
+        always(keep(
+            2,
+            "preference",
+            Type::Message(&CORE_V1_NODE_SELECTOR_TERM),
+        )),
     ],
 };
 
@@ -5181,7 +5306,11 @@ pub(super) static CORE_V1_PROBE_HANDLER: Message = Message {
 pub(super) static CORE_V1_PROJECTED_VOLUME_SOURCE: Message = Message {
     name: "ProjectedVolumeSource",
     fields: &[
-        list(1, "sources", Type::Message(&CORE_V1_VOLUME_PROJECTION)),
+        always(list(
+            1,
+            "sources",
+            Type::Message(&CORE_V1_VOLUME_PROJECTION),
+        )),
         keep(2, "defaultMode", Type::Int32),
     ],
 };
@@ -5189,8 +5318,8 @@ pub(super) static CORE_V1_PROJECTED_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_QUOBYTE_VOLUME_SOURCE: Message = Message {
     name: "QuobyteVolumeSource",
     fields: &[
-        keep(1, "registry", Type::Str),
-        keep(2, "volume", Type::Str),
+        always(keep(1, "registry", Type::Str)),
+        always(keep(2, "volume", Type::Str)),
         opt(3, "readOnly", Type::Bool),
         opt(4, "user", Type::Str),
         opt(5, "group", Type::Str),
@@ -5201,17 +5330,17 @@ pub(super) static CORE_V1_QUOBYTE_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_RANGE_ALLOCATION: Message = Message {
     name: "RangeAllocation",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "range", Type::Str),
-        keep(3, "data", Type::Bytes),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "range", Type::Str)),
+        always(keep(3, "data", Type::Bytes)),
     ],
 };
 
 pub(super) static CORE_V1_RBD_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "RBDPersistentVolumeSource",
     fields: &[
-        list(1, "monitors", Type::Str),
-        keep(2, "image", Type::Str),
+        always(list(1, "monitors", Type::Str)),
+        always(keep(2, "image", Type::Str)),
         opt(3, "fsType", Type::Str),
         opt(4, "pool", Type::Str),
         opt(5, "user", Type::Str),
@@ -5224,8 +5353,8 @@ pub(super) static CORE_V1_RBD_PERSISTENT_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_RBD_VOLUME_SOURCE: Message = Message {
     name: "RBDVolumeSource",
     fields: &[
-        list(1, "monitors", Type::Str),
-        keep(2, "image", Type::Str),
+        always(list(1, "monitors", Type::Str)),
+        always(keep(2, "image", Type::Str)),
         opt(3, "fsType", Type::Str),
         opt(4, "pool", Type::Str),
         opt(5, "user", Type::Str),
@@ -5242,26 +5371,26 @@ pub(super) static CORE_V1_RBD_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_REPLICATION_CONTROLLER: Message = Message {
     name: "ReplicationController",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&CORE_V1_REPLICATION_CONTROLLER_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&CORE_V1_REPLICATION_CONTROLLER_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static CORE_V1_REPLICATION_CONTROLLER_CONDITION: Message = Message {
     name: "ReplicationControllerCondition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -5270,8 +5399,12 @@ pub(super) static CORE_V1_REPLICATION_CONTROLLER_CONDITION: Message = Message {
 pub(super) static CORE_V1_REPLICATION_CONTROLLER_LIST: Message = Message {
     name: "ReplicationControllerList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_REPLICATION_CONTROLLER)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&CORE_V1_REPLICATION_CONTROLLER),
+        )),
     ],
 };
 
@@ -5288,7 +5421,7 @@ pub(super) static CORE_V1_REPLICATION_CONTROLLER_SPEC: Message = Message {
 pub(super) static CORE_V1_REPLICATION_CONTROLLER_STATUS: Message = Message {
     name: "ReplicationControllerStatus",
     fields: &[
-        keep(1, "replicas", Type::Int32),
+        always(keep(1, "replicas", Type::Int32)),
         opt(2, "fullyLabeledReplicas", Type::Int32),
         opt(4, "readyReplicas", Type::Int32),
         opt(5, "availableReplicas", Type::Int32),
@@ -5303,22 +5436,25 @@ pub(super) static CORE_V1_REPLICATION_CONTROLLER_STATUS: Message = Message {
 
 pub(super) static CORE_V1_RESOURCE_CLAIM: Message = Message {
     name: "ResourceClaim",
-    fields: &[keep(1, "name", Type::Str), opt(2, "request", Type::Str)],
+    fields: &[
+        always(keep(1, "name", Type::Str)),
+        opt(2, "request", Type::Str),
+    ],
 };
 
 pub(super) static CORE_V1_RESOURCE_FIELD_SELECTOR: Message = Message {
     name: "ResourceFieldSelector",
     fields: &[
         opt(1, "containerName", Type::Str),
-        keep(2, "resource", Type::Str),
-        keep(3, "divisor", Type::Quantity),
+        always(keep(2, "resource", Type::Str)),
+        always(keep(3, "divisor", Type::Quantity)),
     ],
 };
 
 pub(super) static CORE_V1_RESOURCE_HEALTH: Message = Message {
     name: "ResourceHealth",
     fields: &[
-        keep(1, "resourceID", Type::Str),
+        always(keep(1, "resourceID", Type::Str)),
         opt(2, "health", Type::Str),
     ],
 };
@@ -5326,17 +5462,21 @@ pub(super) static CORE_V1_RESOURCE_HEALTH: Message = Message {
 pub(super) static CORE_V1_RESOURCE_QUOTA: Message = Message {
     name: "ResourceQuota",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_RESOURCE_QUOTA_SPEC)),
-        keep(3, "status", Type::Message(&CORE_V1_RESOURCE_QUOTA_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&CORE_V1_RESOURCE_QUOTA_SPEC))),
+        always(keep(
+            3,
+            "status",
+            Type::Message(&CORE_V1_RESOURCE_QUOTA_STATUS),
+        )),
     ],
 };
 
 pub(super) static CORE_V1_RESOURCE_QUOTA_LIST: Message = Message {
     name: "ResourceQuotaList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_RESOURCE_QUOTA)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_RESOURCE_QUOTA))),
     ],
 };
 
@@ -5369,7 +5509,7 @@ pub(super) static CORE_V1_RESOURCE_REQUIREMENTS: Message = Message {
 pub(super) static CORE_V1_RESOURCE_STATUS: Message = Message {
     name: "ResourceStatus",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         list(2, "resources", Type::Message(&CORE_V1_RESOURCE_HEALTH)),
     ],
 };
@@ -5377,8 +5517,8 @@ pub(super) static CORE_V1_RESOURCE_STATUS: Message = Message {
 pub(super) static CORE_V1_SCALE_IO_PERSISTENT_VOLUME_SOURCE: Message = Message {
     name: "ScaleIOPersistentVolumeSource",
     fields: &[
-        keep(1, "gateway", Type::Str),
-        keep(2, "system", Type::Str),
+        always(keep(1, "gateway", Type::Str)),
+        always(keep(2, "system", Type::Str)),
         keep(3, "secretRef", Type::Message(&CORE_V1_SECRET_REFERENCE)),
         opt(4, "sslEnabled", Type::Bool),
         opt(5, "protectionDomain", Type::Str),
@@ -5393,8 +5533,8 @@ pub(super) static CORE_V1_SCALE_IO_PERSISTENT_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_SCALE_IO_VOLUME_SOURCE: Message = Message {
     name: "ScaleIOVolumeSource",
     fields: &[
-        keep(1, "gateway", Type::Str),
-        keep(2, "system", Type::Str),
+        always(keep(1, "gateway", Type::Str)),
+        always(keep(2, "system", Type::Str)),
         keep(
             3,
             "secretRef",
@@ -5413,8 +5553,8 @@ pub(super) static CORE_V1_SCALE_IO_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_SCOPED_RESOURCE_SELECTOR_REQUIREMENT: Message = Message {
     name: "ScopedResourceSelectorRequirement",
     fields: &[
-        keep(1, "scopeName", Type::Str),
-        keep(2, "operator", Type::Str),
+        always(keep(1, "scopeName", Type::Str)),
+        always(keep(2, "operator", Type::Str)),
         list(3, "values", Type::Str),
     ],
 };
@@ -5431,7 +5571,7 @@ pub(super) static CORE_V1_SCOPE_SELECTOR: Message = Message {
 pub(super) static CORE_V1_SECCOMP_PROFILE: Message = Message {
     name: "SeccompProfile",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         keep(2, "localhostProfile", Type::Str),
     ],
 };
@@ -5439,7 +5579,7 @@ pub(super) static CORE_V1_SECCOMP_PROFILE: Message = Message {
 pub(super) static CORE_V1_SECRET: Message = Message {
     name: "Secret",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         keep(5, "immutable", Type::Bool),
         map(2, "data", Type::Bytes),
         map(4, "stringData", Type::Str),
@@ -5459,7 +5599,7 @@ pub(super) static CORE_V1_SECRET_KEY_SELECTOR: Message = Message {
     name: "SecretKeySelector",
     fields: &[
         inline(1, "", Type::Message(&CORE_V1_LOCAL_OBJECT_REFERENCE)),
-        keep(2, "key", Type::Str),
+        always(keep(2, "key", Type::Str)),
         keep(3, "optional", Type::Bool),
     ],
 };
@@ -5467,8 +5607,8 @@ pub(super) static CORE_V1_SECRET_KEY_SELECTOR: Message = Message {
 pub(super) static CORE_V1_SECRET_LIST: Message = Message {
     name: "SecretList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_SECRET)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_SECRET))),
     ],
 };
 
@@ -5532,26 +5672,26 @@ pub(super) static CORE_V1_SECURITY_CONTEXT: Message = Message {
 
 pub(super) static CORE_V1_SERIALIZED_REFERENCE: Message = Message {
     name: "SerializedReference",
-    fields: &[keep(
+    fields: &[always(keep(
         1,
         "reference",
         Type::Message(&CORE_V1_OBJECT_REFERENCE),
-    )],
+    ))],
 };
 
 pub(super) static CORE_V1_SERVICE: Message = Message {
     name: "Service",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&CORE_V1_SERVICE_SPEC)),
-        keep(3, "status", Type::Message(&CORE_V1_SERVICE_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&CORE_V1_SERVICE_SPEC))),
+        always(keep(3, "status", Type::Message(&CORE_V1_SERVICE_STATUS))),
     ],
 };
 
 pub(super) static CORE_V1_SERVICE_ACCOUNT: Message = Message {
     name: "ServiceAccount",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(2, "secrets", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
         list(
             3,
@@ -5565,8 +5705,8 @@ pub(super) static CORE_V1_SERVICE_ACCOUNT: Message = Message {
 pub(super) static CORE_V1_SERVICE_ACCOUNT_LIST: Message = Message {
     name: "ServiceAccountList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_SERVICE_ACCOUNT)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_SERVICE_ACCOUNT))),
     ],
 };
 
@@ -5575,15 +5715,15 @@ pub(super) static CORE_V1_SERVICE_ACCOUNT_TOKEN_PROJECTION: Message = Message {
     fields: &[
         opt(1, "audience", Type::Str),
         keep(2, "expirationSeconds", Type::Int64),
-        keep(3, "path", Type::Str),
+        always(keep(3, "path", Type::Str)),
     ],
 };
 
 pub(super) static CORE_V1_SERVICE_LIST: Message = Message {
     name: "ServiceList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&CORE_V1_SERVICE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&CORE_V1_SERVICE))),
     ],
 };
 
@@ -5593,8 +5733,8 @@ pub(super) static CORE_V1_SERVICE_PORT: Message = Message {
         opt(1, "name", Type::Str),
         opt(2, "protocol", Type::Str),
         keep(6, "appProtocol", Type::Str),
-        keep(3, "port", Type::Int32),
-        keep(4, "targetPort", Type::IntOrString),
+        always(keep(3, "port", Type::Int32)),
+        always(keep(4, "targetPort", Type::IntOrString)),
         opt(5, "nodePort", Type::Int32),
     ],
 };
@@ -5637,11 +5777,11 @@ pub(super) static CORE_V1_SERVICE_SPEC: Message = Message {
 pub(super) static CORE_V1_SERVICE_STATUS: Message = Message {
     name: "ServiceStatus",
     fields: &[
-        keep(
+        always(keep(
             1,
             "loadBalancer",
             Type::Message(&CORE_V1_LOAD_BALANCER_STATUS),
-        ),
+        )),
         list(2, "conditions", Type::Message(&META_V1_CONDITION)),
     ],
 };
@@ -5667,7 +5807,7 @@ pub(super) static CORE_V1_SE_LINUX_OPTIONS: Message = Message {
 
 pub(super) static CORE_V1_SLEEP_ACTION: Message = Message {
     name: "SleepAction",
-    fields: &[keep(1, "seconds", Type::Int64)],
+    fields: &[always(keep(1, "seconds", Type::Int64))],
 };
 
 pub(super) static CORE_V1_STORAGE_OS_PERSISTENT_VOLUME_SOURCE: Message = Message {
@@ -5698,15 +5838,18 @@ pub(super) static CORE_V1_STORAGE_OS_VOLUME_SOURCE: Message = Message {
 
 pub(super) static CORE_V1_SYSCTL: Message = Message {
     name: "Sysctl",
-    fields: &[keep(1, "name", Type::Str), keep(2, "value", Type::Str)],
+    fields: &[
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "value", Type::Str)),
+    ],
 };
 
 pub(super) static CORE_V1_TAINT: Message = Message {
     name: "Taint",
     fields: &[
-        keep(1, "key", Type::Str),
+        always(keep(1, "key", Type::Str)),
         opt(2, "value", Type::Str),
-        keep(3, "effect", Type::Str),
+        always(keep(3, "effect", Type::Str)),
         keep(4, "timeAdded", Type::Time),
     ],
 };
@@ -5714,7 +5857,7 @@ pub(super) static CORE_V1_TAINT: Message = Message {
 pub(super) static CORE_V1_TCP_SOCKET_ACTION: Message = Message {
     name: "TCPSocketAction",
     fields: &[
-        keep(1, "port", Type::IntOrString),
+        always(keep(1, "port", Type::IntOrString)),
         opt(2, "host", Type::Str),
     ],
 };
@@ -5732,7 +5875,10 @@ pub(super) static CORE_V1_TOLERATION: Message = Message {
 
 pub(super) static CORE_V1_TOPOLOGY_SELECTOR_LABEL_REQUIREMENT: Message = Message {
     name: "TopologySelectorLabelRequirement",
-    fields: &[keep(1, "key", Type::Str), list(2, "values", Type::Str)],
+    fields: &[
+        always(keep(1, "key", Type::Str)),
+        always(list(2, "values", Type::Str)),
+    ],
 };
 
 pub(super) static CORE_V1_TOPOLOGY_SELECTOR_TERM: Message = Message {
@@ -5747,9 +5893,9 @@ pub(super) static CORE_V1_TOPOLOGY_SELECTOR_TERM: Message = Message {
 pub(super) static CORE_V1_TOPOLOGY_SPREAD_CONSTRAINT: Message = Message {
     name: "TopologySpreadConstraint",
     fields: &[
-        keep(1, "maxSkew", Type::Int32),
-        keep(2, "topologyKey", Type::Str),
-        keep(3, "whenUnsatisfiable", Type::Str),
+        always(keep(1, "maxSkew", Type::Int32)),
+        always(keep(2, "topologyKey", Type::Str)),
+        always(keep(3, "whenUnsatisfiable", Type::Str)),
         keep(4, "labelSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
         keep(5, "minDomains", Type::Int32),
         keep(6, "nodeAffinityPolicy", Type::Str),
@@ -5762,8 +5908,8 @@ pub(super) static CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE: Message = Message {
     name: "TypedLocalObjectReference",
     fields: &[
         keep(1, "apiGroup", Type::Str),
-        keep(2, "kind", Type::Str),
-        keep(3, "name", Type::Str),
+        always(keep(2, "kind", Type::Str)),
+        always(keep(3, "name", Type::Str)),
     ],
 };
 
@@ -5771,8 +5917,8 @@ pub(super) static CORE_V1_TYPED_OBJECT_REFERENCE: Message = Message {
     name: "TypedObjectReference",
     fields: &[
         keep(1, "apiGroup", Type::Str),
-        keep(2, "kind", Type::Str),
-        keep(3, "name", Type::Str),
+        always(keep(2, "kind", Type::Str)),
+        always(keep(3, "name", Type::Str)),
         keep(4, "namespace", Type::Str),
     ],
 };
@@ -5780,23 +5926,26 @@ pub(super) static CORE_V1_TYPED_OBJECT_REFERENCE: Message = Message {
 pub(super) static CORE_V1_VOLUME: Message = Message {
     name: "Volume",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         inline(2, "", Type::Message(&CORE_V1_VOLUME_SOURCE)),
     ],
 };
 
 pub(super) static CORE_V1_VOLUME_DEVICE: Message = Message {
     name: "VolumeDevice",
-    fields: &[keep(1, "name", Type::Str), keep(2, "devicePath", Type::Str)],
+    fields: &[
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "devicePath", Type::Str)),
+    ],
 };
 
 pub(super) static CORE_V1_VOLUME_MOUNT: Message = Message {
     name: "VolumeMount",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         opt(2, "readOnly", Type::Bool),
         keep(7, "recursiveReadOnly", Type::Str),
-        keep(3, "mountPath", Type::Str),
+        always(keep(3, "mountPath", Type::Str)),
         opt(4, "subPath", Type::Str),
         keep(5, "mountPropagation", Type::Str),
         opt(6, "subPathExpr", Type::Str),
@@ -5806,8 +5955,8 @@ pub(super) static CORE_V1_VOLUME_MOUNT: Message = Message {
 pub(super) static CORE_V1_VOLUME_MOUNT_STATUS: Message = Message {
     name: "VolumeMountStatus",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "mountPath", Type::Str),
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "mountPath", Type::Str)),
         opt(3, "readOnly", Type::Bool),
         keep(4, "recursiveReadOnly", Type::Str),
     ],
@@ -5965,7 +6114,7 @@ pub(super) static CORE_V1_VOLUME_SOURCE: Message = Message {
 pub(super) static CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE: Message = Message {
     name: "VsphereVirtualDiskVolumeSource",
     fields: &[
-        keep(1, "volumePath", Type::Str),
+        always(keep(1, "volumePath", Type::Str)),
         opt(2, "fsType", Type::Str),
         opt(3, "storagePolicyName", Type::Str),
         opt(4, "storagePolicyID", Type::Str),
@@ -5975,12 +6124,12 @@ pub(super) static CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE: Message = Message 
 pub(super) static CORE_V1_WEIGHTED_POD_AFFINITY_TERM: Message = Message {
     name: "WeightedPodAffinityTerm",
     fields: &[
-        keep(1, "weight", Type::Int32),
-        keep(
+        always(keep(1, "weight", Type::Int32)),
+        always(keep(
             2,
             "podAffinityTerm",
             Type::Message(&CORE_V1_POD_AFFINITY_TERM),
-        ),
+        )),
     ],
 };
 
@@ -5997,12 +6146,12 @@ pub(super) static CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS: Message = Message {
 pub(super) static DISCOVERY_V1_ENDPOINT: Message = Message {
     name: "Endpoint",
     fields: &[
-        list(1, "addresses", Type::Str),
-        keep(
+        always(list(1, "addresses", Type::Str)),
+        always(keep(
             2,
             "conditions",
             Type::Message(&DISCOVERY_V1_ENDPOINT_CONDITIONS),
-        ),
+        )),
         keep(3, "hostname", Type::Str),
         keep(4, "targetRef", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
         map(5, "deprecatedTopology", Type::Str),
@@ -6042,48 +6191,60 @@ pub(super) static DISCOVERY_V1_ENDPOINT_PORT: Message = Message {
 pub(super) static DISCOVERY_V1_ENDPOINT_SLICE: Message = Message {
     name: "EndpointSlice",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(4, "addressType", Type::Str),
-        list(2, "endpoints", Type::Message(&DISCOVERY_V1_ENDPOINT)),
-        list(3, "ports", Type::Message(&DISCOVERY_V1_ENDPOINT_PORT)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(4, "addressType", Type::Str)),
+        always(list(2, "endpoints", Type::Message(&DISCOVERY_V1_ENDPOINT))),
+        always(list(3, "ports", Type::Message(&DISCOVERY_V1_ENDPOINT_PORT))),
     ],
 };
 
 pub(super) static DISCOVERY_V1_ENDPOINT_SLICE_LIST: Message = Message {
     name: "EndpointSliceList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&DISCOVERY_V1_ENDPOINT_SLICE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&DISCOVERY_V1_ENDPOINT_SLICE),
+        )),
     ],
 };
 
 pub(super) static DISCOVERY_V1_FOR_NODE: Message = Message {
     name: "ForNode",
-    fields: &[keep(1, "name", Type::Str)],
+    fields: &[always(keep(1, "name", Type::Str))],
 };
 
 pub(super) static DISCOVERY_V1_FOR_ZONE: Message = Message {
     name: "ForZone",
-    fields: &[keep(1, "name", Type::Str)],
+    fields: &[always(keep(1, "name", Type::Str))],
 };
 
 pub(super) static EVENTS_V1_EVENT: Message = Message {
     name: "Event",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "eventTime", Type::MicroTime),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "eventTime", Type::MicroTime)),
         keep(3, "series", Type::Message(&EVENTS_V1_EVENT_SERIES)),
         opt(4, "reportingController", Type::Str),
         opt(5, "reportingInstance", Type::Str),
         opt(6, "action", Type::Str),
         opt(7, "reason", Type::Str),
-        keep(8, "regarding", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
+        always(keep(
+            8,
+            "regarding",
+            Type::Message(&CORE_V1_OBJECT_REFERENCE),
+        )),
         keep(9, "related", Type::Message(&CORE_V1_OBJECT_REFERENCE)),
         opt(10, "note", Type::Str),
         opt(11, "type", Type::Str),
-        keep(12, "deprecatedSource", Type::Message(&CORE_V1_EVENT_SOURCE)),
-        keep(13, "deprecatedFirstTimestamp", Type::Time),
-        keep(14, "deprecatedLastTimestamp", Type::Time),
+        always(keep(
+            12,
+            "deprecatedSource",
+            Type::Message(&CORE_V1_EVENT_SOURCE),
+        )),
+        always(keep(13, "deprecatedFirstTimestamp", Type::Time)),
+        always(keep(14, "deprecatedLastTimestamp", Type::Time)),
         opt(15, "deprecatedCount", Type::Int32),
     ],
 };
@@ -6091,16 +6252,16 @@ pub(super) static EVENTS_V1_EVENT: Message = Message {
 pub(super) static EVENTS_V1_EVENT_LIST: Message = Message {
     name: "EventList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&EVENTS_V1_EVENT)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&EVENTS_V1_EVENT))),
     ],
 };
 
 pub(super) static EVENTS_V1_EVENT_SERIES: Message = Message {
     name: "EventSeries",
     fields: &[
-        keep(1, "count", Type::Int32),
-        keep(2, "lastObservedTime", Type::MicroTime),
+        always(keep(1, "count", Type::Int32)),
+        always(keep(2, "lastObservedTime", Type::MicroTime)),
     ],
 };
 
@@ -6114,19 +6275,23 @@ pub(super) static FLOWCONTROL_V1_EXEMPT_PRIORITY_LEVEL_CONFIGURATION: Message = 
 
 pub(super) static FLOWCONTROL_V1_FLOW_DISTINGUISHER_METHOD: Message = Message {
     name: "FlowDistinguisherMethod",
-    fields: &[keep(1, "type", Type::Str)],
+    fields: &[always(keep(1, "type", Type::Str))],
 };
 
 pub(super) static FLOWCONTROL_V1_FLOW_SCHEMA: Message = Message {
     name: "FlowSchema",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&FLOWCONTROL_V1_FLOW_SCHEMA_SPEC)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&FLOWCONTROL_V1_FLOW_SCHEMA_SPEC),
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&FLOWCONTROL_V1_FLOW_SCHEMA_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -6135,7 +6300,7 @@ pub(super) static FLOWCONTROL_V1_FLOW_SCHEMA_CONDITION: Message = Message {
     fields: &[
         opt(1, "type", Type::Str),
         opt(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -6144,20 +6309,20 @@ pub(super) static FLOWCONTROL_V1_FLOW_SCHEMA_CONDITION: Message = Message {
 pub(super) static FLOWCONTROL_V1_FLOW_SCHEMA_LIST: Message = Message {
     name: "FlowSchemaList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&FLOWCONTROL_V1_FLOW_SCHEMA)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&FLOWCONTROL_V1_FLOW_SCHEMA))),
     ],
 };
 
 pub(super) static FLOWCONTROL_V1_FLOW_SCHEMA_SPEC: Message = Message {
     name: "FlowSchemaSpec",
     fields: &[
-        keep(
+        always(keep(
             1,
             "priorityLevelConfiguration",
             Type::Message(&FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_REFERENCE),
-        ),
-        keep(2, "matchingPrecedence", Type::Int32),
+        )),
+        always(keep(2, "matchingPrecedence", Type::Int32)),
         keep(
             3,
             "distinguisherMethod",
@@ -6182,18 +6347,18 @@ pub(super) static FLOWCONTROL_V1_FLOW_SCHEMA_STATUS: Message = Message {
 
 pub(super) static FLOWCONTROL_V1_GROUP_SUBJECT: Message = Message {
     name: "GroupSubject",
-    fields: &[keep(1, "name", Type::Str)],
+    fields: &[always(keep(1, "name", Type::Str))],
 };
 
 pub(super) static FLOWCONTROL_V1_LIMITED_PRIORITY_LEVEL_CONFIGURATION: Message = Message {
     name: "LimitedPriorityLevelConfiguration",
     fields: &[
         keep(1, "nominalConcurrencyShares", Type::Int32),
-        keep(
+        always(keep(
             2,
             "limitResponse",
             Type::Message(&FLOWCONTROL_V1_LIMIT_RESPONSE),
-        ),
+        )),
         keep(3, "lendablePercent", Type::Int32),
         keep(4, "borrowingLimitPercent", Type::Int32),
     ],
@@ -6202,7 +6367,7 @@ pub(super) static FLOWCONTROL_V1_LIMITED_PRIORITY_LEVEL_CONFIGURATION: Message =
 pub(super) static FLOWCONTROL_V1_LIMIT_RESPONSE: Message = Message {
     name: "LimitResponse",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         keep(
             2,
             "queuing",
@@ -6214,15 +6379,15 @@ pub(super) static FLOWCONTROL_V1_LIMIT_RESPONSE: Message = Message {
 pub(super) static FLOWCONTROL_V1_NON_RESOURCE_POLICY_RULE: Message = Message {
     name: "NonResourcePolicyRule",
     fields: &[
-        list(1, "verbs", Type::Str),
-        list(6, "nonResourceURLs", Type::Str),
+        always(list(1, "verbs", Type::Str)),
+        always(list(6, "nonResourceURLs", Type::Str)),
     ],
 };
 
 pub(super) static FLOWCONTROL_V1_POLICY_RULES_WITH_SUBJECTS: Message = Message {
     name: "PolicyRulesWithSubjects",
     fields: &[
-        list(1, "subjects", Type::Message(&FLOWCONTROL_V1_SUBJECT)),
+        always(list(1, "subjects", Type::Message(&FLOWCONTROL_V1_SUBJECT))),
         list(
             2,
             "resourceRules",
@@ -6239,17 +6404,17 @@ pub(super) static FLOWCONTROL_V1_POLICY_RULES_WITH_SUBJECTS: Message = Message {
 pub(super) static FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION: Message = Message {
     name: "PriorityLevelConfiguration",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -6258,7 +6423,7 @@ pub(super) static FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_CONDITION: Message
     fields: &[
         opt(1, "type", Type::Str),
         opt(2, "status", Type::Str),
-        keep(3, "lastTransitionTime", Type::Time),
+        always(keep(3, "lastTransitionTime", Type::Time)),
         opt(4, "reason", Type::Str),
         opt(5, "message", Type::Str),
     ],
@@ -6267,24 +6432,24 @@ pub(super) static FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_CONDITION: Message
 pub(super) static FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_LIST: Message = Message {
     name: "PriorityLevelConfigurationList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION),
-        ),
+        )),
     ],
 };
 
 pub(super) static FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_REFERENCE: Message = Message {
     name: "PriorityLevelConfigurationReference",
-    fields: &[keep(1, "name", Type::Str)],
+    fields: &[always(keep(1, "name", Type::Str))],
 };
 
 pub(super) static FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_SPEC: Message = Message {
     name: "PriorityLevelConfigurationSpec",
     fields: &[
-        keep(1, "type", Type::Str),
+        always(keep(1, "type", Type::Str)),
         keep(
             2,
             "limited",
@@ -6310,32 +6475,35 @@ pub(super) static FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION_STATUS: Message = 
 pub(super) static FLOWCONTROL_V1_QUEUING_CONFIGURATION: Message = Message {
     name: "QueuingConfiguration",
     fields: &[
-        keep(1, "queues", Type::Int32),
-        keep(2, "handSize", Type::Int32),
-        keep(3, "queueLengthLimit", Type::Int32),
+        always(keep(1, "queues", Type::Int32)),
+        always(keep(2, "handSize", Type::Int32)),
+        always(keep(3, "queueLengthLimit", Type::Int32)),
     ],
 };
 
 pub(super) static FLOWCONTROL_V1_RESOURCE_POLICY_RULE: Message = Message {
     name: "ResourcePolicyRule",
     fields: &[
-        list(1, "verbs", Type::Str),
-        list(2, "apiGroups", Type::Str),
-        list(3, "resources", Type::Str),
+        always(list(1, "verbs", Type::Str)),
+        always(list(2, "apiGroups", Type::Str)),
+        always(list(3, "resources", Type::Str)),
         opt(4, "clusterScope", Type::Bool),
-        list(5, "namespaces", Type::Str),
+        always(list(5, "namespaces", Type::Str)),
     ],
 };
 
 pub(super) static FLOWCONTROL_V1_SERVICE_ACCOUNT_SUBJECT: Message = Message {
     name: "ServiceAccountSubject",
-    fields: &[keep(1, "namespace", Type::Str), keep(2, "name", Type::Str)],
+    fields: &[
+        always(keep(1, "namespace", Type::Str)),
+        always(keep(2, "name", Type::Str)),
+    ],
 };
 
 pub(super) static FLOWCONTROL_V1_SUBJECT: Message = Message {
     name: "Subject",
     fields: &[
-        keep(1, "kind", Type::Str),
+        always(keep(1, "kind", Type::Str)),
         keep(2, "user", Type::Message(&FLOWCONTROL_V1_USER_SUBJECT)),
         keep(3, "group", Type::Message(&FLOWCONTROL_V1_GROUP_SUBJECT)),
         keep(
@@ -6348,23 +6516,23 @@ pub(super) static FLOWCONTROL_V1_SUBJECT: Message = Message {
 
 pub(super) static FLOWCONTROL_V1_USER_SUBJECT: Message = Message {
     name: "UserSubject",
-    fields: &[keep(1, "name", Type::Str)],
+    fields: &[always(keep(1, "name", Type::Str))],
 };
 
 pub(super) static META_V1_API_GROUP: Message = Message {
     name: "APIGroup",
     fields: &[
-        keep(1, "name", Type::Str),
-        list(
+        always(keep(1, "name", Type::Str)),
+        always(list(
             2,
             "versions",
             Type::Message(&META_V1_GROUP_VERSION_FOR_DISCOVERY),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "preferredVersion",
             Type::Message(&META_V1_GROUP_VERSION_FOR_DISCOVERY),
-        ),
+        )),
         list(
             4,
             "serverAddressByClientCIDRs",
@@ -6375,19 +6543,19 @@ pub(super) static META_V1_API_GROUP: Message = Message {
 
 pub(super) static META_V1_API_GROUP_LIST: Message = Message {
     name: "APIGroupList",
-    fields: &[list(1, "groups", Type::Message(&META_V1_API_GROUP))],
+    fields: &[always(list(1, "groups", Type::Message(&META_V1_API_GROUP)))],
 };
 
 pub(super) static META_V1_API_RESOURCE: Message = Message {
     name: "APIResource",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(6, "singularName", Type::Str),
-        keep(2, "namespaced", Type::Bool),
+        always(keep(1, "name", Type::Str)),
+        always(keep(6, "singularName", Type::Str)),
+        always(keep(2, "namespaced", Type::Bool)),
         opt(8, "group", Type::Str),
         opt(9, "version", Type::Str),
-        keep(3, "kind", Type::Str),
-        list(4, "verbs", Type::Str),
+        always(keep(3, "kind", Type::Str)),
+        always(list(4, "verbs", Type::Str)),
         list(5, "shortNames", Type::Str),
         list(7, "categories", Type::Str),
         opt(10, "storageVersionHash", Type::Str),
@@ -6397,32 +6565,32 @@ pub(super) static META_V1_API_RESOURCE: Message = Message {
 pub(super) static META_V1_API_RESOURCE_LIST: Message = Message {
     name: "APIResourceList",
     fields: &[
-        keep(1, "groupVersion", Type::Str),
-        list(2, "resources", Type::Message(&META_V1_API_RESOURCE)),
+        always(keep(1, "groupVersion", Type::Str)),
+        always(list(2, "resources", Type::Message(&META_V1_API_RESOURCE))),
     ],
 };
 
 pub(super) static META_V1_API_VERSIONS: Message = Message {
     name: "APIVersions",
     fields: &[
-        list(1, "versions", Type::Str),
-        list(
+        always(list(1, "versions", Type::Str)),
+        always(list(
             2,
             "serverAddressByClientCIDRs",
             Type::Message(&META_V1_SERVER_ADDRESS_BY_CLIENT_CIDR),
-        ),
+        )),
     ],
 };
 
 pub(super) static META_V1_CONDITION: Message = Message {
     name: "Condition",
     fields: &[
-        keep(1, "type", Type::Str),
-        keep(2, "status", Type::Str),
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "status", Type::Str)),
         opt(3, "observedGeneration", Type::Int64),
-        keep(4, "lastTransitionTime", Type::Time),
-        keep(5, "reason", Type::Str),
-        keep(6, "message", Type::Str),
+        always(keep(4, "lastTransitionTime", Type::Time)),
+        always(keep(5, "reason", Type::Str)),
+        always(keep(6, "message", Type::Str)),
     ],
 };
 
@@ -6454,8 +6622,8 @@ pub(super) static META_V1_DELETE_OPTIONS: Message = Message {
 pub(super) static META_V1_FIELD_SELECTOR_REQUIREMENT: Message = Message {
     name: "FieldSelectorRequirement",
     fields: &[
-        keep(1, "key", Type::Str),
-        keep(2, "operator", Type::Str),
+        always(keep(1, "key", Type::Str)),
+        always(keep(2, "operator", Type::Str)),
         list(3, "values", Type::Str),
     ],
 };
@@ -6468,17 +6636,17 @@ pub(super) static META_V1_GET_OPTIONS: Message = Message {
 pub(super) static META_V1_GROUP_VERSION_FOR_DISCOVERY: Message = Message {
     name: "GroupVersionForDiscovery",
     fields: &[
-        keep(1, "groupVersion", Type::Str),
-        keep(2, "version", Type::Str),
+        always(keep(1, "groupVersion", Type::Str)),
+        always(keep(2, "version", Type::Str)),
     ],
 };
 
 pub(super) static META_V1_GROUP_VERSION_KIND: Message = Message {
     name: "GroupVersionKind",
     fields: &[
-        keep(1, "group", Type::Str),
-        keep(2, "version", Type::Str),
-        keep(3, "kind", Type::Str),
+        always(keep(1, "group", Type::Str)),
+        always(keep(2, "version", Type::Str)),
+        always(keep(3, "kind", Type::Str)),
     ],
 };
 
@@ -6497,8 +6665,8 @@ pub(super) static META_V1_LABEL_SELECTOR: Message = Message {
 pub(super) static META_V1_LABEL_SELECTOR_REQUIREMENT: Message = Message {
     name: "LabelSelectorRequirement",
     fields: &[
-        keep(1, "key", Type::Str),
-        keep(2, "operator", Type::Str),
+        always(keep(1, "key", Type::Str)),
+        always(keep(2, "operator", Type::Str)),
         list(3, "values", Type::Str),
     ],
 };
@@ -6574,10 +6742,10 @@ pub(super) static META_V1_OBJECT_META: Message = Message {
 pub(super) static META_V1_OWNER_REFERENCE: Message = Message {
     name: "OwnerReference",
     fields: &[
-        keep(5, "apiVersion", Type::Str),
-        keep(1, "kind", Type::Str),
-        keep(3, "name", Type::Str),
-        keep(4, "uid", Type::Str),
+        always(keep(5, "apiVersion", Type::Str)),
+        always(keep(1, "kind", Type::Str)),
+        always(keep(3, "name", Type::Str)),
+        always(keep(4, "uid", Type::Str)),
         keep(6, "controller", Type::Bool),
         keep(7, "blockOwnerDeletion", Type::Bool),
     ],
@@ -6585,14 +6753,22 @@ pub(super) static META_V1_OWNER_REFERENCE: Message = Message {
 
 pub(super) static META_V1_PARTIAL_OBJECT_METADATA: Message = Message {
     name: "PartialObjectMetadata",
-    fields: &[keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))],
+    fields: &[always(keep(
+        1,
+        "metadata",
+        Type::Message(&META_V1_OBJECT_META),
+    ))],
 };
 
 pub(super) static META_V1_PARTIAL_OBJECT_METADATA_LIST: Message = Message {
     name: "PartialObjectMetadataList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&META_V1_PARTIAL_OBJECT_METADATA)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&META_V1_PARTIAL_OBJECT_METADATA),
+        )),
     ],
 };
 
@@ -6617,15 +6793,15 @@ pub(super) static META_V1_PRECONDITIONS: Message = Message {
 pub(super) static META_V1_SERVER_ADDRESS_BY_CLIENT_CIDR: Message = Message {
     name: "ServerAddressByClientCIDR",
     fields: &[
-        keep(1, "clientCIDR", Type::Str),
-        keep(2, "serverAddress", Type::Str),
+        always(keep(1, "clientCIDR", Type::Str)),
+        always(keep(2, "serverAddress", Type::Str)),
     ],
 };
 
 pub(super) static META_V1_STATUS: Message = Message {
     name: "Status",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
         opt(2, "status", Type::Str),
         opt(3, "message", Type::Str),
         opt(4, "reason", Type::Str),
@@ -6666,7 +6842,10 @@ pub(super) static META_V1_UPDATE_OPTIONS: Message = Message {
 
 pub(super) static META_V1_WATCH_EVENT: Message = Message {
     name: "WatchEvent",
-    fields: &[keep(1, "type", Type::Str), keep(2, "object", Type::RawJson)],
+    fields: &[
+        always(keep(1, "type", Type::Str)),
+        always(keep(2, "object", Type::RawJson)),
+    ],
 };
 
 pub(super) static NETWORKING_V1_HTTP_INGRESS_PATH: Message = Message {
@@ -6674,25 +6853,33 @@ pub(super) static NETWORKING_V1_HTTP_INGRESS_PATH: Message = Message {
     fields: &[
         opt(1, "path", Type::Str),
         keep(3, "pathType", Type::Str),
-        keep(2, "backend", Type::Message(&NETWORKING_V1_INGRESS_BACKEND)),
+        always(keep(
+            2,
+            "backend",
+            Type::Message(&NETWORKING_V1_INGRESS_BACKEND),
+        )),
     ],
 };
 
 pub(super) static NETWORKING_V1_HTTP_INGRESS_RULE_VALUE: Message = Message {
     name: "HTTPIngressRuleValue",
-    fields: &[list(
+    fields: &[always(list(
         1,
         "paths",
         Type::Message(&NETWORKING_V1_HTTP_INGRESS_PATH),
-    )],
+    ))],
 };
 
 pub(super) static NETWORKING_V1_INGRESS: Message = Message {
     name: "Ingress",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&NETWORKING_V1_INGRESS_SPEC)),
-        keep(3, "status", Type::Message(&NETWORKING_V1_INGRESS_STATUS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&NETWORKING_V1_INGRESS_SPEC))),
+        always(keep(
+            3,
+            "status",
+            Type::Message(&NETWORKING_V1_INGRESS_STATUS),
+        )),
     ],
 };
 
@@ -6715,16 +6902,24 @@ pub(super) static NETWORKING_V1_INGRESS_BACKEND: Message = Message {
 pub(super) static NETWORKING_V1_INGRESS_CLASS: Message = Message {
     name: "IngressClass",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&NETWORKING_V1_INGRESS_CLASS_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&NETWORKING_V1_INGRESS_CLASS_SPEC),
+        )),
     ],
 };
 
 pub(super) static NETWORKING_V1_INGRESS_CLASS_LIST: Message = Message {
     name: "IngressClassList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&NETWORKING_V1_INGRESS_CLASS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&NETWORKING_V1_INGRESS_CLASS),
+        )),
     ],
 };
 
@@ -6732,8 +6927,8 @@ pub(super) static NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE: Message = Me
     name: "IngressClassParametersReference",
     fields: &[
         keep(1, "apiGroup", Type::Str),
-        keep(2, "kind", Type::Str),
-        keep(3, "name", Type::Str),
+        always(keep(2, "kind", Type::Str)),
+        always(keep(3, "name", Type::Str)),
         keep(4, "scope", Type::Str),
         keep(5, "namespace", Type::Str),
     ],
@@ -6754,8 +6949,8 @@ pub(super) static NETWORKING_V1_INGRESS_CLASS_SPEC: Message = Message {
 pub(super) static NETWORKING_V1_INGRESS_LIST: Message = Message {
     name: "IngressList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&NETWORKING_V1_INGRESS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&NETWORKING_V1_INGRESS))),
     ],
 };
 
@@ -6784,8 +6979,8 @@ pub(super) static NETWORKING_V1_INGRESS_LOAD_BALANCER_STATUS: Message = Message 
 pub(super) static NETWORKING_V1_INGRESS_PORT_STATUS: Message = Message {
     name: "IngressPortStatus",
     fields: &[
-        keep(1, "port", Type::Int32),
-        keep(2, "protocol", Type::Str),
+        always(keep(1, "port", Type::Int32)),
+        always(keep(2, "protocol", Type::Str)),
         keep(3, "error", Type::Str),
     ],
 };
@@ -6810,12 +7005,12 @@ pub(super) static NETWORKING_V1_INGRESS_RULE_VALUE: Message = Message {
 pub(super) static NETWORKING_V1_INGRESS_SERVICE_BACKEND: Message = Message {
     name: "IngressServiceBackend",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(
+        always(keep(1, "name", Type::Str)),
+        always(keep(
             2,
             "port",
             Type::Message(&NETWORKING_V1_SERVICE_BACKEND_PORT),
-        ),
+        )),
     ],
 };
 
@@ -6835,11 +7030,11 @@ pub(super) static NETWORKING_V1_INGRESS_SPEC: Message = Message {
 
 pub(super) static NETWORKING_V1_INGRESS_STATUS: Message = Message {
     name: "IngressStatus",
-    fields: &[keep(
+    fields: &[always(keep(
         1,
         "loadBalancer",
         Type::Message(&NETWORKING_V1_INGRESS_LOAD_BALANCER_STATUS),
-    )],
+    ))],
 };
 
 pub(super) static NETWORKING_V1_INGRESS_TLS: Message = Message {
@@ -6850,16 +7045,20 @@ pub(super) static NETWORKING_V1_INGRESS_TLS: Message = Message {
 pub(super) static NETWORKING_V1_IP_ADDRESS: Message = Message {
     name: "IPAddress",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&NETWORKING_V1_IP_ADDRESS_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&NETWORKING_V1_IP_ADDRESS_SPEC),
+        )),
     ],
 };
 
 pub(super) static NETWORKING_V1_IP_ADDRESS_LIST: Message = Message {
     name: "IPAddressList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&NETWORKING_V1_IP_ADDRESS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&NETWORKING_V1_IP_ADDRESS))),
     ],
 };
 
@@ -6874,14 +7073,21 @@ pub(super) static NETWORKING_V1_IP_ADDRESS_SPEC: Message = Message {
 
 pub(super) static NETWORKING_V1_IP_BLOCK: Message = Message {
     name: "IPBlock",
-    fields: &[keep(1, "cidr", Type::Str), list(2, "except", Type::Str)],
+    fields: &[
+        always(keep(1, "cidr", Type::Str)),
+        list(2, "except", Type::Str),
+    ],
 };
 
 pub(super) static NETWORKING_V1_NETWORK_POLICY: Message = Message {
     name: "NetworkPolicy",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&NETWORKING_V1_NETWORK_POLICY_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&NETWORKING_V1_NETWORK_POLICY_SPEC),
+        )),
     ],
 };
 
@@ -6912,8 +7118,12 @@ pub(super) static NETWORKING_V1_NETWORK_POLICY_INGRESS_RULE: Message = Message {
 pub(super) static NETWORKING_V1_NETWORK_POLICY_LIST: Message = Message {
     name: "NetworkPolicyList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&NETWORKING_V1_NETWORK_POLICY)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&NETWORKING_V1_NETWORK_POLICY),
+        )),
     ],
 };
 
@@ -6942,7 +7152,11 @@ pub(super) static NETWORKING_V1_NETWORK_POLICY_PORT: Message = Message {
 pub(super) static NETWORKING_V1_NETWORK_POLICY_SPEC: Message = Message {
     name: "NetworkPolicySpec",
     fields: &[
-        keep(1, "podSelector", Type::Message(&META_V1_LABEL_SELECTOR)),
+        always(keep(
+            1,
+            "podSelector",
+            Type::Message(&META_V1_LABEL_SELECTOR),
+        )),
         list(
             2,
             "ingress",
@@ -6975,21 +7189,25 @@ pub(super) static NETWORKING_V1_SERVICE_BACKEND_PORT: Message = Message {
 pub(super) static NETWORKING_V1_SERVICE_CIDR: Message = Message {
     name: "ServiceCIDR",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&NETWORKING_V1_SERVICE_CIDR_SPEC)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&NETWORKING_V1_SERVICE_CIDR_SPEC),
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&NETWORKING_V1_SERVICE_CIDR_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static NETWORKING_V1_SERVICE_CIDR_LIST: Message = Message {
     name: "ServiceCIDRList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&NETWORKING_V1_SERVICE_CIDR)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&NETWORKING_V1_SERVICE_CIDR))),
     ],
 };
 
@@ -7011,8 +7229,8 @@ pub(super) static NODE_V1_OVERHEAD: Message = Message {
 pub(super) static NODE_V1_RUNTIME_CLASS: Message = Message {
     name: "RuntimeClass",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "handler", Type::Str),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "handler", Type::Str)),
         keep(3, "overhead", Type::Message(&NODE_V1_OVERHEAD)),
         keep(4, "scheduling", Type::Message(&NODE_V1_SCHEDULING)),
     ],
@@ -7021,8 +7239,8 @@ pub(super) static NODE_V1_RUNTIME_CLASS: Message = Message {
 pub(super) static NODE_V1_RUNTIME_CLASS_LIST: Message = Message {
     name: "RuntimeClassList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&NODE_V1_RUNTIME_CLASS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&NODE_V1_RUNTIME_CLASS))),
     ],
 };
 
@@ -7037,7 +7255,7 @@ pub(super) static NODE_V1_SCHEDULING: Message = Message {
 pub(super) static POLICY_V1_EVICTION: Message = Message {
     name: "Eviction",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         keep(2, "deleteOptions", Type::Message(&META_V1_DELETE_OPTIONS)),
     ],
 };
@@ -7045,25 +7263,29 @@ pub(super) static POLICY_V1_EVICTION: Message = Message {
 pub(super) static POLICY_V1_POD_DISRUPTION_BUDGET: Message = Message {
     name: "PodDisruptionBudget",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&POLICY_V1_POD_DISRUPTION_BUDGET_SPEC),
-        ),
-        keep(
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&POLICY_V1_POD_DISRUPTION_BUDGET_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static POLICY_V1_POD_DISRUPTION_BUDGET_LIST: Message = Message {
     name: "PodDisruptionBudgetList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&POLICY_V1_POD_DISRUPTION_BUDGET)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&POLICY_V1_POD_DISRUPTION_BUDGET),
+        )),
     ],
 };
 
@@ -7082,10 +7304,10 @@ pub(super) static POLICY_V1_POD_DISRUPTION_BUDGET_STATUS: Message = Message {
     fields: &[
         opt(1, "observedGeneration", Type::Int64),
         map(2, "disruptedPods", Type::Time),
-        keep(3, "disruptionsAllowed", Type::Int32),
-        keep(4, "currentHealthy", Type::Int32),
-        keep(5, "desiredHealthy", Type::Int32),
-        keep(6, "expectedPods", Type::Int32),
+        always(keep(3, "disruptionsAllowed", Type::Int32)),
+        always(keep(4, "currentHealthy", Type::Int32)),
+        always(keep(5, "desiredHealthy", Type::Int32)),
+        always(keep(6, "expectedPods", Type::Int32)),
         list(7, "conditions", Type::Message(&META_V1_CONDITION)),
     ],
 };
@@ -7102,8 +7324,8 @@ pub(super) static RBAC_V1_AGGREGATION_RULE: Message = Message {
 pub(super) static RBAC_V1_CLUSTER_ROLE: Message = Message {
     name: "ClusterRole",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        list(2, "rules", Type::Message(&RBAC_V1_POLICY_RULE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(list(2, "rules", Type::Message(&RBAC_V1_POLICY_RULE))),
         keep(
             3,
             "aggregationRule",
@@ -7115,32 +7337,36 @@ pub(super) static RBAC_V1_CLUSTER_ROLE: Message = Message {
 pub(super) static RBAC_V1_CLUSTER_ROLE_BINDING: Message = Message {
     name: "ClusterRoleBinding",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(2, "subjects", Type::Message(&RBAC_V1_SUBJECT)),
-        keep(3, "roleRef", Type::Message(&RBAC_V1_ROLE_REF)),
+        always(keep(3, "roleRef", Type::Message(&RBAC_V1_ROLE_REF))),
     ],
 };
 
 pub(super) static RBAC_V1_CLUSTER_ROLE_BINDING_LIST: Message = Message {
     name: "ClusterRoleBindingList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&RBAC_V1_CLUSTER_ROLE_BINDING)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&RBAC_V1_CLUSTER_ROLE_BINDING),
+        )),
     ],
 };
 
 pub(super) static RBAC_V1_CLUSTER_ROLE_LIST: Message = Message {
     name: "ClusterRoleList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&RBAC_V1_CLUSTER_ROLE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&RBAC_V1_CLUSTER_ROLE))),
     ],
 };
 
 pub(super) static RBAC_V1_POLICY_RULE: Message = Message {
     name: "PolicyRule",
     fields: &[
-        list(1, "verbs", Type::Str),
+        always(list(1, "verbs", Type::Str)),
         list(2, "apiGroups", Type::Str),
         list(3, "resources", Type::Str),
         list(4, "resourceNames", Type::Str),
@@ -7151,51 +7377,51 @@ pub(super) static RBAC_V1_POLICY_RULE: Message = Message {
 pub(super) static RBAC_V1_ROLE: Message = Message {
     name: "Role",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        list(2, "rules", Type::Message(&RBAC_V1_POLICY_RULE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(list(2, "rules", Type::Message(&RBAC_V1_POLICY_RULE))),
     ],
 };
 
 pub(super) static RBAC_V1_ROLE_BINDING: Message = Message {
     name: "RoleBinding",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         list(2, "subjects", Type::Message(&RBAC_V1_SUBJECT)),
-        keep(3, "roleRef", Type::Message(&RBAC_V1_ROLE_REF)),
+        always(keep(3, "roleRef", Type::Message(&RBAC_V1_ROLE_REF))),
     ],
 };
 
 pub(super) static RBAC_V1_ROLE_BINDING_LIST: Message = Message {
     name: "RoleBindingList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&RBAC_V1_ROLE_BINDING)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&RBAC_V1_ROLE_BINDING))),
     ],
 };
 
 pub(super) static RBAC_V1_ROLE_LIST: Message = Message {
     name: "RoleList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&RBAC_V1_ROLE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&RBAC_V1_ROLE))),
     ],
 };
 
 pub(super) static RBAC_V1_ROLE_REF: Message = Message {
     name: "RoleRef",
     fields: &[
-        keep(1, "apiGroup", Type::Str),
-        keep(2, "kind", Type::Str),
-        keep(3, "name", Type::Str),
+        always(keep(1, "apiGroup", Type::Str)),
+        always(keep(2, "kind", Type::Str)),
+        always(keep(3, "name", Type::Str)),
     ],
 };
 
 pub(super) static RBAC_V1_SUBJECT: Message = Message {
     name: "Subject",
     fields: &[
-        keep(1, "kind", Type::Str),
+        always(keep(1, "kind", Type::Str)),
         opt(2, "apiGroup", Type::Str),
-        keep(3, "name", Type::Str),
+        always(keep(3, "name", Type::Str)),
         opt(4, "namespace", Type::Str),
     ],
 };
@@ -7203,11 +7429,11 @@ pub(super) static RBAC_V1_SUBJECT: Message = Message {
 pub(super) static RESOURCE_V1_ALLOCATED_DEVICE_STATUS: Message = Message {
     name: "AllocatedDeviceStatus",
     fields: &[
-        keep(1, "driver", Type::Str),
-        keep(2, "pool", Type::Str),
-        keep(3, "device", Type::Str),
+        always(keep(1, "driver", Type::Str)),
+        always(keep(2, "pool", Type::Str)),
+        always(keep(3, "device", Type::Str)),
         keep(7, "shareID", Type::Str),
-        list(4, "conditions", Type::Message(&META_V1_CONDITION)),
+        always(list(4, "conditions", Type::Message(&META_V1_CONDITION))),
         keep(5, "data", Type::RawJson),
         keep(
             6,
@@ -7220,11 +7446,11 @@ pub(super) static RESOURCE_V1_ALLOCATED_DEVICE_STATUS: Message = Message {
 pub(super) static RESOURCE_V1_ALLOCATION_RESULT: Message = Message {
     name: "AllocationResult",
     fields: &[
-        keep(
+        always(keep(
             1,
             "devices",
             Type::Message(&RESOURCE_V1_DEVICE_ALLOCATION_RESULT),
-        ),
+        )),
         keep(3, "nodeSelector", Type::Message(&CORE_V1_NODE_SELECTOR)),
         keep(5, "allocationTimestamp", Type::Time),
     ],
@@ -7259,18 +7485,18 @@ pub(super) static RESOURCE_V1_CAPACITY_REQUIREMENTS: Message = Message {
 
 pub(super) static RESOURCE_V1_CEL_DEVICE_SELECTOR: Message = Message {
     name: "CELDeviceSelector",
-    fields: &[keep(1, "expression", Type::Str)],
+    fields: &[always(keep(1, "expression", Type::Str))],
 };
 
 pub(super) static RESOURCE_V1_COUNTER: Message = Message {
     name: "Counter",
-    fields: &[keep(1, "value", Type::Quantity)],
+    fields: &[always(keep(1, "value", Type::Quantity))],
 };
 
 pub(super) static RESOURCE_V1_COUNTER_SET: Message = Message {
     name: "CounterSet",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         map(2, "counters", Type::Message(&RESOURCE_V1_COUNTER)),
     ],
 };
@@ -7278,7 +7504,7 @@ pub(super) static RESOURCE_V1_COUNTER_SET: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE: Message = Message {
     name: "Device",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         map(
             2,
             "attributes",
@@ -7304,7 +7530,7 @@ pub(super) static RESOURCE_V1_DEVICE: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_ALLOCATION_CONFIGURATION: Message = Message {
     name: "DeviceAllocationConfiguration",
     fields: &[
-        keep(1, "source", Type::Str),
+        always(keep(1, "source", Type::Str)),
         list(2, "requests", Type::Str),
         inline(3, "", Type::Message(&RESOURCE_V1_DEVICE_CONFIGURATION)),
     ],
@@ -7339,7 +7565,7 @@ pub(super) static RESOURCE_V1_DEVICE_ATTRIBUTE: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_CAPACITY: Message = Message {
     name: "DeviceCapacity",
     fields: &[
-        keep(1, "value", Type::Quantity),
+        always(keep(1, "value", Type::Quantity)),
         keep(
             2,
             "requestPolicy",
@@ -7351,7 +7577,11 @@ pub(super) static RESOURCE_V1_DEVICE_CAPACITY: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_CLAIM: Message = Message {
     name: "DeviceClaim",
     fields: &[
-        list(1, "requests", Type::Message(&RESOURCE_V1_DEVICE_REQUEST)),
+        always(list(
+            1,
+            "requests",
+            Type::Message(&RESOURCE_V1_DEVICE_REQUEST),
+        )),
         list(
             2,
             "constraints",
@@ -7376,8 +7606,12 @@ pub(super) static RESOURCE_V1_DEVICE_CLAIM_CONFIGURATION: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_CLASS: Message = Message {
     name: "DeviceClass",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&RESOURCE_V1_DEVICE_CLASS_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&RESOURCE_V1_DEVICE_CLASS_SPEC),
+        )),
     ],
 };
 
@@ -7393,8 +7627,8 @@ pub(super) static RESOURCE_V1_DEVICE_CLASS_CONFIGURATION: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_CLASS_LIST: Message = Message {
     name: "DeviceClassList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&RESOURCE_V1_DEVICE_CLASS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&RESOURCE_V1_DEVICE_CLASS))),
     ],
 };
 
@@ -7432,7 +7666,7 @@ pub(super) static RESOURCE_V1_DEVICE_CONSTRAINT: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_COUNTER_CONSUMPTION: Message = Message {
     name: "DeviceCounterConsumption",
     fields: &[
-        keep(1, "counterSet", Type::Str),
+        always(keep(1, "counterSet", Type::Str)),
         map(2, "counters", Type::Message(&RESOURCE_V1_COUNTER)),
     ],
 };
@@ -7440,7 +7674,7 @@ pub(super) static RESOURCE_V1_DEVICE_COUNTER_CONSUMPTION: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_REQUEST: Message = Message {
     name: "DeviceRequest",
     fields: &[
-        keep(1, "name", Type::Str),
+        always(keep(1, "name", Type::Str)),
         keep(
             2,
             "exactly",
@@ -7457,10 +7691,10 @@ pub(super) static RESOURCE_V1_DEVICE_REQUEST: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_REQUEST_ALLOCATION_RESULT: Message = Message {
     name: "DeviceRequestAllocationResult",
     fields: &[
-        keep(1, "request", Type::Str),
-        keep(2, "driver", Type::Str),
-        keep(3, "pool", Type::Str),
-        keep(4, "device", Type::Str),
+        always(keep(1, "request", Type::Str)),
+        always(keep(2, "driver", Type::Str)),
+        always(keep(3, "pool", Type::Str)),
+        always(keep(4, "device", Type::Str)),
         keep(5, "adminAccess", Type::Bool),
         list(
             6,
@@ -7486,8 +7720,8 @@ pub(super) static RESOURCE_V1_DEVICE_SELECTOR: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_SUB_REQUEST: Message = Message {
     name: "DeviceSubRequest",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "deviceClassName", Type::Str),
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "deviceClassName", Type::Str)),
         list(3, "selectors", Type::Message(&RESOURCE_V1_DEVICE_SELECTOR)),
         opt(4, "allocationMode", Type::Str),
         opt(5, "count", Type::Int64),
@@ -7507,9 +7741,9 @@ pub(super) static RESOURCE_V1_DEVICE_SUB_REQUEST: Message = Message {
 pub(super) static RESOURCE_V1_DEVICE_TAINT: Message = Message {
     name: "DeviceTaint",
     fields: &[
-        keep(1, "key", Type::Str),
+        always(keep(1, "key", Type::Str)),
         opt(2, "value", Type::Str),
-        keep(3, "effect", Type::Str),
+        always(keep(3, "effect", Type::Str)),
         keep(4, "timeAdded", Type::Time),
     ],
 };
@@ -7528,7 +7762,7 @@ pub(super) static RESOURCE_V1_DEVICE_TOLERATION: Message = Message {
 pub(super) static RESOURCE_V1_EXACT_DEVICE_REQUEST: Message = Message {
     name: "ExactDeviceRequest",
     fields: &[
-        keep(1, "deviceClassName", Type::Str),
+        always(keep(1, "deviceClassName", Type::Str)),
         list(2, "selectors", Type::Message(&RESOURCE_V1_DEVICE_SELECTOR)),
         opt(3, "allocationMode", Type::Str),
         opt(4, "count", Type::Int64),
@@ -7558,21 +7792,25 @@ pub(super) static RESOURCE_V1_NETWORK_DEVICE_DATA: Message = Message {
 pub(super) static RESOURCE_V1_OPAQUE_DEVICE_CONFIGURATION: Message = Message {
     name: "OpaqueDeviceConfiguration",
     fields: &[
-        keep(1, "driver", Type::Str),
-        keep(2, "parameters", Type::RawJson),
+        always(keep(1, "driver", Type::Str)),
+        always(keep(2, "parameters", Type::RawJson)),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_CLAIM: Message = Message {
     name: "ResourceClaim",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&RESOURCE_V1_RESOURCE_CLAIM_SPEC)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&RESOURCE_V1_RESOURCE_CLAIM_SPEC),
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&RESOURCE_V1_RESOURCE_CLAIM_STATUS),
-        ),
+        )),
     ],
 };
 
@@ -7580,23 +7818,27 @@ pub(super) static RESOURCE_V1_RESOURCE_CLAIM_CONSUMER_REFERENCE: Message = Messa
     name: "ResourceClaimConsumerReference",
     fields: &[
         opt(1, "apiGroup", Type::Str),
-        keep(3, "resource", Type::Str),
-        keep(4, "name", Type::Str),
-        keep(5, "uid", Type::Str),
+        always(keep(3, "resource", Type::Str)),
+        always(keep(4, "name", Type::Str)),
+        always(keep(5, "uid", Type::Str)),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_CLAIM_LIST: Message = Message {
     name: "ResourceClaimList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&RESOURCE_V1_RESOURCE_CLAIM)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&RESOURCE_V1_RESOURCE_CLAIM))),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_CLAIM_SPEC: Message = Message {
     name: "ResourceClaimSpec",
-    fields: &[keep(1, "devices", Type::Message(&RESOURCE_V1_DEVICE_CLAIM))],
+    fields: &[always(keep(
+        1,
+        "devices",
+        Type::Message(&RESOURCE_V1_DEVICE_CLAIM),
+    ))],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_CLAIM_STATUS: Message = Message {
@@ -7623,69 +7865,77 @@ pub(super) static RESOURCE_V1_RESOURCE_CLAIM_STATUS: Message = Message {
 pub(super) static RESOURCE_V1_RESOURCE_CLAIM_TEMPLATE: Message = Message {
     name: "ResourceClaimTemplate",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
             2,
             "spec",
             Type::Message(&RESOURCE_V1_RESOURCE_CLAIM_TEMPLATE_SPEC),
-        ),
+        )),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_CLAIM_TEMPLATE_LIST: Message = Message {
     name: "ResourceClaimTemplateList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&RESOURCE_V1_RESOURCE_CLAIM_TEMPLATE),
-        ),
+        )),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_CLAIM_TEMPLATE_SPEC: Message = Message {
     name: "ResourceClaimTemplateSpec",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&RESOURCE_V1_RESOURCE_CLAIM_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&RESOURCE_V1_RESOURCE_CLAIM_SPEC),
+        )),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_POOL: Message = Message {
     name: "ResourcePool",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "generation", Type::Int64),
-        keep(3, "resourceSliceCount", Type::Int64),
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "generation", Type::Int64)),
+        always(keep(3, "resourceSliceCount", Type::Int64)),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_SLICE: Message = Message {
     name: "ResourceSlice",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&RESOURCE_V1_RESOURCE_SLICE_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&RESOURCE_V1_RESOURCE_SLICE_SPEC),
+        )),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_SLICE_LIST: Message = Message {
     name: "ResourceSliceList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&RESOURCE_V1_RESOURCE_SLICE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&RESOURCE_V1_RESOURCE_SLICE))),
     ],
 };
 
 pub(super) static RESOURCE_V1_RESOURCE_SLICE_SPEC: Message = Message {
     name: "ResourceSliceSpec",
     fields: &[
-        keep(1, "driver", Type::Str),
-        keep(2, "pool", Type::Message(&RESOURCE_V1_RESOURCE_POOL)),
+        always(keep(1, "driver", Type::Str)),
+        always(keep(2, "pool", Type::Message(&RESOURCE_V1_RESOURCE_POOL))),
         keep(3, "nodeName", Type::Str),
         keep(4, "nodeSelector", Type::Message(&CORE_V1_NODE_SELECTOR)),
         keep(5, "allNodes", Type::Bool),
-        list(6, "devices", Type::Message(&RESOURCE_V1_DEVICE)),
+        always(list(6, "devices", Type::Message(&RESOURCE_V1_DEVICE))),
         keep(7, "perDeviceNodeSelection", Type::Bool),
         list(8, "sharedCounters", Type::Message(&RESOURCE_V1_COUNTER_SET)),
     ],
@@ -7694,8 +7944,8 @@ pub(super) static RESOURCE_V1_RESOURCE_SLICE_SPEC: Message = Message {
 pub(super) static SCHEDULING_V1_PRIORITY_CLASS: Message = Message {
     name: "PriorityClass",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "value", Type::Int32),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "value", Type::Int32)),
         opt(3, "globalDefault", Type::Bool),
         opt(4, "description", Type::Str),
         keep(5, "preemptionPolicy", Type::Str),
@@ -7705,24 +7955,28 @@ pub(super) static SCHEDULING_V1_PRIORITY_CLASS: Message = Message {
 pub(super) static SCHEDULING_V1_PRIORITY_CLASS_LIST: Message = Message {
     name: "PriorityClassList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&SCHEDULING_V1_PRIORITY_CLASS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&SCHEDULING_V1_PRIORITY_CLASS),
+        )),
     ],
 };
 
 pub(super) static STORAGE_V1_CSI_DRIVER: Message = Message {
     name: "CSIDriver",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&STORAGE_V1_CSI_DRIVER_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&STORAGE_V1_CSI_DRIVER_SPEC))),
     ],
 };
 
 pub(super) static STORAGE_V1_CSI_DRIVER_LIST: Message = Message {
     name: "CSIDriverList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&STORAGE_V1_CSI_DRIVER)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&STORAGE_V1_CSI_DRIVER))),
     ],
 };
 
@@ -7744,17 +7998,17 @@ pub(super) static STORAGE_V1_CSI_DRIVER_SPEC: Message = Message {
 pub(super) static STORAGE_V1_CSI_NODE: Message = Message {
     name: "CSINode",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&STORAGE_V1_CSI_NODE_SPEC)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "spec", Type::Message(&STORAGE_V1_CSI_NODE_SPEC))),
     ],
 };
 
 pub(super) static STORAGE_V1_CSI_NODE_DRIVER: Message = Message {
     name: "CSINodeDriver",
     fields: &[
-        keep(1, "name", Type::Str),
-        keep(2, "nodeID", Type::Str),
-        list(3, "topologyKeys", Type::Str),
+        always(keep(1, "name", Type::Str)),
+        always(keep(2, "nodeID", Type::Str)),
+        always(list(3, "topologyKeys", Type::Str)),
         keep(
             4,
             "allocatable",
@@ -7766,26 +8020,26 @@ pub(super) static STORAGE_V1_CSI_NODE_DRIVER: Message = Message {
 pub(super) static STORAGE_V1_CSI_NODE_LIST: Message = Message {
     name: "CSINodeList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&STORAGE_V1_CSI_NODE)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&STORAGE_V1_CSI_NODE))),
     ],
 };
 
 pub(super) static STORAGE_V1_CSI_NODE_SPEC: Message = Message {
     name: "CSINodeSpec",
-    fields: &[list(
+    fields: &[always(list(
         1,
         "drivers",
         Type::Message(&STORAGE_V1_CSI_NODE_DRIVER),
-    )],
+    ))],
 };
 
 pub(super) static STORAGE_V1_CSI_STORAGE_CAPACITY: Message = Message {
     name: "CSIStorageCapacity",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
         keep(2, "nodeTopology", Type::Message(&META_V1_LABEL_SELECTOR)),
-        keep(3, "storageClassName", Type::Str),
+        always(keep(3, "storageClassName", Type::Str)),
         keep(4, "capacity", Type::Quantity),
         keep(5, "maximumVolumeSize", Type::Quantity),
     ],
@@ -7794,16 +8048,20 @@ pub(super) static STORAGE_V1_CSI_STORAGE_CAPACITY: Message = Message {
 pub(super) static STORAGE_V1_CSI_STORAGE_CAPACITY_LIST: Message = Message {
     name: "CSIStorageCapacityList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&STORAGE_V1_CSI_STORAGE_CAPACITY)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&STORAGE_V1_CSI_STORAGE_CAPACITY),
+        )),
     ],
 };
 
 pub(super) static STORAGE_V1_STORAGE_CLASS: Message = Message {
     name: "StorageClass",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "provisioner", Type::Str),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "provisioner", Type::Str)),
         map(3, "parameters", Type::Str),
         keep(4, "reclaimPolicy", Type::Str),
         list(5, "mountOptions", Type::Str),
@@ -7820,15 +8078,15 @@ pub(super) static STORAGE_V1_STORAGE_CLASS: Message = Message {
 pub(super) static STORAGE_V1_STORAGE_CLASS_LIST: Message = Message {
     name: "StorageClassList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&STORAGE_V1_STORAGE_CLASS)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(2, "items", Type::Message(&STORAGE_V1_STORAGE_CLASS))),
     ],
 };
 
 pub(super) static STORAGE_V1_TOKEN_REQUEST: Message = Message {
     name: "TokenRequest",
     fields: &[
-        keep(1, "audience", Type::Str),
+        always(keep(1, "audience", Type::Str)),
         keep(2, "expirationSeconds", Type::Int64),
     ],
 };
@@ -7836,21 +8094,29 @@ pub(super) static STORAGE_V1_TOKEN_REQUEST: Message = Message {
 pub(super) static STORAGE_V1_VOLUME_ATTACHMENT: Message = Message {
     name: "VolumeAttachment",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "spec", Type::Message(&STORAGE_V1_VOLUME_ATTACHMENT_SPEC)),
-        keep(
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(
+            2,
+            "spec",
+            Type::Message(&STORAGE_V1_VOLUME_ATTACHMENT_SPEC),
+        )),
+        always(keep(
             3,
             "status",
             Type::Message(&STORAGE_V1_VOLUME_ATTACHMENT_STATUS),
-        ),
+        )),
     ],
 };
 
 pub(super) static STORAGE_V1_VOLUME_ATTACHMENT_LIST: Message = Message {
     name: "VolumeAttachmentList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(2, "items", Type::Message(&STORAGE_V1_VOLUME_ATTACHMENT)),
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
+            2,
+            "items",
+            Type::Message(&STORAGE_V1_VOLUME_ATTACHMENT),
+        )),
     ],
 };
 
@@ -7869,20 +8135,20 @@ pub(super) static STORAGE_V1_VOLUME_ATTACHMENT_SOURCE: Message = Message {
 pub(super) static STORAGE_V1_VOLUME_ATTACHMENT_SPEC: Message = Message {
     name: "VolumeAttachmentSpec",
     fields: &[
-        keep(1, "attacher", Type::Str),
-        keep(
+        always(keep(1, "attacher", Type::Str)),
+        always(keep(
             2,
             "source",
             Type::Message(&STORAGE_V1_VOLUME_ATTACHMENT_SOURCE),
-        ),
-        keep(3, "nodeName", Type::Str),
+        )),
+        always(keep(3, "nodeName", Type::Str)),
     ],
 };
 
 pub(super) static STORAGE_V1_VOLUME_ATTACHMENT_STATUS: Message = Message {
     name: "VolumeAttachmentStatus",
     fields: &[
-        keep(1, "attached", Type::Bool),
+        always(keep(1, "attached", Type::Bool)),
         map(2, "attachmentMetadata", Type::Str),
         keep(3, "attachError", Type::Message(&STORAGE_V1_VOLUME_ERROR)),
         keep(4, "detachError", Type::Message(&STORAGE_V1_VOLUME_ERROR)),
@@ -7892,8 +8158,8 @@ pub(super) static STORAGE_V1_VOLUME_ATTACHMENT_STATUS: Message = Message {
 pub(super) static STORAGE_V1_VOLUME_ATTRIBUTES_CLASS: Message = Message {
     name: "VolumeAttributesClass",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_OBJECT_META)),
-        keep(2, "driverName", Type::Str),
+        always(keep(1, "metadata", Type::Message(&META_V1_OBJECT_META))),
+        always(keep(2, "driverName", Type::Str)),
         map(3, "parameters", Type::Str),
     ],
 };
@@ -7901,19 +8167,19 @@ pub(super) static STORAGE_V1_VOLUME_ATTRIBUTES_CLASS: Message = Message {
 pub(super) static STORAGE_V1_VOLUME_ATTRIBUTES_CLASS_LIST: Message = Message {
     name: "VolumeAttributesClassList",
     fields: &[
-        keep(1, "metadata", Type::Message(&META_V1_LIST_META)),
-        list(
+        always(keep(1, "metadata", Type::Message(&META_V1_LIST_META))),
+        always(list(
             2,
             "items",
             Type::Message(&STORAGE_V1_VOLUME_ATTRIBUTES_CLASS),
-        ),
+        )),
     ],
 };
 
 pub(super) static STORAGE_V1_VOLUME_ERROR: Message = Message {
     name: "VolumeError",
     fields: &[
-        keep(1, "time", Type::Time),
+        always(keep(1, "time", Type::Time)),
         opt(2, "message", Type::Str),
         keep(3, "errorCode", Type::Int32),
     ],
