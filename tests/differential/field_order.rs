@@ -203,6 +203,17 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 ordered(t, "PATCH", &one, MERGE, JSON, patch, Body::Compared).await;
                 let list = format!("{path}?fieldSelector=metadata.name%3Dordered");
                 ordered(t, "GET", &list, JSON, JSON, Value::Null, Body::Compared).await;
+                let none = format!("{path}?fieldSelector=metadata.name%3Dnone");
+                ordered(
+                    t,
+                    "GET",
+                    &none,
+                    JSON,
+                    super::PARTIAL_LIST,
+                    Value::Null,
+                    Body::Compared,
+                )
+                .await;
                 let missing = format!("{path}/missing");
                 ordered(t, "GET", &missing, JSON, JSON, Value::Null, Body::Compared).await;
                 let invalid = configmap("Not<Valid>", json!({"k": "v"}));

@@ -469,6 +469,12 @@ fn partial_metadata(value: Value) -> Value {
     }
     if let Some(items) = value["items"].as_array() {
         let items: Vec<Value> = items.iter().cloned().map(partial_metadata).collect();
+        // kube-apiserver's list of no metadata is a nil slice, written `null`.
+        let items = if items.is_empty() {
+            Value::Null
+        } else {
+            Value::Array(items)
+        };
         return serde_json::json!({"kind": "PartialObjectMetadataList", "apiVersion": META,
             "metadata": value["metadata"], "items": items});
     }
