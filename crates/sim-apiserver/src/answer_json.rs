@@ -56,6 +56,46 @@ pub fn error_document(status: &Value, accept: Option<&str>) -> Vec<u8> {
     }
 }
 
+/// The fields of `/version`'s document (apimachinery's `version.Info`), in declaration order.
+const VERSION_INFO: [&str; 13] = [
+    "major",
+    "minor",
+    "emulationMajor",
+    "emulationMinor",
+    "minCompatibilityMajor",
+    "minCompatibilityMinor",
+    "gitVersion",
+    "gitCommit",
+    "gitTreeState",
+    "buildDate",
+    "goVersion",
+    "compiler",
+    "platform",
+];
+
+/// The body of `/version`, which kube-apiserver always writes indented, without a final newline:
+/// `info`'s fields in `version.Info`'s order, then any other, sorted.
+pub fn version_document(info: &Value) -> Vec<u8> {
+    let Value::Object(fields) = info else {
+        return indent(&to_vec(info));
+    };
+    let mut out = vec![b'{'];
+    let mut first = true;
+    let known = VERSION_INFO
+        .iter()
+        .filter_map(|key| Some((*key, fields.get(*key)?)));
+    let others = fields
+        .iter()
+        .filter(|(key, _)| !VERSION_INFO.contains(&key.as_str()))
+        .map(|(key, value)| (key.as_str(), value));
+    for (key, value) in known.chain(others) {
+        write_key(&mut out, &mut first, key);
+        write_plain(&mut out, value);
+    }
+    out.push(b'}');
+    indent(&out)
+}
+
 /// Compact JSON text indented as `json.Indent` with two spaces does: one member or item a
 /// line, `": "` after keys, empty objects and arrays kept as `{}` and `[]`.
 fn indent(compact: &[u8]) -> Vec<u8> {
@@ -496,6 +536,16 @@ mod tests {
         assert_eq!(
             text(&floats),
             "[5,1.5,10000000000000000,1e+21,1.25e+22,0.000001,1e-7,-2.5e-9,0,7]"
+        );
+    }
+
+    #[test]
+    fn the_version_document_is_indented_in_version_info_order() {
+        let info = json!({"platform": "linux/amd64", "gitVersion": "v1.34.0", "minor": "34",
+            "major": "1", "extra": "x"});
+        assert_eq!(
+            String::from_utf8(version_document(&info)).unwrap(),
+            "{\n  \"major\": \"1\",\n  \"minor\": \"34\",\n  \"gitVersion\": \"v1.34.0\",\n  \"platform\": \"linux/amd64\",\n  \"extra\": \"x\"\n}"
         );
     }
 

@@ -978,7 +978,10 @@ fn non_resource(
         "/healthz" | "/livez" | "/readyz" => {
             return full(200, "text/plain; charset=utf-8", b"ok".to_vec());
         }
-        "/version" => Some(discovery::version()),
+        "/version" => {
+            let body = answer_json::version_document(&discovery::version());
+            return full(200, "application/json", body);
+        }
         "/api" => Some(discovery::core_versions(&server_addr.to_string())),
         "/apis" => Some(discovery::group_list(&registry)),
         "/openapi/v3" => Some(discovery::openapi_index(&registry)),
