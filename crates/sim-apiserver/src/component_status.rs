@@ -10,12 +10,10 @@
 //! component is healthy here. Every answer to a get, list or watch carries the deprecation
 //! warning; a watch is refused with 405 as kube-apiserver refuses it, other verbs have no route.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 
 use super::call::Call;
-use super::registry::{Backing, GenerationRule, ResourceType};
+use super::registry::ResourceType;
 use super::request::RequestInfo;
 use super::status::{ApiError, GroupResource};
 
@@ -27,27 +25,6 @@ const COMPONENTS: [&str; 3] = ["controller-manager", "scheduler", "etcd-0"];
 
 /// The plural, which is also the resource of a refused watch.
 const RESOURCE: &str = "componentstatuses";
-
-/// The served resource: core/v1, cluster-scoped, short name `cs`, get and list.
-pub fn resource_type() -> ResourceType {
-    ResourceType {
-        group: String::new(),
-        versions: vec!["v1".into()],
-        resource: RESOURCE.into(),
-        singular: "componentstatus".into(),
-        kind: "ComponentStatus".into(),
-        namespaced: false,
-        short_names: vec!["cs".into()],
-        categories: vec![],
-        status: false,
-        scale: None,
-        allow_unconditional_update: false,
-        allow_create_on_update: false,
-        generation: GenerationRule::None,
-        selectable: BTreeMap::new(),
-        backing: Backing::Health,
-    }
-}
 
 /// Whether the answer to `info` carries [`WARNING`]: a get, list or watch of
 /// ComponentStatuses.

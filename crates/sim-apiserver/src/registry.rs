@@ -183,6 +183,8 @@ enum Served {
     Stored,
     /// Create-only, computed and never stored (reviews, `bindings`).
     CreateOnly,
+    /// Get and list only, computed on each request (`componentstatuses`).
+    Health,
 }
 
 /// One row of [`BUILTINS`]: what kube-apiserver 1.34's discovery says of a resource, and
@@ -299,6 +301,14 @@ impl Builtin {
             ..self
         }
     }
+
+    const fn health(self) -> Self {
+        Self {
+            served: Served::Health,
+            unconditional: false,
+            ..self
+        }
+    }
 }
 
 const CORE: &str = "";
@@ -313,8 +323,8 @@ const RESOURCE: &str = "resource.k8s.io";
 const STORAGE: &str = "storage.k8s.io";
 
 /// Every resource kube-apiserver 1.34 serves by default (its GA group versions), as its
-/// discovery lists it, but `componentstatuses` (served apart: [`super::component_status`])
-/// and `selfsubjectrulesreviews`. Singular
+/// discovery lists it, but `selfsubjectrulesreviews` (`componentstatuses` are answered by
+/// [`super::component_status`]). Singular
 /// names are the kinds in lower case; categories are `all` where marked and
 /// `api-extensions` for the admission, CRD and APIService kinds (see [`categories`]);
 /// the storage version hash follows from group, storage version and kind
@@ -324,6 +334,9 @@ const BUILTINS: &[Builtin] = {
     use GenerationRule::{AllButMetadata, Spec, SpecOrAnnotations};
     &[
         r(CORE, "bindings", "Binding", NAMESPACED).create_only(),
+        r(CORE, "componentstatuses", "ComponentStatus", CLUSTER)
+            .short(&["cs"])
+            .health(),
         r(CORE, "configmaps", "ConfigMap", NAMESPACED).short(&["cm"]),
         r(CORE, "endpoints", "Endpoints", NAMESPACED)
             .short(&["ep"])
@@ -650,6 +663,7 @@ impl Builtin {
             backing: match self.served {
                 Served::Stored => Backing::Builtin,
                 Served::CreateOnly => Backing::Virtual,
+                Served::Health => Backing::Health,
             },
             encoded_as: self.encoded_as,
             returns_deleted_object: self.returns_deleted,
@@ -674,9 +688,10 @@ impl Registry {
     pub fn new() -> Self {
         let types = BUILTINS
             .iter()
-            .map(|row| row.resource_type())
-            .chain([super::component_status::resource_type()])
-            .map(|rt| (rt.gr(), rt))
+            .map(|row| {
+                let rt = row.resource_type();
+                (rt.gr(), rt)
+            })
             .collect();
         Self { types }
     }
