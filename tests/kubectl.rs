@@ -1359,6 +1359,45 @@ fn attach_writes_to_a_containers_stdin_which_stdin_once_closes(cluster: &impl Ku
     );
 }
 
+/// `kubectl attach -it` to a container whose spec has `tty: true` (kubectl's terminal from
+/// util-linux `script`): what is typed reaches the container's own terminal, and what the
+/// container shows there comes back, until it ends.
+fn attach_to_a_containers_terminal(cluster: &impl Kubectl) {
+    cluster.ready_pod(
+        "typist",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: typist}\nspec:\n  restartPolicy: Never\n  \
+         containers:\n  - name: main\n    image: shell:1\n    stdin: true\n    tty: true\n    \
+         command: [/bin/sh, -c, 'read line; tty; echo \"got $line\"']\n",
+    );
+    let kubectl = opconform::cluster::local::binaries::kubectl()
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+    let line = format!("{} attach -it typist", kubectl.display());
+    let mut script = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECACHEDIR", cluster.dir().join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script runs kubectl attach -it");
+    // Typed into kubectl's terminal, which it reads once attached; held open until kubectl
+    // is done.
+    let mut typing = script.stdin.take();
+    {
+        use std::io::Write as _;
+        if let Some(typing) = typing.as_mut() {
+            typing.write_all(b"hello\n").expect("script reads stdin");
+        }
+    }
+    let ended = wait_with_timeout(script, WAIT);
+    drop(typing);
+    let shown = String::from_utf8_lossy(&ended.stdout);
+    assert!(ended.status.success(), "{ended:?}");
+    assert!(shown.contains("/dev/pts/"), "not a terminal: {shown:?}");
+    assert!(shown.contains("got hello\r\n"), "{shown:?}");
+}
+
 /// `kubectl exec -it` (its terminal from util-linux `script`) runs the command under a
 /// terminal of its own, shows what it writes there, and ends with its exit code.
 fn exec_with_a_terminal(cluster: &impl Kubectl) {
@@ -1398,10 +1437,12 @@ fn kubectl_exec_with_a_terminal_runs_the_command_under_one() {
 }
 
 #[test]
-fn kubectl_attach_relays_a_containers_output_and_writes_its_stdin_which_stdin_once_closes() {
+fn kubectl_attach_relays_a_containers_output_writes_its_stdin_which_stdin_once_closes_and_reaches_its_terminal()
+ {
     let sim = Sim::start_with(&["--image", "shell:1=/bin/sh"]);
     attach_relays_a_containers_output_until_it_ends(&sim);
     attach_writes_to_a_containers_stdin_which_stdin_once_closes(&sim);
+    attach_to_a_containers_terminal(&sim);
 }
 
 #[test]
@@ -1412,6 +1453,7 @@ fn on_local_kubectl_exec_attach_logs_follow_and_port_forward_reach_our_kubelet_w
     exec_and_logs_follow(&local);
     attach_relays_a_containers_output_until_it_ends(&local);
     attach_writes_to_a_containers_stdin_which_stdin_once_closes(&local);
+    attach_to_a_containers_terminal(&local);
     exec_with_a_terminal(&local);
     port_forward_both_ways(&local);
     kube_rs_port_forward(&local);

@@ -16,9 +16,13 @@
 //! Kubelets register an [`AttachSource`] ([`crate::state::State::add_attach_source`]).
 //! [`Attached`] is shared with the kubelet's own SPDY endpoint (in `sim-node`).
 //!
+//! A container whose spec has `tty: true` runs under a terminal: what it shows is its output,
+//! stdin is typed into it, and window sizes on channel 4 (`{"Width":80,"Height":24}`) are
+//! set on it. Whether a session has a terminal is the container's, as the kubelet decides
+//! it: `tty=true` of a container without one gets its plain streams (kubectl asks for one
+//! only of a container that has one).
+//!
 //! # Caveats
-//! - No terminal (`tty=true` is refused, naming why): kubectl asks for one only of a
-//!   container whose spec has `tty: true`.
 //! - stdout and stderr come together on one channel, as the container's log has them.
 
 use std::sync::Arc;
@@ -33,7 +37,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::exec::{
-    CLOSE, ExecRefusal, PROTOCOLS, STDERR, STDIN, STDOUT, StreamQuery, finish, kubelet_answer,
+    CLOSE, ExecRefusal, PROTOCOLS, RESIZE, STDERR, STDIN, STDOUT, StreamQuery, WindowSize, finish,
+    kubelet_answer,
 };
 use super::podlog::LogTail;
 use super::status::ApiError;
@@ -62,7 +67,12 @@ pub struct Attached {
     /// The container's `stdinOnce`: the end of the client's stdin closes the container's,
     /// and the session goes on until the container ends.
     pub stdin_once: bool,
+    /// Sets the window size of the container's terminal: `None` when it has none.
+    pub resize: Option<Resize>,
 }
+
+/// Sets the window size of a container's terminal: columns, rows.
+pub type Resize = Box<dyn Fn(u16, u16) + Send + Sync>;
 
 /// A kubelet's way to attach to a container: `None` when the pod is not its, else the
 /// container attached to or why not.
@@ -97,8 +107,8 @@ impl Accepted {
 ///
 /// # Errors
 /// As kube-apiserver refuses: a request that is not a WebSocket upgrade offering one of
-/// [`PROTOCOLS`], no stream, a terminal, an unknown pod or container, a pod no kubelet
-/// runs, or what the kubelet said.
+/// [`PROTOCOLS`], no stream, an unknown pod or container, a pod no kubelet runs, or what
+/// the kubelet said.
 pub fn start(
     stored: Option<Value>,
     namespace: &str,
@@ -112,16 +122,8 @@ pub fn start(
         stdin,
         stdout,
         stderr,
-        tty,
         ..
     } = StreamQuery::parse(raw_query)?;
-    if tty {
-        return Err(ApiError::BadRequest(
-            "a terminal (tty) is not served by the simulated kubelet for attach: attach \
-             without -t"
-                .into(),
-        ));
-    }
     let (protocol, accept_key) =
         super::upgrade::websocket(headers, PROTOCOLS).ok_or_else(|| {
             ApiError::BadRequest(format!(
@@ -164,6 +166,7 @@ where
         mut output,
         mut stdin,
         stdin_once,
+        resize,
     } = accepted.attached;
     let had_stdin = stdin.is_some();
     let ws = WebSocketStream::from_raw_socket(socket, Role::Server, None).await;
@@ -198,6 +201,13 @@ where
                             break;
                         }
                     }
+                    Some(&RESIZE) => {
+                        if let (Some(resize), Ok(size)) =
+                            (&resize, serde_json::from_slice::<WindowSize>(&data[1..]))
+                        {
+                            resize(size.width, size.height);
+                        }
+                    }
                     _ => {}
                 },
                 Some(Ok(Message::Close(_)) | Err(_)) | None => return,
@@ -227,11 +237,12 @@ mod tests {
             output: Box::pin(futures::stream::empty()),
             stdin: None,
             stdin_once: false,
+            resize: None,
         }
     }
 
     #[test]
-    fn an_attach_without_a_stream_with_a_terminal_or_without_a_websocket_is_refused() {
+    fn an_attach_without_a_stream_or_without_a_websocket_is_refused() {
         let headers = HeaderMap::new();
         let refused = |query: &str| {
             start(pod(), "default", "p", Some(query), &headers, |_| {
@@ -242,7 +253,7 @@ mod tests {
             .unwrap_or_default()
         };
         assert!(refused("container=main").contains("at least 1 of stdin, stdout, stderr"));
-        assert!(refused("stdout=true&tty=true").contains("tty"));
+        assert!(refused("stdout=true&tty=true").contains("upgrade request required"));
         assert!(refused("stdout=true").contains("upgrade request required"));
     }
 }

@@ -24,7 +24,7 @@ use super::logs::ContainerLog;
 use super::node::CAPACITY;
 use super::oci::{BindMount, ContainerSpec, Isolation, OciRuntime, Rootfs};
 use super::probe::{self, Kind, Target, Verdict};
-use super::process::{Exit, Instance, Spec};
+use super::process::{Exit, Instance, Spec, Streams};
 use super::runtime::{ContainerRuntime, HeldStdin, PodRuntime, StatusCell, StopState, lock};
 use super::shared::Shared;
 use super::status::{ContainerStatus, State, Terminated};
@@ -712,6 +712,7 @@ impl ContainerTask {
             cwd,
             hostname: super::names::hostname(&self.pod_object),
             network: self.pod.network.as_ref().map(|n| n.namespace.path()),
+            terminal: self.spec.tty == Some(true),
             mounts,
             security,
             limits: bundle::limits(&self.spec),
@@ -1008,11 +1009,25 @@ impl ContainerTask {
         }
     }
 
-    /// Keeps the stdin of a new instance whose spec has `stdin: true`, for attach.
+    /// How a new instance's standard streams are connected: a terminal for a spec with
+    /// `tty: true`, pipes otherwise; stdin kept for a spec with `stdin: true`.
+    fn streams(&self) -> Streams {
+        let stdin = self.spec.stdin == Some(true);
+        if self.spec.tty == Some(true) {
+            Streams::Terminal { stdin }
+        } else {
+            Streams::Pipes { stdin }
+        }
+    }
+
+    /// Keeps the stdin of a new instance whose spec has `stdin: true`, and its terminal,
+    /// for attach. `stdinOnce` closes a kept pipe, not a terminal (as containerd's attach).
     fn hold_stdin(&self, instance: &mut Instance) {
+        let once = self.spec.stdin_once == Some(true) && self.spec.tty != Some(true);
         *lock(&self.runtime.stdin) = instance
             .take_stdin()
-            .map(|pipe| Arc::new(HeldStdin::new(pipe, self.spec.stdin_once == Some(true))));
+            .map(|pipe| Arc::new(HeldStdin::new(pipe, once)));
+        *lock(&self.runtime.terminal) = instance.terminal();
     }
 
     /// Starts one instance and runs it to its end.
@@ -1027,9 +1042,13 @@ impl ContainerTask {
                 return start_error(message, started_at);
             }
             Launch::Process(spec, arg0) => {
-                let stdin = self.spec.stdin == Some(true);
-                match Instance::spawn_as(&spec, arg0.as_deref(), stdin, self.runtime.log.clone())
-                    .await
+                match Instance::spawn_as(
+                    &spec,
+                    arg0.as_deref(),
+                    self.streams(),
+                    self.runtime.log.clone(),
+                )
+                .await
                 {
                     Ok(mut instance) => {
                         self.hold_stdin(&mut instance);
@@ -1056,7 +1075,7 @@ impl ContainerTask {
                 let spawned = match started {
                     Ok(container) => Instance::spawn_container(
                         container,
-                        self.spec.stdin == Some(true),
+                        self.streams(),
                         self.runtime.log.clone(),
                     )
                     .await

@@ -516,6 +516,9 @@ pub struct ContainerSpec {
     /// The network namespace to join (the pod's: see [`pod_network`]); `None` is the
     /// host's.
     pub network: Option<PathBuf>,
+    /// Whether the process runs under a terminal of its own (`tty: true`), which the
+    /// runtime relays to the standard streams of its `run`: those must be a terminal.
+    pub terminal: bool,
     /// Bind mounts, in order, after the runtime's own (`/proc`, `/dev`, `/sys`…).
     pub mounts: Vec<BindMount>,
     /// The security context.
@@ -784,7 +787,7 @@ impl OciRuntime {
             .build()
             .map_err(OciError::Spec)?;
         let process = ProcessBuilder::default()
-            .terminal(false)
+            .terminal(spec.terminal)
             .user(user)
             .args(spec.args.clone())
             .env(

@@ -2,7 +2,10 @@
 //! watchdog so that it dies with the process that owns the kubelet; signals to the group
 //! (SIGTERM, SIGKILL, SIGSTOP, SIGCONT); reaping; output captured into the container log;
 //! stdin `/dev/null`, or a pipe whose write end the kubelet keeps ([`Instance::take_stdin`])
-//! for a container whose spec has `stdin: true`.
+//! for a container whose spec has `stdin: true`; or, for a container whose spec has `tty:
+//! true` ([`Streams::Terminal`]), the slave of a pseudo-terminal as all three, its master kept
+//! here: what the terminal shows goes to the log as stdout, stdin is typed into it, and
+//! [`TerminalControl::resize`] sets its window size.
 //!
 //! # Guarantees
 //! Every process group is led by a tiny watchdog shell started first (`process_group(0)`),
@@ -25,6 +28,7 @@
 //! A container process that moves itself to another process group or session (a
 //! daemonizing program) escapes the group and with it these guarantees.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -33,7 +37,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
@@ -61,6 +65,9 @@ pub enum ProcessError {
     /// The OCI runtime did not create the container.
     #[error("the container runtime did not create the container within {0:?}")]
     NotCreated(Duration),
+    /// The terminal of a container with `tty: true` could not be made.
+    #[error("cannot make the terminal of a container")]
+    Terminal(#[source] super::terminal::TerminalError),
     /// A signal could not be delivered.
     #[error("cannot send {signal} to process group {pgid}")]
     Signal {
@@ -73,6 +80,48 @@ pub enum ProcessError {
         source: nix::Error,
     },
 }
+
+/// How an instance's standard streams are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streams {
+    /// stdout and stderr are pipes into the log; stdin is a pipe the kubelet keeps with
+    /// `stdin` ([`Instance::take_stdin`]), else `/dev/null`.
+    Pipes {
+        /// Whether stdin is a pipe.
+        stdin: bool,
+    },
+    /// All three are the slave of a pseudo-terminal (a container's `tty: true`): what it
+    /// shows goes into the log as stdout, as the kubelet logs a terminal; with `stdin`, what
+    /// is written to [`Instance::take_stdin`] is typed into it.
+    Terminal {
+        /// Whether the kubelet keeps its input for attach.
+        stdin: bool,
+    },
+}
+
+/// The terminal of an instance started with [`Streams::Terminal`]: its master, and the
+/// process that gets SIGWINCH when its size changes (the program, or the runtime's `run`,
+/// which relays the size to the container's own terminal).
+#[derive(Debug)]
+pub struct TerminalControl {
+    master: OwnedFd,
+    leader: u32,
+}
+
+impl TerminalControl {
+    /// Sets the window size, `width` columns and `height` rows, and tells the process.
+    ///
+    /// # Errors
+    /// When the size cannot be set.
+    pub fn resize(&self, width: u16, height: u16) -> std::io::Result<()> {
+        super::terminal::resize(&self.master, width, height)?;
+        let _ = kill(Pid::from_raw(self.leader as i32), Signal::SIGWINCH);
+        Ok(())
+    }
+}
+
+/// What is written to the standard input of an instance: a pipe, or a terminal's master.
+pub type InstanceInput = Box<dyn AsyncWrite + Send + Sync + Unpin>;
 
 /// The watchdog: ignore polite signals, learn the container's pid (for libfaketime's
 /// shared memory), wait for the owner's pipe to close, clean up and kill the group.
@@ -216,6 +265,8 @@ fn all_threads_stopped(pid: u32) -> bool {
 pub struct Instance {
     group: Group,
     leader: Child,
+    input: Option<InstanceInput>,
+    terminal: Option<Arc<TerminalControl>>,
     watchdog: Child,
     pipe: Option<ChildStdin>,
     readers: Vec<JoinHandle<()>>,
@@ -232,42 +283,47 @@ impl Instance {
     /// # Errors
     /// When the watchdog or the executable cannot be started.
     pub async fn spawn(spec: &Spec, log: Arc<ContainerLog>) -> Result<Self, ProcessError> {
-        Self::spawn_as(spec, None, false, log).await
+        Self::spawn_as(spec, None, Streams::Pipes { stdin: false }, log).await
     }
 
     /// [`Instance::spawn`] with `arg0` as the process's `argv[0]` instead of the
-    /// executable's path (a container's `command[0]` as it gave it), and with `stdin` a
-    /// pipe as its stdin ([`Instance::take_stdin`]) instead of `/dev/null`.
+    /// executable's path (a container's `command[0]` as it gave it), and its standard
+    /// streams connected as `streams` says.
     ///
     /// # Errors
     /// When the watchdog or the executable cannot be started.
     pub async fn spawn_as(
         spec: &Spec,
         arg0: Option<&str>,
-        stdin: bool,
+        streams: Streams,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
-        Self::launch(spec, arg0, WATCHDOG, &[], stdin, log).await
+        Self::launch(spec, arg0, WATCHDOG, &[], streams, log).await
     }
 
-    /// The write end of the pipe that is the process's stdin, when it was started with one
-    /// (once).
-    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
-        self.leader.stdin.take()
+    /// What writes to the process's stdin, when it was started with one (once): the pipe's
+    /// write end, or the terminal's master.
+    pub fn take_stdin(&mut self) -> Option<InstanceInput> {
+        self.input.take()
+    }
+
+    /// The terminal of an instance started with [`Streams::Terminal`].
+    pub fn terminal(&self) -> Option<Arc<TerminalControl>> {
+        self.terminal.clone()
     }
 
     /// Starts `container` (prepared by its runtime) in a new watched process group and
     /// returns once the runtime has created it (bounded by [`CREATE_BOUND`]); its output
-    /// goes to `log`. The group's `pid` is the container's init process. With `stdin`, its
-    /// stdin is a pipe ([`Instance::take_stdin`]; the runtime passes it on to the container's
-    /// process), else `/dev/null`.
+    /// goes to `log`. The group's `pid` is the container's init process. Its streams are
+    /// connected as `streams` says: the runtime passes pipes on to the container's process,
+    /// and relays a terminal to the container's own (the bundle must then ask for one).
     ///
     /// # Errors
     /// When the watchdog or the runtime cannot be started, or the runtime exits or takes
     /// too long before the container exists (what it said is then in `log`).
     pub async fn spawn_container(
         container: Arc<Container>,
-        stdin: bool,
+        streams: Streams,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
         let (program, args) = container.command();
@@ -279,7 +335,7 @@ impl Instance {
         };
         let words = container.delete_words();
         let mut instance =
-            Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, stdin, log).await?;
+            Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, streams, log).await?;
         container.set_runtime_pid(instance.group.pid);
         let begin = tokio::time::Instant::now();
         let pid = loop {
@@ -307,9 +363,15 @@ impl Instance {
         arg0: Option<&str>,
         watchdog_script: &str,
         watchdog_args: &[String],
-        stdin: bool,
+        streams: Streams,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
+        let pty = match streams {
+            Streams::Terminal { .. } => {
+                Some(super::terminal::open_pty().map_err(ProcessError::Terminal)?)
+            }
+            Streams::Pipes { .. } => None,
+        };
         let mut watchdog = Command::new("/bin/sh")
             .arg("-c")
             .arg(watchdog_script)
@@ -334,16 +396,44 @@ impl Instance {
         if let Some(arg0) = arg0 {
             command.arg0(arg0);
         }
-        let spawned = command
+        command
             .args(&spec.args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&spec.cwd)
-            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(pgid)
-            .spawn();
+            .process_group(pgid);
+        let mut master = None;
+        match (streams, pty) {
+            (_, Some(pty)) => {
+                // The program's own copies of the slave only: the master reads the end of
+                // the output once they are closed.
+                let slave = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+                let (input, output) = match (slave(&pty.slave), slave(&pty.slave)) {
+                    (Ok(input), Ok(output)) => (input, output),
+                    (Err(source), _) | (_, Err(source)) => {
+                        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                        drop(pipe);
+                        let _ = watchdog.wait().await;
+                        return Err(ProcessError::Terminal(
+                            super::terminal::TerminalError::Open(source),
+                        ));
+                    }
+                };
+                command
+                    .stdin(input)
+                    .stdout(output)
+                    .stderr(Stdio::from(pty.slave));
+                master = Some(pty.master);
+            }
+            (Streams::Pipes { stdin } | Streams::Terminal { stdin }, None) => {
+                command
+                    .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+            }
+        }
+        let spawned = command.spawn();
+        drop(command);
         let mut leader = match spawned {
             Ok(child) => child,
             Err(source) => {
@@ -363,6 +453,31 @@ impl Instance {
             let _ = p.flush().await;
         }
         let mut readers = Vec::new();
+        let mut input: Option<InstanceInput> = leader
+            .stdin
+            .take()
+            .map(|pipe| Box::new(pipe) as InstanceInput);
+        let terminal = master.map(|master| {
+            let file = |fd: &OwnedFd| {
+                fd.try_clone()
+                    .ok()
+                    .map(|copy| tokio::fs::File::from_std(std::fs::File::from(copy)))
+            };
+            if let Some(shown) = file(&master) {
+                readers.push(tokio::spawn(copy_output(
+                    shown,
+                    Output::Stdout,
+                    log.clone(),
+                )));
+            }
+            if matches!(streams, Streams::Terminal { stdin: true }) {
+                input = file(&master).map(|typed| Box::new(typed) as InstanceInput);
+            }
+            Arc::new(TerminalControl {
+                master,
+                leader: pid,
+            })
+        });
         if let Some(out) = leader.stdout.take() {
             readers.push(tokio::spawn(copy_output(out, Output::Stdout, log.clone())));
         }
@@ -376,6 +491,8 @@ impl Instance {
                 container: None,
             },
             leader,
+            input,
+            terminal,
             watchdog,
             pipe,
             readers,
@@ -580,6 +697,70 @@ mod tests {
         assert!(text.starts_with("hello\n"), "{text}");
         assert!(text.contains(dir.path().to_str().unwrap()), "{text}");
         eventually_dead(&[group.pid, group.pgid as u32]).await;
+    }
+
+    /// Waits (bounded) until the log's text contains `wanted`, and returns it.
+    async fn log_shows(log: &ContainerLog, wanted: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = log.text(false).unwrap_or_default();
+            if text.contains(wanted) {
+                return text;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the log never showed {wanted:?}: {text:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_terminal_instance_shows_its_terminal_in_the_log_takes_typed_input_and_resizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(ContainerLog::new(dir.path().join("log"), 4096));
+        let script = "trap 'stty size; exit 0' WINCH; \
+             test -t 0 && test -t 1 && test -t 2 && echo on-a-terminal; \
+             read line; echo got-$line; while :; do sleep 0.05; done";
+        let mut instance = Instance::spawn_as(
+            &spec(dir.path(), script),
+            None,
+            Streams::Terminal { stdin: true },
+            log.clone(),
+        )
+        .await
+        .unwrap();
+        // Typed once the program is up: the terminal echoes what is typed when it is.
+        log_shows(&log, "on-a-terminal\r\n").await;
+        let mut typed = instance.take_stdin().expect("a terminal's input");
+        typed.write_all(b"abc\n").await.unwrap();
+        typed.flush().await.unwrap();
+        // The terminal echoes what is typed and ends lines as a terminal does.
+        let text = log_shows(&log, "got-abc\r\n").await;
+        assert!(text.starts_with("on-a-terminal\r\nabc\r\n"), "{text:?}");
+        let terminal = instance.terminal().expect("its terminal");
+        terminal.resize(120, 40).unwrap();
+        log_shows(&log, "40 120\r\n").await;
+        assert_eq!(instance.wait().await.code, 0);
+        instance.finish().await;
+    }
+
+    #[tokio::test]
+    async fn an_instance_with_pipes_has_no_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(ContainerLog::new(dir.path().join("log"), 1024));
+        let mut instance = Instance::spawn_as(
+            &spec(dir.path(), "test -t 1 || echo not-a-terminal"),
+            None,
+            Streams::Pipes { stdin: false },
+            log.clone(),
+        )
+        .await
+        .unwrap();
+        assert!(instance.terminal().is_none() && instance.take_stdin().is_none());
+        instance.wait().await;
+        instance.finish().await;
+        assert_eq!(log.text(false).unwrap_or_default(), "not-a-terminal\n");
     }
 
     #[tokio::test]

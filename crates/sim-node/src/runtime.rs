@@ -13,14 +13,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use nix::sys::signal::Signal;
-use sim_apiserver::attach::Attached;
+use sim_apiserver::attach::{Attached, Resize};
 use sim_apiserver::exec::{Started, Terminal};
 use std::os::fd::OwnedFd;
 use std::process::Stdio;
 
 use super::terminal::open_pty;
 use tokio::io::AsyncWriteExt as _;
-use tokio::process::ChildStdin;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
@@ -30,7 +29,7 @@ use std::time::SystemTime;
 use sim_apiserver::podlog::{LogOptions, LogStream};
 
 use super::logs::{ContainerLog, LogError};
-use super::process::Group;
+use super::process::{Group, InstanceInput, TerminalControl};
 use super::proxy::Proxy;
 use super::status::PodStatus;
 use super::volume::{PodVolumes, TokenSpec};
@@ -67,19 +66,22 @@ pub struct ContainerRuntime {
     pub(crate) bundle: Mutex<Option<PathBuf>>,
     /// The stdin kept of the instance running now, when its spec has `stdin: true`.
     pub(crate) stdin: Mutex<Option<Arc<HeldStdin>>>,
+    /// The terminal of the instance running now, when its spec has `tty: true`.
+    pub(crate) terminal: Mutex<Option<Arc<TerminalControl>>>,
 }
 
 /// The stdin the kubelet keeps of a container instance whose spec has `stdin: true`: the
-/// write end of the pipe that is its stdin, which attach sessions write to.
+/// write end of the pipe that is its stdin, or the master of its terminal, which attach
+/// sessions write to.
 pub struct HeldStdin {
-    pipe: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    pipe: Arc<tokio::sync::Mutex<Option<InstanceInput>>>,
     /// `stdinOnce`: the end of the first attach session's stdin closes it.
     once: bool,
 }
 
 impl HeldStdin {
     /// Keeps `pipe`; with `once`, the first attach session that ends closes it.
-    pub fn new(pipe: ChildStdin, once: bool) -> Self {
+    pub fn new(pipe: InstanceInput, once: bool) -> Self {
         Self {
             pipe: Arc::new(tokio::sync::Mutex::new(Some(pipe))),
             once,
@@ -119,6 +121,7 @@ impl ContainerRuntime {
             bundle: Mutex::new(None),
             standin: Mutex::new(None),
             stdin: Mutex::new(None),
+            terminal: Mutex::new(None),
         }
     }
 
@@ -529,14 +532,23 @@ impl PodRuntime {
                 });
             }
         };
-        let held = self
-            .container(container)
+        let runtime = self.container(container);
+        let held = runtime
+            .as_ref()
             .and_then(|c| lock(&c.stdin).clone())
             .filter(|_| stdin);
+        let terminal = runtime.as_ref().and_then(|c| lock(&c.terminal).clone());
         Ok(Attached {
             output,
             stdin: held.as_ref().map(|h| h.session()),
             stdin_once: held.is_some_and(|h| h.once),
+            resize: terminal.map(|t| -> Resize {
+                Box::new(move |width, height| {
+                    if let Err(e) = t.resize(width, height) {
+                        tracing::debug!(error = %e, "cannot resize a container's terminal");
+                    }
+                })
+            }),
         })
     }
 

@@ -1,6 +1,7 @@
-//! Pseudo-terminals for commands run with a terminal (`kubectl exec -t`): a pty pair whose
-//! slave a command gets as its controlling terminal (util-linux `setsid --ctty`); window
-//! sizes are set on the master.
+//! Pseudo-terminals for commands run with a terminal (`kubectl exec -t`) and for containers
+//! whose spec has `tty: true`: a pty pair whose slave a command gets as its controlling
+//! terminal (util-linux `setsid --ctty`), or a container's process (or runtime) as its
+//! standard streams; window sizes are set on the master.
 //!
 //! # Caveats
 //! - In a container the command's terminal is the runtime's (`runc exec --tty` in the

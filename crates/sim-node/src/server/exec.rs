@@ -24,10 +24,11 @@
 //! as `kubectl logs -f` reads it, until the container instance ends; then `Success`. What
 //! comes on its stdin stream goes to the stdin the kubelet keeps of a container whose spec
 //! has `stdin: true` (see [`sim_apiserver::attach`] for when the client's FIN ends the
-//! session and when, with `stdinOnce`, it closes the container's stdin).
+//! session and when, with `stdinOnce`, it closes the container's stdin). A container whose
+//! spec has `tty: true` is attached to its terminal: what it shows on stdout, stdin typed
+//! into it, and with `tty=1` the client's `resize` stream sets its window size.
 //!
 //! # Caveats
-//! - Attach has no terminal: `tty=1` is refused before the upgrade (`kubectl attach -t`).
 //! - Attach sends stdout and stderr together on one stream, as the log has them.
 //! - Stream protocols v1 to v3 (text errors, no exit code) are not served: a client that
 //!   offers only those gets the 403 of a failed negotiation.
@@ -80,20 +81,12 @@ impl ExecOptions {
         Ok(options)
     }
 
-    /// The options of an attach query (`input=1&output=1&error=1`).
+    /// The options of an attach query (`input=1&output=1&error=1`, `tty=1`).
     ///
     /// # Errors
-    /// No stream, or a terminal asked for, each named.
+    /// No stream asked for.
     pub fn parse_attach(query: Option<&str>) -> Result<Self, String> {
-        let options = Self::streams_of(query)?;
-        if options.tty {
-            return Err(
-                "a terminal (tty) is not served by the simulated kubelet for attach: attach \
-                 without -t"
-                    .into(),
-            );
-        }
-        Ok(options)
+        Self::streams_of(query)
     }
 
     fn streams_of(query: Option<&str>) -> Result<Self, String> {
@@ -272,6 +265,7 @@ where
         mut output,
         stdin: to_container,
         stdin_once,
+        resize: to_terminal,
     } = attached;
     let (tx, mut incoming) = mpsc::channel(8);
     let session = tokio::spawn(spdy::serve(io, tx));
@@ -280,11 +274,15 @@ where
         stdin,
         stdout,
         stderr,
-        ..
+        resize,
     }) = gather(&mut incoming, options.streams()).await
     else {
         session.abort();
         return;
+    };
+    let resizing = match (resize, to_terminal) {
+        (Some(stream), Some(to_terminal)) => Some(tokio::spawn(resizes(stream, to_terminal))),
+        _ => None,
     };
     // One stream gets the output; the other, if asked for, has nothing to say.
     let (to, other) = match (stdout, stderr) {
@@ -326,6 +324,9 @@ where
         () = relay => {}
         () = stdin_ends => {}
         () = gone(&mut error.events) => return,
+    }
+    if let Some(resizing) = resizing {
+        resizing.abort();
     }
     if let Some(to) = &to {
         to.finish();
@@ -414,7 +415,9 @@ mod tests {
             .unwrap_or_default();
         assert!(tty.tty && tty.stdout && !tty.stderr, "{tty:?}");
         assert_eq!(tty.streams(), 4);
-        assert!(ExecOptions::parse_attach(Some("output=1&tty=1")).is_err());
+        let attach_tty =
+            ExecOptions::parse_attach(Some("input=1&output=1&error=1&tty=1")).unwrap_or_default();
+        assert_eq!(attach_tty.streams(), 4, "{attach_tty:?}");
         assert!(ExecOptions::parse(Some("command=x&output=true")).is_err());
         assert!(ExecOptions::parse(Some("output=1")).is_err());
     }
@@ -510,6 +513,7 @@ mod tests {
             ])),
             stdin: None,
             stdin_once: false,
+            resize: None,
         };
         let served = tokio::spawn(serve_attach(server_io, output, options));
         let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
@@ -541,6 +545,7 @@ mod tests {
             })),
             stdin: Some(to_container),
             stdin_once,
+            resize: None,
         };
         let served = tokio::spawn(serve_attach(server_io, attached, options));
         let mut client = Client::new(client_io).unwrap_or_else(|e| panic!("{e}"));
