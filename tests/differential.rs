@@ -250,6 +250,8 @@ mod builtins;
 mod component_status;
 #[path = "differential/field_order.rs"]
 mod field_order;
+#[path = "differential/jobs.rs"]
+mod jobs;
 
 fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": data})
@@ -283,6 +285,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(builtins::interactions());
     all.extend(field_order::interactions());
     all.extend(component_status::interactions());
+    all.extend(jobs::interactions());
     all
 }
 

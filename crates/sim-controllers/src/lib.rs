@@ -1,6 +1,6 @@
 //! The simulated kube-controller-manager and kube-scheduler: garbage collector, deployment
-//! and replica set controllers, namespace controller, node lifecycle with taint eviction,
-//! pod garbage collector and a scheduler.
+//! and replica set controllers, Job and TTL-after-finished controllers, namespace
+//! controller, node lifecycle with taint eviction, pod garbage collector and a scheduler.
 //!
 //! They are ordinary API clients, exactly like the real components: they reach the server
 //! only through kube clients (as `system:kube-controller-manager` and
@@ -12,6 +12,10 @@
 //!   foreground and orphan propagation; dangling owners.
 //! - [`deployment`] and [`replicaset`]: ReplicaSets per pod-template hash, pods per
 //!   ReplicaSet, RollingUpdate and Recreate, status and conditions kubectl relies on.
+//! - [`job`]: pods for `parallelism` and `completions` (NonIndexed and Indexed), counted
+//!   through the job-tracking finalizer; back-off, deadline, pod failure policy, suspend;
+//!   the conditions and Events of 1.34. [`ttl_after_finished`] deletes finished Jobs
+//!   after `ttlSecondsAfterFinished`.
 //! - [`namespace`]: deleting a namespace deletes its content, then finalizes it.
 //! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
@@ -27,16 +31,18 @@
 //! (setup-envtest's assets).
 //!
 //! # Caveats
-//! - No leader election, no metrics, no Events yet.
-//! - Only what the conformance features touch: no DaemonSets, Jobs, StatefulSets,
+//! - No leader election, no metrics; only the Job controller writes Events.
+//! - Only what the conformance features touch: no DaemonSets, CronJobs, StatefulSets,
 //!   Services/Endpoints, quota, PDB-aware eviction, preemption or resource fitting.
 
 pub mod csrsigning;
 pub mod deployment;
 mod dynamic;
+mod events;
 pub mod garbage_collector;
 pub mod in_process;
 mod informer;
+pub mod job;
 pub mod namespace;
 pub mod namespace_defaults;
 pub mod node_lifecycle;
@@ -46,10 +52,12 @@ pub mod replicaset;
 pub mod scheduler;
 mod support;
 pub mod taint_eviction;
+pub mod ttl_after_finished;
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -121,6 +129,12 @@ pub struct ControllerConfig {
     /// The longest certificate the signers issue (`--cluster-signing-duration`). Real: one
     /// year.
     pub cluster_signing_duration: Duration,
+    /// How long the Job controller waits before replacing a failed pod; the wait doubles
+    /// with each further failure since the last success. Real: 10 s
+    /// (`DefaultJobPodFailureBackOff`).
+    pub job_pod_failure_backoff: Duration,
+    /// The longest such wait. Real: 6 min (`MaxJobPodFailureBackOff`).
+    pub job_max_pod_failure_backoff: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -138,6 +152,8 @@ impl Default for ControllerConfig {
             namespace_defaults: None,
             cluster_signing: None,
             cluster_signing_duration: Duration::from_secs(8760 * 3600),
+            job_pod_failure_backoff: Duration::from_secs(10),
+            job_max_pod_failure_backoff: Duration::from_secs(360),
         }
     }
 }
@@ -245,6 +261,7 @@ struct Informers {
     pods: Cache<Pod>,
     replicasets: Cache<ReplicaSet>,
     deployments: Cache<Deployment>,
+    jobs: Cache<Job>,
     nodes: Cache<Node>,
     node_leases: Cache<Lease>,
 }
@@ -267,6 +284,7 @@ impl Controllers {
             pods: Cache::new(),
             replicasets: Cache::new(),
             deployments: Cache::new(),
+            jobs: Cache::new(),
             nodes: Cache::new(),
             node_leases: Cache::new(),
         };
@@ -296,6 +314,19 @@ impl Controllers {
             &informers.deployments,
             &informers.replicasets,
             &informers.pods,
+        ));
+        tasks.push(job::start(
+            kcm(server, "job-controller").await?,
+            &informers.jobs,
+            &informers.pods,
+            job::Settings {
+                pod_failure_backoff: config.job_pod_failure_backoff,
+                max_pod_failure_backoff: config.job_max_pod_failure_backoff,
+            },
+        ));
+        tasks.push(ttl_after_finished::start(
+            kcm(server, "ttl-after-finished-controller").await?,
+            &informers.jobs,
         ));
         tasks.push(node_lifecycle::start(
             kcm(server, "node-lifecycle-controller").await?,
@@ -338,6 +369,11 @@ impl Controllers {
             Api::<Deployment>::all(shared.clone()),
             informer_config.clone(),
             informers.deployments.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<Job>::all(shared.clone()),
+            informer_config.clone(),
+            informers.jobs.clone(),
         ));
         tasks.push(informer::spawn(
             Api::<Node>::all(shared.clone()),

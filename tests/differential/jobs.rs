@@ -1,0 +1,383 @@
+//! The Job and TTL-after-finished controllers judged by kube-controller-manager's: Jobs
+//! created on both control planes (neither has nodes, so pods stay Pending until the test
+//! plays the kubelet's part through `pods/status`), compared by their pods' metadata and
+//! spec, the Job's status and conditions, and the Events the controller wrote.
+
+use serde_json::{Value, json};
+
+use super::{Answer, BATCH, Interaction, JSON, NS, Target, normalize, raw_send, support};
+
+/// Generated pod names of the Jobs below: the random suffix becomes `<random>`.
+static POD_NAME: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"\b(job-[a-z]+-(?:\d+-)?)[bcdfghjklmnpqrstvwxz2456789]{5}\b").unwrap()
+});
+
+fn mask_pod_names(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(POD_NAME.replace_all(&s, "${1}<random>").into_owned()),
+        Value::Array(items) => Value::Array(items.into_iter().map(mask_pod_names).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, mask_pod_names(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn record(t: &Target, asked: String, body: Value) {
+    t.record(Answer {
+        asked,
+        code: 200,
+        body: normalize(mask_pod_names(body)),
+    });
+}
+
+fn job_path(name: &str) -> String {
+    format!("{BATCH}/namespaces/{NS}/jobs/{name}")
+}
+
+fn job(name: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["template"] = json!({"spec": {"restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}});
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": name, "namespace": NS}, "spec": spec})
+}
+
+async fn get(t: &Target, path: &str) -> (u16, Value) {
+    let (code, text) = support::raw(&t.admin, "GET", path, JSON, Vec::new()).await;
+    (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// The Job's pods (by its `job-name` label), those being deleted included.
+async fn pods_of(t: &Target, job: &str) -> Vec<Value> {
+    let (_, list) = get(
+        t,
+        &format!(
+            "/api/v1/namespaces/{NS}/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3D{job}"
+        ),
+    )
+    .await;
+    let mut pods = list["items"].as_array().cloned().unwrap_or_default();
+    pods.sort_by_key(|p| {
+        (
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                .as_str()
+                .map(str::to_owned),
+            p["metadata"]["creationTimestamp"]
+                .as_str()
+                .map(str::to_owned),
+            p["metadata"]["name"].as_str().map(str::to_owned),
+        )
+    });
+    pods
+}
+
+fn is_active(pod: &Value) -> bool {
+    pod["metadata"]["deletionTimestamp"].is_null()
+        && !matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+/// Waits (polling, at most 60 s) until `done` holds for the Job's pods.
+async fn wait_for_pods(t: &Target, job: &str, what: &str, done: impl Fn(&[Value]) -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let pods = pods_of(t, job).await;
+        if done(&pods) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}: {what} within 60 s; the pods: {pods:#?}",
+            t.name
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_for_active(t: &Target, job: &str, count: usize) {
+    wait_for_pods(t, job, &format!("{count} active pods of {job}"), |pods| {
+        pods.iter().filter(|p| is_active(p)).count() == count
+    })
+    .await;
+}
+
+/// Waits until the Job's status satisfies `done`.
+async fn wait_for_status(t: &Target, job: &str, what: &str, done: impl Fn(&Value) -> bool) {
+    super::wait_until(t, &job_path(job), what, |code, body| {
+        code == 200 && done(&body["status"])
+    })
+    .await;
+}
+
+fn has_condition(status: &Value, type_: &str) -> bool {
+    status["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
+}
+
+/// Records what the controller made of the pods: metadata it sets and the spec.
+async fn record_pods(t: &Target, job: &str) {
+    let pods: Vec<Value> = pods_of(t, job)
+        .await
+        .into_iter()
+        .map(|p| {
+            json!({
+                "name": p["metadata"]["name"],
+                "generateName": p["metadata"]["generateName"],
+                "labels": p["metadata"]["labels"],
+                "annotations": p["metadata"]["annotations"],
+                "finalizers": p["metadata"]["finalizers"],
+                "ownerReferences": p["metadata"]["ownerReferences"],
+                "deleting": !p["metadata"]["deletionTimestamp"].is_null(),
+                "spec": p["spec"],
+                "phase": p["status"]["phase"],
+            })
+        })
+        .collect();
+    record(t, format!("the pods of {job}"), json!(pods));
+}
+
+async fn record_status(t: &Target, job: &str) {
+    let (code, body) = get(t, &job_path(job)).await;
+    assert_eq!(code, 200, "{}: GET {job}: {body}", t.name);
+    record(
+        t,
+        format!("the status of {job}"),
+        json!({"status": body["status"], "finalizers": body["metadata"]["finalizers"]}),
+    );
+}
+
+/// The Events about the Job, each as its type, reason, message, count and source, sorted.
+async fn events_of(t: &Target, job: &str) -> Vec<Value> {
+    let (_, list) = get(t, &format!("/api/v1/namespaces/{NS}/events")).await;
+    let mut events: Vec<Value> = list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == job && e["involvedObject"]["kind"] == "Job")
+        .map(|e| {
+            mask_pod_names(json!({
+                "type": e["type"],
+                "reason": e["reason"],
+                "message": e["message"],
+                "count": e["count"],
+                "source": e["source"],
+                "reportingComponent": e["reportingComponent"],
+                "involvedObject": {"apiVersion": e["involvedObject"]["apiVersion"],
+                    "kind": e["involvedObject"]["kind"]},
+            }))
+        })
+        .collect();
+    events.sort_by_key(|e| e.to_string());
+    events
+}
+
+/// Waits until the Job's Events are `count` in all with a `last` among them, and records
+/// them.
+async fn record_events(t: &Target, job: &str, count: usize, last: &str) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let events = events_of(t, job).await;
+        let total: i64 = events
+            .iter()
+            .map(|e| e["count"].as_i64().unwrap_or(1))
+            .sum();
+        if usize::try_from(total).unwrap_or(0) >= count
+            && events.iter().any(|e| e["reason"] == last)
+        {
+            record(t, format!("the events of {job}"), json!(events));
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}: {count} events of {job} with {last} within 60 s; got {events:#?}",
+            t.name
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Plays the kubelet: the pod's one container terminated with `exit_code`, the pod in
+/// `phase`.
+async fn finish_pod(t: &Target, pod: &Value, phase: &str, exit_code: i32) {
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    raw_send(
+        t,
+        "PATCH",
+        &format!("/api/v1/namespaces/{NS}/pods/{name}/status"),
+        json!({"status": {"phase": phase, "containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": false,
+            "restartCount": 0, "started": false,
+            "state": {"terminated": {"exitCode": exit_code, "reason": reason,
+                "startedAt": now, "finishedAt": now}}
+        }]}}),
+    )
+    .await;
+}
+
+async fn active_pods(t: &Target, job: &str) -> Vec<Value> {
+    pods_of(t, job)
+        .await
+        .into_iter()
+        .filter(is_active)
+        .collect()
+}
+
+async fn create_job(t: &Target, body: Value) {
+    super::raw_create(t, &format!("{BATCH}/namespaces/{NS}/jobs"), &body).await;
+}
+
+pub(super) fn interactions() -> Vec<Interaction> {
+    vec![
+        interaction!(
+            "Jobs: a NonIndexed job of 3 completions, 2 at a time, run to completion",
+            |t| {
+                let name = "job-count";
+                create_job(t, job(name, json!({"completions": 3, "parallelism": 2}))).await;
+                wait_for_active(t, name, 2).await;
+                wait_for_status(t, name, "two active pods", |s| s["active"] == 2).await;
+                record_pods(t, name).await;
+                record_status(t, name).await;
+                let first = active_pods(t, name).await.remove(0);
+                finish_pod(t, &first, "Succeeded", 0).await;
+                wait_for_status(t, name, "one succeeded, two active", |s| {
+                    s["succeeded"] == 1 && s["active"] == 2
+                })
+                .await;
+                record_status(t, name).await;
+                for pod in active_pods(t, name).await {
+                    finish_pod(t, &pod, "Succeeded", 0).await;
+                }
+                wait_for_status(t, name, "Complete", |s| has_condition(s, "Complete")).await;
+                record_status(t, name).await;
+                record_pods(t, name).await;
+                record_events(t, name, 4, "Completed").await;
+            }
+        ),
+        interaction!("Jobs: an Indexed job of 3 completions", |t| {
+            let name = "job-indexed";
+            create_job(
+                t,
+                job(
+                    name,
+                    json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed"}),
+                ),
+            )
+            .await;
+            wait_for_active(t, name, 3).await;
+            wait_for_status(t, name, "three active pods", |s| s["active"] == 3).await;
+            record_pods(t, name).await;
+            let pods = active_pods(t, name).await;
+            finish_pod(t, &pods[1], "Succeeded", 0).await;
+            wait_for_status(t, name, "index 1 completed", |s| {
+                s["completedIndexes"] == "1" && s["active"] == 2
+            })
+            .await;
+            record_status(t, name).await;
+            finish_pod(t, &pods[0], "Succeeded", 0).await;
+            finish_pod(t, &pods[2], "Succeeded", 0).await;
+            wait_for_status(t, name, "Complete", |s| has_condition(s, "Complete")).await;
+            record_status(t, name).await;
+            record_pods(t, name).await;
+            record_events(t, name, 4, "Completed").await;
+        }),
+        interaction!("Jobs: a job that exhausts backoffLimit 0", |t| {
+            let name = "job-backoff";
+            create_job(t, job(name, json!({"backoffLimit": 0}))).await;
+            wait_for_active(t, name, 1).await;
+            let pod = active_pods(t, name).await.remove(0);
+            finish_pod(t, &pod, "Failed", 1).await;
+            wait_for_status(t, name, "Failed", |s| has_condition(s, "Failed")).await;
+            record_status(t, name).await;
+            record_pods(t, name).await;
+            record_events(t, name, 2, "BackoffLimitExceeded").await;
+        }),
+        interaction!("Jobs: a podFailurePolicy FailJob on exit code 42", |t| {
+            let name = "job-policy";
+            create_job(
+                t,
+                job(
+                    name,
+                    json!({"completions": 2, "parallelism": 2, "podFailurePolicy": {"rules": [
+                        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}
+                    ]}}),
+                ),
+            )
+            .await;
+            wait_for_active(t, name, 2).await;
+            let pod = active_pods(t, name).await.remove(0);
+            finish_pod(t, &pod, "Failed", 42).await;
+            wait_for_status(t, name, "Failed", |s| has_condition(s, "Failed")).await;
+            wait_for_pods(t, name, "the other pod gone", |pods| pods.len() == 1).await;
+            record_status(t, name).await;
+            record_pods(t, name).await;
+            record_events(t, name, 4, "PodFailurePolicy").await;
+        }),
+        interaction!("Jobs: a job past its activeDeadlineSeconds", |t| {
+            let name = "job-deadline";
+            create_job(t, job(name, json!({"activeDeadlineSeconds": 2}))).await;
+            wait_for_status(t, name, "Failed", |s| has_condition(s, "Failed")).await;
+            wait_for_pods(t, name, "the pod gone", <[Value]>::is_empty).await;
+            record_status(t, name).await;
+            record_events(t, name, 3, "DeadlineExceeded").await;
+        }),
+        interaction!("Jobs: a job suspended, resumed and suspended again", |t| {
+            let name = "job-suspend";
+            create_job(
+                t,
+                job(
+                    name,
+                    json!({"completions": 4, "parallelism": 2, "suspend": true}),
+                ),
+            )
+            .await;
+            wait_for_status(t, name, "Suspended", |s| has_condition(s, "Suspended")).await;
+            record_status(t, name).await;
+            let path = job_path(name);
+            raw_send(t, "PATCH", &path, json!({"spec": {"suspend": false}})).await;
+            wait_for_active(t, name, 2).await;
+            wait_for_status(t, name, "resumed with two active pods", |s| {
+                s["active"] == 2 && !has_condition(s, "Suspended")
+            })
+            .await;
+            record_status(t, name).await;
+            raw_send(t, "PATCH", &path, json!({"spec": {"suspend": true}})).await;
+            wait_for_pods(t, name, "the pods gone", <[Value]>::is_empty).await;
+            wait_for_status(t, name, "suspended again", |s| {
+                has_condition(s, "Suspended") && s["active"].is_null() && s["terminating"] == 0
+            })
+            .await;
+            record_status(t, name).await;
+            record_events(t, name, 7, "SuccessfulDelete").await;
+        }),
+        interaction!(
+            "Jobs: a finished job deleted by its ttlSecondsAfterFinished",
+            |t| {
+                let name = "job-ttl";
+                create_job(t, job(name, json!({"ttlSecondsAfterFinished": 0}))).await;
+                wait_for_active(t, name, 1).await;
+                let pod = active_pods(t, name).await.remove(0);
+                finish_pod(t, &pod, "Succeeded", 0).await;
+                super::wait_until(t, &job_path(name), "the Job deleted", |code, _| code == 404)
+                    .await;
+                wait_for_pods(t, name, "its pod collected", <[Value]>::is_empty).await;
+                let (code, body) = get(t, &job_path(name)).await;
+                t.record(Answer {
+                    asked: format!("GET {name}"),
+                    code: i64::from(code),
+                    body: normalize(body),
+                });
+            }
+        ),
+    ]
+}
