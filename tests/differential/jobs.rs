@@ -12,9 +12,20 @@ static POD_NAME: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(||
     regex::Regex::new(r"\b(job-[a-z]+-(?:\d+-)?)[bcdfghjklmnpqrstvwxz2456789]{5}\b").unwrap()
 });
 
+/// Jobs of the CronJob below, named after their scheduled minute.
+static SCHEDULED_JOB: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r"\bjob-cron-\d+\b").unwrap());
+
 fn mask_pod_names(value: Value) -> Value {
     match value {
-        Value::String(s) => Value::String(POD_NAME.replace_all(&s, "${1}<random>").into_owned()),
+        Value::String(s) => {
+            let s = POD_NAME.replace_all(&s, "${1}<random>");
+            Value::String(
+                SCHEDULED_JOB
+                    .replace_all(&s, "job-cron-<minute>")
+                    .into_owned(),
+            )
+        }
         Value::Array(items) => Value::Array(items.into_iter().map(mask_pod_names).collect()),
         Value::Object(map) => Value::Object(
             map.into_iter()
@@ -177,6 +188,24 @@ async fn events_of(t: &Target, job: &str) -> Vec<Value> {
         .collect();
     events.sort_by_key(|e| e.to_string());
     events
+}
+
+/// A CronJob's Events of one reason, as [`events_of`] gives a Job's.
+async fn cronjob_events(t: &Target, cronjob: &str, reason: &str) -> Vec<Value> {
+    let (_, list) = get(t, &format!("/api/v1/namespaces/{NS}/events")).await;
+    list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == cronjob && e["reason"] == reason)
+        .map(|e| {
+            json!({"type": e["type"], "reason": e["reason"], "message": e["message"],
+                "count": e["count"], "source": e["source"],
+                "involvedObject": {"apiVersion": e["involvedObject"]["apiVersion"],
+                    "kind": e["involvedObject"]["kind"]}})
+        })
+        .collect()
 }
 
 /// Waits until the Job's Events are `count` in all with a `last` among them, and records
@@ -360,6 +389,64 @@ pub(super) fn interactions() -> Vec<Interaction> {
             record_status(t, name).await;
             record_events(t, name, 7, "SuccessfulDelete").await;
         }),
+        interaction!(
+            "Jobs: a CronJob of every minute that forbids overlap",
+            |t| {
+                let name = "job-cron";
+                let cronjobs = format!("{BATCH}/namespaces/{NS}/cronjobs");
+                super::raw_create(
+                    t,
+                    &cronjobs,
+                    &json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                    "metadata": {"name": name, "namespace": NS},
+                    "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
+                        "jobTemplate": {"metadata": {"labels": {"from": "cron"}},
+                            "spec": job("unused", json!({}))["spec"]}}}),
+                )
+                .await;
+                let path = format!("{cronjobs}/{name}");
+                super::wait_until(t, &path, "the first scheduled job", |code, body| {
+                    code == 200
+                        && body["status"]["active"]
+                            .as_array()
+                            .is_some_and(|a| a.len() == 1)
+                })
+                .await;
+                let (_, cronjob) = get(t, &path).await;
+                record(
+                    t,
+                    format!("the status of {name}"),
+                    cronjob["status"].clone(),
+                );
+                let job_name = cronjob["status"]["active"][0]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                let (_, job) = get(t, &job_path(&job_name)).await;
+                record(
+                    t,
+                    "the scheduled job".into(),
+                    json!({"labels": job["metadata"]["labels"],
+                    "annotations": job["metadata"]["annotations"],
+                    "ownerReferences": job["metadata"]["ownerReferences"],
+                    "spec": job["spec"]}),
+                );
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+                let created = loop {
+                    let created = cronjob_events(t, name, "SuccessfulCreate").await;
+                    if !created.is_empty() || tokio::time::Instant::now() > deadline {
+                        break created;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                };
+                record(t, format!("the events of {name}"), json!(created));
+                let options =
+                    serde_json::to_vec(&json!({"propagationPolicy": "Background"})).unwrap();
+                let (code, text) = support::raw(&t.admin, "DELETE", &path, JSON, options).await;
+                assert_eq!(code, 200, "{}: DELETE {path}: {text}", t.name);
+                super::wait_until(t, &path, "the CronJob gone", |code, _| code == 404).await;
+            }
+        ),
         interaction!(
             "Jobs: a finished job deleted by its ttlSecondsAfterFinished",
             |t| {

@@ -1,5 +1,5 @@
 //! The simulated kube-controller-manager and kube-scheduler: garbage collector, deployment
-//! and replica set controllers, Job and TTL-after-finished controllers, namespace
+//! and replica set controllers, Job, CronJob and TTL-after-finished controllers, namespace
 //! controller, node lifecycle with taint eviction, pod garbage collector and a scheduler.
 //!
 //! They are ordinary API clients, exactly like the real components: they reach the server
@@ -15,7 +15,8 @@
 //! - [`job`]: pods for `parallelism` and `completions` (NonIndexed and Indexed), counted
 //!   through the job-tracking finalizer; back-off, deadline, pod failure policy, suspend;
 //!   the conditions and Events of 1.34. [`ttl_after_finished`] deletes finished Jobs
-//!   after `ttlSecondsAfterFinished`.
+//!   after `ttlSecondsAfterFinished`; [`cronjob`] creates a CronJob's Jobs on its schedule
+//!   ([`ControllerConfig::cronjob_clock`]).
 //! - [`namespace`]: deleting a namespace deletes its content, then finalizes it.
 //! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
@@ -32,9 +33,10 @@
 //!
 //! # Caveats
 //! - No leader election, no metrics; only the Job controller writes Events.
-//! - Only what the conformance features touch: no DaemonSets, CronJobs, StatefulSets,
+//! - Only what the conformance features touch: no DaemonSets, StatefulSets,
 //!   Services/Endpoints, quota, PDB-aware eviction, preemption or resource fitting.
 
+pub mod cronjob;
 pub mod csrsigning;
 pub mod deployment;
 mod dynamic;
@@ -57,7 +59,7 @@ pub mod ttl_after_finished;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -135,6 +137,9 @@ pub struct ControllerConfig {
     pub job_pod_failure_backoff: Duration,
     /// The longest such wait. Real: 6 min (`MaxJobPodFailureBackOff`).
     pub job_max_pod_failure_backoff: Duration,
+    /// The time the CronJob controller schedules by: the real time unless a test moves it
+    /// forward.
+    pub cronjob_clock: cronjob::Clock,
 }
 
 impl Default for ControllerConfig {
@@ -154,6 +159,7 @@ impl Default for ControllerConfig {
             cluster_signing_duration: Duration::from_secs(8760 * 3600),
             job_pod_failure_backoff: Duration::from_secs(10),
             job_max_pod_failure_backoff: Duration::from_secs(360),
+            cronjob_clock: cronjob::Clock::default(),
         }
     }
 }
@@ -262,6 +268,7 @@ struct Informers {
     replicasets: Cache<ReplicaSet>,
     deployments: Cache<Deployment>,
     jobs: Cache<Job>,
+    cronjobs: Cache<CronJob>,
     nodes: Cache<Node>,
     node_leases: Cache<Lease>,
 }
@@ -285,6 +292,7 @@ impl Controllers {
             replicasets: Cache::new(),
             deployments: Cache::new(),
             jobs: Cache::new(),
+            cronjobs: Cache::new(),
             nodes: Cache::new(),
             node_leases: Cache::new(),
         };
@@ -327,6 +335,12 @@ impl Controllers {
         tasks.push(ttl_after_finished::start(
             kcm(server, "ttl-after-finished-controller").await?,
             &informers.jobs,
+        ));
+        tasks.push(cronjob::start(
+            kcm(server, "cronjob-controller").await?,
+            &informers.cronjobs,
+            &informers.jobs,
+            config.cronjob_clock.clone(),
         ));
         tasks.push(node_lifecycle::start(
             kcm(server, "node-lifecycle-controller").await?,
@@ -374,6 +388,11 @@ impl Controllers {
             Api::<Job>::all(shared.clone()),
             informer_config.clone(),
             informers.jobs.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<CronJob>::all(shared.clone()),
+            informer_config.clone(),
+            informers.cronjobs.clone(),
         ));
         tasks.push(informer::spawn(
             Api::<Node>::all(shared.clone()),

@@ -1,11 +1,11 @@
-//! The Job controller against an in-process API server with no nodes: the tests play the
-//! kubelet through `pods/status`, with the pod-failure back-off shortened through
-//! [`ControllerConfig`]. What the real kube-controller-manager does with the same Jobs is
+//! The Job and CronJob controllers against an in-process API server with no nodes: the
+//! tests play the kubelet through `pods/status`, with the pod-failure back-off shortened
+//! and the CronJob controller's clock moved through [`ControllerConfig`]. What the real kube-controller-manager does with the same Jobs is
 //! compared in the harness's `tests/differential/jobs.rs`.
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -175,5 +175,105 @@ async fn an_ignored_disruption_is_not_counted_and_the_next_failure_is() {
         .map(|p| p.name_any())
         .collect();
     assert!(held.is_empty(), "pods still tracked: {held:?}");
+    sim.stop().await;
+}
+
+fn cronjob(name: &str, spec: Value) -> CronJob {
+    let mut spec = spec;
+    spec["jobTemplate"] = json!({"spec": {"template": {"spec": {"restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "busybox"}]}}}});
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+async fn jobs_of(jobs: &Api<Job>, cronjob: &str) -> Vec<Job> {
+    jobs.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|j| {
+            j.owner_references()
+                .iter()
+                .any(|r| r.kind == "CronJob" && r.name == cronjob)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cronjob_starts_its_jobs_on_the_moved_clock_forbids_overlap_and_keeps_no_history() {
+    let config = ControllerConfig::fast();
+    let clock = config.cronjob_clock.clone();
+    let sim = Sim::start_with(&[], config).await;
+    let cronjobs: Api<CronJob> = sim.api();
+    let jobs: Api<Job> = sim.api();
+    let pods: Api<Pod> = sim.api();
+    let spec = json!({"schedule": "*/5 * * * *", "concurrencyPolicy": "Forbid",
+        "successfulJobsHistoryLimit": 0});
+    cronjobs
+        .create(&PostParams::default(), &cronjob("every-five", spec))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(300));
+    let first = eventually("the first scheduled job", || async {
+        jobs_of(&jobs, "every-five").await.into_iter().next()
+    })
+    .await;
+    let minutes: i64 = first
+        .name_any()
+        .strip_prefix("every-five-")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        minutes % 5,
+        0,
+        "named after a scheduled minute: {}",
+        first.name_any()
+    );
+    let status = eventually("the job listed as active", || async {
+        let status = cronjobs.get("every-five").await.unwrap().status?;
+        (status.active.as_ref()?.len() == 1).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        status.last_schedule_time.map(|t| t.0.as_second()),
+        Some(minutes * 60)
+    );
+    // Forbid: the next scheduled time passes while the first job runs.
+    clock.advance(Duration::from_secs(300));
+    eventually(
+        "the controller to see the second scheduled time",
+        || async {
+            let events: Api<k8s_openapi::api::core::v1::Event> = sim.api();
+            let all = events.list(&ListParams::default()).await.unwrap().items;
+            all.iter()
+                .any(|e| e.reason.as_deref() == Some("JobAlreadyActive"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(jobs_of(&jobs, "every-five").await.len(), 1);
+    // The job completes: it leaves the active list, sets lastSuccessfulTime, and goes,
+    // since no successful job is kept; the scheduled time it held back then starts.
+    let pod = one_active_pod(&pods, &first.name_any(), &[]).await;
+    pods.patch_status(
+        &pod.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+    )
+    .await
+    .unwrap();
+    let second = format!("every-five-{}", minutes + 5);
+    eventually(
+        "the completed job replaced by the held-back one",
+        || async {
+            let status = cronjobs.get("every-five").await.unwrap().status?;
+            let gone = jobs.get_opt(&first.name_any()).await.unwrap().is_none();
+            let active: Vec<String> = status.active?.into_iter().filter_map(|r| r.name).collect();
+            (gone && active == [second.clone()] && status.last_successful_time.is_some())
+                .then_some(())
+        },
+    )
+    .await;
     sim.stop().await;
 }

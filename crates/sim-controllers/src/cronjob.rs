@@ -1,0 +1,1208 @@
+//! The CronJob controller: creates a CronJob's Jobs at the times of its schedule, as
+//! upstream's `pkg/controller/cronjob` (the v2 controller of Kubernetes 1.34) does — Jobs
+//! named `<cronjob>-<scheduled minutes since the epoch>`, `concurrencyPolicy`,
+//! `startingDeadlineSeconds`, `suspend`, the history limits, `status.active`,
+//! `lastScheduleTime` and `lastSuccessfulTime`, and the controller's Events.
+//!
+//! Time is read from a [`Clock`], which tests can move forward.
+//!
+//! # Caveats
+//! - Schedules in UTC only: a `timeZone` or `TZ=` other than UTC (or `Etc/UTC`) is refused
+//!   with upstream's `UnknownTimeZone` Event, as for a zone the host does not know.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use tokio::sync::watch;
+
+use super::events::{EventType, Recorder};
+use super::informer::{AbortOnDrop, Cache, Change, ObjectKey};
+use super::queue::Queue;
+use super::support::{code, controller_of, controller_ref, is_deleting, is_not_found};
+
+/// The annotation of a Job with the time it was scheduled for.
+const SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
+/// How long after a scheduled time the CronJob is looked at (upstream's
+/// `nextScheduleDelta`).
+const NEXT_SCHEDULE_DELTA: Duration = Duration::from_millis(100);
+
+/// The time the controller goes by: the real time plus an offset that tests can move
+/// forward ([`Clock::advance`]), upon which every CronJob is looked at again.
+#[derive(Clone)]
+pub struct Clock {
+    offset: Arc<Mutex<SignedDuration>>,
+    moved: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clock")
+            .field("offset", &*self.lock())
+            .finish()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self {
+            offset: Arc::default(),
+            moved: watch::channel(0).0,
+        }
+    }
+}
+
+impl Clock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SignedDuration> {
+        self.offset.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Now, as the controller sees it.
+    pub fn now(&self) -> Timestamp {
+        Timestamp::now()
+            .checked_add(*self.lock())
+            .unwrap_or_else(|_| Timestamp::now())
+    }
+
+    /// Moves the controller's time forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        {
+            let mut offset = self.lock();
+            *offset = offset.saturating_add(SignedDuration::try_from(by).unwrap_or_default());
+        }
+        self.moved.send_modify(|n| *n += 1);
+    }
+}
+
+/// Errors of one CronJob sync (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("request to the api server failed")]
+    Api(#[from] kube::Error),
+    /// A Job that should have been replaced could not be deleted.
+    #[error("could not replace job {0}")]
+    Replace(String),
+}
+
+/// Why a schedule was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// The schedule is not five fields or a descriptor.
+    #[error("expected exactly 5 fields, found {0}: {1}")]
+    Fields(usize, String),
+    /// A field is out of range or malformed.
+    #[error("{0}")]
+    Field(String),
+    /// The schedule names a time zone other than UTC.
+    #[error("unknown time zone {0}")]
+    TimeZone(String),
+}
+
+/// A parsed schedule (robfig/cron's standard parser: minute, hour, day of month, month,
+/// day of week; the `@` descriptors; `@every`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Schedule {
+    /// Five fields, each a bit set.
+    Fields {
+        /// Minutes 0-59.
+        minute: u64,
+        /// Hours 0-23.
+        hour: u64,
+        /// Days of the month 1-31.
+        dom: u64,
+        /// Months 1-12.
+        month: u64,
+        /// Days of the week 0-6 (Sunday 0).
+        dow: u64,
+        /// Whether day of month was `*` or `?`.
+        dom_star: bool,
+        /// Whether day of week was `*` or `?`.
+        dow_star: bool,
+    },
+    /// `@every <duration>`: at a constant delay.
+    Every(Duration),
+}
+
+fn bits(lo: u32, hi: u32, step: u32) -> u64 {
+    (lo..=hi)
+        .step_by(step.max(1) as usize)
+        .fold(0, |b, i| b | (1 << i))
+}
+
+const MONTHS: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
+const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+
+fn parse_value(text: &str, names: &[&str], first: u32) -> Result<u32, ScheduleError> {
+    if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(text)) {
+        return Ok(u32::try_from(i).unwrap_or(0) + first);
+    }
+    text.parse::<u32>().map_err(|_| {
+        ScheduleError::Field(format!(
+            "failed to parse int from {text}: strconv.Atoi: parsing {text:?}: invalid syntax"
+        ))
+    })
+}
+
+/// One field: a comma-separated list of `*`, `?`, `a`, `a-b`, each with an optional `/step`.
+fn parse_field(
+    field: &str,
+    lo: u32,
+    hi: u32,
+    names: &[&str],
+    first: u32,
+) -> Result<(u64, bool), ScheduleError> {
+    let mut set = 0;
+    let mut star = false;
+    for part in field.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((r, s)) => (
+                r,
+                Some(s.parse::<u32>().map_err(|_| {
+                    ScheduleError::Field(format!(
+                        "failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax"
+                    ))
+                })?),
+            ),
+            None => (part, None),
+        };
+        let (start, end) = if range == "*" || range == "?" {
+            if step.is_none() {
+                star = true;
+            }
+            (lo, hi)
+        } else if let Some((a, b)) = range.split_once('-') {
+            (parse_value(a, names, first)?, parse_value(b, names, first)?)
+        } else {
+            let v = parse_value(range, names, first)?;
+            (v, if step.is_some() { hi } else { v })
+        };
+        if start < lo {
+            return Err(ScheduleError::Field(format!(
+                "beginning of range ({start}) below minimum ({lo}): {part}"
+            )));
+        }
+        if end > hi {
+            return Err(ScheduleError::Field(format!(
+                "end of range ({end}) above maximum ({hi}): {part}"
+            )));
+        }
+        if start > end {
+            return Err(ScheduleError::Field(format!(
+                "beginning of range ({start}) beyond end of range ({end}): {part}"
+            )));
+        }
+        if step == Some(0) {
+            return Err(ScheduleError::Field(format!(
+                "step of range should be a positive number: {part}"
+            )));
+        }
+        set |= bits(start, end, step.unwrap_or(1));
+    }
+    Ok((set, star))
+}
+
+/// Parses a schedule as `cron.ParseStandard` does, after a `TZ=`/`CRON_TZ=` prefix (UTC
+/// only).
+pub fn parse_schedule(text: &str) -> Result<Schedule, ScheduleError> {
+    let mut spec = text.trim();
+    if let Some(rest) = spec
+        .strip_prefix("TZ=")
+        .or_else(|| spec.strip_prefix("CRON_TZ="))
+    {
+        let (zone, after) = rest.split_once(' ').unwrap_or((rest, ""));
+        if !is_utc(zone) {
+            return Err(ScheduleError::TimeZone(zone.to_string()));
+        }
+        spec = after.trim();
+    }
+    if let Some(descriptor) = spec.strip_prefix('@') {
+        let fields = match descriptor {
+            "yearly" | "annually" => "0 0 1 1 *",
+            "monthly" => "0 0 1 * *",
+            "weekly" => "0 0 * * 0",
+            "daily" | "midnight" => "0 0 * * *",
+            "hourly" => "0 * * * *",
+            other => {
+                let Some(every) = other.strip_prefix("every ") else {
+                    return Err(ScheduleError::Field(format!(
+                        "unrecognized descriptor: {spec}"
+                    )));
+                };
+                let delay = parse_go_duration(every.trim()).ok_or_else(|| {
+                    ScheduleError::Field(format!("failed to parse duration {spec}"))
+                })?;
+                return Ok(Schedule::Every(delay.max(Duration::from_secs(1))));
+            }
+        };
+        return parse_schedule(fields);
+    }
+    let fields: Vec<&str> = spec.split_whitespace().collect();
+    if fields.len() != 5 {
+        return Err(ScheduleError::Fields(fields.len(), spec.to_string()));
+    }
+    let (minute, _) = parse_field(fields[0], 0, 59, &[], 0)?;
+    let (hour, _) = parse_field(fields[1], 0, 23, &[], 0)?;
+    let (dom, dom_star) = parse_field(fields[2], 1, 31, &[], 1)?;
+    let (month, _) = parse_field(fields[3], 1, 12, &MONTHS, 1)?;
+    let (dow, dow_star) = parse_field(fields[4], 0, 6, &DAYS, 0)?;
+    Ok(Schedule::Fields {
+        minute,
+        hour,
+        dom,
+        month,
+        dow,
+        dom_star,
+        dow_star,
+    })
+}
+
+/// A Go duration of whole units (`90s`, `1h30m`, `5m`), rounded down to seconds.
+fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut number = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let mut unit = c.to_string();
+        if matches!(c, 'm' | 'u' | 'n' | 'µ') && chars.peek() == Some(&'s') {
+            unit.push('s');
+            chars.next();
+        }
+        let value: f64 = number.parse().ok()?;
+        number.clear();
+        total += value
+            * match unit.as_str() {
+                "h" => 3600.0,
+                "m" => 60.0,
+                "s" => 1.0,
+                "ms" => 1e-3,
+                "us" | "µs" => 1e-6,
+                "ns" => 1e-9,
+                _ => return None,
+            };
+    }
+    if !number.is_empty() {
+        return None;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+fn is_utc(zone: &str) -> bool {
+    matches!(
+        zone,
+        "UTC" | "Etc/UTC" | "Etc/UCT" | "UCT" | "Etc/GMT" | "GMT" | "Zulu"
+    )
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil date of days since 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+impl Schedule {
+    /// The first time of the schedule strictly after `after` (robfig/cron's `Next`, in
+    /// UTC); `None` when there is none in the next five years.
+    pub fn next(&self, after: &Timestamp) -> Option<Timestamp> {
+        let Schedule::Fields {
+            minute,
+            hour,
+            dom,
+            month,
+            dow,
+            dom_star,
+            dow_star,
+        } = self
+        else {
+            let Schedule::Every(delay) = self else {
+                return None;
+            };
+            let secs = i64::try_from(delay.as_secs()).unwrap_or(i64::MAX);
+            return Timestamp::from_second(after.as_second().saturating_add(secs)).ok();
+        };
+        // Whole minutes: the next minute after `after` (seconds are always 0).
+        let mut minutes = after.as_second().div_euclid(60) + 1;
+        let year_limit = civil_from_days(minutes.div_euclid(1440)).0 + 5;
+        loop {
+            let days = minutes.div_euclid(1440);
+            let (y, m, d) = civil_from_days(days);
+            if y > year_limit {
+                return None;
+            }
+            if month & (1 << m) == 0 {
+                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+                minutes = days_from_civil(ny, nm, 1) * 1440;
+                continue;
+            }
+            let weekday = u32::try_from((days + 4).rem_euclid(7)).unwrap_or(0);
+            let dom_match = dom & (1 << d) != 0;
+            let dow_match = dow & (1 << weekday) != 0;
+            let day_ok = if *dom_star || *dow_star {
+                dom_match && dow_match
+            } else {
+                dom_match || dow_match
+            };
+            if !day_ok {
+                minutes = (days + 1) * 1440;
+                continue;
+            }
+            let in_day = minutes.rem_euclid(1440);
+            let h = in_day / 60;
+            if hour & (1 << h) == 0 {
+                minutes = days * 1440 + (h + 1) * 60;
+                continue;
+            }
+            let mi = in_day % 60;
+            if minute & (1 << mi) == 0 {
+                minutes += 1;
+                continue;
+            }
+            return Timestamp::from_second(minutes * 60).ok();
+        }
+    }
+}
+
+/// Upstream's `mostRecentScheduleTime`: the earliest time considered, the most recent
+/// scheduled time not after `now` (if any), and how many were missed.
+fn most_recent_schedule_time(
+    cj: &CronJob,
+    now: &Timestamp,
+    schedule: &Schedule,
+    with_starting_deadline: bool,
+) -> Result<(Timestamp, Option<Timestamp>, u64), String> {
+    let mut earliest = cj
+        .status
+        .as_ref()
+        .and_then(|s| s.last_schedule_time.as_ref())
+        .or(cj.metadata.creation_timestamp.as_ref())
+        .map_or(*now, |t| t.0);
+    if with_starting_deadline && let Some(deadline) = spec_of(cj).starting_deadline_seconds {
+        let limit = now
+            .checked_sub(SignedDuration::from_secs(deadline))
+            .unwrap_or(*now);
+        if limit > earliest {
+            earliest = limit;
+        }
+    }
+    let Some(t1) = schedule.next(&earliest) else {
+        return Ok((earliest, None, 0));
+    };
+    let Some(t2) = schedule.next(&t1) else {
+        return Ok((earliest, (t1 <= *now).then_some(t1), 0));
+    };
+    if *now < t1 {
+        return Ok((earliest, None, 0));
+    }
+    if *now < t2 {
+        return Ok((earliest, Some(t1), 0));
+    }
+    let between = t2.as_second() - t1.as_second();
+    if between < 1 {
+        return Err("time difference between two schedules is less than 1 second".into());
+    }
+    let elapsed = now.as_second() - t1.as_second();
+    let missed = elapsed / between + 1;
+    let potential = Timestamp::from_second(t1.as_second() + (missed - 2) * between).unwrap_or(t1);
+    let mut most_recent = None;
+    let mut t = schedule.next(&potential);
+    while let Some(at) = t {
+        if at > *now {
+            break;
+        }
+        most_recent = Some(at);
+        t = schedule.next(&at);
+    }
+    Ok((earliest, most_recent, u64::try_from(missed).unwrap_or(0)))
+}
+
+/// Upstream's `nextScheduleTimeDuration`: how long until the CronJob is looked at again.
+pub(crate) fn next_schedule_in(cj: &CronJob, now: &Timestamp, schedule: &Schedule) -> Duration {
+    let from = match most_recent_schedule_time(cj, now, schedule, false) {
+        Err(_) => *now,
+        Ok((_, Some(recent), _)) => recent,
+        Ok((earliest, None, 0)) => earliest,
+        Ok((_, None, _)) => *now,
+    };
+    let Some(next) = schedule.next(&from) else {
+        return Duration::from_secs(3600);
+    };
+    let d = next.duration_since(*now);
+    let d = if d.is_negative() {
+        Duration::ZERO
+    } else {
+        d.unsigned_abs()
+    };
+    d + NEXT_SCHEDULE_DELTA
+}
+
+fn spec_of(cj: &CronJob) -> &k8s_openapi::api::batch::v1::CronJobSpec {
+    static EMPTY: std::sync::LazyLock<k8s_openapi::api::batch::v1::CronJobSpec> =
+        std::sync::LazyLock::new(Default::default);
+    cj.spec.as_ref().unwrap_or(&EMPTY)
+}
+
+/// The Job's true `Complete` or `Failed` condition type, if it has finished.
+fn finished_as(job: &Job) -> Option<&str> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        .map(|c| c.type_.as_str())
+}
+
+/// The Job's name for a scheduled time: `<cronjob>-<minutes since the epoch>`.
+pub(crate) fn job_name(cj: &CronJob, scheduled: &Timestamp) -> String {
+    format!(
+        "{}-{}",
+        cj.metadata.name.as_deref().unwrap_or_default(),
+        scheduled.as_second().div_euclid(60)
+    )
+}
+
+/// Upstream's `getJobFromTemplate2`.
+fn job_from_template(cj: &CronJob, scheduled: &Timestamp) -> Job {
+    let template = spec_of(cj).job_template.clone();
+    let meta = template.metadata.unwrap_or_default();
+    let mut annotations = meta.annotations.unwrap_or_default();
+    annotations.insert(
+        SCHEDULED_TIMESTAMP.into(),
+        Timestamp::from_second(scheduled.as_second())
+            .unwrap_or(*scheduled)
+            .to_string(),
+    );
+    Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(cj, scheduled)),
+            labels: meta.labels,
+            annotations: Some(annotations),
+            owner_references: Some(vec![controller_ref("batch/v1", "CronJob", &cj.metadata)]),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec,
+        status: None,
+    }
+}
+
+fn reference(job: &Job) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("batch/v1".into()),
+        kind: Some("Job".into()),
+        name: job.metadata.name.clone(),
+        namespace: job.metadata.namespace.clone(),
+        uid: job.metadata.uid.clone(),
+        resource_version: job.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+struct Controller {
+    client: Client,
+    cronjobs: Cache<CronJob>,
+    jobs: Cache<Job>,
+    queue: Queue<ObjectKey>,
+    recorder: Recorder,
+    clock: Clock,
+}
+
+/// Subscribes the controller to the shared caches and starts its worker.
+pub(crate) fn start(
+    client: Client,
+    cronjobs: &Cache<CronJob>,
+    jobs: &Cache<Job>,
+    clock: Clock,
+) -> AbortOnDrop {
+    let controller = Arc::new(Controller {
+        recorder: Recorder::new(client.clone(), "cronjob-controller"),
+        client,
+        cronjobs: cronjobs.clone(),
+        jobs: jobs.clone(),
+        queue: Queue::new(),
+        clock,
+    });
+    let c = controller.clone();
+    cronjobs.subscribe(move |change| c.cronjob_changed(change));
+    let c = controller.clone();
+    jobs.subscribe(move |change| c.job_changed(change));
+    AbortOnDrop::spawn(async move { controller.run().await })
+}
+
+impl Controller {
+    fn cronjob_changed(&self, change: &Change<CronJob>) {
+        let key = ObjectKey::of(change.object().as_ref());
+        if let Change::Applied {
+            old: Some(old),
+            new,
+        } = change
+        {
+            let (before, after) = (spec_of(old), spec_of(new));
+            if before.schedule != after.schedule || before.time_zone != after.time_zone {
+                match parse_schedule(&schedule_text(new)) {
+                    Ok(schedule) => {
+                        let after = next_schedule_in(new, &self.clock.now(), &schedule);
+                        self.queue.add_after(key, after);
+                    }
+                    Err(error) => self.event(
+                        new,
+                        EventType::Warning,
+                        "UnParseableCronJobSchedule",
+                        &format!(
+                            "unparseable schedule for cronjob: {}: {error}",
+                            after.schedule
+                        ),
+                    ),
+                }
+                return;
+            }
+        }
+        if !matches!(change, Change::Deleted(_)) {
+            self.queue.add(key);
+        }
+    }
+
+    fn job_changed(&self, change: &Change<Job>) {
+        let job = change.object();
+        if let Change::Applied {
+            old: Some(old),
+            new,
+        } = change
+            && old.metadata.resource_version == new.metadata.resource_version
+        {
+            return;
+        }
+        let Some(r) = controller_of(&job.metadata).filter(|r| r.kind == "CronJob") else {
+            return;
+        };
+        let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+        if let Some(cj) = self.cronjobs.get(namespace, &r.name)
+            && cj.metadata.uid.as_deref() == Some(r.uid.as_str())
+        {
+            self.queue.add(ObjectKey::new(namespace, &r.name));
+        }
+    }
+
+    fn event(&self, cj: &CronJob, type_: EventType, reason: &str, message: &str) {
+        self.recorder
+            .record("batch/v1", "CronJob", &cj.metadata, type_, reason, message);
+    }
+
+    async fn run(self: Arc<Self>) {
+        self.cronjobs.wait_ready().await;
+        self.jobs.wait_ready().await;
+        let mut moved = self.clock.moved.subscribe();
+        loop {
+            let key = tokio::select! {
+                key = self.queue.next() => key,
+                Ok(()) = moved.changed() => {
+                    for cj in self.cronjobs.list() {
+                        self.queue.add(ObjectKey::of(cj.as_ref()));
+                    }
+                    continue;
+                }
+            };
+            match self.sync(&key).await {
+                Ok(after) => {
+                    self.queue.forget(&key);
+                    if let Some(after) = after {
+                        self.queue.add_after(key.clone(), after);
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(cronjob = %key, error = %super::support::error_chain(&error), "cronjob sync failed; retrying");
+                    self.queue.add_rate_limited(key.clone());
+                }
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    fn jobs_api(&self, namespace: &str) -> Api<Job> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn sync(&self, key: &ObjectKey) -> Result<Option<Duration>, Error> {
+        let Some(shared) = self.cronjobs.get(&key.namespace, &key.name) else {
+            return Ok(None);
+        };
+        let jobs: Vec<Arc<Job>> = self
+            .jobs
+            .list_in(&key.namespace)
+            .into_iter()
+            .filter(|j| controller_of(&j.metadata).is_some_and(|r| r.name == key.name))
+            .collect();
+        let mut cj = (*shared).clone();
+        let cleaned = self.cleanup_finished_jobs(&mut cj, &jobs).await;
+        let (requeue, synced, sync_error) = match self.sync_cronjob(&mut cj, &jobs).await {
+            Ok((requeue, updated)) => (requeue, updated, None),
+            Err((updated, error)) => (None, updated, Some(error)),
+        };
+        if cleaned || synced {
+            let api: Api<CronJob> = Api::namespaced(self.client.clone(), &key.namespace);
+            if let Some(status) = cj.status.as_mut()
+                && status.active.as_ref().is_some_and(Vec::is_empty)
+            {
+                status.active = None;
+            }
+            api.replace_status(&key.name, &PostParams::default(), &cj)
+                .await?;
+        }
+        if requeue.is_some() {
+            return Ok(requeue);
+        }
+        match sync_error {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    fn in_active(cj: &CronJob, uid: &str) -> bool {
+        cj.status
+            .as_ref()
+            .and_then(|s| s.active.as_ref())
+            .is_some_and(|a| a.iter().any(|r| r.uid.as_deref() == Some(uid)))
+    }
+
+    fn remove_active(cj: &mut CronJob, uid: &str) {
+        if let Some(active) = cj.status.as_mut().and_then(|s| s.active.as_mut()) {
+            active.retain(|r| r.uid.as_deref() != Some(uid));
+        }
+    }
+
+    /// Upstream's `syncCronJob`: reconciles the active list with the Jobs, then creates
+    /// the Job of the most recent unmet scheduled time. Returns when to look again and
+    /// whether the status changed (also with an error).
+    async fn sync_cronjob(
+        &self,
+        cj: &mut CronJob,
+        jobs: &[Arc<Job>],
+    ) -> Result<(Option<Duration>, bool), (bool, Error)> {
+        let now = self.clock.now();
+        let namespace = cj.metadata.namespace.clone().unwrap_or_default();
+        let api = self.jobs_api(&namespace);
+        let mut updated = false;
+        let mut children = HashSet::new();
+        for job in jobs {
+            let uid = job.metadata.uid.clone().unwrap_or_default();
+            children.insert(uid.clone());
+            let found = Self::in_active(cj, &uid);
+            let finished = finished_as(job);
+            if !found && finished.is_none() {
+                let cronjobs: Api<CronJob> = Api::namespaced(self.client.clone(), &namespace);
+                let fresh = cronjobs
+                    .get(cj.metadata.name.as_deref().unwrap_or_default())
+                    .await
+                    .map_err(|e| (updated, e.into()))?;
+                if Self::in_active(&fresh, &uid) {
+                    *cj = fresh;
+                    continue;
+                }
+                self.event(
+                    cj,
+                    EventType::Warning,
+                    "UnexpectedJob",
+                    &format!(
+                        "Saw a job that the controller did not create or forgot: {}",
+                        job.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                );
+            } else if let Some(condition) = finished {
+                if found {
+                    Self::remove_active(cj, &uid);
+                    self.event(
+                        cj,
+                        EventType::Normal,
+                        "SawCompletedJob",
+                        &format!(
+                            "Saw completed job: {}, condition: {condition}",
+                            job.metadata.name.as_deref().unwrap_or_default()
+                        ),
+                    );
+                    updated = true;
+                }
+                if condition == "Complete" {
+                    let completed = job.status.as_ref().and_then(|s| s.completion_time.clone());
+                    let status = cj.status.get_or_insert_with(Default::default);
+                    let later = match (&status.last_successful_time, &completed) {
+                        (None, _) => true,
+                        (Some(last), Some(at)) => at.0 > last.0,
+                        (Some(_), None) => false,
+                    };
+                    if later {
+                        status.last_successful_time = completed;
+                        updated = true;
+                    }
+                }
+            }
+        }
+        let active: Vec<ObjectReference> = cj
+            .status
+            .as_ref()
+            .and_then(|s| s.active.clone())
+            .unwrap_or_default();
+        for r in active {
+            let uid = r.uid.clone().unwrap_or_default();
+            if children.contains(&uid) {
+                continue;
+            }
+            match api.get(r.name.as_deref().unwrap_or_default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {
+                    self.event(
+                        cj,
+                        EventType::Normal,
+                        "MissingJob",
+                        &format!(
+                            "Active job went missing: {}",
+                            r.name.as_deref().unwrap_or_default()
+                        ),
+                    );
+                    Self::remove_active(cj, &uid);
+                    updated = true;
+                }
+                Err(e) => return Err((updated, e.into())),
+            }
+        }
+        if is_deleting(&cj.metadata) {
+            return Ok((None, updated));
+        }
+        if let Some(zone) = spec_of(cj).time_zone.as_deref()
+            && !is_utc(zone)
+        {
+            self.event(
+                cj,
+                EventType::Warning,
+                "UnknownTimeZone",
+                &format!("invalid timeZone: {zone:?}: unknown time zone {zone}"),
+            );
+            return Ok((None, updated));
+        }
+        if spec_of(cj).suspend == Some(true) {
+            return Ok((None, updated));
+        }
+        let text = schedule_text(cj);
+        if text.contains("TZ") {
+            self.event(
+                cj,
+                EventType::Warning,
+                "UnsupportedSchedule",
+                &format!("CRON_TZ or TZ used in schedule {text:?} is not officially supported, see https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/ for more details"),
+            );
+        }
+        let schedule = match parse_schedule(&text) {
+            Ok(s) => s,
+            Err(error) => {
+                self.event(
+                    cj,
+                    EventType::Warning,
+                    "UnparseableSchedule",
+                    &format!("unparseable schedule: {:?} : {error}", spec_of(cj).schedule),
+                );
+                return Ok((None, updated));
+            }
+        };
+        let scheduled = match most_recent_schedule_time(cj, &now, &schedule, true) {
+            Err(error) => {
+                self.event(
+                    cj,
+                    EventType::Warning,
+                    "InvalidSchedule",
+                    &format!("invalid schedule: {} : {error}", spec_of(cj).schedule),
+                );
+                return Ok((None, updated));
+            }
+            Ok((_, None, _)) => {
+                return Ok((Some(next_schedule_in(cj, &now, &schedule)), updated));
+            }
+            Ok((_, Some(at), missed)) => {
+                if missed > 100 {
+                    self.event(
+                        cj,
+                        EventType::Warning,
+                        "TooManyMissedTimes",
+                        "too many missed start times. Set or decrease .spec.startingDeadlineSeconds or check clock skew",
+                    );
+                }
+                at
+            }
+        };
+        let next = next_schedule_in(cj, &now, &schedule);
+        if let Some(deadline) = spec_of(cj).starting_deadline_seconds
+            && scheduled
+                .checked_add(SignedDuration::from_secs(deadline))
+                .is_ok_and(|t| t < now)
+        {
+            self.event(
+                cj,
+                EventType::Warning,
+                "MissSchedule",
+                &format!(
+                    "Missed scheduled time to start a job: {}",
+                    rfc1123z(&scheduled)
+                ),
+            );
+            return Ok((Some(next), updated));
+        }
+        let name = job_name(cj, &scheduled);
+        let status = cj.status.clone().unwrap_or_default();
+        let active = status.active.clone().unwrap_or_default();
+        if active
+            .iter()
+            .any(|r| r.name.as_deref() == Some(name.as_str()))
+            || status.last_schedule_time.as_ref().map(|t| t.0) == Some(scheduled)
+        {
+            return Ok((Some(next), updated));
+        }
+        let policy = spec_of(cj).concurrency_policy.as_deref().unwrap_or("Allow");
+        if policy == "Forbid" && !active.is_empty() {
+            self.event(
+                cj,
+                EventType::Normal,
+                "JobAlreadyActive",
+                "Not starting job because prior execution is running and concurrency policy is Forbid",
+            );
+            return Ok((Some(next), updated));
+        }
+        if policy == "Replace" {
+            for r in &active {
+                let job_name = r.name.clone().unwrap_or_default();
+                let job = match api.get(&job_name).await {
+                    Ok(job) => job,
+                    Err(e) => {
+                        self.event(
+                            cj,
+                            EventType::Warning,
+                            "FailedGet",
+                            &format!("Get job: {}", api_message(&e)),
+                        );
+                        return Err((updated, e.into()));
+                    }
+                };
+                if !self.delete_job(cj, &job).await {
+                    return Err((updated, Error::Replace(format!("{namespace}/{job_name}"))));
+                }
+                updated = true;
+            }
+        }
+        let request = job_from_template(cj, &scheduled);
+        let created = match api.create(&PostParams::default(), &request).await {
+            Ok(job) => {
+                self.event(
+                    cj,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    &format!(
+                        "Created job {}",
+                        job.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                );
+                job
+            }
+            Err(e) if code(&e) == Some(409) => {
+                let job = api.get(&name).await.map_err(|e| (updated, e.into()))?;
+                let ours = controller_of(&job.metadata)
+                    .is_some_and(|r| Some(r.uid.as_str()) == cj.metadata.uid.as_deref());
+                if !ours || Self::in_active(cj, job.metadata.uid.as_deref().unwrap_or_default()) {
+                    return Ok((None, updated));
+                }
+                job
+            }
+            Err(e) => {
+                if !is_namespace_terminating(&e) {
+                    self.event(
+                        cj,
+                        EventType::Warning,
+                        "FailedCreate",
+                        &format!("Error creating job: {}", api_message(&e)),
+                    );
+                }
+                return Err((updated, e.into()));
+            }
+        };
+        let status = cj.status.get_or_insert_with(Default::default);
+        status
+            .active
+            .get_or_insert_with(Vec::new)
+            .push(reference(&created));
+        status.last_schedule_time = Some(Time(scheduled));
+        Ok((Some(next_schedule_in(cj, &now, &schedule)), true))
+    }
+
+    /// Upstream's `cleanupFinishedJobs`: the oldest finished Jobs beyond the history
+    /// limits are deleted. True when the status changed.
+    async fn cleanup_finished_jobs(&self, cj: &mut CronJob, jobs: &[Arc<Job>]) -> bool {
+        let spec = spec_of(cj).clone();
+        if spec.successful_jobs_history_limit.is_none() && spec.failed_jobs_history_limit.is_none()
+        {
+            return false;
+        }
+        let mut updated = false;
+        for (kind, limit) in [
+            ("Complete", spec.successful_jobs_history_limit),
+            ("Failed", spec.failed_jobs_history_limit),
+        ] {
+            let Some(limit) = limit else { continue };
+            let mut finished: Vec<&Arc<Job>> = jobs
+                .iter()
+                .filter(|j| finished_as(j) == Some(kind))
+                .collect();
+            let excess = finished
+                .len()
+                .saturating_sub(usize::try_from(limit).unwrap_or(0));
+            if excess == 0 {
+                continue;
+            }
+            finished.sort_by(|a, b| {
+                let start = |j: &Job| j.status.as_ref().and_then(|s| s.start_time.clone());
+                match (start(a), start(b)) {
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (x, y) if x == y => a.metadata.name.cmp(&b.metadata.name),
+                    (x, y) => x.map(|t| t.0).cmp(&y.map(|t| t.0)),
+                }
+            });
+            for job in finished.into_iter().take(excess) {
+                if self.delete_job(cj, job).await {
+                    updated = true;
+                }
+            }
+        }
+        updated
+    }
+
+    /// Deletes a Job with background propagation and drops it from the active list.
+    async fn delete_job(&self, cj: &mut CronJob, job: &Job) -> bool {
+        let api = self.jobs_api(job.metadata.namespace.as_deref().unwrap_or_default());
+        let name = job.metadata.name.clone().unwrap_or_default();
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        if let Err(e) = api.delete(&name, &params).await {
+            self.event(
+                cj,
+                EventType::Warning,
+                "FailedDelete",
+                &format!("Deleted job: {}", api_message(&e)),
+            );
+            return false;
+        }
+        Self::remove_active(cj, job.metadata.uid.as_deref().unwrap_or_default());
+        self.event(
+            cj,
+            EventType::Normal,
+            "SuccessfulDelete",
+            &format!("Deleted job {name}"),
+        );
+        true
+    }
+}
+
+/// The schedule with the CronJob's `timeZone` as a `TZ=` prefix (upstream's
+/// `formatSchedule`).
+fn schedule_text(cj: &CronJob) -> String {
+    let spec = spec_of(cj);
+    match spec.time_zone.as_deref() {
+        Some(zone) if !spec.schedule.contains("TZ") && is_utc(zone) => {
+            format!("TZ={zone} {}", spec.schedule)
+        }
+        _ => spec.schedule.clone(),
+    }
+}
+
+fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn is_namespace_terminating(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")),
+        _ => false,
+    }
+}
+
+/// A time as Go's `time.RFC1123Z` in UTC: `Mon, 02 Jan 2006 15:04:05 +0000`.
+fn rfc1123z(at: &Timestamp) -> String {
+    let secs = at.as_second();
+    let days = secs.div_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let in_day = secs.rem_euclid(86_400);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
+        [usize::try_from(days.rem_euclid(7)).unwrap_or(0)];
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][usize::try_from(m - 1).unwrap_or(0)];
+    format!(
+        "{weekday}, {d:02} {month} {y} {:02}:{:02}:{:02} +0000",
+        in_day / 3600,
+        in_day % 3600 / 60,
+        in_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn next(schedule: &str, after: &str) -> String {
+        parse_schedule(schedule)
+            .unwrap()
+            .next(&at(after))
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn the_next_time_follows_each_field_of_the_schedule() {
+        assert_eq!(
+            next("*/5 * * * *", "2026-01-01T00:03:10Z"),
+            "2026-01-01T00:05:00Z"
+        );
+        assert_eq!(
+            next("*/5 * * * *", "2026-01-01T00:05:00Z"),
+            "2026-01-01T00:10:00Z"
+        );
+        assert_eq!(
+            next("30 2 * * *", "2026-01-01T03:00:00Z"),
+            "2026-01-02T02:30:00Z"
+        );
+        assert_eq!(
+            next("0 0 29 2 *", "2026-03-01T00:00:00Z"),
+            "2028-02-29T00:00:00Z"
+        );
+        // 2026-01-01 is a Thursday: the next Monday is the 5th.
+        assert_eq!(
+            next("0 9 * * MON", "2026-01-01T00:00:00Z"),
+            "2026-01-05T09:00:00Z"
+        );
+        assert_eq!(
+            next("@monthly", "2026-01-15T00:00:00Z"),
+            "2026-02-01T00:00:00Z"
+        );
+        assert_eq!(
+            next("@every 90s", "2026-01-01T00:00:00Z"),
+            "2026-01-01T00:01:30Z"
+        );
+        assert_eq!(
+            next("TZ=UTC 0 * * * *", "2026-01-01T00:00:00Z"),
+            "2026-01-01T01:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_restricted_day_of_month_or_week_matches_either_as_cron_does() {
+        // Both restricted: the 13th or any Friday. 2026-02-06 is a Friday.
+        assert_eq!(
+            next("0 0 13 * 5", "2026-02-01T00:00:00Z"),
+            "2026-02-06T00:00:00Z"
+        );
+        // Day of week `*`: only the 13th.
+        assert_eq!(
+            next("0 0 13 * *", "2026-02-01T00:00:00Z"),
+            "2026-02-13T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn malformed_schedules_are_refused_with_robfig_cron_messages() {
+        assert_eq!(
+            parse_schedule("* * * *").unwrap_err().to_string(),
+            "expected exactly 5 fields, found 4: * * * *"
+        );
+        assert_eq!(
+            parse_schedule("61 * * * *").unwrap_err().to_string(),
+            "end of range (61) above maximum (59): 61"
+        );
+        assert!(matches!(
+            parse_schedule("TZ=Europe/Paris * * * * *"),
+            Err(ScheduleError::TimeZone(_))
+        ));
+    }
+
+    fn cronjob(created: &str, last: Option<&str>, deadline: Option<i64>) -> CronJob {
+        serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "ns", "creationTimestamp": created},
+            "spec": {"schedule": "*/10 * * * *", "startingDeadlineSeconds": deadline,
+                "jobTemplate": {"spec": {"template": {}}}},
+            "status": {"lastScheduleTime": last}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_most_recent_missed_time_is_the_one_started_and_a_deadline_skips_it() {
+        let schedule = parse_schedule("*/10 * * * *").unwrap();
+        let cj = cronjob("2026-01-01T00:00:30Z", None, None);
+        let now = at("2026-01-01T00:35:00Z");
+        let (_, recent, missed) = most_recent_schedule_time(&cj, &now, &schedule, true).unwrap();
+        assert_eq!(recent, Some(at("2026-01-01T00:30:00Z")));
+        assert_eq!(missed, 3);
+        let started = cronjob("2026-01-01T00:00:30Z", Some("2026-01-01T00:30:00Z"), None);
+        let (_, recent, _) = most_recent_schedule_time(&started, &now, &schedule, true).unwrap();
+        assert_eq!(recent, None);
+        assert_eq!(
+            next_schedule_in(&started, &now, &schedule),
+            Duration::from_secs(300) + NEXT_SCHEDULE_DELTA
+        );
+        let strict = cronjob("2026-01-01T00:00:30Z", None, Some(60));
+        let (_, recent, _) = most_recent_schedule_time(&strict, &now, &schedule, true).unwrap();
+        assert_eq!(recent, None, "no scheduled time within the last minute");
+    }
+
+    #[test]
+    fn a_job_is_named_after_its_scheduled_minute_and_carries_the_time() {
+        let cj = cronjob("2026-01-01T00:00:00Z", None, None);
+        let job = job_from_template(&cj, &at("2026-01-01T00:10:00Z"));
+        assert_eq!(job.metadata.name.as_deref(), Some("c-29453770"));
+        assert_eq!(
+            job.metadata.annotations.unwrap()[SCHEDULED_TIMESTAMP],
+            "2026-01-01T00:10:00Z"
+        );
+        assert_eq!(
+            rfc1123z(&at("2026-01-01T00:10:00Z")),
+            "Thu, 01 Jan 2026 00:10:00 +0000"
+        );
+    }
+}
