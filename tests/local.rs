@@ -488,6 +488,40 @@ async fn without_kube_controller_manager_the_simulators_controllers_stand_in_aga
     })
     .await;
 
+    // A Job runs its pod to completion on our node; a TTL set then deletes it.
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), "stand-in");
+    let job = serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "example/shell:1", "args": ["-c", "exit 0"]}]}}}
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    eventually("the Job complete with one succeeded pod", || {
+        let jobs = jobs.clone();
+        async move {
+            let status = jobs.get("once").await.ok()?.status?;
+            let complete = status
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True");
+            (complete && status.succeeded == Some(1)).then_some(())
+        }
+    })
+    .await;
+    jobs.patch(
+        "once",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"spec": {"ttlSecondsAfterFinished": 0}})),
+    )
+    .await
+    .unwrap();
+    eventually("the finished Job deleted by its TTL", || {
+        let jobs = jobs.clone();
+        async move { jobs.get_opt("once").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+
     // The audit names the stand-ins as the components they stand in for.
     audited(
         &plane,
