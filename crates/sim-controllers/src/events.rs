@@ -5,9 +5,11 @@
 //!
 //! # Caveats
 //! - Similar events (same reason, other messages) are never combined into one, as
-//!   client-go's aggregator does past ten within ten minutes, and identical ones are
-//!   counted for as long as the recorder lives (client-go: an LRU of 4096). Writing is in
-//!   the background and a failure is only logged, as client-go's broadcaster only logs it.
+//!   client-go's aggregator does past ten within ten minutes. Identical ones are counted
+//!   while the recorder remembers them: up to 4096 distinct Events, all forgotten at once
+//!   when full, where client-go forgets the least recently used first.
+//! - Writing is in the background and a failure is only logged, as client-go's
+//!   broadcaster only logs it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +22,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::support::now;
+
+/// How many distinct Events a recorder remembers to count repeats on (client-go's
+/// correlator keeps an LRU cache of 4096).
+const MAX_REMEMBERED: usize = 4096;
 
 /// `Normal` or `Warning`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +98,9 @@ impl Recorder {
                     Some((name.clone(), *count))
                 }
                 None => {
+                    if written.len() >= MAX_REMEMBERED {
+                        written.clear();
+                    }
                     written.insert(
                         identity,
                         (event.metadata.name.clone().unwrap_or_default(), 1),

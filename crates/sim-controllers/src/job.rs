@@ -56,6 +56,10 @@ pub(crate) const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-in
 const COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
 /// The value of `spec.managedBy` that names this controller.
 const MANAGED_BY_JOB_CONTROLLER: &str = "kubernetes.io/job-controller";
+/// Most pods listed in `uncountedTerminatedPods` at a time (upstream's
+/// `MaxUncountedPods`), which keeps the status small and one sync's finalizer removals
+/// bounded.
+const MAX_UNCOUNTED_PODS: usize = 500;
 /// Most pods created or deleted in one sync (upstream's `MaxPodCreateDeletePerSync`).
 const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
 /// How long pod events and status-only Job updates wait before a sync, so that one sync
@@ -996,6 +1000,7 @@ impl Controller {
             .finished
             .as_ref()
             .is_some_and(|c| c.type_ != "SuccessCriteriaMet");
+        let mut reached_max_uncounted = false;
         for pod in &sync.pods {
             let uid = uid_of(&pod.metadata);
             if !has_finalizer(&pod.metadata, TRACKING_FINALIZER)
@@ -1038,6 +1043,14 @@ impl Controller {
                     needs_flush = true;
                     uncounted.failed.get_or_insert_with(Vec::new).push(uid);
                 }
+            }
+            let listed = new_succeeded_indexes.len()
+                + uncounted.succeeded.as_ref().map_or(0, Vec::len)
+                + uncounted.failed.as_ref().map_or(0, Vec::len);
+            if listed >= MAX_UNCOUNTED_PODS {
+                // The rest waits for the next sync, which the writes below bring about.
+                reached_max_uncounted = true;
+                break;
             }
         }
         let status = job.status.get_or_insert_with(JobStatus::default);
@@ -1113,7 +1126,7 @@ impl Controller {
                 || u.failed.as_ref().is_some_and(|f| !f.is_empty())
         });
         let enacted = match &finished {
-            Some(cond) if !uncounted_left && sync.terminating == 0 => {
+            Some(cond) if !reached_max_uncounted && !uncounted_left && sync.terminating == 0 => {
                 let conditions = status.conditions.get_or_insert_with(Vec::new);
                 ensure_condition(
                     conditions,
