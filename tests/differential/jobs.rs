@@ -319,6 +319,26 @@ pub(super) fn interactions() -> Vec<Interaction> {
             record_pods(t, name).await;
             record_events(t, name, 4, "Completed").await;
         }),
+        interaction!("Jobs: an Indexed job ended by its successPolicy", |t| {
+            let name = "job-policysuccess";
+            create_job(
+                t,
+                job(
+                    name,
+                    json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+                        "successPolicy": {"rules": [{"succeededIndexes": "1"}]}}),
+                ),
+            )
+            .await;
+            wait_for_active(t, name, 3).await;
+            let pods = active_pods(t, name).await;
+            finish_pod(t, &pods[1], "Succeeded", 0).await;
+            wait_for_status(t, name, "Complete", |s| has_condition(s, "Complete")).await;
+            wait_for_pods(t, name, "the other pods gone", |pods| pods.len() == 1).await;
+            record_status(t, name).await;
+            record_pods(t, name).await;
+            record_events(t, name, 6, "Completed").await;
+        }),
         interaction!("Jobs: a job that exhausts backoffLimit 0", |t| {
             let name = "job-backoff";
             create_job(t, job(name, json!({"backoffLimit": 0}))).await;

@@ -15,12 +15,13 @@
 //!   ([`Settings`]: 10 s doubling, at most 6 min upstream).
 //! - `suspend` deletes the active pods (uncounted) and keeps the `Suspended` condition;
 //!   resuming resets `startTime`.
+//! - An Indexed Job's `successPolicy` ends it as succeeded once a rule matches; its
+//!   remaining pods are deleted, uncounted.
 //!
 //! # Caveats
 //! - Pods are the Job's by controller reference only: orphans its selector matches are
 //!   not adopted.
-//! - No `backoffLimitPerIndex`, `FailIndex`, `successPolicy` or `maxFailedIndexes`, no
-//!   metrics; Jobs managed by another controller (`spec.managedBy`) are left alone.
+//! - No `backoffLimitPerIndex`, `FailIndex` or `maxFailedIndexes`, no metrics; Jobs managed by another controller (`spec.managedBy`) are left alone.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use k8s_openapi::api::batch::v1::{
     Job, JobCondition, JobStatus, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
-    UncountedTerminatedPods,
+    SuccessPolicy, UncountedTerminatedPods,
 };
 use k8s_openapi::api::core::v1::{
     ContainerStatus, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodTemplateSpec,
@@ -566,7 +567,9 @@ impl Controller {
 
         let mut requeue_after: Option<Duration> = None;
         let backoff_limit = spec_of(&job).backoff_limit.unwrap_or(6);
-        sync.finished = find_condition(&job, "SuccessCriteriaMet").cloned();
+        sync.finished = find_condition(&job, "SuccessCriteriaMet")
+            .filter(|c| c.status == "True")
+            .cloned();
         if sync.finished.is_none() {
             if let Some(target) =
                 find_condition(&job, "FailureTarget").filter(|c| c.status == "True")
@@ -615,6 +618,12 @@ impl Controller {
                 }
             }
             sync.succeeded = count(succeeded.len());
+            if sync.finished.is_none()
+                && let Some(policy) = spec_of(&job).success_policy.as_ref()
+                && let Some(message) = match_success_policy(policy, completions, &succeeded)
+            {
+                sync.finished = Some(condition("SuccessCriteriaMet", "SuccessPolicy", &message));
+            }
             sync.previous_succeeded_indexes = previous;
             sync.succeeded_indexes = succeeded;
         }
@@ -1635,6 +1644,41 @@ fn valid_index(pod: &Pod, completions: i32) -> Option<i32> {
     completion_index(pod).filter(|ix| *ix < completions)
 }
 
+/// Upstream's `matchSuccessPolicy`: the first rule whose `succeededIndexes` have all
+/// succeeded (or `succeededCount` of them), or whose `succeededCount` alone is reached,
+/// gives the `SuccessCriteriaMet` message.
+pub(crate) fn match_success_policy(
+    policy: &SuccessPolicy,
+    completions: i32,
+    succeeded: &BTreeSet<i32>,
+) -> Option<String> {
+    if succeeded.is_empty() {
+        return None;
+    }
+    for (index, rule) in policy.rules.iter().enumerate() {
+        let matched = match &rule.succeeded_indexes {
+            Some(text) => {
+                let required = parse_indexes(text, completions);
+                if required.is_empty() {
+                    continue;
+                }
+                let contains = required.intersection(succeeded).count();
+                contains == required.len()
+                    || rule
+                        .succeeded_count
+                        .is_some_and(|n| contains >= usize::try_from(n).unwrap_or(usize::MAX))
+            }
+            None => rule
+                .succeeded_count
+                .is_some_and(|n| succeeded.len() >= usize::try_from(n).unwrap_or(usize::MAX)),
+        };
+        if matched {
+            return Some(format!("Matched rules at index {index}"));
+        }
+    }
+    None
+}
+
 /// Parses `completedIndexes` ("1,3-5,7"), keeping what is below `completions`.
 pub(crate) fn parse_indexes(text: &str, completions: i32) -> BTreeSet<i32> {
     let mut set = BTreeSet::new();
@@ -1853,6 +1897,26 @@ mod tests {
         assert_eq!(format_indexes(&set), "1,3-5,7,9,10");
         assert_eq!(parse_indexes("1,3-5,7,9,10", 10), [1, 3, 4, 5, 7, 9].into());
         assert_eq!(format_indexes(&BTreeSet::new()), "");
+    }
+
+    #[test]
+    fn a_success_policy_rule_matches_its_indexes_or_its_count() {
+        let policy: SuccessPolicy = serde_json::from_value(json!({"rules": [
+            {"succeededIndexes": "0-2", "succeededCount": 2},
+            {"succeededCount": 3}
+        ]}))
+        .unwrap();
+        let set = |v: &[i32]| v.iter().copied().collect::<BTreeSet<i32>>();
+        assert_eq!(match_success_policy(&policy, 5, &set(&[0, 4])), None);
+        assert_eq!(
+            match_success_policy(&policy, 5, &set(&[0, 2])).as_deref(),
+            Some("Matched rules at index 0")
+        );
+        assert_eq!(
+            match_success_policy(&policy, 5, &set(&[0, 3, 4])).as_deref(),
+            Some("Matched rules at index 1")
+        );
+        assert_eq!(match_success_policy(&policy, 5, &BTreeSet::new()), None);
     }
 
     #[test]
