@@ -253,6 +253,46 @@ async fn finish_pod(t: &Target, pod: &Value, phase: &str, exit_code: i32) {
     .await;
 }
 
+/// Plays the kubelet: the pod failed an hour ago (so no back-off delays its replacement)
+/// with exit code 137 and the `DisruptionTarget` condition an eviction sets.
+async fn disrupt_pod(t: &Target, pod: &Value) {
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let before = chrono::Utc::now() - chrono::Duration::hours(1);
+    let before = before.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    raw_send(
+        t,
+        "PATCH",
+        &format!("/api/v1/namespaces/{NS}/pods/{name}/status"),
+        json!({"status": {"phase": "Failed", "conditions": [{"type": "DisruptionTarget",
+            "status": "True", "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting", "lastTransitionTime": before}],
+            "containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": false,
+            "restartCount": 0, "started": false,
+            "state": {"terminated": {"exitCode": 137, "reason": "Error",
+                "startedAt": before, "finishedAt": before}}
+        }]}}),
+    )
+    .await;
+}
+
+/// Plays the kubelet: the pod's container runs again after `restarts` restarts.
+async fn restart_pod(t: &Target, pod: &Value, restarts: i32) {
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    raw_send(
+        t,
+        "PATCH",
+        &format!("/api/v1/namespaces/{NS}/pods/{name}/status"),
+        json!({"status": {"phase": "Running", "containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": false,
+            "restartCount": restarts, "started": true,
+            "state": {"running": {"startedAt": now}}
+        }]}}),
+    )
+    .await;
+}
+
 async fn active_pods(t: &Target, job: &str) -> Vec<Value> {
     pods_of(t, job)
         .await
@@ -372,6 +412,53 @@ pub(super) fn interactions() -> Vec<Interaction> {
             record_pods(t, name).await;
             record_events(t, name, 4, "PodFailurePolicy").await;
         }),
+        interaction!("Jobs: a podFailurePolicy Ignore on a disruption", |t| {
+            let name = "job-ignore";
+            create_job(
+                t,
+                job(
+                    name,
+                    json!({"backoffLimit": 0, "podFailurePolicy": {"rules": [
+                        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+                    ]}}),
+                ),
+            )
+            .await;
+            wait_for_active(t, name, 1).await;
+            let first = active_pods(t, name).await.remove(0);
+            disrupt_pod(t, &first).await;
+            wait_for_pods(t, name, "the disrupted pod replaced", |pods| {
+                pods.len() == 2
+                    && pods.iter().filter(|p| is_active(p)).count() == 1
+                    && pods
+                        .iter()
+                        .all(|p| p["metadata"]["finalizers"].is_null() || is_active(p))
+            })
+            .await;
+            wait_for_status(t, name, "one active pod", |s| s["active"] == 1).await;
+            record_status(t, name).await;
+            let second = active_pods(t, name).await.remove(0);
+            finish_pod(t, &second, "Failed", 1).await;
+            wait_for_status(t, name, "Failed", |s| has_condition(s, "Failed")).await;
+            record_status(t, name).await;
+            record_events(t, name, 3, "BackoffLimitExceeded").await;
+        }),
+        interaction!(
+            "Jobs: a restartPolicy OnFailure job past its backoffLimit in restarts",
+            |t| {
+                let name = "job-restarts";
+                let mut body = job(name, json!({"backoffLimit": 1}));
+                body["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure");
+                create_job(t, body).await;
+                wait_for_active(t, name, 1).await;
+                let pod = active_pods(t, name).await.remove(0);
+                restart_pod(t, &pod, 1).await;
+                wait_for_status(t, name, "Failed", |s| has_condition(s, "Failed")).await;
+                wait_for_pods(t, name, "the pod gone", <[Value]>::is_empty).await;
+                record_status(t, name).await;
+                record_events(t, name, 3, "BackoffLimitExceeded").await;
+            }
+        ),
         interaction!("Jobs: a job past its activeDeadlineSeconds", |t| {
             let name = "job-deadline";
             create_job(t, job(name, json!({"activeDeadlineSeconds": 2}))).await;
