@@ -276,6 +276,26 @@ async fn disrupt_pod(t: &Target, pod: &Value) {
     .await;
 }
 
+/// Plays the kubelet: the pod failed with `exit_code` an hour ago (so no back-off delays
+/// its replacement).
+async fn fail_pod_long_ago(t: &Target, pod: &Value, exit_code: i32) {
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let before = chrono::Utc::now() - chrono::Duration::hours(1);
+    let before = before.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    raw_send(
+        t,
+        "PATCH",
+        &format!("/api/v1/namespaces/{NS}/pods/{name}/status"),
+        json!({"status": {"phase": "Failed", "containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": false,
+            "restartCount": 0, "started": false,
+            "state": {"terminated": {"exitCode": exit_code, "reason": "Error",
+                "startedAt": before, "finishedAt": before}}
+        }]}}),
+    )
+    .await;
+}
+
 /// Plays the kubelet: the pod's container runs again after `restarts` restarts.
 async fn restart_pod(t: &Target, pod: &Value, restarts: i32) {
     let name = pod["metadata"]["name"].as_str().unwrap();
@@ -378,6 +398,54 @@ pub(super) fn interactions() -> Vec<Interaction> {
             record_status(t, name).await;
             record_pods(t, name).await;
             record_events(t, name, 6, "Completed").await;
+        }),
+        interaction!("Jobs: an Indexed job with backoffLimitPerIndex", |t| {
+            let name = "job-perindex";
+            create_job(
+                t,
+                job(
+                    name,
+                    json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed",
+                        "backoffLimitPerIndex": 1}),
+                ),
+            )
+            .await;
+            wait_for_active(t, name, 2).await;
+            let first = active_pods(t, name).await.remove(0);
+            fail_pod_long_ago(t, &first, 1).await;
+            wait_for_pods(
+                t,
+                name,
+                "index 0 replaced and its failure counted",
+                |pods| {
+                    pods.len() == 3
+                        && pods.iter().filter(|p| is_active(p)).count() == 2
+                        && pods
+                            .iter()
+                            .filter(|p| !is_active(p))
+                            .all(|p| p["metadata"]["finalizers"].is_null())
+                },
+            )
+            .await;
+            wait_for_status(t, name, "one failure counted", |s| {
+                s["failed"] == 1 && s["active"] == 2
+            })
+            .await;
+            record_pods(t, name).await;
+            record_status(t, name).await;
+            let replacement = active_pods(t, name).await.remove(0);
+            fail_pod_long_ago(t, &replacement, 1).await;
+            wait_for_status(t, name, "index 0 failed", |s| {
+                s["failedIndexes"] == "0" && s["failed"] == 2
+            })
+            .await;
+            record_status(t, name).await;
+            let last = active_pods(t, name).await.remove(0);
+            finish_pod(t, &last, "Succeeded", 0).await;
+            wait_for_status(t, name, "Failed", |s| has_condition(s, "Failed")).await;
+            record_status(t, name).await;
+            record_pods(t, name).await;
+            record_events(t, name, 4, "FailedIndexes").await;
         }),
         interaction!("Jobs: a job that exhausts backoffLimit 0", |t| {
             let name = "job-backoff";

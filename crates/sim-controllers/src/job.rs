@@ -16,12 +16,15 @@
 //! - `suspend` deletes the active pods (uncounted) and keeps the `Suspended` condition;
 //!   resuming resets `startTime`.
 //! - An Indexed Job's `successPolicy` ends it as succeeded once a rule matches; its
-//!   remaining pods are deleted, uncounted.
+//!   remaining pods are deleted, uncounted. With `backoffLimitPerIndex`, each index
+//!   counts its failures in its pods' annotations and backs off on its own; an index past
+//!   its limit (or failed by a FailIndex rule) is listed in `failedIndexes`, and
+//!   `maxFailedIndexes` or failed indexes with no index left to run fail the Job.
 //!
 //! # Caveats
 //! - Pods are the Job's by controller reference only: orphans its selector matches are
 //!   not adopted.
-//! - No `backoffLimitPerIndex`, `FailIndex` or `maxFailedIndexes`, no metrics; Jobs managed by another controller (`spec.managedBy`) are left alone.
+//! - No metrics; Jobs managed by another controller (`spec.managedBy`) are left alone.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -53,6 +56,10 @@ use super::support::{
 pub(crate) const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 /// The annotation and label of an Indexed Job's pod that carry its index.
 pub(crate) const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// The annotation of an Indexed Job's pod with the failures its index had before it.
+const INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
+/// The annotation with the failures of the index that a podFailurePolicy ignored.
+const INDEX_IGNORED_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-ignored-failure-count";
 /// The environment variable an Indexed Job's containers read their index from.
 const COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
 /// The value of `spec.managedBy` that names this controller.
@@ -618,6 +625,29 @@ impl Controller {
                 }
             }
             sync.succeeded = count(succeeded.len());
+            if has_backoff_limit_per_index(&job) {
+                let failed = failed_indexes(&job, &sync.pods);
+                if sync.finished.is_none() {
+                    let max = spec_of(&job).max_failed_indexes;
+                    if max.is_some_and(|m| count(failed.len()) > m) {
+                        sync.finished = Some(condition(
+                            "FailureTarget",
+                            "MaxFailedIndexesExceeded",
+                            "Job has exceeded the specified maximal number of failed indexes",
+                        ));
+                    } else if !failed.is_empty()
+                        && count(failed.len() + succeeded.len()) >= completions
+                    {
+                        sync.finished = Some(condition(
+                            "FailureTarget",
+                            "FailedIndexes",
+                            "Job has failed indexes",
+                        ));
+                    }
+                }
+                sync.delayed_deletion = delayed_deletions(&job, &sync, &succeeded, &failed);
+                sync.failed_indexes = Some(failed);
+            }
             if sync.finished.is_none()
                 && let Some(policy) = spec_of(&job).success_policy.as_ref()
                 && let Some(message) = match_success_policy(policy, completions, &succeeded)
@@ -769,9 +799,13 @@ impl Controller {
         if diff <= 0 {
             return (active, None, None);
         }
-        let remaining = sync
-            .new_backoff
-            .remaining(&self.settings, &Timestamp::now());
+        let per_index = has_backoff_limit_per_index(job);
+        let remaining = if per_index {
+            Duration::ZERO
+        } else {
+            sync.new_backoff
+                .remaining(&self.settings, &Timestamp::now())
+        };
         if !remaining.is_zero() {
             return (0, Some(remaining.max(SYNC_JOB_BATCH_PERIOD)), None);
         }
@@ -791,7 +825,32 @@ impl Controller {
                         .filter_map(|p| completion_index(p)),
                 );
             }
+            if let Some(failed) = &sync.failed_indexes {
+                non_pending.extend(failed.iter().copied());
+            }
             indexes = first_pending_indexes(&non_pending, diff, completions);
+            if per_index {
+                let now = Timestamp::now();
+                let waits: Vec<(i32, Duration)> = indexes
+                    .iter()
+                    .map(|ix| {
+                        let wait = sync.delayed_deletion.get(ix).map_or(Duration::ZERO, |p| {
+                            index_backoff(p).remaining(&self.settings, &now)
+                        });
+                        (*ix, wait)
+                    })
+                    .collect();
+                indexes = waits
+                    .iter()
+                    .filter(|(_, wait)| wait.is_zero())
+                    .map(|(ix, _)| *ix)
+                    .collect();
+                if indexes.is_empty()
+                    && let Some(wait) = waits.iter().map(|(_, w)| *w).min()
+                {
+                    return (0, Some(wait.max(SYNC_JOB_BATCH_PERIOD)), None);
+                }
+            }
             diff = indexes.len();
         }
         if diff == 0 {
@@ -810,7 +869,24 @@ impl Controller {
         while created < diff {
             let size = batch.min(diff - created);
             let pods: Vec<Pod> = (0..size)
-                .map(|_| pod_for(job, &template, next_index.next()))
+                .map(|_| {
+                    let index = next_index.next();
+                    let mut pod = pod_for(job, &template, index);
+                    if per_index && let Some(ix) = index {
+                        let (failures, ignored) =
+                            new_index_failure_counts(job, sync.delayed_deletion.get(&ix));
+                        let annotations = pod
+                            .metadata
+                            .annotations
+                            .get_or_insert_with(Default::default);
+                        annotations.insert(INDEX_FAILURE_COUNT.into(), failures.to_string());
+                        if ignored > 0 {
+                            annotations
+                                .insert(INDEX_IGNORED_FAILURE_COUNT.into(), ignored.to_string());
+                        }
+                    }
+                    pod
+                })
                 .collect();
             let results = join_all(pods.iter().map(|p| api.create(&params, p))).await;
             let mut failed = 0;
@@ -1025,6 +1101,14 @@ impl Controller {
             {
                 continue;
             }
+            // Upstream's `canRemoveFinalizer`: a failed pod waits for its replacement.
+            if !(is_deleting(&job.metadata) || sync.finished.is_some() || phase(pod) == "Succeeded")
+                && completion_index(pod)
+                    .and_then(|ix| sync.delayed_deletion.get(&ix))
+                    .is_some_and(|kept| kept.metadata.uid == pod.metadata.uid)
+            {
+                continue;
+            }
             to_release.push(pod.clone());
             let status = job.status.get_or_insert_with(JobStatus::default);
             let uncounted = status
@@ -1072,6 +1156,11 @@ impl Controller {
             }
             status.succeeded = nonzero(count(sync.succeeded_indexes.len()));
             status.completed_indexes = text;
+            let failed = sync.failed_indexes.as_ref().map(format_indexes);
+            if failed != status.failed_indexes {
+                status.failed_indexes = failed;
+                needs_flush = true;
+            }
         }
         let mut finished = sync.finished.take();
         if let Some(target) = finished.as_ref().filter(|c| c.type_ == "FailureTarget") {
@@ -1219,6 +1308,11 @@ struct JobSync {
     expected_removals: HashSet<String>,
     previous_succeeded_indexes: BTreeSet<i32>,
     succeeded_indexes: BTreeSet<i32>,
+    /// With `backoffLimitPerIndex`: the failed indexes.
+    failed_indexes: Option<BTreeSet<i32>>,
+    /// With `backoffLimitPerIndex`: per pending index, the failed pod kept (with its
+    /// finalizer) until its replacement carries its failure count.
+    delayed_deletion: HashMap<i32, Arc<Pod>>,
     new_backoff: BackoffRecord,
     finished: Option<JobCondition>,
 }
@@ -1248,6 +1342,8 @@ impl JobSync {
             expected_removals,
             previous_succeeded_indexes: BTreeSet::new(),
             succeeded_indexes: BTreeSet::new(),
+            failed_indexes: None,
+            delayed_deletion: HashMap::new(),
             new_backoff: BackoffRecord::default(),
             finished: None,
         }
@@ -1574,7 +1670,13 @@ pub(crate) fn match_pod_failure_policy(policy: &PodFailurePolicy, pod: &Pod) -> 
                     action: Some(action.into()),
                 };
             }
-            // FailIndex needs backoffLimitPerIndex, not simulated: the rule is skipped.
+            "FailIndex" => {
+                return PolicyMatch {
+                    fail_job: None,
+                    counts: true,
+                    action: Some(action.into()),
+                };
+            }
             _ => {}
         }
     }
@@ -1608,6 +1710,138 @@ fn matching_container<'a>(
                 _ => false,
             }
     })
+}
+
+fn has_backoff_limit_per_index(job: &Job) -> bool {
+    is_indexed(job) && spec_of(job).backoff_limit_per_index.is_some()
+}
+
+fn annotation_count(pod: &Pod, name: &str) -> i32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(name))
+        .and_then(|v| v.parse().ok())
+        .filter(|n: &i32| *n >= 0)
+        .unwrap_or(0)
+}
+
+/// Upstream's `isIndexFailed`: a counted failure of a pod whose index has failed
+/// `backoffLimitPerIndex` times before, or a FailIndex rule.
+fn is_index_failed(job: &Job, pod: &Pod) -> bool {
+    if !is_pod_failed(pod, job) {
+        return false;
+    }
+    let counted = match spec_of(job).pod_failure_policy.as_ref() {
+        Some(policy) => {
+            let matched = match_pod_failure_policy(policy, pod);
+            if matched.action.as_deref() == Some("FailIndex") {
+                return true;
+            }
+            matched.counts
+        }
+        None => true,
+    };
+    counted
+        && annotation_count(pod, INDEX_FAILURE_COUNT)
+            >= spec_of(job).backoff_limit_per_index.unwrap_or(i32::MAX)
+}
+
+/// Upstream's `calculateFailedIndexes`: the failed indexes of the status and those of
+/// pods not counted yet.
+fn failed_indexes(job: &Job, pods: &[Arc<Pod>]) -> BTreeSet<i32> {
+    let completions = spec_of(job).completions.unwrap_or(0);
+    let mut failed = job
+        .status
+        .as_ref()
+        .and_then(|s| s.failed_indexes.as_deref())
+        .map(|text| parse_indexes(text, completions))
+        .unwrap_or_default();
+    for pod in pods {
+        if has_finalizer(&pod.metadata, TRACKING_FINALIZER)
+            && let Some(ix) = valid_index(pod, completions)
+            && is_index_failed(job, pod)
+        {
+            failed.insert(ix);
+        }
+    }
+    failed
+}
+
+/// Upstream's `getPodsWithDelayedDeletionPerIndex`: per index neither succeeded, failed
+/// nor active, its latest failed pod not counted yet.
+fn delayed_deletions(
+    job: &Job,
+    sync: &JobSync,
+    succeeded: &BTreeSet<i32>,
+    failed: &BTreeSet<i32>,
+) -> HashMap<i32, Arc<Pod>> {
+    let completions = spec_of(job).completions.unwrap_or(0);
+    let active: HashSet<i32> = sync
+        .active
+        .iter()
+        .filter_map(|p| completion_index(p))
+        .collect();
+    let absolute = |p: &Pod| {
+        annotation_count(p, INDEX_FAILURE_COUNT) + annotation_count(p, INDEX_IGNORED_FAILURE_COUNT)
+    };
+    let mut kept: HashMap<i32, Arc<Pod>> = HashMap::new();
+    for pod in &sync.pods {
+        let uid = uid_of(&pod.metadata);
+        if !has_finalizer(&pod.metadata, TRACKING_FINALIZER)
+            || sync.expected_removals.contains(&uid)
+            || !is_pod_failed(pod, job)
+        {
+            continue;
+        }
+        let Some(ix) = valid_index(pod, completions) else {
+            continue;
+        };
+        if succeeded.contains(&ix) || failed.contains(&ix) || active.contains(&ix) {
+            continue;
+        }
+        match kept.get(&ix) {
+            Some(last)
+                if !(absolute(last) <= absolute(pod)
+                    && finished_time(pod) >= finished_time(last)) => {}
+            _ => {
+                kept.insert(ix, pod.clone());
+            }
+        }
+    }
+    kept
+}
+
+/// Upstream's `getNewIndexFailureCounts`: the failure counts a replacement of `replaced`
+/// starts with.
+fn new_index_failure_counts(job: &Job, replaced: Option<&Arc<Pod>>) -> (i32, i32) {
+    let Some(replaced) = replaced else {
+        return (0, 0);
+    };
+    let mut failures = annotation_count(replaced, INDEX_FAILURE_COUNT);
+    let mut ignored = annotation_count(replaced, INDEX_IGNORED_FAILURE_COUNT);
+    let counts = spec_of(job)
+        .pod_failure_policy
+        .as_ref()
+        .is_none_or(|p| match_pod_failure_policy(p, replaced).counts);
+    if counts {
+        failures += 1;
+    } else {
+        ignored += 1;
+    }
+    (failures, ignored)
+}
+
+/// The back-off of an index whose last failed pod is `last` (upstream's
+/// `getRemainingTimePerIndex`).
+fn index_backoff(last: &Pod) -> BackoffRecord {
+    let failures = annotation_count(last, INDEX_FAILURE_COUNT)
+        + annotation_count(last, INDEX_IGNORED_FAILURE_COUNT)
+        + 1;
+    BackoffRecord {
+        failures_after_last_success: u32::try_from(failures).unwrap_or(1),
+        last_failure_time: Some(finished_time(last)),
+    }
 }
 
 /// Upstream's `getFailJobMessage`: the message of the first failed pod a FailJob rule
@@ -1917,6 +2151,31 @@ mod tests {
             Some("Matched rules at index 1")
         );
         assert_eq!(match_success_policy(&policy, 5, &BTreeSet::new()), None);
+    }
+
+    #[test]
+    fn an_index_fails_once_its_counted_failures_reach_the_limit_per_index() {
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "pi", "namespace": "ns"},
+            "spec": {"completionMode": "Indexed", "completions": 2, "backoffLimitPerIndex": 1,
+                "podReplacementPolicy": "Failed",
+                "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}
+        }))
+        .unwrap();
+        let failed = |count: &str| {
+            pod(json!({"metadata": {"name": "p", "annotations": {
+                COMPLETION_INDEX: "0", INDEX_FAILURE_COUNT: count}},
+                "status": {"phase": "Failed"}}))
+        };
+        assert!(!is_index_failed(&job, &failed("0")));
+        assert!(is_index_failed(&job, &failed("1")));
+        assert_eq!(new_index_failure_counts(&job, Some(&failed("0"))), (1, 0));
+        assert_eq!(new_index_failure_counts(&job, None), (0, 0));
+        assert_eq!(
+            index_backoff(&failed("1")).failures_after_last_success,
+            2,
+            "the index's back-off counts the failure being replaced"
+        );
     }
 
     #[test]
