@@ -447,6 +447,60 @@ pub(super) fn interactions() -> Vec<Interaction> {
             record_pods(t, name).await;
             record_events(t, name, 4, "FailedIndexes").await;
         }),
+        interaction!(
+            "Jobs: a job with a manual selector adopts an orphan pod",
+            |t| {
+                let name = "job-adopt";
+                let labels = json!({"app": "job-adopt"});
+                super::raw_create(
+                    t,
+                    &format!("/api/v1/namespaces/{NS}/pods"),
+                    &json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "job-adopt-orphan", "namespace": NS, "labels": labels},
+                    "spec": {"restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}),
+                )
+                .await;
+                let mut body = job(
+                    name,
+                    json!({"manualSelector": true,
+                "selector": {"matchLabels": labels}}),
+                );
+                body["spec"]["template"]["metadata"] = json!({"labels": labels});
+                create_job(t, body).await;
+                let orphan = format!("/api/v1/namespaces/{NS}/pods/job-adopt-orphan");
+                super::wait_until(t, &orphan, "the orphan adopted", |code, pod| {
+                    code == 200 && pod["metadata"]["ownerReferences"].is_array()
+                })
+                .await;
+                wait_for_status(t, name, "one active pod", |s| s["active"] == 1).await;
+                let (_, pod) = get(t, &orphan).await;
+                record(
+                    t,
+                    "the adopted pod".into(),
+                    json!({"finalizers": pod["metadata"]["finalizers"],
+                    "ownerReferences": pod["metadata"]["ownerReferences"]}),
+                );
+                record_status(t, name).await;
+                finish_pod(t, &pod, "Succeeded", 0).await;
+                wait_for_status(t, name, "Complete", |s| has_condition(s, "Complete")).await;
+                record_status(t, name).await;
+                let (_, list) = get(
+                    t,
+                    &format!("/api/v1/namespaces/{NS}/pods?labelSelector=app%3Djob-adopt"),
+                )
+                .await;
+                let names: Vec<Value> = list["items"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|p| p["metadata"]["name"].clone())
+                    .collect();
+                record(t, "the pods of the selector".into(), json!(names));
+                record_events(t, name, 1, "Completed").await;
+            }
+        ),
         interaction!("Jobs: a job that exhausts backoffLimit 0", |t| {
             let name = "job-backoff";
             create_job(t, job(name, json!({"backoffLimit": 0}))).await;

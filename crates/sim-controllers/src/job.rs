@@ -4,6 +4,8 @@
 //! counters and Events of upstream's `pkg/controller/job` (Kubernetes 1.34).
 //!
 //! # Guarantees
+//! - The Job's pods are those its selector matches: orphans are adopted (controller
+//!   reference and tracking finalizer added), its pods it no longer matches released.
 //! - A pod is counted once: it is listed in `status.uncountedTerminatedPods` before its
 //!   finalizer is removed, and moved to `succeeded`/`failed` after.
 //! - A finished Job gets its interim condition first (`SuccessCriteriaMet`,
@@ -22,8 +24,6 @@
 //!   `maxFailedIndexes` or failed indexes with no index left to run fail the Job.
 //!
 //! # Caveats
-//! - Pods are the Job's by controller reference only: orphans its selector matches are
-//!   not adopted.
 //! - No metrics; Jobs managed by another controller (`spec.managedBy`) are left alone.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -49,7 +49,7 @@ use super::informer::{AbortOnDrop, Cache, Change, ObjectKey};
 use super::queue::Queue;
 use super::support::{
     controller_of, controller_ref, has_finalizer, is_active, is_conflict, is_deleting,
-    is_not_found, is_ready, is_terminal, now, phase, plus_seconds,
+    is_not_found, is_ready, is_terminal, now, phase, plus_seconds, selects,
 };
 
 /// The finalizer that keeps a pod until the controller has counted it.
@@ -378,6 +378,19 @@ impl Controller {
     fn pod_changed(&self, change: &Change<Pod>) {
         let pod = change.object();
         let Some(key) = job_of(pod) else {
+            // An orphan: the Jobs whose selector matches it may adopt it.
+            if let Change::Applied { new, .. } = change
+                && controller_of(&new.metadata).is_none()
+            {
+                let namespace = new.metadata.namespace.as_deref().unwrap_or_default();
+                let labels = new.metadata.labels.clone().unwrap_or_default();
+                for job in self.jobs.list_in(namespace) {
+                    if selects(spec_of(&job).selector.as_ref(), &labels) {
+                        self.queue
+                            .add_after(ObjectKey::of(job.as_ref()), SYNC_JOB_BATCH_PERIOD);
+                    }
+                }
+            }
             return;
         };
         let uid = uid_of(&pod.metadata);
@@ -542,12 +555,13 @@ impl Controller {
         }
         let satisfied = self.expectations.satisfied(key);
         let job_uid = uid_of(&job.metadata);
-        let pods: Vec<Arc<Pod>> = self
+        let candidates: Vec<Arc<Pod>> = self
             .pods
             .list_in(&key.namespace)
             .into_iter()
-            .filter(|p| controller_of(&p.metadata).is_some_and(|r| r.uid == job_uid))
+            .filter(|p| controller_of(&p.metadata).is_none_or(|r| r.uid == job_uid))
             .collect();
+        let pods = self.claim_pods(&job, candidates).await?;
         let now_ts = Timestamp::now();
         let mut sync = JobSync::new(&job, pods, self.finalizers.expected(key));
         let status = job.status.get_or_insert_with(JobStatus::default);
@@ -744,6 +758,88 @@ impl Controller {
             Some(e) => Err(e),
             None => Ok(requeue_after),
         }
+    }
+
+    /// Upstream's `getPodsForJob` with `ClaimPods`: the Job's pods that its selector
+    /// matches, orphans it matches adopted (controller reference and tracking finalizer
+    /// added, after a live read shows the Job is not going), its pods it no longer
+    /// matches released (both removed).
+    async fn claim_pods(
+        &self,
+        job: &Job,
+        candidates: Vec<Arc<Pod>>,
+    ) -> Result<Vec<Arc<Pod>>, Error> {
+        let job_uid = uid_of(&job.metadata);
+        let selector = spec_of(job).selector.as_ref();
+        let namespace = job.metadata.namespace.clone().unwrap_or_default();
+        let api = self.pods_api(&namespace);
+        let mut owned = Vec::new();
+        let mut can_adopt: Option<bool> = None;
+        for pod in candidates {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            let matches = selects(selector, &labels);
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if controller_of(&pod.metadata).is_some() {
+                if matches {
+                    owned.push(pod);
+                } else if !is_deleting(&job.metadata) {
+                    let patch = json!({"metadata": {
+                        "ownerReferences": [{"$patch": "delete", "uid": job_uid}],
+                        "uid": pod.metadata.uid,
+                        "$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER],
+                    }});
+                    match api
+                        .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(e) if is_not_found(&e) || super::support::code(&e) == Some(422) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                continue;
+            }
+            if is_deleting(&job.metadata) || !matches || is_deleting(&pod.metadata) {
+                continue;
+            }
+            let allowed = match can_adopt {
+                Some(allowed) => allowed,
+                None => {
+                    let jobs: Api<Job> = Api::namespaced(self.client.clone(), &namespace);
+                    let fresh = jobs
+                        .get_opt(job.metadata.name.as_deref().unwrap_or_default())
+                        .await?;
+                    let allowed = fresh.is_some_and(|f| {
+                        f.metadata.uid == job.metadata.uid && !is_deleting(&f.metadata)
+                    });
+                    can_adopt = Some(allowed);
+                    allowed
+                }
+            };
+            if !allowed {
+                continue;
+            }
+            let patch = json!({"metadata": {
+                "ownerReferences": [controller_ref("batch/v1", "Job", &job.metadata)],
+                "uid": pod.metadata.uid,
+                "finalizers": [TRACKING_FINALIZER],
+            }});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let mut adopted = (*pod).clone();
+            let finalizers = adopted.metadata.finalizers.get_or_insert_with(Vec::new);
+            if !finalizers.iter().any(|f| f == TRACKING_FINALIZER) {
+                finalizers.push(TRACKING_FINALIZER.into());
+            }
+            owned.push(Arc::new(adopted));
+        }
+        Ok(owned)
     }
 
     fn backoffs_lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, BackoffRecord>> {
