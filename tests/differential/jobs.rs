@@ -12,6 +12,9 @@ static POD_NAME: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(||
     regex::Regex::new(r"\b(job-[a-z]+-(?:\d+-)?)[bcdfghjklmnpqrstvwxz2456789]{5}\b").unwrap()
 });
 
+/// The CronJob of the interactions below.
+const CRONJOB: &str = "job-cron";
+
 /// Jobs of the CronJob below, named after their scheduled minute.
 static SCHEDULED_JOB: std::sync::LazyLock<regex::Regex> =
     std::sync::LazyLock::new(|| regex::Regex::new(r"\bjob-cron-\d+\b").unwrap());
@@ -327,6 +330,24 @@ async fn create_job(t: &Target, body: Value) {
 
 pub(super) fn interactions() -> Vec<Interaction> {
     vec![
+        // Made first and looked at last: its first Job comes at the next minute, which the
+        // interactions between leave time to reach on both sides.
+        interaction!(
+            "Jobs: a CronJob of every minute that forbids overlap, made",
+            |t| {
+                let cronjobs = format!("{BATCH}/namespaces/{NS}/cronjobs");
+                super::raw_create(
+                    t,
+                    &cronjobs,
+                    &json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": CRONJOB, "namespace": NS},
+                "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
+                    "jobTemplate": {"metadata": {"labels": {"from": "cron"}},
+                        "spec": job("unused", json!({}))["spec"]}}}),
+                )
+                .await;
+            }
+        ),
         interaction!(
             "Jobs: a NonIndexed job of 3 completions, 2 at a time, run to completion",
             |t| {
@@ -619,20 +640,29 @@ pub(super) fn interactions() -> Vec<Interaction> {
             record_events(t, name, 7, "SuccessfulDelete").await;
         }),
         interaction!(
-            "Jobs: a CronJob of every minute that forbids overlap",
+            "Jobs: a finished job deleted by its ttlSecondsAfterFinished",
             |t| {
-                let name = "job-cron";
+                let name = "job-ttl";
+                create_job(t, job(name, json!({"ttlSecondsAfterFinished": 0}))).await;
+                wait_for_active(t, name, 1).await;
+                let pod = active_pods(t, name).await.remove(0);
+                finish_pod(t, &pod, "Succeeded", 0).await;
+                super::wait_until(t, &job_path(name), "the Job deleted", |code, _| code == 404)
+                    .await;
+                wait_for_pods(t, name, "its pod collected", <[Value]>::is_empty).await;
+                let (code, body) = get(t, &job_path(name)).await;
+                t.record(Answer {
+                    asked: format!("GET {name}"),
+                    code: i64::from(code),
+                    body: normalize(body),
+                });
+            }
+        ),
+        interaction!(
+            "Jobs: a CronJob of every minute that forbids overlap, its first Job",
+            |t| {
+                let name = CRONJOB;
                 let cronjobs = format!("{BATCH}/namespaces/{NS}/cronjobs");
-                super::raw_create(
-                    t,
-                    &cronjobs,
-                    &json!({"apiVersion": "batch/v1", "kind": "CronJob",
-                    "metadata": {"name": name, "namespace": NS},
-                    "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
-                        "jobTemplate": {"metadata": {"labels": {"from": "cron"}},
-                            "spec": job("unused", json!({}))["spec"]}}}),
-                )
-                .await;
                 let path = format!("{cronjobs}/{name}");
                 super::wait_until(t, &path, "the first scheduled job", |code, body| {
                     code == 200
@@ -674,25 +704,6 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 let (code, text) = support::raw(&t.admin, "DELETE", &path, JSON, options).await;
                 assert_eq!(code, 200, "{}: DELETE {path}: {text}", t.name);
                 super::wait_until(t, &path, "the CronJob gone", |code, _| code == 404).await;
-            }
-        ),
-        interaction!(
-            "Jobs: a finished job deleted by its ttlSecondsAfterFinished",
-            |t| {
-                let name = "job-ttl";
-                create_job(t, job(name, json!({"ttlSecondsAfterFinished": 0}))).await;
-                wait_for_active(t, name, 1).await;
-                let pod = active_pods(t, name).await.remove(0);
-                finish_pod(t, &pod, "Succeeded", 0).await;
-                super::wait_until(t, &job_path(name), "the Job deleted", |code, _| code == 404)
-                    .await;
-                wait_for_pods(t, name, "its pod collected", <[Value]>::is_empty).await;
-                let (code, body) = get(t, &job_path(name)).await;
-                t.record(Answer {
-                    asked: format!("GET {name}"),
-                    code: i64::from(code),
-                    body: normalize(body),
-                });
             }
         ),
     ]
