@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::batch::v1::{
@@ -45,6 +45,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::events::{EventType, Recorder};
+use super::expectations::Expectations;
 use super::informer::{AbortOnDrop, Cache, Change, ObjectKey};
 use super::queue::Queue;
 use super::support::{
@@ -73,8 +74,6 @@ const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
 /// How long pod events and status-only Job updates wait before a sync, so that one sync
 /// sees them together (upstream's `SyncJobBatchPeriod`).
 const SYNC_JOB_BATCH_PERIOD: Duration = Duration::from_secs(1);
-/// How long unmet expectations hold a Job back (upstream's `ExpectationsTimeout`).
-const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
 /// The longest a name given to `generateName` may be (63 less the 5 random characters).
 const MAX_GENERATED_NAME_LENGTH: usize = 58;
 
@@ -105,55 +104,6 @@ pub enum Error {
         #[source]
         first: kube::Error,
     },
-}
-
-/// What a Job waits to see before its pods are managed again.
-struct Expectation {
-    adds: i64,
-    deletes: HashSet<String>,
-    set_at: Instant,
-}
-
-#[derive(Default)]
-struct Expectations(Mutex<HashMap<ObjectKey, Expectation>>);
-
-impl Expectations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Expectation>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn satisfied(&self, key: &ObjectKey) -> bool {
-        self.lock().get(key).is_none_or(|e| {
-            (e.adds <= 0 && e.deletes.is_empty()) || e.set_at.elapsed() > EXPECTATIONS_TIMEOUT
-        })
-    }
-
-    fn expect(&self, key: &ObjectKey, adds: i64, deletes: HashSet<String>) {
-        self.lock().insert(
-            key.clone(),
-            Expectation {
-                adds,
-                deletes,
-                set_at: Instant::now(),
-            },
-        );
-    }
-
-    fn creation_observed(&self, key: &ObjectKey) {
-        if let Some(e) = self.lock().get_mut(key) {
-            e.adds -= 1;
-        }
-    }
-
-    fn deletion_observed(&self, key: &ObjectKey, uid: &str) {
-        if let Some(e) = self.lock().get_mut(key) {
-            e.deletes.remove(uid);
-        }
-    }
-
-    fn forget(&self, key: &ObjectKey) {
-        self.lock().remove(key);
-    }
 }
 
 /// The pods whose finalizer removal was sent and not yet seen, per Job (upstream's

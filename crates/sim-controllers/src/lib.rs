@@ -41,6 +41,7 @@ pub mod csrsigning;
 pub mod deployment;
 mod dynamic;
 mod events;
+mod expectations;
 pub mod garbage_collector;
 pub mod in_process;
 mod informer;

@@ -11,8 +11,8 @@
 //!   pods doubled up on a node, then the most recently ready, then the newest.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
@@ -23,6 +23,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
+use super::expectations::Expectations;
 use super::informer::{AbortOnDrop, Cache, Change, ObjectKey};
 use super::queue::Queue;
 use super::support::{
@@ -32,9 +33,6 @@ use super::support::{
 
 /// Most pods created or deleted in one sync (upstream's `BurstReplicas`).
 const BURST_REPLICAS: usize = 500;
-/// How long unmet expectations hold a ReplicaSet back (upstream's `ExpectationsTimeout`).
-const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// Errors of one ReplicaSet sync (it is retried with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -54,59 +52,6 @@ pub enum Error {
         #[source]
         first: kube::Error,
     },
-}
-
-/// What a ReplicaSet waits to see before it is managed again.
-#[derive(Debug)]
-struct Expectation {
-    adds: i64,
-    deletes: HashSet<String>,
-    set_at: Instant,
-}
-
-#[derive(Default)]
-struct Expectations(Mutex<HashMap<ObjectKey, Expectation>>);
-
-impl Expectations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Expectation>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn satisfied(&self, key: &ObjectKey) -> bool {
-        match self.lock().get(key) {
-            None => true,
-            Some(e) => {
-                (e.adds <= 0 && e.deletes.is_empty()) || e.set_at.elapsed() > EXPECTATIONS_TIMEOUT
-            }
-        }
-    }
-
-    fn expect(&self, key: &ObjectKey, adds: i64, deletes: HashSet<String>) {
-        self.lock().insert(
-            key.clone(),
-            Expectation {
-                adds,
-                deletes,
-                set_at: Instant::now(),
-            },
-        );
-    }
-
-    fn creation_observed(&self, key: &ObjectKey) {
-        if let Some(e) = self.lock().get_mut(key) {
-            e.adds -= 1;
-        }
-    }
-
-    fn deletion_observed(&self, key: &ObjectKey, uid: &str) {
-        if let Some(e) = self.lock().get_mut(key) {
-            e.deletes.remove(uid);
-        }
-    }
-
-    fn forget(&self, key: &ObjectKey) {
-        self.lock().remove(key);
-    }
 }
 
 struct Controller {
