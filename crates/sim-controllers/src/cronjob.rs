@@ -632,19 +632,10 @@ impl Controller {
                     continue;
                 }
             };
-            match self.sync(&key).await {
-                Ok(after) => {
-                    self.queue.forget(&key);
-                    if let Some(after) = after {
-                        self.queue.add_after(key.clone(), after);
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(cronjob = %key, error = %super::support::error_chain(&error), "cronjob sync failed; retrying");
-                    self.queue.add_rate_limited(key.clone());
-                }
+            let outcome = self.sync(&key).await;
+            if let Some(error) = self.queue.settle(&key, outcome) {
+                tracing::debug!(cronjob = %key, error = %super::support::error_chain(&error), "cronjob sync failed; retrying");
             }
-            self.queue.done(&key);
         }
     }
 

@@ -600,19 +600,9 @@ impl Controller {
                     sync.run().await
                 }
             };
-            match result {
-                Ok(after) => {
-                    self.queue.forget(&key);
-                    if let Some(after) = after {
-                        self.queue.add_after(key.clone(), after);
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(deployment = %key, error = %super::support::error_chain(&error), "deployment sync failed; retrying");
-                    self.queue.add_rate_limited(key.clone());
-                }
+            if let Some(error) = self.queue.settle(&key, result) {
+                tracing::debug!(deployment = %key, error = %super::support::error_chain(&error), "deployment sync failed; retrying");
             }
-            self.queue.done(&key);
         }
     }
 }

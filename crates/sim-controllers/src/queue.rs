@@ -123,6 +123,28 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     }
 
     /// Clears the failure count of `key`.
+    /// Ends the work on `key` with the outcome of its sync, as upstream's workers do: after
+    /// a success its backoff is forgotten and it comes back after the delay the sync asked
+    /// for, if any; after an error it comes back with rate-limited backoff. Returns the
+    /// error, for the worker's log.
+    pub(crate) fn settle<E>(&self, key: &K, outcome: Result<Option<Duration>, E>) -> Option<E> {
+        let failed = match outcome {
+            Ok(after) => {
+                self.forget(key);
+                if let Some(after) = after {
+                    self.add_after(key.clone(), after);
+                }
+                None
+            }
+            Err(error) => {
+                self.add_rate_limited(key.clone());
+                Some(error)
+            }
+        };
+        self.done(key);
+        failed
+    }
+
     pub(crate) fn forget(&self, key: &K) {
         self.lock().failures.remove(key);
     }
@@ -221,6 +243,30 @@ mod tests {
         assert_eq!(q.next().await, "x");
         let waited = start.elapsed();
         assert!(waited >= Duration::from_millis(30) && waited < Duration::from_millis(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settled_key_comes_back_after_its_delay_or_its_backoff_and_a_success_resets_it() {
+        let q = Queue::new();
+        q.add("k");
+        assert_eq!(q.next().await, "k");
+        let failed = q.settle(&"k", Err::<Option<Duration>, _>("refused"));
+        assert_eq!(failed, Some("refused"));
+        let start = Instant::now();
+        assert_eq!(q.next().await, "k");
+        assert_eq!(start.elapsed(), Duration::from_millis(5));
+        assert_eq!(
+            q.settle(&"k", Ok::<_, &str>(Some(Duration::from_secs(7)))),
+            None
+        );
+        let start = Instant::now();
+        assert_eq!(q.next().await, "k");
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+        // The success forgot the failure: the next one backs off from the start again.
+        q.settle(&"k", Err::<Option<Duration>, _>("refused again"));
+        let start = Instant::now();
+        assert_eq!(q.next().await, "k");
+        assert_eq!(start.elapsed(), Duration::from_millis(5));
     }
 
     #[tokio::test]

@@ -177,19 +177,10 @@ impl Controller {
         self.pods.wait_ready().await;
         loop {
             let key = self.queue.next().await;
-            match self.sync(&key).await {
-                Ok(after) => {
-                    self.queue.forget(&key);
-                    if let Some(after) = after {
-                        self.queue.add_after(key.clone(), after);
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(replicaset = %key, error = %super::support::error_chain(&error), "replicaset sync failed; retrying");
-                    self.queue.add_rate_limited(key.clone());
-                }
+            let outcome = self.sync(&key).await;
+            if let Some(error) = self.queue.settle(&key, outcome) {
+                tracing::debug!(replicaset = %key, error = %super::support::error_chain(&error), "replicaset sync failed; retrying");
             }
-            self.queue.done(&key);
         }
     }
 

@@ -261,19 +261,10 @@ impl Scheduler {
         self.nodes.wait_ready().await;
         loop {
             let key = self.queue.next().await;
-            match self.schedule(&key).await {
-                Ok(after) => {
-                    self.queue.forget(&key);
-                    if let Some(after) = after {
-                        self.queue.add_after(key.clone(), after);
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(pod = %key, error = %super::support::error_chain(&error), "scheduling failed; retrying");
-                    self.queue.add_rate_limited(key.clone());
-                }
+            let outcome = self.schedule(&key).await;
+            if let Some(error) = self.queue.settle(&key, outcome) {
+                tracing::debug!(pod = %key, error = %super::support::error_chain(&error), "scheduling failed; retrying");
             }
-            self.queue.done(&key);
         }
     }
 

@@ -114,19 +114,10 @@ impl Controller {
         self.pods.wait_ready().await;
         loop {
             let key = self.queue.next().await;
-            match self.check(&key).await {
-                Ok(after) => {
-                    self.queue.forget(&key);
-                    if let Some(after) = after {
-                        self.queue.add_after(key.clone(), after);
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(pod = %key, error = %super::support::error_chain(&error), "eviction failed; retrying");
-                    self.queue.add_rate_limited(key.clone());
-                }
+            let outcome = self.check(&key).await;
+            if let Some(error) = self.queue.settle(&key, outcome) {
+                tracing::debug!(pod = %key, error = %super::support::error_chain(&error), "eviction failed; retrying");
             }
-            self.queue.done(&key);
         }
     }
 

@@ -84,14 +84,10 @@ impl Controller {
         self.jobs.wait_ready().await;
         loop {
             let key = self.queue.next().await;
-            match self.process(&key).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(error) => {
-                    tracing::debug!(job = %key, error = %super::support::error_chain(&error), "ttl cleanup failed; retrying");
-                    self.queue.add_rate_limited(key.clone());
-                }
+            let outcome = self.process(&key).await.map(|()| None);
+            if let Some(error) = self.queue.settle(&key, outcome) {
+                tracing::debug!(job = %key, error = %super::support::error_chain(&error), "ttl cleanup failed; retrying");
             }
-            self.queue.done(&key);
         }
     }
 
