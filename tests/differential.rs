@@ -2283,15 +2283,16 @@ const PARTIAL: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v
 /// The Accept header of a metadata list (client-go asks for the list kind).
 const PARTIAL_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 
-/// A request as the admin with an Accept header (recorded).
-async fn with_accept(
+/// A request as the admin with an Accept header: its status, its response (with an empty
+/// body) and its body's text.
+async fn exchange(
     t: &Target,
     method: &str,
     path: &str,
     content_type: &str,
     accept: &str,
     body: Value,
-) -> String {
+) -> (u16, http::Response<()>, String) {
     let bytes = if body.is_null() {
         Vec::new()
     } else {
@@ -2306,12 +2307,26 @@ async fn with_accept(
         .unwrap();
     let response = t.admin.send(request).await.unwrap();
     let code = response.status().as_u16();
-    let content_type = header_of(&response, "content-type");
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
+    let (parts, body) = response.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body)
         .await
         .unwrap()
         .to_bytes();
     let text = String::from_utf8_lossy(&bytes).into_owned();
+    (code, http::Response::from_parts(parts, ()), text)
+}
+
+/// A request as the admin with an Accept header (recorded).
+async fn with_accept(
+    t: &Target,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    accept: &str,
+    body: Value,
+) -> String {
+    let (code, response, text) = exchange(t, method, path, content_type, accept, body).await;
+    let content_type = header_of(&response, "content-type");
     t.record(Answer {
         asked: format!("{method} {path} with Accept: {accept}"),
         code: i64::from(code),

@@ -38,26 +38,8 @@ pub(super) async fn ordered(
     body: Value,
     keep: Body,
 ) -> String {
-    let bytes = if body.is_null() {
-        Vec::new()
-    } else {
-        serde_json::to_vec(&body).unwrap()
-    };
-    let request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", content_type)
-        .header("accept", accept)
-        .body(kube::client::Body::from(bytes))
-        .unwrap();
-    let response = t.admin.send(request).await.unwrap();
-    let code = response.status().as_u16();
+    let (code, response, text) = super::exchange(t, method, path, content_type, accept, body).await;
     let warning = header_of(&response, "warning");
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
     // encoding/json writes `<`, `>` and `&` as `\u003c`, `\u003e` and `\u0026`.
     let literal = text.contains(['<', '>', '&']);
     let mut record = json!({"warning": warning, "keys": key_paths(&text),
