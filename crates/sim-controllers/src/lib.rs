@@ -1,6 +1,7 @@
 //! The simulated kube-controller-manager and kube-scheduler: garbage collector, deployment
 //! and replica set controllers, Job, CronJob and TTL-after-finished controllers, namespace
-//! controller, node lifecycle with taint eviction, pod garbage collector and a scheduler.
+//! controller, node lifecycle with taint eviction, pod garbage collector, volume protection
+//! and a scheduler.
 //!
 //! They are ordinary API clients, exactly like the real components: they reach the server
 //! only through kube clients (as `system:kube-controller-manager` and
@@ -21,6 +22,8 @@
 //! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
 //! - [`podgc`]: force-deletes pods bound to nodes that no longer exist.
+//! - [`volume_protection`]: removes the protection finalizers of PersistentVolumeClaims,
+//!   PersistentVolumes and VolumeAttributesClasses being deleted once nothing uses them.
 //! - [`csrsigning`]: signs approved CertificateSigningRequests of the `kubernetes.io`
 //!   signers with the cluster CA ([`ControllerConfig::cluster_signing`]).
 //! - [`scheduler`]: binds pending pods to Ready nodes through `pods/binding`.
@@ -56,14 +59,16 @@ pub mod scheduler;
 mod support;
 pub mod taint_eviction;
 pub mod ttl_after_finished;
+pub mod volume_protection;
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Api;
+use kube::api::DynamicObject;
 use kube::runtime::watcher;
 
 use self::informer::{AbortOnDrop, Cache};
@@ -272,6 +277,9 @@ struct Informers {
     cronjobs: Cache<CronJob>,
     nodes: Cache<Node>,
     node_leases: Cache<Lease>,
+    claims: Cache<PersistentVolumeClaim>,
+    volumes: Cache<PersistentVolume>,
+    volume_attributes_classes: Cache<DynamicObject>,
 }
 
 impl Controllers {
@@ -296,6 +304,9 @@ impl Controllers {
             cronjobs: Cache::new(),
             nodes: Cache::new(),
             node_leases: Cache::new(),
+            claims: Cache::new(),
+            volumes: Cache::new(),
+            volume_attributes_classes: Cache::new(),
         };
 
         let hub = dynamic::Hub::new(
@@ -369,6 +380,22 @@ impl Controllers {
             },
         ));
 
+        tasks.push(volume_protection::start_claim_protection(
+            kcm(server, "pvc-protection-controller").await?,
+            &informers.claims,
+            &informers.pods,
+        ));
+        tasks.push(volume_protection::start_volume_protection(
+            kcm(server, "pv-protection-controller").await?,
+            &informers.volumes,
+        ));
+        tasks.push(volume_protection::start_class_protection(
+            kcm(server, "volumeattributesclass-protection-controller").await?,
+            &informers.volume_attributes_classes,
+            &informers.claims,
+            &informers.volumes,
+        ));
+
         let informer_config = watcher::Config::default();
         tasks.push(informer::spawn(
             Api::<Pod>::all(shared.clone()),
@@ -399,6 +426,21 @@ impl Controllers {
             Api::<Node>::all(shared.clone()),
             informer_config.clone(),
             informers.nodes.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<PersistentVolumeClaim>::all(shared.clone()),
+            informer_config.clone(),
+            informers.claims.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<PersistentVolume>::all(shared.clone()),
+            informer_config.clone(),
+            informers.volumes.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<DynamicObject>::all_with(shared.clone(), &volume_protection::class_resource()),
+            informer_config.clone(),
+            informers.volume_attributes_classes.clone(),
         ));
         tasks.push(informer::spawn(
             Api::<Lease>::namespaced(shared, "kube-node-lease"),

@@ -13,7 +13,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt as _;
 use kube::api::{
@@ -1384,5 +1386,180 @@ async fn controllers_write_as_their_own_users() {
             "kube-scheduler".to_string()
         ))
     );
+    sim.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Volume protection.
+
+fn claim(name: &str, spec_extra: Value) -> PersistentVolumeClaim {
+    let mut spec = json!({"accessModes": ["ReadWriteOnce"],
+                          "resources": {"requests": {"storage": "1Gi"}}});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+fn claim_user(name: &str, claim: &str, node: &str) -> Pod {
+    bare_pod(
+        name,
+        json!({"nodeName": node,
+               "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}),
+    )
+}
+
+fn holds_protection(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some()
+        && meta
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f.ends_with("-protection"))
+}
+
+#[tokio::test]
+async fn a_claim_used_by_a_pod_stays_while_the_pod_lives_and_goes_once_it_is_gone() {
+    let sim = Sim::start(&["node-a"]).await;
+    let claims: Api<PersistentVolumeClaim> = sim.api();
+    let pods: Api<Pod> = sim.api();
+    for name in ["used", "spare"] {
+        claims
+            .create(&PostParams::default(), &claim(name, json!({})))
+            .await
+            .unwrap();
+    }
+    pods.create(
+        &PostParams::default(),
+        &claim_user("user", "used", "node-a"),
+    )
+    .await
+    .unwrap();
+    eventually("the pod to run", || async {
+        pod_ready(&pods.get("user").await.ok()?).then_some(())
+    })
+    .await;
+
+    for name in ["used", "spare"] {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    gone(&claims, "spare", "the unused claim to go").await;
+    assert!(
+        holds_protection(&claims.get("used").await.unwrap().metadata),
+        "the used claim is still protected once the unused one is gone"
+    );
+
+    pods.delete("user", &DeleteParams::default()).await.unwrap();
+    gone(&pods, "user", "the pod to terminate").await;
+    gone(&claims, "used", "the claim to go with its pod").await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_namespace_holding_a_claim_in_use_is_deleted_whole() {
+    let sim = Sim::start(&["node-a"]).await;
+    let namespaces: Api<Namespace> = Api::all(sim.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "storage"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sim.client.clone(), "storage");
+    let pods: Api<Pod> = Api::namespaced(sim.client.clone(), "storage");
+    claims
+        .create(&PostParams::default(), &claim("data", json!({})))
+        .await
+        .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &claim_user("user", "data", "node-a"),
+    )
+    .await
+    .unwrap();
+    namespaces
+        .delete("storage", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(&claims, "data", "the claim to go").await;
+    gone(&namespaces, "storage", "the namespace to go whole").await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_bound_volume_and_a_named_attributes_class_stay_until_released() {
+    let sim = Sim::start(&[]).await;
+    let volumes: Api<PersistentVolume> = Api::all(sim.client.clone());
+    let claims: Api<PersistentVolumeClaim> = sim.api();
+    let classes: Api<DynamicObject> = Api::all_with(
+        sim.client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass"),
+            "volumeattributesclasses",
+        ),
+    );
+    let class: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+        "metadata": {"name": "gold"}, "driverName": "example.com/csi",
+    }))
+    .unwrap();
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    claims
+        .create(
+            &PostParams::default(),
+            &claim("fancy", json!({"volumeAttributesClassName": "gold"})),
+        )
+        .await
+        .unwrap();
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "disk"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "hostPath": {"path": "/tmp/disk"}},
+    }))
+    .unwrap();
+    volumes
+        .create(&PostParams::default(), &volume)
+        .await
+        .unwrap();
+    volumes
+        .patch_status(
+            "disk",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .unwrap();
+
+    classes
+        .delete("gold", &DeleteParams::default())
+        .await
+        .unwrap();
+    volumes
+        .delete("disk", &DeleteParams::default())
+        .await
+        .unwrap();
+    claims
+        .delete("fancy", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(&claims, "fancy", "the unused claim to go").await;
+    gone(&classes, "gold", "the class to go once no claim names it").await;
+    assert!(
+        holds_protection(&volumes.get("disk").await.unwrap().metadata),
+        "a bound volume stays"
+    );
+    volumes
+        .patch_status(
+            "disk",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Released"}})),
+        )
+        .await
+        .unwrap();
+    gone(&volumes, "disk", "the volume to go once it is not bound").await;
     sim.stop().await;
 }
