@@ -252,6 +252,8 @@ mod component_status;
 mod field_order;
 #[path = "differential/jobs.rs"]
 mod jobs;
+#[path = "differential/volume_protection.rs"]
+mod volume_protection;
 
 fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": data})
@@ -286,6 +288,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(field_order::interactions());
     all.extend(component_status::interactions());
     all.extend(jobs::interactions());
+    all.extend(volume_protection::interactions());
     all
 }
 
