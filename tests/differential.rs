@@ -248,6 +248,8 @@ macro_rules! interaction {
 mod builtins;
 #[path = "differential/component_status.rs"]
 mod component_status;
+#[path = "differential/disruption.rs"]
+mod disruption;
 #[path = "differential/field_order.rs"]
 mod field_order;
 #[path = "differential/jobs.rs"]
@@ -289,6 +291,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(component_status::interactions());
     all.extend(jobs::interactions());
     all.extend(volume_protection::interactions());
+    all.extend(disruption::interactions());
     all
 }
 

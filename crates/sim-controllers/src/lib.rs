@@ -18,6 +18,8 @@
 //!   the conditions and Events of 1.34. [`ttl_after_finished`] deletes finished Jobs
 //!   after `ttlSecondsAfterFinished`; [`cronjob`] creates a CronJob's Jobs on its schedule
 //!   ([`ControllerConfig::cronjob_clock`]).
+//! - [`disruption`]: the status of PodDisruptionBudgets (healthy, desired and expected
+//!   pods, disruptions allowed, the `DisruptionAllowed` condition).
 //! - [`namespace`]: deleting a namespace deletes its content, then finalizes it.
 //! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
@@ -42,6 +44,7 @@
 pub mod cronjob;
 pub mod csrsigning;
 pub mod deployment;
+pub mod disruption;
 mod dynamic;
 mod events;
 mod expectations;
@@ -63,10 +66,13 @@ pub mod volume_protection;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
@@ -280,6 +286,9 @@ struct Informers {
     claims: Cache<PersistentVolumeClaim>,
     volumes: Cache<PersistentVolume>,
     volume_attributes_classes: Cache<DynamicObject>,
+    budgets: Cache<PodDisruptionBudget>,
+    statefulsets: Cache<StatefulSet>,
+    replication_controllers: Cache<ReplicationController>,
 }
 
 impl Controllers {
@@ -307,6 +316,9 @@ impl Controllers {
             claims: Cache::new(),
             volumes: Cache::new(),
             volume_attributes_classes: Cache::new(),
+            budgets: Cache::new(),
+            statefulsets: Cache::new(),
+            replication_controllers: Cache::new(),
         };
 
         let hub = dynamic::Hub::new(
@@ -395,6 +407,17 @@ impl Controllers {
             &informers.claims,
             &informers.volumes,
         ));
+        tasks.push(disruption::start(
+            kcm(server, "disruption-controller").await?,
+            disruption::Listers {
+                budgets: informers.budgets.clone(),
+                pods: informers.pods.clone(),
+                replication_controllers: informers.replication_controllers.clone(),
+                replicasets: informers.replicasets.clone(),
+                deployments: informers.deployments.clone(),
+                statefulsets: informers.statefulsets.clone(),
+            },
+        ));
 
         let informer_config = watcher::Config::default();
         tasks.push(informer::spawn(
@@ -441,6 +464,21 @@ impl Controllers {
             Api::<DynamicObject>::all_with(shared.clone(), &volume_protection::class_resource()),
             informer_config.clone(),
             informers.volume_attributes_classes.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<PodDisruptionBudget>::all(shared.clone()),
+            informer_config.clone(),
+            informers.budgets.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<StatefulSet>::all(shared.clone()),
+            informer_config.clone(),
+            informers.statefulsets.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<ReplicationController>::all(shared.clone()),
+            informer_config.clone(),
+            informers.replication_controllers.clone(),
         ));
         tasks.push(informer::spawn(
             Api::<Lease>::namespaced(shared, "kube-node-lease"),

@@ -16,6 +16,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt as _;
 use kube::api::{
@@ -1561,5 +1562,51 @@ async fn a_bound_volume_and_a_named_attributes_class_stay_until_released() {
         .await
         .unwrap();
     gone(&volumes, "disk", "the volume to go once it is not bound").await;
+    sim.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Disruption budgets.
+
+#[tokio::test]
+async fn a_disruption_budget_counts_a_deployments_ready_pods_against_its_scale() {
+    let sim = Sim::start(&["node-a"]).await;
+    let deployments: Api<Deployment> = sim.api();
+    let budgets: Api<PodDisruptionBudget> = sim.api();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("guarded", 3, "pause:3", json!({"type": "RollingUpdate"})),
+        )
+        .await
+        .unwrap();
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard"},
+        "spec": {"maxUnavailable": "34%", "selector": {"matchLabels": {"app": "guarded"}}},
+    }))
+    .unwrap();
+    budgets
+        .create(&PostParams::default(), &budget)
+        .await
+        .unwrap();
+    let status = eventually("the budget to count three Ready pods", || async {
+        let status = budgets.get("guard").await.ok()?.status?;
+        (status.current_healthy == 3).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        (
+            status.expected_pods,
+            status.desired_healthy,
+            status.disruptions_allowed
+        ),
+        (3, 1, 2),
+        "34% of 3 rounds up to 2 pods that may be unavailable"
+    );
+    let condition = &status.conditions.unwrap()[0];
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "SufficientPods")
+    );
     sim.stop().await;
 }
