@@ -171,19 +171,10 @@ impl Controller {
         l.statefulsets.wait_ready().await;
         loop {
             let key = self.queue.next().await;
-            match self.sync(&key).await {
-                Ok(recheck) => {
-                    self.queue.forget(&key);
-                    if let Some(after) = recheck {
-                        self.queue.add_after(key.clone(), after);
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(budget = %key, error = %super::support::error_chain(&error), "disruption budget sync failed; retrying");
-                    self.queue.add_rate_limited(key.clone());
-                }
+            let outcome = self.sync(&key).await;
+            if let Some(error) = self.queue.settle(&key, outcome) {
+                tracing::debug!(budget = %key, error = %super::support::error_chain(&error), "disruption budget sync failed; retrying");
             }
-            self.queue.done(&key);
         }
     }
 

@@ -111,14 +111,10 @@ where
 {
     loop {
         let key = queue.next().await;
-        match process(key.clone()).await {
-            Ok(()) => queue.forget(&key),
-            Err(error) => {
-                tracing::debug!(what, object = %key, error = %super::support::error_chain(&error), "protection check failed; retrying");
-                queue.add_rate_limited(key.clone());
-            }
+        let outcome = process(key.clone()).await.map(|()| None);
+        if let Some(error) = queue.settle(&key, outcome) {
+            tracing::debug!(what, object = %key, error = %super::support::error_chain(&error), "protection check failed; retrying");
         }
-        queue.done(&key);
     }
 }
 
