@@ -1359,6 +1359,39 @@ fn attach_writes_to_a_containers_stdin_which_stdin_once_closes(cluster: &impl Ku
     );
 }
 
+/// Runs `kubectl ARGS` under a terminal of its own (util-linux `script`), types `typed`
+/// into it, and returns how it ended and what the terminal showed. The terminal's input is
+/// held open until kubectl is done: its end would be typed into the terminal.
+fn kubectl_under_a_terminal(
+    cluster: &impl Kubectl,
+    args: &str,
+    typed: &[u8],
+) -> (std::process::Output, String) {
+    let kubectl = opconform::cluster::local::binaries::kubectl()
+        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
+    let line = format!("{} {args}", kubectl.display());
+    let mut script = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECACHEDIR", cluster.dir().join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("script runs kubectl {args}: {e}"));
+    let mut typing = script.stdin.take();
+    {
+        use std::io::Write as _;
+        if let Some(typing) = typing.as_mut() {
+            typing.write_all(typed).expect("script reads stdin");
+        }
+    }
+    let ended = wait_with_timeout(script, WAIT);
+    drop(typing);
+    let shown = String::from_utf8_lossy(&ended.stdout).into_owned();
+    (ended, shown)
+}
+
 /// `kubectl attach -it` to a container whose spec has `tty: true` (kubectl's terminal from
 /// util-linux `script`): what is typed reaches the container's own terminal, and what the
 /// container shows there comes back, until it ends.
@@ -1369,30 +1402,8 @@ fn attach_to_a_containers_terminal(cluster: &impl Kubectl) {
          containers:\n  - name: main\n    image: shell:1\n    stdin: true\n    tty: true\n    \
          command: [/bin/sh, -c, 'read line; tty; echo \"got $line\"']\n",
     );
-    let kubectl = opconform::cluster::local::binaries::kubectl()
-        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
-    let line = format!("{} attach -it typist", kubectl.display());
-    let mut script = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .env("KUBECACHEDIR", cluster.dir().join("cache"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script runs kubectl attach -it");
-    // Typed into kubectl's terminal, which it reads once attached; held open until kubectl
-    // is done.
-    let mut typing = script.stdin.take();
-    {
-        use std::io::Write as _;
-        if let Some(typing) = typing.as_mut() {
-            typing.write_all(b"hello\n").expect("script reads stdin");
-        }
-    }
-    let ended = wait_with_timeout(script, WAIT);
-    drop(typing);
-    let shown = String::from_utf8_lossy(&ended.stdout);
+    // Typed into kubectl's terminal, which it reads once attached.
+    let (ended, shown) = kubectl_under_a_terminal(cluster, "attach -it typist", b"hello\n");
     assert!(ended.status.success(), "{ended:?}");
     assert!(shown.contains("/dev/pts/"), "not a terminal: {shown:?}");
     assert!(shown.contains("got hello\r\n"), "{shown:?}");
@@ -1406,26 +1417,11 @@ fn exec_with_a_terminal(cluster: &impl Kubectl) {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: idler}\nspec:\n  containers:\n  - name: main\n    \
          image: shell:1\n    command: [/bin/sh, -c, 'while :; do sleep 1; done']\n",
     );
-    let kubectl = opconform::cluster::local::binaries::kubectl()
-        .unwrap_or_else(|e| panic!("{}", opconform::error_chain(&e)));
-    let line = format!(
-        "{} exec -it idler -- /bin/sh -c 'tty; echo shown; exit 3'",
-        kubectl.display()
+    let (ended, shown) = kubectl_under_a_terminal(
+        cluster,
+        "exec -it idler -- /bin/sh -c 'tty; echo shown; exit 3'",
+        b"",
     );
-    let mut script = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .env("KUBECACHEDIR", cluster.dir().join("cache"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script runs kubectl exec -it");
-    // Held open until kubectl is done: its end would be typed into the terminal.
-    let typing = script.stdin.take();
-    let ended = wait_with_timeout(script, WAIT);
-    drop(typing);
-    let shown = String::from_utf8_lossy(&ended.stdout);
     assert_eq!(ended.status.code(), Some(3), "{ended:?}");
     assert!(shown.contains("/dev/pts/"), "not a terminal: {shown:?}");
     assert!(shown.contains("shown\r\n"), "{shown:?}");

@@ -531,8 +531,8 @@ fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-/// The value of a resource quantity (`100m`, `64Mi`, `1e3`, `2G`), if it is one.
-fn quantity(text: &str) -> Option<f64> {
+/// The value of a resource quantity (`100m` → 0.1, `64Mi`, `1e3`, `2G`), if it is one.
+pub fn quantity(text: &str) -> Option<f64> {
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
         .unwrap_or(text.len());

@@ -228,33 +228,10 @@ fn go_map(map: Option<&BTreeMap<String, String>>) -> String {
         .join("\n")
 }
 
-/// A Kubernetes quantity as a number (`500m` → 0.5, `1Gi` → 1073741824).
+/// A Kubernetes quantity as a number (`500m` → 0.5, `1Gi` → 1073741824), surrounding
+/// blanks ignored: the API server's reading ([`sim_apiserver::objects::quantity`]).
 pub fn parse_quantity(q: &str) -> Option<f64> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(q.len());
-    let (number, suffix) = q.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let factor = match suffix {
-        "" => 1.0,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0f64.powi(2),
-        "Gi" => 1024.0f64.powi(3),
-        "Ti" => 1024.0f64.powi(4),
-        "Pi" => 1024.0f64.powi(5),
-        "Ei" => 1024.0f64.powi(6),
-        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse().ok()?),
-        _ => return None,
-    };
-    Some(number * factor)
+    sim_apiserver::objects::quantity(q.trim())
 }
 
 /// The value of a Downward API `resourceFieldRef` of `container` (env vars and
