@@ -254,6 +254,8 @@ mod disruption;
 mod field_order;
 #[path = "differential/jobs.rs"]
 mod jobs;
+#[path = "differential/services.rs"]
+mod services;
 #[path = "differential/volume_protection.rs"]
 mod volume_protection;
 
@@ -292,6 +294,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(jobs::interactions());
     all.extend(volume_protection::interactions());
     all.extend(disruption::interactions());
+    all.extend(services::interactions());
     all
 }
 

@@ -21,6 +21,7 @@ use super::objects::{self, from_view, to_view};
 use super::patch;
 use super::registry::{Backing, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
+use super::services;
 use super::state::State;
 use super::status::{ApiError, GroupResource, success_status};
 use super::store::{Write, Written};
@@ -122,6 +123,7 @@ fn prepare_update(
     manager: &str,
     managed_by_apply: bool,
     authorized: Option<&certificates::Authorized>,
+    service_taken: Option<&services::Taken>,
 ) -> Result<Write, ApiError> {
     let name = meta_str(old, "name").to_string();
     let new_uid = meta_str(&new, "uid").to_string();
@@ -199,6 +201,16 @@ fn prepare_update(
             }
         }
     }
+    // A Service's allocations (beginUpdate) come before its strategy validates.
+    // What the field manager records (before the strategy drops the fields of the old type).
+    let mut recorded = None;
+    if let Some(taken) = service_taken.filter(|_| part == Part::Main) {
+        services::prepare_update(old, &mut new, taken)?;
+        let mut before_drop = new.clone();
+        objects::apply_defaults(rt, &mut before_drop);
+        recorded = Some(before_drop);
+        services::drop_type_dependent_fields(&mut new, old);
+    }
     let mut causes = checks(rt, version, &mut new, Some(old));
     if csr {
         causes.extend(certificates::validate_update(part.subresource(), &new, old));
@@ -240,14 +252,14 @@ fn prepare_update(
     }
     let subresource = part.subresource();
     if !managed_by_apply {
-        apply::record_update(
-            old,
-            &mut new,
-            manager,
-            &rt.kind,
-            &objects::now(),
-            subresource,
-        );
+        let now = objects::now();
+        match recorded {
+            Some(mut recorded) => {
+                apply::record_update(old, &mut recorded, manager, &rt.kind, &now, subresource);
+                new["metadata"]["managedFields"] = recorded["metadata"]["managedFields"].take();
+            }
+            None => apply::record_update(old, &mut new, manager, &rt.kind, &now, subresource),
+        }
     }
     if csr {
         certificates::finish_update(
@@ -615,13 +627,54 @@ impl<'a> Call<'a> {
         if certificates::serves(rt) {
             certificates::finish_create(&mut stored, &self.manager);
         }
+        // A Service's addresses and ports are chosen and written under one lock.
+        let (_allocating, mut taken) = self.service_allocation(rt, &name);
+        let allocated = match taken.as_mut() {
+            Some(taken) => Some(services::allocate_create(
+                taken,
+                &mut stored,
+                dry_run_requested(self.query.get("dryRun"), &Value::Null)?,
+            )?),
+            None => None,
+        };
         let written = self.write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
                 return Err(ApiError::already_exists(&rt.gr(), &name));
             }
             Ok(Write::Put(stored))
         })?;
+        self.commit_allocation(rt, &name, allocated);
         Ok((201, self.view_written(rt, written)))
+    }
+
+    /// For a write of the Service `name`: the allocation lock, held until the write is
+    /// done, and what is taken (see [`services`]); nothing for other resources.
+    fn service_allocation(
+        &self,
+        rt: &ResourceType,
+        name: &str,
+    ) -> (
+        Option<std::sync::MutexGuard<'static, ()>>,
+        Option<services::Taken>,
+    ) {
+        if !services::serves(&rt.group, &rt.resource) {
+            return (None, None);
+        }
+        let lock = services::lock();
+        let taken = services::taken(&self.state.store, &self.ns(rt), name);
+        (Some(lock), Some(taken))
+    }
+
+    /// Creates what a Service's allocation took, once the Service is written.
+    fn commit_allocation(
+        &self,
+        rt: &ResourceType,
+        name: &str,
+        allocated: Option<services::Allocated>,
+    ) {
+        if let Some(allocated) = allocated {
+            allocated.commit(self.state, &self.ns(rt), name);
+        }
     }
 
     fn view_written(&self, rt: &ResourceType, written: Written) -> Value {
@@ -668,6 +721,9 @@ impl<'a> Call<'a> {
         let accounts = service_accounts(&self.state.store, rt, &ns);
         let authorized =
             certificates::authorize_update(self.state, self.user, rt, part.subresource(), &name);
+        let (_allocating, mut taken) = self.service_allocation(rt, &name);
+        let dry_run = dry_run_requested(self.query.get("dryRun"), &Value::Null)?;
+        let mut allocated = None;
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -680,8 +736,11 @@ impl<'a> Call<'a> {
                 if let Some(m) = new["metadata"].as_object_mut() {
                     m.remove("resourceVersion");
                 }
-                let stored =
+                let mut stored =
                     prepare_create(rt, &self.info.version, &ns, new, &self.manager, &accounts)?;
+                if let Some(taken) = taken.as_mut() {
+                    allocated = Some(services::allocate_create(taken, &mut stored, dry_run)?);
+                }
                 created = true;
                 return Ok(Write::Put(stored));
             };
@@ -705,8 +764,10 @@ impl<'a> Call<'a> {
                 &self.manager,
                 false,
                 authorized.as_ref(),
+                taken.as_ref(),
             )
         })?;
+        self.commit_allocation(rt, &name, allocated);
         Ok((
             if created { 201 } else { 200 },
             self.view_written(rt, written),
@@ -730,6 +791,9 @@ impl<'a> Call<'a> {
         } else {
             objects::ServiceAccounts::default()
         };
+        let (_allocating, mut taken) = self.service_allocation(rt, &name);
+        let dry_run = dry_run_requested(self.query.get("dryRun"), &Value::Null)?;
+        let mut allocated = None;
         let mut created = false;
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
@@ -764,6 +828,9 @@ impl<'a> Call<'a> {
                 stored["metadata"]["managedFields"] = managed;
                 if certificates::serves(rt) {
                     certificates::finish_create(&mut stored, &self.manager);
+                }
+                if let Some(taken) = taken.as_mut() {
+                    allocated = Some(services::allocate_create(taken, &mut stored, dry_run)?);
                 }
                 created = true;
                 return Ok(Write::Put(stored));
@@ -815,8 +882,10 @@ impl<'a> Call<'a> {
                 &self.manager,
                 is_apply,
                 authorized.as_ref(),
+                taken.as_ref(),
             )
         })?;
+        self.commit_allocation(rt, &name, allocated);
         Ok((
             if created { 201 } else { 200 },
             self.view_written(rt, written),
@@ -1020,6 +1089,7 @@ impl<'a> Call<'a> {
                 Part::Main,
                 &self.manager,
                 false,
+                None,
                 None,
             )
         })?;

@@ -18,6 +18,7 @@ use super::registry::ResourceType;
 pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     match (rt.group.as_str(), rt.resource.as_str()) {
+        ("", "services") => causes.extend(super::services::validate(obj)),
         ("discovery.k8s.io", "endpointslices") => {
             one_of(obj, "addressType", &["FQDN", "IPv4", "IPv6"], &mut causes);
         }

@@ -49,6 +49,7 @@ pub mod request;
 pub mod reviews;
 pub mod schema;
 pub mod selectors;
+mod services;
 pub mod spdy;
 pub mod state;
 pub mod status;

@@ -392,7 +392,8 @@ const BUILTINS: &[Builtin] = {
             .short(&["svc"])
             .all()
             .status()
-            .create_on_update(),
+            .create_on_update()
+            .returns_deleted(),
         r(
             ADMISSION,
             "mutatingwebhookconfigurations",

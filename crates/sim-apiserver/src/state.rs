@@ -15,6 +15,7 @@ use super::audit::{AuditLog, PodRef};
 use super::auth::{self, Tokens};
 use super::create;
 use super::registry::{self, Registry, ResourceType};
+use super::services;
 use super::status::{ApiError, GroupResource};
 use super::store::{Event, EventType, Store, Write, Written};
 use super::system_objects;
@@ -91,7 +92,7 @@ pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
 const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
 
 /// The field manager of what kube-apiserver writes itself.
-const APISERVER: &str = "kube-apiserver";
+pub(crate) const APISERVER: &str = "kube-apiserver";
 /// The field manager of what kube-controller-manager's controllers write (their clients'
 /// user agent, up to the first `/`).
 const KCM: &str = "kube-controller-manager";
@@ -273,6 +274,13 @@ impl State {
                 self.tokens.revoke(&event.namespace, &event.name);
             }
             ("", "pods") => self.index_pod_ip(event),
+            ("", "services") => match (&event.kind, &event.previous) {
+                (EventType::Deleted, _) => services::release(self, &event.object, None),
+                (EventType::Modified, Some(previous)) => {
+                    services::release(self, previous, Some(&event.object));
+                }
+                _ => {}
+            },
             _ => {}
         }
     }
