@@ -2824,18 +2824,7 @@ fn differences(interaction: &'static str, sim: &[Answer], real: &[Answer]) -> Ve
 /// Disagreements found and not fixed yet, as (interaction, path prefix). The test fails on
 /// any disagreement not listed here, and on an entry that no longer disagrees: fixing the
 /// simulator means deleting its line.
-const KNOWN: &[(&str, &str)] = &[
-    // SelfSubjectRulesReviews are not served: the real server lists every rule of the
-    // requester's roles, the simulator has no such listing yet.
-    (
-        "built-in resources: discovery of every group version, plain and aggregated",
-        ".resources.selfsubjectrulesreviews",
-    ),
-    (
-        "built-in resources: discovery of every group version, plain and aggregated",
-        ".versions[0].resources.selfsubjectrulesreviews",
-    ),
-];
+const KNOWN: &[(&str, &str)] = &[];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulator_answers_every_interaction_as_the_real_kube_apiserver_does() {

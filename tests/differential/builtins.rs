@@ -206,6 +206,101 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 }
             }
         ),
+        interaction!(
+            "built-in kinds: SelfSubjectRulesReviews of the admin and of a ServiceAccount",
+            |t| {
+                let reviews = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
+                let review = |namespace: &str| {
+                    json!({"apiVersion": "authorization.k8s.io/v1",
+                           "kind": "SelfSubjectRulesReview", "spec": {"namespace": namespace}})
+                };
+                // The real server lists the bindings in its informer's (random) order: the
+                // rules are compared sorted.
+                let record_sorted = |t: &Target, asked: String, code: u16, text: String| {
+                    let mut answer = parse_body(text);
+                    for key in ["resourceRules", "nonResourceRules"] {
+                        if let Some(rules) = answer["status"]
+                            .as_object_mut()
+                            .and_then(|status| status.get_mut(key))
+                            .and_then(Value::as_array_mut)
+                        {
+                            rules.sort_by_key(Value::to_string);
+                        }
+                    }
+                    t.record(Answer {
+                        asked,
+                        code: i64::from(code),
+                        body: normalize(answer),
+                    });
+                };
+                for body in [review(NS), review("")] {
+                    let (code, text) = support::raw(
+                        &t.admin,
+                        "POST",
+                        reviews,
+                        JSON,
+                        serde_json::to_vec(&body).unwrap(),
+                    )
+                    .await;
+                    record_sorted(
+                        t,
+                        format!("POST {reviews} as the admin: {body}"),
+                        code,
+                        text,
+                    );
+                }
+                let account = "rules-reader";
+                raw_create(
+                    t,
+                    &format!("/api/v1/namespaces/{NS}/serviceaccounts"),
+                    &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": account}}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles"),
+                    &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                            "metadata": {"name": account},
+                            "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                                       "verbs": ["get", "list"], "resourceNames": ["a"]},
+                                      {"apiGroups": ["coordination.k8s.io"],
+                                       "resources": ["leases"], "verbs": ["*"]}]}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings"),
+                    &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                            "metadata": {"name": account},
+                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                        "name": account},
+                            "subjects": [{"kind": "ServiceAccount", "name": account,
+                                          "namespace": NS}]}),
+                )
+                .await;
+                let token = super::raw_token(t, account).await;
+                let client = t
+                    .client_with_token(&format!("system:serviceaccount:{NS}:{account}"), &token)
+                    .await;
+                for namespace in [NS, "default"] {
+                    let (code, text) = support::raw(
+                        &client,
+                        "POST",
+                        reviews,
+                        JSON,
+                        serde_json::to_vec(&review(namespace)).unwrap(),
+                    )
+                    .await;
+                    record_sorted(
+                        t,
+                        format!("POST {reviews} as the ServiceAccount in {namespace}"),
+                        code,
+                        text,
+                    );
+                }
+            }
+        ),
         interaction!("built-in kinds: a SelfSubjectReview and a Binding", |t| {
             let review =
                 json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});

@@ -359,6 +359,24 @@ pub fn authorize(store: &Store, user: &UserInfo, attrs: &Attributes) -> Decision
     }
 }
 
+/// Every rule RBAC grants `user` in `namespace` (`DefaultRuleResolver.RulesFor`): the
+/// rules of the roles of the ClusterRoleBindings that bind the user, then of the
+/// RoleBindings of `namespace`, in the order they are listed. The privileged group
+/// `system:masters` lists what its bindings grant, as the real server lists it.
+pub fn rules_for(store: &Store, user: &UserInfo, namespace: &str) -> Vec<Value> {
+    let rbac = |r: &str| GroupResource::new("rbac.authorization.k8s.io", r);
+    let mut rules = Vec::new();
+    let (crbs, _) = store.list(&rbac("clusterrolebindings"), None);
+    for binding in crbs.iter().filter(|b| binds(b, user)) {
+        rules.extend(role_rules(store, binding, "").unwrap_or_default());
+    }
+    let (rbs, _) = store.list(&rbac("rolebindings"), Some(namespace));
+    for binding in rbs.iter().filter(|b| binds(b, user)) {
+        rules.extend(role_rules(store, binding, namespace).unwrap_or_default());
+    }
+    rules
+}
+
 fn allowed_by(kind: &str, binding: &Value, user: &UserInfo) -> Decision {
     let name = binding["metadata"]["name"].as_str().unwrap_or_default();
     let role_kind = binding["roleRef"]["kind"].as_str().unwrap_or_default();
@@ -590,12 +608,17 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
                "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
                "rules": rules})
     };
-    let binding = |name: &str, group: &str| {
+    let bind_groups = |name: &str, groups: &[&str]| {
+        let subjects: Vec<Value> = groups
+            .iter()
+            .map(|group| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}))
+            .collect();
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})
+               "subjects": subjects})
     };
+    let binding = |name: &str, group: &str| bind_groups(name, &[group]);
     vec![
         (
             "clusterroles",
@@ -640,7 +663,26 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
         ),
         (
             "clusterrolebindings",
-            binding("system:public-info-viewer", "system:unauthenticated"),
+            bind_groups(
+                "system:public-info-viewer",
+                &["system:authenticated", "system:unauthenticated"],
+            ),
+        ),
+        (
+            "clusterroles",
+            role(
+                "system:service-account-issuer-discovery",
+                json!([{"nonResourceURLs": ["/.well-known/openid-configuration",
+                        "/.well-known/openid-configuration/", "/openid/v1/jwks", "/openid/v1/jwks/"],
+                        "verbs": ["get"]}]),
+            ),
+        ),
+        (
+            "clusterrolebindings",
+            binding(
+                "system:service-account-issuer-discovery",
+                "system:serviceaccounts",
+            ),
         ),
     ]
 }

@@ -494,6 +494,13 @@ const BUILTINS: &[Builtin] = {
         .create_only(),
         r(
             AUTHORIZATION,
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            CLUSTER,
+        )
+        .create_only(),
+        r(
+            AUTHORIZATION,
             "subjectaccessreviews",
             "SubjectAccessReview",
             CLUSTER,

@@ -59,6 +59,9 @@ pub fn create(call: &Call<'_>, rt: &ResourceType) -> Result<(u16, Value), ApiErr
     if rt.resource == "selfsubjectreviews" {
         return Ok((201, self_subject_review(call.user, review)));
     }
+    if rt.resource == "selfsubjectrulesreviews" {
+        return self_subject_rules_review(call, &review);
+    }
     let spec = review["spec"].clone();
     let (user, ns) = match rt.resource.as_str() {
         "selfsubjectaccessreviews" => (call.user.clone(), None),
@@ -109,6 +112,51 @@ fn self_subject_review(user: &UserInfo, mut review: Value) -> Value {
     review["metadata"]["creationTimestamp"] = json!(super::objects::now());
     review["status"] = json!({"userInfo": who});
     review
+}
+
+/// A SelfSubjectRulesReview: the rules of every RBAC binding of the requester in
+/// `spec.namespace` (the cluster's bindings, then the namespace's), as the RBAC
+/// authorizer's `RulesFor` lists them; the Node authorizer before it lists none for users
+/// that are not nodes. The answer carries no spec, as the real server's.
+///
+/// # Errors
+/// BadRequest without a namespace, as the real server refuses it.
+fn self_subject_rules_review(call: &Call<'_>, review: &Value) -> Result<(u16, Value), ApiError> {
+    let namespace = review["spec"]["namespace"].as_str().unwrap_or_default();
+    if namespace.is_empty() {
+        return Err(ApiError::BadRequest("no namespace on request".into()));
+    }
+    let rules = auth::rules_for(&call.state.store, call.user, namespace);
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for rule in rules {
+        let list = |key: &str| {
+            rule.get(key)
+                .cloned()
+                .filter(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+        };
+        if let Some(resources) = list("resources") {
+            let mut out = json!({"verbs": rule["verbs"].clone(), "resources": resources});
+            if let Some(groups) = list("apiGroups") {
+                out["apiGroups"] = groups;
+            }
+            if let Some(names) = list("resourceNames") {
+                out["resourceNames"] = names;
+            }
+            resource_rules.push(out);
+        }
+        if let Some(urls) = list("nonResourceURLs") {
+            non_resource_rules
+                .push(json!({"verbs": rule["verbs"].clone(), "nonResourceURLs": urls}));
+        }
+    }
+    Ok((
+        201,
+        json!({"kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
+               "metadata": {"creationTimestamp": null}, "spec": {},
+               "status": {"resourceRules": resource_rules, "nonResourceRules": non_resource_rules,
+                          "incomplete": false}}),
+    ))
 }
 
 /// The `spec.audiences` of a TokenReview or TokenRequest (empty when none are named).
