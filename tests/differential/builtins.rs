@@ -977,16 +977,22 @@ const STORAGE_CAPACITY: Case = unvalidated(
 );
 
 const ATTRIBUTES_CLASS: Case = Case {
+    collection: || cluster("storage.k8s.io/v1", "volumeattributesclasses"),
+    object: attributes_class,
+    invalid: Some(|| {
+        let mut class = with(attributes_class(), "/driverName", json!(""));
+        class.as_object_mut().map(|c| c.remove("parameters"));
+        class
+    }),
+    scale: false,
     finalizers: true,
-    ..unvalidated(
-        || cluster("storage.k8s.io/v1", "volumeattributesclasses"),
-        || {
-            json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+};
+
+fn attributes_class() -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
         "metadata": {"name": "differential-gold"},
         "driverName": "differential.csi.example.com", "parameters": {"iops": "3000"}})
-        },
-    )
-};
+}
 
 const CONTROLLER_REVISION: Case = unvalidated(
     || namespaced("apps/v1", "controllerrevisions"),

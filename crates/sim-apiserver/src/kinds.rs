@@ -113,6 +113,17 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
         {
             causes.push(Cause::required("provisioner", ""));
         }
+        ("storage.k8s.io", "volumeattributesclasses") => {
+            if obj["driverName"].as_str().is_none_or(str::is_empty) {
+                causes.push(Cause::required("driverName", ""));
+            }
+            if obj["parameters"].as_object().is_none_or(|p| p.is_empty()) {
+                causes.push(Cause::required(
+                    "parameters",
+                    "must contain at least one key/value pair",
+                ));
+            }
+        }
         ("autoscaling", "horizontalpodautoscalers") => {
             let spec = &obj["spec"];
             let max = spec["maxReplicas"].as_i64().unwrap_or_default();
