@@ -256,6 +256,8 @@ mod field_order;
 mod jobs;
 #[path = "differential/services.rs"]
 mod services;
+#[path = "differential/tables.rs"]
+mod tables;
 #[path = "differential/volume_protection.rs"]
 mod volume_protection;
 
@@ -295,6 +297,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(volume_protection::interactions());
     all.extend(disruption::interactions());
     all.extend(services::interactions());
+    all.extend(tables::interactions());
     all
 }
 

@@ -55,6 +55,7 @@ pub mod state;
 pub mod status;
 pub mod store;
 pub mod system_objects;
+pub mod table;
 pub mod tls;
 pub mod upgrade;
 pub mod validation;
@@ -483,6 +484,108 @@ fn partial_metadata(value: Value) -> Value {
         "metadata": value["metadata"]})
 }
 
+/// The watch events of `lines` with their objects as Tables of one row, the first with
+/// the column definitions, as kube-apiserver writes them for `kubectl get -w`; bookmarks
+/// and errors as they are. Unchanged when the resource has no printer here.
+fn table_events(
+    state: &Arc<State>,
+    call: &Call<'_>,
+    rt: &registry::ResourceType,
+    mut lines: tokio::sync::mpsc::Receiver<Bytes>,
+) -> Result<tokio::sync::mpsc::Receiver<Bytes>, ApiError> {
+    let include = table::Include::parse(call.query.get("includeObject"))?;
+    let crd = defining_crd(state, rt);
+    let version = call.info.version.clone();
+    if table::convert(
+        rt,
+        crd.as_ref(),
+        &version,
+        &serde_json::json!({"metadata": {}}),
+        include,
+        true,
+        Utc::now(),
+    )
+    .is_none()
+    {
+        return Ok(lines);
+    }
+    let rt = rt.clone();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Some(line) = lines.recv().await {
+            let converted = serde_json::from_slice::<Value>(&line)
+                .ok()
+                .and_then(|mut event| {
+                    if !matches!(
+                        event["type"].as_str(),
+                        Some("ADDED" | "MODIFIED" | "DELETED")
+                    ) {
+                        return None;
+                    }
+                    let object = table::convert(
+                        &rt,
+                        crd.as_ref(),
+                        &version,
+                        &event["object"],
+                        include,
+                        first,
+                        Utc::now(),
+                    )?;
+                    first = false;
+                    event["object"] = object;
+                    Some(Bytes::from(answer_json::document(&event)))
+                });
+            if tx.send(converted.unwrap_or(line)).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The CRD that defines `rt`, when it is a custom resource.
+fn defining_crd(state: &State, rt: &registry::ResourceType) -> Option<Value> {
+    match &rt.backing {
+        registry::Backing::Custom { crd, .. } => state.store.get(
+            &status::GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"),
+            "",
+            crd,
+        ),
+        _ => None,
+    }
+}
+
+/// A get or list answer of `info`'s resource as a Table ([`table`]), or `None` when the
+/// resource has no printer here (the answer then stays JSON).
+fn as_table(
+    state: &State,
+    info: &request::RequestInfo,
+    query: &Query,
+    value: &Value,
+) -> Result<Option<Value>, ApiError> {
+    let include = table::Include::parse(query.get("includeObject"))?;
+    let rt = {
+        let registry = state.registry();
+        registry
+            .lookup(&info.group, &info.version, &info.resource)
+            .cloned()
+    };
+    let Some(rt) = rt else {
+        return Ok(None);
+    };
+    let crd = defining_crd(state, &rt);
+    Ok(table::convert(
+        &rt,
+        crd.as_ref(),
+        &info.version,
+        value,
+        include,
+        true,
+        Utc::now(),
+    ))
+}
+
 fn error_response(e: &ApiError, headers: &HeaderMap) -> Response<Body> {
     if wants_yaml(headers) {
         return json_response(e.code(), &e.to_status(), headers);
@@ -803,6 +906,20 @@ async fn handle(
                 }
                 let value = if wants_partial_metadata(&parts.headers) {
                     partial_metadata(value)
+                } else if matches!(info.verb.as_str(), "get" | "list")
+                    && info.subresource.is_empty()
+                    && table::requested(
+                        parts
+                            .headers
+                            .get(hyper::header::ACCEPT)
+                            .and_then(|v| v.to_str().ok()),
+                    )
+                {
+                    match as_table(&state, &info, &query, &value) {
+                        Ok(Some(table)) => table,
+                        Ok(None) => value,
+                        Err(e) => return error_response(&e, &parts.headers).into(),
+                    }
                 } else {
                     value
                 };
@@ -874,7 +991,17 @@ fn watch_response(
         Ok(plan) => plan,
         Err(e) => return error_response(&e, headers),
     };
-    let lines = watch::run(state.clone(), plan, shutdown);
+    let mut lines = watch::run(state.clone(), plan, shutdown);
+    if table::requested(
+        headers
+            .get(hyper::header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    ) {
+        match table_events(state, call, &rt, lines) {
+            Ok(tables) => lines = tables,
+            Err(e) => return error_response(&e, headers),
+        }
+    }
     let stream = ReceiverStream::new(lines).map(|b| Ok::<_, Infallible>(Frame::data(b)));
     let mut resp = Response::new(StreamBody::new(stream).boxed());
     resp.headers_mut()

@@ -1090,7 +1090,9 @@ pub fn prepare_for_create(
         ("apps", "statefulsets") => {
             obj["status"] = json!({"replicas": 0, "availableReplicas": 0});
         }
-        ("", "replicationcontrollers") => obj["status"] = json!({"replicas": 0}),
+        ("", "replicationcontrollers") | ("apps", "replicasets") => {
+            obj["status"] = json!({"replicas": 0});
+        }
         ("apps", "daemonsets") => {
             obj["status"] = json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
                 "desiredNumberScheduled": 0, "numberReady": 0});

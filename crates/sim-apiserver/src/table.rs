@@ -1,0 +1,877 @@
+//! Answers as `meta.k8s.io` Tables, the form `kubectl get` asks for (`Accept:
+//! application/json;as=Table;v=v1;g=meta.k8s.io`), as kube-apiserver's table convertors
+//! write them: the resource's column definitions, then a row per object with its cells and
+//! the object (`includeObject`: `Metadata`, the default, as a `PartialObjectMetadata`;
+//! `Object` whole; `None` left out). A single object is a Table of one row; a list keeps its
+//! `resourceVersion`, `continue` and `remainingItemCount`; a watch event carries a Table of
+//! one row, the first with the column definitions.
+//!
+//! The column definitions of the built-in resources are the real server's
+//! (`system_objects/table_columns.json`, captured from kube-apiserver 1.34 and compared
+//! with it by the differential test). The cells are those of kube-apiserver's printers
+//! (`pkg/printers/internalversion`, always `Wide`), ported for the kinds operators and
+//! their authors look at most: pods, services, configmaps, secrets, serviceaccounts,
+//! namespaces, deployments, replicasets, statefulsets, leases, and the kinds served by the
+//! default convertor (`Name`, `Created At`). A custom resource gets its CRD version's
+//! `additionalPrinterColumns` (simple JSONPaths: fields and list indexes), or `Age`.
+//!
+//! # Caveats
+//! A built-in kind without a ported printer is answered as JSON, which `kubectl get`
+//! (whose Accept header falls back to `application/json`) prints with its own columns.
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+use super::registry::{Backing, ResourceType};
+use super::status::ApiError;
+
+/// The real server's column definitions by `group/resource`.
+static COLUMNS: LazyLock<Map<String, Value>> = LazyLock::new(|| {
+    serde_json::from_str(include_str!("system_objects/table_columns.json")).unwrap_or_default()
+});
+
+/// `metav1.ObjectMeta`'s description of `name`, the first column of every Table.
+fn name_column() -> Value {
+    COLUMNS
+        .get("/configmaps")
+        .and_then(|c| c.get(0))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// `metav1.ObjectMeta`'s description of `creationTimestamp`.
+fn creation_description() -> Value {
+    COLUMNS
+        .get("/configmaps")
+        .and_then(|c| c.get(2))
+        .map(|c| c["description"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// Whether the client's first acceptable type is a `meta.k8s.io` Table (`v1` or
+/// `v1beta1`).
+pub fn requested(accept: Option<&str>) -> bool {
+    let Some(accept) = accept else {
+        return false;
+    };
+    accept.split(',').next().is_some_and(|first| {
+        let params: Vec<&str> = first.split(';').skip(1).map(str::trim).collect();
+        params.contains(&"as=Table")
+            && params.contains(&"g=meta.k8s.io")
+            && (params.contains(&"v=v1") || params.contains(&"v=v1beta1"))
+    })
+}
+
+/// What each row carries of its object (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Include {
+    /// Nothing.
+    None,
+    /// A `PartialObjectMetadata` (the default).
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+impl Include {
+    /// Parses the `includeObject` query parameter.
+    ///
+    /// # Errors
+    /// The real server's BadRequest for another value.
+    pub fn parse(value: Option<&str>) -> Result<Self, ApiError> {
+        match value.unwrap_or_default() {
+            "" | "Metadata" => Ok(Include::Metadata),
+            "Object" => Ok(Include::Object),
+            "None" => Ok(Include::None),
+            other => Err(ApiError::BadRequest(format!(
+                "unrecognized includeObject value: {other:?}"
+            ))),
+        }
+    }
+}
+
+/// How the objects of `rt` are printed, when they can be.
+enum Printer {
+    /// A built-in kind's printer and the real server's columns.
+    BuiltIn(fn(&Value, DateTime<Utc>) -> Vec<Value>, Value),
+    /// A custom resource's columns: the definitions and each one's JSONPath.
+    Custom(Vec<Value>, Vec<String>),
+}
+
+fn printer(rt: &ResourceType, crd: Option<&Value>, version: &str) -> Option<Printer> {
+    if let Backing::Custom { .. } = &rt.backing {
+        return Some(custom_printer(crd.unwrap_or(&Value::Null), version));
+    }
+    let key = format!("{}/{}", rt.group, rt.resource);
+    let columns = COLUMNS.get(&key)?.clone();
+    let print: fn(&Value, DateTime<Utc>) -> Vec<Value> =
+        match (rt.group.as_str(), rt.resource.as_str()) {
+            ("", "pods") => print_pod,
+            ("", "services") => print_service,
+            ("", "configmaps") => |o, now| {
+                let count = len(&o["data"]) + len(&o["binaryData"]);
+                vec![name(o), json!(count), age(o, now)]
+            },
+            ("", "secrets") => |o, now| {
+                vec![
+                    name(o),
+                    o["type"].clone(),
+                    json!(len(&o["data"])),
+                    age(o, now),
+                ]
+            },
+            ("", "serviceaccounts") => {
+                |o, now| vec![name(o), json!(len(&o["secrets"])), age(o, now)]
+            }
+            ("", "namespaces") => |o, now| vec![name(o), o["status"]["phase"].clone(), age(o, now)],
+            ("apps", "deployments") => print_deployment,
+            ("apps", "replicasets") => print_replica_set,
+            ("apps", "statefulsets") => |o, now| {
+                let (names, images) = containers(&o["spec"]["template"]);
+                vec![
+                    name(o),
+                    json!(format!(
+                        "{}/{}",
+                        int(&o["status"]["readyReplicas"]),
+                        int(&o["spec"]["replicas"])
+                    )),
+                    age(o, now),
+                    json!(names),
+                    json!(images),
+                ]
+            },
+            ("coordination.k8s.io", "leases") => |o, now| {
+                vec![
+                    name(o),
+                    json!(o["spec"]["holderIdentity"].as_str().unwrap_or_default()),
+                    age(o, now),
+                ]
+            },
+            _ if is_default(&columns) => |o, now| vec![name(o), age(o, now)],
+            _ => return None,
+        };
+    Some(Printer::BuiltIn(print, columns))
+}
+
+/// The default convertor's columns: `Name`, `Created At`.
+fn is_default(columns: &Value) -> bool {
+    columns
+        .as_array()
+        .is_some_and(|c| c.len() == 2 && c[1]["name"] == "Created At")
+}
+
+fn custom_printer(crd: &Value, version: &str) -> Printer {
+    let declared = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|versions| versions.iter().find(|v| v["name"] == version))
+        .and_then(|v| v["additionalPrinterColumns"].as_array())
+        .filter(|c| !c.is_empty())
+        .cloned();
+    let declared = declared.unwrap_or_else(|| {
+        vec![
+            json!({"name": "Age", "type": "date", "description": creation_description(),
+                    "jsonPath": ".metadata.creationTimestamp"}),
+        ]
+    });
+    let mut columns = vec![name_column()];
+    let mut paths = Vec::new();
+    for column in declared {
+        let path = column["jsonPath"].as_str().unwrap_or_default().to_string();
+        let description = match column["description"].as_str() {
+            Some(d) if !d.is_empty() => d.to_string(),
+            _ => format!("Custom resource definition column (in JSONPath format): {path}"),
+        };
+        columns.push(json!({"name": column["name"], "type": column["type"],
+            "format": column["format"].as_str().unwrap_or_default(),
+            "description": description, "priority": column["priority"].as_i64().unwrap_or(0)}));
+        paths.push(path);
+    }
+    Printer::Custom(columns, paths)
+}
+
+/// `answer` (an object or a list of `rt`, as the client's `version` sees it; `crd` defines
+/// `rt` when it is a custom resource) as a Table, with the column definitions when
+/// `with_columns`; `None` when `rt` has no printer here or the answer is not an object or
+/// a list.
+pub fn convert(
+    rt: &ResourceType,
+    crd: Option<&Value>,
+    version: &str,
+    answer: &Value,
+    include: Include,
+    with_columns: bool,
+    now: DateTime<Utc>,
+) -> Option<Value> {
+    if answer["kind"] == "Status" || !answer.is_object() {
+        return None;
+    }
+    let printer = printer(rt, crd, version)?;
+    let (items, mut metadata) = match answer["items"].as_array() {
+        Some(items) => {
+            let mut metadata = json!({});
+            for key in ["resourceVersion", "continue", "remainingItemCount"] {
+                if let Some(v) = answer["metadata"]
+                    .get(key)
+                    .filter(|v| !v.is_null() && *v != "")
+                {
+                    metadata[key] = v.clone();
+                }
+            }
+            (items.clone(), metadata)
+        }
+        None => {
+            let mut metadata = json!({});
+            if let Some(rv) = answer["metadata"]["resourceVersion"].as_str() {
+                metadata["resourceVersion"] = json!(rv);
+            }
+            (vec![answer.clone()], metadata)
+        }
+    };
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let (cells, conditions) = match &printer {
+                Printer::BuiltIn(print, _) => (print(item, now), row_conditions(rt, item)),
+                Printer::Custom(columns, paths) => {
+                    (custom_cells(item, &columns[1..], paths, now), None)
+                }
+            };
+            let mut row = json!({"cells": cells});
+            if let Some(conditions) = conditions {
+                row["conditions"] = conditions;
+            }
+            match include {
+                Include::None => {}
+                Include::Metadata => {
+                    row["object"] = json!({"kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1", "metadata": item["metadata"]});
+                }
+                Include::Object => {
+                    // A list's items carry no kind; the row's object says what it is.
+                    let mut object = item.clone();
+                    object["kind"] = json!(rt.kind);
+                    object["apiVersion"] = json!(rt.api_version(version));
+                    row["object"] = object;
+                }
+            }
+            row
+        })
+        .collect();
+    if let Some(m) = metadata.as_object_mut()
+        && m.is_empty()
+    {
+        metadata = json!({});
+    }
+    let mut table = json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata});
+    if with_columns {
+        table["columnDefinitions"] = match printer {
+            Printer::BuiltIn(_, columns) => columns,
+            Printer::Custom(columns, _) => Value::Array(columns),
+        };
+    }
+    table["rows"] = Value::Array(rows);
+    Some(table)
+}
+
+/// A pod that ended is marked completed (`podSuccessConditions`, `podFailedConditions`).
+fn row_conditions(rt: &ResourceType, obj: &Value) -> Option<Value> {
+    if !(rt.group.is_empty() && rt.resource == "pods") {
+        return None;
+    }
+    let (reason, message) = match obj["status"]["phase"].as_str()? {
+        "Succeeded" => ("Succeeded", "The pod has completed successfully."),
+        "Failed" => ("Failed", "The pod failed."),
+        _ => return None,
+    };
+    Some(json!([{"type": "Completed", "status": "True", "reason": reason, "message": message}]))
+}
+
+fn name(obj: &Value) -> Value {
+    obj["metadata"]["name"].clone()
+}
+
+fn len(value: &Value) -> usize {
+    match value {
+        Value::Object(m) => m.len(),
+        Value::Array(a) => a.len(),
+        _ => 0,
+    }
+}
+
+fn int(value: &Value) -> i64 {
+    value.as_i64().unwrap_or(0)
+}
+
+fn time(value: &Value) -> Option<DateTime<Utc>> {
+    value
+        .as_str()
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn age(obj: &Value, now: DateTime<Utc>) -> Value {
+    json!(since(time(&obj["metadata"]["creationTimestamp"]), now))
+}
+
+/// `translateTimestampSince`: `duration.HumanDuration` of the time since `t`.
+fn since(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match t {
+        Some(t) => human_duration((now - t).num_milliseconds()),
+        None => "<unknown>".into(),
+    }
+}
+
+/// `duration.HumanDuration` of `millis`.
+pub fn human_duration(millis: i64) -> String {
+    let seconds = millis / 1000;
+    if seconds < -1 {
+        return "<invalid>".into();
+    }
+    if seconds < 0 {
+        return "0s".into();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        let s = seconds % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = seconds / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let days = (hours / 24) % 365;
+        return if days == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{days}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// `layoutContainerCells` of a pod template: container names and images, comma-joined.
+fn containers(template: &Value) -> (String, String) {
+    let list = template["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let field = |key: &str| {
+        list.iter()
+            .map(|c| c[key].as_str().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    (field("name"), field("image"))
+}
+
+/// `metav1.FormatLabelSelector`: `<none>` for none, else the selector's string form.
+fn label_selector(selector: &Value) -> String {
+    if !selector.is_object() {
+        return "<none>".into();
+    }
+    let mut parts: Vec<String> = selector["matchLabels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for expression in selector["matchExpressions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        let key = expression["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = expression["values"]
+            .as_array()
+            .map(|v| v.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut sorted = values.clone();
+        sorted.sort_unstable();
+        parts.push(match expression["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", sorted.join(",")),
+            "NotIn" => format!("{key} notin ({})", sorted.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => continue,
+        });
+    }
+    parts.sort();
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+fn print_deployment(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let (names, images) = containers(&o["spec"]["template"]);
+    let status = &o["status"];
+    // LabelSelectorAsSelector: an empty selector selects everything (""), a missing one nothing.
+    let selector = match &o["spec"]["selector"] {
+        Value::Object(_) => {
+            let s = label_selector(&o["spec"]["selector"]);
+            if s == "<none>" { String::new() } else { s }
+        }
+        _ => String::new(),
+    };
+    vec![
+        name(o),
+        json!(format!(
+            "{}/{}",
+            int(&status["readyReplicas"]),
+            int(&o["spec"]["replicas"])
+        )),
+        json!(int(&status["updatedReplicas"])),
+        json!(int(&status["availableReplicas"])),
+        age(o, now),
+        json!(names),
+        json!(images),
+        json!(selector),
+    ]
+}
+
+fn print_replica_set(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let (names, images) = containers(&o["spec"]["template"]);
+    vec![
+        name(o),
+        json!(int(&o["spec"]["replicas"])),
+        json!(int(&o["status"]["replicas"])),
+        json!(int(&o["status"]["readyReplicas"])),
+        age(o, now),
+        json!(names),
+        json!(images),
+        json!(label_selector(&o["spec"]["selector"])),
+    ]
+}
+
+fn print_service(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let spec = &o["spec"];
+    let kind = spec["type"].as_str().unwrap_or_default();
+    let internal = spec["clusterIPs"]
+        .get(0)
+        .and_then(Value::as_str)
+        .unwrap_or("<none>")
+        .to_string();
+    let external_ips: Vec<&str> = spec["externalIPs"]
+        .as_array()
+        .map(|ips| ips.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let external = match kind {
+        "ClusterIP" | "NodePort" if !external_ips.is_empty() => external_ips.join(","),
+        "ClusterIP" | "NodePort" => "<none>".into(),
+        "LoadBalancer" => {
+            let ingress: Vec<String> = o["status"]["loadBalancer"]["ingress"]
+                .as_array()
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|i| i["ip"].as_str().or_else(|| i["hostname"].as_str()))
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut all = ingress;
+            all.extend(external_ips.iter().map(|s| s.to_string()));
+            if all.is_empty() {
+                "<pending>".into()
+            } else {
+                all.join(",")
+            }
+        }
+        "ExternalName" => spec["externalName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        _ => "<unknown>".into(),
+    };
+    let ports: Vec<String> = spec["ports"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|p| {
+                    let protocol = p["protocol"].as_str().unwrap_or_default();
+                    match p["nodePort"].as_i64().filter(|n| *n > 0) {
+                        Some(node) => format!("{}:{node}/{protocol}", int(&p["port"])),
+                        None => format!("{}/{protocol}", int(&p["port"])),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let ports = if ports.is_empty() {
+        "<none>".to_string()
+    } else {
+        ports.join(",")
+    };
+    // labels.FormatLabels: sorted key=value pairs, `<none>` when empty.
+    let selector = spec["selector"]
+        .as_object()
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let mut pairs: Vec<String> = s
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            pairs.sort();
+            pairs.join(",")
+        })
+        .unwrap_or_else(|| "<none>".into());
+    vec![
+        name(o),
+        json!(kind),
+        json!(internal),
+        json!(external),
+        json!(ports),
+        age(o, now),
+        json!(selector),
+    ]
+}
+
+/// `printPod`: ready containers, the status a person reads (the reason of the last
+/// container's state, an init container's progress, `Terminating`), the restarts and when
+/// the last one was, then the wide columns.
+fn print_pod(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let spec = &o["spec"];
+    let status = &o["status"];
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    let init_specs = list(&spec["initContainers"]);
+    let restartable = |name: &str| {
+        init_specs
+            .iter()
+            .any(|c| c["name"] == name && c["restartPolicy"] == "Always")
+    };
+    let mut total = list(&spec["containers"]).len();
+    total += init_specs
+        .iter()
+        .filter(|c| c["restartPolicy"] == "Always")
+        .count();
+    let phase = status["phase"].as_str().unwrap_or_default().to_string();
+    let mut reason = match status["reason"].as_str() {
+        Some(r) if !r.is_empty() => r.to_string(),
+        _ => phase.clone(),
+    };
+    if list(&status["conditions"])
+        .iter()
+        .any(|c| c["type"] == "PodScheduled" && c["reason"] == "SchedulingGated")
+    {
+        reason = "SchedulingGated".into();
+    }
+    let mut restarts = 0;
+    let mut restartable_restarts = 0;
+    let mut ready = 0;
+    let mut last_restart: Option<DateTime<Utc>> = None;
+    let mut last_restartable_restart: Option<DateTime<Utc>> = None;
+    let later = |a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let mut initializing = false;
+    let init_statuses = list(&status["initContainerStatuses"]);
+    for (i, container) in init_statuses.iter().enumerate() {
+        restarts += int(&container["restartCount"]);
+        let finished = time(&container["lastState"]["terminated"]["finishedAt"]);
+        last_restart = later(last_restart, finished);
+        let container_name = container["name"].as_str().unwrap_or_default();
+        if restartable(container_name) {
+            restartable_restarts += int(&container["restartCount"]);
+            last_restartable_restart = later(last_restartable_restart, finished);
+        }
+        let terminated = &container["state"]["terminated"];
+        let waiting = &container["state"]["waiting"];
+        if terminated.is_object() && int(&terminated["exitCode"]) == 0 {
+            continue;
+        }
+        if restartable(container_name) && container["started"] == true {
+            if container["ready"] == true {
+                ready += 1;
+            }
+            continue;
+        }
+        if terminated.is_object() {
+            reason = match terminated["reason"].as_str() {
+                Some(r) if !r.is_empty() => format!("Init:{r}"),
+                _ if int(&terminated["signal"]) != 0 => {
+                    format!("Init:Signal:{}", int(&terminated["signal"]))
+                }
+                _ => format!("Init:ExitCode:{}", int(&terminated["exitCode"])),
+            };
+        } else if waiting["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty() && r != "PodInitializing")
+        {
+            reason = format!("Init:{}", waiting["reason"].as_str().unwrap_or_default());
+        } else {
+            reason = format!("Init:{i}/{}", init_specs.len());
+        }
+        initializing = true;
+        break;
+    }
+    let initialized = list(&status["conditions"])
+        .iter()
+        .any(|c| c["type"] == "Initialized" && c["status"] == "True");
+    if !initializing || initialized {
+        restarts = restartable_restarts;
+        last_restart = last_restartable_restart;
+        let mut running = false;
+        for container in list(&status["containerStatuses"]).iter().rev() {
+            restarts += int(&container["restartCount"]);
+            last_restart = later(
+                last_restart,
+                time(&container["lastState"]["terminated"]["finishedAt"]),
+            );
+            let waiting = &container["state"]["waiting"];
+            let terminated = &container["state"]["terminated"];
+            if let Some(r) = waiting["reason"].as_str().filter(|r| !r.is_empty()) {
+                reason = r.to_string();
+            } else if let Some(r) = terminated["reason"].as_str().filter(|r| !r.is_empty()) {
+                reason = r.to_string();
+            } else if terminated.is_object() {
+                reason = if int(&terminated["signal"]) != 0 {
+                    format!("Signal:{}", int(&terminated["signal"]))
+                } else {
+                    format!("ExitCode:{}", int(&terminated["exitCode"]))
+                };
+            } else if container["ready"] == true && container["state"]["running"].is_object() {
+                running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && running {
+            let pod_ready = list(&status["conditions"])
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            reason = if pod_ready { "Running" } else { "NotReady" }.into();
+        }
+    }
+    let deleting = o["metadata"]["deletionTimestamp"].is_string();
+    if deleting && status["reason"] == "NodeLost" {
+        reason = "Unknown".into();
+    } else if deleting && phase != "Succeeded" && phase != "Failed" {
+        reason = "Terminating".into();
+    }
+    let restarts_text = match last_restart {
+        Some(t) if restarts != 0 => format!("{restarts} ({} ago)", since(Some(t), now)),
+        _ => restarts.to_string(),
+    };
+    let or_none = |v: &Value| match v.as_str() {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => "<none>".to_string(),
+    };
+    let gates = list(&spec["readinessGates"]);
+    let readiness_gates = if gates.is_empty() {
+        "<none>".to_string()
+    } else {
+        let conditions = list(&status["conditions"]);
+        let met = gates
+            .iter()
+            .filter(|g| {
+                conditions
+                    .iter()
+                    .find(|c| c["type"] == g["conditionType"])
+                    .is_some_and(|c| c["status"] == "True")
+            })
+            .count();
+        format!("{met}/{}", gates.len())
+    };
+    vec![
+        name(o),
+        json!(format!("{ready}/{total}")),
+        json!(reason),
+        json!(restarts_text),
+        age(o, now),
+        json!(or_none(&status["podIPs"][0]["ip"])),
+        json!(or_none(&spec["nodeName"])),
+        json!(or_none(&status["nominatedNodeName"])),
+        json!(readiness_gates),
+    ]
+}
+
+/// A custom resource's cells: its name, then each column's JSONPath result as the CRD
+/// table convertor prints it (`null` when the path finds nothing).
+fn custom_cells(
+    obj: &Value,
+    columns: &[Value],
+    paths: &[String],
+    now: DateTime<Utc>,
+) -> Vec<Value> {
+    let mut cells = vec![name(obj)];
+    for (column, path) in columns.iter().zip(paths) {
+        let found = simple_json_path(obj, path).filter(|v| !v.is_null());
+        let cell = match (found, column["type"].as_str().unwrap_or_default()) {
+            (None, _) => Value::Null,
+            (Some(v), "string") => json!(go_print(v)),
+            (Some(v), "integer") => v.as_f64().map(|f| json!(f as i64)).unwrap_or(Value::Null),
+            (Some(v), "number") => v.as_f64().map(|f| json!(f)).unwrap_or(Value::Null),
+            (Some(Value::Bool(b)), "boolean") => json!(b),
+            (Some(Value::String(s)), "date") => match time(&json!(s)) {
+                Some(t) => json!(since(Some(t), now)),
+                None => json!("<invalid>"),
+            },
+            _ => Value::Null,
+        };
+        cells.push(cell);
+    }
+    cells
+}
+
+/// A JSONPath of fields and list indexes (`.status.conditions[0].type`), the form CRD
+/// printer columns use.
+fn simple_json_path<'v>(obj: &'v Value, path: &str) -> Option<&'v Value> {
+    let mut current = obj;
+    for segment in path.trim_start_matches('.').split('.') {
+        if segment.is_empty() {
+            continue;
+        }
+        let (field, indexes) = match segment.find('[') {
+            Some(at) => (&segment[..at], &segment[at..]),
+            None => (segment, ""),
+        };
+        if !field.is_empty() {
+            current = current.get(field)?;
+        }
+        for index in indexes.split('[').skip(1) {
+            let index: usize = index.trim_end_matches(']').parse().ok()?;
+            current = current.get(index)?;
+        }
+    }
+    Some(current)
+}
+
+/// A value as Go's `fmt` prints what JSON decoded into (`text/template`'s printing of a
+/// JSONPath result): strings bare, numbers and booleans plainly, maps and lists in Go's
+/// `map[k:v]` and `[a b]` forms.
+fn go_print(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => "<nil>".into(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(go_print).collect::<Vec<_>>().join(" ")
+        ),
+        Value::Object(map) => format!(
+            "map[{}]",
+            map.iter()
+                .map(|(k, v)| format!("{k}:{}", go_print(v)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_kubectl_prints_them() {
+        let cases = [
+            (0, "0s"),
+            (-1500, "0s"),
+            (-3000, "<invalid>"),
+            (119_000, "119s"),
+            (125_000, "2m5s"),
+            (600_000, "10m"),
+            (3 * 3_600_000 + 5 * 60_000, "3h5m"),
+            (30 * 3_600_000, "30h"),
+            (3 * 86_400_000 + 3_600_000, "3d1h"),
+            (400 * 86_400_000, "400d"),
+        ];
+        for (millis, text) in cases {
+            assert_eq!(human_duration(millis), text, "{millis}");
+        }
+    }
+
+    #[test]
+    fn a_crash_looping_pod_shows_its_waiting_reason_and_when_it_last_restarted() {
+        let now = Utc::now();
+        let finished = (now - chrono::Duration::seconds(30)).to_rfc3339();
+        let pod = json!({"metadata": {"name": "p", "creationTimestamp": (now - chrono::Duration::seconds(90)).to_rfc3339()},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.1.0.5"}], "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 0, "state": {"running": {}}},
+                {"name": "b", "ready": false, "restartCount": 3,
+                 "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                 "lastState": {"terminated": {"exitCode": 1, "finishedAt": finished}}}]}});
+        let cells = print_pod(&pod, now);
+        assert_eq!(
+            cells,
+            vec![
+                json!("p"),
+                json!("1/2"),
+                json!("CrashLoopBackOff"),
+                json!("3 (30s ago)"),
+                json!("90s"),
+                json!("10.1.0.5"),
+                json!("<none>"),
+                json!("<none>"),
+                json!("<none>"),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_a_table_asked_for_first_is_a_table() {
+        assert!(requested(Some(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        )));
+        assert!(!requested(Some("application/json")));
+        assert!(!requested(Some(
+            "application/json,application/json;as=Table;v=v1;g=meta.k8s.io"
+        )));
+    }
+
+    #[test]
+    fn custom_columns_print_strings_numbers_and_missing_values_as_the_crd_convertor_does() {
+        let columns = vec![
+            json!({"type": "string"}),
+            json!({"type": "integer"}),
+            json!({"type": "string"}),
+        ];
+        let paths = vec![
+            ".status.conditions[0].type".to_string(),
+            ".spec.size".to_string(),
+            ".status.missing".to_string(),
+        ];
+        let obj = json!({"metadata": {"name": "m"}, "spec": {"size": 3},
+                         "status": {"conditions": [{"type": "Ready"}]}});
+        assert_eq!(
+            custom_cells(&obj, &columns, &paths, Utc::now()),
+            vec![json!("m"), json!("Ready"), json!(3), Value::Null]
+        );
+    }
+}

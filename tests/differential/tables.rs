@@ -1,0 +1,314 @@
+//! `kubectl get`'s Tables (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`) of the
+//! kinds the simulator prints: their column definitions, and the cells of typical objects
+//! (a pod pending, then running with a container in back-off, services of each type,
+//! configmaps, secrets, serviceaccounts, a namespace, a Deployment, a ReplicaSet, a
+//! StatefulSet, a Lease, the default convertor's kinds, a custom resource with printer
+//! columns and one without), with `includeObject` and a single object's Table. Ages are
+//! masked: the two servers' objects were not created at the same instant. The workloads'
+//! rows leave their objects out: when a controller writes status in the second its object
+//! was created, the order of the two managedFields entries is a race on either server.
+
+use serde_json::{Value, json};
+
+use super::{
+    Answer, Interaction, JSON, STRATEGIC, Target, normalize, parse_body, raw_create, support,
+    wait_until,
+};
+
+/// The namespace of these interactions.
+const NAMESPACE: &str = "tables";
+
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+/// GETs `path` as a Table and records it, the cells of its age columns masked (and a
+/// restart's "(… ago)").
+async fn table(t: &Target, path: &str) {
+    let (code, answer) = get_table(t, path).await;
+    let ages: Vec<usize> = answer["columnDefinitions"]
+        .as_array()
+        .map(|columns| {
+            columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| matches!(c["name"].as_str(), Some("Age" | "Created At")))
+                .map(|(i, _)| i)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut answer = answer;
+    if let Some(rows) = answer["rows"].as_array_mut() {
+        for row in rows {
+            if let Some(cells) = row["cells"].as_array_mut() {
+                for (i, cell) in cells.iter_mut().enumerate() {
+                    if ages.contains(&i) {
+                        *cell = json!("<age>");
+                    } else if let Some(text) = cell.as_str()
+                        && let Some(at) = text.find(" (")
+                        && text.ends_with(" ago)")
+                    {
+                        *cell = json!(format!("{} (<age> ago)", &text[..at]));
+                    }
+                }
+            }
+        }
+    }
+    t.record(Answer {
+        asked: format!("GET {path} as a Table"),
+        code: i64::from(code),
+        body: normalize(answer),
+    });
+}
+
+async fn get_table(t: &Target, path: &str) -> (u16, Value) {
+    let request = http::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header("accept", TABLE)
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let response = t.admin.send(request).await.unwrap();
+    let code = response.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (
+        code,
+        parse_body(String::from_utf8_lossy(&bytes).into_owned()),
+    )
+}
+
+fn ns_path(group_version: &str, resource: &str) -> String {
+    let prefix = if group_version == "v1" {
+        "/api/v1".to_string()
+    } else {
+        format!("/apis/{group_version}")
+    };
+    format!("{prefix}/namespaces/{NAMESPACE}/{resource}")
+}
+
+fn template(app: &str) -> Value {
+    json!({"metadata": {"labels": {"app": app}},
+           "spec": {"containers": [{"name": "main", "image": "example/app:1"},
+                                   {"name": "side", "image": "example/side:2"}]}})
+}
+
+/// The interactions of this module, in the order they run.
+pub(super) fn interactions() -> Vec<Interaction> {
+    vec![
+        interaction!(
+            "tables: pods, services, configmaps, secrets, accounts and namespaces",
+            |t| {
+                raw_create(
+                    t,
+                    "/api/v1/namespaces",
+                    &json!({"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": NAMESPACE}}),
+                )
+                .await;
+                let account = format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default");
+                wait_until(t, &account, "the default account", |code, _| code == 200).await;
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "web-0"},
+                    "spec": {"containers": [{"name": "main", "image": "example/app:1"},
+                                            {"name": "side", "image": "example/side:2"}],
+                             "readinessGates": [{"conditionType": "example.com/ready"}]}});
+                raw_create(t, &ns_path("v1", "pods"), &pod).await;
+                // Without its object: the scheduler's status write races with the read.
+                table(
+                    t,
+                    &format!("{}/web-0?includeObject=None", ns_path("v1", "pods")),
+                )
+                .await;
+                // The kubelet's part: running, one container ready, the other in back-off.
+                let status = json!({"status": {"phase": "Running", "podIP": "10.244.0.5",
+                    "podIPs": [{"ip": "10.244.0.5"}],
+                    "conditions": [{"type": "Ready", "status": "False"},
+                                   {"type": "example.com/ready", "status": "True"}],
+                    "containerStatuses": [
+                        {"name": "main", "ready": true, "restartCount": 0, "image": "example/app:1",
+                         "imageID": "", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+                        {"name": "side", "ready": false, "restartCount": 4, "image": "example/side:2",
+                         "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                         "lastState": {"terminated": {"exitCode": 1,
+                            "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}}}]}});
+                let path = format!("{}/web-0/status", ns_path("v1", "pods"));
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "PATCH",
+                    &path,
+                    STRATEGIC,
+                    serde_json::to_vec(&status).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 200, "{}: {text}", t.name);
+                table(t, &format!("{}?includeObject=None", ns_path("v1", "pods"))).await;
+                for (name, spec) in [
+                    (
+                        "plain",
+                        json!({"selector": {"app": "web", "tier": "a"},
+                                     "clusterIP": "10.0.0.30",
+                                     "ports": [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]}),
+                    ),
+                    (
+                        "exposed",
+                        json!({"type": "NodePort", "clusterIP": "10.0.0.31",
+                                       "ports": [{"port": 80, "nodePort": 30080}]}),
+                    ),
+                    (
+                        "balanced",
+                        json!({"type": "LoadBalancer", "clusterIP": "10.0.0.32",
+                                        "externalIPs": ["192.0.2.1"],
+                                        "ports": [{"port": 443, "nodePort": 30443}]}),
+                    ),
+                    (
+                        "elsewhere",
+                        json!({"type": "ExternalName", "externalName": "db.example.com"}),
+                    ),
+                    (
+                        "headless",
+                        json!({"clusterIP": "None", "selector": {"app": "db"}}),
+                    ),
+                ] {
+                    let service = json!({"apiVersion": "v1", "kind": "Service",
+                                         "metadata": {"name": name}, "spec": spec});
+                    raw_create(t, &ns_path("v1", "services"), &service).await;
+                }
+                table(t, &ns_path("v1", "services")).await;
+                raw_create(
+                    t,
+                    &ns_path("v1", "configmaps"),
+                    &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+                            "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}}),
+                )
+                .await;
+                table(
+                    t,
+                    &format!("{}?includeObject=Object", ns_path("v1", "configmaps")),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("v1", "secrets"),
+                    &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token"},
+                            "type": "Opaque", "stringData": {"a": "1"}}),
+                )
+                .await;
+                table(t, &ns_path("v1", "secrets")).await;
+                table(t, &ns_path("v1", "serviceaccounts")).await;
+                table(t, &format!("/api/v1/namespaces/{NAMESPACE}")).await;
+                table(t, "/api/v1/namespaces?fieldSelector=metadata.name%3Dtables").await;
+            }
+        ),
+        interaction!(
+            "tables: workloads, leases, the default convertor and custom resources",
+            |t| {
+                let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "idle"},
+                    "spec": {"replicas": 0,
+                             "selector": {"matchLabels": {"app": "idle"},
+                                          "matchExpressions": [{"key": "tier", "operator": "In", "values": ["b", "a"]}]},
+                             "template": {"metadata": {"labels": {"app": "idle", "tier": "a"}},
+                                          "spec": template("idle")["spec"]}}});
+                raw_create(t, &ns_path("apps/v1", "deployments"), &deployment).await;
+                let path = format!("{}/idle", ns_path("apps/v1", "deployments"));
+                wait_until(t, &path, "the Deployment observed", |code, body| {
+                    code == 200 && body["status"]["observedGeneration"] == 1
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let replica_set = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "metadata": {"name": "bare"},
+                    "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "bare"}},
+                             "template": template("bare")}});
+                raw_create(t, &ns_path("apps/v1", "replicasets"), &replica_set).await;
+                let path = format!("{}/bare", ns_path("apps/v1", "replicasets"));
+                wait_until(t, &path, "the ReplicaSet observed", |code, body| {
+                    code == 200 && body["status"]["observedGeneration"] == 1
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let stateful_set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": {"name": "db"},
+                    "spec": {"replicas": 0, "serviceName": "db",
+                             "selector": {"matchLabels": {"app": "db"}}, "template": template("db")}});
+                raw_create(t, &ns_path("apps/v1", "statefulsets"), &stateful_set).await;
+                table(
+                    t,
+                    &format!(
+                        "{}/db?includeObject=None",
+                        ns_path("apps/v1", "statefulsets")
+                    ),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("coordination.k8s.io/v1", "leases"),
+                    &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": "leader"}, "spec": {"holderIdentity": "web-0"}}),
+                )
+                .await;
+                table(t, &ns_path("coordination.k8s.io/v1", "leases")).await;
+                raw_create(
+                    t,
+                    &ns_path("rbac.authorization.k8s.io/v1", "roles"),
+                    &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                            "metadata": {"name": "reader"}, "rules": []}),
+                )
+                .await;
+                table(t, &ns_path("rbac.authorization.k8s.io/v1", "roles")).await;
+                let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "metadata": {"name": "caches.tables.example.com"},
+                    "spec": {"group": "tables.example.com", "scope": "Namespaced",
+                             "names": {"plural": "caches", "singular": "cache", "kind": "Cache", "listKind": "CacheList"},
+                             "versions": [
+                                {"name": "v1", "served": true, "storage": true,
+                                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                                 "additionalPrinterColumns": [
+                                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Where it is."},
+                                    {"name": "First", "type": "string", "jsonPath": ".spec.nodes[0]", "priority": 1},
+                                    {"name": "Missing", "type": "string", "jsonPath": ".status.nothing"},
+                                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]},
+                                {"name": "v2", "served": true, "storage": false,
+                                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+                raw_create(
+                    t,
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                    &crd,
+                )
+                .await;
+                let caches = format!("/apis/tables.example.com/v1/namespaces/{NAMESPACE}/caches");
+                wait_until(t, &caches, "the custom resource served", |code, _| {
+                    code == 200
+                })
+                .await;
+                raw_create(
+                    t,
+                    &caches,
+                    &json!({"apiVersion": "tables.example.com/v1", "kind": "Cache",
+                            "metadata": {"name": "small"},
+                            "spec": {"size": 3, "nodes": ["a", "b"]}, "status": {"phase": "Ready"}}),
+                )
+                .await;
+                table(t, &caches).await;
+                table(
+                    t,
+                    &format!("/apis/tables.example.com/v2/namespaces/{NAMESPACE}/caches/small"),
+                )
+                .await;
+                support::raw(
+                    &t.admin,
+                    "DELETE",
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/caches.tables.example.com",
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+                let namespace = format!("/api/v1/namespaces/{NAMESPACE}");
+                support::raw(&t.admin, "DELETE", &namespace, JSON, Vec::new()).await;
+                wait_until(t, &namespace, "the namespace gone", |code, _| code == 404).await;
+            }
+        ),
+    ]
+}
