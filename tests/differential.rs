@@ -258,6 +258,8 @@ mod jobs;
 mod services;
 #[path = "differential/tables.rs"]
 mod tables;
+#[path = "differential/statefulset.rs"]
+mod statefulset;
 #[path = "differential/volume_protection.rs"]
 mod volume_protection;
 
@@ -298,6 +300,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(disruption::interactions());
     all.extend(services::interactions());
     all.extend(tables::interactions());
+    all.extend(statefulset::interactions());
     all
 }
 

@@ -18,6 +18,9 @@
 //!   the conditions and Events of 1.34. [`ttl_after_finished`] deletes finished Jobs
 //!   after `ttlSecondsAfterFinished`; [`cronjob`] creates a CronJob's Jobs on its schedule
 //!   ([`ControllerConfig::cronjob_clock`]).
+//! - [`statefulset`]: pods `<set>-<ordinal>` in order (`OrderedReady`) or all at once
+//!   (`Parallel`), ControllerRevisions, rolling updates with a partition, `OnDelete`, claims
+//!   from volume claim templates and their retention policy; status and Events as 1.34's.
 //! - [`disruption`]: the status of PodDisruptionBudgets (healthy, desired and expected
 //!   pods, disruptions allowed, the `DisruptionAllowed` condition).
 //! - [`namespace`]: deleting a namespace deletes its content, then finalizes it.
@@ -37,8 +40,8 @@
 //! (setup-envtest's assets).
 //!
 //! # Caveats
-//! - No leader election, no metrics; only the Job controller writes Events.
-//! - Only what the conformance features touch: no DaemonSets, StatefulSets,
+//! - No leader election, no metrics; only the Job and StatefulSet controllers write Events.
+//! - Only what the conformance features touch: no DaemonSets,
 //!   Services/Endpoints, quota, PDB-aware eviction, preemption or resource fitting.
 
 pub mod cronjob;
@@ -49,6 +52,7 @@ mod dynamic;
 mod events;
 mod expectations;
 pub mod garbage_collector;
+mod history;
 pub mod in_process;
 mod informer;
 pub mod job;
@@ -59,6 +63,7 @@ pub mod podgc;
 mod queue;
 pub mod replicaset;
 pub mod scheduler;
+pub mod statefulset;
 mod support;
 pub mod taint_eviction;
 pub mod ttl_after_finished;
@@ -66,7 +71,7 @@ pub mod volume_protection;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -289,6 +294,7 @@ struct Informers {
     budgets: Cache<PodDisruptionBudget>,
     statefulsets: Cache<StatefulSet>,
     replication_controllers: Cache<ReplicationController>,
+    controller_revisions: Cache<ControllerRevision>,
 }
 
 impl Controllers {
@@ -319,6 +325,7 @@ impl Controllers {
             budgets: Cache::new(),
             statefulsets: Cache::new(),
             replication_controllers: Cache::new(),
+            controller_revisions: Cache::new(),
         };
 
         let hub = dynamic::Hub::new(
@@ -355,6 +362,13 @@ impl Controllers {
                 pod_failure_backoff: config.job_pod_failure_backoff,
                 max_pod_failure_backoff: config.job_max_pod_failure_backoff,
             },
+        ));
+        tasks.push(statefulset::start(
+            kcm(server, "statefulset-controller").await?,
+            &informers.statefulsets,
+            &informers.pods,
+            &informers.claims,
+            &informers.controller_revisions,
         ));
         tasks.push(ttl_after_finished::start(
             kcm(server, "ttl-after-finished-controller").await?,
@@ -479,6 +493,11 @@ impl Controllers {
             Api::<ReplicationController>::all(shared.clone()),
             informer_config.clone(),
             informers.replication_controllers.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<ControllerRevision>::all(shared.clone()),
+            informer_config.clone(),
+            informers.controller_revisions.clone(),
         ));
         tasks.push(informer::spawn(
             Api::<Lease>::namespaced(shared, "kube-node-lease"),
