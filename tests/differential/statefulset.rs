@@ -391,6 +391,76 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "StatefulSets: an orphan pod adopted, given its identity, then replaced for its revision",
+            |t| {
+                let set = "adopt";
+                let orphan = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "adopt-0", "labels": {"app": set}},
+                    "spec": {"containers": [{"name": "main", "image": "example/app:1"}]}});
+                send(t, "POST", &pods_path(), JSON, &orphan).await;
+                set_phase(t, "adopt-0", "Running").await;
+                send(
+                    t,
+                    "POST",
+                    &sets_path(),
+                    JSON,
+                    &stateful_set(set, 1, json!({})),
+                )
+                .await;
+                record_events(t, set, 3, true).await;
+                let status = wait_for_status(t, set, |s| s["observedGeneration"] == 1).await;
+                let update = status["updateRevision"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                bring_up(t, set, "adopt-0", Some(&update)).await;
+                record_status(t, set, |s| s["availableReplicas"] == 1).await;
+                record_pods(t, set).await;
+            }
+        ),
+        interaction!(
+            "StatefulSets: OnDelete leaves pods of the old revision until they are deleted",
+            |t| {
+                let set = "manual";
+                let body = stateful_set(
+                    set,
+                    2,
+                    json!({"podManagementPolicy": "Parallel",
+                        "updateStrategy": {"type": "OnDelete"}}),
+                );
+                send(t, "POST", &sets_path(), JSON, &body).await;
+                for pod in ["manual-0", "manual-1"] {
+                    bring_up(t, set, pod, None).await;
+                }
+                record_status(t, set, |s| s["availableReplicas"] == 2).await;
+                let patch =
+                    json!({"spec": {"template": {"metadata": {"labels": {"version": "2"}}}}});
+                send(t, "PATCH", &set_path(set), STRATEGIC, &patch).await;
+                let status = wait_for_status(t, set, |s| s["observedGeneration"] == 2).await;
+                let update = status["updateRevision"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                record_status(t, set, |s| s["observedGeneration"] == 2).await;
+                send(
+                    t,
+                    "DELETE",
+                    &format!("{}/manual-1", pods_path()),
+                    JSON,
+                    &json!({}),
+                )
+                .await;
+                bring_up(t, set, "manual-1", Some(&update)).await;
+                record_status(t, set, |s| {
+                    s["updatedReplicas"] == 1 && s["readyReplicas"] == 2
+                })
+                .await;
+                record_pods(t, set).await;
+                record_revisions(t, set).await;
+                record_events(t, set, 3, false).await;
+            }
+        ),
+        interaction!(
             "StatefulSets: claims owned as the retention policy asks, deleted when scaled away",
             |t| {
                 let set = "kept";

@@ -66,6 +66,13 @@ const REVISION_LABEL: &str = "controller-revision-hash";
 const MAX_BATCH_SIZE: usize = 500;
 /// How often an update is tried again after a conflict (client-go's `DefaultBackoff`).
 const CONFLICT_ATTEMPTS: usize = 4;
+/// The wait before the `attempt`th retry after a conflict (client-go's `DefaultBackoff`:
+/// 10 ms, growing five-fold).
+fn conflict_backoff(attempt: usize) -> Duration {
+    let factor = 5u32.saturating_pow(u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX));
+    Duration::from_millis(10).saturating_mul(factor)
+}
+
 /// How often a status write is tried again after a conflict (client-go's `DefaultRetry`).
 const STATUS_ATTEMPTS: usize = 5;
 /// The retention policy keeping claims.
@@ -1225,6 +1232,7 @@ impl Controller {
                 Ok(updated) => return Ok(Arc::new(updated)),
                 Err(e) if is_conflict(&e) && attempt + 1 < CONFLICT_ATTEMPTS => {
                     attempt += 1;
+                    tokio::time::sleep(conflict_backoff(attempt)).await;
                     clone = api.get(name(&revision.metadata)).await?;
                 }
                 Err(e) => return Err(e.into()),
@@ -1677,6 +1685,7 @@ impl Controller {
                     if !is_conflict(&e) || attempt >= CONFLICT_ATTEMPTS {
                         break Err(Error::from(e));
                     }
+                    tokio::time::sleep(conflict_backoff(attempt)).await;
                 }
             }
         };
