@@ -193,12 +193,15 @@ impl InFlight {
             return;
         };
         let shown = match (change, deleted) {
-            (Change::Applied { old: None, .. }, None) => true,
-            (Change::Deleted(_), Some(_)) => true,
+            (Change::Deleted(_), _) => true,
+            // Created: a pod of that name that the cache did not hold before.
+            (Change::Applied { old, new }, None) => old
+                .as_ref()
+                .is_none_or(|old| old.metadata.uid != new.metadata.uid),
+            // Deleted: gone, being deleted, or replaced by another pod of that name.
             (Change::Applied { new, .. }, Some(uid)) => {
                 new.metadata.uid.as_ref() != Some(uid) || is_deleting(&new.metadata)
             }
-            _ => false,
         };
         if shown {
             in_flight.remove(&key);
@@ -1863,6 +1866,30 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
         })
+    }
+
+    #[test]
+    fn a_set_waits_until_its_pod_creates_and_deletes_have_shown_in_the_cache() {
+        let set = set(base_spec());
+        let mut pod = new_pod(&set, 0);
+        let in_flight = InFlight::default();
+        in_flight.begin(&pod, None);
+        assert!(in_flight.pending(&set));
+        pod.metadata.uid = Some("pod-uid".into());
+        let pod = Arc::new(pod);
+        in_flight.observe(&Change::Applied {
+            old: None,
+            new: pod.clone(),
+        });
+        assert!(!in_flight.pending(&set));
+        in_flight.begin(&pod, Some("pod-uid".into()));
+        in_flight.observe(&Change::Applied {
+            old: Some(pod.clone()),
+            new: pod.clone(),
+        });
+        assert!(in_flight.pending(&set));
+        in_flight.observe(&Change::Deleted(pod.clone()));
+        assert!(!in_flight.pending(&set));
     }
 
     #[test]
