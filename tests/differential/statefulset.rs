@@ -419,6 +419,16 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "StatefulSets: a pod Ready for minReadySeconds becomes available without another change",
+            |t| {
+                let set = "slow";
+                let body = stateful_set(set, 1, json!({"minReadySeconds": 1}));
+                send(t, "POST", &sets_path(), JSON, &body).await;
+                bring_up(t, set, "slow-0", None).await;
+                record_status(t, set, |s| s["availableReplicas"] == 1).await;
+            }
+        ),
+        interaction!(
             "StatefulSets: OnDelete leaves pods of the old revision until they are deleted",
             |t| {
                 let set = "manual";
