@@ -150,14 +150,24 @@ fn is_already_exists(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.reason == "AlreadyExists")
 }
 
-/// The text Go's client would give for an error (the API's message for API errors).
+/// The text Go's client gives for a failed request: the API's message for API errors.
+fn request_error_text(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => super::support::error_chain(other),
+    }
+}
+
+/// The text upstream's errors give, for Events.
 fn go_error(error: &Error) -> String {
     match error {
-        Error::Api(kube::Error::Api(status)) => status.message.clone(),
-        Error::CreateClaim {
-            claim,
-            source: kube::Error::Api(status),
-        } => format!("failed to create PVC {claim}: {}", status.message),
+        Error::Api(source) => request_error_text(source),
+        Error::CreateClaim { claim, source } => {
+            format!(
+                "failed to create PVC {claim}: {}",
+                request_error_text(source)
+            )
+        }
         Error::Several { first, .. } => go_error(first),
         other => super::support::error_chain(other),
     }
@@ -1581,7 +1591,7 @@ impl Controller {
         set: &StatefulSet,
         pod: &Pod,
         claim: &PersistentVolumeClaim,
-        error: Option<&Error>,
+        error: Option<&str>,
     ) {
         let (type_, reason, message) = match error {
             None => (
@@ -1598,11 +1608,10 @@ impl Controller {
                 EventType::Warning,
                 "FailedCreate",
                 format!(
-                    "create Claim {} for Pod {} in StatefulSet {} failed error: {}",
+                    "create Claim {} for Pod {} in StatefulSet {} failed error: {error}",
                     name(&claim.metadata),
                     name(&pod.metadata),
                     name(&set.metadata),
-                    go_error(error)
                 ),
             ),
         };
@@ -1728,15 +1737,15 @@ impl Controller {
                     match api.create(&PostParams::default(), &claim).await {
                         Ok(_) => self.record_claim_event(set, pod, &claim, None),
                         Err(source) => {
-                            let exists = is_already_exists(&source);
-                            let error = Error::CreateClaim {
+                            if !is_already_exists(&source) {
+                                // Upstream's event gives the request's own error.
+                                let text = request_error_text(&source);
+                                self.record_claim_event(set, pod, &claim, Some(&text));
+                            }
+                            errors.push(Error::CreateClaim {
                                 claim: name(&claim.metadata).to_string(),
                                 source,
-                            };
-                            if !exists {
-                                self.record_claim_event(set, pod, &claim, Some(&error));
-                            }
-                            errors.push(error);
+                            });
                         }
                     }
                 }
