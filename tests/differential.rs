@@ -262,6 +262,8 @@ mod tables;
 mod statefulset;
 #[path = "differential/volume_protection.rs"]
 mod volume_protection;
+#[path = "differential/webhooks.rs"]
+mod webhooks;
 
 fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": data})
@@ -296,6 +298,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(field_order::interactions());
     all.extend(component_status::interactions());
     all.extend(jobs::interactions());
+    all.extend(webhooks::interactions());
     all.extend(volume_protection::interactions());
     all.extend(disruption::interactions());
     all.extend(services::interactions());

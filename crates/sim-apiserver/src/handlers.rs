@@ -12,6 +12,7 @@
 
 use serde_json::{Value, json};
 
+use super::admission_webhooks;
 use super::apply;
 use super::call::{Call, decode};
 use super::certificates;
@@ -338,8 +339,70 @@ fn dry_run_requested(query_value: Option<&str>, body: &Value) -> Result<bool, Ap
 }
 
 impl<'a> Call<'a> {
-    /// Writes through the state, or only computes the write for `dryRun=All`.
+    /// The admission attributes of this request.
+    fn admission<'s>(
+        &'s self,
+        rt: &'s ResourceType,
+        operation: admission_webhooks::Operation,
+        name: &'s str,
+        delete_options: Option<&Value>,
+    ) -> admission_webhooks::Attributes<'s> {
+        admission_webhooks::Attributes {
+            rt,
+            version: &self.info.version,
+            subresource: &self.info.subresource,
+            operation,
+            name,
+            namespace: &self.info.namespace,
+            user: self.user,
+            dry_run: self.query.get("dryRun").is_some()
+                || delete_options
+                    .is_some_and(|o| o["dryRun"].as_array().is_some_and(|d| !d.is_empty())),
+            options: admission_webhooks::options(operation, self.query, delete_options),
+        }
+    }
+
+    /// Writes through the state once the admission webhooks admitted the write `decide`
+    /// computes, or only computes it for `dryRun=All`.
     fn write(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, ApiError> {
+        if !admission_webhooks::admits_subresource(&self.info.subresource)
+            || !admission_webhooks::configured(&self.state.store)
+        {
+            return self.store_write(rt, namespace, name, decide);
+        }
+        let gr = Self::storage_gr(rt);
+        let version = self.info.version.clone();
+        let mut attrs = self.admission(rt, admission_webhooks::Operation::Update, name, None);
+        let admitted = admission_webhooks::admit_write(
+            &self.state.store,
+            &mut attrs,
+            |seen| {
+                self.state
+                    .store
+                    .preview(&gr, namespace, name, |current| {
+                        seen(current, decide(current)?);
+                        Ok(Write::Keep)
+                    })
+                    .map(|_| ())
+            },
+            &|stored, old| match checks(rt, &version, stored, old) {
+                causes if causes.is_empty() => Ok(()),
+                causes => Err(invalid(rt, name, causes)),
+            },
+        )?;
+        self.store_write(rt, namespace, name, |current| {
+            admitted.commit(&rt.gr(), name, current)
+        })
+    }
+
+    /// Writes through the state, or only computes the write for `dryRun=All`.
+    fn store_write(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -590,7 +653,8 @@ impl<'a> Call<'a> {
             ));
         }
         let admission_name = objects::admission_name(&obj);
-        let mut name = meta_str(&obj, "name").to_string();
+        let requested_name = meta_str(&obj, "name").to_string();
+        let mut name = requested_name.clone();
         let generate = meta_str(&obj, "generateName").to_string();
         if name.is_empty() && !generate.is_empty() {
             name = format!("{generate}{}", random_suffix());
@@ -616,6 +680,18 @@ impl<'a> Call<'a> {
         if certificates::serves(rt) {
             certificates::before_create(&mut obj, self.user)?;
         }
+        let webhooks = admission_webhooks::configured(&self.state.store);
+        let attrs = self.admission(
+            rt,
+            admission_webhooks::Operation::Create,
+            &requested_name,
+            None,
+        );
+        let mut unowned = None;
+        if webhooks {
+            (obj, unowned) =
+                admission_webhooks::mutate_create(&self.state.store, &attrs, obj, &self.manager)?;
+        }
         let mut stored = prepare_create(
             rt,
             &self.info.version,
@@ -624,10 +700,14 @@ impl<'a> Call<'a> {
             &self.manager,
             &accounts,
         )?;
+        if let Some(managed) = unowned {
+            stored["metadata"]["managedFields"] = managed;
+        }
         if certificates::serves(rt) {
             certificates::finish_create(&mut stored, &self.manager);
         }
-        // A Service's addresses and ports are chosen and written under one lock.
+        // A Service's addresses and ports are chosen (beginCreate) before the validating
+        // webhooks see it, and written under one lock.
         let (_allocating, mut taken) = self.service_allocation(rt, &name);
         let allocated = match taken.as_mut() {
             Some(taken) => Some(services::allocate_create(
@@ -637,7 +717,11 @@ impl<'a> Call<'a> {
             )?),
             None => None,
         };
-        let written = self.write(rt, &self.ns(rt), &name, |current| {
+        if webhooks {
+            let view = to_view(rt, &self.info.version, stored.clone());
+            admission_webhooks::validate(&self.state.store, &attrs, Some(&view), None)?;
+        }
+        let written = self.store_write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
                 return Err(ApiError::already_exists(&rt.gr(), &name));
             }
@@ -953,6 +1037,21 @@ impl<'a> Call<'a> {
             .then(|| self.state.store.get(&rt.gr(), "", &name))
             .flatten();
         let dry_run = dry_run_requested(None, &opts)?;
+        if admission_webhooks::configured(&self.state.store)
+            && let Some(current) = self.state.store.get(&Self::storage_gr(rt), &ns, &name)
+        {
+            let attrs = self.admission(
+                rt,
+                admission_webhooks::Operation::Delete,
+                &name,
+                Some(&opts),
+            );
+            admission_webhooks::admit_delete(
+                &self.state.store,
+                &attrs,
+                &to_view(rt, &self.info.version, current),
+            )?;
+        }
         let (code, obj) = delete_object(self.state, rt, &ns, &name, &opts)?;
         if let Some(crd) = crd.filter(|_| !dry_run) {
             self.delete_custom_resources_of(&crd);

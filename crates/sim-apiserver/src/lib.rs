@@ -11,8 +11,8 @@
 //!
 //! # Caveats
 //! - Protobuf request bodies are decoded for every built-in kind (see [`protobuf`]), custom
-//!   resources are JSON only; answers are always JSON. No Table output (kubectl falls back to NAME/AGE columns), no admission
-//!   webhooks, no RBAC escalation checks, no ClusterRole aggregation.
+//!   resources are JSON only; answers are always JSON. No Table output (kubectl falls back to NAME/AGE columns), no
+//!   admission webhook `matchConditions` (see [`admission_webhooks`]), no RBAC escalation checks, no ClusterRole aggregation.
 //! - `continue` pages are served from the current state, not a snapshot of the first page.
 //! - `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` (or `…List`) gets metadata only
 //!   from every verb but watch, whose events carry whole objects.
@@ -20,6 +20,7 @@
 //!   does when garbage collection is enabled; they are cleared by the garbage collector of
 //!   the simulated controllers, not by this server.
 
+pub mod admission_webhooks;
 pub mod aggregated;
 pub mod answer_json;
 pub mod apiservices;
@@ -891,12 +892,12 @@ async fn handle(
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
         }
-        let served = call.serve();
+        let (served, warnings) = admission_webhooks::collect_warnings(|| call.serve());
         if served.as_ref().is_ok_and(|(code, _)| *code < 400) {
             state.faults.served(&facts);
         }
-        match served {
-            Ok((code, Value::String(text))) => full(code, "text/plain", text.into_bytes()).into(),
+        let mut response = match served {
+            Ok((code, Value::String(text))) => full(code, "text/plain", text.into_bytes()),
             Ok((code, value)) => {
                 if info.verb == "create" && info.name.is_empty() {
                     created_name = value["metadata"]["name"]
@@ -923,10 +924,12 @@ async fn handle(
                 } else {
                     value
                 };
-                json_response(code, &value, &parts.headers).into()
+                json_response(code, &value, &parts.headers)
             }
-            Err(e) => error_response(&e, &parts.headers).into(),
-        }
+            Err(e) => error_response(&e, &parts.headers),
+        };
+        admission_webhooks::add_warning_headers(&mut response, &warnings);
+        response.into()
     }
     .await;
     let source_ip = peer.ip();

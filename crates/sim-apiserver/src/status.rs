@@ -168,6 +168,9 @@ pub enum ApiError {
     /// (e.g. a strategic merge patch the server cannot apply).
     #[error("{0}")]
     Unclassified(String),
+    /// A whole `Status` as an admission webhook's refusal or failure is answered.
+    #[error("{}", .0["message"].as_str().unwrap_or_default())]
+    Status(Box<Value>),
     /// Any code and reason, for injected faults.
     #[error("{message}")]
     Custom {
@@ -288,6 +291,10 @@ impl ApiError {
             Self::Expired(_) => 410,
             Self::Internal(_) | Self::Unclassified(_) => 500,
             Self::Generic { code } | Self::Custom { code, .. } => *code,
+            Self::Status(status) => status["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(500),
         }
     }
 
@@ -310,11 +317,15 @@ impl ApiError {
             Self::Unclassified(_) => "",
             Self::Generic { code } => generic_reason(*code),
             Self::Custom { reason, .. } => reason,
+            Self::Status(status) => status["reason"].as_str().unwrap_or_default(),
         }
     }
 
     /// The `Status` object sent to the client.
     pub fn to_status(&self) -> Value {
+        if let Self::Status(status) = self {
+            return (**status).clone();
+        }
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
