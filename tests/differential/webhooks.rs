@@ -17,7 +17,7 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use serde_json::{Value, json};
 
-use super::{Answer, Interaction, JSON, NS, Target, exchange, normalize, support};
+use super::{Answer, Interaction, JSON, MERGE, NS, Target, exchange, normalize, support};
 
 /// The address of a webhook server started here (port 1 is the unreachable one).
 static SERVER_PORT: std::sync::LazyLock<regex::Regex> =
@@ -458,6 +458,50 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "admission webhooks: a rule naming pods/status is asked about status writes only",
+            |t| {
+                let server = WebhookServer::start().await;
+                let config = "opconform-status";
+                let mut status_only =
+                    webhook("status.opconform.test", &server, "/check", json!({}));
+                status_only["rules"] = json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["pods/status"]}]);
+                register(t, &server, config, false, vec![status_only]).await;
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "webhook-deny-status"},
+                    // No scheduler writes its status meanwhile.
+                    "spec": {"schedulerName": "opconform-nobody",
+                             "containers": [{"name": "c", "image": "busybox"}]}});
+                send(t, "POST", &format!("/api/v1/namespaces/{NS}/pods"), pod).await;
+                let path = format!("/api/v1/namespaces/{NS}/pods/webhook-deny-status");
+                let (code, response, text) = exchange(
+                    t,
+                    "PATCH",
+                    &format!("{path}/status"),
+                    MERGE,
+                    JSON,
+                    json!({"status": {"message": "from the test"}}),
+                )
+                .await;
+                drop(response);
+                t.record(Answer {
+                    asked: "PATCH pods/status".into(),
+                    code: i64::from(code),
+                    body: normalize(serde_json::from_str(&text).unwrap_or(Value::String(text))),
+                });
+                record_reviews(t, &server, "the pods/status webhook");
+                unregister(t, &server, config, false).await;
+                let _ = support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{path}?gracePeriodSeconds=0"),
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+            }
+        ),
+        interaction!(
             "admission webhooks: a mutating webhook's patch is applied before validation",
             |t| {
                 let server = WebhookServer::start().await;
@@ -485,6 +529,21 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 // Only the interaction's own requests are compared.
                 server.take();
                 create(t, configmap("webhook-mutated", json!({"app": "web"}))).await;
+                let (code, response, text) = exchange(
+                    t,
+                    "PATCH",
+                    &cm_path("webhook-mutated"),
+                    MERGE,
+                    JSON,
+                    json!({"data": {"k": "patched"}}),
+                )
+                .await;
+                drop(response);
+                t.record(Answer {
+                    asked: "PATCH webhook-mutated".into(),
+                    code: i64::from(code),
+                    body: normalize(serde_json::from_str(&text).unwrap_or(Value::String(text))),
+                });
                 record_reviews(t, &server, "the mutating and the validating webhook");
                 unregister(t, &server, "opconform-after-mutation", false).await;
                 unregister(t, &server, "opconform-mutating", true).await;
