@@ -398,6 +398,14 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 )
                 .await;
                 send(t, "DELETE", &cm_path("webhook-warn"), Value::Null).await;
+                create(t, configmap("webhook-collected", json!({"collect": "yes"}))).await;
+                send(
+                    t,
+                    "DELETE",
+                    &format!("/api/v1/namespaces/{NS}/configmaps?labelSelector=collect%3Dyes"),
+                    Value::Null,
+                )
+                .await;
                 record_reviews(t, &server, "the validating webhook");
                 unregister(t, &server, config, false).await;
                 remove(t, &["webhook-warn"]).await;

@@ -1642,4 +1642,176 @@ mod tests {
         assert_eq!(d.host, "svc.hooks.svc");
         assert_eq!(d.addr, Some("10.0.0.7:9443".parse().unwrap()));
     }
+
+    #[test]
+    fn a_service_without_endpoints_resolves_through_its_ready_pods_and_named_target_port() {
+        let store = Store::new(100);
+        let put = |resource: &str, name: &str, object: Value| {
+            store
+                .write::<ApiError>(&GroupResource::new("", resource), "hooks", name, |_| {
+                    Ok(Write::Put(object))
+                })
+                .unwrap();
+        };
+        put(
+            "services",
+            "svc",
+            json!({"metadata": {"name": "svc", "namespace": "hooks"}, "spec": {
+                "selector": {"app": "hook"},
+                "ports": [{"port": 8443, "targetPort": "https"}]}}),
+        );
+        let pod = |name: &str, ready: &str, ip: &str| {
+            json!({"metadata": {"name": name, "namespace": "hooks", "labels": {"app": "hook"}},
+                "spec": {"containers": [{"name": "c", "ports": [{"name": "https", "containerPort": 9443}]}]},
+                "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": ready}]}})
+        };
+        put("pods", "a-starting", pod("a-starting", "False", "10.1.2.2"));
+        put("pods", "b-ready", pod("b-ready", "True", "10.1.2.3"));
+        let d = destination(
+            &store,
+            &json!({"service": {"namespace": "hooks", "name": "svc", "port": 8443}}),
+            10,
+        )
+        .unwrap();
+        assert_eq!(d.url, "https://svc.hooks.svc:8443/?timeout=10s");
+        assert_eq!(d.addr, Some("10.1.2.3:9443".parse().unwrap()));
+        let missing = destination(
+            &store,
+            &json!({"service": {"namespace": "hooks", "name": "gone"}}),
+            10,
+        );
+        assert_eq!(
+            missing.unwrap_err().to_string(),
+            "service \"gone\" not found"
+        );
+    }
+
+    type Calls = Arc<std::sync::Mutex<Vec<(String, Value)>>>;
+
+    /// An HTTPS webhook server on 127.0.0.1 answering `/first` and `/second` with a patch
+    /// adding the label of that name; returns its port, its CA bundle, the calls it received
+    /// and the runtime serving it.
+    fn label_adding_webhooks() -> (u16, String, Calls, tokio::runtime::Runtime) {
+        use base64::Engine as _;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let ca = base64::engine::general_purpose::STANDARD.encode(cert.pem());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let calls: Calls = Arc::default();
+        let received = calls.clone();
+        runtime.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, received) = (acceptor.clone(), received.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |request: hyper::Request<hyper::body::Incoming>| {
+                            let received = received.clone();
+                            async move {
+                                let path = request.uri().path().to_string();
+                                let body = request.into_body().collect().await?.to_bytes();
+                                let review: Value = serde_json::from_slice(&body).unwrap();
+                                received
+                                    .lock()
+                                    .unwrap()
+                                    .push((path.clone(), review.clone()));
+                                let label = path.trim_start_matches('/');
+                                let patch = json!([{"op": "add",
+                                    "path": format!("/metadata/labels/{label}"), "value": "yes"}]);
+                                let answer = json!({"apiVersion": "admission.k8s.io/v1",
+                                    "kind": "AdmissionReview", "response": {
+                                    "uid": review["request"]["uid"], "allowed": true,
+                                    "patchType": "JSONPatch",
+                                    "patch": base64::engine::general_purpose::STANDARD
+                                        .encode(patch.to_string())}});
+                                Ok::<_, hyper::Error>(hyper::Response::new(Full::new(Bytes::from(
+                                    answer.to_string(),
+                                ))))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        (port, ca, calls, runtime)
+    }
+
+    #[test]
+    fn a_webhook_that_may_be_reinvoked_is_called_again_once_a_later_one_changed_the_object() {
+        let (port, ca, calls, runtime) = label_adding_webhooks();
+        let store = Store::new(100);
+        let hook = |name: &str, path: &str, policy: &str| {
+            json!({"name": name, "reinvocationPolicy": policy,
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["configmaps"]}],
+                "sideEffects": "None", "admissionReviewVersions": ["v1"]})
+        };
+        store
+            .write::<ApiError>(
+                &GroupResource::new(
+                    "admissionregistration.k8s.io",
+                    "mutatingwebhookconfigurations",
+                ),
+                "",
+                "labels",
+                |_| {
+                    Ok(Write::Put(
+                        json!({"metadata": {"name": "labels"}, "webhooks": [
+                            hook("first.test", "/first", "IfNeeded"),
+                            hook("second.test", "/second", "Never"),
+                        ]}),
+                    ))
+                },
+            )
+            .unwrap();
+        let cms = rt("", "configmaps");
+        let user = UserInfo::admin();
+        let attrs = attrs(&cms, &user, "", Operation::Create);
+        let mut object = Some(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "labels": {}}}));
+        let changed = mutate(&store, &attrs, &mut object, None, &|_| {}).unwrap();
+        assert!(changed);
+        assert_eq!(
+            object.unwrap()["metadata"]["labels"],
+            json!({"first": "yes", "second": "yes"})
+        );
+        let calls = calls.lock().unwrap().clone();
+        let paths: Vec<&str> = calls.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["/first", "/second", "/first"]);
+        assert_eq!(
+            calls[2].1["request"]["object"]["metadata"]["labels"],
+            json!({"first": "yes", "second": "yes"})
+        );
+        runtime.shutdown_background();
+    }
 }

@@ -371,7 +371,9 @@ impl<'a> Call<'a> {
         name: &str,
         decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
     ) -> Result<Written, ApiError> {
+        // Not for a write made on another resource's behalf (`bindings` writes pods).
         if !admission_webhooks::admits_subresource(&self.info.subresource)
+            || self.info.resource != rt.resource
             || !admission_webhooks::configured(&self.state.store)
         {
             return self.store_write(rt, namespace, name, decide);
@@ -1098,6 +1100,12 @@ impl<'a> Call<'a> {
                 .unwrap_or_default();
             if !labels.matches(&labels_map) || !fields.matches(&view) {
                 continue;
+            }
+            if admission_webhooks::configured(&self.state.store) {
+                // Each item is admitted as a DELETE naming no object, as the collection's.
+                let attrs =
+                    self.admission(rt, admission_webhooks::Operation::Delete, "", Some(&opts));
+                admission_webhooks::admit_delete(&self.state.store, &attrs, &view)?;
             }
             match delete_object(
                 self.state,
