@@ -17,7 +17,9 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use serde_json::{Value, json};
 
-use super::{Answer, Interaction, JSON, MERGE, NS, Target, exchange, normalize, support};
+use super::{
+    Answer, Interaction, JSON, MERGE, NS, Target, exchange, normalize, support, wait_until,
+};
 
 /// The address of a webhook server started here (port 1 is the unreachable one).
 static SERVER_PORT: std::sync::LazyLock<regex::Regex> =
@@ -211,6 +213,8 @@ fn webhook(name: &str, server: &WebhookServer, path: &str, extra: Value) -> Valu
 }
 
 const ADMISSION: &str = "/apis/admissionregistration.k8s.io/v1";
+
+const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
 fn config_path(mutating: bool) -> String {
     let resource = if mutating {
@@ -409,6 +413,62 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 record_reviews(t, &server, "the validating webhook");
                 unregister(t, &server, config, false).await;
                 remove(t, &["webhook-warn"]).await;
+            }
+        ),
+        interaction!(
+            "admission webhooks: a custom resource is sent in the version the rule names",
+            |t| {
+                let crd_path = format!("{CRDS}/gadgets.webhooks.opconform.test");
+                let version = |name: &str, storage: bool| {
+                    json!({"name": name, "served": true, "storage": storage,
+                        "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}})
+                };
+                let crd = json!({"apiVersion": "apiextensions.k8s.io/v1",
+                    "kind": "CustomResourceDefinition",
+                    "metadata": {"name": "gadgets.webhooks.opconform.test"},
+                    "spec": {"group": "webhooks.opconform.test", "scope": "Namespaced",
+                        "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget",
+                                  "listKind": "GadgetList"},
+                        "versions": [version("v1", true), version("v2", false)]}});
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "POST",
+                    CRDS,
+                    JSON,
+                    serde_json::to_vec(&crd).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 201, "{}: creating the CRD: {text}", t.name);
+                let gadgets =
+                    |v: &str| format!("/apis/webhooks.opconform.test/{v}/namespaces/{NS}/gadgets");
+                for v in ["v1", "v2"] {
+                    wait_until(
+                        t,
+                        &gadgets(v),
+                        "the CRD's versions to be served",
+                        |code, _| code == 200,
+                    )
+                    .await;
+                }
+                let server = WebhookServer::start().await;
+                let config = "opconform-custom";
+                // Created in v1, sent in v2 (matchPolicy Equivalent). Created in v2, the
+                // simulator's managedFields would name v1.
+                let mut v2_only = webhook("gadgets.opconform.test", &server, "/check", json!({}));
+                v2_only["rules"] = json!([{"apiGroups": ["webhooks.opconform.test"],
+                    "apiVersions": ["v2"], "operations": ["CREATE"], "resources": ["gadgets"]}]);
+                register(t, &server, config, false, vec![v2_only]).await;
+                let gadget = |v: &str, name: &str| {
+                    json!({"apiVersion": format!("webhooks.opconform.test/{v}"), "kind": "Gadget",
+                        "metadata": {"name": name}, "spec": {"size": 1}})
+                };
+                send(t, "POST", &gadgets("v1"), gadget("v1", "gadget-warn")).await;
+                send(t, "POST", &gadgets("v1"), gadget("v1", "gadget-deny")).await;
+                record_reviews(t, &server, "the custom resource's webhook");
+                unregister(t, &server, config, false).await;
+                let _ = support::raw(&t.admin, "DELETE", &crd_path, JSON, Vec::new()).await;
+                wait_until(t, &crd_path, "the CRD to be gone", |code, _| code == 404).await;
             }
         ),
         interaction!(
