@@ -85,10 +85,8 @@ pub enum CallError {
         name: String,
     },
     /// A `service` reference names a port the Service does not have.
-    #[error("unable to find service port {port} in service \"{namespace}/{name}\"")]
+    #[error("no service port {port} found for service \"{name}\"")]
     NoServicePort {
-        /// The Service's namespace.
-        namespace: String,
         /// The Service's name.
         name: String,
         /// The port asked for.
@@ -100,6 +98,9 @@ pub enum CallError {
         /// The Service's name.
         name: String,
     },
+    /// A `service` reference could not be resolved to an address.
+    #[error("{0}")]
+    Resolve(String),
     /// The answer is not an AdmissionReview.
     #[error("{0}")]
     Decode(String),
@@ -597,8 +598,8 @@ struct Destination {
     host: String,
     port: u16,
     path: String,
-    /// The address when already resolved (a service reference's endpoint).
-    addr: Option<SocketAddr>,
+    /// A service reference's endpoint, or why it has none (reported as the dial's error).
+    resolved: Option<Result<SocketAddr, String>>,
 }
 
 /// The path as the REST client joins it (`path.Join("/", path)`).
@@ -629,7 +630,7 @@ fn destination(store: &Store, config: &Value, timeout: u64) -> Result<Destinatio
             host,
             port,
             path,
-            addr: None,
+            resolved: None,
         });
     }
     let service = &config["service"];
@@ -639,13 +640,13 @@ fn destination(store: &Store, config: &Value, timeout: u64) -> Result<Destinatio
     let path = clean_path(service["path"].as_str().unwrap_or_default());
     let host = format!("{name}.{namespace}.svc");
     let url = format!("https://{host}:{port}{path}?timeout={timeout}s");
-    let addr = resolve_service(store, namespace, name, port)?;
+    let resolved = resolve_service(store, namespace, name, port).map_err(|e| e.to_string());
     Ok(Destination {
         url,
         host,
         port: u16::try_from(port).unwrap_or(443),
         path,
-        addr: Some(addr),
+        resolved: Some(resolved),
     })
 }
 
@@ -667,7 +668,6 @@ fn resolve_service(
         .and_then(|ports| ports.iter().find(|p| p["port"].as_i64() == Some(port)))
         .cloned()
         .ok_or_else(|| CallError::NoServicePort {
-            namespace: namespace.to_string(),
             name: name.to_string(),
             port,
         })?;
@@ -821,8 +821,9 @@ async fn post(
     body: Vec<u8>,
     timeout: u64,
 ) -> Result<(u16, Bytes), CallError> {
-    let addr = match dest.addr {
-        Some(addr) => addr,
+    let addr = match &dest.resolved {
+        Some(Ok(addr)) => *addr,
+        Some(Err(why)) => return Err(CallError::Resolve(why.clone())),
         None => match dest.host.parse::<IpAddr>() {
             Ok(ip) => SocketAddr::new(ip, dest.port),
             Err(_) => tokio::net::lookup_host((dest.host.as_str(), dest.port))
@@ -1640,7 +1641,7 @@ mod tests {
         .unwrap();
         assert_eq!(d.url, "https://svc.hooks.svc:443/validate?timeout=10s");
         assert_eq!(d.host, "svc.hooks.svc");
-        assert_eq!(d.addr, Some("10.0.0.7:9443".parse().unwrap()));
+        assert_eq!(d.resolved, Some(Ok("10.0.0.7:9443".parse().unwrap())));
     }
 
     #[test]
@@ -1674,22 +1675,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.url, "https://svc.hooks.svc:8443/?timeout=10s");
-        assert_eq!(d.addr, Some("10.1.2.3:9443".parse().unwrap()));
+        assert_eq!(d.resolved, Some(Ok("10.1.2.3:9443".parse().unwrap())));
         let missing = destination(
             &store,
             &json!({"service": {"namespace": "hooks", "name": "gone"}}),
             10,
         );
         assert_eq!(
-            missing.unwrap_err().to_string(),
-            "service \"gone\" not found"
+            missing.unwrap().resolved,
+            Some(Err("service \"gone\" not found".to_string()))
+        );
+        let wrong_port = destination(
+            &store,
+            &json!({"service": {"namespace": "hooks", "name": "svc", "port": 443}}),
+            10,
+        );
+        assert_eq!(
+            wrong_port.unwrap().resolved,
+            Some(Err(
+                "no service port 443 found for service \"svc\"".to_string()
+            ))
         );
     }
 
     type Calls = Arc<std::sync::Mutex<Vec<(String, Value)>>>;
 
-    /// An HTTPS webhook server on 127.0.0.1 answering `/first` and `/second` with a patch
-    /// adding the label of that name; returns its port, its CA bundle, the calls it received
+    /// An HTTPS webhook server on 127.0.0.1 (its certificate also names `svc.hooks.svc`)
+    /// allowing `/allow` and answering other paths with a patch adding the label of that
+    /// name; returns its port, its CA bundle, the calls it received
     /// and the runtime serving it.
     fn label_adding_webhooks() -> (u16, String, Calls, tokio::runtime::Runtime) {
         use base64::Engine as _;
@@ -1702,6 +1715,9 @@ mod tests {
         params
             .subject_alt_names
             .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::DnsName("svc.hooks.svc".try_into().unwrap()));
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.self_signed(&key).unwrap();
         let ca = base64::engine::general_purpose::STANDARD.encode(cert.pem());
@@ -1744,12 +1760,16 @@ mod tests {
                                 let label = path.trim_start_matches('/');
                                 let patch = json!([{"op": "add",
                                     "path": format!("/metadata/labels/{label}"), "value": "yes"}]);
-                                let answer = json!({"apiVersion": "admission.k8s.io/v1",
+                                let mut answer = json!({"apiVersion": "admission.k8s.io/v1",
                                     "kind": "AdmissionReview", "response": {
-                                    "uid": review["request"]["uid"], "allowed": true,
-                                    "patchType": "JSONPatch",
-                                    "patch": base64::engine::general_purpose::STANDARD
-                                        .encode(patch.to_string())}});
+                                    "uid": review["request"]["uid"], "allowed": true}});
+                                if label != "allow" {
+                                    answer["response"]["patchType"] = json!("JSONPatch");
+                                    answer["response"]["patch"] = json!(
+                                        base64::engine::general_purpose::STANDARD
+                                            .encode(patch.to_string())
+                                    );
+                                }
                                 Ok::<_, hyper::Error>(hyper::Response::new(Full::new(Bytes::from(
                                     answer.to_string(),
                                 ))))
@@ -1812,6 +1832,58 @@ mod tests {
             calls[2].1["request"]["object"]["metadata"]["labels"],
             json!({"first": "yes", "second": "yes"})
         );
+        runtime.shutdown_background();
+    }
+
+    #[test]
+    fn a_service_reference_is_dialled_at_its_endpoint_and_verified_as_the_service_s_name() {
+        let (port, ca, calls, runtime) = label_adding_webhooks();
+        let store = Store::new(100);
+        let put = |gr: GroupResource, namespace: &str, name: &str, object: Value| {
+            store
+                .write::<ApiError>(&gr, namespace, name, |_| Ok(Write::Put(object)))
+                .unwrap();
+        };
+        put(
+            GroupResource::new("", "services"),
+            "hooks",
+            "svc",
+            json!({"metadata": {"name": "svc", "namespace": "hooks"},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}),
+        );
+        put(
+            GroupResource::new("discovery.k8s.io", "endpointslices"),
+            "hooks",
+            "svc-1",
+            json!({"metadata": {"name": "svc-1", "namespace": "hooks",
+                    "labels": {"kubernetes.io/service-name": "svc"}},
+                "ports": [{"name": "https", "port": port}],
+                "endpoints": [{"addresses": ["127.0.0.1"]}]}),
+        );
+        put(
+            GroupResource::new(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+            ),
+            "",
+            "by-service",
+            json!({"metadata": {"name": "by-service"}, "webhooks": [{
+                "name": "service.test",
+                "clientConfig": {"caBundle": ca,
+                    "service": {"namespace": "hooks", "name": "svc", "path": "/allow"}},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["configmaps"]}],
+                "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}),
+        );
+        let cms = rt("", "configmaps");
+        let user = UserInfo::admin();
+        let attrs = attrs(&cms, &user, "", Operation::Create);
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}});
+        validate(&store, &attrs, Some(&object), None).unwrap();
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].0, "/allow");
+        assert_eq!(calls[0].1["request"]["object"], object);
         runtime.shutdown_background();
     }
 }
