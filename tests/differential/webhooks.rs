@@ -58,6 +58,12 @@ fn answer_of(path: &str, review: &Value) -> Option<Value> {
     let mut response = json!({"uid": request["uid"], "allowed": true});
     match path {
         "/slow" => return None,
+        "/label" => {
+            let patch = json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "yes"}]);
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(patch.to_string()));
+        }
         "/mutate" => {
             let patch = json!([
                 {"op": "add", "path": "/metadata/labels/mutated", "value": "yes"},
@@ -559,6 +565,49 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 });
                 record_reviews(t, &server, "the pods/status webhook");
                 unregister(t, &server, config, false).await;
+                let _ = support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{path}?gracePeriodSeconds=0"),
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+            }
+        ),
+        interaction!(
+            "admission webhooks: a mutating webhook on a pod's create and update",
+            |t| {
+                let server = WebhookServer::start().await;
+                let config = "opconform-pods";
+                let mut pods = webhook("pods.opconform.test", &server, "/label", json!({}));
+                pods["rules"] = json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]);
+                register(t, &server, config, true, vec![pods]).await;
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "webhook-mutated-pod", "labels": {"app": "web"}},
+                    // No scheduler writes it meanwhile.
+                    "spec": {"schedulerName": "opconform-nobody",
+                             "containers": [{"name": "c", "image": "busybox"}]}});
+                send(t, "POST", &format!("/api/v1/namespaces/{NS}/pods"), pod).await;
+                let path = format!("/api/v1/namespaces/{NS}/pods/webhook-mutated-pod");
+                let (code, response, text) = exchange(
+                    t,
+                    "PATCH",
+                    &path,
+                    MERGE,
+                    JSON,
+                    json!({"spec": {"activeDeadlineSeconds": 600}}),
+                )
+                .await;
+                drop(response);
+                t.record(Answer {
+                    asked: "PATCH pod".into(),
+                    code: i64::from(code),
+                    body: normalize(serde_json::from_str(&text).unwrap_or(Value::String(text))),
+                });
+                record_reviews(t, &server, "the pods' mutating webhook");
+                unregister(t, &server, config, true).await;
                 let _ = support::raw(
                     &t.admin,
                     "DELETE",

@@ -1016,7 +1016,7 @@ async fn call(
 
 /// Runs `work` to completion from the synchronous request path: on a thread of its own with
 /// its own runtime, the caller's worker handed over to the scheduler meanwhile.
-fn run_blocking<T: Send>(work: impl std::future::Future<Output = T> + Send) -> T {
+fn run_blocking<T: Send>(work: impl std::future::Future<Output = T> + Send) -> Result<T, ApiError> {
     let run = || {
         std::thread::scope(|scope| {
             scope
@@ -1036,8 +1036,10 @@ fn run_blocking<T: Send>(work: impl std::future::Future<Output = T> + Send) -> T
         _ => run(),
     };
     match outcome {
-        Ok(Ok(value)) => value,
-        Ok(Err(e)) => panic!("cannot build a runtime to call admission webhooks: {e}"),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(ApiError::Internal(format!(
+            "cannot start a runtime to call admission webhooks: {e}"
+        ))),
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }
@@ -1114,7 +1116,7 @@ pub fn validate(
     }
     let outcomes = run_blocking(futures::future::join_all(calls.iter().map(
         |(hook, review, dest)| call(clone_destination(dest), hook, review.clone(), false),
-    )));
+    )))?;
     for ((hook, _, _), outcome) in calls.iter().zip(outcomes) {
         outcome_error(hook, outcome)?;
     }
@@ -1165,7 +1167,7 @@ pub fn mutate(
             let uid = uuid::Uuid::new_v4().to_string();
             let review = review(&uid, attrs, &inv, object.as_ref(), old);
             let dest = destination(store, &hook.spec["clientConfig"], hook.timeout());
-            let outcome = run_blocking(call(dest, hook, review, true));
+            let outcome = run_blocking(call(dest, hook, review, true))?;
             let patch = outcome_error(hook, outcome)?;
             let mut changed = false;
             if let Some(patch) = patch.filter(|p| p.as_array().is_some_and(|a| !a.is_empty())) {
@@ -1214,6 +1216,7 @@ pub fn mutate_create(
     attrs: &Attributes<'_>,
     object: Value,
     manager: &str,
+    accounts: &objects::ServiceAccounts,
 ) -> Result<(Value, Option<Value>), ApiError> {
     if exempt(attrs.rt) || hooks(store, true).is_empty() {
         return Ok((object, None));
@@ -1239,6 +1242,20 @@ pub fn mutate_create(
         &objects::now(),
         None,
     );
+    if attrs.rt.group.is_empty() && attrs.rt.resource == "pods" {
+        // The pod admission plugins ordered before the webhooks (ServiceAccount, Priority,
+        // DefaultTolerationSeconds) have run; the strategy, which sets the status, has not.
+        let status = sent.get("status").cloned().unwrap_or_else(|| json!({}));
+        let mut stored = from_view(attrs.rt, sent);
+        objects::prepare_for_create(
+            attrs.rt,
+            &mut stored,
+            accounts,
+            &super::create::random_suffix(),
+        );
+        stored["status"] = status;
+        sent = to_view(attrs.rt, attrs.version, stored);
+    }
     let managed = sent["metadata"]["managedFields"].clone();
     let mut mutated = Some(sent);
     if !mutate(store, attrs, &mut mutated, None, &redefault)? {
@@ -1336,6 +1353,15 @@ pub fn admit_write(
     };
     let old_sent = current.as_ref().map(as_sent);
     let mut sent = Some(as_sent(&new_stored));
+    // Mutating admission runs before the update strategy moves the generation: the webhooks
+    // are sent the old one, and the generation then follows the mutated object.
+    let old_generation = current
+        .as_ref()
+        .and_then(|c| c["metadata"]["generation"].as_i64())
+        .filter(|_| attrs.subresource.is_empty());
+    if let (Some(generation), Some(object)) = (old_generation, sent.as_mut()) {
+        object["metadata"]["generation"] = json!(generation);
+    }
     let redefault = redefaulter(rt, &version);
     let changed = mutate(store, attrs, &mut sent, old_sent.as_ref(), &redefault)?;
     let mut decision = decision;
@@ -1347,6 +1373,10 @@ pub fn admit_write(
         } else {
             from_view(rt, mutated.clone())
         };
+        if let (Some(generation), Some(old)) = (old_generation, current.as_ref()) {
+            let moved = objects::generation_changed(rt, old, &stored);
+            stored["metadata"]["generation"] = json!(generation + i64::from(moved));
+        }
         recheck(&mut stored, current.as_ref())?;
         sent = Some(as_sent(&stored));
         decision = Write::Put(stored);

@@ -691,8 +691,13 @@ impl<'a> Call<'a> {
         );
         let mut unowned = None;
         if webhooks {
-            (obj, unowned) =
-                admission_webhooks::mutate_create(&self.state.store, &attrs, obj, &self.manager)?;
+            (obj, unowned) = admission_webhooks::mutate_create(
+                &self.state.store,
+                &attrs,
+                obj,
+                &self.manager,
+                &accounts,
+            )?;
         }
         let mut stored = prepare_create(
             rt,
