@@ -21,6 +21,13 @@
 //! evaluated (there is no CEL here): a request they would be asked about is refused with a
 //! 500 saying so.
 //!
+//! A create's mutating webhooks are sent the object as the decoding, the field manager and
+//! the admission plugins ordered before them (for pods: ServiceAccount, Priority,
+//! DefaultTolerationSeconds) leave it; its validating webhooks the object the strategy
+//! prepared and validated. A delete (each item of a deletecollection too) sends the live
+//! object as the old one. Subresources created on an object's behalf (`pods/binding`,
+//! `pods/eviction`, `serviceaccounts/token`) are not sent to webhooks.
+//!
 //! Calls are made outside the store's lock: an update computes its write, calls the webhooks
 //! with it, and stores it only if the object has not changed meanwhile (else answers the
 //! conflict a stale resourceVersion gets).
@@ -904,7 +911,7 @@ struct CallFailure(String);
 
 /// Calls `hook` with the review and checks its answer (VerifyAdmissionResponse).
 async fn call(
-    store_destination: Result<Destination, CallError>,
+    destination: &Result<Destination, CallError>,
     hook: &Hook,
     review: Value,
     mutating: bool,
@@ -914,11 +921,12 @@ async fn call(
         .unwrap_or_default()
         .to_string();
     let timeout = hook.timeout();
-    let dest =
-        store_destination.map_err(|e| CallFailure(format!("failed to call webhook: {e}")))?;
+    let dest = destination
+        .as_ref()
+        .map_err(|e| CallFailure(format!("failed to call webhook: {e}")))?;
     let body = serde_json::to_vec(&review).unwrap_or_default();
     let ca = hook.spec["clientConfig"]["caBundle"].as_str();
-    let posted = tokio::time::timeout(Duration::from_secs(timeout), post(&dest, ca, body, timeout))
+    let posted = tokio::time::timeout(Duration::from_secs(timeout), post(dest, ca, body, timeout))
         .await
         .unwrap_or(Err(CallError::DeadlineExceeded));
     let failed = |e: &dyn std::fmt::Display| {
@@ -995,11 +1003,10 @@ async fn call(
         return answer(Verdict::Allowed { patch: None });
     };
     if patch_type.and_then(Value::as_str) != Some("JSONPatch") {
-        return answer(Verdict::Refused(internal_error(&format!(
-            "failed calling webhook {:?}: unsupported patch type {:?}",
-            hook.name(),
+        return Err(CallFailure(format!(
+            "unsupported patch type {:?}",
             patch_type.and_then(Value::as_str).unwrap_or_default()
-        ))));
+        )));
     }
     use base64::Engine as _;
     let decoded = base64::engine::general_purpose::STANDARD
@@ -1114,20 +1121,15 @@ pub fn validate(
     if calls.is_empty() {
         return Ok(());
     }
-    let outcomes = run_blocking(futures::future::join_all(calls.iter().map(
-        |(hook, review, dest)| call(clone_destination(dest), hook, review.clone(), false),
-    )))?;
+    let outcomes = run_blocking(futures::future::join_all(
+        calls
+            .iter()
+            .map(|(hook, review, dest)| call(dest, hook, review.clone(), false)),
+    ))?;
     for ((hook, _, _), outcome) in calls.iter().zip(outcomes) {
         outcome_error(hook, outcome)?;
     }
     Ok(())
-}
-
-fn clone_destination(dest: &Result<Destination, CallError>) -> Result<Destination, CallError> {
-    match dest {
-        Ok(d) => Ok(d.clone()),
-        Err(e) => Err(CallError::ClientConfig(e.to_string())),
-    }
 }
 
 /// Calls the mutating webhooks that apply to the request in order, applying their patches to
@@ -1167,7 +1169,7 @@ pub fn mutate(
             let uid = uuid::Uuid::new_v4().to_string();
             let review = review(&uid, attrs, &inv, object.as_ref(), old);
             let dest = destination(store, &hook.spec["clientConfig"], hook.timeout());
-            let outcome = run_blocking(call(dest, hook, review, true))?;
+            let outcome = run_blocking(call(&dest, hook, review, true))?;
             let patch = outcome_error(hook, outcome)?;
             let mut changed = false;
             if let Some(patch) = patch.filter(|p| p.as_array().is_some_and(|a| !a.is_empty())) {
