@@ -576,14 +576,18 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
-            "admission webhooks: a mutating webhook on a pod's create and update",
+            "admission webhooks: mutating and validating webhooks on a pod's create and update",
             |t| {
                 let server = WebhookServer::start().await;
                 let config = "opconform-pods";
                 let mut pods = webhook("pods.opconform.test", &server, "/label", json!({}));
                 pods["rules"] = json!([{"apiGroups": [""], "apiVersions": ["v1"],
                     "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]);
+                let mut seen = pods.clone();
+                seen["name"] = json!("seen.opconform.test");
+                seen["clientConfig"]["url"] = json!(server.url("/check"));
                 register(t, &server, config, true, vec![pods]).await;
+                register(t, &server, "opconform-pods-seen", false, vec![seen]).await;
                 let pod = json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": "webhook-mutated-pod", "labels": {"app": "web"}},
                     // No scheduler writes it meanwhile.
@@ -606,7 +610,8 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     code: i64::from(code),
                     body: normalize(serde_json::from_str(&text).unwrap_or(Value::String(text))),
                 });
-                record_reviews(t, &server, "the pods' mutating webhook");
+                record_reviews(t, &server, "the pods' mutating and validating webhooks");
+                unregister(t, &server, "opconform-pods-seen", false).await;
                 unregister(t, &server, config, true).await;
                 let _ = support::raw(
                     &t.admin,

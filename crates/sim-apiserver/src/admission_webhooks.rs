@@ -1364,10 +1364,23 @@ pub fn admit_write(
     if let (Some(generation), Some(object)) = (old_generation, sent.as_mut()) {
         object["metadata"]["generation"] = json!(generation);
     }
+    // A create (a PUT or an apply that creates) is mutated before BeforeCreate sets the uid,
+    // the creation time and the first generation.
+    const SET_ON_CREATE: [&str; 3] = ["uid", "creationTimestamp", "generation"];
+    if current.is_none()
+        && !scale
+        && let Some(meta) = sent.as_mut().and_then(|o| o["metadata"].as_object_mut())
+    {
+        for key in SET_ON_CREATE {
+            meta.remove(key);
+        }
+    }
     let redefault = redefaulter(rt, &version);
     let changed = mutate(store, attrs, &mut sent, old_sent.as_ref(), &redefault)?;
     let mut decision = decision;
-    if changed && let Some(mutated) = &sent {
+    // The validating webhooks are sent the object as it is to be stored.
+    let mutated = sent.replace(as_sent(&new_stored));
+    if changed && let Some(mutated) = &mutated {
         let mut stored = if scale {
             let mut v = view(&new_stored);
             objects::set_scale(rt, &mut v, mutated["spec"]["replicas"].clone());
@@ -1378,6 +1391,18 @@ pub fn admit_write(
         if let (Some(generation), Some(old)) = (old_generation, current.as_ref()) {
             let moved = objects::generation_changed(rt, old, &stored);
             stored["metadata"]["generation"] = json!(generation + i64::from(moved));
+        }
+        if current.is_none() && !scale {
+            for key in SET_ON_CREATE {
+                match new_stored["metadata"].get(key) {
+                    Some(value) => stored["metadata"][key] = value.clone(),
+                    None => {
+                        if let Some(meta) = stored["metadata"].as_object_mut() {
+                            meta.remove(key);
+                        }
+                    }
+                }
+            }
         }
         recheck(&mut stored, current.as_ref())?;
         sent = Some(as_sent(&stored));
