@@ -532,14 +532,17 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
-            "admission webhooks: a rule naming pods/status is asked about status writes only",
+            "admission webhooks: rules naming pods/status and deployments/scale",
             |t| {
                 let server = WebhookServer::start().await;
                 let config = "opconform-status";
                 let mut status_only =
                     webhook("status.opconform.test", &server, "/check", json!({}));
-                status_only["rules"] = json!([{"apiGroups": [""], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["pods/status"]}]);
+                status_only["rules"] = json!([
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                     "resources": ["pods/status"]},
+                    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                     "resources": ["deployments/scale"]}]);
                 register(t, &server, config, false, vec![status_only]).await;
                 let pod = json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": "webhook-deny-status"},
@@ -563,7 +566,46 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     code: i64::from(code),
                     body: normalize(serde_json::from_str(&text).unwrap_or(Value::String(text))),
                 });
-                record_reviews(t, &server, "the pods/status webhook");
+                // A Deployment of no replicas, refused its scale-up: no pod is ever made.
+                let deployments = format!("/apis/apps/v1/namespaces/{NS}/deployments");
+                let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "webhook-deny-scale"},
+                    "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "scale"}},
+                        "template": {"metadata": {"labels": {"app": "scale"}},
+                            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}});
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "POST",
+                    &deployments,
+                    JSON,
+                    serde_json::to_vec(&deployment).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 201, "{}: creating the Deployment: {text}", t.name);
+                let (code, response, text) = exchange(
+                    t,
+                    "PATCH",
+                    &format!("{deployments}/webhook-deny-scale/scale"),
+                    MERGE,
+                    JSON,
+                    json!({"spec": {"replicas": 2}}),
+                )
+                .await;
+                drop(response);
+                t.record(Answer {
+                    asked: "PATCH deployments/scale".into(),
+                    code: i64::from(code),
+                    body: normalize(serde_json::from_str(&text).unwrap_or(Value::String(text))),
+                });
+                record_reviews(t, &server, "the status and scale webhook");
+                let _ = support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{deployments}/webhook-deny-scale"),
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
                 unregister(t, &server, config, false).await;
                 let _ = support::raw(
                     &t.admin,
