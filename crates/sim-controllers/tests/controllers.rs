@@ -1503,6 +1503,7 @@ async fn a_bound_volume_and_a_named_attributes_class_stay_until_released() {
     let class: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
         "metadata": {"name": "gold"}, "driverName": "example.com/csi",
+        "parameters": {"iops": "3000"},
     }))
     .unwrap();
     classes
