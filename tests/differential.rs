@@ -250,6 +250,8 @@ mod builtins;
 mod component_status;
 #[path = "differential/disruption.rs"]
 mod disruption;
+#[path = "differential/eviction.rs"]
+mod eviction;
 #[path = "differential/field_order.rs"]
 mod field_order;
 #[path = "differential/jobs.rs"]
@@ -304,6 +306,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(services::interactions());
     all.extend(tables::interactions());
     all.extend(statefulset::interactions());
+    all.extend(eviction::interactions());
     all
 }
 

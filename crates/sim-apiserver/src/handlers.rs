@@ -500,7 +500,7 @@ impl<'a> Call<'a> {
             ("update" | "patch", "scale") if rt.scale.is_some() => self.write_scale(&rt),
             ("update", "finalize") if rt.resource == "namespaces" => self.finalize_namespace(&rt),
             ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt, &self.info.name),
-            ("create", "eviction") if rt.resource == "pods" => self.evict_pod(&rt),
+            ("create", "eviction") if rt.resource == "pods" => super::eviction::evict(self, &rt),
             ("get", "ephemeralcontainers") if rt.resource == "pods" => self.get(&rt),
             ("update", "ephemeralcontainers") if rt.resource == "pods" => {
                 self.update_ephemeral_containers(&rt)
@@ -1260,65 +1260,6 @@ impl<'a> Call<'a> {
             new["status"]["conditions"] = Value::Array(conditions);
             Ok(Write::Put(new))
         })?;
-        Ok((
-            201,
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        ))
-    }
-
-    /// `pods/eviction` (policy/v1 Eviction): the pod is marked `DisruptionTarget` (reason
-    /// `EvictionByEvictionAPI`) and deleted with the Eviction's `deleteOptions`, gracefully
-    /// as any pod deletion; the answer is a `Success` Status with code 201. PodDisruptionBudgets
-    /// are stored but not consulted (no disruption controller computes their status), so no
-    /// eviction is refused for one (no 429).
-    fn evict_pod(&self, rt: &ResourceType) -> Reply {
-        let body = if self.body.is_empty() {
-            json!({})
-        } else {
-            body_object(self)?
-        };
-        if meta_str(&body, "name") != self.info.name {
-            return Err(ApiError::BadRequest(
-                "name in URL does not match name in Eviction object".into(),
-            ));
-        }
-        let mut opts = match body.get("deleteOptions") {
-            Some(o) if o.is_object() => o.clone(),
-            _ => json!({}),
-        };
-        // The request's dryRun goes into deleteOptions unless they name their own.
-        if let Some(dry_run) = self.query.get("dryRun")
-            && opts["dryRun"].as_array().is_none_or(Vec::is_empty)
-        {
-            opts["dryRun"] = json!([dry_run]);
-        }
-        let namespace = self.info.namespace.clone();
-        let name = self.info.name.clone();
-        if !dry_run_requested(None, &opts)? {
-            let written = self.state.write(rt, &namespace, &name, |current| {
-                let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
-                check_delete_preconditions(rt, &name, &opts["preconditions"], current)?;
-                let mut pod = current.clone();
-                objects::set_pod_condition(
-                    &mut pod,
-                    json!({"type": "DisruptionTarget", "status": "True",
-                           "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}),
-                );
-                Ok(if &pod == current {
-                    Write::Keep
-                } else {
-                    Write::Put(pod)
-                })
-            })?;
-            // The condition's write moved the resourceVersion a precondition names.
-            if opts["preconditions"]["resourceVersion"].is_string()
-                && let Some(pod) = &written.object
-            {
-                opts["preconditions"]["resourceVersion"] =
-                    pod["metadata"]["resourceVersion"].clone();
-            }
-        }
-        delete_object(self.state, rt, &namespace, &name, &opts)?;
         Ok((
             201,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -2501,44 +2442,6 @@ mod tests {
             (&json!(0), &json!(2))
         );
         assert!(gone(&s, &path));
-    }
-
-    #[test]
-    fn an_eviction_marks_the_pod_and_deletes_it_gracefully() {
-        let s = state();
-        post(&s, PODS, pod("p", Some("node-a")));
-        let eviction = |name: &str| json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}});
-        let answer = post(&s, &format!("{PODS}/p/eviction"), eviction("p"));
-        assert_eq!(answer["status"], "Success");
-        let (_, p) = send(
-            &s,
-            Method::GET,
-            &format!("{PODS}/p"),
-            "application/json",
-            Value::Null,
-        )
-        .unwrap();
-        assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30);
-        assert_eq!(
-            p["status"]["conditions"][0]["reason"],
-            "EvictionByEvictionAPI"
-        );
-        let refused = send(
-            &s,
-            Method::POST,
-            &format!("{PODS}/p/eviction"),
-            "application/json",
-            eviction("other"),
-        );
-        assert!(matches!(refused, Err(ApiError::BadRequest(_))));
-        let missing = send(
-            &s,
-            Method::POST,
-            &format!("{PODS}/missing/eviction"),
-            "application/json",
-            eviction("missing"),
-        );
-        assert!(matches!(missing, Err(ApiError::NotFound { .. })));
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod control;
 mod create;
 pub mod discovery;
 pub mod ephemeral;
+pub mod eviction;
 pub mod exec;
 pub mod faults;
 pub mod handlers;
