@@ -250,6 +250,8 @@ mod builtins;
 mod component_status;
 #[path = "differential/disruption.rs"]
 mod disruption;
+#[path = "differential/endpointslices.rs"]
+mod endpointslices;
 #[path = "differential/eviction.rs"]
 mod eviction;
 #[path = "differential/field_order.rs"]
@@ -307,6 +309,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(tables::interactions());
     all.extend(statefulset::interactions());
     all.extend(eviction::interactions());
+    all.extend(endpointslices::interactions());
     all
 }
 

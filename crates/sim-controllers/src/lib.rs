@@ -23,6 +23,8 @@
 //!   from volume claim templates and their retention policy; status and Events as 1.34's.
 //! - [`disruption`]: the status of PodDisruptionBudgets (healthy, desired and expected
 //!   pods, disruptions allowed, the `DisruptionAllowed` condition).
+//! - [`endpointslice`] and [`endpoints`]: the EndpointSlices and the Endpoints of every
+//!   Service with a selector.
 //! - [`namespace`]: deleting a namespace deletes its content, then finalizes it.
 //! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
@@ -40,15 +42,18 @@
 //! (setup-envtest's assets).
 //!
 //! # Caveats
-//! - No leader election, no metrics; only the Job and StatefulSet controllers write Events.
-//! - Only what the conformance features touch: no DaemonSets,
-//!   Services/Endpoints, quota, PDB-aware eviction, preemption or resource fitting.
+//! - No leader election, no metrics; only the Job, StatefulSet and EndpointSlice
+//!   controllers write Events.
+//! - Only what the conformance features touch: no DaemonSets, quota, preemption or
+//!   resource fitting.
 
 pub mod cronjob;
 pub mod csrsigning;
 pub mod deployment;
 pub mod disruption;
 mod dynamic;
+pub mod endpoints;
+pub mod endpointslice;
 mod events;
 mod expectations;
 pub mod garbage_collector;
@@ -431,6 +436,40 @@ impl Controllers {
                 deployments: informers.deployments.clone(),
                 statefulsets: informers.statefulsets.clone(),
             },
+        ));
+        let slice_listers = endpointslice::Listers {
+            services: Cache::new(),
+            pods: informers.pods.clone(),
+            nodes: informers.nodes.clone(),
+            slices: Cache::new(),
+        };
+        tasks.push(informer::spawn(
+            Api::all(shared.clone()),
+            watcher::Config::default(),
+            slice_listers.services.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::all(shared.clone()),
+            watcher::Config::default(),
+            slice_listers.slices.clone(),
+        ));
+        let endpoints_listers = endpoints::Listers {
+            services: slice_listers.services.clone(),
+            pods: informers.pods.clone(),
+            endpoints: Cache::new(),
+        };
+        tasks.push(informer::spawn(
+            Api::all(shared.clone()),
+            watcher::Config::default(),
+            endpoints_listers.endpoints.clone(),
+        ));
+        tasks.push(endpointslice::start(
+            kcm(server, "endpointslice-controller").await?,
+            slice_listers,
+        ));
+        tasks.push(endpoints::start(
+            kcm(server, "endpoint-controller").await?,
+            endpoints_listers,
         ));
 
         let informer_config = watcher::Config::default();
