@@ -2,7 +2,8 @@
 //! kube-controller-manager does — the pods its selector picks (`expectedPods`), the Ready
 //! ones not being deleted nor recently evicted (`currentHealthy`), how many must stay
 //! (`desiredHealthy`), the difference (`disruptionsAllowed`), the evictions still awaited
-//! (`disruptedPods`, each kept two minutes), `observedGeneration` and the
+//! (`disruptedPods`, each kept two minutes, then forgotten with a `NotDeleted` Warning
+//! Event on the pod), `observedGeneration` and the
 //! `DisruptionAllowed` condition (`SufficientPods`, `InsufficientPods`, or `SyncFailed` with
 //! the error when the count cannot be made). Follows upstream's
 //! `pkg/controller/disruption`.
@@ -33,6 +34,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 
 use super::deployment::scaled_value;
+use super::events::{EventType, Recorder};
 use super::informer::{AbortOnDrop, Cache, ObjectKey};
 use super::queue::Queue;
 use super::support::{controller_of, is_deleting, is_not_found, is_ready, now, selects, until};
@@ -74,6 +76,7 @@ struct Controller {
     client: Client,
     listers: Listers,
     queue: Queue<ObjectKey>,
+    recorder: Recorder,
 }
 
 /// Whether a budget's selector picks `labels`: a missing selector picks nothing, an empty
@@ -98,6 +101,8 @@ fn labels(pod: &Pod) -> BTreeMap<String, String> {
 /// Subscribes the controller to the caches and starts its worker.
 pub(crate) fn start(client: Client, listers: Listers) -> AbortOnDrop {
     let controller = Arc::new(Controller {
+        // Upstream's disruption controller records as `controllermanager`.
+        recorder: Recorder::new(client.clone(), "controllermanager"),
         client,
         listers: listers.clone(),
         queue: Queue::new(),
@@ -260,7 +265,22 @@ impl Controller {
             Err(error) => return self.fail_safe(&budget, &error).await.map(|()| None),
         };
         let now_ts = Timestamp::now();
-        let (disrupted, recheck) = awaited_evictions(&budget, &pods, now_ts);
+        let (disrupted, recheck, overdue) = awaited_evictions(&budget, &pods, now_ts);
+        for pod in overdue {
+            // Upstream names the budget's namespace twice.
+            let message = format!(
+                "Pod was expected by PDB {0}/{0} to be deleted but it wasn't",
+                key.namespace
+            );
+            self.recorder.record(
+                "v1",
+                "Pod",
+                &pod.metadata,
+                EventType::Warning,
+                "NotDeleted",
+                &message,
+            );
+        }
         let healthy = pods
             .iter()
             .filter(|p| {
@@ -353,13 +373,15 @@ impl Controller {
 }
 
 /// The evictions still awaited among `pods` (each for [`DELETION_TIMEOUT`] after it was
-/// granted) and when the first of them runs out.
+/// granted), when the first of them runs out, and the pods whose eviction ran out without
+/// their deletion (`buildDisruptedPodMap`).
 fn awaited_evictions(
     budget: &PodDisruptionBudget,
     pods: &[Arc<Pod>],
     now: Timestamp,
-) -> (BTreeMap<String, Time>, Option<Duration>) {
+) -> (BTreeMap<String, Time>, Option<Duration>, Vec<Arc<Pod>>) {
     let mut kept = BTreeMap::new();
+    let mut overdue = Vec::new();
     let mut first: Option<Timestamp> = None;
     let recorded = budget
         .status
@@ -377,12 +399,14 @@ fn awaited_evictions(
             continue;
         };
         let expires = at.0.checked_add(DELETION_TIMEOUT).unwrap_or(at.0);
-        if expires > now {
+        if expires < now {
+            overdue.push(pod.clone());
+        } else {
             first = Some(first.map_or(expires, |f| f.min(expires)));
             kept.insert(name.clone(), at.clone());
         }
     }
-    (kept, first.map(|f| until(&f)))
+    (kept, first.map(|f| until(&f)), overdue)
 }
 
 /// Whether the `DisruptionAllowed` condition matches the allowed count
@@ -483,6 +507,22 @@ mod tests {
             expected_and_desired(&budget(json!({"maxUnavailable": 9})), &pods(1), four),
             Ok((4, 0))
         );
+    }
+
+    #[test]
+    fn an_eviction_is_awaited_two_minutes_then_reported_overdue() {
+        let now: Timestamp = "2026-01-01T00:10:00Z".parse().unwrap();
+        let budget: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "b"},
+            "status": {"disruptedPods": {"p0": "2026-01-01T00:09:00Z", "p1": "2026-01-01T00:07:00Z"},
+                       "currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0,
+                       "expectedPods": 0}}))
+        .unwrap();
+        let (kept, recheck, overdue) = awaited_evictions(&budget, &pods(2), now);
+        assert_eq!(kept.keys().collect::<Vec<_>>(), vec!["p0"]);
+        assert!(recheck.is_some());
+        let overdue: Vec<_> = overdue.iter().map(|p| p.metadata.name.clone()).collect();
+        assert_eq!(overdue, vec![Some("p1".to_string())]);
     }
 
     #[test]

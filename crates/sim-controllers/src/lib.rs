@@ -42,8 +42,8 @@
 //! (setup-envtest's assets).
 //!
 //! # Caveats
-//! - No leader election, no metrics; only the Job, StatefulSet and EndpointSlice
-//!   controllers write Events.
+//! - No leader election, no metrics; only the Job, StatefulSet, EndpointSlice and
+//!   disruption controllers write Events.
 //! - Only what the conformance features touch: no DaemonSets, quota, preemption or
 //!   resource fitting.
 
