@@ -260,10 +260,10 @@ mod field_order;
 mod jobs;
 #[path = "differential/services.rs"]
 mod services;
-#[path = "differential/tables.rs"]
-mod tables;
 #[path = "differential/statefulset.rs"]
 mod statefulset;
+#[path = "differential/tables.rs"]
+mod tables;
 #[path = "differential/volume_protection.rs"]
 mod volume_protection;
 #[path = "differential/webhooks.rs"]
