@@ -24,11 +24,14 @@ use serde_json::{Value, json};
 use super::apply;
 use super::call::{Call, decode};
 use super::create::meta_str;
-use super::handlers::delete_object;
 use super::objects;
 use super::registry::ResourceType;
 use super::status::{ApiError, GroupResource};
 use super::store::Write;
+
+/// Deletes the pod `namespace`/`name` with these DeleteOptions as a DELETE of it does (the
+/// verb handlers' delete, given by the caller).
+pub type DeletePod<'a> = dyn Fn(&str, &str, &Value) -> Result<(), ApiError> + 'a;
 
 /// How many times a conflicting write is tried (`EvictionsRetry.Steps`).
 const ATTEMPTS: usize = 20;
@@ -51,7 +54,7 @@ type Reply = Result<(u16, Value), ApiError>;
 /// The request's errors as kube-apiserver answers them: 400 for a malformed Eviction, 404
 /// for a missing pod, 409 for a failed precondition, 403 for a budget in an impossible
 /// state. A refusal on behalf of a budget is an answer (429 or 500), not an error.
-pub fn evict(call: &Call<'_>, pods: &ResourceType) -> Reply {
+pub fn evict(call: &Call<'_>, pods: &ResourceType, delete: &DeletePod<'_>) -> Reply {
     let eviction = eviction_object(call)?;
     let name = call.info.name.as_str();
     if meta_str(&eviction, "name") != name {
@@ -77,7 +80,7 @@ pub fn evict(call: &Call<'_>, pods: &ResourceType) -> Reply {
             deletion["preconditions"]["resourceVersion"] =
                 pod["metadata"]["resourceVersion"].clone();
         }
-        match mark_and_delete(call, pods, &deletion, dry_run) {
+        match mark_and_delete(call, pods, &deletion, dry_run, delete) {
             Err(ApiError::Conflict { .. }) if !resource_version_set && attempt < ATTEMPTS => {}
             Err(e) => return Err(e),
             Ok(()) => return Ok(success()),
@@ -103,7 +106,7 @@ pub fn evict(call: &Call<'_>, pods: &ResourceType) -> Reply {
                 deletion["preconditions"]["resourceVersion"] =
                     pod["metadata"]["resourceVersion"].clone();
             }
-            return match mark_and_delete(call, pods, &deletion, dry_run) {
+            return match mark_and_delete(call, pods, &deletion, dry_run, delete) {
                 Err(ApiError::Conflict { .. })
                     if unready_without_disruption && !resource_version_set =>
                 {
@@ -122,7 +125,7 @@ pub fn evict(call: &Call<'_>, pods: &ResourceType) -> Reply {
             ));
         }
     }
-    mark_and_delete(call, pods, &deletion, dry_run)?;
+    mark_and_delete(call, pods, &deletion, dry_run, delete)?;
     Ok(success())
 }
 
@@ -459,6 +462,7 @@ fn mark_and_delete(
     pods: &ResourceType,
     options: &Value,
     dry_run: bool,
+    delete: &DeletePod<'_>,
 ) -> Result<(), ApiError> {
     let namespace = call.info.namespace.as_str();
     let name = call.info.name.as_str();
@@ -487,7 +491,7 @@ fn mark_and_delete(
                 pod["metadata"]["resourceVersion"].clone();
         }
     }
-    delete_object(call.state, pods, namespace, name, &options).map(|_| ())
+    delete(namespace, name, &options)
 }
 
 /// The preconditions of the eviction's options, as the update marking the pod checks them

@@ -500,7 +500,11 @@ impl<'a> Call<'a> {
             ("update" | "patch", "scale") if rt.scale.is_some() => self.write_scale(&rt),
             ("update", "finalize") if rt.resource == "namespaces" => self.finalize_namespace(&rt),
             ("create", "binding") if rt.resource == "pods" => self.bind_pod(&rt, &self.info.name),
-            ("create", "eviction") if rt.resource == "pods" => super::eviction::evict(self, &rt),
+            ("create", "eviction") if rt.resource == "pods" => {
+                super::eviction::evict(self, &rt, &|namespace, name, options| {
+                    delete_object(self.state, &rt, namespace, name, options).map(|_| ())
+                })
+            }
             ("get", "ephemeralcontainers") if rt.resource == "pods" => self.get(&rt),
             ("update", "ephemeralcontainers") if rt.resource == "pods" => {
                 self.update_ephemeral_containers(&rt)
@@ -764,7 +768,8 @@ impl<'a> Call<'a> {
         allocated: Option<services::Allocated>,
     ) {
         if let Some(allocated) = allocated {
-            allocated.commit(self.state, &self.ns(rt), name);
+            self.state
+                .commit_service_addresses(allocated, &self.ns(rt), name);
         }
     }
 

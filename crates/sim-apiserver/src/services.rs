@@ -39,7 +39,6 @@ use rand::Rng as _;
 use serde_json::{Value, json};
 
 use super::names::Cause;
-use super::state::{APISERVER, State};
 use super::status::{ApiError, GroupResource};
 use super::store::Store;
 use super::system_objects;
@@ -58,7 +57,8 @@ const NODE_PORT_FIRST: i64 = 30000;
 const NODE_PORT_LAST: i64 = 32767;
 const NODE_PORT_OFFSET: i64 = 86;
 
-const IPADDRESSES: (&str, &str) = ("networking.k8s.io", "ipaddresses");
+/// Where the `IPAddress` objects are.
+pub(crate) const IPADDRESSES: (&str, &str) = ("networking.k8s.io", "ipaddresses");
 
 /// Held while a Service's addresses and ports are chosen and it is written, so two writes
 /// never pick the same free port.
@@ -173,12 +173,12 @@ pub(crate) struct Allocated {
 }
 
 impl Allocated {
-    /// Writes the `IPAddress` objects of the Service `namespace`/`name` once it is stored.
-    pub(crate) fn commit(self, state: &State, namespace: &str, name: &str) {
-        for ip in self.addresses {
-            let address = system_objects::service_ip_address(&ip, namespace, name);
-            let _ = state.create_internal(APISERVER, IPADDRESSES.0, IPADDRESSES.1, address);
-        }
+    /// The `IPAddress` objects to write once the Service `namespace`/`name` is stored.
+    pub(crate) fn addresses(self, namespace: &str, name: &str) -> Vec<Value> {
+        self.addresses
+            .iter()
+            .map(|ip| system_objects::service_ip_address(ip, namespace, name))
+            .collect()
     }
 }
 
@@ -309,31 +309,23 @@ pub(crate) fn drop_type_dependent_fields(new: &mut Value, old: &Value) {
     }
 }
 
-/// `afterDelete` and the releases of an update: the `IPAddress` objects of the cluster IPs
-/// `before` had and `after` (the Service now, `None` once deleted) no longer has.
-pub(crate) fn release(state: &State, before: &Value, after: Option<&Value>) {
+/// `afterDelete` and the releases of an update: the addresses whose `IPAddress` objects
+/// go, those of the cluster IPs `before` had and `after` (the Service now, `None` once
+/// deleted) no longer has.
+pub(crate) fn released(before: &Value, after: Option<&Value>) -> Vec<String> {
     let kept = after.map(cluster_ips).unwrap_or_default();
-    let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
-    let name = before["metadata"]["name"].as_str().unwrap_or_default();
-    let gr = GroupResource::new(IPADDRESSES.0, IPADDRESSES.1);
-    for ip in cluster_ips(before) {
-        if ip == "None" || ip.is_empty() || kept.contains(&ip) {
-            continue;
-        }
-        let _ = state.store_write_as(&gr, "", &ip, false, |current| {
-            let owned = current.is_some_and(|address| {
-                let parent = &address["spec"]["parentRef"];
-                parent["resource"] == "services"
-                    && parent["namespace"] == namespace
-                    && parent["name"] == name
-            });
-            Ok::<_, ApiError>(if owned {
-                super::store::Write::Delete
-            } else {
-                super::store::Write::Keep
-            })
-        });
-    }
+    cluster_ips(before)
+        .into_iter()
+        .filter(|ip| ip != "None" && !ip.is_empty() && !kept.contains(ip))
+        .collect()
+}
+
+/// Whether the `IPAddress` object `address` belongs to the Service `service`.
+pub(crate) fn owns(service: &Value, address: &Value) -> bool {
+    let parent = &address["spec"]["parentRef"];
+    parent["resource"] == "services"
+        && parent["namespace"] == service["metadata"]["namespace"]
+        && parent["name"] == service["metadata"]["name"]
 }
 
 /// `normalizeClusterIPs`: the plural field follows the singular one a client set alone.

@@ -92,7 +92,7 @@ pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
 const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
 
 /// The field manager of what kube-apiserver writes itself.
-pub(crate) const APISERVER: &str = "kube-apiserver";
+const APISERVER: &str = "kube-apiserver";
 /// The field manager of what kube-controller-manager's controllers write (their clients'
 /// user agent, up to the first `/`).
 const KCM: &str = "kube-controller-manager";
@@ -275,13 +275,42 @@ impl State {
             }
             ("", "pods") => self.index_pod_ip(event),
             ("", "services") => match (&event.kind, &event.previous) {
-                (EventType::Deleted, _) => services::release(self, &event.object, None),
+                (EventType::Deleted, _) => self.release_service_addresses(&event.object, None),
                 (EventType::Modified, Some(previous)) => {
-                    services::release(self, previous, Some(&event.object));
+                    self.release_service_addresses(previous, Some(&event.object));
                 }
                 _ => {}
             },
             _ => {}
+        }
+    }
+
+    /// Writes the `IPAddress` objects of what a Service's allocation took, once the
+    /// Service `namespace`/`name` is stored ([`services`]).
+    pub(crate) fn commit_service_addresses(
+        &self,
+        allocated: services::Allocated,
+        namespace: &str,
+        name: &str,
+    ) {
+        for address in allocated.addresses(namespace, name) {
+            let (group, resource) = services::IPADDRESSES;
+            let _ = self.create_internal(APISERVER, group, resource, address);
+        }
+    }
+
+    /// Deletes the `IPAddress` objects of the cluster IPs the Service `before` had and
+    /// `after` no longer has ([`services::released`]), those it owns only.
+    fn release_service_addresses(&self, before: &Value, after: Option<&Value>) {
+        let (group, resource) = services::IPADDRESSES;
+        let gr = GroupResource::new(group, resource);
+        for ip in services::released(before, after) {
+            let _ = self.store_write_as(&gr, "", &ip, false, |current| {
+                Ok::<_, ApiError>(match current {
+                    Some(address) if services::owns(before, address) => Write::Delete,
+                    _ => Write::Keep,
+                })
+            });
         }
     }
 
