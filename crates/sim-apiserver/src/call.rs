@@ -49,3 +49,31 @@ pub fn decode(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     };
     Ok(value)
 }
+
+/// The object in a request's body: JSON, YAML or protobuf (`*/*` and no type read as
+/// JSON); the real server's 415 for another type, its 400 for a body that is no object.
+///
+/// # Errors
+/// As said.
+pub(crate) fn body_object(call: &Call<'_>) -> Result<Value, ApiError> {
+    match call.content_type.as_str() {
+        ""
+        | "application/json"
+        | "application/yaml"
+        | "application/vnd.kubernetes.protobuf"
+        | "*/*" => {}
+        _ => {
+            return Err(ApiError::UnsupportedMediaType {
+                accepted: "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+                    .into(),
+            });
+        }
+    }
+    let obj = decode(&call.content_type, &call.body)?;
+    if !obj.is_object() {
+        return Err(ApiError::BadRequest(
+            "the object provided is unrecognized or malformed: expected a JSON object".into(),
+        ));
+    }
+    Ok(obj)
+}

@@ -22,7 +22,7 @@
 use serde_json::{Value, json};
 
 use super::apply;
-use super::call::{Call, decode};
+use super::call::{Call, body_object};
 use super::create::meta_str;
 use super::objects;
 use super::registry::ResourceType;
@@ -142,26 +142,7 @@ fn eviction_object(call: &Call<'_>) -> Result<Value, ApiError> {
     if call.body.is_empty() {
         return Ok(json!({}));
     }
-    match call.content_type.as_str() {
-        ""
-        | "application/json"
-        | "application/yaml"
-        | "application/vnd.kubernetes.protobuf"
-        | "*/*" => {}
-        _ => {
-            return Err(ApiError::UnsupportedMediaType {
-                accepted: "application/json, application/yaml, application/vnd.kubernetes.protobuf"
-                    .into(),
-            });
-        }
-    }
-    let eviction = decode(&call.content_type, &call.body)?;
-    if !eviction.is_object() {
-        return Err(ApiError::BadRequest(
-            "the object provided is unrecognized or malformed: expected a JSON object".into(),
-        ));
-    }
-    Ok(eviction)
+    body_object(call)
 }
 
 /// The Eviction's `deleteOptions` with the request's `dryRun` pushed into them

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::admission_webhooks;
 use super::apply;
-use super::call::{Call, decode};
+use super::call::{Call, body_object, decode};
 use super::certificates;
 use super::create::{checks, invalid, meta_str, prepare_create, random_suffix, service_accounts};
 use super::names::Cause;
@@ -28,29 +28,6 @@ use super::status::{ApiError, GroupResource, success_status};
 use super::store::{Write, Written};
 
 type Reply = Result<(u16, Value), ApiError>;
-
-fn body_object(call: &Call<'_>) -> Result<Value, ApiError> {
-    match call.content_type.as_str() {
-        ""
-        | "application/json"
-        | "application/yaml"
-        | "application/vnd.kubernetes.protobuf"
-        | "*/*" => {}
-        _ => {
-            return Err(ApiError::UnsupportedMediaType {
-                accepted: "application/json, application/yaml, application/vnd.kubernetes.protobuf"
-                    .into(),
-            });
-        }
-    }
-    let obj = decode(&call.content_type, &call.body)?;
-    if !obj.is_object() {
-        return Err(ApiError::BadRequest(
-            "the object provided is unrecognized or malformed: expected a JSON object".into(),
-        ));
-    }
-    Ok(obj)
-}
 
 fn check_type(rt: &ResourceType, version: &str, obj: &Value) -> Result<(), ApiError> {
     let expected = rt.api_version(version);
