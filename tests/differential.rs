@@ -2510,6 +2510,33 @@ fn parse_body(text: String) -> Value {
     }
 }
 
+/// Polls `probe` (unrecorded) every 50 ms until `done` holds for what it returns, for at
+/// most 60 s, and returns that; else fails naming `what` and the last value seen.
+async fn poll_until<T, F>(
+    t: &Target,
+    what: &str,
+    mut probe: impl FnMut() -> F,
+    done: impl Fn(&T) -> bool,
+) -> T
+where
+    T: std::fmt::Debug,
+    F: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let value = probe().await;
+        if done(&value) {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}: {what} within 60 s; last seen: {value:#?}",
+            t.name
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls `path` (unrecorded) until `done` holds for its status code and body, for at most
 /// 60 s; the interaction then records what it wants to compare.
 async fn wait_until(t: &Target, path: &str, what: &str, done: impl Fn(u16, &Value) -> bool) {

@@ -98,19 +98,7 @@ fn is_active(pod: &Value) -> bool {
 
 /// Waits (polling, at most 60 s) until `done` holds for the Job's pods.
 async fn wait_for_pods(t: &Target, job: &str, what: &str, done: impl Fn(&[Value]) -> bool) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let pods = pods_of(t, job).await;
-        if done(&pods) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}: {what} within 60 s; the pods: {pods:#?}",
-            t.name
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    super::poll_until(t, what, || pods_of(t, job), |pods| done(pods)).await;
 }
 
 async fn wait_for_active(t: &Target, job: &str, count: usize) {
@@ -214,26 +202,22 @@ async fn cronjob_events(t: &Target, cronjob: &str, reason: &str) -> Vec<Value> {
 /// Waits until the Job's Events are `count` in all with a `last` among them, and records
 /// them.
 async fn record_events(t: &Target, job: &str, count: usize, last: &str) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let events = events_of(t, job).await;
-        let total: i64 = events
-            .iter()
-            .map(|e| e["count"].as_i64().unwrap_or(1))
-            .sum();
-        if usize::try_from(total).unwrap_or(0) >= count
-            && events.iter().any(|e| e["reason"] == last)
-        {
-            record(t, format!("the events of {job}"), json!(events));
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}: {count} events of {job} with {last} within 60 s; got {events:#?}",
-            t.name
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let what = format!("{count} events of {job} with {last}");
+    let events = super::poll_until(
+        t,
+        &what,
+        || events_of(t, job),
+        |events| {
+            let total: i64 = events
+                .iter()
+                .map(|e| e["count"].as_i64().unwrap_or(1))
+                .sum();
+            usize::try_from(total).unwrap_or(0) >= count
+                && events.iter().any(|e| e["reason"] == last)
+        },
+    )
+    .await;
+    record(t, format!("the events of {job}"), json!(events));
 }
 
 /// Plays the kubelet: the pod's one container terminated with `exit_code`, the pod in
@@ -690,14 +674,13 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     "ownerReferences": job["metadata"]["ownerReferences"],
                     "spec": job["spec"]}),
                 );
-                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-                let created = loop {
-                    let created = cronjob_events(t, name, "SuccessfulCreate").await;
-                    if !created.is_empty() || tokio::time::Instant::now() > deadline {
-                        break created;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                };
+                let created = super::poll_until(
+                    t,
+                    &format!("the Job {name} created"),
+                    || cronjob_events(t, name, "SuccessfulCreate"),
+                    |created| !created.is_empty(),
+                )
+                .await;
                 record(t, format!("the events of {name}"), json!(created));
                 let options =
                     serde_json::to_vec(&json!({"propagationPolicy": "Background"})).unwrap();

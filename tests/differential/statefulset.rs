@@ -86,20 +86,7 @@ async fn wait_for_pods(
     what: &str,
     done: impl Fn(&[Value]) -> bool,
 ) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let pods = pods_of(t, set).await;
-        if done(&pods) {
-            return pods;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}: {what} within 60 s; the pods: {:?}",
-            t.name,
-            names(&pods)
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    super::poll_until(t, what, || pods_of(t, set), |pods| done(pods)).await
 }
 
 /// Waits until the pods are exactly `expected` and records their names.
@@ -226,47 +213,49 @@ async fn record_claims(t: &Target, set: &str) {
 /// order they were first written when `ordered` (an Event's name holds the time it was
 /// made), sorted otherwise.
 async fn record_events(t: &Target, set: &str, count: i64, ordered: bool) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let list = get(t, &format!("/api/v1/namespaces/{NAMESPACE}/events")).await;
-        let mut events: Vec<Value> = list["items"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|e| {
-                e["involvedObject"]["name"] == set && e["involvedObject"]["kind"] == "StatefulSet"
-            })
-            .collect();
-        events.sort_by_key(|e| e["metadata"]["name"].as_str().map(str::to_owned));
-        let mut events: Vec<Value> = events
-            .into_iter()
-            .map(|e| {
-                json!({"type": e["type"], "reason": e["reason"], "message": e["message"],
-                    "count": e["count"], "source": e["source"],
-                    "reportingComponent": e["reportingComponent"],
-                    "involvedObject": {"apiVersion": e["involvedObject"]["apiVersion"],
-                        "kind": e["involvedObject"]["kind"]}})
-            })
-            .collect();
-        if !ordered {
-            events.sort_by_key(ToString::to_string);
-        }
-        let total: i64 = events
-            .iter()
-            .map(|e| e["count"].as_i64().unwrap_or(1))
-            .sum();
-        if total >= count {
-            record(t, format!("the events of {set}"), json!(events));
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}: {count} events of {set} within 60 s; got {events:#?}",
-            t.name
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let events = super::poll_until(
+        t,
+        &format!("{count} events of {set}"),
+        || events_of(t, set, ordered),
+        |events| {
+            events
+                .iter()
+                .map(|e| e["count"].as_i64().unwrap_or(1))
+                .sum::<i64>()
+                >= count
+        },
+    )
+    .await;
+    record(t, format!("the events of {set}"), json!(events));
+}
+
+/// The Events about the set, in the order they were first written when `ordered`.
+async fn events_of(t: &Target, set: &str, ordered: bool) -> Vec<Value> {
+    let list = get(t, &format!("/api/v1/namespaces/{NAMESPACE}/events")).await;
+    let mut events: Vec<Value> = list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e["involvedObject"]["name"] == set && e["involvedObject"]["kind"] == "StatefulSet"
+        })
+        .collect();
+    events.sort_by_key(|e| e["metadata"]["name"].as_str().map(str::to_owned));
+    let mut events: Vec<Value> = events
+        .into_iter()
+        .map(|e| {
+            json!({"type": e["type"], "reason": e["reason"], "message": e["message"],
+                "count": e["count"], "source": e["source"],
+                "reportingComponent": e["reportingComponent"],
+                "involvedObject": {"apiVersion": e["involvedObject"]["apiVersion"],
+                    "kind": e["involvedObject"]["kind"]}})
+        })
+        .collect();
+    if !ordered {
+        events.sort_by_key(ToString::to_string);
     }
+    events
 }
 
 /// The interactions of this module, in the order they run.
