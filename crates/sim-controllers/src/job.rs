@@ -41,7 +41,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::events::{EventType, Recorder};
@@ -783,6 +783,31 @@ impl Controller {
         Ok(owned)
     }
 
+    /// Whether the API server holds an orphan the Job's selector matches that the pod
+    /// cache has not shown yet (a consistent read before creating pods). The pods and
+    /// Jobs reach the simulated controller manager over separate watches, so a pod created
+    /// just before its Job can arrive after it; kube-controller-manager's informers see it
+    /// first in practice. Creating pods meanwhile would make one too many, and deleting
+    /// the surplus after the adoption could delete the orphan: the sync waits for the
+    /// cache instead (the orphan's arrival queues the Job again).
+    async fn has_unseen_orphans(&self, job: &Job) -> Result<bool, kube::Error> {
+        let selector = spec_of(job).selector.as_ref();
+        let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+        let live = self
+            .pods_api(namespace)
+            .list(&ListParams::default())
+            .await?;
+        Ok(live.items.iter().any(|pod| {
+            controller_of(&pod.metadata).is_none()
+                && !is_deleting(&pod.metadata)
+                && selects(selector, &pod.metadata.labels.clone().unwrap_or_default())
+                && self
+                    .pods
+                    .get(namespace, pod.metadata.name.as_deref().unwrap_or_default())
+                    .is_none_or(|cached| cached.metadata.uid != pod.metadata.uid)
+        }))
+    }
+
     fn backoffs_lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, BackoffRecord>> {
         self.backoffs.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -892,6 +917,11 @@ impl Controller {
         }
         if diff == 0 {
             return (active, None, None);
+        }
+        match self.has_unseen_orphans(job).await {
+            Ok(true) => return (active, Some(SYNC_JOB_BATCH_PERIOD), None),
+            Ok(false) => {}
+            Err(e) => return (active, None, Some(e.into())),
         }
         self.expectations
             .expect(key, i64::try_from(diff).unwrap_or(i64::MAX), HashSet::new());
