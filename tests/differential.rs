@@ -2904,7 +2904,10 @@ async fn the_simulator_answers_every_interaction_as_the_real_kube_apiserver_does
     for interaction in &all {
         // Both control planes go through the interaction at once: each keeps its own
         // transcript, and most of an interaction is waiting on controllers.
-        tokio::join!((interaction.act)(sim_target), (interaction.act)(real_target));
+        tokio::join!(
+            (interaction.act)(sim_target),
+            (interaction.act)(real_target)
+        );
         found.extend(differences(
             interaction.what,
             &sim_target.take(),

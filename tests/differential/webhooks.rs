@@ -582,6 +582,25 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 )
                 .await;
                 assert_eq!(code, 201, "{}: creating the Deployment: {text}", t.name);
+                // The scale-up waits for the Deployment controller's last status write: a
+                // write between the server's read and its update would make it retry the
+                // update and call the webhook again.
+                super::wait_until(
+                    t,
+                    &format!("{deployments}/webhook-deny-scale"),
+                    "the Deployment's status settled",
+                    |code, d| {
+                        code == 200
+                            && d["status"]["observedGeneration"] == 1
+                            && d["status"]["conditions"].as_array().is_some_and(|c| {
+                                c.iter().any(|c| {
+                                    c["type"] == "Progressing"
+                                        && c["reason"] == "NewReplicaSetAvailable"
+                                })
+                            })
+                    },
+                )
+                .await;
                 let (code, response, text) = exchange(
                     t,
                     "PATCH",
