@@ -248,6 +248,8 @@ macro_rules! interaction {
 mod builtins;
 #[path = "differential/component_status.rs"]
 mod component_status;
+#[path = "differential/daemonsets.rs"]
+mod daemonsets;
 #[path = "differential/disruption.rs"]
 mod disruption;
 #[path = "differential/endpointslices.rs"]
@@ -310,6 +312,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(statefulset::interactions());
     all.extend(eviction::interactions());
     all.extend(endpointslices::interactions());
+    all.extend(daemonsets::interactions());
     all
 }
 

@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use serde_json::Value;
 
-use super::support::{canonical_json, safe_encode};
+use super::support::{canonical_json, safe_encode, without_nulls};
 
 /// The label holding a revision's hash (upstream's `ControllerRevisionHashLabel`).
 pub(crate) const HASH_LABEL: &str = "controller.kubernetes.io/hash";
@@ -51,6 +52,16 @@ pub(crate) fn hash(data: &str, collision_count: Option<i32>) -> String {
 pub(crate) fn revision_name(parent: &str, hash: &str) -> String {
     let prefix: String = parent.chars().take(223).collect();
     format!("{prefix}-{hash}")
+}
+
+/// Upstream's `getPatch` of StatefulSets and DaemonSets: the template, replacing the whole
+/// template when applied (`{"spec":{"template":{…,"$patch":"replace"}}}`).
+pub(crate) fn template_patch(template: &PodTemplateSpec) -> Value {
+    let mut template = without_nulls(&serde_json::to_value(template).unwrap_or_default());
+    if let Value::Object(map) = &mut template {
+        map.insert("$patch".into(), Value::String("replace".into()));
+    }
+    serde_json::json!({"spec": {"template": template}})
 }
 
 /// The data of a revision as canonical JSON (what [`hash`] and equality work on).

@@ -21,6 +21,9 @@
 //! - [`statefulset`]: pods `<set>-<ordinal>` in order (`OrderedReady`) or all at once
 //!   (`Parallel`), ControllerRevisions, rolling updates with a partition, `OnDelete`, claims
 //!   from volume claim templates and their retention policy; status and Events as 1.34's.
+//! - [`daemonset`]: a pod per node the template fits, pinned to it by node affinity;
+//!   ControllerRevisions, `RollingUpdate` with `maxUnavailable` or `maxSurge`, `OnDelete`;
+//!   failed pods replaced with a back-off; the status kubectl reads.
 //! - [`disruption`]: the status of PodDisruptionBudgets (healthy, desired and expected
 //!   pods, disruptions allowed, the `DisruptionAllowed` condition).
 //! - [`endpointslice`] and [`endpoints`]: the EndpointSlices and the Endpoints of every
@@ -42,13 +45,13 @@
 //! (setup-envtest's assets).
 //!
 //! # Caveats
-//! - No leader election, no metrics; only the Job, StatefulSet, EndpointSlice and
-//!   disruption controllers write Events.
-//! - Only what the conformance features touch: no DaemonSets, quota, preemption or
-//!   resource fitting.
+//! - No leader election, no metrics; only the Job, StatefulSet, DaemonSet, EndpointSlice
+//!   and disruption controllers write Events.
+//! - Only what the conformance features touch: no quota, preemption or resource fitting.
 
 pub mod cronjob;
 pub mod csrsigning;
+pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 mod dynamic;
@@ -76,7 +79,9 @@ pub mod volume_protection;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -298,6 +303,7 @@ struct Informers {
     volume_attributes_classes: Cache<DynamicObject>,
     budgets: Cache<PodDisruptionBudget>,
     statefulsets: Cache<StatefulSet>,
+    daemonsets: Cache<DaemonSet>,
     replication_controllers: Cache<ReplicationController>,
     controller_revisions: Cache<ControllerRevision>,
 }
@@ -329,6 +335,7 @@ impl Controllers {
             volume_attributes_classes: Cache::new(),
             budgets: Cache::new(),
             statefulsets: Cache::new(),
+            daemonsets: Cache::new(),
             replication_controllers: Cache::new(),
             controller_revisions: Cache::new(),
         };
@@ -373,6 +380,13 @@ impl Controllers {
             &informers.statefulsets,
             &informers.pods,
             &informers.claims,
+            &informers.controller_revisions,
+        ));
+        tasks.push(daemonset::start(
+            kcm(server, "daemon-set-controller").await?,
+            &informers.daemonsets,
+            &informers.pods,
+            &informers.nodes,
             &informers.controller_revisions,
         ));
         tasks.push(ttl_after_finished::start(
@@ -527,6 +541,11 @@ impl Controllers {
             Api::<StatefulSet>::all(shared.clone()),
             informer_config.clone(),
             informers.statefulsets.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<DaemonSet>::all(shared.clone()),
+            informer_config.clone(),
+            informers.daemonsets.clone(),
         ));
         tasks.push(informer::spawn(
             Api::<ReplicationController>::all(shared.clone()),

@@ -161,7 +161,7 @@ fn unfit(pod: &Pod, node: &Node) -> Option<String> {
 }
 
 /// nodeSelector and required node affinity.
-fn matches_node_selection(pod: &Pod, node: &Node) -> bool {
+pub(crate) fn matches_node_selection(pod: &Pod, node: &Node) -> bool {
     let empty = BTreeMap::new();
     let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     let spec = pod.spec.as_ref();

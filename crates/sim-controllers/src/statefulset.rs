@@ -593,11 +593,7 @@ fn is_unavailable(pod: &Pod, min_ready_seconds: i32) -> bool {
 
 /// Upstream's `getPatch`: the set's template, replacing the whole template when applied.
 fn revision_data(set: &StatefulSet) -> Value {
-    let mut template = without_nulls(&serde_json::to_value(template(set)).unwrap_or_default());
-    if let Value::Object(map) = &mut template {
-        map.insert("$patch".into(), Value::String("replace".into()));
-    }
-    json!({"spec": {"template": template}})
+    history::template_patch(&template(set))
 }
 
 /// The template a revision holds.

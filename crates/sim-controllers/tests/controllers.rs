@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
 };
@@ -1609,5 +1609,68 @@ async fn a_disruption_budget_counts_a_deployments_ready_pods_against_its_scale()
         (condition.status.as_str(), condition.reason.as_str()),
         ("True", "SufficientPods")
     );
+    sim.stop().await;
+}
+
+// DaemonSets.
+
+#[tokio::test]
+async fn a_daemon_set_runs_a_ready_pod_on_each_node_and_leaves_a_node_it_no_longer_tolerates() {
+    let sim = Sim::start(&["node-a", "node-b", "node-c"]).await;
+    let sets: Api<DaemonSet> = sim.api();
+    let set: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "main", "image": "agent:1"}]}}}
+    }))
+    .unwrap();
+    sets.create(&PostParams::default(), &set).await.unwrap();
+    let status = eventually("three ready daemon pods", || async {
+        let status = sets.get("agent").await.ok()?.status?;
+        (status.number_ready == 3 && status.number_available == Some(3)).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        (
+            status.desired_number_scheduled,
+            status.current_number_scheduled,
+            status.number_misscheduled,
+            status.updated_number_scheduled
+        ),
+        (3, 3, 0, Some(3))
+    );
+    let pods: Api<Pod> = sim.api();
+    let mut placed: Vec<String> = pods_of(&pods, "agent")
+        .await
+        .iter()
+        .filter_map(node_of)
+        .collect();
+    placed.sort();
+    assert_eq!(placed, ["node-a", "node-b", "node-c"]);
+
+    // A NoExecute taint the template does not tolerate: the pod there goes, none replaces it.
+    let nodes: Api<Node> = Api::all(sim.client.clone());
+    nodes
+        .patch(
+            "node-c",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"taints": [{"key": "dedicated", "effect": "NoExecute"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let remaining = eventually("the pod on node-c gone", || async {
+        let status = sets.get("agent").await.ok()?.status?;
+        let mut placed: Vec<String> = active(&pods_of(&pods, "agent").await)
+            .into_iter()
+            .filter_map(node_of)
+            .collect();
+        placed.sort();
+        (status.desired_number_scheduled == 2 && placed.len() == 2).then_some(placed)
+    })
+    .await;
+    assert_eq!(remaining, ["node-a", "node-b"]);
     sim.stop().await;
 }
