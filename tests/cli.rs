@@ -206,7 +206,8 @@ Feature: Wrong expectations
       spec:
         size: 2
       \"\"\"
-    Then within 2s these objects match:
+    Then within 30s the Deployment \"cache\" is owned by the Memcached \"cache\"
+    And within 2s these objects match:
       \"\"\"
       apiVersion: apps/v1
       kind: Deployment
