@@ -319,9 +319,11 @@ node() {
 }
 
 operator() {
-  step="building the operator binary (cargo build -p memcached-operator)"
+  # With the workspace's features, as .ci/run and the tests build it: a build of this
+  # package alone would unify other features and build its dependencies once more.
+  step="building the operator binary (cargo build --workspace --bins)"
   progress "$step"
-  (cd "$repo" && nice -n 19 cargo build --quiet -p memcached-operator --bin memcached-operator)
+  (cd "$repo" && nice -n 19 cargo build --quiet --workspace --bins)
   local target binary hash tag base
   target=${CARGO_TARGET_DIR:-$repo/target}
   binary=$target/debug/memcached-operator
