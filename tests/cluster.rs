@@ -1,14 +1,15 @@
 //! The simulated cluster as a whole: controllers, scheduler and kubelets together run a
 //! Deployment of a real executable, scale it, replace deleted pods, and react to a node
-//! partition as a real cluster does.
+//! partition as a real cluster does; a StatefulSet's claims are provisioned by the default
+//! StorageClass on its pods' nodes, bound and mounted, and keep their data.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use opconform::sim::faults::{Cut, NodeFault};
 use opconform::sim::kubelet::ImageMap;
@@ -303,5 +304,194 @@ async fn a_partitioned_node_goes_unknown_its_pods_are_evicted_and_stay_terminati
         .map(|e| e.verb)
         .collect();
     assert_eq!(log, vec!["partition", "repair"]);
+    cluster.shutdown().await;
+}
+
+/// A container that records each of its starts in its volume at `/data` (when it has one:
+/// pods that are host processes have no mounts), then idles.
+fn stateful_fixture(dir: &Path) -> PathBuf {
+    let path = dir.join("stateful.sh");
+    let script = "#!/bin/sh\necho \"started $POD_NAME\" >> /data/starts 2>/dev/null\ntrap 'exit 0' TERM\nwhile true; do sleep 0.05; done\n";
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Whether the cluster's pods are containers (rather than host processes, which have no
+/// mounts).
+fn containers() -> bool {
+    matches!(
+        opconform::sim::kubelet::oci::Isolation::detect(&std::env::temp_dir()),
+        opconform::sim::kubelet::oci::Isolation::Containers(_)
+    )
+}
+
+fn stateful_set(replicas: i32) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "serviceName": "web",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "containers": [{"name": "app", "image": "stateful:1",
+                    "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "terminationGracePeriodSeconds": 2}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}]}
+    }))
+    .unwrap()
+}
+
+fn annotation<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateful_sets_claims_are_provisioned_bound_mounted_and_keep_their_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = ImageMap::new();
+    images.insert("stateful:1", stateful_fixture(dir.path()));
+    let cluster = SimCluster::start(SimClusterConfig {
+        images,
+        work_dir: Some(dir.path().join("cluster")),
+        ..SimClusterConfig::fast()
+    })
+    .await
+    .expect("the cluster starts");
+    let client = cluster.server().admin_client().await.unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    sets.create(&PostParams::default(), &stateful_set(2))
+        .await
+        .unwrap();
+    until("both replicas Ready", || async {
+        let set = sets.get("web").await.ok()?;
+        (set.status?.ready_replicas == Some(2)).then_some(())
+    })
+    .await;
+
+    let mut directories = Vec::new();
+    for ordinal in 0..2 {
+        let pod = pods.get(&format!("web-{ordinal}")).await.unwrap();
+        let node = pod.spec.unwrap().node_name.unwrap();
+        let claim = claims.get(&format!("data-web-{ordinal}")).await.unwrap();
+        let uid = claim.metadata.uid.clone().unwrap();
+        let spec = claim.spec.clone().unwrap();
+        assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+        assert_eq!(spec.volume_name, Some(format!("pvc-{uid}")));
+        let status = claim.status.clone().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Bound"));
+        assert_eq!(status.capacity.unwrap()["storage"].0, "1Gi");
+        for (key, value) in [
+            ("pv.kubernetes.io/bind-completed", "yes"),
+            ("pv.kubernetes.io/bound-by-controller", "yes"),
+            ("volume.kubernetes.io/selected-node", node.as_str()),
+            (
+                "volume.kubernetes.io/storage-provisioner",
+                "rancher.io/local-path",
+            ),
+            (
+                "volume.beta.kubernetes.io/storage-provisioner",
+                "rancher.io/local-path",
+            ),
+        ] {
+            assert_eq!(annotation(&claim.metadata, key), Some(value), "{key}");
+        }
+        let volume = volumes.get(&format!("pvc-{uid}")).await.unwrap();
+        assert_eq!(
+            annotation(&volume.metadata, "pv.kubernetes.io/provisioned-by"),
+            Some("rancher.io/local-path")
+        );
+        assert_eq!(volume.status.unwrap().phase.as_deref(), Some("Bound"));
+        let spec = volume.spec.unwrap();
+        let reference = spec.claim_ref.unwrap();
+        assert_eq!(reference.name, claim.metadata.name);
+        assert_eq!(reference.uid.as_deref(), Some(uid.as_str()));
+        assert_eq!(
+            spec.persistent_volume_reclaim_policy.as_deref(),
+            Some("Delete")
+        );
+        let affinity = serde_json::to_value(spec.node_affinity.unwrap()).unwrap();
+        assert_eq!(
+            affinity["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+            json!([node])
+        );
+        let path = PathBuf::from(spec.host_path.unwrap().path);
+        assert!(
+            path.is_dir(),
+            "the volume's directory {} exists",
+            path.display()
+        );
+        directories.push((node, path));
+    }
+
+    // web-0 deleted comes back on the node of its volume, which kept what it wrote.
+    let (node, path) = directories[0].clone();
+    let starts = |path: &Path| std::fs::read_to_string(path.join("starts")).unwrap_or_default();
+    if containers() {
+        until("web-0 to write into its volume", || async {
+            (starts(&path) == "started web-0\n").then_some(())
+        })
+        .await;
+    }
+    let old_uid = pods.get("web-0").await.unwrap().metadata.uid;
+    pods.delete("web-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let recreated = until("web-0 made again and Ready", || async {
+        let pod = pods.get("web-0").await.ok()?;
+        let ready = pod
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (pod.metadata.uid != old_uid && ready).then_some(pod)
+    })
+    .await;
+    assert_eq!(recreated.spec.unwrap().node_name, Some(node));
+    if containers() {
+        until("the new web-0 to find the old one's line", || async {
+            (starts(&path) == "started web-0\nstarted web-0\n").then_some(())
+        })
+        .await;
+    }
+
+    // Scaled down, web-1's claim stays; deleted, it takes its volume and directory along.
+    sets.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    until("web-1 gone", || async {
+        pods.get_opt("web-1").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let claim = claims.get("data-web-1").await.unwrap();
+    let volume_name = claim.spec.unwrap().volume_name.unwrap();
+    claims
+        .delete("data-web-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the claim's volume deleted", || async {
+        volumes
+            .get_opt(&volume_name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !directories[1].1.exists(),
+        "the volume's directory is removed"
+    );
+    assert!(directories[0].1.is_dir(), "web-0's volume is kept");
     cluster.shutdown().await;
 }

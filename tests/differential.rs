@@ -268,6 +268,8 @@ mod statefulset;
 mod tables;
 #[path = "differential/volume_protection.rs"]
 mod volume_protection;
+#[path = "differential/volumes.rs"]
+mod volumes;
 #[path = "differential/webhooks.rs"]
 mod webhooks;
 
@@ -306,6 +308,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(jobs::interactions());
     all.extend(webhooks::interactions());
     all.extend(volume_protection::interactions());
+    all.extend(volumes::interactions());
     all.extend(disruption::interactions());
     all.extend(services::interactions());
     all.extend(tables::interactions());
@@ -2879,6 +2882,8 @@ async fn the_simulator_answers_every_interaction_as_the_real_kube_apiserver_does
         ControlPlane::start(ControlPlaneConfig::new(binaries)),
         SimCluster::start(SimClusterConfig {
             nodes: 0,
+            // The real control plane has no default StorageClass (nor a provisioner).
+            default_storage_class: false,
             ..SimClusterConfig::fast()
         })
     );

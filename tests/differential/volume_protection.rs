@@ -7,9 +7,8 @@
 //! Neither control plane has nodes: the pod that holds a claim is bound by its `nodeName` to
 //! a node that does not exist, and is deleted with a zero grace period, as no kubelet would
 //! finish a graceful deletion. What is compared of each object is what protection decides:
-//! its finalizers and whether it is being deleted (the real control plane's persistent
-//! volume controller writes the status of claims and volumes meanwhile, the simulator's
-//! does not run).
+//! its finalizers and whether it is being deleted (both PersistentVolume controllers write
+//! the status of claims and volumes meanwhile; `volumes.rs` compares that).
 
 use serde_json::{Value, json};
 

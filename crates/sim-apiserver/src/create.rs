@@ -1,7 +1,8 @@
 //! What a create does to an object before it is stored (kube-apiserver's BeforeCreate and
 //! the type's create strategy): the server-set metadata, defaulting, validation, the field
 //! manager's first entry, and what the strategy and the admission plugins add (with the
-//! namespace's ServiceAccounts a pod create reads). The defaulting and validation
+//! namespace's ServiceAccounts a pod create reads, and the default StorageClass a claim
+//! create reads). The defaulting and validation
 //! ([`checks`]) are the ones an update runs too. Client creates and the server's own writes
 //! (bootstrap objects, namespace defaults, APIServices) both go through [`prepare_create`],
 //! so this module sits below the server state and the verb handlers.
@@ -132,4 +133,51 @@ pub(crate) fn service_accounts(
     }
     let (items, _) = store.list(&GroupResource::new("", "serviceaccounts"), Some(namespace));
     objects::ServiceAccounts::new(items)
+}
+
+/// The class the DefaultStorageClass admission plugin gives a new PersistentVolumeClaim of
+/// `rt` that names none: of the StorageClasses annotated as the default
+/// (`storageclass.kubernetes.io/is-default-class` or its beta form `"true"`), the newest,
+/// then the first by name. `None` for other types or when no class is the default.
+pub(crate) fn default_storage_class(store: &Store, rt: &ResourceType) -> Option<String> {
+    if !(rt.group.is_empty() && rt.resource == "persistentvolumeclaims") {
+        return None;
+    }
+    let (classes, _) = store.list(
+        &GroupResource::new("storage.k8s.io", "storageclasses"),
+        None,
+    );
+    let is_default = |class: &Value| {
+        let annotations = &class["metadata"]["annotations"];
+        [
+            "storageclass.kubernetes.io/is-default-class",
+            "storageclass.beta.kubernetes.io/is-default-class",
+        ]
+        .iter()
+        .any(|key| annotations[*key] == "true")
+    };
+    // Stored timestamps are RFC 3339 in UTC to the second: their order is the text's.
+    let created = |class: &Value| meta_str(class, "creationTimestamp").to_string();
+    classes
+        .iter()
+        .filter(|class| is_default(class))
+        .max_by(|a, b| {
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| meta_str(b, "name").cmp(meta_str(a, "name")))
+        })
+        .map(|class| meta_str(class, "name").to_string())
+}
+
+/// What the DefaultStorageClass admission plugin does to a claim being created: a claim
+/// that names no class (no `spec.storageClassName`, not even `""`, and no beta
+/// `volume.beta.kubernetes.io/storage-class` annotation) gets `default`. It runs after
+/// the field manager, so the field has no owner, as on kube-apiserver.
+pub(crate) fn admit_storage_class(default: Option<&str>, obj: &mut Value) {
+    let Some(default) = default else { return };
+    let names_a_class = !obj["spec"]["storageClassName"].is_null()
+        || !obj["metadata"]["annotations"]["volume.beta.kubernetes.io/storage-class"].is_null();
+    if !names_a_class && let Some(spec) = obj["spec"].as_object_mut() {
+        spec.insert("storageClassName".into(), json!(default));
+    }
 }

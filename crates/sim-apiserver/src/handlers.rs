@@ -16,7 +16,10 @@ use super::admission_webhooks;
 use super::apply;
 use super::call::{Call, body_object, decode};
 use super::certificates;
-use super::create::{checks, invalid, meta_str, prepare_create, random_suffix, service_accounts};
+use super::create::{
+    admit_storage_class, checks, default_storage_class, invalid, meta_str, prepare_create,
+    random_suffix, service_accounts,
+};
 use super::names::Cause;
 use super::objects::{self, from_view, to_view};
 use super::patch;
@@ -688,6 +691,10 @@ impl<'a> Call<'a> {
             &self.manager,
             &accounts,
         )?;
+        admit_storage_class(
+            default_storage_class(&self.state.store, rt).as_deref(),
+            &mut stored,
+        );
         if let Some(managed) = unowned {
             stored["metadata"]["managedFields"] = managed;
         }
@@ -859,10 +866,13 @@ impl<'a> Call<'a> {
         let subresource = part.subresource();
         let authorized =
             certificates::authorize_update(self.state, self.user, rt, subresource, &name);
-        let accounts = if is_apply {
-            service_accounts(&self.state.store, rt, &ns)
+        let (accounts, default_class) = if is_apply {
+            (
+                service_accounts(&self.state.store, rt, &ns),
+                default_storage_class(&self.state.store, rt),
+            )
         } else {
-            objects::ServiceAccounts::default()
+            (objects::ServiceAccounts::default(), None)
         };
         let (_allocating, mut taken) = self.service_allocation(rt, &name);
         let dry_run = dry_run_requested(self.query.get("dryRun"), &Value::Null)?;
@@ -899,6 +909,7 @@ impl<'a> Call<'a> {
                     &accounts,
                 )?;
                 stored["metadata"]["managedFields"] = managed;
+                admit_storage_class(default_class.as_deref(), &mut stored);
                 if certificates::serves(rt) {
                     certificates::finish_create(&mut stored, &self.manager);
                 }

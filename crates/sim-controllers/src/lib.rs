@@ -32,6 +32,9 @@
 //! - [`node_lifecycle`] and [`taint_eviction`]: heartbeats, Ready=Unknown after the grace
 //!   period, unreachable/not-ready taints, NoExecute eviction after `tolerationSeconds`.
 //! - [`podgc`]: force-deletes pods bound to nodes that no longer exist.
+//! - [`persistent_volume`]: binds PersistentVolumeClaims to PersistentVolumes as the
+//!   PersistentVolume controller does, and provisions the claims of kind's local-path
+//!   provisioner as directories on the chosen node ([`ControllerConfig::local_volumes`]).
 //! - [`volume_protection`]: removes the protection finalizers of PersistentVolumeClaims,
 //!   PersistentVolumes and VolumeAttributesClasses being deleted once nothing uses them.
 //! - [`csrsigning`]: signs approved CertificateSigningRequests of the `kubernetes.io`
@@ -67,6 +70,7 @@ pub mod job;
 pub mod namespace;
 pub mod namespace_defaults;
 pub mod node_lifecycle;
+pub mod persistent_volume;
 pub mod podgc;
 mod queue;
 pub mod replicaset;
@@ -77,6 +81,7 @@ pub mod taint_eviction;
 pub mod ttl_after_finished;
 pub mod volume_protection;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{
@@ -88,6 +93,7 @@ use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
@@ -167,6 +173,10 @@ pub struct ControllerConfig {
     /// The time the CronJob controller schedules by: the real time unless a test moves it
     /// forward.
     pub cronjob_clock: cronjob::Clock,
+    /// Where the simulated local-path provisioner (`rancher.io/local-path`) keeps the
+    /// volumes it provisions, one directory per node; without one it does not run, and the
+    /// claims of its classes stay Pending as on a cluster without it.
+    pub local_volumes: Option<PathBuf>,
 }
 
 impl Default for ControllerConfig {
@@ -187,6 +197,7 @@ impl Default for ControllerConfig {
             job_pod_failure_backoff: Duration::from_secs(10),
             job_max_pod_failure_backoff: Duration::from_secs(360),
             cronjob_clock: cronjob::Clock::default(),
+            local_volumes: None,
         }
     }
 }
@@ -300,6 +311,7 @@ struct Informers {
     node_leases: Cache<Lease>,
     claims: Cache<PersistentVolumeClaim>,
     volumes: Cache<PersistentVolume>,
+    storage_classes: Cache<StorageClass>,
     volume_attributes_classes: Cache<DynamicObject>,
     budgets: Cache<PodDisruptionBudget>,
     statefulsets: Cache<StatefulSet>,
@@ -332,6 +344,7 @@ impl Controllers {
             node_leases: Cache::new(),
             claims: Cache::new(),
             volumes: Cache::new(),
+            storage_classes: Cache::new(),
             volume_attributes_classes: Cache::new(),
             budgets: Cache::new(),
             statefulsets: Cache::new(),
@@ -440,6 +453,30 @@ impl Controllers {
             &informers.claims,
             &informers.volumes,
         ));
+        let volume_listers = persistent_volume::Listers {
+            claims: informers.claims.clone(),
+            volumes: informers.volumes.clone(),
+            classes: informers.storage_classes.clone(),
+            pods: informers.pods.clone(),
+            nodes: informers.nodes.clone(),
+        };
+        tasks.push(persistent_volume::start_binder(
+            kcm(server, "persistentvolume-binder-controller").await?,
+            &volume_listers,
+        ));
+        if let Some(root) = &config.local_volumes {
+            tasks.push(persistent_volume::start_provisioner(
+                client(
+                    server,
+                    CONTROLLER_MANAGER_USER,
+                    &server.controller_manager_token,
+                    "local-path-provisioner/v0.0.31",
+                )
+                .await?,
+                &volume_listers,
+                root.clone(),
+            ));
+        }
         tasks.push(disruption::start(
             kcm(server, "disruption-controller").await?,
             disruption::Listers {
@@ -526,6 +563,11 @@ impl Controllers {
             Api::<PersistentVolume>::all(shared.clone()),
             informer_config.clone(),
             informers.volumes.clone(),
+        ));
+        tasks.push(informer::spawn(
+            Api::<StorageClass>::all(shared.clone()),
+            informer_config.clone(),
+            informers.storage_classes.clone(),
         ));
         tasks.push(informer::spawn(
             Api::<DynamicObject>::all_with(shared.clone(), &volume_protection::class_resource()),

@@ -13,14 +13,28 @@
 //! other pod. A binding that fails forgets the assumption and the pod is tried again with
 //! backoff.
 //!
+//! Volumes are placed as kube-scheduler's VolumeBinding plugin places them: a pod whose
+//! claim is missing or being deleted, or has an unbound claim of a class that binds at once
+//! (or of no class), fits nowhere (the PreFilter's reason); a claim bound to a volume limits
+//! the pod to the nodes of the volume's node affinity; an unbound claim of a
+//! `WaitForFirstConsumer` class is provisioned where the pod goes: before its binding, the
+//! claim is annotated with `volume.kubernetes.io/selected-node`, and the pod is bound only
+//! once the claim is (by the PersistentVolume controller, after the provisioner made its
+//! volume), or tried again after 10 minutes (`bindTimeoutSeconds`).
+//!
 //! # Caveats
-//! No resource requests, ports, pod (anti-)affinity, topology spread or preemption.
+//! No resource requests, ports, pod (anti-)affinity, topology spread or preemption. An
+//! unbound claim of a `WaitForFirstConsumer` class is always provisioned, never bound by
+//! the scheduler to an existing volume, and a class's `allowedTopologies` are not read.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodCondition,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
@@ -48,6 +62,9 @@ struct Scheduler {
     client: Client,
     pods: Cache<Pod>,
     nodes: Cache<Node>,
+    claims: Cache<PersistentVolumeClaim>,
+    volumes: Cache<PersistentVolume>,
+    classes: Cache<StorageClass>,
     queue: Queue<ObjectKey>,
     /// Pods bound here whose binding the cache has not shown yet: pod key → node.
     assumed: Mutex<HashMap<ObjectKey, String>>,
@@ -62,6 +79,9 @@ pub(crate) fn start(client: Client, retry: Duration) -> Vec<AbortOnDrop> {
         client: client.clone(),
         pods: Cache::new(),
         nodes: Cache::new(),
+        claims: Cache::new(),
+        volumes: Cache::new(),
+        classes: Cache::new(),
         queue: Queue::new(),
         assumed: Mutex::new(HashMap::new()),
         unschedulable: Mutex::new(HashSet::new()),
@@ -75,7 +95,32 @@ pub(crate) fn start(client: Client, retry: Duration) -> Vec<AbortOnDrop> {
     scheduler
         .nodes
         .subscribe(move |change| s.node_changed(change));
+    let s = scheduler.clone();
+    scheduler.claims.subscribe(move |_| s.retry_unschedulable());
+    let s = scheduler.clone();
+    scheduler
+        .volumes
+        .subscribe(move |_| s.retry_unschedulable());
+    let s = scheduler.clone();
+    scheduler
+        .classes
+        .subscribe(move |_| s.retry_unschedulable());
     vec![
+        informer::spawn(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+            scheduler.claims.clone(),
+        ),
+        informer::spawn(
+            Api::<PersistentVolume>::all(client.clone()),
+            watcher::Config::default(),
+            scheduler.volumes.clone(),
+        ),
+        informer::spawn(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+            scheduler.classes.clone(),
+        ),
         informer::spawn(
             Api::<Pod>::all(client.clone()),
             watcher::Config::default(),
@@ -183,6 +228,50 @@ pub(crate) fn matches_node_selection(pod: &Pod, node: &Node) -> bool {
     }
 }
 
+/// How long the VolumeBinding plugin waits for a pod's claims to be bound
+/// (`bindTimeoutSeconds`).
+const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(600);
+
+use crate::persistent_volume::SELECTED_NODE;
+
+/// A pod's claims as they bear on its placement.
+#[derive(Default)]
+struct PodClaims {
+    /// The volumes of the bound claims.
+    bound: Vec<Arc<PersistentVolume>>,
+    /// Whether a bound claim names a volume that does not exist.
+    missing_volume: bool,
+    /// Unbound claims of a `WaitForFirstConsumer` class, to provision on the chosen node.
+    to_provision: Vec<ObjectKey>,
+}
+
+impl PodClaims {
+    /// Why `node` cannot have the pod's volumes (the VolumeBinding plugin's Filter).
+    fn unfit(&self, node: &Node) -> Option<String> {
+        if self.missing_volume {
+            return Some(
+                "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)".into(),
+            );
+        }
+        let conflict = self.bound.iter().any(|volume| {
+            volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_affinity.as_ref())
+                .and_then(|a| a.required.as_ref())
+                .is_some_and(|r| !r.node_selector_terms.iter().any(|t| term_matches(t, node)))
+        });
+        conflict.then(|| "node(s) didn't match PersistentVolume's node affinity".into())
+    }
+}
+
+/// kube-scheduler's FitError message when a PreFilter plugin turned the pod away.
+fn prefilter_error(total: usize, reason: &str) -> String {
+    format!(
+        "0/{total} nodes are available: {reason}. preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
+    )
+}
+
 /// kube-scheduler's FitError message.
 fn fit_error(total: usize, reasons: &[String]) -> String {
     if total == 0 {
@@ -244,6 +333,11 @@ impl Scheduler {
         {
             return;
         }
+        self.retry_unschedulable();
+    }
+
+    /// Queues again every pod that fit nowhere.
+    fn retry_unschedulable(&self) {
         let waiting: Vec<ObjectKey> = self
             .unschedulable
             .lock()
@@ -259,6 +353,9 @@ impl Scheduler {
     async fn run(self: Arc<Self>) {
         self.pods.wait_ready().await;
         self.nodes.wait_ready().await;
+        self.claims.wait_ready().await;
+        self.volumes.wait_ready().await;
+        self.classes.wait_ready().await;
         loop {
             let key = self.queue.next().await;
             let outcome = self.schedule(&key).await;
@@ -318,10 +415,22 @@ impl Scheduler {
             return Ok(None);
         }
         let nodes = self.nodes.list();
+        let claims = match self.pod_claims(&pod) {
+            Ok(claims) => claims,
+            Err(reason) => {
+                let message = prefilter_error(nodes.len(), &reason);
+                self.unschedulable
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone());
+                self.mark_unschedulable(&pod, &message).await?;
+                return Ok(Some(self.retry));
+            }
+        };
         let mut reasons = Vec::new();
         let mut feasible = Vec::new();
         for node in &nodes {
-            match unfit(&pod, node) {
+            match unfit(&pod, node).or_else(|| claims.unfit(node)) {
                 Some(reason) => reasons.push(reason),
                 None => feasible.push(node.clone()),
             }
@@ -362,8 +471,122 @@ impl Scheduler {
             .remove(key);
         let scheduler = self.clone();
         let (key, uid) = (key.clone(), pod.metadata.uid.clone());
-        tokio::spawn(async move { scheduler.bind(key, uid, target).await });
+        tokio::spawn(async move {
+            if scheduler.bind_volumes(&key, &claims, &target).await {
+                scheduler.bind(key, uid, target).await;
+            }
+        });
         Ok(None)
+    }
+
+    /// The pod's claims as the VolumeBinding plugin's PreFilter sorts them, or why the pod
+    /// fits nowhere.
+    fn pod_claims(&self, pod: &Pod) -> Result<PodClaims, String> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let mut claims = PodClaims::default();
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for source in volumes
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+        {
+            let name = &source.claim_name;
+            let Some(claim) = self.claims.get(namespace, name) else {
+                return Err(format!("persistentvolumeclaim {name:?} not found"));
+            };
+            if is_deleting(&claim.metadata) {
+                return Err(format!("persistentvolumeclaim {name:?} is being deleted"));
+            }
+            let volume_name = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .unwrap_or_default();
+            if !volume_name.is_empty() {
+                match self.volumes.get("", volume_name) {
+                    Some(volume) => claims.bound.push(volume),
+                    None => claims.missing_volume = true,
+                }
+                continue;
+            }
+            let class = crate::persistent_volume::claim_class(&claim);
+            let delayed = !class.is_empty()
+                && self.classes.get("", class).is_some_and(|c| {
+                    c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+                });
+            if !delayed {
+                return Err("pod has unbound immediate PersistentVolumeClaims".into());
+            }
+            claims.to_provision.push(ObjectKey::of(claim.as_ref()));
+        }
+        Ok(claims)
+    }
+
+    /// The VolumeBinding plugin's PreBind: annotates each claim to provision with the
+    /// chosen node, then waits until every claim of the pod is bound. `false` when the pod
+    /// is not to be bound now (it is queued again).
+    async fn bind_volumes(&self, key: &ObjectKey, claims: &PodClaims, target: &str) -> bool {
+        if claims.to_provision.is_empty() {
+            return true;
+        }
+        let forget = |error: &dyn std::fmt::Display| {
+            tracing::debug!(pod = %key, %error, "binding volumes failed; retrying");
+            self.assumed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(key);
+            self.queue.add_rate_limited(key.clone());
+            false
+        };
+        for claim_key in &claims.to_provision {
+            let api: Api<PersistentVolumeClaim> =
+                Api::namespaced(self.client.clone(), &claim_key.namespace);
+            let Some(mut claim) = self
+                .claims
+                .get(&claim_key.namespace, &claim_key.name)
+                .map(|c| c.as_ref().clone())
+            else {
+                return forget(&format!("claim {claim_key} is gone"));
+            };
+            let annotations = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            if annotations.get(SELECTED_NODE).map(String::as_str) == Some(target) {
+                continue;
+            }
+            annotations.insert(SELECTED_NODE.into(), target.into());
+            if let Err(e) = api
+                .replace(&claim_key.name, &PostParams::default(), &claim)
+                .await
+            {
+                return forget(&e);
+            }
+        }
+        let bound = |scheduler: &Self| {
+            claims.to_provision.iter().all(|k| {
+                scheduler
+                    .claims
+                    .get(&k.namespace, &k.name)
+                    .is_some_and(|c| {
+                        let named = c
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.volume_name.as_deref())
+                            .is_some_and(|v| !v.is_empty());
+                        let completed = c.metadata.annotations.as_ref().is_some_and(|a| {
+                            a.contains_key(crate::persistent_volume::BIND_COMPLETED)
+                        });
+                        named && completed
+                    })
+            })
+        };
+        let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
+        let mut ticker = tokio::time::interval(Duration::from_millis(100));
+        while !bound(self) {
+            if tokio::time::Instant::now() > deadline {
+                return forget(&"binding volumes: context deadline exceeded");
+            }
+            ticker.tick().await;
+        }
+        true
     }
 
     /// Binds the assumed pod `key` to `target`. A failed binding forgets the assumption and

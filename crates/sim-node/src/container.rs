@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Probe, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Probe, Secret,
+};
 use kube::Api;
 use nix::sys::signal::Signal;
 use tokio::sync::{Notify, mpsc, watch};
@@ -1264,6 +1266,29 @@ pub(crate) async fn volume_sources(
         if let Some(secret) = flatten_fetch("secret", got)? {
             sources.secrets.insert(name, secret);
         }
+    }
+    for name in wanted.claims {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(shared.client.clone(), namespace);
+        let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
+        let Some(claim) = flatten_fetch("persistentvolumeclaim", got)? else {
+            continue;
+        };
+        let volume_name = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .filter(|v| !v.is_empty());
+        let volume = match volume_name {
+            Some(volume_name) => {
+                let api: Api<PersistentVolume> = Api::all(shared.client.clone());
+                let got = tokio::time::timeout(limit, api.get_opt(&volume_name)).await;
+                flatten_fetch("persistentvolume", got)?
+            }
+            None => None,
+        };
+        sources
+            .claims
+            .insert(name, volume::ClaimedVolume { claim, volume });
     }
     let account = object
         .spec

@@ -24,6 +24,12 @@
 //!   against its `type` (`""`, `DirectoryOrCreate`, `Directory`, `FileOrCreate`, `File`,
 //!   `Socket`, `CharDevice`, `BlockDevice`) as the kubelet checks it, creating what the
 //!   `…OrCreate` types create (a directory 0755, a file 0644 whose parent must exist).
+//! - persistentVolumeClaim volumes are the directory of the claim's bound PersistentVolume
+//!   (`hostPath`, checked against its `type` as a hostPath volume is, or `local`, which must
+//!   exist), fetched by the caller with the claim into [`VolumeSources::claims`] and checked
+//!   as the kubelet's volume manager checks them (the claim Bound and naming the volume, the
+//!   volume's `claimRef` the claim's uid). The directory outlives the pod: a pod made again
+//!   on the node with the same claim finds what the last one wrote.
 //! - ServiceAccount tokens are the caller's to request and renew: [`refresh_due`] says when
 //!   the kubelet's token manager would renew one.
 //!
@@ -63,8 +69,8 @@
 //! - A hostPath source that does not exist when the mounts are made is created as a
 //!   directory (0755), as containerd does for a missing bind-mount source.
 //! - clusterTrustBundle projections are not supported, nor are volume types other than
-//!   those above (persistentVolumeClaim, csi, ephemeral, image, nfs, …): they fail with an
-//!   error naming the volume and its type.
+//!   those above (csi, ephemeral, image, nfs, …, and PersistentVolumes of types other than
+//!   hostPath and local): they fail with an error naming the volume and its type.
 //! - A projected file the kubelet's user may not read (mode 0 or the like, when the kubelet
 //!   does not run as root) is rewritten on every sync: it cannot be compared.
 //! - The token refresh time leaves out the kubelet's random jitter (up to 10 s).
@@ -79,8 +85,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, HostPathVolumeSource, KeyToPath, Pod,
-    ProjectedVolumeSource, Secret, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, HostPathVolumeSource, KeyToPath, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, ProjectedVolumeSource, Secret,
+    Volume,
 };
 
 use crate::env::{self, EnvError, PodFacts};
@@ -304,6 +311,21 @@ pub enum VolumeError {
         #[source]
         source: io::Error,
     },
+    /// A claim's volume cannot be used (the volume manager's message, which the kubelet
+    /// reports in its `FailedMount` event).
+    #[error(
+        "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[], failed to process volumes=[{volume}]: error processing PVC {namespace}/{claim}: {reason}"
+    )]
+    Claim {
+        /// The pod's volume.
+        volume: String,
+        /// The pod's namespace.
+        namespace: String,
+        /// The claim.
+        claim: String,
+        /// What is wrong with it or its volume.
+        reason: String,
+    },
     /// A missing hostPath mount source could not be created.
     #[error("failed to mkdir {}", path.display())]
     MountSource {
@@ -334,6 +356,17 @@ pub struct References {
     /// The tokens of serviceAccountToken projections, one per distinct spec (the kubelet's
     /// token manager shares a token between identical requests), in the pod's order.
     pub tokens: Vec<TokenSpec>,
+    /// PersistentVolumeClaims of persistentVolumeClaim volumes.
+    pub claims: BTreeSet<String>,
+}
+
+/// A claim and the volume it is bound to, as the kubelet fetched them.
+#[derive(Debug, Clone)]
+pub struct ClaimedVolume {
+    /// The claim.
+    pub claim: PersistentVolumeClaim,
+    /// The volume its `volumeName` names, if it exists.
+    pub volume: Option<PersistentVolume>,
 }
 
 /// What was fetched for a pod's volumes. Objects that do not exist are simply missing.
@@ -345,6 +378,8 @@ pub struct VolumeSources {
     pub secrets: BTreeMap<String, Secret>,
     /// Token text by spec.
     pub tokens: BTreeMap<TokenSpec, String>,
+    /// Claims and their volumes by claim name.
+    pub claims: BTreeMap<String, ClaimedVolume>,
     /// A PEM appended to the `ca.crt` key of the ConfigMap `kube-root-ca.crt` wherever it
     /// is projected: the CA of the node's proxy, through which pods reach the API server.
     pub extra_ca: Option<String>,
@@ -372,6 +407,9 @@ pub fn references(pod: &Pod) -> References {
         }
         if let Some(name) = volume.secret.as_ref().and_then(|s| s.secret_name.clone()) {
             refs.secrets.insert(name);
+        }
+        if let Some(claim) = &volume.persistent_volume_claim {
+            refs.claims.insert(claim.claim_name.clone());
         }
         for source in volume
             .projected
@@ -414,6 +452,8 @@ pub struct PodVolumes {
     dir: PathBuf,
     /// The volumes set up at least once.
     set_up: Mutex<BTreeSet<String>>,
+    /// The host directories of the persistentVolumeClaim volumes set up, by volume.
+    claimed: Mutex<BTreeMap<String, PathBuf>>,
 }
 
 impl PodVolumes {
@@ -422,6 +462,7 @@ impl PodVolumes {
         PodVolumes {
             dir: pod_dir.join("volumes"),
             set_up: Mutex::new(BTreeSet::new()),
+            claimed: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -476,6 +517,16 @@ impl PodVolumes {
             Kind::EmptyDir => make_world_writable_dir(name, &dir),
             Kind::HostPath(_) if set_up.contains(name) => Ok(()),
             Kind::HostPath(source) => check_host_path(name, source),
+            Kind::Claim(_) if set_up.contains(name) => Ok(()),
+            Kind::Claim(source) => {
+                let namespace = facts.pod.metadata.namespace.as_deref().unwrap_or_default();
+                let path = claimed_path(name, namespace, source, sources)?;
+                self.claimed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(name.to_string(), path);
+                Ok(())
+            }
             kind => {
                 let payload = payload(name, &kind, facts, sources)?;
                 if !set_up.contains(name) {
@@ -521,6 +572,11 @@ impl PodVolumes {
                 }
                 Kind::HostPath(source) => (PathBuf::from(&source.path), false),
                 Kind::EmptyDir => (self.volume_dir(&volume.name), false),
+                Kind::Claim(source) => {
+                    let claimed = self.claimed.lock().unwrap_or_else(PoisonError::into_inner);
+                    let path = claimed.get(&volume.name).cloned().unwrap_or_default();
+                    (path, source.read_only == Some(true))
+                }
                 _ => (self.volume_dir(&volume.name), true),
             };
             if !set_up.contains(&volume.name) {
@@ -591,6 +647,7 @@ enum Kind<'a> {
     Projected(&'a ProjectedVolumeSource),
     EmptyDir,
     HostPath(&'a HostPathVolumeSource),
+    Claim(&'a PersistentVolumeClaimVolumeSource),
     /// The API's name of the type.
     Unsupported(String),
 }
@@ -608,6 +665,8 @@ fn kind(volume: &Volume) -> Kind<'_> {
         Kind::EmptyDir
     } else if let Some(s) = &volume.host_path {
         Kind::HostPath(s)
+    } else if let Some(s) = &volume.persistent_volume_claim {
+        Kind::Claim(s)
     } else {
         // The API server defaults a volume without a source to an emptyDir.
         let json = serde_json::to_value(volume).unwrap_or_default();
@@ -703,6 +762,102 @@ fn check_host_path(volume: &str, source: &HostPathVolumeSource) -> Result<(), Vo
     }
 }
 
+/// The host directory of a claim's volume, checked as the kubelet's volume manager checks
+/// the claim and its volume (`getPVCExtractPV`, `getPVSpec`) and as the volume's plugin
+/// sets it up.
+fn claimed_path(
+    volume: &str,
+    namespace: &str,
+    source: &PersistentVolumeClaimVolumeSource,
+    sources: &VolumeSources,
+) -> Result<PathBuf, VolumeError> {
+    let fail = |reason: String| VolumeError::Claim {
+        volume: volume.to_string(),
+        namespace: namespace.to_string(),
+        claim: source.claim_name.clone(),
+        reason,
+    };
+    let Some(found) = sources.claims.get(&source.claim_name) else {
+        return Err(fail(format!(
+            "failed to fetch PVC from API server: persistentvolumeclaims {:?} not found",
+            source.claim_name
+        )));
+    };
+    let claim = &found.claim;
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Err(fail("PVC is being deleted".into()));
+    }
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Bound") {
+        return Err(fail("PVC is not bound".into()));
+    }
+    let volume_name = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    if volume_name.is_empty() {
+        return Err(fail("PVC has empty pvc.Spec.VolumeName".into()));
+    }
+    let Some(pv) = &found.volume else {
+        return Err(fail(format!(
+            "failed to fetch PV {volume_name} from API server: persistentvolumes {volume_name:?} not found"
+        )));
+    };
+    let spec = pv.spec.clone().unwrap_or_default();
+    let Some(reference) = &spec.claim_ref else {
+        return Err(fail(format!(
+            "found PV object {volume_name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        )));
+    };
+    if reference.uid != claim.metadata.uid {
+        return Err(fail(format!(
+            "found PV object {volume_name} but its pv.Spec.ClaimRef.UID {} does not point to claim.UID {}",
+            reference.uid.as_deref().unwrap_or_default(),
+            claim.metadata.uid.as_deref().unwrap_or_default()
+        )));
+    }
+    if let Some(host_path) = &spec.host_path {
+        check_host_path(volume, host_path)?;
+        return Ok(PathBuf::from(&host_path.path));
+    }
+    if let Some(local) = &spec.local {
+        let path = PathBuf::from(&local.path);
+        return match fs::metadata(&path) {
+            Ok(_) => Ok(path),
+            Err(source) => Err(VolumeError::MountSource { path, source }),
+        };
+    }
+    let kind = serde_json::to_value(&spec)
+        .ok()
+        .and_then(|fields| {
+            fields.as_object().and_then(|fields| {
+                fields
+                    .keys()
+                    .find(|k| {
+                        !matches!(
+                            k.as_str(),
+                            "accessModes"
+                                | "capacity"
+                                | "claimRef"
+                                | "mountOptions"
+                                | "nodeAffinity"
+                                | "persistentVolumeReclaimPolicy"
+                                | "storageClassName"
+                                | "volumeMode"
+                                | "volumeAttributesClassName"
+                        )
+                    })
+                    .cloned()
+            })
+        })
+        .unwrap_or_else(|| "unknown".into());
+    Err(VolumeError::Unsupported {
+        volume: volume.to_string(),
+        kind,
+    })
+}
+
 fn has_backsteps(path: &str) -> bool {
     path.split('/').any(|element| element == "..")
 }
@@ -750,7 +905,9 @@ fn payload(
             facts,
         ),
         Kind::Projected(s) => projected_payload(volume, s, facts, sources),
-        Kind::EmptyDir | Kind::HostPath(_) | Kind::Unsupported(_) => Ok(Payload::new()),
+        Kind::EmptyDir | Kind::HostPath(_) | Kind::Claim(_) | Kind::Unsupported(_) => {
+            Ok(Payload::new())
+        }
     }
 }
 

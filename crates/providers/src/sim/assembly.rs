@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams, PostParams};
 
 use super::apiserver::{ApiServer, ApiServerConfig, ApiServerError, ServerHandle};
 use super::controllers::{ControllerConfig, Controllers, ControllersError};
@@ -35,6 +36,9 @@ pub enum ClusterError {
     /// The controllers did not start.
     #[error("the simulated controllers did not start")]
     Controllers(#[source] ControllersError),
+    /// The default StorageClass could not be created.
+    #[error("cannot create the default storage class")]
+    StorageClass(#[source] kube::Error),
     /// The working directory could not be made.
     #[error("cannot create the cluster's working directory")]
     WorkDir(#[source] std::io::Error),
@@ -75,6 +79,11 @@ pub struct SimClusterConfig {
     /// [`KubeletConfig::registries`]); none by default, so every unmapped image that the
     /// local Docker engine does not have ([`KubeletConfig::docker_engine`]) is a stand-in.
     pub registries: Vec<String>,
+    /// Whether the cluster has kind's default StorageClass `standard` (provisioner
+    /// `rancher.io/local-path`, `WaitForFirstConsumer`, reclaim policy Delete), so that claims
+    /// naming no class get it and are provisioned on the node their pod goes to. On by
+    /// default; off where the simulator is compared with a control plane that has none.
+    pub default_storage_class: bool,
 }
 
 impl Default for SimClusterConfig {
@@ -89,6 +98,7 @@ impl Default for SimClusterConfig {
             work_dir: None,
             isolation: None,
             registries: Vec::new(),
+            default_storage_class: true,
         }
     }
 }
@@ -264,6 +274,9 @@ impl SimCluster {
             .await
             .map_err(ClusterError::ApiServer)?;
         let handle = server.handle();
+        if config.default_storage_class {
+            create_default_storage_class(&server).await?;
+        }
         let starts = (1..=config.nodes).map(|index| {
             let name = format!("worker-{index}");
             let mut kc = KubeletConfig::new(&name, index, work_dir.join(&name));
@@ -288,7 +301,11 @@ impl SimCluster {
         handle.state().set_fault_target(nodes.clone());
         // The controllers (the scheduler above all) start from a view with every node Ready.
         wait_for_ready_nodes(&server, config.nodes as usize).await?;
-        let controllers = start_controllers(&handle, config.controllers.clone())
+        let mut controller_config = config.controllers.clone();
+        if controller_config.local_volumes.is_none() {
+            controller_config.local_volumes = Some(work_dir.join("local-path-provisioner"));
+        }
+        let controllers = start_controllers(&handle, controller_config)
             .await
             .map_err(ClusterError::Controllers)?;
         Ok(Self {
@@ -299,6 +316,27 @@ impl SimCluster {
             ready_after: begin.elapsed(),
         })
     }
+}
+
+/// kind's default StorageClass, as its node image's `default-storage.yaml` makes it.
+async fn create_default_storage_class(server: &ApiServer) -> Result<(), ClusterError> {
+    let client = server
+        .admin_client()
+        .await
+        .map_err(ClusterError::ApiServer)?;
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "standard",
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": super::controllers::persistent_volume::LOCAL_PATH_PROVISIONER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    }))
+    .map_err(|e| ClusterError::StorageClass(kube::Error::SerdeError(e)))?;
+    Api::<StorageClass>::all(client)
+        .create(&PostParams::default(), &class)
+        .await
+        .map_err(ClusterError::StorageClass)?;
+    Ok(())
 }
 
 async fn wait_for_ready_nodes(server: &ApiServer, wanted: usize) -> Result<(), ClusterError> {
