@@ -3,7 +3,9 @@
 //! the one reserved for it by a `claimRef`, both ways, with the annotations, phases,
 //! `claimRef` and status both controllers write; a claim deleted leaves its volume Released;
 //! a claim nothing can satisfy stays Pending with the controller's Event (no volume and no
-//! class, a missing class, a class of a provisioner neither cluster runs).
+//! class, a missing class, a class of a provisioner neither cluster runs); a default
+//! StorageClass is given to a claim that names none (not to one that names `""`), which
+//! waits for its first consumer, then for that pod to be scheduled.
 //!
 //! Neither control plane has a default StorageClass nor a provisioner (the real one has none,
 //! and the simulator's is left out for this comparison), so every volume is made here.
@@ -61,6 +63,18 @@ async fn create(t: &Target, path: &str, body: Value) {
     )
     .await;
     assert_eq!(code, 201, "{}: POST {path}: {text}", t.name);
+}
+
+/// Waits until the claim `name` names the class `class`.
+async fn wait_for_class(t: &Target, name: &str, class: &'static str) {
+    let path = claim_path(name);
+    wait_until(
+        t,
+        &path,
+        "the claim given the default class",
+        |code, body| code == 200 && body["spec"]["storageClassName"] == class,
+    )
+    .await;
 }
 
 async fn delete(t: &Target, path: &str) {
@@ -222,6 +236,57 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     delete(t, &claim_path(name)).await;
                 }
                 delete(t, &format!("{CLASSES}/volumes-elsewhere")).await;
+            }
+        ),
+        interaction!(
+            "volumes: a default StorageClass for claims that name none, waiting for a consumer",
+            |t| {
+                let class = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                    "metadata": {"name": "volumes-default", "annotations":
+                        {"storageclass.kubernetes.io/is-default-class": "true"}},
+                    "provisioner": "example.com/none",
+                    "volumeBindingMode": "WaitForFirstConsumer"});
+                create(t, CLASSES, class).await;
+                create(t, &claims(), claim("waiting", "1Gi", json!({}))).await;
+                let none = json!({"storageClassName": ""});
+                create(t, &claims(), claim("unclassed", "1Gi", none)).await;
+                wait_for_class(t, "waiting", "volumes-default").await;
+                record_claim_events(t, "waiting", "WaitForFirstConsumer").await;
+                record_claim_events(t, "unclassed", "FailedBinding").await;
+                record(t, &claim_path("unclassed")).await;
+                // Pods are admitted only once the namespace's default account exists.
+                let account = format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default");
+                wait_until(t, &account, "the default account", |code, _| code == 200).await;
+                let pods = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "consumer"},
+                    "spec": {"containers": [{"name": "main", "image": "example/app:1"}],
+                             "volumes": [{"name": "data",
+                                          "persistentVolumeClaim": {"claimName": "waiting"}}]}});
+                create(t, &pods, pod).await;
+                let consumer = format!("{pods}/consumer");
+                wait_until(t, &consumer, "the pod unschedulable", |_, pod| {
+                    pod["status"]["conditions"][0]["reason"] == "Unschedulable"
+                })
+                .await;
+                record(t, &consumer).await;
+                record_claim_events(t, "waiting", "WaitForPodScheduled").await;
+                record(t, &claim_path("waiting")).await;
+                let now = json!({"apiVersion": "v1", "kind": "DeleteOptions",
+                                 "gracePeriodSeconds": 0});
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &consumer,
+                    JSON,
+                    serde_json::to_vec(&now).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 200, "{}: DELETE {consumer}: {text}", t.name);
+                for name in ["waiting", "unclassed"] {
+                    delete(t, &claim_path(name)).await;
+                }
+                delete(t, &format!("{CLASSES}/volumes-default")).await;
             }
         ),
     ]

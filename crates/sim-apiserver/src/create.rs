@@ -181,3 +181,28 @@ pub(crate) fn admit_storage_class(default: Option<&str>, obj: &mut Value) {
         spec.insert("storageClassName".into(), json!(default));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_naming_no_class_gets_the_default_and_one_naming_any_keeps_it() {
+        let mut unnamed = json!({"metadata": {"name": "a"}, "spec": {"accessModes": []}});
+        admit_storage_class(Some("standard"), &mut unnamed);
+        assert_eq!(unnamed["spec"]["storageClassName"], "standard");
+
+        let mut empty = json!({"metadata": {"name": "b"}, "spec": {"storageClassName": ""}});
+        admit_storage_class(Some("standard"), &mut empty);
+        assert_eq!(empty["spec"]["storageClassName"], "");
+
+        let mut beta = json!({"metadata": {"name": "c", "annotations":
+            {"volume.beta.kubernetes.io/storage-class": "fast"}}, "spec": {}});
+        admit_storage_class(Some("standard"), &mut beta);
+        assert!(beta["spec"].get("storageClassName").is_none());
+
+        let mut no_default = json!({"metadata": {"name": "d"}, "spec": {}});
+        admit_storage_class(None, &mut no_default);
+        assert!(no_default["spec"].get("storageClassName").is_none());
+    }
+}

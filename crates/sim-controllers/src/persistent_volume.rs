@@ -17,7 +17,8 @@
 //!   `WaitForPodScheduled` Event; a claim whose class names a provisioner gets the
 //!   `volume.kubernetes.io/storage-provisioner` annotations (and its beta twin) and an
 //!   `ExternalProvisioning` Event, for that provisioner to act; a claim without a class
-//!   and without a volume gets a `FailedBinding` Event. Each stays Pending;
+//!   and without a volume gets a `FailedBinding` Event. Each stays Pending; a claim that
+//!   names no class gets the default StorageClass, if one was made after it;
 //! - a volume without a claim is Available; one whose claim is gone is Released, then left
 //!   to its provisioner (`pv.kubernetes.io/provisioned-by`) when its policy is Delete.
 //!
@@ -36,7 +37,7 @@
 //!   directory per node, and kind's `/var/local-path-provisioner` becomes that root.
 //! - No label selectors on volumes (a claim with a `selector` matches none, and the
 //!   provisioner refuses it as the real one does), no volume modes but Filesystem, no
-//!   recycling, no resizing, no retroactive default class, no migration annotations.
+//!   recycling, no resizing, no migration annotations.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -279,6 +280,29 @@ fn unsatisfied(volume: &PersistentVolume, claim: &PersistentVolumeClaim) -> Opti
     None
 }
 
+/// The default StorageClass (`GetDefaultClass`): of those annotated as the default, the
+/// newest, then the first by name.
+fn default_class(classes: &[Arc<StorageClass>]) -> Option<String> {
+    let is_default = |class: &StorageClass| {
+        [
+            "storageclass.kubernetes.io/is-default-class",
+            "storageclass.beta.kubernetes.io/is-default-class",
+        ]
+        .iter()
+        .any(|key| annotation(&class.metadata, key) == Some("true"))
+    };
+    classes
+        .iter()
+        .filter(|class| is_default(class))
+        .max_by(|a, b| {
+            let created = |c: &StorageClass| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| name(&b.metadata).cmp(name(&a.metadata)))
+        })
+        .map(|class| name(&class.metadata).to_string())
+}
+
 /// A reference to the claim as `reference.GetReference` makes it.
 fn reference_to(claim: &PersistentVolumeClaim) -> ObjectReference {
     ObjectReference {
@@ -428,6 +452,9 @@ impl Binder {
             if let Some(volume) = best_match(&self.listers.volumes.list(), claim, delay) {
                 return self.bind(&volume, claim).await;
             }
+            if self.assign_default_class(claim).await? {
+                return Ok(());
+            }
             let class = claim_class(claim);
             if delay && annotation(&claim.metadata, SELECTED_NODE).is_none() {
                 self.wait_for_first_consumer(claim);
@@ -486,6 +513,33 @@ impl Binder {
             }
             Some(_) => self.update_claim_status(claim, "Lost", None).await,
         }
+    }
+
+    /// Gives a claim that names no class the default StorageClass, if there is one
+    /// (`assignDefaultStorageClass`: the admission plugin's choice, made for claims created
+    /// while there was none). Whether the claim was updated.
+    async fn assign_default_class(&self, claim: &PersistentVolumeClaim) -> Result<bool, Error> {
+        let names_a_class = annotation(&claim.metadata, "volume.beta.kubernetes.io/storage-class")
+            .is_some()
+            || claim
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.storage_class_name.is_some());
+        if names_a_class {
+            return Ok(false);
+        }
+        let Some(default) = default_class(&self.listers.classes.list()) else {
+            return Ok(false);
+        };
+        let mut updated = claim.clone();
+        updated
+            .spec
+            .get_or_insert_with(Default::default)
+            .storage_class_name = Some(default);
+        self.claims_api(namespace(&claim.metadata))
+            .replace(name(&claim.metadata), &PostParams::default(), &updated)
+            .await?;
+        Ok(true)
     }
 
     /// The Event of a claim waiting for a consumer (`emitEventForUnboundDelayBindingClaim`).
@@ -1103,6 +1157,27 @@ mod tests {
         let chosen = best_match(&volumes, &claim, true).unwrap();
         assert_eq!(chosen.metadata.name.as_deref(), Some("mine"));
         assert!(best_match(&volumes[..1], &claim, true).is_none());
+    }
+
+    #[test]
+    fn the_newest_default_class_is_the_default() {
+        let class = |name: &str, created: &str, default: &str| {
+            Arc::new(
+                serde_json::from_value::<StorageClass>(json!({"metadata": {"name": name,
+                    "creationTimestamp": created,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": default}},
+                    "provisioner": "example.com/p"}))
+                .unwrap(),
+            )
+        };
+        let classes = vec![
+            class("old", "2026-01-01T00:00:00Z", "true"),
+            class("b", "2026-02-01T00:00:00Z", "true"),
+            class("a", "2026-02-01T00:00:00Z", "true"),
+            class("newest", "2026-03-01T00:00:00Z", "false"),
+        ];
+        assert_eq!(default_class(&classes).as_deref(), Some("a"));
+        assert_eq!(default_class(&classes[3..]), None);
     }
 
     #[test]

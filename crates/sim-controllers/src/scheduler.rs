@@ -415,9 +415,10 @@ impl Scheduler {
             return Ok(None);
         }
         let nodes = self.nodes.list();
+        // Without nodes kube-scheduler stops before its PreFilter plugins.
         let claims = match self.pod_claims(&pod) {
             Ok(claims) => claims,
-            Err(reason) => {
+            Err(reason) if !nodes.is_empty() => {
                 let message = prefilter_error(nodes.len(), &reason);
                 self.unschedulable
                     .lock()
@@ -426,6 +427,7 @@ impl Scheduler {
                 self.mark_unschedulable(&pod, &message).await?;
                 return Ok(Some(self.retry));
             }
+            Err(_) => PodClaims::default(),
         };
         let mut reasons = Vec::new();
         let mut feasible = Vec::new();
@@ -619,12 +621,16 @@ impl Scheduler {
         }
     }
 
-    /// Sets `PodScheduled=False` (reason Unschedulable) unless it already says so.
+    /// Sets `PodScheduled=False` (reason Unschedulable, the pod's generation observed) unless
+    /// it already says so.
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), Error> {
+        // kube-scheduler 1.34 records the pod generation it saw (PodObservedGenerationTracking).
+        let generation = pod.metadata.generation;
         if pod_condition(pod, "PodScheduled").is_some_and(|c| {
             c.status == "False"
                 && c.reason.as_deref() == Some("Unschedulable")
                 && c.message.as_deref() == Some(message)
+                && c.observed_generation == generation
         }) {
             return Ok(());
         }
@@ -650,6 +656,7 @@ impl Scheduler {
             reason: Some("Unschedulable".into()),
             message: Some(message.to_string()),
             last_transition_time: transition,
+            observed_generation: generation,
             ..PodCondition::default()
         });
         let api: Api<Pod> = Api::namespaced(

@@ -2076,6 +2076,99 @@ mod tests {
         assert_eq!(read(volumes.volume_dir("scratch").join("f")), "kept");
     }
 
+    /// A claim `data` of uid `c-1` in `phase`, naming `volume_name`, and the volume that
+    /// name has, a hostPath at `dir` referring to `claim_uid`.
+    fn claimed(phase: &str, volume_name: &str, claim_uid: &str, dir: &Path) -> VolumeSources {
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "data", "namespace": "ns", "uid": "c-1"},
+            "spec": {"volumeName": volume_name}, "status": {"phase": phase}}))
+        .unwrap();
+        let volume: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-1"},
+            "spec": {"claimRef": {"namespace": "ns", "name": "data", "uid": claim_uid},
+                     "hostPath": {"path": dir, "type": "DirectoryOrCreate"}}}))
+        .unwrap();
+        let volume = (volume_name == "pv-1").then_some(volume);
+        VolumeSources {
+            claims: BTreeMap::from([("data".to_string(), ClaimedVolume { claim, volume })]),
+            ..VolumeSources::default()
+        }
+    }
+
+    #[test]
+    fn a_claim_volume_is_its_bound_volumes_directory_mounted_read_write_unless_asked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let disk = tmp.path().join("disk");
+        let pod = pod(
+            json!([{"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
+                   {"name": "r", "persistentVolumeClaim": {"claimName": "data", "readOnly": true}}]),
+            json!([{"name": "d", "mountPath": "/data"}, {"name": "r", "mountPath": "/ro"}]),
+        );
+        assert_eq!(
+            references(&pod).claims,
+            BTreeSet::from(["data".to_string()])
+        );
+        let volumes = PodVolumes::new(&tmp.path().join("pod"));
+        volumes
+            .sync(&facts(&pod), &claimed("Bound", "pv-1", "c-1", &disk))
+            .unwrap();
+        assert!(
+            disk.is_dir(),
+            "DirectoryOrCreate makes the volume's directory"
+        );
+        let container = &pod.spec.as_ref().unwrap().containers[0];
+        let mounts = volumes.mounts(&pod, container, &no_env).unwrap();
+        assert_eq!(
+            mounts,
+            vec![
+                Mount {
+                    source: disk.clone(),
+                    destination: "/data".into(),
+                    read_only: false
+                },
+                Mount {
+                    source: disk,
+                    destination: "/ro".into(),
+                    read_only: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_claim_not_bound_to_its_volume_fails_with_the_volume_managers_messages() {
+        let tmp = tempfile::tempdir().unwrap();
+        let volumes = json!([{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]);
+        let failed = |reason: &str| {
+            format!(
+                "Unable to attach or mount volumes: unmounted volumes=[d], unattached volumes=[], failed to process volumes=[d]: error processing PVC ns/data: {reason}"
+            )
+        };
+        assert_eq!(
+            sync_error(volumes.clone(), &VolumeSources::default()),
+            failed(
+                "failed to fetch PVC from API server: persistentvolumeclaims \"data\" not found"
+            )
+        );
+        assert_eq!(
+            sync_error(volumes.clone(), &claimed("Pending", "", "c-1", tmp.path())),
+            failed("PVC is not bound")
+        );
+        assert_eq!(
+            sync_error(
+                volumes.clone(),
+                &claimed("Bound", "pv-2", "c-1", tmp.path())
+            ),
+            failed("failed to fetch PV pv-2 from API server: persistentvolumes \"pv-2\" not found")
+        );
+        assert_eq!(
+            sync_error(volumes, &claimed("Bound", "pv-1", "c-0", tmp.path())),
+            failed(
+                "found PV object pv-1 but its pv.Spec.ClaimRef.UID c-0 does not point to claim.UID c-1"
+            )
+        );
+    }
+
     fn host_path(kind: &str, path: &Path) -> Result<(), String> {
         let tmp = tempfile::tempdir().unwrap();
         let pod = pod(
