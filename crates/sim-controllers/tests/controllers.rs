@@ -1,7 +1,8 @@
 //! The simulated controllers and scheduler against an in-process API server: garbage
 //! collection in each propagation mode, Deployments (rollout, scale, RollingUpdate
 //! invariants, Recreate, kubectl's rollout rule), namespace deletion, node lifecycle with
-//! taint eviction, and scheduling. The tests create the Nodes and play the kubelet
+//! taint eviction, and scheduling (of pods with claims too, bound by the PersistentVolume
+//! controller). The tests create the Nodes and play the kubelet
 //! themselves (a small fake, `sim_test_support::controllers::FakeKubelet`: heartbeats, pods
 //! Running and Ready, terminations completed), so nothing here runs a process. kubectl's
 //! own verdict on a rollout is checked in the harness's `tests/kubectl.rs`, which finds or
@@ -1340,6 +1341,94 @@ async fn an_unreachable_node_gets_no_new_pods_and_the_scheduler_says_why() {
         node_of(&pods.get("waiting").await.unwrap())
     })
     .await;
+    sim.stop().await;
+}
+
+/// The message of the pod's `PodScheduled=False` condition, once it says `reason`.
+async fn unschedulable_because(pods: &Api<Pod>, name: &str, reason: &str) -> String {
+    eventually(&format!("{name} unschedulable: {reason}"), || async {
+        let pod = pods.get(name).await.unwrap();
+        pod.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message)
+            .filter(|m| m.contains(reason))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_pod_waits_for_its_claim_to_be_bound_then_goes_where_its_volume_is() {
+    let sim = Sim::start(&["node-a", "node-b"]).await;
+    let pods: Api<Pod> = sim.api();
+    let claims: Api<PersistentVolumeClaim> = sim.api();
+    let volumes: Api<PersistentVolume> = Api::all(sim.client.clone());
+    let spec = json!({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]});
+    pods.create(&PostParams::default(), &bare_pod("user", spec))
+        .await
+        .unwrap();
+    assert_eq!(
+        unschedulable_because(&pods, "user", "not found").await,
+        "0/2 nodes are available: persistentvolumeclaim \"data\" not found. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    );
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    unschedulable_because(
+        &pods,
+        "user",
+        "pod has unbound immediate PersistentVolumeClaims",
+    )
+    .await;
+    assert!(node_of(&pods.get("user").await.unwrap()).is_none());
+
+    // A volume of node-b that fits: the controller binds it, the pod follows it there.
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "disk-b"},
+        "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "hostPath": {"path": "/tmp/disk-b"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}]}]}}}}))
+    .unwrap();
+    volumes
+        .create(&PostParams::default(), &volume)
+        .await
+        .unwrap();
+    eventually("the volume Available", || async {
+        let volume = volumes.get("disk-b").await.unwrap();
+        (volume.status?.phase.as_deref() == Some("Available")).then_some(())
+    })
+    .await;
+    // The controller looks for volumes for a claim when the claim changes, or on its resync
+    // every 15 s: a label spares the wait.
+    claims
+        .patch(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    let node = eventually("the pod bound to a node", || async {
+        node_of(&pods.get("user").await.unwrap())
+    })
+    .await;
+    assert_eq!(node, "node-b");
+    let claim = claims.get("data").await.unwrap();
+    assert_eq!(claim.spec.unwrap().volume_name.as_deref(), Some("disk-b"));
+    assert_eq!(claim.status.unwrap().phase.as_deref(), Some("Bound"));
+    let annotations = claim.metadata.annotations.unwrap();
+    assert_eq!(annotations["pv.kubernetes.io/bind-completed"], "yes");
+    assert_eq!(annotations["pv.kubernetes.io/bound-by-controller"], "yes");
+    let volume = volumes.get("disk-b").await.unwrap();
+    assert_eq!(volume.status.unwrap().phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        volume.spec.unwrap().claim_ref.unwrap().uid,
+        claim.metadata.uid
+    );
     sim.stop().await;
 }
 
