@@ -226,9 +226,10 @@ fn bound_to(volume: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
     })
 }
 
-/// The volume upstream's `findBestMatchForClaim` picks for an unbound claim: one bound to
-/// it, else (unless binding waits for a node) the smallest Available, unclaimed volume of
-/// its class with its access modes and enough storage.
+/// The volume upstream's `findBestMatchForClaim` picks for an unbound claim: of the volumes
+/// with its access modes, enough storage and its attributes class, one reserved for it,
+/// else (unless binding waits for a node) the smallest Available, unclaimed one of its
+/// class.
 fn best_match(
     volumes: &[Arc<PersistentVolume>],
     claim: &PersistentVolumeClaim,
@@ -236,7 +237,13 @@ fn best_match(
 ) -> Option<Arc<PersistentVolume>> {
     let mut best: Option<&Arc<PersistentVolume>> = None;
     for volume in volumes {
-        if is_deleting(&volume.metadata) {
+        // What every candidate must meet, one reserved for the claim too.
+        if !has_access_modes(volume, claim)
+            || (claim_ref(volume).is_some() && !bound_to(volume, claim))
+            || capacity(volume) < requested(claim)
+            || attributes_class(volume) != claim_attributes_class(claim)
+            || is_deleting(&volume.metadata)
+        {
             continue;
         }
         if bound_to(volume, claim) {
@@ -245,11 +252,8 @@ fn best_match(
         let selects = claim.spec.as_ref().is_some_and(|s| s.selector.is_some());
         if delay_binding
             || volume_phase(volume) != "Available"
-            || claim_ref(volume).is_some()
             || selects
             || volume_class(volume) != claim_class(claim)
-            || !has_access_modes(volume, claim)
-            || capacity(volume) < requested(claim)
         {
             continue;
         }
@@ -258,6 +262,22 @@ fn best_match(
         }
     }
     best.cloned()
+}
+
+fn attributes_class(volume: &PersistentVolume) -> &str {
+    volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_attributes_class_name.as_deref())
+        .unwrap_or_default()
+}
+
+fn claim_attributes_class(claim: &PersistentVolumeClaim) -> &str {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_attributes_class_name.as_deref())
+        .unwrap_or_default()
 }
 
 /// Why a volume a claim names cannot be bound to it (`checkVolumeSatisfyClaim`).
@@ -273,6 +293,9 @@ fn unsatisfied(volume: &PersistentVolume, claim: &PersistentVolumeClaim) -> Opti
     }
     if volume_class(volume) != claim_class(claim) {
         return Some("storageClassName does not match".into());
+    }
+    if attributes_class(volume) != claim_attributes_class(claim) {
+        return Some("volumeAttributesClassName does not match".into());
     }
     if !has_access_modes(volume, claim) {
         return Some("incompatible accessMode".into());
@@ -1150,6 +1173,7 @@ mod tests {
     fn a_volume_pre_bound_to_the_claim_wins_even_when_binding_waits_for_a_consumer() {
         let pre_bound = volume(json!({"metadata": {"name": "mine"},
             "spec": {"capacity": {"storage": "1Gi"}, "storageClassName": "standard",
+                     "accessModes": ["ReadWriteOnce"],
                      "claimRef": {"namespace": "ns", "name": "data"}, "hostPath": {"path": "/x"}},
             "status": {"phase": "Available"}}));
         let volumes = vec![available("free", "1Gi", "standard"), pre_bound];
@@ -1157,6 +1181,11 @@ mod tests {
         let chosen = best_match(&volumes, &claim, true).unwrap();
         assert_eq!(chosen.metadata.name.as_deref(), Some("mine"));
         assert!(best_match(&volumes[..1], &claim, true).is_none());
+        let too_big = data_claim("2Gi", Some("standard"));
+        assert!(
+            best_match(&volumes, &too_big, true).is_none(),
+            "a reserved volume too small is no match"
+        );
     }
 
     #[test]

@@ -1606,9 +1606,11 @@ async fn a_bound_volume_and_a_named_attributes_class_stay_until_released() {
         )
         .await
         .unwrap();
+    // A volume reserved for the claim `holder`, which the PersistentVolume controller binds.
     let volume: PersistentVolume = serde_json::from_value(json!({
         "metadata": {"name": "disk"},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "claimRef": {"namespace": "default", "name": "holder"},
                  "hostPath": {"path": "/tmp/disk"}},
     }))
     .unwrap();
@@ -1616,14 +1618,15 @@ async fn a_bound_volume_and_a_named_attributes_class_stay_until_released() {
         .create(&PostParams::default(), &volume)
         .await
         .unwrap();
-    volumes
-        .patch_status(
-            "disk",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
-        )
+    claims
+        .create(&PostParams::default(), &claim("holder", json!({})))
         .await
         .unwrap();
+    eventually("the volume Bound", || async {
+        let volume = volumes.get("disk").await.unwrap();
+        (volume.status?.phase.as_deref() == Some("Bound")).then_some(())
+    })
+    .await;
 
     classes
         .delete("gold", &DeleteParams::default())
@@ -1643,15 +1646,11 @@ async fn a_bound_volume_and_a_named_attributes_class_stay_until_released() {
         holds_protection(&volumes.get("disk").await.unwrap().metadata),
         "a bound volume stays"
     );
-    volumes
-        .patch_status(
-            "disk",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Released"}})),
-        )
+    claims
+        .delete("holder", &DeleteParams::default())
         .await
         .unwrap();
-    gone(&volumes, "disk", "the volume to go once it is not bound").await;
+    gone(&volumes, "disk", "the volume to go once its claim is gone").await;
     sim.stop().await;
 }
 
