@@ -2033,7 +2033,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let pod = pod(
             json!([
-                {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+                {"name": "data", "nfs": {"server": "nfs.example", "path": "/exports"}},
                 {"name": "scratch", "emptyDir": {}}
             ]),
             json!([]),
@@ -2044,7 +2044,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            r#"MountVolume.SetUp failed for volume "data" : volume type persistentVolumeClaim is not supported by the simulated kubelet"#
+            r#"MountVolume.SetUp failed for volume "data" : volume type nfs is not supported by the simulated kubelet"#
         );
         assert!(volumes.volume_dir("scratch").is_dir());
     }
