@@ -22,7 +22,7 @@ const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 
 /// GETs `path` as a Table and records it, the cells of its age columns masked (and a
 /// restart's "(… ago)").
-async fn table(t: &Target, path: &str) {
+pub(super) async fn table(t: &Target, path: &str) {
     let (code, answer) = get_table(t, path).await;
     let ages: Vec<usize> = answer["columnDefinitions"]
         .as_array()

@@ -5,7 +5,8 @@
 //! a claim nothing can satisfy stays Pending with the controller's Event (no volume and no
 //! class, a missing class, a class of a provisioner neither cluster runs); a default
 //! StorageClass is given to a claim that names none (not to one that names `""`), which
-//! waits for its first consumer, then for that pod to be scheduled.
+//! waits for its first consumer, then for that pod to be scheduled; claims, volumes and
+//! classes as `kubectl get` prints them (their Tables, ages masked).
 //!
 //! Neither control plane has a default StorageClass nor a provisioner (the real one has none,
 //! and the simulator's is left out for this comparison), so every volume is made here.
@@ -205,6 +206,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 record(t, &claim_path("reserved")).await;
                 record(t, &volume_path("volumes-named")).await;
                 record(t, &volume_path("volumes-reserved")).await;
+                // As `kubectl get pvc,pv` shows them.
+                super::tables::table(t, &format!("{}?includeObject=None", claims())).await;
+                super::tables::table(t, &volume_path("volumes-reserved")).await;
                 for name in ["named", "reserved"] {
                     delete(t, &claim_path(name)).await;
                 }
@@ -251,6 +255,8 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 let none = json!({"storageClassName": ""});
                 create(t, &claims(), claim("unclassed", "1Gi", none)).await;
                 wait_for_class(t, "waiting", "volumes-default").await;
+                super::tables::table(t, &format!("{CLASSES}/volumes-default")).await;
+                super::tables::table(t, &claim_path("unclassed")).await;
                 record_claim_events(t, "waiting", "WaitForFirstConsumer").await;
                 record_claim_events(t, "unclassed", "FailedBinding").await;
                 record(t, &claim_path("unclassed")).await;

@@ -142,6 +142,9 @@ fn printer(rt: &ResourceType, crd: Option<&Value>, version: &str) -> Option<Prin
                     json!(images),
                 ]
             },
+            ("", "persistentvolumeclaims") => print_claim,
+            ("", "persistentvolumes") => print_volume,
+            ("storage.k8s.io", "storageclasses") => print_storage_class,
             ("coordination.k8s.io", "leases") => |o, now| {
                 vec![
                     name(o),
@@ -461,6 +464,123 @@ fn print_deployment(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(names),
         json!(images),
         json!(selector),
+    ]
+}
+
+/// Access modes as kubectl abbreviates them (`GetAccessModesAsString`), in its order.
+fn access_modes(modes: &Value) -> String {
+    let has = |mode: &str| {
+        modes
+            .as_array()
+            .is_some_and(|m| m.iter().any(|x| x == mode))
+    };
+    [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ]
+    .iter()
+    .filter(|(mode, _)| has(mode))
+    .map(|(_, short)| *short)
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+/// A phase, or `Terminating` once the object is being deleted.
+fn phase_or_terminating(o: &Value) -> Value {
+    if o["metadata"]["deletionTimestamp"].is_string() {
+        json!("Terminating")
+    } else {
+        json!(o["status"]["phase"].as_str().unwrap_or_default())
+    }
+}
+
+fn text_or(value: &Value, default: &str) -> Value {
+    json!(value.as_str().unwrap_or(default))
+}
+
+/// The class a claim or volume names (the beta annotation first).
+fn storage_class_of(o: &Value) -> Value {
+    let beta = &o["metadata"]["annotations"]["volume.beta.kubernetes.io/storage-class"];
+    text_or(
+        if beta.is_string() {
+            beta
+        } else {
+            &o["spec"]["storageClassName"]
+        },
+        "",
+    )
+}
+
+fn print_claim(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let spec = &o["spec"];
+    let bound = spec["volumeName"].as_str().is_some_and(|v| !v.is_empty());
+    let (capacity, modes) = if bound {
+        (
+            text_or(&o["status"]["capacity"]["storage"], "0"),
+            json!(access_modes(&o["status"]["accessModes"])),
+        )
+    } else {
+        (json!(""), json!(""))
+    };
+    vec![
+        name(o),
+        phase_or_terminating(o),
+        text_or(&spec["volumeName"], ""),
+        capacity,
+        modes,
+        storage_class_of(o),
+        text_or(&spec["volumeAttributesClassName"], "<unset>"),
+        age(o, now),
+        text_or(&spec["volumeMode"], "<unset>"),
+    ]
+}
+
+fn print_volume(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let spec = &o["spec"];
+    let claim = if spec["claimRef"].is_object() {
+        format!(
+            "{}/{}",
+            spec["claimRef"]["namespace"].as_str().unwrap_or_default(),
+            spec["claimRef"]["name"].as_str().unwrap_or_default()
+        )
+    } else {
+        String::new()
+    };
+    vec![
+        name(o),
+        text_or(&spec["capacity"]["storage"], "0"),
+        json!(access_modes(&spec["accessModes"])),
+        text_or(&spec["persistentVolumeReclaimPolicy"], ""),
+        phase_or_terminating(o),
+        json!(claim),
+        storage_class_of(o),
+        text_or(&spec["volumeAttributesClassName"], "<unset>"),
+        text_or(&o["status"]["reason"], ""),
+        age(o, now),
+        text_or(&spec["volumeMode"], "<unset>"),
+    ]
+}
+
+fn print_storage_class(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let annotations = &o["metadata"]["annotations"];
+    let default = annotations["storageclass.kubernetes.io/is-default-class"] == "true"
+        || annotations["storageclass.beta.kubernetes.io/is-default-class"] == "true";
+    let mut shown = o["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if default {
+        shown.push_str(" (default)");
+    }
+    vec![
+        json!(shown),
+        text_or(&o["provisioner"], ""),
+        text_or(&o["reclaimPolicy"], "Delete"),
+        text_or(&o["volumeBindingMode"], "Immediate"),
+        json!(o["allowVolumeExpansion"].as_bool().unwrap_or(false)),
+        age(o, now),
     ]
 }
 
