@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Probe, Secret,
+    Container, PersistentVolume, PersistentVolumeClaim, Pod, Probe, Secret,
 };
 use kube::Api;
 use nix::sys::signal::Signal;
@@ -490,19 +490,29 @@ impl ContainerTask {
             }
         }
         let image = self.spec.image.clone().unwrap_or_default();
+        tracing::debug!(pod = %self.pod.name, stage = "prepare", "pod start");
         let Some(resolved) = self.resolve_image(&image).await? else {
             return Ok(Launch::StandIn);
         };
+        tracing::debug!(pod = %self.pod.name, stage = "image resolved", "pod start");
         let program = resolved.root.clone();
         let filesystem = resolved.filesystem;
         let runtime = match &self.shared.config.isolation {
             Isolation::Containers(rt) => Some(rt.clone()),
             Isolation::Processes { .. } => None,
         };
-        if runtime.is_none() {
-            self.write_credentials().await?;
-        }
-        let sources = self.fetch_sources().await?;
+        // What the API server must give, all at once: the env's objects, and the
+        // volumes' (a container) or the credentials (a host process).
+        let (sources, volume_sources) = tokio::try_join!(self.fetch_sources(), async {
+            if runtime.is_some() {
+                volume_sources(&self.shared, &self.pod, &self.pod_object)
+                    .await
+                    .map(Some)
+            } else {
+                self.write_credentials().await.map(|()| None)
+            }
+        })?;
+        tracing::debug!(pod = %self.pod.name, stage = "sources fetched", "pod start");
         let dir = &self.pod.dir;
         let port = self.pod.proxy.addr().port().to_string();
         let mut base = Env::new();
@@ -533,10 +543,8 @@ impl ContainerTask {
             allocatable: CAPACITY,
         };
         let env = env::container_env(&self.spec, &facts, &sources, &base)?;
-        if let Some(rt) = runtime {
-            return self
-                .prepare_container(rt, &image, &resolved, &env, &facts)
-                .await;
+        if let (Some(rt), Some(sources)) = (runtime, volume_sources) {
+            return self.prepare_container(rt, &image, &resolved, &env, &facts, &sources);
         }
         let found = if filesystem {
             let expand = |list: &Option<Vec<String>>| -> Vec<String> {
@@ -600,22 +608,23 @@ impl ContainerTask {
         })
     }
 
-    /// A container of the runtime: its volumes synced, its argv, environment, root
+    /// A container of the runtime: its volumes synced from `sources`, its argv, environment, root
     /// filesystem, mounts, security and limits.
-    async fn prepare_container(
+    fn prepare_container(
         &self,
         runtime: Arc<OciRuntime>,
         image: &str,
         resolved: &ResolvedImage,
         env: &Env,
         facts: &PodFacts<'_>,
+        sources: &VolumeSources,
     ) -> Result<Launch, ContainerError> {
         let (program, filesystem) = (resolved.root.clone(), resolved.filesystem);
-        let sources = volume_sources(&self.shared, &self.pod, &self.pod_object).await?;
         self.pod
             .volumes
-            .sync(facts, &sources)
+            .sync(facts, sources)
             .map_err(ContainerError::Mount)?;
+        tracing::debug!(pod = %self.pod.name, stage = "volumes synced", "pod start");
         let lookup = |name: &str| env.get(name).map(str::to_string);
         let volume_mounts = self
             .pod
@@ -949,10 +958,8 @@ impl ContainerTask {
             let limit = Duration::from_secs(5);
             match kind {
                 SourceKind::ConfigMap => {
-                    let api: Api<ConfigMap> =
-                        Api::namespaced(self.shared.client.clone(), namespace);
-                    let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
-                    let cm = flatten_fetch("configmap", got)?;
+                    let got = self.shared.config_maps.get(namespace, &name);
+                    let cm = watched("configmap", tokio::time::timeout(limit, got).await)?;
                     if let Some(cm) = cm {
                         let mut data: BTreeMap<String, String> = cm.data.unwrap_or_default();
                         for (k, v) in cm.binary_data.unwrap_or_default() {
@@ -962,9 +969,9 @@ impl ContainerTask {
                     }
                 }
                 SourceKind::Secret => {
-                    let api: Api<Secret> = Api::namespaced(self.shared.client.clone(), namespace);
-                    let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
-                    if let Some(secret) = flatten_fetch("secret", got)? {
+                    let got = self.shared.secrets.get(namespace, &name);
+                    if let Some(secret) = watched("secret", tokio::time::timeout(limit, got).await)?
+                    {
                         let mut data: BTreeMap<String, String> = secret
                             .data
                             .unwrap_or_default()
@@ -1070,10 +1077,12 @@ impl ContainerTask {
                 }
             }
             Launch::Container(runtime, spec, image_id) => {
+                tracing::debug!(pod = %self.pod.name, stage = "bundle", "pod start");
                 let started = runtime
                     .prepare(&spec)
                     .map_err(|e| error_chain(&e))
                     .map(Arc::new);
+                tracing::debug!(pod = %self.pod.name, stage = "bundle written", "pod start");
                 let spawned = match started {
                     Ok(container) => Instance::spawn_container(
                         container,
@@ -1119,6 +1128,7 @@ impl ContainerTask {
         let mut started = !has_startup;
         let mut ready = started && !has_readiness;
         let (cid, iid) = (container_id.clone(), image_id);
+        tracing::debug!(pod = %self.pod.name, stage = "started", "pod start");
         self.update(|c| {
             c.state = State::Running { started_at };
             c.container_id = Some(cid);
@@ -1249,29 +1259,38 @@ pub(crate) async fn volume_sources(
     let wanted = volume::references(object);
     let namespace = &pod.namespace;
     let limit = Duration::from_secs(5);
-    let mut sources = VolumeSources {
-        extra_ca: shared.inspection.as_ref().map(|i| i.ca_pem().to_string()),
-        ..VolumeSources::default()
-    };
-    for name in wanted.config_maps {
-        let api: Api<ConfigMap> = Api::namespaced(shared.client.clone(), namespace);
-        let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
-        if let Some(cm) = flatten_fetch("configmap", got)? {
-            sources.config_maps.insert(name, cm);
+    let account = object
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    // Every object and token at once: objects from the node's watches, tokens each a
+    // round trip to the API server.
+    let config_maps =
+        futures::future::try_join_all(wanted.config_maps.into_iter().map(|name| async move {
+            let got = tokio::time::timeout(limit, shared.config_maps.get(namespace, &name)).await;
+            Ok::<_, ContainerError>(watched("configmap", got)?.map(|cm| (name, cm)))
+        }));
+    let secrets =
+        futures::future::try_join_all(wanted.secrets.into_iter().map(|name| async move {
+            let got = tokio::time::timeout(limit, shared.secrets.get(namespace, &name)).await;
+            Ok::<_, ContainerError>(watched("secret", got)?.map(|s| (name, s)))
+        }));
+    let tokens = futures::future::try_join_all(wanted.tokens.into_iter().map(|token| {
+        let account = &account;
+        async move {
+            let text = service_account_token(shared, pod, account, &token)
+                .await
+                .map_err(|e| ContainerError::VolumeToken(Box::new(e)))?;
+            Ok::<_, ContainerError>((token, text))
         }
-    }
-    for name in wanted.secrets {
-        let api: Api<Secret> = Api::namespaced(shared.client.clone(), namespace);
-        let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
-        if let Some(secret) = flatten_fetch("secret", got)? {
-            sources.secrets.insert(name, secret);
-        }
-    }
-    for name in wanted.claims {
+    }));
+    // A claim and the volume bound to it, read from the API server.
+    let claims = futures::future::try_join_all(wanted.claims.into_iter().map(|name| async move {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(shared.client.clone(), namespace);
         let got = tokio::time::timeout(limit, api.get_opt(&name)).await;
-        let Some(claim) = flatten_fetch("persistentvolumeclaim", got)? else {
-            continue;
+        let Some(claim) = fetched("persistentvolumeclaim", got)? else {
+            return Ok::<_, ContainerError>(None);
         };
         let volume_name = claim
             .spec
@@ -1282,26 +1301,21 @@ pub(crate) async fn volume_sources(
             Some(volume_name) => {
                 let api: Api<PersistentVolume> = Api::all(shared.client.clone());
                 let got = tokio::time::timeout(limit, api.get_opt(&volume_name)).await;
-                flatten_fetch("persistentvolume", got)?
+                fetched("persistentvolume", got)?
             }
             None => None,
         };
-        sources
-            .claims
-            .insert(name, volume::ClaimedVolume { claim, volume });
-    }
-    let account = object
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
-        .unwrap_or_else(|| "default".into());
-    for token in wanted.tokens {
-        let text = service_account_token(shared, pod, &account, &token)
-            .await
-            .map_err(|e| ContainerError::VolumeToken(Box::new(e)))?;
-        sources.tokens.insert(token, text);
-    }
-    Ok(sources)
+        Ok(Some((name, volume::ClaimedVolume { claim, volume })))
+    }));
+    let (config_maps, secrets, tokens, claims) =
+        tokio::try_join!(config_maps, secrets, tokens, claims)?;
+    Ok(VolumeSources {
+        extra_ca: shared.inspection.as_ref().map(|i| i.ca_pem().to_string()),
+        config_maps: config_maps.into_iter().flatten().collect(),
+        secrets: secrets.into_iter().flatten().collect(),
+        tokens: tokens.into_iter().collect(),
+        claims: claims.into_iter().flatten().collect(),
+    })
 }
 
 /// A ServiceAccount token of `account` for the projection `spec`, bound to the pod: the
@@ -1422,7 +1436,20 @@ async fn wait(running: &mut Running) -> Exit {
     }
 }
 
-fn flatten_fetch<T>(
+/// An object read from the node's watches within the time allowed, as the kubelet's
+/// watch-based manager fails a read whose watch has not listed yet.
+fn watched<T>(
+    kind: &'static str,
+    got: Result<Option<T>, tokio::time::error::Elapsed>,
+) -> Result<Option<T>, ContainerError> {
+    got.map_err(|_| ContainerError::Source {
+        kind,
+        message: "timed out waiting for the condition".into(),
+    })
+}
+
+/// An object read from the API server within the time allowed.
+fn fetched<T>(
     kind: &'static str,
     got: Result<Result<Option<T>, kube::Error>, tokio::time::error::Elapsed>,
 ) -> Result<Option<T>, ContainerError> {
@@ -1432,10 +1459,7 @@ fn flatten_fetch<T>(
             kind,
             message: e.to_string(),
         }),
-        Err(_) => Err(ContainerError::Source {
-            kind,
-            message: "timed out waiting for the condition".into(),
-        }),
+        Err(elapsed) => watched(kind, Err(elapsed)),
     }
 }
 

@@ -14,6 +14,8 @@
 //! - [`image`]: what a mapped image runs: its executable, or the process found in the
 //!   directory holding its filesystem.
 //! - [`env`], [`probe`], [`logs`], [`status`]: what those need.
+//! - [`objects`]: the ConfigMaps and Secrets the pods read, each kept by a watch, as the
+//!   kubelet's watch-based object manager keeps them.
 //! - [`oci`]: containers through an OCI runtime (runc, crun): the runtime found at start,
 //!   each container's bundle and root filesystem, signals, pause and resume, removal.
 //! - [`bundle`]: what a pod's container runs with in the runtime: its security context,
@@ -59,6 +61,7 @@ pub mod inspect;
 pub mod logs;
 pub mod names;
 pub mod node;
+pub mod objects;
 pub mod oci;
 pub mod pod;
 pub mod probe;
@@ -192,6 +195,8 @@ impl Kubelet {
                 client.clone(),
                 self::server::auth::CacheTtls::default(),
             ),
+            config_maps: self::objects::Watched::new(client.clone()),
+            secrets: self::objects::Watched::new(client.clone()),
             client,
             proxy,
             pods: Mutex::new(HashMap::new()),

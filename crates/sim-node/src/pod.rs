@@ -433,6 +433,7 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(shared.client.clone(), &namespace);
+    tracing::debug!(pod = %name, stage = "admitted", "pod start");
     let runtime = match setup(&shared, &pod, shared.next_sequence()).await {
         Ok(r) => r,
         Err(e) => {
@@ -458,6 +459,7 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
             return;
         }
     };
+    tracing::debug!(pod = %name, stage = "sandbox ready", "pod start");
     shared.register(runtime.clone());
     let spec = pod.spec.clone().unwrap_or_default();
     let terminal_on_arrival = runtime.terminal_on_arrival;
@@ -931,11 +933,13 @@ async fn status_sync(
                 return;
             }
         };
+        tracing::debug!(pod = %name, stage = "status write", phase = ?wanted["phase"], "pod start");
         let write = tokio::time::timeout(
             Duration::from_secs(5),
             api.replace_status(&name, &PostParams::default(), &object),
         )
         .await;
+        tracing::debug!(pod = %name, stage = "status written", phase = ?wanted["phase"], "pod start");
         match write {
             Ok(Ok(updated)) => {
                 base = Arc::new(updated);

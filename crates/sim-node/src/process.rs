@@ -337,6 +337,7 @@ impl Instance {
         let mut instance =
             Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, streams, log).await?;
         container.set_runtime_pid(instance.group.pid);
+        tracing::debug!(container = %container.id(), stage = "runtime spawned", "pod start");
         let begin = tokio::time::Instant::now();
         let pid = loop {
             if let Some(pid) = container.init_pid() {

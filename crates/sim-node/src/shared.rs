@@ -1,5 +1,6 @@
 //! What the kubelet's tasks share: its settings, API client and proxy, the pods it runs,
-//! the node's hold, partition and stop state, and the pool of pod IPs. The `Kubelet`
+//! the node's hold, partition and stop state, the pool of pod IPs, and the ConfigMaps and
+//! Secrets its pods read. The `Kubelet`
 //! (crate root) builds it; the pod workers, container tasks and the kubelet's endpoint
 //! read it.
 
@@ -9,10 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use sim_apiserver::faults::{FaultError, FaultTarget, NodeFault, PodFault};
 use tokio::sync::watch;
 
 use super::config::KubeletConfig;
+use super::objects::Watched;
 use super::proxy::{Mode, Proxy};
 use super::runtime::{PodRuntime, lock};
 use super::upstream::Upstream;
@@ -78,6 +81,10 @@ pub(crate) struct Shared {
     pub(crate) pulled: Mutex<HashMap<String, oci_image::Image>>,
     /// How the pods' proxies inspect requests, when the kubelet has request rules.
     pub(crate) inspection: Option<super::inspect::NodeInspection>,
+    /// The ConfigMaps the pods' volumes and environments read, watched.
+    pub(crate) config_maps: Watched<ConfigMap>,
+    /// The Secrets the pods' volumes and environments read, watched.
+    pub(crate) secrets: Watched<Secret>,
 }
 
 impl Shared {

@@ -426,6 +426,26 @@ async fn three_fixture_pods_get_distinct_ips_run_with_their_env_and_args_and_ser
     }
     assert_eq!(ips.len(), 3, "pod IPs are distinct: {ips:?}");
     assert!(c.kubelet().pids().len() >= 3);
+    // The three pods read the ConfigMap from the node's watch of it: one list, no reads of
+    // their own.
+    let verbs: Vec<String> = c
+        .server
+        .state()
+        .audit
+        .events()
+        .into_iter()
+        .filter(|e| e.resource == "configmaps" && e.user == "system:node:worker-1")
+        .map(|e| e.verb)
+        .collect();
+    assert_eq!(
+        verbs.iter().filter(|v| *v == "list").count(),
+        1,
+        "the kubelet's ConfigMap requests: {verbs:?}"
+    );
+    assert!(
+        !verbs.iter().any(|v| v == "get"),
+        "the kubelet's ConfigMap requests: {verbs:?}"
+    );
 }
 
 #[tokio::test]
