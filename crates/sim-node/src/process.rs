@@ -35,6 +35,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -135,6 +136,58 @@ const CONTAINER_WATCHDOG: &str =
 
 /// How long [`Instance::spawn_container`] waits for the runtime to create the container.
 pub const CREATE_BOUND: Duration = Duration::from_secs(30);
+
+/// How often [`Instance::spawn_container`] looks for the container's pid file where it
+/// cannot watch its directory.
+const UNWATCHED_LOOK: Duration = Duration::from_millis(5);
+
+/// The files written into (closed after writing) or moved into one directory, through
+/// inotify: how [`Instance::spawn_container`] learns that the runtime wrote the pid file
+/// (runc writes it aside and renames it), with no polling.
+struct DirectoryWrites(tokio::io::unix::AsyncFd<Watch>);
+
+/// An inotify instance, as the descriptor [`tokio::io::unix::AsyncFd`] waits on.
+struct Watch(Inotify);
+
+impl std::os::fd::AsRawFd for Watch {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsFd::as_fd(&self.0).as_raw_fd()
+    }
+}
+
+impl DirectoryWrites {
+    fn new(dir: &Path) -> std::io::Result<Self> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        inotify.add_watch(
+            dir,
+            AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO,
+        )?;
+        // Deprecated for types that could close or swap their descriptor while registered;
+        // `Watch` owns its descriptor and never does, which is what `register` (unsafe,
+        // which this crate forbids) would make the caller promise.
+        #[allow(deprecated)]
+        let fd =
+            tokio::io::unix::AsyncFd::with_interest(Watch(inotify), tokio::io::Interest::READABLE)?;
+        Ok(Self(fd))
+    }
+
+    /// Returns after the next write or move into the directory (now and then without
+    /// one: the caller looks again either way).
+    ///
+    /// # Errors
+    /// When the directory can no longer be watched.
+    async fn next(&mut self) -> std::io::Result<()> {
+        let mut ready = self.0.readable().await?;
+        match ready.get_inner().0.read_events() {
+            Ok(_) => Ok(()),
+            Err(nix::errno::Errno::EAGAIN) => {
+                ready.clear_ready();
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -334,25 +387,47 @@ impl Instance {
             cwd: PathBuf::from("/"),
         };
         let words = container.delete_words();
+        // Watched before the runtime starts, so that its pid file cannot come unnoticed.
+        let pid_file = container.pid_file();
+        let mut written = pid_file
+            .parent()
+            .and_then(|dir| DirectoryWrites::new(dir).ok());
         let mut instance =
             Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, streams, log).await?;
         container.set_runtime_pid(instance.group.pid);
-        tracing::debug!(container = %container.id(), stage = "runtime spawned", "pod start");
-        let begin = tokio::time::Instant::now();
+        let bound = tokio::time::Instant::now() + CREATE_BOUND;
         let pid = loop {
             if let Some(pid) = container.init_pid() {
                 break pid;
             }
-            if matches!(instance.leader.try_wait(), Ok(Some(_))) {
-                // It could not create the container: report how it exited, as a process.
-                instance.group.container = Some(container);
-                return Ok(instance);
+            tokio::select! {
+                _ = instance.leader.wait() => {
+                    if let Some(pid) = container.init_pid() {
+                        break pid;
+                    }
+                    // It could not create the container: report how it exited, as a process.
+                    instance.group.container = Some(container);
+                    return Ok(instance);
+                }
+                watching = async {
+                    match written.as_mut() {
+                        Some(w) => w.next().await.is_ok(),
+                        // No inotify: look again now and then.
+                        None => {
+                            tokio::time::sleep(UNWATCHED_LOOK).await;
+                            true
+                        }
+                    }
+                } => {
+                    if !watching {
+                        written = None;
+                    }
+                }
+                _ = tokio::time::sleep_until(bound) => {
+                    container.delete();
+                    return Err(ProcessError::NotCreated(CREATE_BOUND));
+                }
             }
-            if begin.elapsed() > CREATE_BOUND {
-                container.delete();
-                return Err(ProcessError::NotCreated(CREATE_BOUND));
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
         };
         instance.group.pid = pid as u32;
         instance.group.container = Some(container);
