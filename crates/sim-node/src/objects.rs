@@ -2,8 +2,10 @@
 //! of its own, as the kubelet's watch-based object manager keeps them (its default
 //! `configMapAndSecretChangeDetectionStrategy: Watch`): the first read of an object starts
 //! its watch (a list and watch of that one name) and waits for the list; later reads, by
-//! any pod of the node, make no request. A watch that nobody read for [`IDLE`] stops, as
-//! the kubelet's stops once unread for its resync interval.
+//! any pod of the node, make no request. A watch that fails starts again with the pod
+//! watch's quick back-off, so a repaired node's objects are current at once. A watch that
+//! nobody read for [`IDLE`] stops, as the kubelet's stops once unread for its resync
+//! interval.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -21,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use super::pod::QuickBackoff;
 use super::runtime::lock;
 
 /// How long a watch runs on unread (the kubelet: its resync interval, at least a minute).
@@ -108,7 +111,9 @@ async fn keep<K>(
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let config = watcher::Config::default().fields(&format!("metadata.name={}", key.1));
-    let mut events = watcher::watcher(api, config).default_backoff().boxed();
+    let mut events = watcher::watcher(api, config)
+        .backoff(QuickBackoff::default())
+        .boxed();
     let mut listed: Option<Option<Arc<K>>> = None;
     let mut idle_check = tokio::time::interval_at(Instant::now() + IDLE, IDLE / 4);
     loop {

@@ -126,8 +126,16 @@ pub enum PodUpdate {
 }
 
 /// The kubelet's watch backoff: quick, so a repaired node resumes at once.
-struct QuickBackoff {
+pub(crate) struct QuickBackoff {
     next: Duration,
+}
+
+impl Default for QuickBackoff {
+    fn default() -> Self {
+        Self {
+            next: Duration::from_millis(50),
+        }
+    }
 }
 
 impl Iterator for QuickBackoff {
@@ -157,9 +165,7 @@ pub(crate) async fn pod_loop(shared: Arc<Shared>) {
     let api: Api<Pod> = Api::all(shared.client.clone());
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let mut events = watcher::watcher(api, config)
-        .backoff(QuickBackoff {
-            next: Duration::from_millis(50),
-        })
+        .backoff(QuickBackoff::default())
         .boxed();
     let mut stopping = shared.stopping();
     let mut workers: HashMap<String, Worker> = HashMap::new();
