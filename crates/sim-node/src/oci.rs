@@ -13,9 +13,9 @@
 //!   `/etc/hostname` bound from the pod's directory, and the bind mounts the caller gives
 //!   (the service-account files among them).
 //! - A root filesystem: an image directory under a copy-on-write layer of its own (overlayfs,
-//!   mounted in a private mount namespace that only the runtime process and the container
-//!   see, so it vanishes with them; a copy of the directory where overlayfs is not
-//!   available), or, for an image mapped to an executable, a fresh directory holding the
+//!   mounted where only the container sees it, so it vanishes with it: by runc as root, as
+//!   the first mount of the container's mount namespace; else in a private mount namespace
+//!   of the runtime process; a copy of the directory where overlayfs is not available), or, for an image mapped to an executable, a fresh directory holding the
 //!   executable and the host's `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc`, read-only.
 //! - The user, groups, capabilities and read-only root of its `securityContext`, and its
 //!   memory and CPU limits as cgroup limits (`cgroupsPath` = `/opconform-<id>`).
@@ -652,6 +652,23 @@ fn bind(source: &Path, destination: &str, read_only: bool) -> Result<Mount, OciE
         .map_err(OciError::Spec)
 }
 
+/// The copy-on-write root of a container: an overlay of `upper` on the image directory
+/// `lower`, mounted at `/` by the runtime as the first mount of the container's own mount
+/// namespace, where only the container sees it.
+fn root_overlay(lower: &Path, upper: &Path, work: &Path) -> Result<Mount, OciError> {
+    MountBuilder::default()
+        .destination("/")
+        .typ("overlay")
+        .source("overlay")
+        .options(vec![
+            format!("lowerdir={}", lower.display()),
+            format!("upperdir={}", upper.display()),
+            format!("workdir={}", work.display()),
+        ])
+        .build()
+        .map_err(OciError::Spec)
+}
+
 /// Whether `path` can go into overlayfs's mount options unquoted.
 fn overlay_safe(path: &Path) -> bool {
     path.to_str()
@@ -679,6 +696,15 @@ impl OciRuntime {
         self.rootless.is_some()
     }
 
+    /// Whether the runtime mounts a container's overlay itself, as the first mount of its
+    /// configuration, at `/` ([`root_overlay`]): runc as root does (1.1 and later), which
+    /// spares the `unshare` and `mount` processes that otherwise mount it in a private mount
+    /// namespace of the runtime's. Rootless, the overlay is mounted by `unshare`, in the
+    /// user namespace it makes.
+    fn mounts_root_overlay(&self) -> bool {
+        !self.rootless() && self.name == "runc"
+    }
+
     /// Writes the bundle of `spec` and returns the container, not started: run
     /// [`Container::command`] to start it.
     ///
@@ -704,15 +730,21 @@ impl OciRuntime {
                 // directories of the harness's user: an image directory of another user is
                 // copied, which makes the copy the harness's user's.
                 let foreign = self.rootless() && !owned_by_this_user(lower);
-                if self.overlay
+                let possible = self.overlay
                     && !foreign
-                    && self.unshare.is_some()
                     && [lower, &upper, &work, &rootfs]
                         .iter()
-                        .all(|p| overlay_safe(p))
-                {
+                        .all(|p| overlay_safe(p));
+                let by_runtime = possible && self.mounts_root_overlay();
+                let by_unshare = possible && !by_runtime && self.unshare.is_some();
+                if by_runtime || by_unshare {
                     std::fs::create_dir_all(&upper).map_err(io(&upper))?;
                     std::fs::create_dir_all(&work).map_err(io(&work))?;
+                }
+                if by_runtime {
+                    // First, so that every other mount lands on it.
+                    mounts.insert(0, root_overlay(lower, &upper, &work)?);
+                } else if by_unshare {
                     overlay = Some([lower.clone(), upper, work, rootfs.clone()]);
                 } else {
                     copy_dir(lower, &rootfs)?;

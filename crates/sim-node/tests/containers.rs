@@ -207,6 +207,50 @@ async fn a_busybox_pod_sees_its_own_host_name_root_pid_namespace_and_service_acc
 }
 
 #[tokio::test]
+async fn a_container_writes_to_a_root_of_its_own_and_a_read_only_root_refuses_writes() {
+    if !containers_available() {
+        return;
+    }
+    let node = Node::start(170).await;
+    let never = |pod: &mut Value| pod["spec"]["restartPolicy"] = json!("Never");
+    node.create(
+        "writer",
+        "echo mine > /made-here && cat /made-here; echo done; sleep 1",
+        never,
+    )
+    .await;
+    let log = node.log_with("writer", "done").await;
+    assert!(log.lines().any(|l| l == "mine"), "{log}");
+    node.create(
+        "reader",
+        "test -e /made-here && echo seen; echo done; sleep 1",
+        never,
+    )
+    .await;
+    let log = node.log_with("reader", "done").await;
+    assert!(!log.contains("seen"), "another container's write: {log}");
+    node.create(
+        "frozen",
+        "echo no > /made-here 2>/dev/null || echo refused; echo done; sleep 1",
+        |pod| {
+            never(pod);
+            pod["spec"]["containers"][0]["securityContext"] =
+                json!({"readOnlyRootFilesystem": true});
+        },
+    )
+    .await;
+    let log = node.log_with("frozen", "done").await;
+    assert!(log.lines().any(|l| l == "refused"), "{log}");
+    // Where `Node::start` laid out the busybox image.
+    let image = node._dir.path().join("busybox");
+    assert!(image.join("bin/busybox").is_file());
+    assert!(
+        !image.join("made-here").exists(),
+        "the image directory was written"
+    );
+}
+
+#[tokio::test]
 async fn spec_hostname_and_subdomain_name_the_pod_as_the_kubelet_does() {
     if !containers_available() {
         return;
@@ -464,8 +508,10 @@ async fn an_image_from_an_oci_archive_runs_its_entrypoint_env_user_and_working_d
     assert_eq!(log, "hi from /srv/app as 65534:65534\n");
     let status = eventually("the greeter's image id", || async {
         let pod = serde_json::to_value(pods.get_opt("greeter").await.ok()??).ok()?;
+        // Empty while the container waits to be created.
         let id = pod["status"]["containerStatuses"][0]["imageID"]
-            .as_str()?
+            .as_str()
+            .filter(|id| !id.is_empty())?
             .to_string();
         Some(id)
     })
