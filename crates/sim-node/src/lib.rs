@@ -51,6 +51,7 @@
 //!   pod IP of their own like any other pod.
 //! - Pod IPs are `127.P0.P1.1..=254`: at most 254 pods at once per node.
 
+mod backoff;
 pub mod bundle;
 pub mod config;
 pub mod container;

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use super::pod::QuickBackoff;
+use super::backoff::QuickBackoff;
 use super::runtime::lock;
 
 /// How long a watch runs on unread (the kubelet: its resync interval, at least a minute).

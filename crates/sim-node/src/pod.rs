@@ -18,12 +18,13 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSpec};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt as _, utils::Backoff};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::backoff::QuickBackoff;
 use super::container::ContainerTask;
 use super::error::KubeletError;
 use super::runtime::{ContainerRuntime, PodNetwork, PodRuntime, StatusCell, StopState, lock};
@@ -123,35 +124,6 @@ pub enum PodUpdate {
     Current(Arc<Pod>),
     /// The pod is gone (deleted outright) or the kubelet stops: kill, no more API calls.
     Gone,
-}
-
-/// The kubelet's watch backoff: quick, so a repaired node resumes at once.
-pub(crate) struct QuickBackoff {
-    next: Duration,
-}
-
-impl Default for QuickBackoff {
-    fn default() -> Self {
-        Self {
-            next: Duration::from_millis(50),
-        }
-    }
-}
-
-impl Iterator for QuickBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let d = self.next;
-        self.next = (self.next * 2).min(Duration::from_secs(1));
-        Some(d)
-    }
-}
-
-impl Backoff for QuickBackoff {
-    fn reset(&mut self) {
-        self.next = Duration::from_millis(50);
-    }
 }
 
 struct Worker {
