@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Answer, Interaction, JSON, STRATEGIC, Target, normalize, parse_body, support};
+use super::{Answer, Interaction, JSON, Target, normalize, raw_create, raw_get, raw_send, support};
 
 /// The namespace of these interactions.
 const NAMESPACE: &str = "daemonsets";
@@ -23,21 +23,6 @@ static POD_NAME: std::sync::LazyLock<regex::Regex> =
 
 fn set_path() -> String {
     format!("/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/agent")
-}
-
-async fn get(t: &Target, path: &str) -> Value {
-    let (_, text) = support::raw(&t.admin, "GET", path, JSON, Vec::new()).await;
-    parse_body(text)
-}
-
-async fn send(t: &Target, method: &str, path: &str, content_type: &str, body: &Value) {
-    let bytes = serde_json::to_vec(body).unwrap();
-    let (code, text) = support::raw(&t.admin, method, path, content_type, bytes).await;
-    assert!(
-        (200..300).contains(&code),
-        "{}: {method} {path}: {text}",
-        t.name
-    );
 }
 
 /// The hashes of the DaemonSet's revisions, newest first.
@@ -67,7 +52,7 @@ async fn record(t: &Target, asked: &str, body: Value) {
 
 /// The DaemonSet's ControllerRevisions, oldest first.
 async fn revisions_of(t: &Target) -> Vec<Value> {
-    let list = get(
+    let list = raw_get(
         t,
         &format!(
             "/apis/apps/v1/namespaces/{NAMESPACE}/controllerrevisions?labelSelector=app%3Dagent"
@@ -81,7 +66,7 @@ async fn revisions_of(t: &Target) -> Vec<Value> {
 
 /// The DaemonSet's pods that are not being deleted, by the node they are for.
 async fn pods_of(t: &Target) -> Vec<Value> {
-    let list = get(
+    let list = raw_get(
         t,
         &format!("/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app%3Dagent"),
     )
@@ -127,7 +112,7 @@ async fn record_status(t: &Target, settled: impl Fn(&Value) -> bool) {
         code == 200 && settled(&body["status"])
     })
     .await;
-    let status = get(t, &set_path()).await["status"].clone();
+    let status = raw_get(t, &set_path()).await["status"].clone();
     record(t, "the status", status).await;
 }
 
@@ -151,7 +136,7 @@ async fn record_events(t: &Target, count: usize) {
         t,
         &format!("{count} events of the DaemonSet"),
         || async {
-            let list = get(t, &format!("/api/v1/namespaces/{NAMESPACE}/events")).await;
+            let list = raw_get(t, &format!("/api/v1/namespaces/{NAMESPACE}/events")).await;
             list["items"]
                 .as_array()
                 .cloned()
@@ -178,11 +163,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
     vec![interaction!(
         "DaemonSets: a pod per fitting node, rolled to a new image, then narrowed by a nodeSelector",
         |t| {
-            send(
+            raw_create(
                 t,
-                "POST",
                 "/api/v1/namespaces",
-                JSON,
                 &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
             )
             .await;
@@ -194,11 +177,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 } else {
                     json!({"disk": "hdd"})
                 };
-                send(
+                raw_create(
                     t,
-                    "POST",
                     "/api/v1/nodes",
-                    JSON,
                     &json!({"apiVersion": "v1", "kind": "Node",
                         "metadata": {"name": node, "labels": labels}}),
                 )
@@ -210,11 +191,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     "template": {"metadata": {"labels": {"app": "agent"}},
                         "spec": {"tolerations": [{"operator": "Exists"}],
                             "containers": [{"name": "main", "image": "example/agent:1"}]}}}});
-            send(
+            raw_create(
                 t,
-                "POST",
                 &format!("/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"),
-                JSON,
                 &daemon_set,
             )
             .await;
@@ -225,12 +204,11 @@ pub(super) fn interactions() -> Vec<Interaction> {
             .await;
             record_revisions(t).await;
 
-            send(
+            raw_send(
                 t,
                 "PATCH",
                 &set_path(),
-                STRATEGIC,
-                &json!({"spec": {"template": {"spec": {"containers": [
+                json!({"spec": {"template": {"spec": {"containers": [
                     {"name": "main", "image": "example/agent:2"}]}}}}),
             )
             .await;
@@ -246,12 +224,11 @@ pub(super) fn interactions() -> Vec<Interaction> {
             })
             .await;
 
-            send(
+            raw_send(
                 t,
                 "PATCH",
                 &set_path(),
-                STRATEGIC,
-                &json!({"spec": {"template": {"spec": {"nodeSelector": {"disk": "ssd"}}}}}),
+                json!({"spec": {"template": {"spec": {"nodeSelector": {"disk": "ssd"}}}}}),
             )
             .await;
             record_pods(t, "only on the ssd node, of the newest template", |pods| {

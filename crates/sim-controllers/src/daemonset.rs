@@ -42,8 +42,8 @@ use super::informer::{AbortOnDrop, Cache, Change, ObjectKey};
 use super::queue::Queue;
 use super::scheduler::matches_node_selection;
 use super::support::{
-    controller_of, controller_ref, is_available, is_conflict, is_deleting, is_not_found, is_ready,
-    phase, selects, taints, untolerated,
+    api_message, controller_of, controller_ref, is_available, is_conflict, is_deleting,
+    is_not_found, is_ready, phase, selects, taints, untolerated,
 };
 
 /// Most pods created or deleted in one sync (the controller's `burstReplicas`).
@@ -1486,14 +1486,6 @@ struct Counts {
     ready: i32,
     updated: i32,
     available: i32,
-}
-
-/// The message of a failed request, as the API server gave it.
-fn api_message(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]

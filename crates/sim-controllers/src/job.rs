@@ -49,7 +49,7 @@ use super::expectations::Expectations;
 use super::informer::{AbortOnDrop, Cache, Change, ObjectKey};
 use super::queue::Queue;
 use super::support::{
-    controller_of, controller_ref, has_finalizer, is_active, is_conflict, is_deleting,
+    api_message, controller_of, controller_ref, has_finalizer, is_active, is_conflict, is_deleting,
     is_not_found, is_ready, is_terminal, now, phase, plus_seconds, selects,
 };
 
@@ -1457,13 +1457,6 @@ fn spec_of(job: &Job) -> &k8s_openapi::api::batch::v1::JobSpec {
     static EMPTY: std::sync::LazyLock<k8s_openapi::api::batch::v1::JobSpec> =
         std::sync::LazyLock::new(Default::default);
     job.spec.as_ref().unwrap_or(&EMPTY)
-}
-
-fn api_message(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Empty lists of uncounted pods are left out, as Go's `omitempty` leaves them.

@@ -212,6 +212,14 @@ pub(crate) fn untolerated<'a>(
     })
 }
 
+/// The message of a failed request, as the API server gave it.
+pub(crate) fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// Whether a `metav1.LabelSelector` selects `labels`. An empty or missing selector selects
 /// nothing here (controllers refuse to act on one).
 pub(crate) fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
