@@ -1272,20 +1272,29 @@ fn the_kubelet_lets_in_only_whom_the_api_server_authorizes(local: &Local) {
     );
 }
 
-/// `kubectl attach` relays what the container writes until it ends, then ends well.
+/// `kubectl attach` relays what the container writes until it ends, its stdout on kubectl's
+/// stdout and its stderr on kubectl's stderr, then ends well.
 fn attach_relays_a_containers_output_until_it_ends(local: &impl Kubectl) {
     local.ready_pod(
         "talker",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: talker}\nspec:\n  restartPolicy: Never\n  \
          containers:\n  - name: main\n    image: shell:1\n    command: [/bin/sh, -c, \
-         'while [ ! -e stop ]; do echo tick; sleep 0.2; done; echo bye']\n",
+         'while [ ! -e stop ]; do echo tick; echo tock >&2; sleep 0.2; done; echo bye']\n",
     );
     let mut attach = local
         .kubectl()
         .args(["attach", "talker"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("kubectl attach starts");
+    let stderr = attach.stderr.take().expect("stderr");
+    let errors = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
     // Read by a thread, so that every wait for a line is bounded.
     let stdout = attach.stdout.take().expect("stdout");
     let (tx, lines) = mpsc::channel();
@@ -1322,6 +1331,12 @@ fn attach_relays_a_containers_output_until_it_ends(local: &impl Kubectl) {
     assert!(
         ended.status.success(),
         "kubectl attach ends with the container: {ended:?}"
+    );
+    // kubectl writes its own notices on its stderr too.
+    let errors = errors.join().unwrap_or_default();
+    assert!(
+        errors.iter().any(|l| l == "tock") && !errors.iter().any(|l| l == "tick" || l == "bye"),
+        "the container's stderr reaches kubectl's stderr, and its stdout does not: {errors:?}"
     );
 }
 

@@ -3,8 +3,10 @@
 //!
 //! The client upgrades `GET …/pods/NAME/attach?container=…&stdin=…&stdout=…&stderr=…` to a
 //! WebSocket (`v5.channel.k8s.io` or `v4.channel.k8s.io`). What the container writes from
-//! then on goes out on channel 1 (on 2 when only stderr was asked for), and once the
-//! container instance ends the `Success` status goes on channel 3 and the socket closes.
+//! then on on its stdout goes out on channel 1 and what it writes on its stderr on channel
+//! 2, each only when the client asked for that stream (the kubelet drops the other, as
+//! containerd's attach does), and once the container instance ends the `Success` status
+//! goes on channel 3 and the socket closes.
 //! What comes on channel 0 goes to the container's stdin when it has one (`stdin: true` in
 //! its spec: the kubelet keeps it); a container without one has it dropped, as containerd
 //! drops it. When the client closes its stdin (v5's `[255, 0]`), the session ends with
@@ -20,15 +22,13 @@
 //! stdin is typed into it, and window sizes on channel 4 (`{"Width":80,"Height":24}`) are
 //! set on it. Whether a session has a terminal is the container's, as the kubelet decides
 //! it: `tty=true` of a container without one gets its plain streams (kubectl asks for one
-//! only of a container that has one).
-//!
-//! # Caveats
-//! - stdout and stderr come together on one channel, as the container's log has them.
+//! only of a container that has one). A terminal has one output: all of it is stdout.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::{SinkExt as _, StreamExt as _};
+use futures::{SinkExt as _, Stream, StreamExt as _};
 use hyper::HeaderMap;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -40,7 +40,6 @@ use super::exec::{
     CLOSE, ExecRefusal, PROTOCOLS, RESIZE, STDERR, STDIN, STDOUT, StreamQuery, WindowSize, finish,
     kubelet_answer,
 };
-use super::podlog::LogTail;
 use super::status::ApiError;
 
 /// What a kubelet is asked to attach to.
@@ -56,11 +55,23 @@ pub struct AttachRequest<'a> {
     pub stdin: bool,
 }
 
+/// Which of a container's outputs a piece of what it wrote comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Standard output (all of a terminal's output).
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// What a container writes from the time it is attached to, each piece tagged with its
+/// output, in the order written; it ends when the container instance ends.
+pub type AttachOutput = Pin<Box<dyn Stream<Item = (Output, Bytes)> + Send>>;
+
 /// A container attached to: its output from now on, and its stdin when asked for and kept.
 pub struct Attached {
-    /// What the container writes from now on (stdout and stderr as its log has them),
-    /// ending when the container instance ends.
-    pub output: LogTail,
+    /// What the container writes from now on, ending when the container instance ends.
+    pub output: AttachOutput,
     /// Where the client's stdin goes: `None` when not asked for or when the container has
     /// none. Dropping it ends this session's stdin (with `stdin_once`, the container's).
     pub stdin: Option<mpsc::Sender<Bytes>>,
@@ -86,9 +97,8 @@ pub struct Accepted {
     pub protocol: &'static str,
     /// `Sec-WebSocket-Accept`.
     pub accept_key: String,
-    /// Which channel carries the output: stdout, or stderr when only that was asked for;
-    /// `None` when neither was.
-    output_channel: Option<u8>,
+    /// Whether the client asked for the container's stdout, and for its stderr.
+    outputs: (bool, bool),
     attached: Attached,
 }
 
@@ -141,15 +151,10 @@ pub fn start(
         stdin,
     };
     let attached = kubelet_answer(attach(&request), name)?;
-    let output_channel = match (stdout, stderr) {
-        (true, _) => Some(STDOUT),
-        (false, true) => Some(STDERR),
-        (false, false) => None,
-    };
     Ok(Accepted {
         protocol,
         accept_key,
-        output_channel,
+        outputs: (stdout, stderr),
         attached,
     })
 }
@@ -174,8 +179,12 @@ where
     loop {
         tokio::select! {
             chunk = output.next() => match chunk {
-                Some(chunk) => {
-                    let Some(channel) = accepted.output_channel else { continue };
+                Some((from, chunk)) => {
+                    let channel = match from {
+                        Output::Stdout if accepted.outputs.0 => STDOUT,
+                        Output::Stderr if accepted.outputs.1 => STDERR,
+                        _ => continue,
+                    };
                     let mut frame = Vec::with_capacity(chunk.len() + 1);
                     frame.push(channel);
                     frame.extend_from_slice(&chunk);
@@ -239,6 +248,66 @@ mod tests {
             stdin_once: false,
             resize: None,
         }
+    }
+
+    /// The frames a client receives from an attach of a container that writes `written`,
+    /// the client having asked for stdout and stderr as `outputs`: (channel, text).
+    async fn frames(
+        outputs: (bool, bool),
+        written: Vec<(Output, &'static str)>,
+    ) -> Vec<(u8, String)> {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let accepted = Accepted {
+            protocol: PROTOCOLS[0],
+            accept_key: String::new(),
+            outputs,
+            attached: Attached {
+                output: Box::pin(futures::stream::iter(
+                    written
+                        .into_iter()
+                        .map(|(from, text)| (from, Bytes::from_static(text.as_bytes()))),
+                )),
+                ..quiet()
+            },
+        };
+        let served = tokio::spawn(relay(server_io, accepted));
+        let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
+        let mut got = Vec::new();
+        while let Some(Ok(message)) = client.next().await {
+            if let Message::Binary(data) = message
+                && let Some((&channel, text)) = data.split_first()
+            {
+                got.push((channel, String::from_utf8_lossy(text).into_owned()));
+            }
+        }
+        assert!(served.await.is_ok());
+        got
+    }
+
+    #[tokio::test]
+    async fn an_attach_sends_stdout_on_channel_1_and_stderr_on_channel_2_dropping_an_output_not_asked_for()
+     {
+        let written = || {
+            vec![
+                (Output::Stdout, "out\n"),
+                (Output::Stderr, "err\n"),
+                (Output::Stdout, "more\n"),
+            ]
+        };
+        let both = frames((true, true), written()).await;
+        assert_eq!(
+            both[..3],
+            [
+                (STDOUT, "out\n".to_string()),
+                (STDERR, "err\n".to_string()),
+                (STDOUT, "more\n".to_string())
+            ]
+        );
+        assert_eq!(both.len(), 4, "then the status: {both:?}");
+        assert!(both[3].1.contains("Success"), "{both:?}");
+        let stderr_only = frames((false, true), written()).await;
+        assert_eq!(stderr_only[0], (STDERR, "err\n".to_string()));
+        assert_eq!(stderr_only.len(), 2, "{stderr_only:?}");
     }
 
     #[test]

@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
+use futures::StreamExt as _;
+use sim_apiserver::attach::AttachOutput;
 use sim_apiserver::podlog::{LogOptions, LogStream};
 use tokio::sync::watch;
 
@@ -61,18 +63,13 @@ pub enum LogError {
     },
 }
 
-/// Which output of the container a write comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
+/// Which output of the container a write comes from (as attach tags it).
+pub use sim_apiserver::attach::Output;
 
 struct Line {
     seq: u64,
     time: DateTime<Utc>,
+    output: Output,
     /// With its newline, unless it is a piece of a longer line or the unfinished end.
     text: Vec<u8>,
 }
@@ -122,7 +119,7 @@ impl Inner {
             .find(|i| i.id == id)
     }
 
-    fn push(&mut self, limit: usize, time: DateTime<Utc>, text: Vec<u8>) {
+    fn push(&mut self, limit: usize, time: DateTime<Utc>, output: Output, text: Vec<u8>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         if self.current.is_none() {
@@ -132,7 +129,12 @@ impl Inner {
             return;
         };
         instance.bytes += text.len();
-        instance.lines.push_back(Line { seq, time, text });
+        instance.lines.push_back(Line {
+            seq,
+            time,
+            output,
+            text,
+        });
         while instance.bytes > limit && instance.lines.len() > 1 {
             if let Some(old) = instance.lines.pop_front() {
                 instance.bytes -= old.text.len();
@@ -156,14 +158,13 @@ impl Inner {
             return;
         }
         instance.ended = true;
-        let pending: Vec<Vec<u8>> = instance
-            .pending
-            .iter_mut()
-            .map(std::mem::take)
-            .filter(|p| !p.is_empty())
+        let pending: Vec<(Output, Vec<u8>)> = [Output::Stdout, Output::Stderr]
+            .into_iter()
+            .zip(instance.pending.iter_mut().map(std::mem::take))
+            .filter(|(_, p)| !p.is_empty())
             .collect();
-        for text in pending {
-            self.push(limit, time, text);
+        for (output, text) in pending {
+            self.push(limit, time, output, text);
         }
     }
 }
@@ -257,7 +258,7 @@ impl ContainerLog {
             }
             pending.drain(..start);
             for text in lines {
-                inner.push(self.limit, time, text);
+                inner.push(self.limit, time, output, text);
             }
             if let Some(instance) = inner.current.as_mut() {
                 instance.pending[slot] = pending;
@@ -365,6 +366,37 @@ impl ContainerLog {
     }
 }
 
+impl ContainerLog {
+    /// What the current instance writes from now on, each run of lines of one output
+    /// tagged with it, until the instance ends (an attach's output); `None` when there is
+    /// no current instance or it has ended.
+    pub fn follow_outputs(&self) -> Option<AttachOutput> {
+        let changes = self.shared.changes.subscribe();
+        let inner = self.shared.lock();
+        let instance = inner.current.as_ref().filter(|i| !i.ended)?;
+        let follower = Follower {
+            log: Arc::downgrade(&self.shared),
+            changes,
+            instance: instance.id,
+            next: inner.next_seq,
+            timestamps: false,
+            since: None,
+            limit: None,
+        };
+        let stream = futures::stream::unfold(follower, |mut f| async move {
+            f.next_pieces().await.map(|pieces| (pieces, f))
+        })
+        .flat_map(|pieces| {
+            futures::stream::iter(
+                pieces
+                    .into_iter()
+                    .map(|(output, piece)| (output, Bytes::from(piece))),
+            )
+        });
+        Some(Box::pin(stream))
+    }
+}
+
 /// The length of the first line of `bytes` up to its newline or [`LINE_LIMIT`], if one is
 /// complete.
 fn next_line_end(bytes: &[u8]) -> Option<usize> {
@@ -415,6 +447,17 @@ impl Follower {
     /// The lines written since the last call, once there are any; `None` once the instance
     /// has ended (or the log is gone) and everything was answered, or the limit is reached.
     async fn next(&mut self) -> Option<Bytes> {
+        let pieces = self.next_pieces().await?;
+        let mut out = Vec::new();
+        for (_, piece) in pieces {
+            out.extend_from_slice(&piece);
+        }
+        Some(Bytes::from(out))
+    }
+
+    /// As [`Follower::next`], each run of lines of one output a piece of its own, in the
+    /// order written.
+    async fn next_pieces(&mut self) -> Option<Vec<(Output, Vec<u8>)>> {
         loop {
             if self.limit == Some(0) {
                 return None;
@@ -423,15 +466,26 @@ impl Follower {
                 let shared = self.log.upgrade()?;
                 let inner = shared.lock();
                 let instance = inner.instance(self.instance)?;
-                let mut out = Vec::new();
+                let mut pieces: Vec<(Output, Vec<u8>)> = Vec::new();
                 let from = self.next;
                 for line in instance.lines.iter().filter(|l| l.seq >= from) {
-                    format_line(&mut out, line, self.timestamps, self.since);
+                    let mut text = Vec::new();
+                    format_line(&mut text, line, self.timestamps, self.since);
+                    cut(&mut text, &mut self.limit);
                     self.next = line.seq + 1;
+                    match pieces.last_mut() {
+                        Some((output, piece)) if *output == line.output => {
+                            piece.extend_from_slice(&text);
+                        }
+                        _ if text.is_empty() => {}
+                        _ => pieces.push((line.output, text)),
+                    }
+                    if self.limit == Some(0) {
+                        break;
+                    }
                 }
-                cut(&mut out, &mut self.limit);
-                if !out.is_empty() {
-                    return Some(Bytes::from(out));
+                if !pieces.is_empty() {
+                    return Some(pieces);
                 }
                 if instance.ended {
                     return None;
@@ -445,7 +499,6 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt as _;
 
     fn at(second: u32) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(&format!("2026-11-29T12:00:{second:02}.123456789Z"))
@@ -462,6 +515,32 @@ mod tests {
     fn read(log: &ContainerLog, options: LogOptions) -> String {
         let stream = log.read(&options, at(59)).unwrap();
         String::from_utf8(stream.head.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_attach_follows_what_each_output_writes_from_now_on_tagged_with_its_output() {
+        let (_dir, log) = log(1024);
+        log.append(Output::Stdout, b"before\n");
+        let followed = log
+            .follow_outputs()
+            .expect("a running instance is followed");
+        log.append(Output::Stdout, b"out\nmore\n");
+        log.append(Output::Stderr, b"err\n");
+        log.append(Output::Stdout, b"last");
+        log.end_instance();
+        let got: Vec<(Output, Bytes)> = followed.collect().await;
+        assert_eq!(
+            got,
+            [
+                (Output::Stdout, Bytes::from_static(b"out\nmore\n")),
+                (Output::Stderr, Bytes::from_static(b"err\n")),
+                (Output::Stdout, Bytes::from_static(b"last")),
+            ]
+        );
+        assert!(
+            log.follow_outputs().is_none(),
+            "an ended instance is not followed"
+        );
     }
 
     #[test]

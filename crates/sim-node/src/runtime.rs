@@ -500,8 +500,8 @@ impl PodRuntime {
         })
     }
 
-    /// Attaches to the running instance of `container`: what it writes from now on (its
-    /// log, followed, until the instance ends) and, with `stdin` and a container whose spec
+    /// Attaches to the running instance of `container`: what it writes from now on on its
+    /// stdout and its stderr, each tagged (its log followed, until the instance ends) and, with `stdin` and a container whose spec
     /// has `stdin: true`, a session of the stdin this kubelet keeps ([`HeldStdin`]); a
     /// container without one gets no stdin (what the client sends is dropped, as containerd
     /// drops it). Needs a Tokio runtime.
@@ -509,22 +509,21 @@ impl PodRuntime {
     /// # Errors
     /// When the container is not running or its log cannot be followed.
     pub fn attach(&self, container: &str, stdin: bool) -> Result<Attached, ExecError> {
-        let from_now = LogOptions {
+        let not_attachable = || ExecError::NotAttachable {
             container: container.to_owned(),
-            follow: true,
+            pod: format!("{}/{}", self.namespace, self.name),
+        };
+        // The log's checks: a container that has not started cannot be attached to.
+        let nothing = LogOptions {
+            container: container.to_owned(),
             tail_lines: Some(0),
             ..LogOptions::default()
         };
-        let output = match self.read_log(container, &from_now, chrono::Utc::now()) {
-            Ok(LogStream {
-                rest: Some(output), ..
-            }) => output,
-            Ok(_) => {
-                return Err(ExecError::NotAttachable {
-                    container: container.to_owned(),
-                    pod: format!("{}/{}", self.namespace, self.name),
-                });
-            }
+        let output = match self.read_log(container, &nothing, chrono::Utc::now()) {
+            Ok(_) => self
+                .container(container)
+                .and_then(|c| c.log.follow_outputs())
+                .ok_or_else(not_attachable)?,
             Err(source) => {
                 return Err(ExecError::Attach {
                     container: container.to_owned(),

@@ -21,7 +21,9 @@
 //! (JSON `{"Width":…,"Height":…}` one after another), each set on the terminal.
 //!
 //! Attach ([`serve_attach`]) relays what a container writes from then on, read from its log
-//! as `kubectl logs -f` reads it, until the container instance ends; then `Success`. What
+//! as `kubectl logs -f` reads it, until the container instance ends; then `Success`: its
+//! stdout on the stdout stream and its stderr on the stderr stream, each only when asked
+//! for (the other is dropped, as containerd's attach drops it). What
 //! comes on its stdin stream goes to the stdin the kubelet keeps of a container whose spec
 //! has `stdin: true` (see [`sim_apiserver::attach`] for when the client's FIN ends the
 //! session and when, with `stdinOnce`, it closes the container's stdin). A container whose
@@ -29,7 +31,6 @@
 //! into it, and with `tty=1` the client's `resize` stream sets its window size.
 //!
 //! # Caveats
-//! - Attach sends stdout and stderr together on one stream, as the log has them.
 //! - Stream protocols v1 to v3 (text errors, no exit code) are not served: a client that
 //!   offers only those gets the 403 of a failed negotiation.
 //! - The session ends when the client closes it (kube-apiserver does once it has the
@@ -40,7 +41,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use std::pin::Pin;
 
-use sim_apiserver::attach::Attached;
+use sim_apiserver::attach::{Attached, Output};
 use sim_apiserver::exec::{Started, WindowSize};
 use sim_apiserver::spdy::{self, Event, Incoming, StreamWriter};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -253,8 +254,8 @@ where
 }
 
 /// Serves an attach session on the upgraded connection `io`: what the container writes
-/// from now on (its log, followed) goes out on the stdout stream (on stderr when only that
-/// was asked for), what comes on the stdin stream goes to the container's kept stdin (or
+/// from now on (its log, followed) goes out on the stdout and stderr streams, each output
+/// on its own when asked for, what comes on the stdin stream goes to the container's kept stdin (or
 /// is dropped when it has none), and once the container instance ends, or the client's
 /// stdin ends without `stdinOnce`, the error stream carries `Success`.
 pub async fn serve_attach<S>(io: S, attached: Attached, options: ExecOptions)
@@ -284,17 +285,15 @@ where
         (Some(stream), Some(to_terminal)) => Some(tokio::spawn(resizes(stream, to_terminal))),
         _ => None,
     };
-    // One stream gets the output; the other, if asked for, has nothing to say.
-    let (to, other) = match (stdout, stderr) {
-        (Some(out), err) => (Some(out.writer), err),
-        (None, err) => (err.map(|s| s.writer), None),
-    };
-    if let Some(other) = other {
-        other.writer.finish();
-    }
+    let stdout = stdout.map(|s| s.writer);
+    let stderr = stderr.map(|s| s.writer);
     let relay = async {
-        while let Some(chunk) = output.next().await {
-            if let Some(to) = &to {
+        while let Some((from, chunk)) = output.next().await {
+            let to = match from {
+                Output::Stdout => &stdout,
+                Output::Stderr => &stderr,
+            };
+            if let Some(to) = to {
                 to.write(&chunk);
             }
         }
@@ -328,7 +327,7 @@ where
     if let Some(resizing) = resizing {
         resizing.abort();
     }
-    if let Some(to) = &to {
+    for to in [&stdout, &stderr].into_iter().flatten() {
         to.finish();
     }
     let success = sim_apiserver::exec::exit_status(Ok(std::process::ExitStatus::default()));
@@ -503,13 +502,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_attach_relays_the_output_on_stdout_finishes_stderr_and_ends_with_success() {
+    async fn an_attach_relays_stdout_and_stderr_each_on_its_stream_and_ends_with_success() {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let options = ExecOptions::parse_attach(Some("output=1&error=1")).unwrap_or_default();
         let output = Attached {
             output: Box::pin(futures::stream::iter([
-                Bytes::from_static(b"tick\n"),
-                Bytes::from_static(b"bye\n"),
+                (Output::Stdout, Bytes::from_static(b"tick\n")),
+                (Output::Stderr, Bytes::from_static(b"oops\n")),
+                (Output::Stdout, Bytes::from_static(b"bye\n")),
             ])),
             stdin: None,
             stdin_once: false,
@@ -522,7 +522,7 @@ mod tests {
         client.open(5, &[("streamtype", "stderr")]).await.ok();
         let (data, _) = fins(&mut client, &[1, 3, 5]).await;
         assert_eq!(String::from_utf8_lossy(&data[1]), "tick\nbye\n");
-        assert_eq!(data[2], b"");
+        assert_eq!(String::from_utf8_lossy(&data[2]), "oops\n");
         let status: serde_json::Value =
             serde_json::from_slice(&data[0]).unwrap_or_else(|e| panic!("{e}: {data:?}"));
         assert_eq!(status["status"], "Success");
@@ -541,7 +541,7 @@ mod tests {
         let (writes, written) = mpsc::channel::<Bytes>(16);
         let attached = Attached {
             output: Box::pin(futures::stream::unfold(written, |mut rx| async move {
-                rx.recv().await.map(|chunk| (chunk, rx))
+                rx.recv().await.map(|chunk| ((Output::Stdout, chunk), rx))
             })),
             stdin: Some(to_container),
             stdin_once,
