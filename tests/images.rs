@@ -1,14 +1,15 @@
 //! Images mapped to a directory holding their filesystem: a simulated cluster runs a
 //! busybox image's `sh -c "…"` found on the container's PATH inside the directory,
-//! serves its output as the pod's log, runs a configured entrypoint and cmd, and reports a
-//! container it cannot start as a real runtime does.
+//! serves its output as the pod's log, runs a configured entrypoint and cmd, reports a
+//! container it cannot start as a real runtime does, and runs a Job's pods to its end.
 
 mod support;
 
 use std::path::Path;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, LogParams, PostParams};
+use kube::api::{Api, ListParams, LogParams, PostParams};
 use opconform::sim::kubelet::{ImageConfig, ImageMap};
 use opconform::sim::{SimCluster, SimClusterConfig};
 use serde_json::{Value, json};
@@ -189,4 +190,94 @@ async fn a_directory_image_with_nothing_to_run_leaves_the_container_waiting_with
     assert!(message.contains("\"busybox:1.36\""), "{message}");
     let p = pods.get("nothing").await.unwrap();
     assert_eq!(phase(&p), Some("Pending"));
+}
+
+/// A Job of `completions` busybox pods, `parallelism` at a time, each running `script`;
+/// a pod that exits with 3 fails the Job at once (its pod failure policy).
+fn job(name: &str, completions: i32, parallelism: i32, script: &str) -> Job {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "completions": completions,
+            "parallelism": parallelism,
+            "podFailurePolicy": {"rules": [{"action": "FailJob",
+                "onExitCodes": {"operator": "In", "values": [3]}}]},
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "work", "image": "busybox:1.36", "command": ["sh", "-c", script]}]}}
+        }
+    }))
+    .unwrap()
+}
+
+/// The status of the Job's condition of `type_`, with its reason.
+fn job_condition(job: &Job, type_: &str) -> Option<(String, Option<String>)> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_busybox_pods_completes_and_one_whose_pod_exits_3_fails_by_its_pod_failure_policy()
+{
+    let (_dir, cluster, pods) = start().await;
+    let client = cluster.server().admin_client().await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client, "default");
+    jobs.create(
+        &PostParams::default(),
+        &job("count", 3, 2, "hostname; echo done"),
+    )
+    .await
+    .unwrap();
+    jobs.create(
+        &PostParams::default(),
+        &job("broken", 1, 1, "echo failing; exit 3"),
+    )
+    .await
+    .unwrap();
+
+    let done = eventually("the Job count to complete", || async {
+        let job = jobs.get("count").await.ok()?;
+        (job_condition(&job, "Complete")?.0 == "True").then_some(job)
+    })
+    .await;
+    let status = done.status.clone().unwrap_or_default();
+    assert_eq!(
+        (status.succeeded, status.failed),
+        (Some(3), None),
+        "{status:?}"
+    );
+    let ran = pods
+        .list(&ListParams::default().labels("job-name=count"))
+        .await
+        .unwrap();
+    assert_eq!(ran.items.len(), 3, "one pod per completion");
+    for p in &ran.items {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        assert_eq!(phase(p), Some("Succeeded"), "{name}");
+        let text = log(&pods, &name).await;
+        // A container's host name is its pod's; a host process has the machine's.
+        if containers() {
+            assert_eq!(text, format!("{name}\ndone\n"));
+        } else {
+            assert!(text.ends_with("done\n"), "{text}");
+        }
+    }
+
+    let failed = eventually("the Job broken to fail", || async {
+        let job = jobs.get("broken").await.ok()?;
+        job_condition(&job, "Failed").filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(failed.1.as_deref(), Some("PodFailurePolicy"));
+    let ran = pods
+        .list(&ListParams::default().labels("job-name=broken"))
+        .await
+        .unwrap();
+    assert_eq!(ran.items.len(), 1, "no pod after the policy failed the Job");
+    let name = ran.items[0].metadata.name.clone().unwrap_or_default();
+    assert_eq!(log(&pods, &name).await, "failing\n");
 }
