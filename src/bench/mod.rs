@@ -15,7 +15,7 @@
 //!   ([`PEER_SUBJECTS`], named with the versions `Cargo.lock` pins, [`PEER_VERSIONS`]),
 //!   their work quiet as the anchor's;
 //! - in the pod start rows, **ours** is the simulator's pods as containers of the OCI
-//!   runtime its kubelets find (runc, else crun) and the **anchor** the same pods as host
+//!   runtime its kubelets find (crun, else runc) and the **anchor** the same pods as host
 //!   processes (the kubelets' process path).
 //!
 //! Both anchors are the Go program in `subjects/go-election` (built by `go build` when

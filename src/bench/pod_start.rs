@@ -2,7 +2,7 @@
 //! fresh simulated cluster of [`NODES`] nodes, each timed from its create to the status write
 //! of its kubelet that first reports it Running, then the resident memory of the pods once
 //! idle — on one cluster whose pods are containers of the OCI runtime the kubelets find
-//! (runc, else crun), and on an identical one whose pods are host processes.
+//! (crun, else runc), and on an identical one whose pods are host processes.
 //!
 //! The image is a directory made from the host's statically linked busybox (Debian's
 //! `busybox-static`): `bin/busybox`, a link for each applet, `/etc/passwd` and

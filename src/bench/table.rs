@@ -120,7 +120,7 @@ pub(crate) fn render(report: &Report) -> String {
     {
         let _ = writeln!(
             out,
-            "pod start: {} busybox pods (sh -c \"sleep 3600\") created at once on {} nodes, once per run whatever the runs; ours = the pods as containers of the OCI runtime found (runc, else crun), anchor = the same pods as host processes; create and Running from the API server's audit",
+            "pod start: {} busybox pods (sh -c \"sleep 3600\") created at once on {} nodes, once per run whatever the runs; ours = the pods as containers of the OCI runtime found (crun, else runc), anchor = the same pods as host processes; create and Running from the API server's audit",
             super::pod_start::PODS,
             super::pod_start::NODES
         );

@@ -1,5 +1,6 @@
-//! Containers through a real OCI runtime: which runtime runs this node's pods (runc or
-//! crun, found at start, or none), each container instance's bundle (`config.json` and its
+//! Containers through a real OCI runtime: which runtime runs this node's pods (crun, else
+//! runc, found at start, or none; on a hybrid cgroup host, crun with its cgroup v2 hierarchy
+//! out of sight), each container instance's bundle (`config.json` and its
 //! root filesystem) as the container runtime interface would ask for it, the command line
 //! that starts it, and the [`Container`] handle the faults act through (signals to its init
 //! process, the runtime's pause and resume, removal).
@@ -154,7 +155,7 @@ pub enum Isolation {
 }
 
 impl Isolation {
-    /// Finds how pods run here: [`RUNTIME_VAR`] when set, else runc or crun on `PATH`; as
+    /// Finds how pods run here: [`RUNTIME_VAR`] when set, else crun or runc on `PATH`; as
     /// root, containers of that runtime, with their state in `state_dir` (see
     /// [`STATE_DIR`]); without root, rootless containers when user namespaces can be used
     /// (tried once per process, see the module's documentation), with their state in
@@ -167,9 +168,16 @@ impl Isolation {
                 reason: format!("{RUNTIME_VAR}=processes"),
             };
         }
+        let root = nix::unistd::geteuid().is_root();
+        let unshare = find_program("unshare");
+        // crun first: it starts a container with less CPU than runc and holds a third of
+        // its memory while the container runs (see the README's pod start figures). On a
+        // hybrid cgroup host it needs `unshare` and root.
+        let crun_runs = !hybrid_with_v2_controllers() || (root && unshare.is_some());
         let candidates: Vec<String> = match &wanted {
             Some(w) => vec![w.clone()],
-            None => vec!["runc".into(), "crun".into()],
+            None if crun_runs => vec!["crun".into(), "runc".into()],
+            None => vec!["runc".into()],
         };
         let found = candidates
             .iter()
@@ -178,19 +186,22 @@ impl Isolation {
             return Self::Processes {
                 reason: match wanted {
                     Some(w) => format!("{RUNTIME_VAR}={w} is not an executable on PATH"),
-                    None => {
-                        "neither runc nor crun is on PATH (Debian: apt-get install runc)".into()
+                    None if crun_runs => {
+                        "neither crun nor runc is on PATH (Debian: apt-get install crun)".into()
                     }
+                    None => "runc is not on PATH, and crun cannot run on this host's hybrid \
+                             cgroup layout without root and unshare (Debian: apt-get install runc)"
+                        .into(),
                 },
             };
         };
         let name = Path::new(&name)
             .file_name()
             .map_or(name.clone(), |n| n.to_string_lossy().into_owned());
-        let unshare = find_program("unshare");
         let overlay_listed = std::fs::read_to_string("/proc/filesystems")
             .is_ok_and(|f| f.lines().any(|l| l.trim_end().ends_with("\toverlay")));
-        if nix::unistd::geteuid().is_root() {
+        if root {
+            let hide_unified = name == "crun" && unshare.is_some() && hybrid_with_v2_controllers();
             return Self::Containers(Arc::new(OciRuntime {
                 name,
                 program,
@@ -200,6 +211,7 @@ impl Isolation {
                 limits: Path::new("/sys/fs/cgroup/memory").is_dir()
                     || Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
                 rootless: None,
+                hide_unified,
             }));
         }
         match rootless() {
@@ -211,6 +223,7 @@ impl Isolation {
                 overlay: overlay_listed && found.overlay,
                 limits: false,
                 rootless: Some(found.nsenter.clone()),
+                hide_unified: false,
             })),
             Err(reason) => Self::Processes {
                 reason: reason.clone(),
@@ -436,6 +449,29 @@ pub struct OciRuntime {
     /// Rootless: `nsenter`, through which the runtime's `exec` enters the user namespace
     /// of the runtime process.
     rootless: Option<PathBuf>,
+    /// crun on a host whose cgroup v2 hierarchy, mounted beside the v1 ones, holds
+    /// controllers: each of its commands runs in a mount namespace of its own without that
+    /// hierarchy ([`HIDE_UNIFIED`]).
+    hide_unified: bool,
+}
+
+/// Where a hybrid cgroup host mounts its cgroup v2 hierarchy beside the v1 ones.
+const UNIFIED: &str = "/sys/fs/cgroup/unified";
+
+/// The shell words that unmount [`UNIFIED`] in the private mount namespace a runtime
+/// command runs in (see [`OciRuntime::invocation`]). crun refuses to run at all on a
+/// hybrid host whose v2 hierarchy holds a controller ("cgroups in hybrid mode not
+/// supported, drop all controllers from cgroupv2"); without it in view crun sees a cgroup
+/// v1 host and uses the v1 controllers, where pods' limits and the freezer are. Nothing of
+/// a pod is in the v2 hierarchy, and the host's mounts are untouched.
+const HIDE_UNIFIED: &str = "umount -l /sys/fs/cgroup/unified && ";
+
+/// Whether this host mounts a cgroup v2 hierarchy holding controllers beside its v1
+/// hierarchies (a hybrid host that crun refuses).
+fn hybrid_with_v2_controllers() -> bool {
+    !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+        && std::fs::read_to_string(Path::new(UNIFIED).join("cgroup.controllers"))
+            .is_ok_and(|c| !c.trim().is_empty())
 }
 
 /// The root filesystem of a container instance.
@@ -694,6 +730,40 @@ impl OciRuntime {
     /// Whether its containers are rootless (see the module's documentation).
     pub fn rootless(&self) -> bool {
         self.rootless.is_some()
+    }
+
+    /// The program and arguments that run the runtime with `args` (after `--root`): the
+    /// runtime itself, or, where the host's cgroup v2 hierarchy must be out of its sight,
+    /// `unshare` making a private mount namespace where a shell unmounts it and becomes the
+    /// runtime.
+    fn invocation(&self, args: Vec<String>) -> (PathBuf, Vec<String>) {
+        let mut words = self.words();
+        words.extend(args);
+        match &self.unshare {
+            Some(unshare) if self.hide_unified => {
+                let mut wrapped: Vec<String> =
+                    ["--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
+                        .map(String::from)
+                        .to_vec();
+                wrapped.push(format!("{HIDE_UNIFIED}exec \"$@\""));
+                wrapped.push("sh".into());
+                wrapped.append(&mut words);
+                (unshare.clone(), wrapped)
+            }
+            _ => {
+                let program = PathBuf::from(words.remove(0));
+                (program, words)
+            }
+        }
+    }
+
+    /// The runtime and its state directory: the words every command of it starts with.
+    fn words(&self) -> Vec<String> {
+        vec![
+            self.program.display().to_string(),
+            "--root".into(),
+            self.root.display().to_string(),
+        ]
     }
 
     /// Whether the runtime mounts a container's overlay itself, as the first mount of its
@@ -1016,10 +1086,7 @@ impl Container {
     /// the overlay when there is one.
     pub fn command(&self) -> (PathBuf, Vec<String>) {
         let rt = &self.runtime;
-        let mut run = vec![
-            rt.program.display().to_string(),
-            "--root".into(),
-            rt.root.display().to_string(),
+        let run = vec![
             "run".into(),
             "--bundle".into(),
             self.bundle.display().to_string(),
@@ -1034,8 +1101,11 @@ impl Container {
         } else {
             &[]
         };
+        let mut runtime_words = rt.words();
+        runtime_words.extend(run.iter().cloned());
         match (&self.overlay, &rt.unshare) {
             (Some([lower, upper, work, merged]), Some(unshare)) => {
+                let hide = if rt.hide_unified { HIDE_UNIFIED } else { "" };
                 let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
                 args.extend([
                     "--mount".to_string(),
@@ -1044,11 +1114,13 @@ impl Container {
                     "--".into(),
                     "/bin/sh".into(),
                     "-c".into(),
-                    r#"mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#.into(),
+                    format!(
+                        r#"{hide}mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#
+                    ),
                     "sh".into(),
                 ]);
                 args.extend([lower, upper, work, merged].map(|p| p.display().to_string()));
-                args.append(&mut run);
+                args.append(&mut runtime_words);
                 (unshare.clone(), args)
             }
             // runc, root of that user namespace, opens the sources of bind mounts in its
@@ -1056,13 +1128,10 @@ impl Container {
             (None, Some(unshare)) if rt.rootless() => {
                 let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
                 args.extend(["--mount", "--propagation", "private", "--"].map(String::from));
-                args.append(&mut run);
+                args.append(&mut runtime_words);
                 (unshare.clone(), args)
             }
-            _ => {
-                let program = PathBuf::from(run.remove(0));
-                (program, run)
-            }
+            _ => rt.invocation(run),
         }
     }
 
@@ -1079,17 +1148,13 @@ impl Container {
     /// under a terminal the runtime makes and relays to its own standard streams (`--tty`;
     /// `--console-socket` is refused without `--detach`, which would lose the exit code).
     pub fn exec_command(&self, command: &[String], tty: bool) -> (PathBuf, Vec<String>) {
-        let mut args = vec![
-            self.runtime.program.display().to_string(),
-            "--root".to_string(),
-            self.runtime.root.display().to_string(),
-            "exec".into(),
-        ];
+        let mut args = vec!["exec".to_string()];
         if tty {
             args.push("--tty".into());
         }
         args.push(self.id.clone());
         args.extend(command.iter().cloned());
+        let (program, mut args) = self.runtime.invocation(args);
         match (&self.runtime.rootless, self.runtime_pid.get()) {
             (Some(nsenter), Some(pid)) => {
                 let mut words = vec![
@@ -1098,28 +1163,23 @@ impl Container {
                     "--target".into(),
                     pid.to_string(),
                     "--".into(),
+                    program.display().to_string(),
                 ];
                 words.append(&mut args);
                 (nsenter.clone(), words)
             }
-            _ => {
-                let program = PathBuf::from(args.remove(0));
-                (program, args)
-            }
+            _ => (program, args),
         }
     }
 
     /// The shell words the watchdog runs when the kubelet's process is gone: delete the
     /// container by force.
     pub fn delete_words(&self) -> Vec<String> {
-        vec![
-            self.runtime.program.display().to_string(),
-            "--root".into(),
-            self.runtime.root.display().to_string(),
-            "delete".into(),
-            "--force".into(),
-            self.id.clone(),
-        ]
+        let (program, mut args) =
+            self.runtime
+                .invocation(vec!["delete".into(), "--force".into(), self.id.clone()]);
+        args.insert(0, program.display().to_string());
+        args
     }
 
     /// The init process's pid on the host, once the runtime has created the container.
@@ -1256,12 +1316,12 @@ impl Container {
             id: self.id.clone(),
             message,
         };
-        let mut child = Command::new(&rt.program)
-            .arg("--root")
-            .arg(&rt.root)
-            .arg(command)
-            .args(extra)
-            .arg(&self.id)
+        let mut words = vec![command.to_string()];
+        words.extend(extra.iter().map(|e| e.to_string()));
+        words.push(self.id.clone());
+        let (program, args) = rt.invocation(words);
+        let mut child = Command::new(program)
+            .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -1294,6 +1354,48 @@ impl Container {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crun_on_a_hybrid_cgroup_host_runs_each_command_where_the_v2_hierarchy_is_unmounted() {
+        let runtime = |hide_unified| OciRuntime {
+            name: "crun".into(),
+            program: "/usr/bin/crun".into(),
+            root: "/run/opconform".into(),
+            unshare: Some("/usr/bin/unshare".into()),
+            overlay: true,
+            limits: true,
+            rootless: None,
+            hide_unified,
+        };
+        let words = |id: &str| vec!["delete".to_string(), "--force".into(), id.into()];
+        let (program, args) = runtime(false).invocation(words("c1"));
+        assert_eq!(program, Path::new("/usr/bin/crun"));
+        assert_eq!(
+            args,
+            ["--root", "/run/opconform", "delete", "--force", "c1"]
+        );
+        let (program, args) = runtime(true).invocation(words("c1"));
+        assert_eq!(program, Path::new("/usr/bin/unshare"));
+        assert_eq!(
+            args,
+            [
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "/bin/sh",
+                "-c",
+                "umount -l /sys/fs/cgroup/unified && exec \"$@\"",
+                "sh",
+                "/usr/bin/crun",
+                "--root",
+                "/run/opconform",
+                "delete",
+                "--force",
+                "c1"
+            ]
+        );
+    }
 
     #[test]
     fn capabilities_are_containerds_defaults_with_add_and_drop_applied() {
