@@ -248,6 +248,8 @@ macro_rules! interaction {
 mod builtins;
 #[path = "differential/component_status.rs"]
 mod component_status;
+#[path = "differential/conversion.rs"]
+mod conversion;
 #[path = "differential/daemonsets.rs"]
 mod daemonsets;
 #[path = "differential/disruption.rs"]
@@ -316,6 +318,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(eviction::interactions());
     all.extend(endpointslices::interactions());
     all.extend(daemonsets::interactions());
+    all.extend(conversion::interactions());
     all
 }
 

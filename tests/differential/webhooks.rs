@@ -22,16 +22,16 @@ use super::{
 };
 
 /// The address of a webhook server started here (port 1 is the unreachable one).
-static SERVER_PORT: std::sync::LazyLock<regex::Regex> =
+pub(super) static SERVER_PORT: std::sync::LazyLock<regex::Regex> =
     std::sync::LazyLock::new(|| regex::Regex::new(r"127\.0\.0\.1:\d{2,5}").unwrap());
 
 /// What the webhook server received: the path and the AdmissionReview.
 type Received = Arc<Mutex<Vec<(String, Value)>>>;
 
 /// An HTTPS webhook server on 127.0.0.1, stopped when dropped.
-struct WebhookServer {
+pub(super) struct WebhookServer {
     port: u16,
-    ca_bundle: String,
+    pub(super) ca_bundle: String,
     received: Received,
     accepting: tokio::task::JoinHandle<()>,
 }
@@ -95,8 +95,16 @@ fn answer_of(path: &str, review: &Value) -> Option<Value> {
     )
 }
 
+/// How a webhook server answers the review sent to a path; `None` never answers.
+pub(super) type Answering = fn(&str, &Value) -> Option<Value>;
+
 impl WebhookServer {
     async fn start() -> Self {
+        Self::answering(answer_of).await
+    }
+
+    /// A server that answers with `answer_of`.
+    pub(super) async fn answering(answer_of: Answering) -> Self {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params
             .subject_alt_names
@@ -169,12 +177,12 @@ impl WebhookServer {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(super) fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.port)
     }
 
     /// The reviews received but the probes', taken.
-    fn take(&self) -> Vec<(String, Value)> {
+    pub(super) fn take(&self) -> Vec<(String, Value)> {
         std::mem::take(&mut *self.received.lock().unwrap())
             .into_iter()
             .filter(|(_, review)| !is_probe(review))
@@ -459,8 +467,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 }
                 let server = WebhookServer::start().await;
                 let config = "opconform-custom";
-                // Created in v1, sent in v2 (matchPolicy Equivalent). Created in v2, the
-                // simulator's managedFields would name v1.
+                // Created in v1, sent in v2 (matchPolicy Equivalent).
                 let mut v2_only = webhook("gadgets.opconform.test", &server, "/check", json!({}));
                 v2_only["rules"] = json!([{"apiGroups": ["webhooks.opconform.test"],
                     "apiVersions": ["v2"], "operations": ["CREATE"], "resources": ["gadgets"]}]);

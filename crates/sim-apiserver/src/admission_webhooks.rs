@@ -600,8 +600,8 @@ fn review(
 
 /// Where a webhook is sent: the URL its errors name, the address dialled and the TLS name.
 #[derive(Debug, Clone, PartialEq)]
-struct Destination {
-    url: String,
+pub(crate) struct Destination {
+    pub(crate) url: String,
     host: String,
     port: u16,
     path: String,
@@ -616,7 +616,11 @@ fn clean_path(path: &str) -> String {
 }
 
 /// The destination of a `clientConfig`.
-fn destination(store: &Store, config: &Value, timeout: u64) -> Result<Destination, CallError> {
+pub(crate) fn destination(
+    store: &Store,
+    config: &Value,
+    timeout: u64,
+) -> Result<Destination, CallError> {
     if let Some(url) = config["url"].as_str() {
         let rest = url
             .strip_prefix("https://")
@@ -822,7 +826,7 @@ fn tls_reason(e: &std::io::Error) -> String {
 }
 
 /// Posts `body` to `dest` and returns the answer's status and body.
-async fn post(
+pub(crate) async fn post(
     dest: &Destination,
     ca_bundle: Option<&str>,
     body: Vec<u8>,
@@ -1023,7 +1027,9 @@ async fn call(
 
 /// Runs `work` to completion from the synchronous request path: on a thread of its own with
 /// its own runtime, the caller's worker handed over to the scheduler meanwhile.
-fn run_blocking<T: Send>(work: impl std::future::Future<Output = T> + Send) -> Result<T, ApiError> {
+pub(crate) fn run_blocking<T: Send>(
+    work: impl std::future::Future<Output = T> + Send,
+) -> Result<T, ApiError> {
     let run = || {
         std::thread::scope(|scope| {
             scope

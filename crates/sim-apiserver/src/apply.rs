@@ -40,7 +40,9 @@
 //! - Unions (discriminated one-of fields, e.g. a deployment strategy's `type`) are not
 //!   normalized, and CRD schemas are only honoured as far as [`Schema::with_list_types`] passes
 //!   their list types on (`x-kubernetes-map-type: atomic` maps of CRDs are granular here).
-//! - Version conversion is not modelled: ownership is compared whatever the entry's `apiVersion`.
+//! - Version conversion is modelled for updates only, and only when the caller converts
+//!   ([`record_update_converting`]): an apply compares ownership whatever the entry's
+//!   `apiVersion`.
 //! - The real server caps `Update` entries at ten by folding the oldest into `ancient-changes`;
 //!   this module keeps them all.
 //! - The fields Go types always serialize are listed for the kinds the simulator serves (and
@@ -479,6 +481,25 @@ pub fn record_update_with_schema(
     now: &str,
     subresource: Option<&str>,
 ) {
+    record_update_converting(old, new, manager, schema, now, subresource, None);
+}
+
+/// Converts an object to an `apiVersion` (`group/version`), or `None` when it cannot.
+pub type Convert<'a> = dyn Fn(&Value, &str) -> Option<Value> + 'a;
+
+/// [`record_update_with_schema`] where the managers of another `apiVersion` than the
+/// update's lose what changed between the old and the new object converted to their version
+/// by `convert` (structured-merge-diff's `Updater.update`), and the others what changed as
+/// sent. Without `convert`, or when it cannot convert, every manager compares as sent.
+pub fn record_update_converting(
+    old: &Value,
+    new: &mut Value,
+    manager: &str,
+    schema: Schema<'_>,
+    now: &str,
+    subresource: Option<&str>,
+    convert: Option<&Convert<'_>>,
+) {
     if !new.is_object() {
         return;
     }
@@ -506,8 +527,34 @@ pub fn record_update_with_schema(
         .unwrap_or_default()
         .to_owned();
 
+    let mut by_version: BTreeMap<String, (FieldSet, FieldSet)> = BTreeMap::new();
+    if let Some(convert) = convert {
+        for entry in &entries {
+            if entry.api_version == api_version || by_version.contains_key(&entry.api_version) {
+                continue;
+            }
+            let (Some(mut old_there), Some(mut new_there)) = (
+                convert(&old_object, &entry.api_version),
+                convert(&new_object, &entry.api_version),
+            ) else {
+                continue;
+            };
+            take_managed_fields(&mut old_there);
+            take_managed_fields(&mut new_there);
+            let there = walker.compare(&old_there, &new_there);
+            let mut changed_there = there.modified;
+            changed_there.union_with(&there.added);
+            by_version.insert(
+                entry.api_version.clone(),
+                (strip(changed_there), strip(there.removed)),
+            );
+        }
+    }
     for entry in &mut entries {
-        entry.set = entry.set.difference(&changed).difference(&removed);
+        let (changed, removed) = by_version
+            .get(&entry.api_version)
+            .map_or((&changed, &removed), |(c, r)| (c, r));
+        entry.set = entry.set.difference(changed).difference(removed);
     }
     if !changed.is_empty() {
         match entries

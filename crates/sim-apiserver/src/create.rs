@@ -116,7 +116,14 @@ pub(crate) fn prepare_create(
     }
     // The field manager runs on the decoded (defaulted) object, before the strategy and the
     // mutating admission plugins add what nobody owns (endpoints/handlers/create.go).
-    apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
+    if rt.is_custom() {
+        // A custom resource's manager is of the version the client spoke.
+        let mut view = to_view(rt, version, obj.clone());
+        apply::record_update(&json!({}), &mut view, manager, &rt.kind, &now, None);
+        obj["metadata"]["managedFields"] = view["metadata"]["managedFields"].take();
+    } else {
+        apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
+    }
     objects::prepare_for_create(rt, &mut obj, accounts, &random_suffix());
     Ok(obj)
 }

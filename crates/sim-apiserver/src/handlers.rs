@@ -16,6 +16,7 @@ use super::admission_webhooks;
 use super::apply;
 use super::call::{Call, body_object, decode};
 use super::certificates;
+use super::conversion;
 use super::create::{
     admit_storage_class, checks, default_storage_class, invalid, meta_str, prepare_create,
     random_suffix, service_accounts,
@@ -105,6 +106,7 @@ fn prepare_update(
     managed_by_apply: bool,
     authorized: Option<&certificates::Authorized>,
     service_taken: Option<&services::Taken>,
+    converter: Option<&conversion::Converter>,
 ) -> Result<Write, ApiError> {
     let name = meta_str(old, "name").to_string();
     let new_uid = meta_str(&new, "uid").to_string();
@@ -239,6 +241,29 @@ fn prepare_update(
                 apply::record_update(old, &mut recorded, manager, &rt.kind, &now, subresource);
                 new["metadata"]["managedFields"] = recorded["metadata"]["managedFields"].take();
             }
+            // A custom resource's manager is of the version the client spoke; the managers
+            // of other versions compare the objects as converted to theirs.
+            None if rt.is_custom() => {
+                let convert = |object: &Value, api_version: &str| {
+                    let to = api_version.rsplit('/').next().unwrap_or_default();
+                    let object = to_view(rt, version, object.clone());
+                    match converter {
+                        Some(c) => c.convert(object, to).ok(),
+                        None => Some(to_view(rt, to, object)),
+                    }
+                };
+                let mut view = to_view(rt, version, new.clone());
+                apply::record_update_converting(
+                    &to_view(rt, version, old.clone()),
+                    &mut view,
+                    manager,
+                    apply::Schema::for_kind(&rt.kind),
+                    &now,
+                    subresource,
+                    Some(&convert),
+                );
+                new["metadata"]["managedFields"] = view["metadata"]["managedFields"].take();
+            }
             None => apply::record_update(old, &mut new, manager, &rt.kind, &now, subresource),
         }
     }
@@ -345,6 +370,83 @@ impl<'a> Call<'a> {
     /// Writes through the state once the admission webhooks admitted the write `decide`
     /// computes, or only computes it for `dryRun=All`.
     fn write(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, ApiError> {
+        if let Some(converter) = self.converter(rt) {
+            return self.write_converted(&converter, rt, namespace, name, decide);
+        }
+        self.admit_and_write(rt, namespace, name, decide)
+    }
+
+    /// A write of a custom resource whose CRD converts through a webhook: the live object is
+    /// read and converted to the request's version, the write decided on it and converted
+    /// to the storage version (outside the store's lock, as the webhook is called), then
+    /// stored if the live object has not changed meanwhile. A dry run converts nothing
+    /// to store.
+    fn write_converted(
+        &self,
+        converter: &conversion::Converter,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, ApiError> {
+        let version = &self.info.version;
+        let current = self.state.store.get(&Self::storage_gr(rt), namespace, name);
+        let expected = current
+            .as_ref()
+            .map(|c| c["metadata"]["resourceVersion"].clone());
+        let current = current
+            .map(|c| converter.convert(c, version))
+            .transpose()
+            .map_err(conversion::Failure::into_api_error)?;
+        let decision = match decide(current.as_ref())? {
+            Write::Put(object) if !self.dry_run()? => Write::Put(
+                converter
+                    .to_storage(rt, version, object)
+                    .map_err(conversion::Failure::into_api_error)?,
+            ),
+            decision => decision,
+        };
+        let gr = rt.gr();
+        self.admit_and_write(rt, namespace, name, move |now| {
+            let now = now.map(|c| c["metadata"]["resourceVersion"].clone());
+            match (&expected, &now) {
+                (None, Some(_)) => Err(ApiError::already_exists(&gr, name)),
+                (Some(_), None) => Err(ApiError::not_found(&gr, name)),
+                (a, b) if a != b => Err(ApiError::modified(&gr, name)),
+                _ => Ok(decision),
+            }
+        })
+    }
+
+    /// Whether the request is a dry run.
+    fn dry_run(&self) -> Result<bool, ApiError> {
+        dry_run_requested(self.query.get("dryRun"), &Value::Null)
+    }
+
+    /// The webhook converter of `rt`'s objects, if its CRD has one.
+    fn converter(&self, rt: &ResourceType) -> Option<conversion::Converter> {
+        conversion::converter(&self.state.store, rt)
+    }
+
+    /// A stored object as the client of this request's version sees it.
+    fn view(
+        &self,
+        converter: Option<&conversion::Converter>,
+        rt: &ResourceType,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        conversion::view(converter, rt, &self.info.version, object)
+    }
+
+    /// Writes through the state once the admission webhooks admitted the write `decide`
+    /// computes, or only computes it for `dryRun=All`.
+    fn admit_and_write(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -510,7 +612,7 @@ impl<'a> Call<'a> {
             .store
             .get(&Self::storage_gr(rt), &self.ns(rt), &self.info.name)
             .ok_or_else(|| ApiError::not_found(&rt.gr(), &self.info.name))?;
-        Ok((200, to_view(rt, &self.info.version, obj)))
+        Ok((200, self.view(self.converter(rt).as_ref(), rt, obj)?))
     }
 
     /// Parses the selectors of a list or watch.
@@ -554,6 +656,12 @@ impl<'a> Call<'a> {
         let (labels, fields) = self.selectors(rt)?;
         let ns = (!self.info.namespace.is_empty()).then_some(self.info.namespace.as_str());
         let (items, revision) = self.state.store.list(&Self::storage_gr(rt), ns);
+        let items = match self.converter(rt) {
+            Some(converter) => converter
+                .convert_all(items, &self.info.version)
+                .map_err(|f| f.into_list_error(rt, &self.info.version))?,
+            None => items,
+        };
         let mut items: Vec<Value> = items
             .into_iter()
             .map(|o| to_view(rt, &self.info.version, o))
@@ -716,6 +824,14 @@ impl<'a> Call<'a> {
             let view = to_view(rt, &self.info.version, stored.clone());
             admission_webhooks::validate(&self.state.store, &attrs, Some(&view), None)?;
         }
+        if let Some(converter) = self
+            .converter(rt)
+            .filter(|_| !matches!(self.dry_run(), Ok(true)))
+        {
+            stored = converter
+                .to_storage(rt, &self.info.version, stored)
+                .map_err(conversion::Failure::into_api_error)?;
+        }
         let written = self.store_write(rt, &self.ns(rt), &name, |current| {
             if current.is_some() {
                 return Err(ApiError::already_exists(&rt.gr(), &name));
@@ -723,7 +839,7 @@ impl<'a> Call<'a> {
             Ok(Write::Put(stored))
         })?;
         self.commit_allocation(rt, &name, allocated);
-        Ok((201, self.view_written(rt, written)))
+        Ok((201, self.view_written(rt, written)?))
     }
 
     /// For a write of the Service `name`: the allocation lock, held until the write is
@@ -757,11 +873,17 @@ impl<'a> Call<'a> {
         }
     }
 
-    fn view_written(&self, rt: &ResourceType, written: Written) -> Value {
+    /// The object written as the client sees it; a dry run's was never converted to the
+    /// storage version, and is not converted back.
+    fn view_written(&self, rt: &ResourceType, written: Written) -> Result<Value, ApiError> {
+        let converter = self
+            .converter(rt)
+            .filter(|_| !matches!(self.dry_run(), Ok(true)));
         written
             .object
-            .map(|o| to_view(rt, &self.info.version, o))
-            .unwrap_or(Value::Null)
+            .map(|o| self.view(converter.as_ref(), rt, o))
+            .transpose()
+            .map(Option::unwrap_or_default)
     }
 
     fn update(&self, rt: &ResourceType, part: Part) -> Reply {
@@ -805,6 +927,7 @@ impl<'a> Call<'a> {
         let dry_run = dry_run_requested(self.query.get("dryRun"), &Value::Null)?;
         let mut allocated = None;
         let mut created = false;
+        let converter = self.converter(rt);
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
                 if !may_create {
@@ -845,12 +968,13 @@ impl<'a> Call<'a> {
                 false,
                 authorized.as_ref(),
                 taken.as_ref(),
+                converter.as_ref(),
             )
         })?;
         self.commit_allocation(rt, &name, allocated);
         Ok((
             if created { 201 } else { 200 },
-            self.view_written(rt, written),
+            self.view_written(rt, written)?,
         ))
     }
 
@@ -878,6 +1002,7 @@ impl<'a> Call<'a> {
         let dry_run = dry_run_requested(self.query.get("dryRun"), &Value::Null)?;
         let mut allocated = None;
         let mut created = false;
+        let converter = self.converter(rt);
         let written = self.write(rt, &ns, &name, |current| {
             let Some(current) = current else {
                 if !is_apply || part != Part::Main {
@@ -967,12 +1092,13 @@ impl<'a> Call<'a> {
                 is_apply,
                 authorized.as_ref(),
                 taken.as_ref(),
+                converter.as_ref(),
             )
         })?;
         self.commit_allocation(rt, &name, allocated);
         Ok((
             if created { 201 } else { 200 },
-            self.view_written(rt, written),
+            self.view_written(rt, written)?,
         ))
     }
 
@@ -1037,6 +1163,19 @@ impl<'a> Call<'a> {
             .then(|| self.state.store.get(&rt.gr(), "", &name))
             .flatten();
         let dry_run = dry_run_requested(None, &opts)?;
+        if let Some(converter) = self.converter(rt)
+            && let Some(current) = self.state.store.get(&Self::storage_gr(rt), &ns, &name)
+        {
+            // kube-apiserver's store reads the object in the request's version and encodes
+            // it again to compare with what is stored (`getStateFromObject`): both
+            // conversions are made, and the delete fails with them.
+            let viewed = converter
+                .convert(current, &self.info.version)
+                .map_err(conversion::Failure::into_api_error)?;
+            converter
+                .convert(viewed, rt.storage_version())
+                .map_err(conversion::Failure::into_api_error)?;
+        }
         if admission_webhooks::configured(&self.state.store)
             && let Some(current) = self.state.store.get(&Self::storage_gr(rt), &ns, &name)
         {
@@ -1056,15 +1195,19 @@ impl<'a> Call<'a> {
         if let Some(crd) = crd.filter(|_| !dry_run) {
             self.delete_custom_resources_of(&crd);
         }
-        Ok((code, self.present_delete(rt, obj)))
+        Ok((code, self.present_delete(rt, obj)?))
     }
 
-    fn present_delete(&self, rt: &ResourceType, outcome: Deleted) -> Value {
+    fn present_delete(&self, rt: &ResourceType, outcome: Deleted) -> Result<Value, ApiError> {
         match outcome {
-            Deleted::Gone(obj) if !rt.returns_deleted_object => {
-                success_status(&rt.gr(), meta_str(&obj, "name"), meta_str(&obj, "uid"))
+            Deleted::Gone(obj) if !rt.returns_deleted_object => Ok(success_status(
+                &rt.gr(),
+                meta_str(&obj, "name"),
+                meta_str(&obj, "uid"),
+            )),
+            Deleted::Gone(obj) | Deleted::Pending(obj) => {
+                self.view(self.converter(rt).as_ref(), rt, obj)
             }
-            Deleted::Gone(obj) | Deleted::Pending(obj) => to_view(rt, &self.info.version, obj),
         }
     }
 
@@ -1089,9 +1232,10 @@ impl<'a> Call<'a> {
         let (labels, fields) = self.selectors(rt)?;
         let ns = (!self.info.namespace.is_empty()).then_some(self.info.namespace.as_str());
         let (items, _) = self.state.store.list(&Self::storage_gr(rt), ns);
+        let converter = self.converter(rt);
         let mut deleted = Vec::new();
         for item in items {
-            let view = to_view(rt, &self.info.version, item);
+            let view = self.view(converter.as_ref(), rt, item)?;
             let labels_map = view["metadata"]["labels"]
                 .as_object()
                 .cloned()
@@ -1113,7 +1257,10 @@ impl<'a> Call<'a> {
                 &opts,
             ) {
                 Ok((_, Deleted::Gone(o) | Deleted::Pending(o))) => {
-                    deleted.push(objects::list_item(rt, to_view(rt, &self.info.version, o)));
+                    deleted.push(objects::list_item(
+                        rt,
+                        self.view(converter.as_ref(), rt, o)?,
+                    ));
                 }
                 Err(ApiError::NotFound { .. }) => {}
                 Err(e) => return Err(e),
@@ -1138,7 +1285,7 @@ impl<'a> Call<'a> {
             .ok_or_else(|| ApiError::not_found(&rt.gr(), &self.info.name))?;
         Ok((
             200,
-            objects::scale_of(rt, &to_view(rt, &self.info.version, obj)),
+            objects::scale_of(rt, &self.view(self.converter(rt).as_ref(), rt, obj)?),
         ))
     }
 
@@ -1146,6 +1293,7 @@ impl<'a> Call<'a> {
         let name = self.info.name.clone();
         let ns = self.ns(rt);
         let version = self.info.version.clone();
+        let converter = self.converter(rt);
         let written = self.write(rt, &ns, &name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
             let view = to_view(rt, &version, current.clone());
@@ -1196,9 +1344,10 @@ impl<'a> Call<'a> {
                 false,
                 None,
                 None,
+                converter.as_ref(),
             )
         })?;
-        let obj = self.view_written(rt, written);
+        let obj = self.view_written(rt, written)?;
         Ok((200, objects::scale_of(rt, &obj)))
     }
 
@@ -1217,7 +1366,7 @@ impl<'a> Call<'a> {
             }
             Ok(Write::Put(new))
         })?;
-        Ok((200, self.view_written(rt, written)))
+        Ok((200, self.view_written(rt, written)?))
     }
 
     fn bind_pod(&self, rt: &ResourceType, name: &str) -> Reply {
@@ -1364,7 +1513,7 @@ impl<'a> Call<'a> {
             }
             self.prepare_ephemeral_update(rt, current, &new, false)
         })?;
-        Ok((200, self.view_written(rt, written)))
+        Ok((200, self.view_written(rt, written)?))
     }
 
     /// `PATCH …/pods/NAME/ephemeralcontainers`: the patch applies to the whole Pod (as
@@ -1417,7 +1566,7 @@ impl<'a> Call<'a> {
             patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
             self.prepare_ephemeral_update(rt, current, &patched, is_apply)
         })?;
-        Ok((200, self.view_written(rt, written)))
+        Ok((200, self.view_written(rt, written)?))
     }
 
     /// Decides the write of an update of the live pod `old` through

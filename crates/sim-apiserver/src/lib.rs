@@ -32,6 +32,7 @@ pub mod call;
 pub mod certificates;
 pub mod component_status;
 pub mod control;
+pub mod conversion;
 mod create;
 pub mod discovery;
 pub mod ephemeral;

@@ -11,8 +11,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::call::Call;
+use super::conversion::Converter;
 use super::handlers::parse_rv;
-use super::objects::to_view;
 use super::registry::ResourceType;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::state::State;
@@ -30,6 +30,8 @@ pub struct WatchPlan {
     start: Start,
     bookmarks: bool,
     timeout: Duration,
+    /// The conversion webhook of a custom resource's CRD, if it has one.
+    converter: Option<Converter>,
 }
 
 enum Start {
@@ -121,6 +123,7 @@ pub fn plan(call: &Call<'_>, rt: &ResourceType) -> Result<WatchPlan, ApiError> {
         start,
         bookmarks,
         timeout,
+        converter: super::conversion::converter(&call.state.store, rt),
     })
 }
 
@@ -141,9 +144,12 @@ impl WatchPlan {
                 .is_none_or(|ns| *ns == event.namespace)
     }
 
+    /// The event of `obj`, or an ERROR event when it cannot be converted to the version.
     fn line(&self, kind: &str, obj: Value) -> Bytes {
-        let object = to_view(&self.rt, &self.version, obj);
-        Bytes::from(crate::answer_json::watch_line(kind, &object))
+        match super::conversion::view(self.converter.as_ref(), &self.rt, &self.version, obj) {
+            Ok(object) => Bytes::from(crate::answer_json::watch_line(kind, &object)),
+            Err(e) => Bytes::from(crate::answer_json::watch_line("ERROR", &e.to_status())),
+        }
     }
 
     fn bookmark(&self, revision: u64, initial_end: bool) -> Bytes {

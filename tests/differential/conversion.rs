@@ -1,0 +1,302 @@
+//! CRD conversion webhooks judged by kube-apiserver's calls of them: the interaction starts
+//! an HTTPS conversion webhook on 127.0.0.1 (its CA given as the CRD's `caBundle`), defines
+//! a custom resource stored as `v1` (`spec.size`) and served as `v2` too (`spec.replicas`),
+//! and compares what a client sees writing and reading it through either version — and
+//! through a webhook that answers Failure, one that leaves the objects unconverted and one
+//! that cannot be reached — and which conversions the webhook was asked for.
+//!
+//! kube-apiserver reads a CRD through an informer: a changed conversion is in effect once a
+//! read through `v2` shows it.
+
+use serde_json::{Value, json};
+
+use super::webhooks::{SERVER_PORT, WebhookServer};
+use super::{Answer, Interaction, JSON, MERGE, NS, Target, exchange, normalize, support};
+
+const GROUP: &str = "conversion.opconform.test";
+
+const CRD_NAME: &str = "widgets.conversion.opconform.test";
+
+fn widgets(version: &str) -> String {
+    format!("/apis/{GROUP}/{version}/namespaces/{NS}/widgets")
+}
+
+fn widget_path(version: &str, name: &str) -> String {
+    format!("{}/{name}", widgets(version))
+}
+
+/// The webhook's conversion of one object: `spec.size` in v1 is `spec.replicas` in v2. It
+/// labels what it converts (kept) and bumps the generation (which the server restores).
+fn converted(mut object: Value, desired: &str) -> Value {
+    let spec = object["spec"].as_object().cloned().unwrap_or_default();
+    let (from, to) = if desired.ends_with("/v2") {
+        ("size", "replicas")
+    } else {
+        ("replicas", "size")
+    };
+    let mut new_spec = serde_json::Map::new();
+    for (key, value) in spec {
+        new_spec.insert(if key == from { to.into() } else { key }, value);
+    }
+    object["spec"] = Value::Object(new_spec);
+    object["apiVersion"] = json!(desired);
+    object["metadata"]["labels"]["converted-to"] =
+        json!(desired.rsplit('/').next().unwrap_or_default());
+    object["metadata"]["generation"] = json!(99);
+    object
+}
+
+/// The answer of the conversion webhook at `path`: `/convert` converts, `/fail` answers
+/// Failure, `/unconverted` sends the objects back as they came.
+fn conversion_answer(path: &str, review: &Value) -> Option<Value> {
+    let request = &review["request"];
+    let desired = request["desiredAPIVersion"].as_str().unwrap_or_default();
+    let objects = request["objects"].as_array().cloned().unwrap_or_default();
+    let mut response = json!({"uid": request["uid"], "result": {"status": "Success"}});
+    match path {
+        "/fail" => {
+            response["result"] = json!({"status": "Failure",
+                "message": "widgets are not converted today"});
+        }
+        "/unconverted" => response["convertedObjects"] = json!(objects),
+        _ => {
+            response["convertedObjects"] =
+                objects.into_iter().map(|o| converted(o, desired)).collect();
+        }
+    }
+    Some(
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "response": response}),
+    )
+}
+
+fn crd(server: &WebhookServer) -> Value {
+    let version = |name: &str, storage: bool, field: &str| {
+        json!({"name": name, "served": true, "storage": storage,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {field: {"type": "integer"}}}}}}})
+    };
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {"group": GROUP, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                      "listKind": "WidgetList"},
+            "versions": [version("v1", true, "size"), version("v2", false, "replicas")],
+            "conversion": {"strategy": "Webhook", "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"url": server.url("/convert"), "caBundle": server.ca_bundle}}}}})
+}
+
+fn widget(version: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": format!("{GROUP}/{version}"), "kind": "Widget",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+/// Sends a request and records its status and body, the webhook server's port masked.
+async fn send(t: &Target, method: &str, path: &str, content_type: &str, body: Value) -> Value {
+    let (code, _, text) = exchange(t, method, path, content_type, JSON, body).await;
+    let parsed = super::parse_body(text);
+    let text = parsed.to_string();
+    let masked = SERVER_PORT.replace_all(&text, "127.0.0.1:<port>");
+    t.record(Answer {
+        asked: format!("{method} {path}"),
+        code: i64::from(code),
+        body: normalize(serde_json::from_str(&masked).unwrap()),
+    });
+    parsed
+}
+
+/// The conversions the webhook was asked for since the last call, each once and in order:
+/// the review's path and version, the desired version and each object's name, apiVersion,
+/// spec and labels. How often each is asked for is kube-apiserver's watch cache's business
+/// (one per version served, filled as objects are written) and is not compared.
+fn record_conversions(t: &Target, server: &WebhookServer, what: &str) {
+    let reviews: std::collections::BTreeSet<String> = server
+        .take()
+        .into_iter()
+        .flat_map(|(path, review)| {
+            let request = review["request"].clone();
+            request["objects"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |o| {
+                    json!({"path": path, "review": review["apiVersion"],
+                        "desiredAPIVersion": request["desiredAPIVersion"],
+                        "name": o["metadata"]["name"], "apiVersion": o["apiVersion"],
+                        "spec": o["spec"], "labels": o["metadata"]["labels"]})
+                    .to_string()
+                })
+        })
+        .collect();
+    let reviews: Vec<Value> = reviews
+        .iter()
+        .map(|r| serde_json::from_str(r).unwrap())
+        .collect();
+    t.record(Answer {
+        asked: format!("the ConversionReviews of {what}"),
+        code: 0,
+        body: normalize(json!(reviews)),
+    });
+}
+
+/// Points the CRD's webhook at `url` and waits until a read through v2 shows it (`shown`
+/// holds for the answer's status code and body); the reviews meanwhile are dropped.
+async fn reconfigure(
+    t: &Target,
+    server: &WebhookServer,
+    url: &str,
+    shown: impl Fn(u16, &Value) -> bool,
+) {
+    let patch = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": url}}}}});
+    let (code, text) = support::raw(
+        &t.admin,
+        "PATCH",
+        &format!("{}/{CRD_NAME}", super::CRDS),
+        MERGE,
+        serde_json::to_vec(&patch).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        code, 200,
+        "{}: pointing the webhook at {url}: {text}",
+        t.name
+    );
+    super::wait_until(
+        t,
+        &widget_path("v2", "w1"),
+        "the changed conversion webhook to be called",
+        shown,
+    )
+    .await;
+    server.take();
+}
+
+fn message(body: &Value) -> &str {
+    body["message"].as_str().unwrap_or_default()
+}
+
+pub(super) fn interactions() -> Vec<Interaction> {
+    vec![interaction!(
+        "conversion webhooks: a custom resource written and read through two versions",
+        |t| {
+            let server = WebhookServer::answering(conversion_answer).await;
+            let (code, text) = support::raw(
+                &t.admin,
+                "POST",
+                super::CRDS,
+                JSON,
+                serde_json::to_vec(&crd(&server)).unwrap(),
+            )
+            .await;
+            assert_eq!(code, 201, "{}: creating the CRD: {text}", t.name);
+            for version in ["v1", "v2"] {
+                super::wait_until(
+                    t,
+                    &widgets(version),
+                    "the CRD's versions to be served",
+                    |code, _| code == 200,
+                )
+                .await;
+            }
+            server.take();
+            let created = send(
+                t,
+                "POST",
+                &widgets("v1"),
+                JSON,
+                widget("v1", "w1", json!({"size": 3})),
+            )
+            .await;
+            let read = send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+            send(t, "GET", &widgets("v2"), JSON, Value::Null).await;
+            let mut replaced = read.clone();
+            replaced["spec"]["replicas"] = json!(5);
+            send(t, "PUT", &widget_path("v2", "w1"), JSON, replaced).await;
+            send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
+            send(
+                t,
+                "PATCH",
+                &widget_path("v2", "w1"),
+                MERGE,
+                json!({"spec": {"replicas": 6}}),
+            )
+            .await;
+            send(
+                t,
+                "POST",
+                &widgets("v2"),
+                JSON,
+                widget("v2", "w2", json!({"replicas": 2})),
+            )
+            .await;
+            let from = created["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            send(
+                t,
+                "GET",
+                &format!(
+                    "{}?watch=true&resourceVersion={from}&timeoutSeconds=1",
+                    widgets("v2")
+                ),
+                JSON,
+                Value::Null,
+            )
+            .await;
+            send(t, "DELETE", &widget_path("v2", "w2"), JSON, Value::Null).await;
+            record_conversions(t, &server, "the reads and writes through both versions");
+
+            reconfigure(t, &server, &server.url("/fail"), |code, _| code != 200).await;
+            // A list is not compared: kube-apiserver answers it from a watch cache that
+            // keeps trying to fill, 429 or after a wait.
+            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+            send(
+                t,
+                "POST",
+                &widgets("v2"),
+                JSON,
+                widget("v2", "w3", json!({"replicas": 1})),
+            )
+            .await;
+            send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
+            record_conversions(t, &server, "a webhook that answers Failure");
+
+            reconfigure(t, &server, &server.url("/unconverted"), |_, body| {
+                message(body).contains("invalid groupVersion")
+            })
+            .await;
+            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+            send(
+                t,
+                "PATCH",
+                &widget_path("v2", "w1"),
+                MERGE,
+                json!({"spec": {"replicas": 7}}),
+            )
+            .await;
+            record_conversions(t, &server, "a webhook that converts nothing");
+
+            reconfigure(t, &server, "https://127.0.0.1:1/convert", |_, body| {
+                message(body).contains("127.0.0.1:1")
+            })
+            .await;
+            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+            send(
+                t,
+                "POST",
+                &widgets("v2"),
+                JSON,
+                widget("v2", "w3", json!({"replicas": 1})),
+            )
+            .await;
+            send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
+
+            let crd_path = format!("{}/{CRD_NAME}", super::CRDS);
+            let _ = support::raw(&t.admin, "DELETE", &crd_path, JSON, Vec::new()).await;
+            super::wait_until(t, &crd_path, "the CRD to be gone", |code, _| code == 404).await;
+        }
+    )]
+}
