@@ -3,14 +3,15 @@
 //! a custom resource stored as `v1` (`spec.size`) and served as `v2` too (`spec.replicas`),
 //! and compares what a client sees writing and reading it through either version — and
 //! through a webhook that answers Failure, one that leaves the objects unconverted and one
-//! that cannot be reached — and which conversions the webhook was asked for.
+//! that cannot be reached —, which conversions the webhook was asked for, and what a
+//! validating admission webhook of `v2` is sent.
 //!
 //! kube-apiserver reads a CRD through an informer: a changed conversion is in effect once a
 //! read through `v2` shows it.
 
 use serde_json::{Value, json};
 
-use super::webhooks::{SERVER_PORT, WebhookServer};
+use super::webhooks::{self, SERVER_PORT, WebhookServer};
 use super::{Answer, Interaction, JSON, MERGE, NS, Target, exchange, normalize, support};
 
 const GROUP: &str = "conversion.opconform.test";
@@ -247,6 +248,26 @@ pub(super) fn interactions() -> Vec<Interaction> {
             )
             .await;
             send(t, "DELETE", &widget_path("v2", "w2"), JSON, Value::Null).await;
+
+            // A validating webhook of v2 is sent the update's objects in v2.
+            let admission = WebhookServer::start().await;
+            let mut hook =
+                webhooks::webhook("widgets.opconform.test", &admission, "/check", json!({}));
+            hook["rules"] = json!([{"apiGroups": [GROUP], "apiVersions": ["v2"],
+                "operations": ["UPDATE"], "resources": ["widgets"]}]);
+            webhooks::register(t, &admission, "opconform-widgets", false, vec![hook]).await;
+            send(
+                t,
+                "PATCH",
+                &widget_path("v2", "w1"),
+                MERGE,
+                json!({"spec": {"replicas": 8}}),
+            )
+            .await;
+            webhooks::record_reviews(t, &admission, "the widgets' validating webhook");
+            webhooks::unregister(t, &admission, "opconform-widgets", false).await;
+            // A conversion kube-apiserver's watch cache made once is not made again: the
+            // conversions are compared over all the writes and reads.
             record_conversions(t, &server, "the reads and writes through both versions");
 
             reconfigure(t, &server, &server.url("/fail"), |code, _| code != 200).await;

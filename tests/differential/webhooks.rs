@@ -99,7 +99,7 @@ fn answer_of(path: &str, review: &Value) -> Option<Value> {
 pub(super) type Answering = fn(&str, &Value) -> Option<Value>;
 
 impl WebhookServer {
-    async fn start() -> Self {
+    pub(super) async fn start() -> Self {
         Self::answering(answer_of).await
     }
 
@@ -209,7 +209,7 @@ fn is_probe(review: &Value) -> bool {
 }
 
 /// A webhook of the configurations below: configmaps in the namespace, sideEffects None.
-fn webhook(name: &str, server: &WebhookServer, path: &str, extra: Value) -> Value {
+pub(super) fn webhook(name: &str, server: &WebhookServer, path: &str, extra: Value) -> Value {
     let mut hook = json!({
         "name": name,
         "clientConfig": {"url": server.url(path), "caBundle": server.ca_bundle},
@@ -241,7 +241,7 @@ fn config_path(mutating: bool) -> String {
 
 /// Registers a configuration of `hooks` (and its probe webhook) and waits until the server
 /// calls it.
-async fn register(
+pub(super) async fn register(
     t: &Target,
     server: &WebhookServer,
     name: &str,
@@ -275,7 +275,7 @@ async fn register(
 }
 
 /// Deletes the configuration and waits until the server no longer calls it.
-async fn unregister(t: &Target, server: &WebhookServer, name: &str, mutating: bool) {
+pub(super) async fn unregister(t: &Target, server: &WebhookServer, name: &str, mutating: bool) {
     let path = format!("{}/{name}", config_path(mutating));
     let (code, text) = support::raw(&t.admin, "DELETE", &path, JSON, Vec::new()).await;
     assert_eq!(code, 200, "{}: deleting {name}: {text}", t.name);
@@ -355,7 +355,7 @@ async fn create(t: &Target, object: Value) -> Value {
 /// The reviews the server sent, recorded with what differs between any two clusters masked
 /// (uids, times) and without the user's uid, which the real server's static admin token has
 /// and the simulator's admin has not.
-fn record_reviews(t: &Target, server: &WebhookServer, what: &str) {
+pub(super) fn record_reviews(t: &Target, server: &WebhookServer, what: &str) {
     let reviews: Vec<Value> = server
         .take()
         .into_iter()

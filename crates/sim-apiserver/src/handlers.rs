@@ -383,10 +383,10 @@ impl<'a> Call<'a> {
     }
 
     /// A write of a custom resource whose CRD converts through a webhook: the live object is
-    /// read and converted to the request's version, the write decided on it and converted
-    /// to the storage version (outside the store's lock, as the webhook is called), then
-    /// stored if the live object has not changed meanwhile. A dry run converts nothing
-    /// to store.
+    /// read and converted to the request's version, the write decided on it, admitted by the
+    /// admission webhooks in that version and converted to the storage version (outside the
+    /// store's lock, as the webhooks are called), then stored if the live object has not
+    /// changed meanwhile. A dry run converts nothing to store.
     fn write_converted(
         &self,
         converter: &conversion::Converter,
@@ -404,7 +404,16 @@ impl<'a> Call<'a> {
             .map(|c| converter.convert(c, version))
             .transpose()
             .map_err(conversion::Failure::into_api_error)?;
-        let decision = match decide(current.as_ref())? {
+        let mut decision = decide(current.as_ref())?;
+        if self.admits(rt) {
+            decision = self
+                .admit(rt, name, |seen| {
+                    seen(current.as_ref(), decision);
+                    Ok(())
+                })?
+                .commit(&rt.gr(), name, current.as_ref())?;
+        }
+        let decision = match decision {
             Write::Put(object) if !self.dry_run()? => Write::Put(
                 converter
                     .to_storage(rt, version, object)
@@ -413,7 +422,7 @@ impl<'a> Call<'a> {
             decision => decision,
         };
         let gr = rt.gr();
-        self.admit_and_write(rt, namespace, name, move |now| {
+        self.store_write(rt, namespace, name, move |now| {
             let now = now.map(|c| c["metadata"]["resourceVersion"].clone());
             match (&expected, &now) {
                 (None, Some(_)) => Err(ApiError::already_exists(&gr, name)),
@@ -453,35 +462,47 @@ impl<'a> Call<'a> {
         name: &str,
         decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
     ) -> Result<Written, ApiError> {
-        // Not for a write made on another resource's behalf (`bindings` writes pods).
-        if !admission_webhooks::admits_subresource(&self.info.subresource)
-            || self.info.resource != rt.resource
-            || !admission_webhooks::configured(&self.state.store)
-        {
+        if !self.admits(rt) {
             return self.store_write(rt, namespace, name, decide);
         }
         let gr = Self::storage_gr(rt);
-        let version = self.info.version.clone();
-        let mut attrs = self.admission(rt, admission_webhooks::Operation::Update, name, None);
-        let admitted = admission_webhooks::admit_write(
-            &self.state.store,
-            &mut attrs,
-            |seen| {
-                self.state
-                    .store
-                    .preview(&gr, namespace, name, |current| {
-                        seen(current, decide(current)?);
-                        Ok(Write::Keep)
-                    })
-                    .map(|_| ())
-            },
-            &|stored, old| match checks(rt, &version, stored, old) {
-                causes if causes.is_empty() => Ok(()),
-                causes => Err(invalid(rt, name, causes)),
-            },
-        )?;
+        let admitted = self.admit(rt, name, |seen| {
+            self.state
+                .store
+                .preview(&gr, namespace, name, |current| {
+                    seen(current, decide(current)?);
+                    Ok(Write::Keep)
+                })
+                .map(|_| ())
+        })?;
         self.store_write(rt, namespace, name, |current| {
             admitted.commit(&rt.gr(), name, current)
+        })
+    }
+
+    /// Whether this request's write goes to the admission webhooks: not one made on another
+    /// resource's behalf (`bindings` writes pods), and only when webhooks are configured.
+    fn admits(&self, rt: &ResourceType) -> bool {
+        admission_webhooks::admits_subresource(&self.info.subresource)
+            && self.info.resource == rt.resource
+            && admission_webhooks::configured(&self.state.store)
+    }
+
+    /// The write `preview` shows (the live object and the write decided on it), as the
+    /// admission webhooks admit it.
+    fn admit(
+        &self,
+        rt: &ResourceType,
+        name: &str,
+        preview: impl FnOnce(&mut dyn FnMut(Option<&Value>, Write)) -> Result<(), ApiError>,
+    ) -> Result<admission_webhooks::Admitted, ApiError> {
+        let version = self.info.version.clone();
+        let mut attrs = self.admission(rt, admission_webhooks::Operation::Update, name, None);
+        admission_webhooks::admit_write(&self.state.store, &mut attrs, preview, &|stored, old| {
+            match checks(rt, &version, stored, old) {
+                causes if causes.is_empty() => Ok(()),
+                causes => Err(invalid(rt, name, causes)),
+            }
         })
     }
 
@@ -1163,21 +1184,21 @@ impl<'a> Call<'a> {
             .then(|| self.state.store.get(&rt.gr(), "", &name))
             .flatten();
         let dry_run = dry_run_requested(None, &opts)?;
-        if let Some(converter) = self.converter(rt)
-            && let Some(current) = self.state.store.get(&Self::storage_gr(rt), &ns, &name)
-        {
+        let converter = self.converter(rt);
+        let current = self.state.store.get(&Self::storage_gr(rt), &ns, &name);
+        let viewed = current
+            .map(|c| self.view(converter.as_ref(), rt, c))
+            .transpose()?;
+        if let (Some(converter), Some(viewed)) = (&converter, &viewed) {
             // kube-apiserver's store reads the object in the request's version and encodes
             // it again to compare with what is stored (`getStateFromObject`): both
             // conversions are made, and the delete fails with them.
-            let viewed = converter
-                .convert(current, &self.info.version)
-                .map_err(conversion::Failure::into_api_error)?;
             converter
-                .convert(viewed, rt.storage_version())
+                .convert(viewed.clone(), rt.storage_version())
                 .map_err(conversion::Failure::into_api_error)?;
         }
         if admission_webhooks::configured(&self.state.store)
-            && let Some(current) = self.state.store.get(&Self::storage_gr(rt), &ns, &name)
+            && let Some(viewed) = &viewed
         {
             let attrs = self.admission(
                 rt,
@@ -1185,11 +1206,7 @@ impl<'a> Call<'a> {
                 &name,
                 Some(&opts),
             );
-            admission_webhooks::admit_delete(
-                &self.state.store,
-                &attrs,
-                &to_view(rt, &self.info.version, current),
-            )?;
+            admission_webhooks::admit_delete(&self.state.store, &attrs, viewed)?;
         }
         let (code, obj) = delete_object(self.state, rt, &ns, &name, &opts)?;
         if let Some(crd) = crd.filter(|_| !dry_run) {
