@@ -47,8 +47,9 @@ fn converted(mut object: Value, desired: &str) -> Value {
     object
 }
 
-/// The answer of the conversion webhook at `path`: `/convert` converts, `/fail` answers
-/// Failure, `/unconverted` sends the objects back as they came.
+/// The answer of the conversion webhook at `path`: `/convert` converts, `/beta` too and
+/// labels the objects with the review's version, `/fail` answers Failure, `/unconverted`
+/// sends the objects back as they came. The answer is of the review's version.
 fn conversion_answer(path: &str, review: &Value) -> Option<Value> {
     let request = &review["request"];
     let desired = request["desiredAPIVersion"].as_str().unwrap_or_default();
@@ -60,13 +61,25 @@ fn conversion_answer(path: &str, review: &Value) -> Option<Value> {
                 "message": "widgets are not converted today"});
         }
         "/unconverted" => response["convertedObjects"] = json!(objects),
+        "/beta" => {
+            let reviewed_as = review["apiVersion"].as_str().unwrap_or_default();
+            response["convertedObjects"] = objects
+                .into_iter()
+                .map(|o| {
+                    let mut o = converted(o, desired);
+                    o["metadata"]["labels"]["reviewed-as"] =
+                        json!(reviewed_as.rsplit('/').next().unwrap_or_default());
+                    o
+                })
+                .collect();
+        }
         _ => {
             response["convertedObjects"] =
                 objects.into_iter().map(|o| converted(o, desired)).collect();
         }
     }
     Some(
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        json!({"apiVersion": review["apiVersion"], "kind": "ConversionReview",
         "response": response}),
     )
 }
@@ -107,14 +120,16 @@ async fn send(t: &Target, method: &str, path: &str, content_type: &str, body: Va
     parsed
 }
 
-/// The conversions the webhook was asked for since the last call, each once and in order:
-/// the review's path and version, the desired version and each object's name, apiVersion,
+/// The conversions the webhook at `path` was asked for since the last call, each once and
+/// in order: the review's version, the desired version and each object's name, apiVersion,
 /// spec and labels. How often each is asked for is kube-apiserver's watch cache's business
-/// (one per version served, filled as objects are written) and is not compared.
-fn record_conversions(t: &Target, server: &WebhookServer, what: &str) {
+/// (one per version served, filled as objects are written) and is not compared, nor what
+/// the watch caches of a CRD's previous conversion webhook still send to another path.
+fn record_conversions(t: &Target, server: &WebhookServer, what: &str, path: &str) {
     let reviews: std::collections::BTreeSet<String> = server
         .take()
         .into_iter()
+        .filter(|(sent_to, _)| sent_to == path)
         .flat_map(|(path, review)| {
             let request = review["request"].clone();
             request["objects"]
@@ -142,15 +157,16 @@ fn record_conversions(t: &Target, server: &WebhookServer, what: &str) {
     });
 }
 
-/// Points the CRD's webhook at `url` and waits until a read through v2 shows it (`shown`
-/// holds for the answer's status code and body); the reviews meanwhile are dropped.
+/// Merges `webhook` into the CRD's conversion webhook (the review versions, the URL) and
+/// waits until a read through v2 shows it (`shown` holds for the answer's status code and
+/// body); the reviews meanwhile are dropped.
 async fn reconfigure(
     t: &Target,
     server: &WebhookServer,
-    url: &str,
+    webhook: Value,
     shown: impl Fn(u16, &Value) -> bool,
 ) {
-    let patch = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": url}}}}});
+    let patch = json!({"spec": {"conversion": {"webhook": webhook}}});
     let (code, text) = support::raw(
         &t.admin,
         "PATCH",
@@ -161,7 +177,7 @@ async fn reconfigure(
     .await;
     assert_eq!(
         code, 200,
-        "{}: pointing the webhook at {url}: {text}",
+        "{}: changing the conversion webhook to {webhook}: {text}",
         t.name
     );
     super::wait_until(
@@ -268,9 +284,34 @@ pub(super) fn interactions() -> Vec<Interaction> {
             webhooks::unregister(t, &admission, "opconform-widgets", false).await;
             // A conversion kube-apiserver's watch cache made once is not made again: the
             // conversions are compared over all the writes and reads.
-            record_conversions(t, &server, "the reads and writes through both versions");
+            record_conversions(
+                t,
+                &server,
+                "the reads and writes through both versions",
+                "/convert",
+            );
 
-            reconfigure(t, &server, &server.url("/fail"), |code, _| code != 200).await;
+            // A webhook that speaks only v1beta1 is sent v1beta1 reviews.
+            let beta = json!({"conversionReviewVersions": ["v1beta1", "v1"],
+                "clientConfig": {"url": server.url("/beta")}});
+            reconfigure(t, &server, beta, |code, body| {
+                code == 200 && body["metadata"]["labels"]["reviewed-as"] == "v1beta1"
+            })
+            .await;
+            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+            send(
+                t,
+                "PATCH",
+                &widget_path("v2", "w1"),
+                MERGE,
+                json!({"spec": {"replicas": 9}}),
+            )
+            .await;
+            record_conversions(t, &server, "v1beta1 reviews", "/beta");
+
+            let fail = json!({"conversionReviewVersions": ["v1"],
+                "clientConfig": {"url": server.url("/fail")}});
+            reconfigure(t, &server, fail, |code, _| code != 200).await;
             // A list is not compared: kube-apiserver answers it from a watch cache that
             // keeps trying to fill, 429 or after a wait.
             send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
@@ -283,9 +324,10 @@ pub(super) fn interactions() -> Vec<Interaction> {
             )
             .await;
             send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
-            record_conversions(t, &server, "a webhook that answers Failure");
+            record_conversions(t, &server, "a webhook that answers Failure", "/fail");
 
-            reconfigure(t, &server, &server.url("/unconverted"), |_, body| {
+            let unconverted = json!({"clientConfig": {"url": server.url("/unconverted")}});
+            reconfigure(t, &server, unconverted, |_, body| {
                 message(body).contains("invalid groupVersion")
             })
             .await;
@@ -298,9 +340,15 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 json!({"spec": {"replicas": 7}}),
             )
             .await;
-            record_conversions(t, &server, "a webhook that converts nothing");
+            record_conversions(
+                t,
+                &server,
+                "a webhook that converts nothing",
+                "/unconverted",
+            );
 
-            reconfigure(t, &server, "https://127.0.0.1:1/convert", |_, body| {
+            let unreachable = json!({"clientConfig": {"url": "https://127.0.0.1:1/convert"}});
+            reconfigure(t, &server, unreachable, |_, body| {
                 message(body).contains("127.0.0.1:1")
             })
             .await;
