@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use super::admission_webhooks::{self, CallError, Destination};
 use super::objects;
 use super::registry::{Backing, ResourceType};
-use super::status::{ApiError, GroupResource};
+use super::status::ApiError;
 use super::store::Store;
 
 /// How long kube-apiserver waits for a conversion webhook (`defaultRequestTimeout`).
@@ -106,19 +106,13 @@ pub struct Converter {
 /// The converter of `rt`'s objects: `None` for built-in resources and CRDs whose strategy
 /// is `None`.
 pub fn converter(store: &Store, rt: &ResourceType) -> Option<Converter> {
-    let Backing::Custom { crd, .. } = &rt.backing else {
+    let Backing::Custom {
+        conversion_webhook: Some(webhook),
+        ..
+    } = &rt.backing
+    else {
         return None;
     };
-    let crd = store.get(
-        &GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"),
-        "",
-        crd,
-    )?;
-    let conversion = &crd["spec"]["conversion"];
-    if conversion["strategy"] != "Webhook" {
-        return None;
-    }
-    let webhook = &conversion["webhook"];
     let config = &webhook["clientConfig"];
     let review_version = webhook["conversionReviewVersions"]
         .as_array()
@@ -406,6 +400,52 @@ mod tests {
             "metadata": {"name": "w", "namespace": "ns", "uid": "u", "generation": 1,
                          "labels": {"a": "b"}},
             "spec": {"size": 1}})
+    }
+
+    fn widget_crd(conversion: Value) -> Value {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "conversion": conversion,
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}})
+    }
+
+    #[test]
+    fn only_a_crd_of_the_webhook_strategy_has_a_converter_speaking_its_first_known_version() {
+        let store = Store::new(10);
+        let none = crate::registry::custom_type(&widget_crd(json!({"strategy": "None"}))).unwrap();
+        assert!(converter(&store, &none).is_none());
+        let webhook = json!({"strategy": "Webhook", "webhook": {
+            "conversionReviewVersions": ["v2", "v1beta1", "v1"],
+            "clientConfig": {"url": "https://127.0.0.1:8443/convert"}}});
+        let rt = crate::registry::custom_type(&widget_crd(webhook)).unwrap();
+        let converter = converter(&store, &rt).expect("a webhook converter");
+        assert_eq!(converter.review_version, Some("v1beta1"));
+        assert_eq!(
+            converter.destination.map(|d| d.url),
+            Ok("https://127.0.0.1:8443/convert?timeout=30s".to_string())
+        );
+    }
+
+    #[test]
+    fn an_object_already_in_the_desired_version_is_not_sent() {
+        let converter = Converter {
+            group: "example.com".into(),
+            destination: Err("never dialled".into()),
+            ca_bundle: None,
+            review_version: Some("v1"),
+        };
+        assert_eq!(converter.convert(widget("v2"), "v2").unwrap(), widget("v2"));
+        assert_eq!(
+            converter
+                .convert(widget("v1"), "v2")
+                .unwrap_err()
+                .to_string(),
+            "conversion webhook for example.com/v1, Kind=Widget failed: never dialled"
+        );
     }
 
     #[test]

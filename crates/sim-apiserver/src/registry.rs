@@ -70,6 +70,9 @@ pub enum Backing {
         schemas: BTreeMap<String, Schema>,
         /// Printer columns of the storage version (for Table output).
         printer_columns: Vec<Value>,
+        /// `spec.conversion.webhook` when the conversion strategy is `Webhook` (see
+        /// [`super::conversion`]).
+        conversion_webhook: Option<Value>,
     },
     /// Create-only review resources computed on the fly (access reviews).
     Virtual,
@@ -858,6 +861,8 @@ pub fn custom_type(crd: &Value) -> Result<ResourceType, String> {
                 .to_string(),
             schemas,
             printer_columns,
+            conversion_webhook: (crd["spec"]["conversion"]["strategy"] == "Webhook")
+                .then(|| crd["spec"]["conversion"]["webhook"].clone()),
         },
         encoded_as: None,
         returns_deleted_object: false,
