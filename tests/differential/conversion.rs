@@ -4,7 +4,9 @@
 //! and compares what a client sees writing and reading it through either version — and
 //! through a webhook that answers Failure, one that leaves the objects unconverted and one
 //! that cannot be reached —, which conversions the webhook was asked for, and what a
-//! validating admission webhook of `v2` is sent.
+//! validating admission webhook of `v2` is sent. A CRD without a webhook (`None`) has its
+//! custom resource created through the non-storage version, replaced through the storage
+//! one and applied through the other again, to compare whose fields `managedFields` name.
 //!
 //! kube-apiserver reads a CRD through an informer: a changed conversion is in effect once a
 //! read through `v2` shows it.
@@ -195,177 +197,241 @@ fn message(body: &Value) -> &str {
 }
 
 pub(super) fn interactions() -> Vec<Interaction> {
-    vec![interaction!(
-        "conversion webhooks: a custom resource written and read through two versions",
-        |t| {
-            let server = WebhookServer::answering(conversion_answer).await;
-            let (code, text) = support::raw(
-                &t.admin,
-                "POST",
-                super::CRDS,
-                JSON,
-                serde_json::to_vec(&crd(&server)).unwrap(),
-            )
-            .await;
-            assert_eq!(code, 201, "{}: creating the CRD: {text}", t.name);
-            for version in ["v1", "v2"] {
-                super::wait_until(
-                    t,
-                    &widgets(version),
-                    "the CRD's versions to be served",
-                    |code, _| code == 200,
+    vec![
+        interaction!(
+            "conversion webhooks: a custom resource written and read through two versions",
+            |t| {
+                let server = WebhookServer::answering(conversion_answer).await;
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "POST",
+                    super::CRDS,
+                    JSON,
+                    serde_json::to_vec(&crd(&server)).unwrap(),
                 )
                 .await;
-            }
-            server.take();
-            let created = send(
-                t,
-                "POST",
-                &widgets("v1"),
-                JSON,
-                widget("v1", "w1", json!({"size": 3})),
-            )
-            .await;
-            let read = send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
-            send(t, "GET", &widgets("v2"), JSON, Value::Null).await;
-            let mut replaced = read.clone();
-            replaced["spec"]["replicas"] = json!(5);
-            send(t, "PUT", &widget_path("v2", "w1"), JSON, replaced).await;
-            send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
-            send(
-                t,
-                "PATCH",
-                &widget_path("v2", "w1"),
-                MERGE,
-                json!({"spec": {"replicas": 6}}),
-            )
-            .await;
-            send(
-                t,
-                "POST",
-                &widgets("v2"),
-                JSON,
-                widget("v2", "w2", json!({"replicas": 2})),
-            )
-            .await;
-            let from = created["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            send(
-                t,
-                "GET",
-                &format!(
-                    "{}?watch=true&resourceVersion={from}&timeoutSeconds=1",
-                    widgets("v2")
-                ),
-                JSON,
-                Value::Null,
-            )
-            .await;
-            send(t, "DELETE", &widget_path("v2", "w2"), JSON, Value::Null).await;
+                assert_eq!(code, 201, "{}: creating the CRD: {text}", t.name);
+                for version in ["v1", "v2"] {
+                    super::wait_until(
+                        t,
+                        &widgets(version),
+                        "the CRD's versions to be served",
+                        |code, _| code == 200,
+                    )
+                    .await;
+                }
+                server.take();
+                let created = send(
+                    t,
+                    "POST",
+                    &widgets("v1"),
+                    JSON,
+                    widget("v1", "w1", json!({"size": 3})),
+                )
+                .await;
+                let read = send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+                send(t, "GET", &widgets("v2"), JSON, Value::Null).await;
+                let mut replaced = read.clone();
+                replaced["spec"]["replicas"] = json!(5);
+                send(t, "PUT", &widget_path("v2", "w1"), JSON, replaced).await;
+                send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
+                send(
+                    t,
+                    "PATCH",
+                    &widget_path("v2", "w1"),
+                    MERGE,
+                    json!({"spec": {"replicas": 6}}),
+                )
+                .await;
+                send(
+                    t,
+                    "POST",
+                    &widgets("v2"),
+                    JSON,
+                    widget("v2", "w2", json!({"replicas": 2})),
+                )
+                .await;
+                let from = created["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                send(
+                    t,
+                    "GET",
+                    &format!(
+                        "{}?watch=true&resourceVersion={from}&timeoutSeconds=1",
+                        widgets("v2")
+                    ),
+                    JSON,
+                    Value::Null,
+                )
+                .await;
+                send(t, "DELETE", &widget_path("v2", "w2"), JSON, Value::Null).await;
 
-            // A validating webhook of v2 is sent the update's objects in v2.
-            let admission = WebhookServer::start().await;
-            let mut hook =
-                webhooks::webhook("widgets.opconform.test", &admission, "/check", json!({}));
-            hook["rules"] = json!([{"apiGroups": [GROUP], "apiVersions": ["v2"],
+                // A validating webhook of v2 is sent the update's objects in v2.
+                let admission = WebhookServer::start().await;
+                let mut hook =
+                    webhooks::webhook("widgets.opconform.test", &admission, "/check", json!({}));
+                hook["rules"] = json!([{"apiGroups": [GROUP], "apiVersions": ["v2"],
                 "operations": ["UPDATE"], "resources": ["widgets"]}]);
-            webhooks::register(t, &admission, "opconform-widgets", false, vec![hook]).await;
-            send(
-                t,
-                "PATCH",
-                &widget_path("v2", "w1"),
-                MERGE,
-                json!({"spec": {"replicas": 8}}),
-            )
-            .await;
-            webhooks::record_reviews(t, &admission, "the widgets' validating webhook");
-            webhooks::unregister(t, &admission, "opconform-widgets", false).await;
-            // A conversion kube-apiserver's watch cache made once is not made again: the
-            // conversions are compared over all the writes and reads.
-            record_conversions(
-                t,
-                &server,
-                "the reads and writes through both versions",
-                "/convert",
-            );
+                webhooks::register(t, &admission, "opconform-widgets", false, vec![hook]).await;
+                send(
+                    t,
+                    "PATCH",
+                    &widget_path("v2", "w1"),
+                    MERGE,
+                    json!({"spec": {"replicas": 8}}),
+                )
+                .await;
+                webhooks::record_reviews(t, &admission, "the widgets' validating webhook");
+                webhooks::unregister(t, &admission, "opconform-widgets", false).await;
+                // A conversion kube-apiserver's watch cache made once is not made again: the
+                // conversions are compared over all the writes and reads.
+                record_conversions(
+                    t,
+                    &server,
+                    "the reads and writes through both versions",
+                    "/convert",
+                );
 
-            // A webhook that speaks only v1beta1 is sent v1beta1 reviews.
-            let beta = json!({"conversionReviewVersions": ["v1beta1", "v1"],
+                // A webhook that speaks only v1beta1 is sent v1beta1 reviews.
+                let beta = json!({"conversionReviewVersions": ["v1beta1", "v1"],
                 "clientConfig": {"url": server.url("/beta")}});
-            reconfigure(t, &server, beta, |code, body| {
-                code == 200 && body["metadata"]["labels"]["reviewed-as"] == "v1beta1"
-            })
-            .await;
-            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
-            send(
-                t,
-                "PATCH",
-                &widget_path("v2", "w1"),
-                MERGE,
-                json!({"spec": {"replicas": 9}}),
-            )
-            .await;
-            record_conversions(t, &server, "v1beta1 reviews", "/beta");
+                reconfigure(t, &server, beta, |code, body| {
+                    code == 200 && body["metadata"]["labels"]["reviewed-as"] == "v1beta1"
+                })
+                .await;
+                send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+                send(
+                    t,
+                    "PATCH",
+                    &widget_path("v2", "w1"),
+                    MERGE,
+                    json!({"spec": {"replicas": 9}}),
+                )
+                .await;
+                record_conversions(t, &server, "v1beta1 reviews", "/beta");
 
-            let fail = json!({"conversionReviewVersions": ["v1"],
+                let fail = json!({"conversionReviewVersions": ["v1"],
                 "clientConfig": {"url": server.url("/fail")}});
-            reconfigure(t, &server, fail, |code, _| code != 200).await;
-            // A list is not compared: kube-apiserver answers it from a watch cache that
-            // keeps trying to fill, 429 or after a wait.
-            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
-            send(
-                t,
-                "POST",
-                &widgets("v2"),
-                JSON,
-                widget("v2", "w3", json!({"replicas": 1})),
-            )
-            .await;
-            send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
-            record_conversions(t, &server, "a webhook that answers Failure", "/fail");
+                reconfigure(t, &server, fail, |code, _| code != 200).await;
+                // A list is not compared: kube-apiserver answers it from a watch cache that
+                // keeps trying to fill, 429 or after a wait.
+                send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+                send(
+                    t,
+                    "POST",
+                    &widgets("v2"),
+                    JSON,
+                    widget("v2", "w3", json!({"replicas": 1})),
+                )
+                .await;
+                send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
+                record_conversions(t, &server, "a webhook that answers Failure", "/fail");
 
-            let unconverted = json!({"clientConfig": {"url": server.url("/unconverted")}});
-            reconfigure(t, &server, unconverted, |_, body| {
-                message(body).contains("invalid groupVersion")
-            })
-            .await;
-            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
-            send(
-                t,
-                "PATCH",
-                &widget_path("v2", "w1"),
-                MERGE,
-                json!({"spec": {"replicas": 7}}),
-            )
-            .await;
-            record_conversions(
-                t,
-                &server,
-                "a webhook that converts nothing",
-                "/unconverted",
-            );
+                let unconverted = json!({"clientConfig": {"url": server.url("/unconverted")}});
+                reconfigure(t, &server, unconverted, |_, body| {
+                    message(body).contains("invalid groupVersion")
+                })
+                .await;
+                send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+                send(
+                    t,
+                    "PATCH",
+                    &widget_path("v2", "w1"),
+                    MERGE,
+                    json!({"spec": {"replicas": 7}}),
+                )
+                .await;
+                record_conversions(
+                    t,
+                    &server,
+                    "a webhook that converts nothing",
+                    "/unconverted",
+                );
 
-            let unreachable = json!({"clientConfig": {"url": "https://127.0.0.1:1/convert"}});
-            reconfigure(t, &server, unreachable, |_, body| {
-                message(body).contains("127.0.0.1:1")
-            })
-            .await;
-            send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
-            send(
-                t,
-                "POST",
-                &widgets("v2"),
-                JSON,
-                widget("v2", "w3", json!({"replicas": 1})),
-            )
-            .await;
-            send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
+                let unreachable = json!({"clientConfig": {"url": "https://127.0.0.1:1/convert"}});
+                reconfigure(t, &server, unreachable, |_, body| {
+                    message(body).contains("127.0.0.1:1")
+                })
+                .await;
+                send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
+                send(
+                    t,
+                    "POST",
+                    &widgets("v2"),
+                    JSON,
+                    widget("v2", "w3", json!({"replicas": 1})),
+                )
+                .await;
+                send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
 
-            let crd_path = format!("{}/{CRD_NAME}", super::CRDS);
-            let _ = support::raw(&t.admin, "DELETE", &crd_path, JSON, Vec::new()).await;
-            super::wait_until(t, &crd_path, "the CRD to be gone", |code, _| code == 404).await;
-        }
-    )]
+                let crd_path = format!("{}/{CRD_NAME}", super::CRDS);
+                let _ = support::raw(&t.admin, "DELETE", &crd_path, JSON, Vec::new()).await;
+                super::wait_until(t, &crd_path, "the CRD to be gone", |code, _| code == 404).await;
+            }
+        ),
+        interaction!(
+            "conversion webhooks: without a webhook, managers of either version own their fields",
+            |t| {
+                let name = format!("gizmos.{GROUP}");
+                let version = |v: &str, storage: bool| {
+                    json!({"name": v, "served": true, "storage": storage,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}})
+                };
+                let crd = json!({"apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition", "metadata": {"name": name},
+                "spec": {"group": GROUP, "scope": "Namespaced",
+                    "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+                    "versions": [version("v1", true), version("v2", false)]}});
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "POST",
+                    super::CRDS,
+                    JSON,
+                    serde_json::to_vec(&crd).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 201, "{}: creating the CRD: {text}", t.name);
+                let gizmos = |v: &str| format!("/apis/{GROUP}/{v}/namespaces/{NS}/gizmos");
+                for v in ["v1", "v2"] {
+                    super::wait_until(
+                        t,
+                        &gizmos(v),
+                        "the CRD's versions to be served",
+                        |code, _| code == 200,
+                    )
+                    .await;
+                }
+                let gizmo = |v: &str, spec: Value| {
+                    json!({"apiVersion": format!("{GROUP}/{v}"), "kind": "Gizmo",
+                    "metadata": {"name": "g1"}, "spec": spec})
+                };
+                send(
+                    t,
+                    "POST",
+                    &gizmos("v2"),
+                    JSON,
+                    gizmo("v2", json!({"size": 1, "colour": "red"})),
+                )
+                .await;
+                let mut replaced = super::raw_get(t, &format!("{}/g1", gizmos("v1"))).await;
+                replaced["spec"]["size"] = json!(2);
+                send(t, "PUT", &format!("{}/g1", gizmos("v1")), JSON, replaced).await;
+                send(
+                    t,
+                    "PATCH",
+                    &format!("{}/g1?fieldManager=applier&force=true", gizmos("v2")),
+                    super::APPLY,
+                    gizmo("v2", json!({"size": 3})),
+                )
+                .await;
+                send(t, "GET", &format!("{}/g1", gizmos("v1")), JSON, Value::Null).await;
+                let crd_path = format!("{}/{name}", super::CRDS);
+                let _ = support::raw(&t.admin, "DELETE", &crd_path, JSON, Vec::new()).await;
+                super::wait_until(t, &crd_path, "the CRD to be gone", |code, _| code == 404).await;
+            }
+        ),
+    ]
 }
