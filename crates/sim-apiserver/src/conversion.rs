@@ -12,10 +12,16 @@
 //! The `None` strategy changes the apiVersion only ([`objects::to_view`] does that), so a
 //! CRD without a webhook has no [`Converter`].
 //!
+//! An update's field manager compares the fields of the managers of other versions in
+//! their version, converting the old and the new object as kube-apiserver's does.
+//!
 //! # Caveats
-//! Each object is sent in a review of its own, as kube-apiserver's watch cache sends the
-//! objects of a list; a `service` client config is resolved when the converter is made.
-//! The field manager does not convert objects to the versions of other managers' entries.
+//! - Each object is sent in a review of its own, as kube-apiserver's watch cache sends the
+//!   objects of a list; a `service` client config is resolved when the converter is made.
+//! - A server-side apply compares the managers of other versions without converting.
+//! - An admission webhook whose rules name another version than the request's is sent the
+//!   object with that apiVersion but unconverted.
+//! - A watch's label and field selectors are matched against the stored objects.
 
 use std::time::Duration;
 
