@@ -244,6 +244,8 @@ macro_rules! interaction {
     };
 }
 
+#[path = "differential/admission_policies.rs"]
+mod admission_policies;
 #[path = "differential/builtins.rs"]
 mod builtins;
 #[path = "differential/component_status.rs"]
@@ -309,6 +311,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(component_status::interactions());
     all.extend(jobs::interactions());
     all.extend(webhooks::interactions());
+    all.extend(admission_policies::interactions());
     all.extend(volume_protection::interactions());
     all.extend(volumes::interactions());
     all.extend(disruption::interactions());

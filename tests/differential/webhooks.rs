@@ -430,6 +430,102 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "admission webhooks: match conditions skip a webhook, let it be called, fail by its failure policy and are compiled at create",
+            |t| {
+                let server = WebhookServer::start().await;
+                let config = "opconform-conditions";
+                let conditional = |name: &str, case: &str, policy: &str, conditions: Value| {
+                    let mut hook = webhook(
+                        name,
+                        &server,
+                        "/check",
+                        json!({"objectSelector": {"matchLabels": {"case": case}}}),
+                    );
+                    hook["failurePolicy"] = json!(policy);
+                    hook["matchConditions"] = conditions;
+                    hook
+                };
+                let selected = conditional(
+                    "condition.opconform.test",
+                    "condition",
+                    "Fail",
+                    json!([
+                        {"name": "not-skipped", "expression": "!has(object.metadata.labels.skip)"},
+                        {"name": "a-create-here", "expression":
+                            "request.operation == 'CREATE' && request.namespace == 'differential' && !has(request.subResource) && oldObject == null"},
+                    ]),
+                );
+                let missing = json!([{"name": "missing-key",
+                    "expression": "object.data.missing == 'x'"}]);
+                let failing = conditional(
+                    "error-fail.opconform.test",
+                    "error-fail",
+                    "Fail",
+                    missing.clone(),
+                );
+                let ignoring = conditional(
+                    "error-ignore.opconform.test",
+                    "error-ignore",
+                    "Ignore",
+                    missing,
+                );
+                register(t, &server, config, false, vec![selected, failing, ignoring]).await;
+                create(
+                    t,
+                    configmap(
+                        "webhook-deny-condition-skipped",
+                        json!({"case": "condition", "skip": "yes"}),
+                    ),
+                )
+                .await;
+                create(
+                    t,
+                    configmap(
+                        "webhook-deny-condition-called",
+                        json!({"case": "condition"}),
+                    ),
+                )
+                .await;
+                create(
+                    t,
+                    configmap("webhook-deny-error-fail", json!({"case": "error-fail"})),
+                )
+                .await;
+                create(
+                    t,
+                    configmap("webhook-deny-error-ignore", json!({"case": "error-ignore"})),
+                )
+                .await;
+                record_reviews(t, &server, "the webhooks with match conditions");
+                unregister(t, &server, config, false).await;
+                remove(
+                    t,
+                    &[
+                        "webhook-deny-condition-skipped",
+                        "webhook-deny-error-ignore",
+                    ],
+                )
+                .await;
+                let invalid = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "opconform-invalid-conditions"},
+                "webhooks": [conditional("invalid.opconform.test", "invalid", "Fail", json!([
+                    {"name": "syntax", "expression": "object.metadata.name =="},
+                    {"name": "undeclared", "expression": "objet.metadata.name == 'x'"},
+                    {"name": "fine", "expression": "object.metadata.name == 'x'"},
+                ]))]});
+                send(t, "POST", &config_path(false), invalid).await;
+                let _ = support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{}/opconform-invalid-conditions", config_path(false)),
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+            }
+        ),
+        interaction!(
             "admission webhooks: a custom resource is sent in the version the rule names",
             |t| {
                 let crd_path = format!("{CRDS}/gadgets.webhooks.opconform.test");

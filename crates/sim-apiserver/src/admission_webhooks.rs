@@ -17,9 +17,11 @@
 //! A `url` client config is dialled as written; a `service` one is resolved through the
 //! Service's EndpointSlices or Endpoints, else through the Ready pods its selector picks (a
 //! simulated Service has no cluster IP), and the server is verified as
-//! `<name>.<namespace>.svc` against the `caBundle`. Webhooks with `matchConditions` are not
-//! evaluated (there is no CEL here): a request they would be asked about is refused with a
-//! 500 saying so.
+//! `<name>.<namespace>.svc` against the `caBundle`. A webhook's `matchConditions` are CEL
+//! ([`super::cel`]) evaluated once its rules and selectors match, with `object`, `oldObject`
+//! (in the version it is sent) and `request`: one false skips the webhook, else an error
+//! refuses the request with a 403 under `failurePolicy: Fail` and skips the webhook under
+//! `Ignore`; conditions that do not compile are refused when the configuration is written.
 //!
 //! A create's mutating webhooks are sent the object as the decoding, the field manager and
 //! the admission plugins ordered before them (for pods: ServiceAccount, Priority,
@@ -130,7 +132,7 @@ pub fn collect_warnings<R>(serve: impl FnOnce() -> R) -> (R, Vec<String>) {
     })
 }
 
-fn add_warning(text: &str) {
+pub(crate) fn add_warning(text: &str) {
     let _ = WARNINGS.try_with(|w| {
         let mut w = w.borrow_mut();
         // The recorder keeps one of each warning.
@@ -249,7 +251,7 @@ pub fn options(
 
 /// Admission configuration resources are never sent to webhooks
 /// (`IsExemptAdmissionConfigurationResource`).
-fn exempt(rt: &ResourceType) -> bool {
+pub(crate) fn exempt(rt: &ResourceType) -> bool {
     rt.group == "admissionregistration.k8s.io"
         && matches!(
             rt.resource.as_str(),
@@ -319,11 +321,13 @@ fn hooks(store: &Store, mutating: bool) -> Vec<Hook> {
         .collect()
 }
 
-/// Whether any webhook configuration is stored: when none is, requests skip admission.
+/// Whether any webhook configuration or ValidatingAdmissionPolicyBinding is stored: when none
+/// is, requests skip admission.
 pub fn configured(store: &Store) -> bool {
     [
         "validatingwebhookconfigurations",
         "mutatingwebhookconfigurations",
+        "validatingadmissionpolicybindings",
     ]
     .iter()
     .any(|r| {
@@ -337,8 +341,8 @@ pub fn configured(store: &Store) -> bool {
 /// A webhook to call: which resource and kind it is sent (the request's, or an equivalent
 /// version its rules name).
 #[derive(Debug, Clone, PartialEq)]
-struct Invocation {
-    version: String,
+pub(crate) struct Invocation {
+    pub(crate) version: String,
 }
 
 fn exact_or_wildcard(items: &Value, requested: &str) -> bool {
@@ -349,7 +353,7 @@ fn exact_or_wildcard(items: &Value, requested: &str) -> bool {
 
 /// Whether one of a webhook's rules matches (predicates/rules: scope, operation, group,
 /// version, resource and subresource).
-fn rule_matches(rule: &Value, attrs: &Attributes<'_>, version: &str) -> bool {
+pub(crate) fn rule_matches(rule: &Value, attrs: &Attributes<'_>, version: &str) -> bool {
     let is_namespace =
         attrs.rt.group.is_empty() && attrs.rt.resource == "namespaces" && version == "v1";
     let scope = match rule["scope"].as_str().unwrap_or("*") {
@@ -395,7 +399,7 @@ fn selector_is_empty(selector: &Value) -> bool {
 
 /// predicates/namespace: whether the namespace of the request is selected; a missing
 /// namespace is the 404 the real server answers.
-fn namespace_matches(
+pub(crate) fn namespace_matches(
     store: &Store,
     selector: &Value,
     attrs: &Attributes<'_>,
@@ -424,7 +428,11 @@ fn namespace_matches(
 }
 
 /// predicates/object: the new or the old object's labels are selected.
-fn object_matches(selector: &Value, object: Option<&Value>, old: Option<&Value>) -> bool {
+pub(crate) fn object_matches(
+    selector: &Value,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> bool {
     if selector_is_empty(selector) {
         return true;
     }
@@ -473,28 +481,150 @@ fn should_call(
         return Ok(None);
     };
     namespace?;
-    if hook.spec["matchConditions"]
+    let conditions = hook.spec["matchConditions"]
         .as_array()
-        .is_some_and(|c| !c.is_empty())
+        .cloned()
+        .unwrap_or_default();
+    if !conditions.is_empty()
+        && !conditions_match(hook, &conditions, attrs, &invocation, object, old)?
     {
-        return Err(status_error(json!({
-            "status": "Failure",
-            "message": format!(
-                "Internal error occurred: admission webhook {:?} has matchConditions, which the simulated api server does not evaluate",
-                hook.name()
-            ),
-            "reason": "InternalError",
-            "details": {"causes": [{"message": format!(
-                "admission webhook {:?} has matchConditions, which the simulated api server does not evaluate",
-                hook.name()
-            )}]},
-            "code": 500,
-        })));
+        return Ok(None);
     }
     Ok(Some(invocation))
 }
 
-fn status_error(mut status: Value) -> ApiError {
+/// The CEL `request` of an invocation (cel.CreateAdmissionRequest).
+pub(crate) fn cel_request(attrs: &Attributes<'_>, version: &str) -> Value {
+    let (group, kind_version, kind) = attrs.kind(version);
+    let (request_group, request_version, request_kind) = attrs.kind(attrs.version);
+    let rt = attrs.rt;
+    super::cel::admission_request(
+        (&group, &kind_version, &kind),
+        (&rt.group, version, &rt.resource),
+        (&request_group, &request_version, &request_kind),
+        (&rt.group, attrs.version, &rt.resource),
+        attrs.subresource,
+        attrs.name,
+        attrs.namespace,
+        attrs.operation.as_str(),
+        attrs.user,
+        attrs.dry_run,
+        &attrs.options,
+    )
+}
+
+/// admission.NewForbidden: `<resource> "<name>" is forbidden: <message>`, the name the
+/// request's, else the object's (or its generateName), else `Unknown`.
+pub(crate) fn forbidden(attrs: &Attributes<'_>, object: Option<&Value>, message: &str) -> Value {
+    let meta = object.map(|o| &o["metadata"]);
+    let name = [
+        Some(attrs.name),
+        meta.and_then(|m| m["name"].as_str()),
+        meta.and_then(|m| m["generateName"].as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|n| !n.is_empty())
+    .unwrap_or("Unknown");
+    let gr = GroupResource::new(&attrs.rt.group, &attrs.rt.resource);
+    let mut details = json!({"name": name, "kind": attrs.rt.resource});
+    if !attrs.rt.group.is_empty() {
+        details["group"] = json!(attrs.rt.group);
+    }
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("{gr} {name:?} is forbidden: {message}"),
+        "reason": "Forbidden",
+        "details": details,
+        "code": 403,
+    })
+}
+
+/// Compiles match conditions as the configuration's validation does: the causes of those
+/// that do not compile, at `<at>[i].expression`.
+pub(crate) fn match_condition_causes(
+    conditions: &Value,
+    at: &str,
+    declared: super::cel::Declarations,
+) -> Vec<super::names::Cause> {
+    let mut causes = Vec::new();
+    for (i, condition) in conditions.as_array().into_iter().flatten().enumerate() {
+        let expression = condition["expression"].as_str().unwrap_or_default();
+        if let Err(e) = super::cel::compile(expression, declared) {
+            causes.push(super::names::Cause::invalid(
+                &format!("{at}[{i}].expression"),
+                json!(expression),
+                e.to_string(),
+            ));
+        }
+    }
+    causes
+}
+
+/// Evaluates match conditions (matchconditions.Matcher): any false skips, else any error is
+/// `failurePolicy`'s (Fail: the errors; Ignore: skip), else all hold.
+///
+/// # Errors
+/// The messages of the errors under `failurePolicy: Fail`, aggregated as Go aggregates them.
+pub(crate) fn evaluate_conditions(
+    conditions: &[Value],
+    declared: super::cel::Declarations,
+    activation: &super::cel::Activation,
+    ignore_errors: bool,
+) -> Result<bool, String> {
+    let mut errors = Vec::new();
+    for condition in conditions {
+        let expression = condition["expression"].as_str().unwrap_or_default();
+        let outcome = super::cel::compile(expression, declared)
+            .and_then(|compiled| compiled.holds(activation));
+        match outcome {
+            Ok(false) => return Ok(false),
+            Ok(true) => {}
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    match errors.len() {
+        0 => Ok(true),
+        _ if ignore_errors => Ok(false),
+        1 => Err(errors.remove(0)),
+        _ => Err(format!("[{}]", errors.join(", "))),
+    }
+}
+
+/// Whether a webhook's match conditions let it be called.
+fn conditions_match(
+    hook: &Hook,
+    conditions: &[Value],
+    attrs: &Attributes<'_>,
+    invocation: &Invocation,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, ApiError> {
+    let activation = super::cel::Activation {
+        object: versioned(attrs, invocation, object),
+        old_object: versioned(attrs, invocation, old),
+        request: cel_request(attrs, &invocation.version),
+        ..super::cel::Activation::default()
+    };
+    let declared = super::cel::Declarations {
+        authorizer: true,
+        ..super::cel::Declarations::default()
+    };
+    evaluate_conditions(conditions, declared, &activation, hook.ignores_failures()).map_err(
+        |message| {
+            tracing::warn!(
+                "failed evaluating match conditions of {}, failing closed: {message}",
+                hook.name()
+            );
+            status_error(forbidden(attrs, object, &message))
+        },
+    )
+}
+
+pub(crate) fn status_error(mut status: Value) -> ApiError {
     status["kind"] = json!("Status");
     status["apiVersion"] = json!("v1");
     if !status["metadata"].is_object() {
@@ -547,7 +677,7 @@ fn denial(name: &str, result: &Value) -> ApiError {
 }
 
 /// The object of `attrs` as the webhook is sent it (the invocation's version; a Scale as is).
-fn versioned(attrs: &Attributes<'_>, inv: &Invocation, object: Option<&Value>) -> Value {
+pub(crate) fn versioned(attrs: &Attributes<'_>, inv: &Invocation, object: Option<&Value>) -> Value {
     match object {
         None => Value::Null,
         Some(o) if inv.version == attrs.version || attrs.subresource == "scale" => o.clone(),
@@ -1111,6 +1241,8 @@ pub fn validate(
     if exempt(attrs.rt) {
         return Ok(());
     }
+    // The ValidatingAdmissionPolicy plugin runs before the validating webhooks.
+    super::admission_policy::validate(store, attrs, object, old)?;
     let mut calls = Vec::new();
     for hook in hooks(store, false) {
         let Some(inv) = should_call(store, &hook, attrs, object, old)? else {

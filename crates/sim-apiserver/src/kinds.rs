@@ -91,10 +91,19 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
                 )
                 .at(&at);
                 one_of(webhook, "failurePolicy", FAILURE_POLICIES, &mut causes).at(&at);
+                causes.extend(super::admission_webhooks::match_condition_causes(
+                    &webhook["matchConditions"],
+                    &format!("{at}.matchConditions"),
+                    super::cel::Declarations {
+                        authorizer: true,
+                        ..super::cel::Declarations::default()
+                    },
+                ));
             }
         }
         ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
             one_of(&obj["spec"], "failurePolicy", FAILURE_POLICIES, &mut causes).at("spec");
+            causes.extend(super::admission_policy::policy_causes(obj));
         }
         ("scheduling.k8s.io", "priorityclasses") => {
             let name = obj["metadata"]["name"].as_str().unwrap_or_default();

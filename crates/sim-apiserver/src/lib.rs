@@ -11,8 +11,8 @@
 //!
 //! # Caveats
 //! - Protobuf request bodies are decoded for every built-in kind (see [`protobuf`]), custom
-//!   resources are JSON only; answers are always JSON. No Table output (kubectl falls back to NAME/AGE columns), no
-//!   admission webhook `matchConditions` (see [`admission_webhooks`]), no RBAC escalation checks, no ClusterRole aggregation.
+//!   resources are JSON only; answers are always JSON. No Table output (kubectl falls back to NAME/AGE columns), admission's
+//!   CEL has no type checker (see [`cel`]), no RBAC escalation checks, no ClusterRole aggregation.
 //! - `continue` pages are served from the current state, not a snapshot of the first page.
 //! - `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` (or `…List`) gets metadata only
 //!   from every verb but watch, whose events carry whole objects.
@@ -20,6 +20,7 @@
 //!   does when garbage collection is enabled; they are cleared by the garbage collector of
 //!   the simulated controllers, not by this server.
 
+pub mod admission_policy;
 pub mod admission_webhooks;
 pub mod aggregated;
 pub mod answer_json;
@@ -29,6 +30,7 @@ pub mod attach;
 pub mod audit;
 pub mod auth;
 pub mod call;
+pub mod cel;
 pub mod certificates;
 pub mod component_status;
 pub mod control;

@@ -1,0 +1,452 @@
+//! CEL as kube-apiserver's admission evaluates it (k8s.io/apiserver/pkg/admission/plugin/cel):
+//! the expressions of admission webhooks' `matchConditions` and of ValidatingAdmissionPolicies,
+//! compiled when a configuration is written and evaluated per request with the variables
+//! Kubernetes declares — `object`, `oldObject`, `request` (the AdmissionRequest without its
+//! objects, as JSON has it), `namespaceObject`, `params` and `variables`.
+//!
+//! The environment is the `cel` crate's standard library (with the macros `has`, `all`,
+//! `exists`, `exists_one`, `map` and `filter`, `matches`, durations and timestamps) and its
+//! strings, lists, math and encoders extensions (`lowerAscii`, `split`, `join`, `indexOf`,
+//! `sort`, …), which cover the Kubernetes libraries policies use most.
+//!
+//! Compile errors and evaluation errors are worded as cel-go words them (`ERROR:
+//! <input>:1:8: Syntax error: …` with the source line and a caret; `no such key: x`).
+//!
+//! # Caveats
+//! - There is no type checker: an expression is refused at compile time for its syntax and for
+//!   a reference to a variable the environment does not declare, not for a type error
+//!   (`object.x + 1 == "a"` fails when evaluated instead), and a non-bool result is an
+//!   evaluation error.
+//! - `authorizer` is declared but not bound: an expression that uses it fails when evaluated.
+//! - Kubernetes' own libraries beyond the crate's extensions (`url`, `quantity`, `isSorted`,
+//!   IP and CIDR, semver, `authorizer`) are not there; a call of one fails when evaluated.
+//! - There is no cost budget.
+
+use std::sync::{Arc, LazyLock};
+
+use serde_json::Value;
+
+/// Why an expression did not compile or evaluate, worded as the real server words it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CelError {
+    /// The expression does not compile: cel-go's issues, one `ERROR:` per line group.
+    #[error("compilation failed: {0}")]
+    Compile(String),
+    /// The expression failed when evaluated.
+    #[error("expression '{expression}' resulted in error: {message}")]
+    Evaluation {
+        /// The expression as written.
+        expression: String,
+        /// cel-go's wording of the error.
+        message: String,
+    },
+}
+
+/// The variables an environment declares beyond `object`, `oldObject`, `request` and
+/// `namespaceObject`, which every admission environment has.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Declarations {
+    /// `params` (a policy with a `paramKind`).
+    pub params: bool,
+    /// `authorizer` (webhooks' match conditions and policies).
+    pub authorizer: bool,
+    /// `variables` (policies).
+    pub variables: bool,
+}
+
+impl Declarations {
+    fn declares(&self, name: &str) -> bool {
+        match name {
+            "object" | "oldObject" | "request" | "namespaceObject" => true,
+            "params" => self.params,
+            "authorizer" => self.authorizer,
+            "variables" => self.variables,
+            _ => false,
+        }
+    }
+}
+
+/// A compiled expression.
+pub struct Expression {
+    source: String,
+    program: cel::Program,
+}
+
+impl std::fmt::Debug for Expression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Expression").field(&self.source).finish()
+    }
+}
+
+/// The environment every expression is compiled and evaluated in.
+static ENVIRONMENT: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
+    let mut env = cel::Env::stdlib();
+    // cel-go keeps the last of repeated map keys.
+    env.set_error_on_duplicate_map_keys(false);
+    for extension in [
+        cel::extensions::strings as fn(&mut cel::Env) -> _,
+        cel::extensions::lists,
+        cel::extensions::math,
+        cel::extensions::encoders,
+    ] {
+        if let Err(e) = env.add_extension(extension) {
+            tracing::warn!("a CEL extension could not be added: {e}");
+        }
+    }
+    Arc::new(env)
+});
+
+/// One of cel-go's issues: `ERROR: <input>:line:column: message`, the source line and a caret
+/// under the column.
+fn issue(source: &str, line: usize, column: usize, message: &str) -> String {
+    let mut text = format!("ERROR: <input>:{line}:{column}: {message}");
+    if let Some(snippet) = source.lines().nth(line.saturating_sub(1)) {
+        let snippet = snippet.replace('\t', " ");
+        let dots = column.saturating_sub(1).min(snippet.chars().count());
+        text.push_str(&format!("\n | {snippet}\n | {}^", ".".repeat(dots)));
+    }
+    text
+}
+
+/// The names the comprehension macros bind (`x` of `list.all(x, …)`), which are no free
+/// variables.
+fn bound_names(source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for macro_name in ["all(", "exists(", "exists_one(", "map(", "filter("] {
+        let mut rest = source;
+        while let Some(at) = rest.find(macro_name) {
+            let after = &rest[at + macro_name.len()..];
+            let name: String = after
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.push(name);
+            }
+            rest = after;
+        }
+    }
+    names
+}
+
+/// Where `name` first stands as an identifier in `source`: 1-based line and column.
+fn position_of(source: &str, name: &str) -> (usize, usize) {
+    for (index, line) in source.lines().enumerate() {
+        let mut from = 0;
+        while let Some(at) = line[from..].find(name) {
+            let start = from + at;
+            let before = line[..start].chars().next_back();
+            let after = line[start + name.len()..].chars().next();
+            let is_ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            if !is_ident(before) && !is_ident(after) && before != Some('.') {
+                return (index + 1, line[..start].chars().count() + 1);
+            }
+            from = start + name.len();
+        }
+    }
+    (1, 1)
+}
+
+/// Compiles `source` in an environment declaring `declared`.
+///
+/// # Errors
+/// [`CelError::Compile`] with cel-go's issues.
+pub fn compile(source: &str, declared: Declarations) -> Result<Expression, CelError> {
+    let program = ENVIRONMENT.compile(source).map_err(|errors| {
+        CelError::Compile(
+            errors
+                .errors
+                .iter()
+                .map(|e| {
+                    issue(
+                        source,
+                        usize::try_from(e.pos.0).unwrap_or(1),
+                        usize::try_from(e.pos.1).unwrap_or(1),
+                        &e.msg,
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    })?;
+    let bound = bound_names(source);
+    let references = program.references();
+    let mut undeclared: Vec<&str> = references
+        .variables()
+        .into_iter()
+        .filter(|v| !v.starts_with('@') && !declared.declares(v))
+        .filter(|v| !bound.iter().any(|b| b == v))
+        .collect();
+    undeclared.sort_by_key(|v| position_of(source, v));
+    if !undeclared.is_empty() {
+        return Err(CelError::Compile(
+            undeclared
+                .iter()
+                .map(|v| {
+                    let (line, column) = position_of(source, v);
+                    issue(
+                        source,
+                        line,
+                        column,
+                        &format!("undeclared reference to '{v}' (in container '')"),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ));
+    }
+    Ok(Expression {
+        source: source.to_string(),
+        program,
+    })
+}
+
+/// The values of the variables of one evaluation, as JSON; `None` leaves a variable unbound.
+#[derive(Debug, Clone, Default)]
+pub struct Activation {
+    /// `object`: null for a delete.
+    pub object: Value,
+    /// `oldObject`: null for a create.
+    pub old_object: Value,
+    /// `request`: see [`admission_request`].
+    pub request: Value,
+    /// `namespaceObject`: null for cluster-scoped resources.
+    pub namespace_object: Value,
+    /// `params`: null without one.
+    pub params: Value,
+    /// `variables`: the policy's variables evaluated so far, by name.
+    pub variables: serde_json::Map<String, Value>,
+}
+
+/// A JSON value as CEL sees it.
+fn cel_value(json: &Value) -> cel::Value {
+    cel::to_value(json).unwrap_or(cel::Value::Null)
+}
+
+/// A CEL value as JSON (for variables, which later expressions read).
+pub fn json_of(value: &cel::Value) -> Value {
+    match value {
+        cel::Value::List(items) => Value::Array(items.iter().map(json_of).collect()),
+        cel::Value::Map(map) => Value::Object(
+            map.map
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        cel::objects::Key::String(s) => s.to_string(),
+                        cel::objects::Key::Int(i) => i.to_string(),
+                        cel::objects::Key::Uint(u) => u.to_string(),
+                        cel::objects::Key::Bool(b) => b.to_string(),
+                    };
+                    (key, json_of(v))
+                })
+                .collect(),
+        ),
+        cel::Value::Int(i) => Value::from(*i),
+        cel::Value::UInt(u) => Value::from(*u),
+        cel::Value::Float(f) => Value::from(*f),
+        cel::Value::String(s) => Value::String(s.to_string()),
+        cel::Value::Bool(b) => Value::Bool(*b),
+        cel::Value::Duration(d) => Value::String(format!("{}s", d.num_seconds())),
+        cel::Value::Timestamp(t) => Value::String(t.to_rfc3339()),
+        _ => Value::Null,
+    }
+}
+
+/// cel-go's wording of an evaluation error.
+fn go_message(error: &cel::ExecutionError) -> String {
+    use cel::ExecutionError as E;
+    match error {
+        E::NoSuchKey(key) => format!("no such key: {key}"),
+        E::UndeclaredReference(name) => format!("no such attribute(s): {name}"),
+        E::NoSuchOverload(_) | E::UnsupportedBinaryOperator(..) | E::ValuesNotComparable(..) => {
+            "no such overload".to_string()
+        }
+        E::DivisionByZero(_) => "division by zero".to_string(),
+        E::RemainderByZero(_) => "modulus by zero".to_string(),
+        E::FunctionError { message, .. } => message.clone(),
+        other => {
+            let text = other.to_string();
+            let mut chars = text.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_lowercase().chain(chars).collect()
+            })
+        }
+    }
+}
+
+impl Expression {
+    /// The expression as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates the expression with `activation`'s variables.
+    ///
+    /// # Errors
+    /// [`CelError::Evaluation`] with cel-go's wording.
+    pub fn evaluate(&self, activation: &Activation) -> Result<cel::Value, CelError> {
+        let mut context = cel::Context::with_env(Arc::clone(&ENVIRONMENT));
+        context.add_variable_from_value("object", cel_value(&activation.object));
+        context.add_variable_from_value("oldObject", cel_value(&activation.old_object));
+        context.add_variable_from_value("request", cel_value(&activation.request));
+        context.add_variable_from_value("namespaceObject", cel_value(&activation.namespace_object));
+        context.add_variable_from_value("params", cel_value(&activation.params));
+        context.add_variable_from_value(
+            "variables",
+            cel_value(&Value::Object(activation.variables.clone())),
+        );
+        self.program
+            .execute(&context)
+            .map_err(|e| CelError::Evaluation {
+                expression: self.source.clone(),
+                message: go_message(&e),
+            })
+    }
+
+    /// Evaluates a condition: an expression that must give a bool.
+    ///
+    /// # Errors
+    /// As [`Expression::evaluate`], and a result that is no bool.
+    pub fn holds(&self, activation: &Activation) -> Result<bool, CelError> {
+        match self.evaluate(activation)? {
+            cel::Value::Bool(b) => Ok(b),
+            other => Err(CelError::Evaluation {
+                expression: self.source.clone(),
+                message: format!("no such overload: expected bool, got {:?}", other.type_of()),
+            }),
+        }
+    }
+}
+
+/// The AdmissionRequest as CEL's `request` sees it (cel.CreateAdmissionRequest, converted as
+/// JSON is): the fields Go omits when empty (`subResource`, `name`, `namespace`, the user's
+/// `uid` and `groups`, …) are absent, so reading one is `no such key`.
+#[allow(clippy::too_many_arguments)]
+pub fn admission_request(
+    kind: (&str, &str, &str),
+    resource: (&str, &str, &str),
+    request_kind: (&str, &str, &str),
+    request_resource: (&str, &str, &str),
+    subresource: &str,
+    name: &str,
+    namespace: &str,
+    operation: &str,
+    user: &super::auth::UserInfo,
+    dry_run: bool,
+    options: &Value,
+) -> Value {
+    let gvk = |(group, version, kind): (&str, &str, &str)| serde_json::json!({"group": group, "version": version, "kind": kind});
+    let gvr = |(group, version, resource): (&str, &str, &str)| serde_json::json!({"group": group, "version": version, "resource": resource});
+    let mut user_info = serde_json::Map::new();
+    for (key, value) in [("username", &user.name), ("uid", &user.uid)] {
+        if !value.is_empty() {
+            user_info.insert(key.into(), Value::String(value.clone()));
+        }
+    }
+    if !user.groups.is_empty() {
+        user_info.insert("groups".into(), serde_json::json!(user.groups));
+    }
+    let mut request = serde_json::json!({
+        "uid": "",
+        "kind": gvk(kind),
+        "resource": gvr(resource),
+        "requestKind": gvk(request_kind),
+        "requestResource": gvr(request_resource),
+        "operation": operation,
+        "userInfo": user_info,
+        "dryRun": dry_run,
+        "options": options,
+    });
+    for (key, value) in [
+        ("subResource", subresource),
+        ("requestSubResource", subresource),
+        ("name", name),
+        ("namespace", namespace),
+    ] {
+        if !value.is_empty() {
+            request[key] = Value::String(value.to_string());
+        }
+    }
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn with_object(object: Value) -> Activation {
+        Activation {
+            object,
+            ..Activation::default()
+        }
+    }
+
+    #[test]
+    fn a_condition_reads_the_object_through_the_standard_macros_and_functions() {
+        let object = json!({"metadata": {"name": "web-1", "labels": {"app": "web"}},
+            "spec": {"ports": [80, 443]}});
+        for (source, expected) in [
+            ("object.metadata.name.startsWith('web')", true),
+            (
+                "has(object.metadata.labels) && object.metadata.labels.app == 'web'",
+                true,
+            ),
+            ("has(object.spec.replicas)", false),
+            ("object.spec.ports.all(p, p > 0)", true),
+            ("object.spec.ports.exists_one(p, p == 80)", true),
+            ("object.spec.ports.filter(p, p > 100).size() == 1", true),
+            ("object.metadata.name.matches('^web-[0-9]+$')", true),
+            ("'Web'.lowerAscii() == 'web'", true),
+            ("object.metadata.name.split('-') == ['web', '1']", true),
+            ("duration('1m') > duration('30s')", true),
+            ("oldObject == null", true),
+        ] {
+            let expression = compile(source, Declarations::default()).unwrap();
+            assert_eq!(
+                expression.holds(&with_object(object.clone())),
+                Ok(expected),
+                "{source}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_syntax_error_is_worded_as_cel_go_words_it() {
+        let Err(CelError::Compile(message)) = compile("object.", Declarations::default()) else {
+            panic!("compiled");
+        };
+        assert!(message.starts_with("ERROR: <input>:1:8: "), "{message}");
+        assert!(message.ends_with("\n | object.\n | .......^"), "{message}");
+    }
+
+    #[test]
+    fn an_undeclared_variable_is_a_compile_error_but_a_bound_one_is_not() {
+        assert_eq!(
+            compile("params.x == 1", Declarations::default()).unwrap_err(),
+            CelError::Compile(
+                "ERROR: <input>:1:1: undeclared reference to 'params' (in container '')\n | params.x == 1\n | ^".into()
+            )
+        );
+        let declared = Declarations {
+            params: true,
+            ..Declarations::default()
+        };
+        assert!(compile("params.x == 1", declared).is_ok());
+        assert!(compile("[1].all(item, item > 0)", Declarations::default()).is_ok());
+    }
+
+    #[test]
+    fn a_missing_key_is_cel_go_s_error() {
+        let expression = compile("object.data.missing == 'x'", Declarations::default()).unwrap();
+        assert_eq!(
+            expression
+                .holds(&with_object(json!({"data": {}})))
+                .unwrap_err()
+                .to_string(),
+            "expression 'object.data.missing == 'x'' resulted in error: no such key: missing"
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! ValidatingAdmissionPolicies judged by kube-apiserver's evaluation of them: each interaction
+//! creates a policy and its binding on the control plane, sends ConfigMaps it denies, warns
+//! about or lets through, and compares what the client sees (codes, Status, `Warning`
+//! headers); an invalid expression is compared as the refusal of the policy's create.
+//!
+//! Every policy selects only ConfigMaps labelled `policy-case: <policy>` and has a last
+//! validation refusing a ConfigMap named `policy-probe`: the policy is in force once a dry-run
+//! probe in the `default` namespace is refused (or, for a `Warn` binding, warned about).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{Answer, Interaction, JSON, NS, Target, exchange, normalize, support};
+
+const ADMISSION: &str = "/apis/admissionregistration.k8s.io/v1";
+
+/// The name of the probe ConfigMap every policy here refuses.
+const PROBE: &str = "policy-probe";
+
+/// A ConfigMap of the policy's case.
+fn configmap(name: &str, policy: &str, k: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"policy-case": policy}}, "data": {"k": k}})
+}
+
+/// Creates the policy (its spec given the case's constraints and the probe's validation)
+/// and its binding, and waits until the server evaluates them.
+async fn install(t: &Target, name: &str, mut spec: Value, mut binding: Value) {
+    spec["matchConstraints"] = json!({
+        "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}],
+        "objectSelector": {"matchLabels": {"policy-case": name}},
+    });
+    let mut validations = spec["validations"].as_array().cloned().unwrap_or_default();
+    validations.push(
+        json!({"expression": format!("object.metadata.name != '{PROBE}'"),
+        "message": "probe"}),
+    );
+    spec["validations"] = json!(validations);
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}, "spec": spec});
+    let (code, text) = support::raw(
+        &t.admin,
+        "POST",
+        &format!("{ADMISSION}/validatingadmissionpolicies"),
+        JSON,
+        serde_json::to_vec(&policy).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{}: creating policy {name}: {text}", t.name);
+    binding["policyName"] = json!(name);
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name}, "spec": binding});
+    let (code, text) = support::raw(
+        &t.admin,
+        "POST",
+        &format!("{ADMISSION}/validatingadmissionpolicybindings"),
+        JSON,
+        serde_json::to_vec(&binding).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{}: creating binding {name}: {text}", t.name);
+    let marker = format!("ValidatingAdmissionPolicy '{name}'");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, response, text) = exchange(
+            t,
+            "POST",
+            "/api/v1/namespaces/default/configmaps?dryRun=All",
+            JSON,
+            JSON,
+            configmap(PROBE, name, "probe"),
+        )
+        .await;
+        let warned = response
+            .headers()
+            .get_all("warning")
+            .iter()
+            .any(|w| w.to_str().is_ok_and(|w| w.contains(&marker)));
+        if warned || (code >= 400 && text.contains(&marker)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}: policy {name} in force within 30 s; the probe was answered {code} {text}",
+            t.name
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Deletes the binding and the policy.
+async fn uninstall(t: &Target, name: &str) {
+    for resource in [
+        "validatingadmissionpolicybindings",
+        "validatingadmissionpolicies",
+    ] {
+        let path = format!("{ADMISSION}/{resource}/{name}");
+        let (code, text) = support::raw(&t.admin, "DELETE", &path, JSON, Vec::new()).await;
+        assert_eq!(code, 200, "{}: deleting {path}: {text}", t.name);
+    }
+}
+
+/// Sends a request and records its status, Warning headers and body.
+async fn send(t: &Target, method: &str, path: &str, body: Value) {
+    let (code, response, text) = exchange(t, method, path, JSON, JSON, body).await;
+    let warnings: Vec<String> = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    let parsed = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    t.record(Answer {
+        asked: format!("{method} {path}"),
+        code: i64::from(code),
+        body: normalize(json!({"warnings": warnings, "body": parsed})),
+    });
+}
+
+async fn create(t: &Target, object: Value) {
+    send(
+        t,
+        "POST",
+        &format!("/api/v1/namespaces/{NS}/configmaps"),
+        object,
+    )
+    .await;
+}
+
+/// Deletes the ConfigMaps (unrecorded; absent ones are fine).
+async fn remove(t: &Target, names: &[&str]) {
+    for name in names {
+        let path = format!("/api/v1/namespaces/{NS}/configmaps/{name}");
+        let _ = support::raw(&t.admin, "DELETE", &path, JSON, Vec::new()).await;
+    }
+}
+
+pub(super) fn interactions() -> Vec<Interaction> {
+    vec![
+        interaction!(
+            "admission policies: a policy denies with its message, its messageExpression and its reason",
+            |t| {
+                let name = "opconform-policy-deny";
+                let spec = json!({
+                    "failurePolicy": "Fail",
+                    "matchConditions": [{"name": "creates", "expression": "request.operation == 'CREATE'"}],
+                    "validations": [
+                        {"expression": "object.data.k != 'message'", "message": "k may not be message"},
+                        {"expression": "object.data.k != 'expression'",
+                         "messageExpression": "'k is ' + object.data.k + ' in ' + request.namespace"},
+                        {"expression": "object.data.k != 'reason'", "message": "not for you",
+                         "reason": "Forbidden"},
+                        {"expression": "object.data.k != 'bare'"},
+                        {"expression": "object.data.k != 'multi'", "messageExpression": "'two\\nlines'",
+                         "message": "the message, as the expression's has two lines"},
+                    ],
+                });
+                install(t, name, spec, json!({"validationActions": ["Deny"]})).await;
+                for k in ["message", "expression", "reason", "bare", "multi", "fine"] {
+                    create(t, configmap(&format!("policy-deny-{k}"), name, k)).await;
+                }
+                // Updates are not matched by the condition.
+                let mut updated = configmap("policy-deny-fine", name, "message");
+                updated["metadata"]["namespace"] = json!(NS);
+                send(
+                    t,
+                    "PUT",
+                    &format!("/api/v1/namespaces/{NS}/configmaps/policy-deny-fine"),
+                    updated,
+                )
+                .await;
+                uninstall(t, name).await;
+                remove(t, &["policy-deny-fine"]).await;
+            }
+        ),
+        interaction!(
+            "admission policies: a Warn binding warns and an Audit one lets the request through",
+            |t| {
+                let name = "opconform-policy-warn";
+                let spec = json!({"validations": [
+                    {"expression": "object.data.k != 'warned'", "message": "k is warned"}]});
+                install(
+                    t,
+                    name,
+                    spec,
+                    json!({"validationActions": ["Warn", "Audit"]}),
+                )
+                .await;
+                create(t, configmap("policy-warned", name, "warned")).await;
+                uninstall(t, name).await;
+                remove(t, &["policy-warned"]).await;
+            }
+        ),
+        interaction!(
+            "admission policies: a binding whose matchResources exclude the namespace",
+            |t| {
+                let name = "opconform-policy-excluded";
+                let spec =
+                    json!({"validations": [{"expression": "false", "message": "never here"}]});
+                let binding = json!({"validationActions": ["Deny"], "matchResources": {
+                    "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                        "operator": "NotIn", "values": [NS]}]}}});
+                install(t, name, spec, binding).await;
+                create(t, configmap("policy-excluded", name, "any")).await;
+                uninstall(t, name).await;
+                remove(t, &["policy-excluded"]).await;
+            }
+        ),
+        interaction!("admission policies: a ConfigMap param and variables", |t| {
+            let name = "opconform-policy-params";
+            let params = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "policy-params"}, "data": {"banned": "red"}});
+            let (code, text) = support::raw(
+                &t.admin,
+                "POST",
+                &format!("/api/v1/namespaces/{NS}/configmaps"),
+                JSON,
+                serde_json::to_vec(&params).unwrap(),
+            )
+            .await;
+            assert_eq!(code, 201, "{}: creating the params: {text}", t.name);
+            let spec = json!({
+                "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "variables": [{"name": "banned", "expression": "params.data.banned"},
+                              {"name": "colour", "expression": "object.data.k.lowerAscii()"}],
+                "validations": [{"expression": "variables.colour != variables.banned",
+                    "messageExpression": "'k may not be ' + variables.banned + ' (' + params.kind + ')'"}],
+            });
+            let binding = json!({"validationActions": ["Deny"], "paramRef": {
+                    "name": "policy-params", "namespace": NS, "parameterNotFoundAction": "Deny"}});
+            install(t, name, spec, binding).await;
+            create(t, configmap("policy-params-red", name, "RED")).await;
+            create(t, configmap("policy-params-blue", name, "blue")).await;
+            uninstall(t, name).await;
+            remove(t, &["policy-params", "policy-params-blue"]).await;
+        }),
+        interaction!(
+            "admission policies: an expression failing at runtime under failurePolicy Fail and Ignore",
+            |t| {
+                for (name, policy) in [
+                    ("opconform-policy-fail", "Fail"),
+                    ("opconform-policy-ignore", "Ignore"),
+                ] {
+                    let spec = json!({"failurePolicy": policy, "validations": [
+                        {"expression": "object.data.missing == 'x'", "message": "never seen"}]});
+                    install(t, name, spec, json!({"validationActions": ["Deny"]})).await;
+                    create(
+                        t,
+                        configmap(&format!("policy-error-{policy}").to_lowercase(), name, "v"),
+                    )
+                    .await;
+                    uninstall(t, name).await;
+                }
+                remove(t, &["policy-error-ignore"]).await;
+            }
+        ),
+        interaction!(
+            "admission policies: a policy with expressions that do not compile is refused at create",
+            |t| {
+                let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": "opconform-policy-invalid"},
+                "spec": {
+                    "matchConstraints": {"resourceRules": [{"apiGroups": [""],
+                        "apiVersions": ["v1"], "operations": ["CREATE"],
+                        "resources": ["configmaps"]}]},
+                    "validations": [
+                        {"expression": "object.data.k =="},
+                        {"expression": "params.data.k == 'x'"},
+                        {"expression": "object.data.k == 'x'", "messageExpression": "'k is ' +"},
+                    ]}});
+                send(
+                    t,
+                    "POST",
+                    &format!("{ADMISSION}/validatingadmissionpolicies"),
+                    policy,
+                )
+                .await;
+                let _ = support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{ADMISSION}/validatingadmissionpolicies/opconform-policy-invalid"),
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+            }
+        ),
+    ]
+}
