@@ -258,6 +258,67 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "admission policies: a failing match condition, and a param not found under Deny",
+            |t| {
+                let name = "opconform-policy-condition";
+                let spec = json!({"failurePolicy": "Fail",
+                    "matchConditions": [{"name": "missing", "expression":
+                        "object.metadata.name == 'policy-probe' || object.data.missing == 'x'"}],
+                    "validations": [{"expression": "true"}]});
+                install(t, name, spec, json!({"validationActions": ["Deny"]})).await;
+                create(t, configmap("policy-condition", name, "v")).await;
+                uninstall(t, name).await;
+                let name = "opconform-policy-no-params";
+                let spec = json!({"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                    "validations": [{"expression": "params.data.k == object.data.k"}]});
+                let binding = json!({"validationActions": ["Deny"], "paramRef": {
+                    "name": "policy-absent", "namespace": NS, "parameterNotFoundAction": "Deny"}});
+                install(t, name, spec, binding).await;
+                create(t, configmap("policy-no-params", name, "v")).await;
+                uninstall(t, name).await;
+            }
+        ),
+        interaction!(
+            "admission policies: the reject fault's policy refuses the requests it names",
+            |t| {
+                use opconform::cluster::admission;
+                let name = "opconform-policy-reject";
+                let matches = opconform::fault::RequestMatch {
+                    verbs: vec!["create".into(), "update".into()],
+                    group: Some(String::new()),
+                    resource: Some("configmaps".into()),
+                    namespace: Some(NS.into()),
+                    name: Some("policy-rejected".into()),
+                    ..opconform::fault::RequestMatch::default()
+                };
+                let labels = [(
+                    "opconform.io/scenario".to_string(),
+                    "differential".to_string(),
+                )]
+                .into();
+                let reject = admission::reject_policy(
+                    name,
+                    &labels,
+                    &matches,
+                    403,
+                    "rejected by the scenario",
+                )
+                .unwrap();
+                admission::apply(&t.admin, &reject).await.unwrap();
+                admission::wait_until_in_force(&t.admin, name, true, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                create(t, configmap("policy-rejected", name, "v")).await;
+                create(t, configmap("policy-admitted", name, "v")).await;
+                admission::remove(&t.admin, name).await.unwrap();
+                admission::wait_until_in_force(&t.admin, name, false, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                create(t, configmap("policy-rejected", name, "v")).await;
+                remove(t, &["policy-rejected", "policy-admitted"]).await;
+            }
+        ),
+        interaction!(
             "admission policies: a policy with expressions that do not compile is refused at create",
             |t| {
                 let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
