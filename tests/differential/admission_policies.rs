@@ -258,6 +258,29 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "admission policies: the string, list and regex functions of Kubernetes' CEL",
+            |t| {
+                let name = "opconform-policy-functions";
+                let spec = json!({"validations": [
+                    {"expression": "object.data.k != 'all'", "messageExpression": concat!(
+                        "string([1, 2, 2].isSorted()) + ' ' + string([2, 1].isSorted())",
+                        " + ' ' + string([1, 2, 3].sum()) + ' ' + string([4, 2, 9].min())",
+                        " + ' ' + string([4, 2, 9].max())",
+                        " + ' ' + 'abc 123 def 456'.find('[0-9]+')",
+                        " + ' ' + 'a1 b2 c3'.findAll('[0-9]', 2).join(',')",
+                        " + ' ' + 'TacoCat'.lowerAscii() + ' ' + 'a,b'.split(',').join('+')",
+                        " + ' ' + string('hello'.indexOf('l')) + ' ' + 'hello'.substring(1, 3)",
+                        " + ' ' + object.metadata.name.replace('-', '_')",
+                        " + ' ' + string(object.metadata.name.matches('^policy-[a-z]+$'))")},
+                    {"expression": "object.data.k != 'empty' || [0].filter(x, x > 0).max() == 1"},
+                ]});
+                install(t, name, spec, json!({"validationActions": ["Deny"]})).await;
+                create(t, configmap("policy-functions", name, "all")).await;
+                create(t, configmap("policy-empty", name, "empty")).await;
+                uninstall(t, name).await;
+            }
+        ),
+        interaction!(
             "admission policies: a failing match condition, and a param not found under Deny",
             |t| {
                 let name = "opconform-policy-condition";

@@ -7,7 +7,8 @@
 //! The environment is the `cel` crate's standard library (with the macros `has`, `all`,
 //! `exists`, `exists_one`, `map` and `filter`, `matches`, durations and timestamps) and its
 //! strings, lists, math and encoders extensions (`lowerAscii`, `split`, `join`, `indexOf`,
-//! `sort`, …), which cover the Kubernetes libraries policies use most.
+//! `sort`, …), plus Kubernetes' list functions `isSorted`, `sum`, `min` and `max` and its
+//! regex functions `find` and `findAll`: together the libraries policies use most.
 //!
 //! Compile errors and evaluation errors are worded as cel-go words them (`ERROR:
 //! <input>:1:8: Syntax error: …` with the source line and a caret; `no such key: x`).
@@ -18,8 +19,9 @@
 //!   (`object.x + 1 == "a"` fails when evaluated instead), and a non-bool result is an
 //!   evaluation error.
 //! - `authorizer` is declared but not bound: an expression that uses it fails when evaluated.
-//! - Kubernetes' own libraries beyond the crate's extensions (`url`, `quantity`, `isSorted`,
-//!   IP and CIDR, semver, `authorizer`) are not there; a call of one fails when evaluated.
+//! - Kubernetes' other libraries (`url`, `quantity`, IP and CIDR, semver, `format`, the lists'
+//!   `indexOf` and `lastIndexOf`, `authorizer`) are not there; a call of one fails when
+//!   evaluated.
 //! - There is no cost budget.
 
 use std::sync::{Arc, LazyLock};
@@ -275,6 +277,107 @@ fn go_message(error: &cel::ExecutionError) -> String {
     }
 }
 
+/// A function's error, as cel-go's Kubernetes libraries word it.
+fn function_error(function: &str, message: impl Into<String>) -> cel::ExecutionError {
+    cel::ExecutionError::FunctionError {
+        function: function.to_string(),
+        message: message.into(),
+    }
+}
+
+/// The greatest or least item of a list (Kubernetes' `max()` and `min()`).
+fn extreme(
+    function: &str,
+    items: &[cel::Value],
+    wanted: std::cmp::Ordering,
+) -> Result<cel::Value, cel::ExecutionError> {
+    let mut best = items
+        .first()
+        .ok_or_else(|| function_error(function, format!("{function} called on empty list")))?;
+    for item in &items[1..] {
+        match item.partial_cmp(best) {
+            Some(order) if order == wanted => best = item,
+            Some(_) => {}
+            None => return Err(function_error(function, "no such overload")),
+        }
+    }
+    Ok(best.clone())
+}
+
+/// A regular expression of the regex library, or its error.
+fn regex_of(function: &str, pattern: &str) -> Result<regex::Regex, cel::ExecutionError> {
+    regex::Regex::new(pattern)
+        .map_err(|e| function_error(function, format!("error parsing regexp: {e}")))
+}
+
+/// Kubernetes' CEL libraries beyond the crate's extensions: of the lists library `isSorted`,
+/// `sum`, `min` and `max`; of the regex library `find` and `findAll`.
+fn add_kubernetes_functions(context: &mut cel::Context<'_, '_>) {
+    use cel::extractors::{Arguments, This};
+    type Items = Arc<Vec<cel::Value>>;
+    let added = [
+        context.add_function("isSorted", |This(items): This<Items>| {
+            items
+                .windows(2)
+                .all(|pair| pair[0].partial_cmp(&pair[1]) != Some(std::cmp::Ordering::Greater))
+        }),
+        context.add_function("sum", |This(items): This<Items>| {
+            let mut total = cel::Value::Int(0);
+            for item in items.iter() {
+                total = match (&total, item) {
+                    (cel::Value::Int(a), cel::Value::Int(b)) => cel::Value::Int(a + b),
+                    (cel::Value::Int(0), cel::Value::Float(_) | cel::Value::UInt(_)) => {
+                        item.clone()
+                    }
+                    (cel::Value::UInt(a), cel::Value::UInt(b)) => cel::Value::UInt(a + b),
+                    (cel::Value::Float(a), cel::Value::Float(b)) => cel::Value::Float(a + b),
+                    _ => return Err(function_error("sum", "no such overload")),
+                };
+            }
+            Ok(total)
+        }),
+        context.add_function("min", |This(items): This<Items>| {
+            extreme("min", &items, std::cmp::Ordering::Less)
+        }),
+        context.add_function("max", |This(items): This<Items>| {
+            extreme("max", &items, std::cmp::Ordering::Greater)
+        }),
+        context.add_function(
+            "find",
+            |This(text): This<Arc<String>>, pattern: Arc<String>| {
+                let found = regex_of("find", &pattern)?
+                    .find(&text)
+                    .map_or_else(String::new, |m| m.as_str().to_string());
+                Ok::<_, cel::ExecutionError>(cel::Value::String(Arc::new(found)))
+            },
+        ),
+        context.add_function(
+            "findAll",
+            |This(text): This<Arc<String>>, Arguments(arguments): Arguments| {
+                let pattern = match arguments.first() {
+                    Some(cel::Value::String(p)) => p.clone(),
+                    _ => return Err(function_error("findAll", "no such overload")),
+                };
+                let limit = match arguments.get(1) {
+                    Some(cel::Value::Int(n)) if *n >= 0 => Some(*n as usize),
+                    _ => None,
+                };
+                let found: Vec<cel::Value> = regex_of("findAll", &pattern)?
+                    .find_iter(&text)
+                    .take(limit.unwrap_or(usize::MAX))
+                    .map(|m| cel::Value::String(Arc::new(m.as_str().to_string())))
+                    .collect();
+                Ok(cel::Value::List(Arc::new(found)))
+            },
+        ),
+    ];
+    for result in added {
+        if let Err(e) = result {
+            tracing::warn!("a Kubernetes CEL function could not be added: {e}");
+        }
+    }
+}
+
 impl Expression {
     /// The expression as written.
     pub fn source(&self) -> &str {
@@ -296,6 +399,7 @@ impl Expression {
             "variables",
             cel_value(&Value::Object(activation.variables.clone())),
         );
+        add_kubernetes_functions(&mut context);
         self.program
             .execute(&context)
             .map_err(|e| CelError::Evaluation {
@@ -403,6 +507,17 @@ mod tests {
             ("object.metadata.name.split('-') == ['web', '1']", true),
             ("duration('1m') > duration('30s')", true),
             ("oldObject == null", true),
+            ("[1, 2, 2].isSorted() && ![2, 1].isSorted()", true),
+            (
+                "[1, 2, 3].sum() == 6 && [1, 5, 3].max() == 5 && [4, 2].min() == 2",
+                true,
+            ),
+            ("'abc 123 def 456'.find('[0-9]+') == '123'", true),
+            (
+                "'abc 123 def 456'.findAll('[0-9]+') == ['123', '456']",
+                true,
+            ),
+            ("'a1 b2 c3'.findAll('[0-9]', 2) == ['1', '2']", true),
         ] {
             let expression = compile(source, Declarations::default()).unwrap();
             assert_eq!(
