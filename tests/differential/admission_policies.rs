@@ -281,6 +281,25 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "admission policies: the authorizer checks the requester, a service account and a path",
+            |t| {
+                let name = "opconform-policy-authorizer";
+                let spec = json!({"validations": [
+                    {"expression": "object.data.k != 'authz' || !authorizer.serviceAccount('differential', 'nobody').group('').resource('secrets').namespace('differential').check('get').allowed()",
+                     "message": "the nobody account may read secrets"},
+                    {"expression": "object.data.k != 'authz' || authorizer.requestResource.check('create').allowed()",
+                     "message": "the requester may not create what it creates"},
+                    {"expression": "object.data.k != 'authz' || !authorizer.path('/healthz').check('get').allowed()",
+                     "message": "the requester may get /healthz"},
+                ]});
+                install(t, name, spec, json!({"validationActions": ["Deny"]})).await;
+                create(t, configmap("policy-authorizer", name, "authz")).await;
+                create(t, configmap("policy-authorizer-other", name, "other")).await;
+                uninstall(t, name).await;
+                remove(t, &["policy-authorizer-other"]).await;
+            }
+        ),
+        interaction!(
             "admission policies: a failing match condition, and a param not found under Deny",
             |t| {
                 let name = "opconform-policy-condition";

@@ -346,6 +346,10 @@ pub fn validate(
         let Some(invocation) = matches(store, constraints, attrs, object, old)? else {
             continue;
         };
+        let authorizer = policy["spec"]
+            .to_string()
+            .contains("authorizer")
+            .then(|| admission_webhooks::cel_authorizer(store, attrs));
         for binding in bindings
             .iter()
             .filter(|b| b["spec"]["policyName"].as_str() == Some(policy_name))
@@ -372,6 +376,7 @@ pub fn validate(
                             namespace_object: namespace_object(store, attrs),
                             params: param.unwrap_or(Value::Null),
                             variables: Map::new(),
+                            authorizer: authorizer.clone(),
                         };
                         evaluate(&policy, activation)
                     })

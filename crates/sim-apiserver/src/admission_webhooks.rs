@@ -486,7 +486,7 @@ fn should_call(
         .cloned()
         .unwrap_or_default();
     if !conditions.is_empty()
-        && !conditions_match(hook, &conditions, attrs, &invocation, object, old)?
+        && !conditions_match(store, hook, &conditions, attrs, &invocation, object, old)?
     {
         return Ok(None);
     }
@@ -510,6 +510,23 @@ pub(crate) fn cel_request(attrs: &Attributes<'_>, version: &str) -> Value {
         attrs.user,
         attrs.dry_run,
         &attrs.options,
+    )
+}
+
+/// The CEL `authorizer` of a request: RBAC for its user, `requestResource` its resource.
+pub(crate) fn cel_authorizer(store: &Store, attrs: &Attributes<'_>) -> super::cel::Authorizer {
+    super::cel::authorizer(
+        store,
+        attrs.user,
+        super::auth::Attributes {
+            resource_request: true,
+            group: attrs.rt.group.clone(),
+            resource: attrs.rt.resource.clone(),
+            subresource: attrs.subresource.to_string(),
+            namespace: attrs.namespace.to_string(),
+            name: attrs.name.to_string(),
+            ..super::auth::Attributes::default()
+        },
     )
 }
 
@@ -596,6 +613,7 @@ pub(crate) fn evaluate_conditions(
 
 /// Whether a webhook's match conditions let it be called.
 fn conditions_match(
+    store: &Store,
     hook: &Hook,
     conditions: &[Value],
     attrs: &Attributes<'_>,
@@ -607,6 +625,14 @@ fn conditions_match(
         object: versioned(attrs, invocation, object),
         old_object: versioned(attrs, invocation, old),
         request: cel_request(attrs, &invocation.version),
+        authorizer: conditions
+            .iter()
+            .any(|c| {
+                c["expression"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("authorizer"))
+            })
+            .then(|| cel_authorizer(store, attrs)),
         ..super::cel::Activation::default()
     };
     let declared = super::cel::Declarations {

@@ -2,7 +2,8 @@
 //! the expressions of admission webhooks' `matchConditions` and of ValidatingAdmissionPolicies,
 //! compiled when a configuration is written and evaluated per request with the variables
 //! Kubernetes declares — `object`, `oldObject`, `request` (the AdmissionRequest without its
-//! objects, as JSON has it), `namespaceObject`, `params` and `variables`.
+//! objects, as JSON has it), `namespaceObject`, `params`, `variables` and `authorizer`
+//! (RBAC checks of the requester or a service account, `authorizer.requestResource`).
 //!
 //! The environment is the `cel` crate's standard library (with the macros `has`, `all`,
 //! `exists`, `exists_one`, `map` and `filter`, `matches`, durations and timestamps) and its
@@ -18,9 +19,11 @@
 //!   a reference to a variable the environment does not declare, not for a type error
 //!   (`object.x + 1 == "a"` fails when evaluated instead), and a non-bool result is an
 //!   evaluation error.
-//! - `authorizer` is declared but not bound: an expression that uses it fails when evaluated.
+//! - `authorizer` answers from RBAC alone (the Node authorizer is not consulted), from a
+//!   snapshot of the roles and bindings taken when an expression names it; its decisions
+//!   never error.
 //! - Kubernetes' other libraries (`url`, `quantity`, IP and CIDR, semver, `format`, the lists'
-//!   `indexOf` and `lastIndexOf`, `authorizer`) are not there; a call of one fails when
+//!   `indexOf` and `lastIndexOf`) are not there; a call of one fails when
 //!   evaluated.
 //! - There is no cost budget.
 
@@ -46,7 +49,7 @@ pub enum CelError {
 
 /// The variables an environment declares beyond `object`, `oldObject`, `request` and
 /// `namespaceObject`, which every admission environment has.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Declarations {
     /// `params` (a policy with a `paramKind`).
     pub params: bool,
@@ -150,11 +153,42 @@ fn position_of(source: &str, name: &str) -> (usize, usize) {
     (1, 1)
 }
 
-/// Compiles `source` in an environment declaring `declared`.
+/// The expressions compiled so far, with their environment's declarations.
+type Compiled =
+    std::collections::HashMap<(String, Declarations), Result<Arc<Expression>, CelError>>;
+
+/// The compiled expressions kept: configurations are evaluated on every write, and parsing is
+/// the dearest part of an evaluation.
+static COMPILED: LazyLock<std::sync::Mutex<Compiled>> = LazyLock::new(Default::default);
+
+/// How many compiled expressions are kept before the cache starts over.
+const COMPILED_KEPT: usize = 4096;
+
+/// Compiles `source` in an environment declaring `declared` (once: the outcome is kept).
 ///
 /// # Errors
 /// [`CelError::Compile`] with cel-go's issues.
-pub fn compile(source: &str, declared: Declarations) -> Result<Expression, CelError> {
+pub fn compile(source: &str, declared: Declarations) -> Result<Arc<Expression>, CelError> {
+    let key = (source.to_string(), declared);
+    if let Some(compiled) = COMPILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&key)
+    {
+        return compiled.clone();
+    }
+    let compiled = compile_uncached(source, declared).map(Arc::new);
+    let mut kept = COMPILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if kept.len() >= COMPILED_KEPT {
+        kept.clear();
+    }
+    kept.insert(key, compiled.clone());
+    compiled
+}
+
+fn compile_uncached(source: &str, declared: Declarations) -> Result<Expression, CelError> {
     let program = ENVIRONMENT.compile(source).map_err(|errors| {
         CelError::Compile(
             errors
@@ -204,6 +238,64 @@ pub fn compile(source: &str, declared: Declarations) -> Result<Expression, CelEr
     })
 }
 
+/// Answers an `authorizer` check: the service account asked about (`None`: the requester)
+/// and what it would do.
+pub type AuthorizerCheck =
+    dyn Fn(Option<(&str, &str)>, &super::auth::Attributes) -> super::auth::Decision + Send + Sync;
+
+/// The `authorizer` variable: RBAC as it stood when the request was admitted.
+#[derive(Clone)]
+pub struct Authorizer {
+    /// The check.
+    pub check: Arc<AuthorizerCheck>,
+    /// `authorizer.requestResource`: the request's resource (its verb unset).
+    pub request_resource: super::auth::Attributes,
+}
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorizer")
+            .field("request_resource", &self.request_resource)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An authorizer over a snapshot of the store's RBAC objects for `user`'s requests.
+pub fn authorizer(
+    store: &super::store::Store,
+    user: &super::auth::UserInfo,
+    request_resource: super::auth::Attributes,
+) -> Authorizer {
+    let snapshot = super::store::Store::new(1);
+    for resource in [
+        "clusterroles",
+        "clusterrolebindings",
+        "roles",
+        "rolebindings",
+    ] {
+        let gr = super::status::GroupResource::new("rbac.authorization.k8s.io", resource);
+        for object in store.list(&gr, None).0 {
+            let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = snapshot.write::<()>(&gr, namespace, name, |_| {
+                Ok(super::store::Write::Put(object.clone()))
+            });
+        }
+    }
+    let user = user.clone();
+    Authorizer {
+        check: Arc::new(move |account, attributes| match account {
+            Some((namespace, name)) => super::auth::authorize(
+                &snapshot,
+                &super::auth::UserInfo::service_account(namespace, name, ""),
+                attributes,
+            ),
+            None => super::auth::authorize(&snapshot, &user, attributes),
+        }),
+        request_resource,
+    }
+}
+
 /// The values of the variables of one evaluation, as JSON; `None` leaves a variable unbound.
 #[derive(Debug, Clone, Default)]
 pub struct Activation {
@@ -219,6 +311,110 @@ pub struct Activation {
     pub params: Value,
     /// `variables`: the policy's variables evaluated so far, by name.
     pub variables: serde_json::Map<String, Value>,
+    /// `authorizer`: unbound when `None`.
+    pub authorizer: Option<Authorizer>,
+}
+
+/// A resource check of `authorizer` as CEL holds it: a map its functions read.
+fn resource_check(attributes: &super::auth::Attributes) -> Value {
+    serde_json::json!({"@check": "resource", "group": attributes.group,
+        "resource": attributes.resource, "subresource": attributes.subresource,
+        "namespace": attributes.namespace, "name": attributes.name})
+}
+
+/// Kubernetes' authorizer library over `authorizer`: `path`, `group`, `serviceAccount`,
+/// `resource`, `subresource`, `namespace`, `name`, `check`, and a decision's `allowed`,
+/// `reason`, `errored` and `error`.
+fn add_authorizer_functions(context: &mut cel::Context<'_, '_>, authorizer: &Authorizer) {
+    use cel::extractors::This;
+    fn with(this: &cel::Value, key: &str, value: &str, check: &str) -> cel::Value {
+        let mut json = json_of(this);
+        if json["@check"].is_null() || check == "path" {
+            json["@check"] = Value::String(check.to_string());
+        }
+        json[key] = Value::String(value.to_string());
+        cel_value(&json)
+    }
+    let mut added = Vec::new();
+    for (function, check) in [
+        ("group", "resource"),
+        ("resource", "resource"),
+        ("subresource", "resource"),
+        ("namespace", "resource"),
+        ("name", "resource"),
+        ("path", "path"),
+    ] {
+        added.push(context.add_function(
+            function,
+            move |This(this): This<cel::Value>, value: Arc<String>| {
+                with(&this, function, &value, check)
+            },
+        ));
+    }
+    added.push(context.add_function(
+        "serviceAccount",
+        |This(_): This<cel::Value>, namespace: Arc<String>, name: Arc<String>| {
+            cel_value(&serde_json::json!({"@account": [namespace.as_str(), name.as_str()]}))
+        },
+    ));
+    let answer = Arc::clone(&authorizer.check);
+    added.push(context.add_function(
+        "check",
+        move |This(this): This<cel::Value>, verb: Arc<String>| {
+            let json = json_of(&this);
+            let field = |key: &str| json[key].as_str().unwrap_or_default().to_string();
+            let attributes = super::auth::Attributes {
+                verb: verb.to_string(),
+                resource_request: json["@check"] != "path",
+                group: field("group"),
+                resource: field("resource"),
+                subresource: field("subresource"),
+                namespace: field("namespace"),
+                name: field("name"),
+                path: field("path"),
+            };
+            let account = json["@account"].as_array().map(|a| {
+                (
+                    a.first()
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    a.get(1)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            });
+            let decision = answer(
+                account.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
+                &attributes,
+            );
+            cel_value(
+                &serde_json::json!({"@decision": true, "allowed": decision.allowed,
+                "reason": decision.reason}),
+            )
+        },
+    ));
+    added.push(
+        context.add_function("allowed", |This(this): This<cel::Value>| {
+            json_of(&this)["allowed"].as_bool().unwrap_or(false)
+        }),
+    );
+    added.push(
+        context.add_function("reason", |This(this): This<cel::Value>| {
+            json_of(&this)["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }),
+    );
+    added.push(context.add_function("errored", |This(_): This<cel::Value>| false));
+    added.push(context.add_function("error", |This(_): This<cel::Value>| String::new()));
+    for result in added {
+        if let Err(e) = result {
+            tracing::warn!("an authorizer function could not be added: {e}");
+        }
+    }
 }
 
 /// A JSON value as CEL sees it.
@@ -400,6 +596,12 @@ impl Expression {
             cel_value(&Value::Object(activation.variables.clone())),
         );
         add_kubernetes_functions(&mut context);
+        if let Some(authorizer) = &activation.authorizer {
+            let mut value = serde_json::json!({"@authorizer": true});
+            value["requestResource"] = resource_check(&authorizer.request_resource);
+            context.add_variable_from_value("authorizer", cel_value(&value));
+            add_authorizer_functions(&mut context, authorizer);
+        }
         self.program
             .execute(&context)
             .map_err(|e| CelError::Evaluation {
@@ -525,6 +727,50 @@ mod tests {
                 Ok(expected),
                 "{source}"
             );
+        }
+    }
+
+    #[test]
+    fn the_authorizer_builds_a_check_and_answers_it() {
+        let check: Arc<AuthorizerCheck> =
+            Arc::new(|account, attributes| super::super::auth::Decision {
+                allowed: account.is_none()
+                    && attributes.verb == "get"
+                    && (attributes.resource == "pods" || attributes.path == "/healthz"),
+                reason: String::new(),
+            });
+        let activation = Activation {
+            authorizer: Some(Authorizer {
+                check,
+                request_resource: super::super::auth::Attributes {
+                    resource: "pods".into(),
+                    ..Default::default()
+                },
+            }),
+            ..Activation::default()
+        };
+        let declared = Declarations {
+            authorizer: true,
+            ..Declarations::default()
+        };
+        for (source, expected) in [
+            (
+                "authorizer.group('').resource('pods').namespace('a').check('get').allowed()",
+                true,
+            ),
+            (
+                "authorizer.group('').resource('pods').check('delete').allowed()",
+                false,
+            ),
+            ("authorizer.requestResource.check('get').allowed()", true),
+            ("authorizer.path('/healthz').check('get').allowed()", true),
+            (
+                "authorizer.serviceAccount('a', 'b').group('').resource('pods').check('get').allowed()",
+                false,
+            ),
+        ] {
+            let expression = compile(source, declared).unwrap();
+            assert_eq!(expression.holds(&activation), Ok(expected), "{source}");
         }
     }
 
