@@ -300,6 +300,28 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "admission policies: an update checked against oldObject and namespaceObject",
+            |t| {
+                let name = "opconform-policy-update";
+                let spec = json!({"validations": [{
+                    "expression": "request.operation != 'UPDATE' || object.data.k == oldObject.data.k",
+                    "messageExpression": "'k may not change from ' + oldObject.data.k + ' in ' + namespaceObject.metadata.name + ' (' + namespaceObject.status.phase + ')'"}]});
+                install(t, name, spec, json!({"validationActions": ["Deny"]})).await;
+                create(t, configmap("policy-update", name, "before")).await;
+                let mut changed = configmap("policy-update", name, "after");
+                changed["metadata"]["namespace"] = json!(NS);
+                send(
+                    t,
+                    "PUT",
+                    &format!("/api/v1/namespaces/{NS}/configmaps/policy-update"),
+                    changed,
+                )
+                .await;
+                uninstall(t, name).await;
+                remove(t, &["policy-update"]).await;
+            }
+        ),
+        interaction!(
             "admission policies: a failing match condition, and a param not found under Deny",
             |t| {
                 let name = "opconform-policy-condition";
@@ -361,7 +383,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
-            "admission policies: a policy with expressions that do not compile is refused at create",
+            "admission policies: a policy with expressions that do not compile and bindings with invalid actions are refused at create",
             |t| {
                 let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "ValidatingAdmissionPolicy",
@@ -390,6 +412,34 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     Vec::new(),
                 )
                 .await;
+                for (binding, actions) in [
+                    ("opconform-binding-deny-warn", json!(["Deny", "Warn"])),
+                    ("opconform-binding-none", json!([])),
+                    (
+                        "opconform-binding-unknown",
+                        json!(["Deny", "Deny", "Block"]),
+                    ),
+                ] {
+                    let body = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": binding},
+                        "spec": {"policyName": "opconform-policy-invalid",
+                                 "validationActions": actions}});
+                    send(
+                        t,
+                        "POST",
+                        &format!("{ADMISSION}/validatingadmissionpolicybindings"),
+                        body,
+                    )
+                    .await;
+                    let _ = support::raw(
+                        &t.admin,
+                        "DELETE",
+                        &format!("{ADMISSION}/validatingadmissionpolicybindings/{binding}"),
+                        JSON,
+                        Vec::new(),
+                    )
+                    .await;
+                }
             }
         ),
     ]

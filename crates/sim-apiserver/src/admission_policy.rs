@@ -468,3 +468,50 @@ pub fn policy_causes(policy: &Value) -> Vec<Cause> {
     }
     causes
 }
+
+/// validateValidatingAdmissionPolicyBindingSpec, in part: the causes of a binding without a
+/// policy name or with validation actions the real server refuses.
+pub fn binding_causes(binding: &Value) -> Vec<Cause> {
+    let spec = &binding["spec"];
+    let mut causes = Vec::new();
+    if spec["policyName"].as_str().is_none_or(str::is_empty) {
+        causes.push(Cause::required("spec.policyName", ""));
+    }
+    let at = "spec.validationActions";
+    let actions = spec["validationActions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let supported = ["Audit", "Deny", "Warn"].map(String::from);
+    let mut seen: Vec<&Value> = Vec::new();
+    for (i, action) in actions.iter().enumerate() {
+        if !action
+            .as_str()
+            .is_some_and(|a| supported.iter().any(|s| s == a))
+        {
+            causes.push(Cause::not_supported(
+                &format!("{at}[{i}]"),
+                action.clone(),
+                &supported,
+            ));
+        }
+        if seen.contains(&action) {
+            causes.push(Cause::duplicate(&format!("{at}[{i}]"), action.clone()));
+        }
+        seen.push(action);
+    }
+    if seen.iter().any(|a| *a == "Deny") && seen.iter().any(|a| *a == "Warn") {
+        causes.push(Cause::invalid(
+            at,
+            json!(actions),
+            "must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)",
+        ));
+    }
+    if seen.is_empty() {
+        causes.push(Cause::required(
+            at,
+            "at least one validation action is required",
+        ));
+    }
+    causes
+}

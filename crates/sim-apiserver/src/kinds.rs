@@ -105,6 +105,9 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
             one_of(&obj["spec"], "failurePolicy", FAILURE_POLICIES, &mut causes).at("spec");
             causes.extend(super::admission_policy::policy_causes(obj));
         }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
+            causes.extend(super::admission_policy::binding_causes(obj));
+        }
         ("scheduling.k8s.io", "priorityclasses") => {
             let name = obj["metadata"]["name"].as_str().unwrap_or_default();
             let value = obj["value"].as_i64().unwrap_or_default();
