@@ -430,7 +430,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
-            "admission webhooks: match conditions skip a webhook, let it be called, fail by its failure policy and are compiled at create",
+            "admission webhooks: match conditions skip a webhook, let it be called, fail by its failure policy and are validated at create",
             |t| {
                 let server = WebhookServer::start().await;
                 let config = "opconform-conditions";
@@ -513,6 +513,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     {"name": "syntax", "expression": "object.metadata.name =="},
                     {"name": "undeclared", "expression": "objet.metadata.name == 'x'"},
                     {"name": "fine", "expression": "object.metadata.name == 'x'"},
+                    {"name": "fine", "expression": "  "},
+                    {"name": "", "expression": "true"},
+                    {"name": "not a qualified name!", "expression": "true"},
                 ]))]});
                 send(t, "POST", &config_path(false), invalid).await;
                 let _ = support::raw(

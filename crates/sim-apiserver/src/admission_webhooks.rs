@@ -560,22 +560,45 @@ pub(crate) fn forbidden(attrs: &Attributes<'_>, object: Option<&Value>, message:
     })
 }
 
-/// Compiles match conditions as the configuration's validation does: the causes of those
-/// that do not compile, at `<at>[i].expression`.
+/// validateMatchConditions: the causes of match conditions at `at` (at most 64, each with an
+/// expression that compiles and a qualified name, names unique).
 pub(crate) fn match_condition_causes(
     conditions: &Value,
     at: &str,
     declared: super::cel::Declarations,
 ) -> Vec<super::names::Cause> {
+    use super::names::Cause;
+    let conditions = conditions.as_array().cloned().unwrap_or_default();
     let mut causes = Vec::new();
-    for (i, condition) in conditions.as_array().into_iter().flatten().enumerate() {
-        let expression = condition["expression"].as_str().unwrap_or_default();
-        if let Err(e) = super::cel::compile(expression, declared) {
-            causes.push(super::names::Cause::invalid(
+    if conditions.len() > 64 {
+        causes.push(Cause::too_many(at, conditions.len(), Some(64)));
+    }
+    let mut names = BTreeSet::new();
+    for (i, condition) in conditions.iter().enumerate() {
+        let expression = condition["expression"].as_str().unwrap_or_default().trim();
+        if expression.is_empty() {
+            causes.push(Cause::required(&format!("{at}[{i}].expression"), ""));
+        } else if let Err(e) = super::cel::compile(expression, declared) {
+            causes.push(Cause::invalid(
                 &format!("{at}[{i}].expression"),
                 json!(expression),
                 e.to_string(),
             ));
+        }
+        let name = condition["name"].as_str().unwrap_or_default();
+        if name.is_empty() {
+            causes.push(Cause::required(&format!("{at}[{i}].name"), ""));
+        } else {
+            for message in super::names::label_key(name) {
+                causes.push(Cause::invalid(
+                    &format!("{at}[{i}].name"),
+                    json!(name),
+                    message,
+                ));
+            }
+            if !names.insert(name.to_string()) {
+                causes.push(Cause::duplicate(&format!("{at}[{i}].name"), json!(name)));
+            }
         }
     }
     causes
