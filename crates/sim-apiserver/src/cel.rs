@@ -17,8 +17,10 @@
 //! # Caveats
 //! - There is no type checker: an expression is refused at compile time for its syntax and for
 //!   a reference to a variable the environment does not declare, not for a type error
-//!   (`object.x + 1 == "a"` fails when evaluated instead), and a non-bool result is an
-//!   evaluation error.
+//!   (`object.x + 1 == "a"` fails when evaluated instead), nor for a field the typed `request`
+//!   and `namespaceObject` lack (the real server refuses
+//!   `namespaceObject.metadata.managedFields` at create: `undefined field`), and a non-bool
+//!   condition is an evaluation error, not a compile error.
 //! - `authorizer` answers from RBAC alone (the Node authorizer is not consulted), from a
 //!   snapshot of the roles and bindings taken when an expression names it; its decisions
 //!   never error.
