@@ -396,6 +396,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
                         {"expression": "object.data.k =="},
                         {"expression": "params.data.k == 'x'"},
                         {"expression": "object.data.k == 'x'", "messageExpression": "'k is ' +"},
+                            {"expression": "request.operation == 'CREATE' && has(request.userInfo.nick)"},
+                            {"expression": "namespaceObject.metadata.uid == '' || request.foo.bar == 1"},
+                            {"expression": "request.userInfo.extra.anything == ['x'] && namespaceObject.metadata.UID != ''"},
                     ]}});
                 send(
                     t,

@@ -448,22 +448,35 @@ pub fn policy_causes(policy: &Value) -> Vec<Cause> {
         "spec.matchConditions",
         declared,
     );
-    for (field, key) in [
-        ("variables", "expression"),
-        ("validations", "expression"),
-        ("validations", "messageExpression"),
-    ] {
-        for (i, item) in spec[field].as_array().into_iter().flatten().enumerate() {
-            let Some(expression) = item[key].as_str() else {
-                continue;
-            };
-            if let Err(e) = cel::compile(expression, declared) {
-                causes.push(Cause::invalid(
-                    &format!("spec.{field}[{i}].{key}"),
-                    json!(expression),
-                    e.to_string(),
-                ));
-            }
+    // Each variable's expression, then each validation's expression and messageExpression.
+    let mut expressions = Vec::new();
+    for (i, variable) in spec["variables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        expressions.push((
+            format!("spec.variables[{i}].expression"),
+            &variable["expression"],
+        ));
+    }
+    for (i, validation) in spec["validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for key in ["expression", "messageExpression"] {
+            expressions.push((format!("spec.validations[{i}].{key}"), &validation[key]));
+        }
+    }
+    for (field, expression) in expressions {
+        let Some(expression) = expression.as_str() else {
+            continue;
+        };
+        if let Err(e) = cel::compile(expression, declared) {
+            causes.push(Cause::invalid(&field, json!(expression), e.to_string()));
         }
     }
     causes

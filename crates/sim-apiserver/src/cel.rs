@@ -17,10 +17,10 @@
 //! # Caveats
 //! - There is no type checker: an expression is refused at compile time for its syntax and for
 //!   a reference to a variable the environment does not declare, not for a type error
-//!   (`object.x + 1 == "a"` fails when evaluated instead), nor for a field the typed `request`
-//!   and `namespaceObject` lack (the real server refuses
-//!   `namespaceObject.metadata.managedFields` at create: `undefined field`), and a non-bool
-//!   condition is an evaluation error, not a compile error.
+//!   (`object.x + 1 == "a"` fails when evaluated instead), and a non-bool condition is an
+//!   evaluation error, not a compile error. Only a field the typed `request` and
+//!   `namespaceObject` lack is refused (`undefined field 'x'`), as cel-go's checker refuses
+//!   it.
 //! - `authorizer` answers from RBAC alone (the Node authorizer is not consulted), from a
 //!   snapshot of the roles and bindings taken when an expression names it; its decisions
 //!   never error.
@@ -137,6 +137,175 @@ fn bound_names(source: &str) -> Vec<String> {
     names
 }
 
+/// The object types of the typed variables (BuildRequestType, BuildNamespaceType): each
+/// field with its own object type, or `""` for one that is no object (a string, list, map or
+/// `dyn`), below which anything may be selected.
+const TYPES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "request",
+        &[
+            ("kind", "gvk"),
+            ("resource", "gvr"),
+            ("subResource", ""),
+            ("requestKind", "gvk"),
+            ("requestResource", "gvr"),
+            ("requestSubResource", ""),
+            ("name", ""),
+            ("namespace", ""),
+            ("operation", ""),
+            ("userInfo", "userInfo"),
+            ("dryRun", ""),
+            ("options", ""),
+        ],
+    ),
+    ("gvk", &[("group", ""), ("version", ""), ("kind", "")]),
+    ("gvr", &[("group", ""), ("version", ""), ("resource", "")]),
+    (
+        "userInfo",
+        &[("username", ""), ("uid", ""), ("groups", ""), ("extra", "")],
+    ),
+    (
+        "namespaceObject",
+        &[
+            ("metadata", "namespaceMetadata"),
+            ("spec", "namespaceSpec"),
+            ("status", "namespaceStatus"),
+        ],
+    ),
+    (
+        "namespaceMetadata",
+        &[
+            ("name", ""),
+            ("generateName", ""),
+            ("namespace", ""),
+            ("labels", ""),
+            ("annotations", ""),
+            // Sic: the real server's type names the uid `UID`.
+            ("UID", ""),
+            ("creationTimestamp", ""),
+            ("deletionGracePeriodSeconds", ""),
+            ("deletionTimestamp", ""),
+            ("generation", ""),
+            ("resourceVersion", ""),
+            ("finalizers", ""),
+        ],
+    ),
+    ("namespaceSpec", &[("finalizers", "")]),
+    ("namespaceStatus", &[("conditions", ""), ("phase", "")]),
+];
+
+/// The object type an expression has if it is a typed variable or a field of one.
+fn object_type(expr: &cel::IdedExpr, bound: &[String]) -> Option<&'static str> {
+    use cel::common::ast::Expr;
+    match &expr.expr {
+        Expr::Ident(name) if !bound.iter().any(|b| b == name) => TYPES
+            .iter()
+            .find(|(type_name, _)| {
+                type_name == name && matches!(name.as_str(), "request" | "namespaceObject")
+            })
+            .map(|(type_name, _)| *type_name),
+        Expr::Select(select) => {
+            let parent = object_type(&select.operand, bound)?;
+            let (_, fields) = TYPES.iter().find(|(name, _)| *name == parent)?;
+            let (_, child) = fields.iter().find(|(field, _)| *field == select.field)?;
+            (!child.is_empty()).then_some(*child)
+        }
+        _ => None,
+    }
+}
+
+/// The fields selected from a typed object that its type does not have: cel-go's checker
+/// refuses them (`undefined field 'x'`). Each with the text of its chain, e.g.
+/// `request.foo`, and whether it is a `has()` test.
+fn undefined_fields(expr: &cel::IdedExpr, bound: &[String], found: &mut Vec<(String, bool)>) {
+    use cel::common::ast::{EntryExpr, Expr};
+    match &expr.expr {
+        Expr::Select(select) => {
+            if let Some(parent) = object_type(&select.operand, bound)
+                && let Some((_, fields)) = TYPES.iter().find(|(name, _)| *name == parent)
+                && !fields.iter().any(|(field, _)| *field == select.field)
+            {
+                found.push((chain_text(expr), select.test));
+            }
+            undefined_fields(&select.operand, bound, found);
+        }
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                undefined_fields(target, bound, found);
+            }
+            for arg in &call.args {
+                undefined_fields(arg, bound, found);
+            }
+        }
+        Expr::Comprehension(comprehension) => {
+            let mut inner = bound.to_vec();
+            inner.push(comprehension.iter_var.clone());
+            inner.extend(comprehension.iter_var2.clone());
+            inner.push(comprehension.accu_var.clone());
+            undefined_fields(&comprehension.iter_range, bound, found);
+            undefined_fields(&comprehension.accu_init, bound, found);
+            for part in [
+                &comprehension.loop_cond,
+                &comprehension.loop_step,
+                &comprehension.result,
+            ] {
+                undefined_fields(part, &inner, found);
+            }
+        }
+        Expr::List(list) => {
+            for element in &list.elements {
+                undefined_fields(element, bound, found);
+            }
+        }
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                if let EntryExpr::MapEntry(entry) = &entry.expr {
+                    undefined_fields(&entry.key, bound, found);
+                    undefined_fields(&entry.value, bound, found);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The source text of a select chain (`request.userInfo.foo`).
+fn chain_text(expr: &cel::IdedExpr) -> String {
+    use cel::common::ast::Expr;
+    match &expr.expr {
+        Expr::Ident(name) => name.clone(),
+        Expr::Select(select) => format!("{}.{}", chain_text(&select.operand), select.field),
+        _ => String::new(),
+    }
+}
+
+/// Where cel-go reports an undefined field: the `.` before it, or a `has()` test's `(`.
+fn undefined_field_position(source: &str, chain: &str, test: bool) -> (usize, usize) {
+    let compact: String = source.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(at) = compact.find(chain) else {
+        return (1, 1);
+    };
+    let field = chain.rsplit('.').next().unwrap_or_default();
+    let mut index = at + chain.len() - field.len() - 1;
+    if test && compact[..at].ends_with("has(") {
+        index = at - 1;
+    }
+    // Back from the compacted text to the source: count the non-space characters.
+    let mut seen = 0;
+    for (line_index, line) in source.lines().enumerate() {
+        for (column, c) in line.chars().enumerate() {
+            if c.is_whitespace() {
+                continue;
+            }
+            if seen == index {
+                return (line_index + 1, column + 1);
+            }
+            seen += 1;
+        }
+    }
+    (1, 1)
+}
+
 /// Where `name` first stands as an identifier in `source`: 1-based line and column.
 fn position_of(source: &str, name: &str) -> (usize, usize) {
     for (index, line) in source.lines().enumerate() {
@@ -230,6 +399,34 @@ fn compile_uncached(source: &str, declared: Declarations) -> Result<Expression, 
                         &format!("undeclared reference to '{v}' (in container '')"),
                     )
                 })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ));
+    }
+    let mut undefined = Vec::new();
+    undefined_fields(program.expression(), &[], &mut undefined);
+    if !undefined.is_empty() {
+        let mut issues: Vec<((usize, usize), String)> = undefined
+            .iter()
+            .map(|(chain, test)| {
+                let position = undefined_field_position(source, chain, *test);
+                let field = chain.rsplit('.').next().unwrap_or_default();
+                (
+                    position,
+                    issue(
+                        source,
+                        position.0,
+                        position.1,
+                        &format!("undefined field '{field}'"),
+                    ),
+                )
+            })
+            .collect();
+        issues.sort();
+        return Err(CelError::Compile(
+            issues
+                .into_iter()
+                .map(|(_, issue)| issue)
                 .collect::<Vec<_>>()
                 .join("\n"),
         ));
@@ -656,7 +853,6 @@ pub fn admission_request(
         user_info.insert("groups".into(), serde_json::json!(user.groups));
     }
     let mut request = serde_json::json!({
-        "uid": "",
         "kind": gvk(kind),
         "resource": gvr(resource),
         "requestKind": gvk(request_kind),
@@ -799,6 +995,26 @@ mod tests {
         };
         assert!(compile("params.x == 1", declared).is_ok());
         assert!(compile("[1].all(item, item > 0)", Declarations::default()).is_ok());
+    }
+
+    #[test]
+    fn a_field_the_typed_variables_lack_is_a_compile_error() {
+        let declared = Declarations::default();
+        assert_eq!(
+            compile("request.operation == 'CREATE' && has(request.userInfo.nick)", declared)
+                .unwrap_err(),
+            CelError::Compile(
+                "ERROR: <input>:1:37: undefined field 'nick'\n | request.operation == 'CREATE' && has(request.userInfo.nick)\n | ....................................^".into()
+            )
+        );
+        assert_eq!(
+            compile("namespaceObject.metadata.uid == ''", declared).unwrap_err(),
+            CelError::Compile(
+                "ERROR: <input>:1:25: undefined field 'uid'\n | namespaceObject.metadata.uid == ''\n | ........................^".into()
+            )
+        );
+        assert!(compile("request.userInfo.extra.anything == ['x']", declared).is_ok());
+        assert!(compile("[1].all(request, request.foo == 1)", declared).is_ok());
     }
 
     #[test]
