@@ -322,6 +322,26 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "admission policies: a variable that fails to evaluate fails only what reads it",
+            |t| {
+                let name = "opconform-policy-broken-variable";
+                let spec = json!({
+                "variables": [{"name": "broken", "expression": "object.data.missing"},
+                              {"name": "derived", "expression": "variables.broken + '!'"},
+                              {"name": "fine", "expression": "object.data.k"}],
+                "validations": [
+                    {"expression": "variables.fine != 'unread'", "message": "k is unread"},
+                    {"expression": "object.data.k != 'read' || variables.derived == 'x'"},
+                ]});
+                install(t, name, spec, json!({"validationActions": ["Deny"]})).await;
+                create(t, configmap("policy-variable-unread", name, "unread")).await;
+                create(t, configmap("policy-variable-read", name, "read")).await;
+                create(t, configmap("policy-variable-other", name, "other")).await;
+                uninstall(t, name).await;
+                remove(t, &["policy-variable-other"]).await;
+            }
+        ),
+        interaction!(
             "admission policies: a failing match condition, and a param not found under Deny",
             |t| {
                 let name = "opconform-policy-condition";

@@ -23,8 +23,9 @@
 //!   ConfigMaps, Secrets and most custom resources).
 //! - `auditAnnotations` are not evaluated, `Audit` writes no audit annotation, and the
 //!   policy's `status.typeChecking` is never written.
-//! - Variables are evaluated eagerly, in order: one that fails fails the policy even when no
-//!   validation reads it.
+//! - Variables are evaluated eagerly, in order; one that fails fails only the expressions
+//!   that read it (`no such key: <name>` becomes its `composited variable … fails to
+//!   evaluate` error), as the real server's lazy evaluation fails.
 
 use serde_json::{Map, Value, json};
 
@@ -249,7 +250,10 @@ fn evaluate(policy: &Value, mut activation: Activation) -> Vec<Denial> {
         Ok(false) => return Vec::new(),
         Err(message) => return on_error(fails, message).into_iter().collect(),
     }
+    // Variables are evaluated in order; one that fails is left out, and an expression reading
+    // it fails with its error, as the real server's lazy evaluation fails.
     let mut variables = Map::new();
+    let mut failed: Vec<(String, String)> = Vec::new();
     for variable in spec["variables"].as_array().into_iter().flatten() {
         let name = variable["name"].as_str().unwrap_or_default();
         let expression = variable["expression"].as_str().unwrap_or_default();
@@ -258,7 +262,13 @@ fn evaluate(policy: &Value, mut activation: Activation) -> Vec<Denial> {
             Ok(value) => {
                 variables.insert(name.to_string(), cel::json_of(&value));
             }
-            Err(e) => return on_error(fails, e.to_string()).into_iter().collect(),
+            Err(e) => {
+                let message = variable_error(e, &failed);
+                failed.push((
+                    name.to_string(),
+                    format!("composited variable {name:?} fails to evaluate: {message}"),
+                ));
+            }
         }
     }
     activation.variables = variables;
@@ -275,10 +285,34 @@ fn evaluate(policy: &Value, mut activation: Activation) -> Vec<Denial> {
                     .unwrap_or("Invalid")
                     .to_string(),
             }),
-            Err(e) => denials.extend(on_error(fails, e.to_string())),
+            Err(e) => {
+                let own = e.to_string();
+                let message = match variable_error(e, &failed) {
+                    message if message.starts_with("composited variable") => {
+                        format!("expression '{expression}' resulted in error: {message}")
+                    }
+                    _ => own,
+                };
+                denials.extend(on_error(fails, message));
+            }
         }
     }
     denials
+}
+
+/// The message of an evaluation error: a failed variable's error when the expression failed
+/// for reading it (`no such key: <variable>`), else its own.
+fn variable_error(error: cel::CelError, failed: &[(String, String)]) -> String {
+    if let cel::CelError::Evaluation { message, .. } = &error
+        && let Some(key) = message.strip_prefix("no such key: ")
+        && let Some((_, variable_error)) = failed.iter().find(|(name, _)| name == key)
+    {
+        return variable_error.clone();
+    }
+    match error {
+        cel::CelError::Evaluation { message, .. } => message,
+        other => other.to_string(),
+    }
 }
 
 /// A failed validation's message: its `messageExpression` when that gives a one-line string,
