@@ -7,7 +7,6 @@
 //! (bootstrap objects, namespace defaults, APIServices) both go through [`prepare_create`],
 //! so this module sits below the server state and the verb handlers.
 
-use rand::Rng as _;
 use serde_json::{Value, json};
 
 use super::apply;
@@ -25,15 +24,6 @@ pub(crate) fn meta_str<'v>(obj: &'v Value, key: &str) -> &'v str {
 /// The 422 Invalid of the object `name` of `rt` for `causes`.
 pub(crate) fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
     ApiError::invalid(&rt.kind, &rt.group, name, causes)
-}
-
-/// A random suffix as generateName uses (5 characters of the real alphabet).
-pub(crate) fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
 }
 
 /// Runs schema pruning, defaulting and validation of a custom resource.
@@ -124,7 +114,7 @@ pub(crate) fn prepare_create(
     } else {
         apply::record_update(&json!({}), &mut obj, manager, &rt.kind, &now, None);
     }
-    objects::prepare_for_create(rt, &mut obj, accounts, &random_suffix());
+    objects::prepare_for_create(rt, &mut obj, accounts, &super::names::random_suffix());
     Ok(obj)
 }
 

@@ -12,6 +12,7 @@
 
 use serde_json::{Value, json};
 
+use super::admission;
 use super::admission_webhooks;
 use super::apply;
 use super::call::{Call, body_object, decode};
@@ -19,9 +20,9 @@ use super::certificates;
 use super::conversion;
 use super::create::{
     admit_storage_class, checks, default_storage_class, invalid, meta_str, prepare_create,
-    random_suffix, service_accounts,
+    service_accounts,
 };
-use super::names::Cause;
+use super::names::{Cause, random_suffix};
 use super::objects::{self, from_view, to_view};
 use super::patch;
 use super::registry::{Backing, ResourceType};
@@ -495,15 +496,18 @@ impl<'a> Call<'a> {
         rt: &ResourceType,
         name: &str,
         preview: impl FnOnce(&mut dyn FnMut(Option<&Value>, Write)) -> Result<(), ApiError>,
-    ) -> Result<admission_webhooks::Admitted, ApiError> {
+    ) -> Result<admission::Admitted, ApiError> {
         let version = self.info.version.clone();
         let mut attrs = self.admission(rt, admission_webhooks::Operation::Update, name, None);
-        admission_webhooks::admit_write(&self.state.store, &mut attrs, preview, &|stored, old| {
-            match checks(rt, &version, stored, old) {
+        admission::admit_write(
+            &self.state.store,
+            &mut attrs,
+            preview,
+            &|stored, old| match checks(rt, &version, stored, old) {
                 causes if causes.is_empty() => Ok(()),
                 causes => Err(invalid(rt, name, causes)),
-            }
-        })
+            },
+        )
     }
 
     /// Writes through the state, or only computes the write for `dryRun=All`.
@@ -843,7 +847,7 @@ impl<'a> Call<'a> {
         };
         if webhooks {
             let view = to_view(rt, &self.info.version, stored.clone());
-            admission_webhooks::validate(&self.state.store, &attrs, Some(&view), None)?;
+            admission::validate(&self.state.store, &attrs, Some(&view), None)?;
         }
         if let Some(converter) = self
             .converter(rt)
@@ -1206,7 +1210,7 @@ impl<'a> Call<'a> {
                 &name,
                 Some(&opts),
             );
-            admission_webhooks::admit_delete(&self.state.store, &attrs, viewed)?;
+            admission::admit_delete(&self.state.store, &attrs, viewed)?;
         }
         let (code, obj) = delete_object(self.state, rt, &ns, &name, &opts)?;
         if let Some(crd) = crd.filter(|_| !dry_run) {
@@ -1264,7 +1268,7 @@ impl<'a> Call<'a> {
                 // Each item is admitted as a DELETE naming no object, as the collection's.
                 let attrs =
                     self.admission(rt, admission_webhooks::Operation::Delete, "", Some(&opts));
-                admission_webhooks::admit_delete(&self.state.store, &attrs, &view)?;
+                admission::admit_delete(&self.state.store, &attrs, &view)?;
             }
             match delete_object(
                 self.state,

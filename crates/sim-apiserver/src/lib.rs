@@ -20,6 +20,7 @@
 //!   does when garbage collection is enabled; they are cleared by the garbage collector of
 //!   the simulated controllers, not by this server.
 
+pub mod admission;
 pub mod admission_policy;
 pub mod admission_webhooks;
 pub mod aggregated;

@@ -1,5 +1,6 @@
-//! Object name, label and annotation validation with the kube-apiserver's own messages, and the
-//! field-error `Cause` every validator of the simulated apiserver reports.
+//! Object name, label and annotation validation with the kube-apiserver's own messages, the
+//! field-error `Cause` every validator of the simulated apiserver reports, and the random
+//! suffix `generateName` appends.
 //!
 //! The messages are those of apimachinery 1.34 (`util/validation`, `api/validation`,
 //! `apis/meta/v1/validation`), and `Cause`'s `Display` renders a `field.Error` exactly as
@@ -9,8 +10,18 @@
 
 use std::fmt;
 
+use rand::Rng as _;
 use serde_json::{Map, Value};
 use thiserror::Error;
+
+/// A random suffix as generateName uses (5 characters of the real alphabet).
+pub(crate) fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
 
 /// `StatusCause.reason` of a malformed value (`field.Invalid`).
 pub const FIELD_VALUE_INVALID: &str = "FieldValueInvalid";

@@ -1,0 +1,179 @@
+//! Admission as kube-apiserver runs it around a write: the mutating webhooks, the object's
+//! own defaulting and validation again when they changed it, then the validating
+//! admission — ValidatingAdmissionPolicies ([`super::admission_policy`]) before the
+//! validating webhooks ([`super::admission_webhooks`]) — and the write stored only if the
+//! object has not changed meanwhile.
+
+use serde_json::{Value, json};
+
+use super::admission_webhooks::{Attributes, Operation, call_validating, mutate, redefaulter};
+use super::objects::{self, from_view, to_view};
+use super::status::{ApiError, GroupResource};
+use super::store::{Store, Write};
+
+/// The validating admission of a request: the ValidatingAdmissionPolicies, then the
+/// validating webhooks, as kube-apiserver orders its plugins.
+///
+/// # Errors
+/// A policy's denial, then a webhook's refusal (or a failure under `failurePolicy: Fail`).
+pub fn validate(
+    store: &Store,
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    super::admission_policy::validate(store, attrs, object, old)?;
+    call_validating(store, attrs, object, old)
+}
+
+/// A delete's admission: the mutating webhooks, then the validating ones, with the live
+/// object as the old object and no new one.
+///
+/// # Errors
+/// As [`mutate`] and [`validate`].
+pub fn admit_delete(store: &Store, attrs: &Attributes<'_>, old: &Value) -> Result<(), ApiError> {
+    let mut none = None;
+    mutate(store, attrs, &mut none, Some(old), &|_| {})?;
+    validate(store, attrs, None, Some(old))
+}
+
+/// Defaults and validates a mutated object again (stored form, with the old one).
+pub type Recheck<'a> = dyn Fn(&mut Value, Option<&Value>) -> Result<(), ApiError> + 'a;
+
+/// An update's write admitted: `preview` computes it (without storing) from the live object,
+/// the webhooks are called, and `commit` stores what they admitted if the live object is
+/// still the one it was computed from.
+///
+/// `recheck` defaults and validates a mutated object again (stored form, with the old one).
+///
+/// # Errors
+/// The decision's own errors, a webhook's refusal, the conflict of an object changed meanwhile.
+pub fn admit_write(
+    store: &Store,
+    attrs: &mut Attributes<'_>,
+    preview: impl FnOnce(&mut dyn FnMut(Option<&Value>, Write)) -> Result<(), ApiError>,
+    recheck: &Recheck<'_>,
+) -> Result<Admitted, ApiError> {
+    let mut seen: Option<(Option<Value>, Write)> = None;
+    preview(&mut |current, decision| seen = Some((current.cloned(), decision)))?;
+    let Some((current, decision)) = seen else {
+        return Err(ApiError::Internal("the write decided nothing".into()));
+    };
+    let rt = attrs.rt;
+    let version = attrs.version.to_string();
+    let view = |o: &Value| to_view(rt, &version, o.clone());
+    attrs.operation = if current.is_some() {
+        Operation::Update
+    } else {
+        Operation::Create
+    };
+    if attrs.operation == Operation::Create {
+        attrs.options["kind"] = json!("CreateOptions");
+    }
+    let new_stored = match &decision {
+        Write::Put(o) => o.clone(),
+        Write::Keep => current.clone().unwrap_or_default(),
+        Write::Delete => {
+            let mut o = current.clone().unwrap_or_default();
+            if let Some(m) = o["metadata"].as_object_mut() {
+                m.remove("finalizers");
+            }
+            o
+        }
+    };
+    let scale = attrs.subresource == "scale";
+    let as_sent = |o: &Value| {
+        if scale {
+            objects::scale_of(rt, &view(o))
+        } else {
+            view(o)
+        }
+    };
+    let old_sent = current.as_ref().map(as_sent);
+    let mut sent = Some(as_sent(&new_stored));
+    // Mutating admission runs before the update strategy moves the generation: the webhooks
+    // are sent the old one, and the generation then follows the mutated object.
+    let old_generation = current
+        .as_ref()
+        .and_then(|c| c["metadata"]["generation"].as_i64())
+        .filter(|_| attrs.subresource.is_empty());
+    if let (Some(generation), Some(object)) = (old_generation, sent.as_mut()) {
+        object["metadata"]["generation"] = json!(generation);
+    }
+    // A create (a PUT or an apply that creates) is mutated before BeforeCreate sets the uid,
+    // the creation time and the first generation.
+    const SET_ON_CREATE: [&str; 3] = ["uid", "creationTimestamp", "generation"];
+    if current.is_none()
+        && !scale
+        && let Some(meta) = sent.as_mut().and_then(|o| o["metadata"].as_object_mut())
+    {
+        for key in SET_ON_CREATE {
+            meta.remove(key);
+        }
+    }
+    let redefault = redefaulter(rt, &version);
+    let changed = mutate(store, attrs, &mut sent, old_sent.as_ref(), &redefault)?;
+    let mut decision = decision;
+    // The validating webhooks are sent the object as it is to be stored.
+    let mutated = sent.replace(as_sent(&new_stored));
+    if changed && let Some(mutated) = &mutated {
+        let mut stored = if scale {
+            let mut v = view(&new_stored);
+            objects::set_scale(rt, &mut v, mutated["spec"]["replicas"].clone());
+            from_view(rt, v)
+        } else {
+            from_view(rt, mutated.clone())
+        };
+        if let (Some(generation), Some(old)) = (old_generation, current.as_ref()) {
+            let moved = objects::generation_changed(rt, old, &stored);
+            stored["metadata"]["generation"] = json!(generation + i64::from(moved));
+        }
+        if current.is_none() && !scale {
+            for key in SET_ON_CREATE {
+                match new_stored["metadata"].get(key) {
+                    Some(value) => stored["metadata"][key] = value.clone(),
+                    None => {
+                        if let Some(meta) = stored["metadata"].as_object_mut() {
+                            meta.remove(key);
+                        }
+                    }
+                }
+            }
+        }
+        recheck(&mut stored, current.as_ref())?;
+        sent = Some(as_sent(&stored));
+        decision = Write::Put(stored);
+    }
+    validate(store, attrs, sent.as_ref(), old_sent.as_ref())?;
+    Ok(Admitted {
+        expected: current.map(|c| c["metadata"]["resourceVersion"].clone()),
+        decision,
+    })
+}
+
+/// A write the webhooks admitted, to store if the object is still as it was.
+pub struct Admitted {
+    expected: Option<Value>,
+    decision: Write,
+}
+
+impl Admitted {
+    /// The admitted write if `current` is still the object it was computed from.
+    ///
+    /// # Errors
+    /// AlreadyExists or the stale-version Conflict when it changed meanwhile.
+    pub fn commit(
+        self,
+        gr: &GroupResource,
+        name: &str,
+        current: Option<&Value>,
+    ) -> Result<Write, ApiError> {
+        let now = current.map(|c| c["metadata"]["resourceVersion"].clone());
+        match (&self.expected, &now) {
+            (None, Some(_)) => Err(ApiError::already_exists(gr, name)),
+            (Some(_), None) => Err(ApiError::not_found(gr, name)),
+            (a, b) if a != b => Err(ApiError::modified(gr, name)),
+            _ => Ok(self.decision),
+        }
+    }
+}
