@@ -2319,6 +2319,17 @@ const PARTIAL: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v
 /// The Accept header of a metadata list (client-go asks for the list kind).
 const PARTIAL_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 
+/// The `Warning` headers of a response, in order.
+fn warnings(response: &http::Response<()>) -> Vec<String> {
+    response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect()
+}
+
 /// A request as the admin with an Accept header: its status, its response (with an empty
 /// body) and its body's text.
 async fn exchange(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Answer, Interaction, JSON, NS, Target, exchange, normalize, support};
+use super::{Answer, Interaction, JSON, NS, Target, exchange, normalize, support, warnings};
 
 const ADMISSION: &str = "/apis/admissionregistration.k8s.io/v1";
 
@@ -73,11 +73,7 @@ async fn install(t: &Target, name: &str, mut spec: Value, mut binding: Value) {
             configmap(PROBE, name, "probe"),
         )
         .await;
-        let warned = response
-            .headers()
-            .get_all("warning")
-            .iter()
-            .any(|w| w.to_str().is_ok_and(|w| w.contains(&marker)));
+        let warned = warnings(&response).iter().any(|w| w.contains(&marker));
         if warned || (code >= 400 && text.contains(&marker)) {
             return;
         }
@@ -105,13 +101,7 @@ async fn uninstall(t: &Target, name: &str) {
 /// Sends a request and records its status, Warning headers and body.
 async fn send(t: &Target, method: &str, path: &str, body: Value) {
     let (code, response, text) = exchange(t, method, path, JSON, JSON, body).await;
-    let warnings: Vec<String> = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_string)
-        .collect();
+    let warnings = warnings(&response);
     let parsed = serde_json::from_str(&text).unwrap_or(Value::String(text));
     t.record(Answer {
         asked: format!("{method} {path}"),

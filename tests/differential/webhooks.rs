@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::{
     Answer, Interaction, JSON, MERGE, NS, Target, exchange, normalize, support, wait_until,
+    warnings,
 };
 
 /// The address of a webhook server started here (port 1 is the unreachable one).
@@ -323,13 +324,7 @@ fn configmap(name: &str, labels: Value) -> Value {
 /// Sends a request and records its status, Warning headers and body.
 async fn send(t: &Target, method: &str, path: &str, body: Value) -> Value {
     let (code, response, text) = exchange(t, method, path, JSON, JSON, body).await;
-    let warnings: Vec<String> = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_string)
-        .collect();
+    let warnings = warnings(&response);
     let parsed = serde_json::from_str(&text).unwrap_or(Value::String(text));
     // Each target has its own webhook server: its port is masked.
     let masked = serde_json::to_string(&json!({"warnings": warnings, "body": parsed})).unwrap();

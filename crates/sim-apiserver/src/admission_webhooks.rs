@@ -1004,6 +1004,48 @@ fn tls_reason(e: &std::io::Error) -> String {
     }
 }
 
+/// Why a webhook gave no answer to read.
+#[derive(Debug)]
+pub(crate) enum Unanswered {
+    /// The call failed or timed out.
+    Call(CallError),
+    /// It answered a status outside 2xx: the message client-go's REST client makes of it
+    /// (the `Status` message, else the code).
+    Status(String),
+}
+
+/// Posts `body` to `dest` within `timeout` seconds and returns the body of its 2xx answer.
+///
+/// # Errors
+/// As [`Unanswered`] says.
+pub(crate) async fn post_for_answer(
+    dest: &Destination,
+    ca_bundle: Option<&str>,
+    body: Vec<u8>,
+    timeout: u64,
+) -> Result<Bytes, Unanswered> {
+    let posted = tokio::time::timeout(
+        Duration::from_secs(timeout),
+        post(dest, ca_bundle, body, timeout),
+    )
+    .await
+    .unwrap_or(Err(CallError::DeadlineExceeded));
+    let (code, bytes) = posted.map_err(Unanswered::Call)?;
+    if (200..300).contains(&code) {
+        return Ok(bytes);
+    }
+    let text = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .filter(|s| s["kind"] == "Status")
+        .and_then(|s| s["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| {
+            format!(
+                "the server responded with the status code {code} but did not return more information"
+            )
+        });
+    Err(Unanswered::Status(text))
+}
+
 /// Posts `body` to `dest` and returns the answer's status and body.
 pub(crate) async fn post(
     dest: &Destination,
@@ -1109,23 +1151,16 @@ async fn call(
         .map_err(|e| CallFailure(format!("failed to call webhook: {e}")))?;
     let body = serde_json::to_vec(&review).unwrap_or_default();
     let ca = hook.spec["clientConfig"]["caBundle"].as_str();
-    let posted = tokio::time::timeout(Duration::from_secs(timeout), post(dest, ca, body, timeout))
-        .await
-        .unwrap_or(Err(CallError::DeadlineExceeded));
     let failed = |e: &dyn std::fmt::Display| {
         CallFailure(format!("failed to call webhook: Post {:?}: {e}", dest.url))
     };
-    let (code, bytes) = posted.map_err(|e| failed(&e))?;
-    if !(200..300).contains(&code) {
-        let text = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .filter(|s| s["kind"] == "Status")
-            .and_then(|s| s["message"].as_str().map(str::to_string))
-            .unwrap_or_else(|| {
-                format!("the server responded with the status code {code} but did not return more information")
-            });
-        return Err(CallFailure(format!("failed to call webhook: {text}")));
-    }
+    let bytes = match post_for_answer(dest, ca, body, timeout).await {
+        Ok(bytes) => bytes,
+        Err(Unanswered::Call(e)) => return Err(failed(&e)),
+        Err(Unanswered::Status(text)) => {
+            return Err(CallFailure(format!("failed to call webhook: {text}")));
+        }
+    };
     let answer: Value = serde_json::from_slice(&bytes).map_err(|e| failed(&e))?;
     let invalid = |why: String| CallFailure(format!("received invalid webhook response: {why}"));
     let response = &answer["response"];

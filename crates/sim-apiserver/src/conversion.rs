@@ -23,11 +23,9 @@
 //!   object with that apiVersion but unconverted.
 //! - A watch's label and field selectors are matched against the stored objects.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
-use super::admission_webhooks::{self, CallError, Destination};
+use super::admission_webhooks::{self, Destination, Unanswered};
 use super::objects;
 use super::registry::{Backing, ResourceType};
 use super::status::ApiError;
@@ -211,28 +209,20 @@ impl Converter {
             .map_err(|e| Error::Call(e.clone()))?;
         let body = serde_json::to_vec(&review).unwrap_or_default();
         let ca = self.ca_bundle.as_deref();
-        let posted = admission_webhooks::run_blocking(async {
-            tokio::time::timeout(
-                Duration::from_secs(TIMEOUT_SECONDS),
-                admission_webhooks::post(destination, ca, body, TIMEOUT_SECONDS),
-            )
-            .await
-            .unwrap_or(Err(CallError::DeadlineExceeded))
-        })
+        let posted = admission_webhooks::run_blocking(admission_webhooks::post_for_answer(
+            destination,
+            ca,
+            body,
+            TIMEOUT_SECONDS,
+        ))
         .map_err(|e| Error::Call(e.to_string()))?;
         let failed =
             |e: &dyn std::fmt::Display| Error::Call(format!("Post {:?}: {e}", destination.url));
-        let (code, bytes) = posted.map_err(|e| failed(&e))?;
-        if !(200..300).contains(&code) {
-            let text = serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .filter(|s| s["kind"] == "Status")
-                .and_then(|s| s["message"].as_str().map(str::to_string))
-                .unwrap_or_else(|| {
-                    format!("the server responded with the status code {code} but did not return more information")
-                });
-            return Err(Error::Call(text));
-        }
+        let bytes = match posted {
+            Ok(bytes) => bytes,
+            Err(Unanswered::Call(e)) => return Err(failed(&e)),
+            Err(Unanswered::Status(text)) => return Err(Error::Call(text)),
+        };
         let answer: Value = serde_json::from_slice(&bytes).map_err(|e| failed(&e))?;
         let converted = converted_objects(&answer, review_version, &uid)?;
         if converted.len() != 1 {
