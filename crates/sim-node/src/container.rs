@@ -28,7 +28,7 @@ use super::oci::{BindMount, ContainerSpec, Isolation, OciRuntime, Rootfs};
 use super::probe::{self, Kind, Target, Verdict};
 use super::process::{Exit, Instance, Spec, Streams};
 use super::runtime::{ContainerRuntime, HeldStdin, PodRuntime, StatusCell, StopState, lock};
-use super::shared::Shared;
+use super::shared::{Shared, off_the_workers};
 use super::status::{ContainerStatus, State, Terminated};
 use super::volume::{self, VolumeError, VolumeSources};
 
@@ -620,10 +620,7 @@ impl ContainerTask {
         sources: &VolumeSources,
     ) -> Result<Launch, ContainerError> {
         let (program, filesystem) = (resolved.root.clone(), resolved.filesystem);
-        self.pod
-            .volumes
-            .sync(facts, sources)
-            .map_err(ContainerError::Mount)?;
+        off_the_workers(|| self.pod.volumes.sync(facts, sources)).map_err(ContainerError::Mount)?;
         tracing::debug!(pod = %self.pod.name, stage = "volumes synced", "pod start");
         let lookup = |name: &str| env.get(name).map(str::to_string);
         let volume_mounts = self
@@ -1078,8 +1075,7 @@ impl ContainerTask {
             }
             Launch::Container(runtime, spec, image_id) => {
                 tracing::debug!(pod = %self.pod.name, stage = "bundle", "pod start");
-                let started = runtime
-                    .prepare(&spec)
+                let started = off_the_workers(|| runtime.prepare(&spec))
                     .map_err(|e| error_chain(&e))
                     .map(Arc::new);
                 tracing::debug!(pod = %self.pod.name, stage = "bundle written", "pod start");

@@ -59,6 +59,7 @@ pub mod env;
 mod error;
 pub mod image;
 pub mod inspect;
+pub mod launcher;
 pub mod logs;
 pub mod names;
 pub mod node;

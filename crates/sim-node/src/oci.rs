@@ -14,10 +14,21 @@
 //!   `/etc/hostname` bound from the pod's directory, and the bind mounts the caller gives
 //!   (the service-account files among them).
 //! - A root filesystem: an image directory under a copy-on-write layer of its own (overlayfs,
-//!   mounted where only the container sees it, so it vanishes with it: by runc as root, as
-//!   the first mount of the container's mount namespace; else in a private mount namespace
-//!   of the runtime process; a copy of the directory where overlayfs is not available), or, for an image mapped to an executable, a fresh directory holding the
-//!   executable and the host's `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc`, read-only.
+//!   mounted where only the runtime and the container see it, so it vanishes with them: as
+//!   root, in the runtime's own mount namespace ([`super::launcher`]), unmounted when the
+//!   container is deleted; rootless, in the private mount namespace of its runtime process;
+//!   a copy of the directory where overlayfs is not available), or, for an image mapped to an
+//!   executable, a fresh directory holding the executable and the host's `/usr`, `/bin`,
+//!   `/sbin`, `/lib*` and `/etc`, read-only.
+//!
+//! # Where the runtime runs
+//! As root, every process of the runtime (and each container's watchdog) starts in the
+//! runtime's own mount namespace ([`super::launcher`]): a slave copy of the host's, where the
+//! overlays are mounted and, on a hybrid cgroup host, the cgroup v2 hierarchy is out of
+//! crun's sight. Starting a process costs milliseconds on a small machine: one namespace
+//! for all, rather than an `unshare`, a shell, an `umount` and a `mount` before each
+//! command, takes about a third off a container's start (see the README's pod start
+//! figures).
 //! - The user, groups, capabilities and read-only root of its `securityContext`, and its
 //!   memory and CPU limits as cgroup limits (`cgroupsPath` = `/opconform-<id>`).
 //!
@@ -85,6 +96,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
+
+use super::launcher::{Launcher, LauncherError};
 use nix::unistd::Pid;
 use oci_spec::runtime::{
     Capabilities, Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder,
@@ -128,6 +141,9 @@ pub enum OciError {
         /// What `cp` said.
         message: String,
     },
+    /// The runtime's mount namespace refused the container's overlay, or is gone.
+    #[error("the OCI runtime's mount namespace")]
+    Namespace(#[source] LauncherError),
     /// The runtime refused a command.
     #[error("{runtime} {command} {id}: {message}")]
     Runtime {
@@ -169,11 +185,10 @@ impl Isolation {
             };
         }
         let root = nix::unistd::geteuid().is_root();
-        let unshare = find_program("unshare");
         // crun first: it starts a container with less CPU than runc and holds a third of
         // its memory while the container runs (see the README's pod start figures). On a
-        // hybrid cgroup host it needs `unshare` and root.
-        let crun_runs = !hybrid_with_v2_controllers() || (root && unshare.is_some());
+        // hybrid cgroup host it needs root: it runs where the v2 hierarchy is unmounted.
+        let crun_runs = !hybrid_with_v2_controllers() || root;
         let candidates: Vec<String> = match &wanted {
             Some(w) => vec![w.clone()],
             None if crun_runs => vec!["crun".into(), "runc".into()],
@@ -190,7 +205,7 @@ impl Isolation {
                         "neither crun nor runc is on PATH (Debian: apt-get install crun)".into()
                     }
                     None => "runc is not on PATH, and crun cannot run on this host's hybrid \
-                             cgroup layout without root and unshare (Debian: apt-get install runc)"
+                             cgroup layout without root (Debian: apt-get install runc)"
                         .into(),
                 },
             };
@@ -201,17 +216,35 @@ impl Isolation {
         let overlay_listed = std::fs::read_to_string("/proc/filesystems")
             .is_ok_and(|f| f.lines().any(|l| l.trim_end().ends_with("\toverlay")));
         if root {
-            let hide_unified = name == "crun" && unshare.is_some() && hybrid_with_v2_controllers();
+            // crun refuses to run at all on a hybrid host whose v2 hierarchy holds a
+            // controller ("cgroups in hybrid mode not supported, drop all controllers from
+            // cgroupv2"); where it is out of sight crun sees a cgroup v1 host and uses the v1
+            // controllers, where pods' limits and the freezer are. Nothing of a pod is in the
+            // v2 hierarchy, and the host's mounts are untouched.
+            let hidden =
+                (name == "crun" && hybrid_with_v2_controllers()).then_some(Path::new(UNIFIED));
+            let launcher = match Launcher::start(hidden) {
+                Ok(launcher) => launcher,
+                Err(e) => {
+                    let mut reason = e.to_string();
+                    let mut cause = std::error::Error::source(&e);
+                    while let Some(c) = cause {
+                        reason = format!("{reason}: {c}");
+                        cause = c.source();
+                    }
+                    return Self::Processes { reason };
+                }
+            };
             return Self::Containers(Arc::new(OciRuntime {
                 name,
                 program,
                 root: state_dir.to_path_buf(),
-                unshare,
+                unshare: None,
                 overlay: overlay_listed,
                 limits: Path::new("/sys/fs/cgroup/memory").is_dir()
                     || Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
                 rootless: None,
-                hide_unified,
+                launcher: Some(launcher),
             }));
         }
         match rootless() {
@@ -223,7 +256,7 @@ impl Isolation {
                 overlay: overlay_listed && found.overlay,
                 limits: false,
                 rootless: Some(found.nsenter.clone()),
-                hide_unified: false,
+                launcher: None,
             })),
             Err(reason) => Self::Processes {
                 reason: reason.clone(),
@@ -449,22 +482,13 @@ pub struct OciRuntime {
     /// Rootless: `nsenter`, through which the runtime's `exec` enters the user namespace
     /// of the runtime process.
     rootless: Option<PathBuf>,
-    /// crun on a host whose cgroup v2 hierarchy, mounted beside the v1 ones, holds
-    /// controllers: each of its commands runs in a mount namespace of its own without that
-    /// hierarchy ([`HIDE_UNIFIED`]).
-    hide_unified: bool,
+    /// As root: the mount namespace every process of the runtime starts in, where the
+    /// overlays are mounted (see [`super::launcher`]).
+    launcher: Option<Launcher>,
 }
 
 /// Where a hybrid cgroup host mounts its cgroup v2 hierarchy beside the v1 ones.
 const UNIFIED: &str = "/sys/fs/cgroup/unified";
-
-/// The shell words that unmount [`UNIFIED`] in the private mount namespace a runtime
-/// command runs in (see [`OciRuntime::invocation`]). crun refuses to run at all on a
-/// hybrid host whose v2 hierarchy holds a controller ("cgroups in hybrid mode not
-/// supported, drop all controllers from cgroupv2"); without it in view crun sees a cgroup
-/// v1 host and uses the v1 controllers, where pods' limits and the freezer are. Nothing of
-/// a pod is in the v2 hierarchy, and the host's mounts are untouched.
-const HIDE_UNIFIED: &str = "umount -l /sys/fs/cgroup/unified && ";
 
 /// Whether this host mounts a cgroup v2 hierarchy holding controllers beside its v1
 /// hierarchies (a hybrid host that crun refuses).
@@ -691,20 +715,6 @@ fn bind(source: &Path, destination: &str, read_only: bool) -> Result<Mount, OciE
 /// The copy-on-write root of a container: an overlay of `upper` on the image directory
 /// `lower`, mounted at `/` by the runtime as the first mount of the container's own mount
 /// namespace, where only the container sees it.
-fn root_overlay(lower: &Path, upper: &Path, work: &Path) -> Result<Mount, OciError> {
-    MountBuilder::default()
-        .destination("/")
-        .typ("overlay")
-        .source("overlay")
-        .options(vec![
-            format!("lowerdir={}", lower.display()),
-            format!("upperdir={}", upper.display()),
-            format!("workdir={}", work.display()),
-        ])
-        .build()
-        .map_err(OciError::Spec)
-}
-
 /// Whether `path` can go into overlayfs's mount options unquoted.
 fn overlay_safe(path: &Path) -> bool {
     path.to_str()
@@ -732,28 +742,26 @@ impl OciRuntime {
         self.rootless.is_some()
     }
 
-    /// The program and arguments that run the runtime with `args` (after `--root`): the
-    /// runtime itself, or, where the host's cgroup v2 hierarchy must be out of its sight,
-    /// `unshare` making a private mount namespace where a shell unmounts it and becomes the
-    /// runtime.
+    /// The program and arguments that run the runtime with `args` (after `--root`).
     fn invocation(&self, args: Vec<String>) -> (PathBuf, Vec<String>) {
         let mut words = self.words();
         words.extend(args);
-        match &self.unshare {
-            Some(unshare) if self.hide_unified => {
-                let mut wrapped: Vec<String> =
-                    ["--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
-                        .map(String::from)
-                        .to_vec();
-                wrapped.push(format!("{HIDE_UNIFIED}exec \"$@\""));
-                wrapped.push("sh".into());
-                wrapped.append(&mut words);
-                (unshare.clone(), wrapped)
-            }
-            _ => {
-                let program = PathBuf::from(words.remove(0));
-                (program, words)
-            }
+        let program = PathBuf::from(words.remove(0));
+        (program, words)
+    }
+
+    /// Starts a process of the runtime's, which `spawn` spawns, where the runtime runs: as
+    /// root, from the thread of its mount namespace ([`Launcher::run`]); rootless, here.
+    ///
+    /// # Errors
+    /// What `spawn` returned, or when the namespace's thread is gone.
+    pub fn start<T: Send + 'static>(
+        &self,
+        spawn: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    ) -> std::io::Result<T> {
+        match &self.launcher {
+            Some(launcher) => launcher.run(spawn).map_err(std::io::Error::other)?,
+            None => spawn(),
         }
     }
 
@@ -764,15 +772,6 @@ impl OciRuntime {
             "--root".into(),
             self.root.display().to_string(),
         ]
-    }
-
-    /// Whether the runtime mounts a container's overlay itself, as the first mount of its
-    /// configuration, at `/` ([`root_overlay`]): runc as root does (1.1 and later), which
-    /// spares the `unshare` and `mount` processes that otherwise mount it in a private mount
-    /// namespace of the runtime's. Rootless, the overlay is mounted by `unshare`, in the
-    /// user namespace it makes.
-    fn mounts_root_overlay(&self) -> bool {
-        !self.rootless() && self.name == "runc"
     }
 
     /// Writes the bundle of `spec` and returns the container, not started: run
@@ -805,16 +804,12 @@ impl OciRuntime {
                     && [lower, &upper, &work, &rootfs]
                         .iter()
                         .all(|p| overlay_safe(p));
-                let by_runtime = possible && self.mounts_root_overlay();
-                let by_unshare = possible && !by_runtime && self.unshare.is_some();
-                if by_runtime || by_unshare {
+                // As root, mounted in the runtime's mount namespace once the bundle is
+                // written; rootless, by `unshare` in the user namespace it makes for the
+                // runtime's `run`.
+                if possible && (self.launcher.is_some() || self.unshare.is_some()) {
                     std::fs::create_dir_all(&upper).map_err(io(&upper))?;
                     std::fs::create_dir_all(&work).map_err(io(&work))?;
-                }
-                if by_runtime {
-                    // First, so that every other mount lands on it.
-                    mounts.insert(0, root_overlay(lower, &upper, &work)?);
-                } else if by_unshare {
                     overlay = Some([lower.clone(), upper, work, rootfs.clone()]);
                 } else {
                     copy_dir(lower, &rootfs)?;
@@ -845,15 +840,25 @@ impl OciRuntime {
             oci_spec::OciSpecError::Io(source) => OciError::Bundle { path, source },
             other => OciError::Spec(other),
         })?;
-        Ok(Container {
+        let container = Container {
             runtime: self.clone(),
             id: spec.id.clone(),
             bundle: bundle.clone(),
             overlay,
+            overlay_mounted: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             init: OnceLock::new(),
             runtime_pid: OnceLock::new(),
-        })
+        };
+        if let (Some(launcher), Some([lower, upper, work, merged])) =
+            (&self.launcher, &container.overlay)
+        {
+            launcher
+                .mount_overlay(lower, upper, work, merged)
+                .map_err(OciError::Namespace)?;
+            container.overlay_mounted.store(true, Ordering::SeqCst);
+        }
+        Ok(container)
     }
 
     fn config(&self, spec: &ContainerSpec, mounts: Vec<Mount>) -> Result<Spec, OciError> {
@@ -1056,13 +1061,22 @@ pub struct Container {
     runtime: Arc<OciRuntime>,
     id: String,
     bundle: PathBuf,
-    /// lower, upper, work, merged: mounted in the runtime's own mount namespace.
+    /// lower, upper, work, merged: as root, mounted in the runtime's mount namespace by
+    /// [`OciRuntime::prepare`]; rootless, by the `unshare` that starts the runtime's `run`.
     overlay: Option<[PathBuf; 4]>,
+    /// Whether the overlay is mounted in the runtime's mount namespace (until deleted).
+    overlay_mounted: AtomicBool,
     paused: AtomicBool,
     /// The init process's pid, once read.
     init: OnceLock<i32>,
     /// The runtime process's pid (rootless: its user namespace is where `exec` runs).
     runtime_pid: OnceLock<u32>,
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        self.unmount_overlay();
+    }
 }
 
 impl Container {
@@ -1082,8 +1096,9 @@ impl Container {
     }
 
     /// The program and arguments that run the container in the foreground (its exit status
-    /// is the container's): the runtime's `run`, inside a private mount namespace that holds
-    /// the overlay when there is one.
+    /// is the container's): the runtime's `run` (started with [`Container::start`]);
+    /// rootless, inside the user and mount namespaces `unshare` makes, where it mounts the
+    /// overlay when there is one.
     pub fn command(&self) -> (PathBuf, Vec<String>) {
         let rt = &self.runtime;
         let run = vec![
@@ -1105,7 +1120,6 @@ impl Container {
         runtime_words.extend(run.iter().cloned());
         match (&self.overlay, &rt.unshare) {
             (Some([lower, upper, work, merged]), Some(unshare)) => {
-                let hide = if rt.hide_unified { HIDE_UNIFIED } else { "" };
                 let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
                 args.extend([
                     "--mount".to_string(),
@@ -1114,9 +1128,7 @@ impl Container {
                     "--".into(),
                     "/bin/sh".into(),
                     "-c".into(),
-                    format!(
-                        r#"{hide}mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#
-                    ),
+                    r#"mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#.to_string(),
                     "sh".into(),
                 ]);
                 args.extend([lower, upper, work, merged].map(|p| p.display().to_string()));
@@ -1173,7 +1185,8 @@ impl Container {
     }
 
     /// The shell words the watchdog runs when the kubelet's process is gone: delete the
-    /// container by force.
+    /// container by force (the watchdog is started with [`Container::start`], where the
+    /// runtime runs).
     pub fn delete_words(&self) -> Vec<String> {
         let (program, mut args) =
             self.runtime
@@ -1302,10 +1315,32 @@ impl Container {
             .unwrap_or_default()
     }
 
-    /// Deletes the container by force: its processes, cgroups and state. Nothing happens
-    /// when it is already gone.
+    /// Deletes the container by force: its processes, cgroups and state, and its overlay's
+    /// mount. Nothing happens when it is already gone.
     pub fn delete(&self) {
         let _ = self.run_command("delete", &["--force"]);
+        self.unmount_overlay();
+    }
+
+    /// Unmounts the overlay from the runtime's mount namespace, once.
+    fn unmount_overlay(&self) {
+        if self.overlay_mounted.swap(false, Ordering::SeqCst)
+            && let (Some(launcher), Some([.., merged])) = (&self.runtime.launcher, &self.overlay)
+        {
+            launcher.unmount(merged);
+        }
+    }
+
+    /// Starts a process of the runtime's for this container (its `run` or an `exec`), which
+    /// `spawn` spawns, where the runtime runs (see [`OciRuntime::start`]).
+    ///
+    /// # Errors
+    /// What `spawn` returned, or when the runtime's mount namespace is gone.
+    pub fn start<T: Send + 'static>(
+        &self,
+        spawn: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    ) -> std::io::Result<T> {
+        self.runtime.start(spawn)
     }
 
     fn run_command(&self, command: &'static str, extra: &[&str]) -> Result<String, OciError> {
@@ -1320,12 +1355,15 @@ impl Container {
         words.extend(extra.iter().map(|e| e.to_string()));
         words.push(self.id.clone());
         let (program, args) = rt.invocation(words);
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
+        let mut child = rt
+            .start(move || {
+                Command::new(program)
+                    .args(args)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+            })
             .map_err(|e| error(e.to_string()))?;
         let begin = Instant::now();
         loop {
@@ -1356,44 +1394,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn crun_on_a_hybrid_cgroup_host_runs_each_command_where_the_v2_hierarchy_is_unmounted() {
-        let runtime = |hide_unified| OciRuntime {
+    fn a_runtime_command_is_the_runtime_with_its_state_directory_and_nothing_around_it() {
+        let runtime = OciRuntime {
             name: "crun".into(),
             program: "/usr/bin/crun".into(),
             root: "/run/opconform".into(),
-            unshare: Some("/usr/bin/unshare".into()),
+            unshare: None,
             overlay: true,
             limits: true,
             rootless: None,
-            hide_unified,
+            launcher: None,
         };
-        let words = |id: &str| vec!["delete".to_string(), "--force".into(), id.into()];
-        let (program, args) = runtime(false).invocation(words("c1"));
+        let (program, args) =
+            runtime.invocation(vec!["delete".to_string(), "--force".into(), "c1".into()]);
         assert_eq!(program, Path::new("/usr/bin/crun"));
         assert_eq!(
             args,
             ["--root", "/run/opconform", "delete", "--force", "c1"]
-        );
-        let (program, args) = runtime(true).invocation(words("c1"));
-        assert_eq!(program, Path::new("/usr/bin/unshare"));
-        assert_eq!(
-            args,
-            [
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "/bin/sh",
-                "-c",
-                "umount -l /sys/fs/cgroup/unified && exec \"$@\"",
-                "sh",
-                "/usr/bin/crun",
-                "--root",
-                "/run/opconform",
-                "delete",
-                "--force",
-                "c1"
-            ]
         );
     }
 

@@ -28,7 +28,7 @@ use super::backoff::QuickBackoff;
 use super::container::ContainerTask;
 use super::error::KubeletError;
 use super::runtime::{ContainerRuntime, PodNetwork, PodRuntime, StatusCell, StopState, lock};
-use super::shared::Shared;
+use super::shared::{Shared, off_the_workers};
 use super::status::{ContainerStatus, Eviction, PodStatus, State, Terminated, qos_class};
 use crate::proxy::{Mode, Proxy, ProxyError};
 use sim_apiserver::audit::PodRef;
@@ -220,31 +220,19 @@ fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-async fn setup(
-    shared: &Arc<Shared>,
+/// The pod's directory, its logs' directory, and the files its containers' mounts name: the
+/// clock of the skew fault (when it can be skewed), `/etc/hosts`, `/etc/resolv.conf` and the
+/// host name, each written once.
+fn write_sandbox_files(
+    shared: &Shared,
     pod: &Pod,
-    sequence: u64,
-) -> Result<Arc<PodRuntime>, PodError> {
-    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let spec = pod.spec.clone().unwrap_or_default();
-    let ip = shared.allocate_ip().ok_or(PodError::NoIp)?;
-    let release = |e| {
-        shared.release_ip(ip);
-        e
-    };
-    let dir = shared
-        .config
-        .work_dir
-        .join("pods")
-        .join(format!("{namespace}_{name}_{uid}"));
-    std::fs::create_dir_all(dir.join("logs"))
-        .map_err(|source| PodError::Dir {
-            path: dir.clone(),
-            source,
-        })
-        .map_err(release)?;
+    dir: &std::path::Path,
+    ip: Ipv4Addr,
+) -> Result<(), PodError> {
+    std::fs::create_dir_all(dir.join("logs")).map_err(|source| PodError::Dir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let clock = dir.join(super::bundle::CLOCK_HOST_DIR);
     let names = dir.join("etc");
     let files = [
@@ -279,9 +267,33 @@ async fn setup(
             .map_err(|source| PodError::Dir {
                 path: path.clone(),
                 source,
-            })
-            .map_err(release)?;
+            })?;
     }
+    Ok(())
+}
+
+async fn setup(
+    shared: &Arc<Shared>,
+    pod: &Pod,
+    sequence: u64,
+) -> Result<Arc<PodRuntime>, PodError> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let ip = shared.allocate_ip().ok_or(PodError::NoIp)?;
+    let release = |e| {
+        shared.release_ip(ip);
+        e
+    };
+    let dir = shared
+        .config
+        .work_dir
+        .join("pods")
+        .join(format!("{namespace}_{name}_{uid}"));
+    // Blocking, as is every step of a pod's start that touches the disk or the kernel:
+    // done off the async workers (see `off_the_workers`).
+    off_the_workers(|| write_sandbox_files(shared, pod, &dir, ip)).map_err(release)?;
     let inspection = shared.inspection.as_ref().map(|i| {
         let account = spec
             .service_account_name
@@ -305,7 +317,7 @@ async fn setup(
         &shared.config.isolation,
         crate::oci::Isolation::Containers(rt) if !rt.rootless()
     ) && !spec.host_network.unwrap_or(false))
-    .then(|| PodNetwork::create(ip))
+    .then(|| off_the_workers(|| PodNetwork::create(ip)))
     .transpose()
     .map_err(PodError::Network)
     .map_err(release)?;

@@ -44,6 +44,7 @@ use tokio::task::JoinHandle;
 
 use super::logs::{ContainerLog, Output};
 use super::oci::Container;
+use super::shared::off_the_workers;
 
 /// Errors of container processes.
 #[derive(Debug, thiserror::Error)]
@@ -351,7 +352,7 @@ impl Instance {
         streams: Streams,
         log: Arc<ContainerLog>,
     ) -> Result<Self, ProcessError> {
-        Self::launch(spec, arg0, WATCHDOG, &[], streams, log).await
+        Self::launch(spec, arg0, WATCHDOG, &[], streams, log, None).await
     }
 
     /// What writes to the process's stdin, when it was started with one (once): the pipe's
@@ -392,8 +393,16 @@ impl Instance {
         let mut written = pid_file
             .parent()
             .and_then(|dir| DirectoryWrites::new(dir).ok());
-        let mut instance =
-            Self::launch(&spec, None, CONTAINER_WATCHDOG, &words, streams, log).await?;
+        let mut instance = Self::launch(
+            &spec,
+            None,
+            CONTAINER_WATCHDOG,
+            &words,
+            streams,
+            log,
+            Some(&container),
+        )
+        .await?;
         container.set_runtime_pid(instance.group.pid);
         let bound = tokio::time::Instant::now() + CREATE_BOUND;
         let pid = loop {
@@ -441,6 +450,7 @@ impl Instance {
         watchdog_args: &[String],
         streams: Streams,
         log: Arc<ContainerLog>,
+        runtime: Option<&Arc<Container>>,
     ) -> Result<Self, ProcessError> {
         let pty = match streams {
             Streams::Terminal { .. } => {
@@ -448,7 +458,8 @@ impl Instance {
             }
             Streams::Pipes { .. } => None,
         };
-        let mut watchdog = Command::new("/bin/sh")
+        let mut watchdog_command = Command::new("/bin/sh");
+        watchdog_command
             .arg("-c")
             .arg(watchdog_script)
             .arg("sh")
@@ -458,9 +469,8 @@ impl Instance {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(ProcessError::Watchdog)?;
+            .process_group(0);
+        let mut watchdog = spawn(watchdog_command, runtime).map_err(ProcessError::Watchdog)?;
         let mut pipe = watchdog.stdin.take();
         let Some(pgid) = watchdog.id() else {
             return Err(ProcessError::Watchdog(std::io::Error::other(
@@ -508,8 +518,7 @@ impl Instance {
                     .stderr(Stdio::piped());
             }
         }
-        let spawned = command.spawn();
-        drop(command);
+        let spawned = spawn(command, runtime);
         let mut leader = match spawned {
             Ok(child) => child,
             Err(source) => {
@@ -713,6 +722,19 @@ pub fn process_group_of(pid: u32) -> Option<i32> {
     let _state = fields.next()?;
     let _ppid = fields.next()?;
     fields.next()?.parse().ok()
+}
+
+/// Spawns `command` off the async workers (forking a process of this size blocks for a
+/// while, as do the pod's other blocking steps): for a container's processes (its
+/// runtime's and its watchdog), where its runtime runs ([`Container::start`]); else here.
+pub(crate) fn spawn(
+    mut command: Command,
+    runtime: Option<&Arc<Container>>,
+) -> std::io::Result<Child> {
+    off_the_workers(|| match runtime {
+        Some(container) => container.start(move || command.spawn()),
+        None => command.spawn(),
+    })
 }
 
 #[cfg(test)]

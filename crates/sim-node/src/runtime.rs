@@ -468,7 +468,8 @@ impl PodRuntime {
             // The command's own copies only: the terminal ends when it closes them. A
             // runtime's `exec --tty` relays its own terminal in the container to this one,
             // and takes a new window size from it at the SIGWINCH a resize sends.
-            let child = tokio::process::Command::new("setsid")
+            let mut command = tokio::process::Command::new("setsid");
+            command
                 .args(["--ctty", "--"])
                 .arg(program)
                 .args(args)
@@ -476,24 +477,25 @@ impl PodRuntime {
                 .stdin(input)
                 .stdout(output)
                 .stderr(Stdio::from(pty.slave))
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(spawn_error)?;
+                .kill_on_drop(true);
+            let child =
+                super::process::spawn(command, group.container.as_ref()).map_err(spawn_error)?;
             let terminal = terminal_of(pty.master).map_err(spawn_error)?;
             return Ok(Started {
                 child,
                 terminal: Some(terminal),
             });
         }
-        let child = tokio::process::Command::new(program)
+        let mut command = tokio::process::Command::new(program);
+        command
             .args(args)
             .current_dir(cwd)
             .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(spawn_error)?;
+            .kill_on_drop(true);
+        let child =
+            super::process::spawn(command, group.container.as_ref()).map_err(spawn_error)?;
         Ok(Started {
             child,
             terminal: None,
