@@ -72,24 +72,29 @@ where
     /// Waits for as long as the list takes (a partitioned node's forever): the caller bounds
     /// it.
     pub(crate) async fn get(&self, namespace: &str, name: &str) -> Option<K> {
-        let mut seen = {
-            let mut entries = lock(&self.entries);
-            let key = (namespace.to_string(), name.to_string());
-            let entry = entries.entry(key.clone()).or_insert_with(|| {
-                let (tx, seen) = watch::channel(None);
-                let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-                let task = tokio::spawn(keep(api, key, tx, Arc::downgrade(&self.entries)));
-                Entry {
-                    seen,
-                    last_read: Instant::now(),
-                    task: task.abort_handle(),
-                }
-            });
-            entry.last_read = Instant::now();
-            entry.seen.clone()
-        };
+        let mut seen = self.watch(namespace, name);
         let known = seen.wait_for(Option::is_some).await.ok()?;
         known.as_ref().and_then(|o| o.as_deref().cloned())
+    }
+
+    /// Starts watching `namespace/name` unless its watch runs, and counts this as a read:
+    /// what the kubelet does when a pod that names the object arrives (its object manager's
+    /// `RegisterPod`), so that the first list is under way while the pod's sandbox is made.
+    pub(crate) fn watch(&self, namespace: &str, name: &str) -> watch::Receiver<Seen<K>> {
+        let mut entries = lock(&self.entries);
+        let key = (namespace.to_string(), name.to_string());
+        let entry = entries.entry(key.clone()).or_insert_with(|| {
+            let (tx, seen) = watch::channel(None);
+            let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+            let task = tokio::spawn(keep(api, key, tx, Arc::downgrade(&self.entries)));
+            Entry {
+                seen,
+                last_read: Instant::now(),
+                task: task.abort_handle(),
+            }
+        });
+        entry.last_read = Instant::now();
+        entry.seen.clone()
     }
 }
 

@@ -424,6 +424,20 @@ async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: watch::Receiver<Po
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(shared.client.clone(), &namespace);
     tracing::debug!(pod = %name, stage = "admitted", "pod start");
+    if matches!(
+        shared.config.isolation,
+        crate::oci::Isolation::Containers(_)
+    ) {
+        // The objects its volumes read are watched from now on (the kubelet's object
+        // managers' `RegisterPod`): their first lists overlap the sandbox's making.
+        let wanted = super::volume::references(&pod);
+        for config_map in &wanted.config_maps {
+            shared.config_maps.watch(&namespace, config_map);
+        }
+        for secret in &wanted.secrets {
+            shared.secrets.watch(&namespace, secret);
+        }
+    }
     let runtime = match setup(&shared, &pod, shared.next_sequence()).await {
         Ok(r) => r,
         Err(e) => {
