@@ -26,9 +26,9 @@ use super::logs::ContainerLog;
 use super::node::CAPACITY;
 use super::oci::{BindMount, ContainerSpec, Isolation, OciRuntime, Rootfs};
 use super::probe::{self, Kind, Target, Verdict};
-use super::process::{Exit, Instance, Spec, Streams};
+use super::process::{Exit, Instance, Spec, Streams, off_the_workers};
 use super::runtime::{ContainerRuntime, HeldStdin, PodRuntime, StatusCell, StopState, lock};
-use super::shared::{Shared, off_the_workers};
+use super::shared::Shared;
 use super::status::{ContainerStatus, State, Terminated};
 use super::volume::{self, VolumeError, VolumeSources};
 

@@ -5,7 +5,8 @@
 //! for a container whose spec has `stdin: true`; or, for a container whose spec has `tty:
 //! true` ([`Streams::Terminal`]), the slave of a pseudo-terminal as all three, its master kept
 //! here: what the terminal shows goes to the log as stdout, stdin is typed into it, and
-//! [`TerminalControl::resize`] sets its window size.
+//! [`TerminalControl::resize`] sets its window size. Blocking steps of a pod's start (a
+//! spawn among them) run through [`off_the_workers`].
 //!
 //! # Guarantees
 //! Every process group is led by a tiny watchdog shell started first (`process_group(0)`),
@@ -44,7 +45,6 @@ use tokio::task::JoinHandle;
 
 use super::logs::{ContainerLog, Output};
 use super::oci::Container;
-use super::shared::off_the_workers;
 
 /// Errors of container processes.
 #[derive(Debug, thiserror::Error)]
@@ -722,6 +722,19 @@ pub fn process_group_of(pid: u32) -> Option<i32> {
     let _state = fields.next()?;
     let _ppid = fields.next()?;
     fields.next()?.parse().ok()
+}
+
+/// Runs `work`, which blocks (file writes, a network namespace's creation, a runtime's
+/// bundle, a process's spawn), without holding up the runtime's other tasks: dozens of pods
+/// starting at once would otherwise keep the few workers busy while the API server, the
+/// pods' proxies and the kubelets' own watches wait. On a multi-threaded runtime the worker
+/// hands its other tasks to another thread first ([`tokio::task::block_in_place`]); on a
+/// current-thread runtime, which cannot, `work` runs where it is.
+pub(crate) fn off_the_workers<R>(work: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }
 
 /// Spawns `command` off the async workers (forking a process of this size blocks for a

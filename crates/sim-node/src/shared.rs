@@ -217,16 +217,3 @@ impl FaultTarget for NodePods {
         )))
     }
 }
-
-/// Runs `work`, which blocks (file writes, a network namespace's creation, a runtime's
-/// bundle, a process's spawn), without holding up the runtime's other tasks: dozens of pods
-/// starting at once would otherwise keep the few workers busy while the API server, the
-/// pods' proxies and the kubelets' own watches wait. On a multi-threaded runtime the worker
-/// hands its other tasks to another thread first ([`tokio::task::block_in_place`]); on a
-/// current-thread runtime, which cannot, `work` runs where it is.
-pub(crate) fn off_the_workers<R>(work: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
