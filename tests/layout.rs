@@ -12,6 +12,12 @@ use serde_json::Value;
 
 /// Every workspace package with the names of all its dependencies (normal, dev and build).
 fn workspace_dependencies() -> BTreeMap<String, Vec<String>> {
+    dependencies_of_kinds(&["normal", "dev", "build"])
+}
+
+/// Every workspace package with the names of its dependencies of these kinds (`normal`
+/// is what `cargo metadata` leaves unnamed).
+fn dependencies_of_kinds(kinds: &[&str]) -> BTreeMap<String, Vec<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let out = Command::new(cargo)
         .args([
@@ -40,6 +46,7 @@ fn workspace_dependencies() -> BTreeMap<String, Vec<String>> {
                 .as_array()
                 .expect("dependencies")
                 .iter()
+                .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or("normal")))
                 .map(|d| d["name"].as_str().expect("dependency name").to_string())
                 .collect();
             (name, dependencies)
@@ -182,6 +189,23 @@ fn the_bundled_operator_depends_on_nothing_of_ours() {
             "memcached-operator depends on {ours}: {dependencies:?}"
         );
     }
+}
+
+/// The example operator is shaped as an operator's own repository: what it builds uses
+/// nothing of ours, and only its test runs it on the simulator.
+#[test]
+fn the_example_workloads_operator_builds_on_nothing_of_ours() {
+    let built = dependencies_of_kinds(&["normal", "build"]);
+    assert_eq!(
+        ours_among(&built, "workloads-operator"),
+        Vec::<String>::new()
+    );
+    let all = workspace_dependencies();
+    assert!(
+        ours_among(&all, "workloads-operator").contains(&"opconform".to_string()),
+        "its test runs it with opconform: {:?}",
+        all["workloads-operator"]
+    );
 }
 
 /// The module path of every `.rs` file under a crate's `src`, to its file.
