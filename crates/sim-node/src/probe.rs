@@ -1,17 +1,24 @@
 //! Container probes (startup, readiness, liveness): `httpGet` with a minimal HTTP/1.1
-//! client and `tcpSocket`, on the kubelet's schedule of initial delay, period, timeout and
+//! client, `tcpSocket`, and `exec` through the container's runtime (as `kubectl exec`
+//! runs a command), on the kubelet's schedule of initial delay, period, timeout and
 //! success/failure thresholds.
 //!
 //! # Caveats
-//! `exec` and `grpc` probes are not run; they always succeed.
+//! `grpc` probes are not run; they always succeed. An exec probe that times out has its
+//! runtime's `exec` process killed, which may leave the command running in the container
+//! (as a CRI runtime may).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 /// Why one probe attempt failed (the message lands in the container's events and logs).
@@ -67,7 +74,51 @@ pub enum ProbeError {
     /// An HTTP status outside 200–399.
     #[error("http probe failed with statuscode: {0}")]
     Status(u16),
+    /// An exec probe's command exited with another code than 0: the message is what it
+    /// wrote (stdout and stderr, at most 10 KiB), as the kubelet reports it.
+    #[error("{output}")]
+    Exited {
+        /// Its exit code (`None` when a signal ended it).
+        code: Option<i32>,
+        /// What it wrote.
+        output: String,
+    },
+    /// An exec probe's command did not end within timeoutSeconds.
+    #[error("command timed out: {command:?} timed out after {seconds}s")]
+    ExecTimeout {
+        /// The command, its words joined by spaces.
+        command: String,
+        /// The timeout.
+        seconds: u64,
+    },
+    /// An exec probe's command could not be started: nothing of the container runs, or
+    /// the runtime could not be run.
+    #[error("cannot run the exec probe's command in the container")]
+    ExecStart(#[source] std::io::Error),
 }
+
+/// Starts an exec probe's command in its container (the runtime's `exec` for a
+/// container, the command itself in the pod's directory for a host process) with its
+/// output piped, killed when dropped; `None` while nothing of the container runs.
+pub type Exec = Arc<dyn Fn(&[String]) -> Option<std::io::Result<Child>> + Send + Sync>;
+
+/// The command that runs `program` with `args` in `cwd` for an exec probe: no stdin, its
+/// output piped, killed when dropped.
+#[must_use]
+pub fn exec_process(program: PathBuf, args: Vec<String>, cwd: PathBuf) -> Command {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// The most of an exec probe's output the kubelet keeps.
+const EXEC_OUTPUT_LIMIT: usize = 10 * 1024;
 
 /// Which probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +186,57 @@ async fn connect(target: Target, addr: SocketAddr) -> Result<TcpStream, ProbeErr
         .map_err(|source| ProbeError::Connect { addr, source })
 }
 
-/// Runs one attempt of `probe` against `target` (no timeout: the caller adds it).
+/// An exec probe's command, its `$(VAR)` references expanded from the container's
+/// static environment only (a variable set from elsewhere is empty), as the kubelet's
+/// `ExpandContainerCommandOnlyStatic` expands them.
+fn exec_command(command: &[String], container: &Container) -> Vec<String> {
+    let declared = |name: &str| {
+        container
+            .env
+            .iter()
+            .flatten()
+            .rev()
+            .find(|e| e.name == name)
+            .map(|e| e.value.clone().unwrap_or_default())
+    };
+    command
+        .iter()
+        .map(|word| crate::env::expand(word, declared))
+        .collect()
+}
+
+/// Runs `command` through `exec` and judges it by its exit code.
+async fn run_exec(exec: &Exec, command: &[String]) -> Result<(), ProbeError> {
+    let not_running = || {
+        ProbeError::ExecStart(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the container is not running",
+        ))
+    };
+    if command.is_empty() {
+        return Err(not_running());
+    }
+    let child = exec(command)
+        .ok_or_else(not_running)?
+        .map_err(ProbeError::ExecStart)?;
+    let output = child
+        .wait_with_output()
+        .await
+        .map_err(ProbeError::ExecStart)?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let mut written = output.stdout;
+    written.extend_from_slice(&output.stderr);
+    written.truncate(EXEC_OUTPUT_LIMIT);
+    Err(ProbeError::Exited {
+        code: output.status.code(),
+        output: String::from_utf8_lossy(&written).into_owned(),
+    })
+}
+
+/// Runs one attempt of `probe` against `target`, an exec probe through `exec` (no
+/// timeout: the caller adds it).
 ///
 /// # Errors
 /// Whatever makes the attempt fail.
@@ -143,7 +244,18 @@ pub async fn attempt(
     probe: &Probe,
     container: &Container,
     target: Target,
+    exec: Option<&Exec>,
 ) -> Result<(), ProbeError> {
+    if let Some(action) = &probe.exec {
+        let command = exec_command(action.command.as_deref().unwrap_or_default(), container);
+        return match exec {
+            Some(exec) => run_exec(exec, &command).await,
+            None => Err(ProbeError::ExecStart(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "no runtime to exec in",
+            ))),
+        };
+    }
     if let Some(http) = &probe.http_get {
         let port = resolve_port(&http.port, container)?;
         let host = match http.host.as_deref().filter(|h| !h.is_empty()) {
@@ -216,7 +328,14 @@ pub async fn attempt(
     Ok(())
 }
 
-fn timeout_error(probe: &Probe, target: Target) -> ProbeError {
+fn timeout_error(probe: &Probe, container: &Container, target: Target) -> ProbeError {
+    if let Some(action) = &probe.exec {
+        let command = exec_command(action.command.as_deref().unwrap_or_default(), container);
+        return ProbeError::ExecTimeout {
+            command: command.join(" "),
+            seconds: seconds(probe.timeout_seconds, 1, 1).as_secs(),
+        };
+    }
     let (port, path) = match &probe.http_get {
         Some(h) => (
             match &h.port {
@@ -239,12 +358,14 @@ fn seconds(v: Option<i32>, default: i32, min: i32) -> Duration {
 
 /// Probes until the receiver goes away, sending a [`Verdict`] whenever the verdict
 /// changes (a probe starts as failing for readiness and startup, passing for liveness).
-/// Waits for `gate` before each attempt (a held node probes nothing).
+/// Waits for `gate` before each attempt (a held node probes nothing). Exec probes run
+/// through `exec`.
 pub async fn run(
     kind: Kind,
     probe: Probe,
     container: Container,
     target: Target,
+    exec: Option<Exec>,
     verdicts: mpsc::UnboundedSender<Verdict>,
     gate: impl Fn() -> futures::future::BoxFuture<'static, ()>,
 ) {
@@ -261,10 +382,10 @@ pub async fn run(
     tokio::time::sleep(initial).await;
     loop {
         gate().await;
-        let outcome = match tokio::time::timeout(timeout, attempt(&probe, &container, target)).await
-        {
+        let tried = attempt(&probe, &container, target, exec.as_ref());
+        let outcome = match tokio::time::timeout(timeout, tried).await {
             Ok(r) => r,
-            Err(_) => Err(timeout_error(&probe, target)),
+            Err(_) => Err(timeout_error(&probe, &container, target)),
         };
         match outcome {
             Ok(()) => {
@@ -349,9 +470,82 @@ mod tests {
         };
         for (status, ok) in [("200 OK", true), ("302 Found", true), ("500 Oops", false)] {
             let addr = server(status).await;
-            let r = attempt(&http_probe(json!(addr.port())), &container(), target).await;
+            let r = attempt(&http_probe(json!(addr.port())), &container(), target, None).await;
             assert_eq!(r.is_ok(), ok, "{status}: {r:?}");
         }
+    }
+
+    /// Runs the probe's command on the host, as a pod that is host processes does.
+    fn on_the_host() -> Exec {
+        Arc::new(|command: &[String]| {
+            let (first, rest) = command.split_first()?;
+            Some(exec_process(first.into(), rest.to_vec(), std::env::temp_dir()).spawn())
+        })
+    }
+
+    fn exec_probe(command: serde_json::Value) -> Probe {
+        serde_json::from_value(json!({"exec": {"command": command}})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn exec_probes_pass_on_exit_0_and_fail_with_what_the_command_wrote() {
+        let target = Target {
+            pod_ip: Ipv4Addr::LOCALHOST,
+            node_ip: Ipv4Addr::LOCALHOST,
+        };
+        let exec = on_the_host();
+        let passing = exec_probe(json!(["sh", "-c", "exit 0"]));
+        assert!(
+            attempt(&passing, &container(), target, Some(&exec))
+                .await
+                .is_ok()
+        );
+        let failing = exec_probe(json!(["sh", "-c", "echo not yet; echo oops >&2; exit 3"]));
+        let err = attempt(&failing, &container(), target, Some(&exec))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ProbeError::Exited { code: Some(3), .. }),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "not yet\noops\n");
+        let nothing_runs: Exec = Arc::new(|_: &[String]| None);
+        let err = attempt(&passing, &container(), target, Some(&nothing_runs))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ProbeError::ExecStart(_)), "{err:?}");
+    }
+
+    #[test]
+    fn an_exec_probes_command_expands_only_the_containers_static_variables() {
+        let container: Container = serde_json::from_value(json!({"name": "c", "env": [
+            {"name": "FILE", "value": "/data/ready"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        ]}))
+        .unwrap();
+        let command: Vec<String> = ["test", "-f", "$(FILE)", "$(POD)", "$(OTHER)", "$$(FILE)"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            exec_command(&command, &container),
+            ["test", "-f", "/data/ready", "", "$(OTHER)", "$(FILE)"]
+        );
+    }
+
+    #[test]
+    fn an_exec_probe_that_times_out_says_so_as_the_runtime_does() {
+        let probe: Probe = serde_json::from_value(
+            json!({"exec": {"command": ["sleep", "9"]}, "timeoutSeconds": 2}),
+        )
+        .unwrap();
+        let target = Target {
+            pod_ip: Ipv4Addr::LOCALHOST,
+            node_ip: Ipv4Addr::LOCALHOST,
+        };
+        assert_eq!(
+            timeout_error(&probe, &container(), target).to_string(),
+            "command timed out: \"sleep 9\" timed out after 2s"
+        );
     }
 
     #[test]

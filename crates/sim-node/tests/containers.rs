@@ -206,6 +206,36 @@ async fn a_busybox_pod_sees_its_own_host_name_root_pid_namespace_and_service_acc
     );
 }
 
+/// The probes' commands run in the container: its files (an `emptyDir` kept across its
+/// restarts) are not the host's. Its first run leaves no `/cache/ready`, so the liveness
+/// probe fails and it is restarted; its second makes the file, and it turns Ready.
+#[tokio::test]
+async fn exec_probes_run_in_the_container_a_failing_liveness_restarts_it_and_readiness_follows() {
+    if !containers_available() {
+        return;
+    }
+    let node = Node::start(164).await;
+    let script = "if [ -f /cache/once ]; then touch /cache/ready; else touch /cache/once; fi; \
+        trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
+    node.create("probed", script, |pod| {
+        let probe = |command: Value| json!({"exec": {"command": command}, "periodSeconds": 1, "failureThreshold": 1});
+        pod["spec"]["volumes"] = json!([{"name": "cache", "emptyDir": {}}]);
+        let main = &mut pod["spec"]["containers"][0];
+        main["volumeMounts"] = json!([{"name": "cache", "mountPath": "/cache"}]);
+        main["env"] = json!([{"name": "READY", "value": "/cache/ready"}]);
+        main["livenessProbe"] = probe(json!(["test", "-f", "$(READY)"]));
+        main["readinessProbe"] = probe(json!(["cat", "/cache/ready"]));
+    })
+    .await;
+    let pod = node
+        .wait("probed", "Ready after one restart", |p| {
+            main_status(p)["ready"] == json!(true)
+        })
+        .await;
+    assert_eq!(main_status(&pod)["restartCount"], 1, "{pod}");
+    assert_eq!(phase(&pod), "Running");
+}
+
 #[tokio::test]
 async fn a_container_writes_to_a_root_of_its_own_and_a_read_only_root_refuses_writes() {
     if !containers_available() {
