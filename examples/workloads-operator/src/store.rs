@@ -20,9 +20,9 @@ use crate::crd::{Condition, Store, StoreStatus};
 /// The file each pod writes its name into, in its volume.
 pub const WRITTEN: &str = "/data/written";
 
-/// What each pod runs: it appends its name to its volume, serves the volume on :8080
-/// (in the background) and waits, leaving at once on SIGTERM.
-const SCRIPT: &str = "echo \"$POD_NAME\" >> /data/written\nhttpd -p 8080 -h /data\ntrap 'exit 0' TERM\nwhile true; do sleep 1 & wait $!; done\n";
+/// What each pod runs: it appends its name to its volume and serves the volume on its
+/// address's port 8080 until SIGTERM, when it stops the server and leaves.
+const SCRIPT: &str = "echo \"$POD_NAME\" >> /data/written\nhttpd -f -p \"$POD_IP:8080\" -h /data &\ntrap 'kill $!; exit 0' TERM\nwait\n";
 
 /// The labels of a store's pods (and the selector of its StatefulSet and Service).
 #[must_use]
@@ -77,8 +77,12 @@ pub fn stateful_set(store: &Store, owner: &OwnerReference, image: &str) -> Resul
                             "name": "store",
                             "image": image,
                             "command": ["sh", "-c", SCRIPT],
-                            "env": [{"name": "POD_NAME",
-                                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                            "env": [
+                                {"name": "POD_NAME",
+                                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                {"name": "POD_IP",
+                                 "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                            ],
                             "ports": [{"name": "http", "containerPort": 8080}],
                             "readinessProbe": {
                                 "httpGet": {"path": "/written", "port": "http"},
