@@ -1448,6 +1448,89 @@ fn core_interactions() -> Vec<Interaction> {
                 .await;
         }),
         interaction!(
+            "RBAC: an apply or a PUT that creates its object needs the create verb too",
+            |t| {
+                let rbac = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}");
+                t.admin(
+                    "POST",
+                    &format!("/api/v1/namespaces/{NS}/serviceaccounts"),
+                    JSON,
+                    json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "patcher"}}),
+                )
+                .await;
+                t.admin("POST", &format!("{rbac}/roles"), JSON, json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": "patcher"},
+                    "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
+                              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"]}]}))
+                .await;
+                t.admin("POST", &format!("{rbac}/rolebindings"), JSON, json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": "patcher"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "patcher"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "patcher", "namespace": NS}]}))
+                .await;
+                let token = raw_token(t, "patcher").await;
+                let user = format!("system:serviceaccount:{NS}:patcher");
+                let client = t.client_with_token(&user, &token).await;
+                // Unrecorded: the real authorizer learns of the binding from a watch.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                while support::raw(&client, "GET", &cm_path("a"), JSON, Vec::new())
+                    .await
+                    .0
+                    == 403
+                {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "{}: the binding takes effect",
+                        t.name
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let applied = |name: &str| {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                           "data": {"by": "patcher"}})
+                };
+                let apply = |name: &str| format!("{}?fieldManager=patcher", cm_path(name));
+                t.send(
+                    &client,
+                    "PATCH",
+                    &apply("patcher-new"),
+                    APPLY,
+                    applied("patcher-new"),
+                )
+                .await;
+                t.admin(
+                    "POST",
+                    &format!("/api/v1/namespaces/{NS}/configmaps"),
+                    JSON,
+                    configmap("patcher-old", json!({})),
+                )
+                .await;
+                t.send(
+                    &client,
+                    "PATCH",
+                    &apply("patcher-old"),
+                    APPLY,
+                    applied("patcher-old"),
+                )
+                .await;
+                // Checked after the object is validated: an invalid one is refused as such.
+                let mut invalid = applied("patcher-bad");
+                invalid["data"] = json!({"a b": "x"});
+                t.send(&client, "PATCH", &apply("patcher-bad"), APPLY, invalid)
+                    .await;
+                t.send(
+                    &client,
+                    "PUT",
+                    &lease_path("patcher-lease"),
+                    JSON,
+                    lease("patcher-lease", "x"),
+                )
+                .await;
+            }
+        ),
+        interaction!(
             "kubectl: create, get, a missing object, server-side apply",
             |t| {
                 t.kubectl(

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::admission;
 use super::admission_webhooks;
 use super::apply;
+use super::auth;
 use super::call::{Call, body_object, decode};
 use super::certificates;
 use super::conversion;
@@ -946,6 +947,7 @@ impl<'a> Call<'a> {
             self.ensure_namespace(rt, &name)?;
         }
         let accounts = service_accounts(&self.state.store, rt, &ns);
+        let create_refusal = may_create.then(|| self.create_refusal()).flatten();
         let authorized =
             certificates::authorize_update(self.state, self.user, rt, part.subresource(), &name);
         let (_allocating, mut taken) = self.service_allocation(rt, &name);
@@ -966,6 +968,9 @@ impl<'a> Call<'a> {
                 }
                 let mut stored =
                     prepare_create(rt, &self.info.version, &ns, new, &self.manager, &accounts)?;
+                if let Some(refusal) = create_refusal {
+                    return Err(refusal);
+                }
                 if let Some(taken) = taken.as_mut() {
                     allocated = Some(services::allocate_create(taken, &mut stored, dry_run)?);
                 }
@@ -1003,6 +1008,17 @@ impl<'a> Call<'a> {
         ))
     }
 
+    /// The refusal of a write that would create its object, unless the requester may
+    /// also `create` it: kube-apiserver's update and patch handlers authorize `create`
+    /// (with the request's own attributes) when a PUT or an apply creates, after the object
+    /// was validated and before the validating admission (`withAuthorization`).
+    fn create_refusal(&self) -> Option<ApiError> {
+        let mut attrs = super::attributes(self.info);
+        attrs.verb = "create".into();
+        (!auth::authorize(&self.state.store, self.user, &attrs).allowed)
+            .then(|| auth::forbidden(self.user, &attrs))
+    }
+
     fn patch(&self, rt: &ResourceType, part: Part) -> Reply {
         let (kind, patch_doc, is_apply, force) = self.patch_request(rt)?;
         let kind = kind.as_str();
@@ -1023,6 +1039,9 @@ impl<'a> Call<'a> {
         } else {
             (objects::ServiceAccounts::default(), None)
         };
+        let create_refusal = (is_apply && part == Part::Main)
+            .then(|| self.create_refusal())
+            .flatten();
         let (_allocating, mut taken) = self.service_allocation(rt, &name);
         let dry_run = dry_run_requested(self.query.get("dryRun"), &Value::Null)?;
         let mut allocated = None;
@@ -1058,6 +1077,9 @@ impl<'a> Call<'a> {
                     &self.manager,
                     &accounts,
                 )?;
+                if let Some(refusal) = create_refusal {
+                    return Err(refusal);
+                }
                 stored["metadata"]["managedFields"] = managed;
                 admit_storage_class(default_class.as_deref(), &mut stored);
                 if certificates::serves(rt) {

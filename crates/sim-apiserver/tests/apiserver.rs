@@ -1674,3 +1674,72 @@ async fn built_in_kinds_created_as_protobuf_by_client_go_are_stored_as_their_jso
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn an_apply_or_a_put_that_creates_its_object_needs_the_create_verb_too() {
+    let (server, client) = server().await;
+    let roles: Api<Role> = Api::namespaced(client.clone(), "default");
+    roles.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "patcher"}, "rules": [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"]}]})).unwrap()).await.unwrap();
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), "default");
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "patcher"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "patcher"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let patcher = server
+        .service_account_client("default", "default")
+        .await
+        .unwrap();
+    let user = "system:serviceaccount:default:default";
+    let configmaps: Api<ConfigMap> = Api::namespaced(patcher.clone(), "default");
+    let applied = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"by": "patcher"}});
+    let apply = PatchParams::apply("patcher");
+    let (code, _, message) = api_error(
+        configmaps
+            .patch("new", &apply, &Patch::Apply(applied("new")))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+    assert_eq!(
+        message,
+        format!(
+            "configmaps \"new\" is forbidden: User \"{user}\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"default\""
+        )
+    );
+    let admin_configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    admin_configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(applied("old")).unwrap(),
+        )
+        .await
+        .unwrap();
+    configmaps
+        .patch("old", &apply, &Patch::Apply(applied("old")))
+        .await
+        .expect("patch alone changes an object that exists");
+    let leases: Api<Lease> = Api::namespaced(patcher, "default");
+    let lease: Lease = serde_json::from_value(
+        json!({"metadata": {"name": "put"}, "spec": {"holderIdentity": "x"}}),
+    )
+    .unwrap();
+    let (code, _, message) = api_error(
+        leases
+            .replace("put", &PostParams::default(), &lease)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+    assert!(
+        message.contains("cannot create resource \"leases\""),
+        "{message}"
+    );
+}
