@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Answer, BATCH, Interaction, JSON, NS, Target, normalize, raw_send, support};
+use super::{Answer, BATCH, Interaction, JSON, MERGE, NS, Target, normalize, raw_send, support};
 
 /// Generated pod names of the Jobs below: the random suffix becomes `<random>`.
 static POD_NAME: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
@@ -326,10 +326,61 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     &json!({"apiVersion": "batch/v1", "kind": "CronJob",
                 "metadata": {"name": CRONJOB, "namespace": NS},
                 "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
+                    "timeZone": "America/New_York",
                     "jobTemplate": {"metadata": {"labels": {"from": "cron"}},
                         "spec": job("unused", json!({}))["spec"]}}}),
                 )
                 .await;
+            }
+        ),
+        interaction!(
+            "Jobs: CronJobs refused for their timeZone or a TZ in their schedule",
+            |t| {
+                let cronjobs = format!("{BATCH}/namespaces/{NS}/cronjobs");
+                let cronjob = |name: &str, schedule: &str, zone: Option<&str>| {
+                    json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                        "metadata": {"name": name, "namespace": NS},
+                        "spec": {"schedule": schedule, "timeZone": zone, "suspend": true,
+                            "jobTemplate": {"spec": job("unused", json!({}))["spec"]}}})
+                };
+                for zone in [
+                    "Mars/Olympus",
+                    "",
+                    "local",
+                    "Local",
+                    "america/new_york",
+                    "Europe/../Paris",
+                    "America/Argentina_Buenos_Aires_x",
+                ] {
+                    t.admin(
+                        "POST",
+                        &cronjobs,
+                        JSON,
+                        cronjob("cron-zone", "0 * * * *", Some(zone)),
+                    )
+                    .await;
+                }
+                for (name, schedule, zone) in [
+                    ("cron-tz", "TZ=UTC 0 * * * *", None),
+                    (
+                        "cron-tz",
+                        "CRON_TZ=Europe/Paris 0 * * * *",
+                        Some("Europe/Paris"),
+                    ),
+                    ("cron-paris", "30 9 * * *", Some("Europe/Paris")),
+                ] {
+                    t.admin("POST", &cronjobs, JSON, cronjob(name, schedule, zone))
+                        .await;
+                }
+                let path = format!("{cronjobs}/cron-paris");
+                for patch in [
+                    json!({"spec": {"schedule": "TZ=Asia/Tokyo 30 9 * * *"}}),
+                    json!({"spec": {"timeZone": "Asia/Tokio"}}),
+                    json!({"spec": {"timeZone": null}}),
+                ] {
+                    t.admin("PATCH", &path, MERGE, patch).await;
+                }
+                t.admin("DELETE", &path, JSON, Value::Null).await;
             }
         ),
         interaction!(
@@ -666,6 +717,17 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     .unwrap()
                     .to_owned();
                 let (_, job) = get(t, &job_path(&job_name)).await;
+                // The scheduled time is written in the CronJob's zone: its offset is compared
+                // (the time itself is masked).
+                let scheduled = job["metadata"]["annotations"]
+                    ["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+                    .as_str()
+                    .unwrap_or_default();
+                record(
+                    t,
+                    "the scheduled job's time, from its seconds".into(),
+                    json!(scheduled.get(17..)),
+                );
                 record(
                     t,
                     "the scheduled job".into(),

@@ -56,7 +56,7 @@ pub(crate) fn checks(
         objects::apply_defaults(rt, obj);
         let mut causes = objects::validate(rt, obj, old);
         causes.extend(super::validation::validate(rt, obj));
-        causes.extend(super::kinds::validate(rt, obj));
+        causes.extend(super::kinds::validate(rt, obj, old));
         causes
     }
 }

@@ -15,9 +15,13 @@ use super::names::Cause;
 use super::registry::ResourceType;
 
 /// The causes of an object of a kind listed here beyond its metadata; none for others.
-pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
+/// `old` is the stored object an update replaces.
+pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
     match (rt.group.as_str(), rt.resource.as_str()) {
+        ("batch", "cronjobs") => {
+            validate_cron_job(&obj["spec"], old.map(|o| &o["spec"]), &mut causes);
+        }
         ("", "services") => causes.extend(super::services::validate(obj)),
         ("discovery.k8s.io", "endpointslices") => {
             one_of(obj, "addressType", &["FQDN", "IPv4", "IPv6"], &mut causes);
@@ -167,6 +171,74 @@ const PROTOCOLS: &[&str] = &["TCP", "UDP", "SCTP"];
 
 const FAILURE_POLICIES: &[&str] = &["Fail", "Ignore"];
 
+/// `validateCronJobSpec`'s checks of the schedule's presence and `TZ`, and of `timeZone`
+/// (only when it changes, as upstream revalidates it).
+fn validate_cron_job(spec: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
+    let schedule = spec["schedule"].as_str().unwrap_or_default();
+    let zone = spec.get("timeZone").filter(|z| !z.is_null());
+    if schedule.is_empty() {
+        causes.push(Cause::required("spec.schedule", ""));
+    } else if schedule.contains("TZ") {
+        // A schedule that already had a `TZ` may keep one, but not beside `timeZone`.
+        let had_tz = old.is_some_and(|o| o["schedule"].as_str().is_some_and(|s| s.contains("TZ")));
+        let detail = match (had_tz, zone) {
+            (false, _) => Some("cannot use TZ or CRON_TZ in schedule, use timeZone field instead"),
+            (true, Some(_)) => Some("cannot use both timeZone field and TZ or CRON_TZ in schedule"),
+            (true, None) => None,
+        };
+        if let Some(detail) = detail {
+            causes.push(Cause::invalid("spec.schedule", schedule.into(), detail));
+        }
+    }
+    let old_zone = old.and_then(|o| o.get("timeZone")).filter(|z| !z.is_null());
+    if let Some(zone) = zone
+        && (old.is_none() || old_zone != Some(zone))
+    {
+        causes.extend(time_zone_causes(zone.as_str().unwrap_or_default()));
+    }
+}
+
+/// `validateTimeZone`: a name of IANA's rules (each part 1-14 letters, digits, `.`, `-`, `_`
+/// or `+`, not `.`, `..` or starting with `-`), not `Local`, that the zone database has.
+fn time_zone_causes(zone: &str) -> Vec<Cause> {
+    const AT: &str = "spec.timeZone";
+    if zone.is_empty() {
+        return vec![Cause::invalid(
+            AT,
+            zone.into(),
+            "timeZone must be nil or non-empty string",
+        )];
+    }
+    let valid_part = |part: &str| {
+        (1..=14).contains(&part.len())
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
+            && part != "."
+            && part != ".."
+            && !part.starts_with('-')
+    };
+    if !zone.split('/').all(valid_part) {
+        return vec![Cause::invalid(
+            AT,
+            zone.into(),
+            format!("unknown time zone {zone}"),
+        )];
+    }
+    let mut causes = Vec::new();
+    if zone.eq_ignore_ascii_case("Local") {
+        causes.push(Cause::invalid(
+            AT,
+            zone.into(),
+            "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
+        ));
+    }
+    if let Err(error) = super::time_zone::load(zone) {
+        causes.push(Cause::invalid(AT, zone.into(), error.to_string()));
+    }
+    causes
+}
+
 fn validate_ingress(obj: &Value, causes: &mut Vec<Cause>) {
     for (i, rule) in items(&obj["spec"]["rules"]) {
         for (j, path) in items(&rule["http"]["paths"]) {
@@ -241,7 +313,49 @@ mod tests {
     fn messages(group: &str, version: &str, resource: &str, obj: Value) -> Vec<String> {
         let registry = Registry::new();
         let rt = registry.lookup(group, version, resource).unwrap();
-        validate(rt, &obj).iter().map(ToString::to_string).collect()
+        validate(rt, &obj, None)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_cron_job_time_zone_is_refused_unless_the_zone_database_has_it_by_that_exact_name() {
+        let cron_job = |zone: &str| json!({"spec": {"schedule": "0 * * * *", "timeZone": zone}});
+        let of = |zone: &str| messages("batch", "v1", "cronjobs", cron_job(zone));
+        assert!(of("Europe/Paris").is_empty());
+        assert!(of("Local").len() == 1);
+        assert_eq!(
+            of("local"),
+            [
+                r#"spec.timeZone: Invalid value: "local": timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones"#,
+                r#"spec.timeZone: Invalid value: "local": unknown time zone local"#,
+            ]
+        );
+        assert_eq!(
+            of("Europe/../Paris"),
+            [
+                r#"spec.timeZone: Invalid value: "Europe/../Paris": unknown time zone Europe/../Paris"#
+            ]
+        );
+        assert_eq!(
+            of(""),
+            [r#"spec.timeZone: Invalid value: "": timeZone must be nil or non-empty string"#]
+        );
+    }
+
+    #[test]
+    fn a_tz_in_a_cron_job_schedule_is_kept_only_by_an_update_of_one_that_had_it() {
+        let registry = Registry::new();
+        let rt = registry.lookup("batch", "v1", "cronjobs").unwrap();
+        let with_tz = json!({"spec": {"schedule": "TZ=UTC 0 * * * *"}});
+        assert_eq!(validate(rt, &with_tz, None).len(), 1);
+        assert!(validate(rt, &with_tz, Some(&with_tz)).is_empty());
+        let both = json!({"spec": {"schedule": "TZ=UTC 0 * * * *", "timeZone": "UTC"}});
+        assert_eq!(
+            validate(rt, &both, Some(&with_tz))[0].to_string(),
+            r#"spec.schedule: Invalid value: "TZ=UTC 0 * * * *": cannot use both timeZone field and TZ or CRON_TZ in schedule"#
+        );
     }
 
     #[test]

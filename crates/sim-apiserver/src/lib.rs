@@ -62,6 +62,7 @@ pub mod status;
 pub mod store;
 pub mod system_objects;
 pub mod table;
+pub mod time_zone;
 pub mod tls;
 pub mod upgrade;
 pub mod validation;

@@ -6,9 +6,15 @@
 //!
 //! Time is read from a [`Clock`], which tests can move forward.
 //!
+//! A schedule runs in its CronJob's `timeZone` (or its own `TZ=`), loaded from the host's
+//! zoneinfo as kube-controller-manager's `time.LoadLocation` loads it
+//! ([`sim_apiserver::time_zone`]), with robfig/cron's arithmetic across daylight-saving
+//! changes: a time the clocks skip is not run that day, a time they repeat runs twice. A
+//! zone the host does not have is refused with upstream's `UnknownTimeZone` Event.
+//!
 //! # Caveats
-//! - Schedules in UTC only: a `timeZone` or `TZ=` other than UTC (or `Etc/UTC`) is refused
-//!   with upstream's `UnknownTimeZone` Event, as for a zone the host does not know.
+//! - A schedule without a zone runs in UTC: upstream's runs in kube-controller-manager's
+//!   local zone, which is UTC in the containers it usually runs in.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -17,9 +23,11 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::tz::TimeZone;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use sim_apiserver::time_zone;
 use tokio::sync::watch;
 
 use super::events::{EventType, Recorder};
@@ -100,9 +108,14 @@ pub enum ScheduleError {
     /// A field is out of range or malformed.
     #[error("{0}")]
     Field(String),
-    /// The schedule names a time zone other than UTC.
-    #[error("unknown time zone {0}")]
-    TimeZone(String),
+    /// The schedule's `TZ=` names a zone the host does not have.
+    #[error("provided bad location {zone}: {error}")]
+    TimeZone {
+        /// The zone named.
+        zone: String,
+        /// Why it could not be loaded.
+        error: time_zone::Error,
+    },
 }
 
 /// A parsed schedule (robfig/cron's standard parser: minute, hour, day of month, month,
@@ -125,6 +138,8 @@ pub enum Schedule {
         dom_star: bool,
         /// Whether day of week was `*` or `?`.
         dow_star: bool,
+        /// The zone the fields are read in.
+        zone: TimeZone,
     },
     /// `@every <duration>`: at a constant delay.
     Every(Duration),
@@ -210,20 +225,27 @@ fn parse_field(
     Ok((set, star))
 }
 
-/// Parses a schedule as `cron.ParseStandard` does, after a `TZ=`/`CRON_TZ=` prefix (UTC
-/// only).
+/// Parses a schedule as `cron.ParseStandard` does, after a `TZ=`/`CRON_TZ=` prefix naming
+/// the zone it runs in (UTC without one).
 pub fn parse_schedule(text: &str) -> Result<Schedule, ScheduleError> {
     let mut spec = text.trim();
+    let mut zone = TimeZone::UTC;
     if let Some(rest) = spec
         .strip_prefix("TZ=")
         .or_else(|| spec.strip_prefix("CRON_TZ="))
     {
-        let (zone, after) = rest.split_once(' ').unwrap_or((rest, ""));
-        if !is_utc(zone) {
-            return Err(ScheduleError::TimeZone(zone.to_string()));
-        }
+        let (name, after) = rest.split_once(' ').unwrap_or((rest, ""));
+        zone = time_zone::load(name).map_err(|error| ScheduleError::TimeZone {
+            zone: name.to_string(),
+            error,
+        })?;
         spec = after.trim();
     }
+    parse_in(spec, zone)
+}
+
+/// A schedule without its zone prefix, read in `zone`.
+fn parse_in(spec: &str, zone: TimeZone) -> Result<Schedule, ScheduleError> {
     if let Some(descriptor) = spec.strip_prefix('@') {
         let fields = match descriptor {
             "yearly" | "annually" => "0 0 1 1 *",
@@ -243,7 +265,7 @@ pub fn parse_schedule(text: &str) -> Result<Schedule, ScheduleError> {
                 return Ok(Schedule::Every(delay.max(Duration::from_secs(1))));
             }
         };
-        return parse_schedule(fields);
+        return parse_in(fields, zone);
     }
     let fields: Vec<&str> = spec.split_whitespace().collect();
     if fields.len() != 5 {
@@ -262,6 +284,7 @@ pub fn parse_schedule(text: &str) -> Result<Schedule, ScheduleError> {
         dow,
         dom_star,
         dow_star,
+        zone,
     })
 }
 
@@ -299,24 +322,6 @@ fn parse_go_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(total))
 }
 
-fn is_utc(zone: &str) -> bool {
-    matches!(
-        zone,
-        "UTC" | "Etc/UTC" | "Etc/UCT" | "UCT" | "Etc/GMT" | "GMT" | "Zulu"
-    )
-}
-
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// The civil date of days since 1970-01-01.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -332,63 +337,132 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 impl Schedule {
-    /// The first time of the schedule strictly after `after` (robfig/cron's `Next`, in
-    /// UTC); `None` when there is none in the next five years.
+    /// The first time of the schedule strictly after `after` (robfig/cron's `Next`, in the
+    /// schedule's zone); `None` when there is none in the next five years.
     pub fn next(&self, after: &Timestamp) -> Option<Timestamp> {
+        let zone = match self {
+            Schedule::Every(delay) => {
+                let secs = i64::try_from(delay.as_secs()).unwrap_or(i64::MAX);
+                return Timestamp::from_second(after.as_second().saturating_add(secs)).ok();
+            }
+            Schedule::Fields { zone, .. } => zone,
+        };
+        // Schedules have no seconds: start at the next whole minute, which robfig reaches
+        // through its seconds loop.
+        let mut t = after.as_second().div_euclid(60) * 60 + 60;
+        let wall =
+            |t: i64| zone.to_datetime(Timestamp::from_second(t).unwrap_or(Timestamp::UNIX_EPOCH));
+        let date = |y: i16, m: i8, d: i32, h: i64, mi: i64| {
+            time_zone::go_date(zone, y, m, d, h, mi).map(|t| t.as_second())
+        };
+        let year_limit = wall(t).year() + 5;
+        // Once a field has moved the time, the lower fields start from zero.
+        let mut added = false;
+        'wrap: loop {
+            if wall(t).year() > year_limit {
+                return None;
+            }
+            while !self.month_matches(wall(t).month()) {
+                let w = wall(t);
+                if !added {
+                    added = true;
+                    t = date(w.year(), w.month(), 1, 0, 0)?;
+                }
+                let w = wall(t);
+                t = date(
+                    w.year(),
+                    w.month() + 1,
+                    i32::from(w.day()),
+                    i64::from(w.hour()),
+                    i64::from(w.minute()),
+                )?;
+                if wall(t).month() == 1 {
+                    continue 'wrap;
+                }
+            }
+            while !self.day_matches(wall(t)) {
+                let w = wall(t);
+                if !added {
+                    added = true;
+                    t = date(w.year(), w.month(), i32::from(w.day()), 0, 0)?;
+                }
+                let w = wall(t);
+                t = date(
+                    w.year(),
+                    w.month(),
+                    i32::from(w.day()) + 1,
+                    i64::from(w.hour()),
+                    i64::from(w.minute()),
+                )?;
+                // A day that did not start at midnight (a daylight-saving change).
+                let hour = i64::from(wall(t).hour());
+                if hour > 12 {
+                    t += (24 - hour) * 3600;
+                } else {
+                    t -= hour * 3600;
+                }
+                if wall(t).day() == 1 {
+                    continue 'wrap;
+                }
+            }
+            while !self.hour_matches(wall(t).hour()) {
+                let w = wall(t);
+                if !added {
+                    added = true;
+                    t = date(
+                        w.year(),
+                        w.month(),
+                        i32::from(w.day()),
+                        i64::from(w.hour()),
+                        0,
+                    )?;
+                }
+                t += 3600;
+                if wall(t).hour() == 0 {
+                    continue 'wrap;
+                }
+            }
+            while !self.minute_matches(wall(t).minute()) {
+                added = true;
+                t += 60;
+                if wall(t).minute() == 0 {
+                    continue 'wrap;
+                }
+            }
+            return Timestamp::from_second(t).ok();
+        }
+    }
+
+    fn month_matches(&self, month: i8) -> bool {
+        matches!(self, Schedule::Fields { month: set, .. } if set & (1 << month) != 0)
+    }
+
+    fn hour_matches(&self, hour: i8) -> bool {
+        matches!(self, Schedule::Fields { hour: set, .. } if set & (1 << hour) != 0)
+    }
+
+    fn minute_matches(&self, minute: i8) -> bool {
+        matches!(self, Schedule::Fields { minute: set, .. } if set & (1 << minute) != 0)
+    }
+
+    /// robfig's `dayMatches`: both day fields must match when either is `*`, else either.
+    fn day_matches(&self, wall: k8s_openapi::jiff::civil::DateTime) -> bool {
         let Schedule::Fields {
-            minute,
-            hour,
             dom,
-            month,
             dow,
             dom_star,
             dow_star,
+            ..
         } = self
         else {
-            let Schedule::Every(delay) = self else {
-                return None;
-            };
-            let secs = i64::try_from(delay.as_secs()).unwrap_or(i64::MAX);
-            return Timestamp::from_second(after.as_second().saturating_add(secs)).ok();
+            return false;
         };
-        // Whole minutes: the next minute after `after` (seconds are always 0).
-        let mut minutes = after.as_second().div_euclid(60) + 1;
-        let year_limit = civil_from_days(minutes.div_euclid(1440)).0 + 5;
-        loop {
-            let days = minutes.div_euclid(1440);
-            let (y, m, d) = civil_from_days(days);
-            if y > year_limit {
-                return None;
-            }
-            if month & (1 << m) == 0 {
-                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-                minutes = days_from_civil(ny, nm, 1) * 1440;
-                continue;
-            }
-            let weekday = u32::try_from((days + 4).rem_euclid(7)).unwrap_or(0);
-            let dom_match = dom & (1 << d) != 0;
-            let dow_match = dow & (1 << weekday) != 0;
-            let day_ok = if *dom_star || *dow_star {
-                dom_match && dow_match
-            } else {
-                dom_match || dow_match
-            };
-            if !day_ok {
-                minutes = (days + 1) * 1440;
-                continue;
-            }
-            let in_day = minutes.rem_euclid(1440);
-            let h = in_day / 60;
-            if hour & (1 << h) == 0 {
-                minutes = days * 1440 + (h + 1) * 60;
-                continue;
-            }
-            let mi = in_day % 60;
-            if minute & (1 << mi) == 0 {
-                minutes += 1;
-                continue;
-            }
-            return Timestamp::from_second(minutes * 60).ok();
+        let dom_match = dom & (1 << wall.day()) != 0;
+        let dow_match = dow & (1 << wall.weekday().to_sunday_zero_offset()) != 0;
+        if *dom_star || *dow_star {
+            dom_match && dow_match
+        } else {
+            dom_match || dow_match
         }
     }
 }
@@ -497,12 +571,9 @@ fn job_from_template(cj: &CronJob, scheduled: &Timestamp) -> Job {
     let template = spec_of(cj).job_template.clone();
     let meta = template.metadata.unwrap_or_default();
     let mut annotations = meta.annotations.unwrap_or_default();
-    annotations.insert(
-        SCHEDULED_TIMESTAMP.into(),
-        Timestamp::from_second(scheduled.as_second())
-            .unwrap_or(*scheduled)
-            .to_string(),
-    );
+    let zone = time_zone::load(spec_of(cj).time_zone.as_deref().unwrap_or_default())
+        .unwrap_or(TimeZone::UTC);
+    annotations.insert(SCHEDULED_TIMESTAMP.into(), rfc3339_in(&zone, scheduled));
     Job {
         metadata: ObjectMeta {
             name: Some(job_name(cj, scheduled)),
@@ -789,13 +860,13 @@ impl Controller {
             return Ok((None, updated));
         }
         if let Some(zone) = spec_of(cj).time_zone.as_deref()
-            && !is_utc(zone)
+            && let Err(error) = time_zone::load(zone)
         {
             self.event(
                 cj,
                 EventType::Warning,
                 "UnknownTimeZone",
-                &format!("invalid timeZone: {zone:?}: unknown time zone {zone}"),
+                &format!("invalid timeZone: {zone:?}: {error}"),
             );
             return Ok((None, updated));
         }
@@ -1025,7 +1096,7 @@ impl Controller {
 fn schedule_text(cj: &CronJob) -> String {
     let spec = spec_of(cj);
     match spec.time_zone.as_deref() {
-        Some(zone) if !spec.schedule.contains("TZ") && is_utc(zone) => {
+        Some(zone) if !spec.schedule.contains("TZ") && time_zone::load(zone).is_ok() => {
             format!("TZ={zone} {}", spec.schedule)
         }
         _ => spec.schedule.clone(),
@@ -1047,6 +1118,29 @@ fn is_namespace_terminating(error: &kube::Error) -> bool {
             .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")),
         _ => false,
     }
+}
+
+/// A time as Go's `time.RFC3339` writes it in `zone`: `2026-03-08T03:30:00-04:00`, `Z` for
+/// an offset of zero.
+fn rfc3339_in(zone: &TimeZone, at: &Timestamp) -> String {
+    let wall = zone.to_datetime(*at);
+    let offset = zone.to_offset(*at).seconds();
+    let suffix = if offset == 0 {
+        "Z".to_string()
+    } else {
+        let sign = if offset < 0 { '-' } else { '+' };
+        let minutes = offset.unsigned_abs() / 60;
+        format!("{sign}{:02}:{:02}", minutes / 60, minutes % 60)
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{suffix}",
+        wall.year(),
+        wall.month(),
+        wall.day(),
+        wall.hour(),
+        wall.minute(),
+        wall.second()
+    )
 }
 
 /// A time as Go's `time.RFC1123Z` in UTC: `Mon, 02 Jan 2006 15:04:05 +0000`.
@@ -1146,10 +1240,47 @@ mod tests {
             parse_schedule("61 * * * *").unwrap_err().to_string(),
             "end of range (61) above maximum (59): 61"
         );
-        assert!(matches!(
-            parse_schedule("TZ=Europe/Paris * * * * *"),
-            Err(ScheduleError::TimeZone(_))
-        ));
+        assert_eq!(
+            parse_schedule("TZ=Mars/Olympus * * * * *")
+                .unwrap_err()
+                .to_string(),
+            "provided bad location Mars/Olympus: unknown time zone Mars/Olympus"
+        );
+    }
+
+    #[test]
+    fn a_schedule_in_a_zone_with_daylight_saving_follows_its_wall_clock_as_robfig_cron_does() {
+        // New York, 2026: EST (-5) until 03-08 02:00, EDT (-4) until 11-01 02:00.
+        assert_eq!(
+            next("TZ=America/New_York 0 9 * * *", "2026-03-07T15:00:00Z"),
+            "2026-03-08T13:00:00Z",
+            "9:00 EDT the day the clocks go forward"
+        );
+        assert_eq!(
+            next("TZ=America/New_York 0 9 * * *", "2026-03-07T00:00:00Z"),
+            "2026-03-07T14:00:00Z",
+            "9:00 EST the day before"
+        );
+        assert_eq!(
+            next("TZ=America/New_York 30 2 * * *", "2026-03-07T08:00:00Z"),
+            "2026-03-09T06:30:00Z",
+            "02:30 does not exist on the 8th: the next is on the 9th"
+        );
+        assert_eq!(
+            next("TZ=America/New_York 30 1 * * *", "2026-11-01T04:00:00Z"),
+            "2026-11-01T05:30:00Z",
+            "01:30 EDT"
+        );
+        assert_eq!(
+            next("TZ=America/New_York 30 1 * * *", "2026-11-01T05:30:00Z"),
+            "2026-11-01T06:30:00Z",
+            "01:30 again, EST"
+        );
+        assert_eq!(
+            next("TZ=Asia/Kolkata 0 0 1 * *", "2026-01-15T00:00:00Z"),
+            "2026-01-31T18:30:00Z",
+            "midnight of the first at +05:30"
+        );
     }
 
     fn cronjob(created: &str, last: Option<&str>, deadline: Option<i64>) -> CronJob {
@@ -1190,6 +1321,13 @@ mod tests {
         assert_eq!(
             job.metadata.annotations.unwrap()[SCHEDULED_TIMESTAMP],
             "2026-01-01T00:10:00Z"
+        );
+        let mut zoned = cj.clone();
+        zoned.spec.as_mut().unwrap().time_zone = Some("America/New_York".into());
+        let job = job_from_template(&zoned, &at("2026-07-01T13:00:00Z"));
+        assert_eq!(
+            job.metadata.annotations.unwrap()[SCHEDULED_TIMESTAMP],
+            "2026-07-01T09:00:00-04:00"
         );
         assert_eq!(
             rfc1123z(&at("2026-01-01T00:10:00Z")),
