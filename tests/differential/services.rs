@@ -3,7 +3,10 @@
 //! `IPAddress` object of an address and its release with the Service, requested addresses
 //! and ports that are taken or out of range, the IP family fields of a single-stack
 //! cluster, headless Services, an update that leaves out what was allocated or changes it,
-//! a dry run, and the invalid Services operators most often write.
+//! an ExternalName Service changed to NodePort and ClusterIP and back, a dry run, and the
+//! invalid Services operators most often write. The `IPAddress` of an address an update
+//! gives is not read: kube-apiserver leaves it to its repair controller, which writes it at
+//! once on a server that has run a while, not in its first minutes.
 
 use std::net::Ipv4Addr;
 
@@ -268,6 +271,70 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 send(t, "PUT", &path, &plain, &masks, &port_masks).await;
             }
         ),
+        interaction!(
+            "services: an ExternalName Service made NodePort gets an address and node ports, given up when made ExternalName again",
+            |t| {
+                let alias = service(
+                    "alias",
+                    json!({"type": "ExternalName", "externalName": "db.example.com",
+                           "ports": [{"name": "http", "port": 80}]}),
+                );
+                let (_, created) = send_unrecorded(t, "POST", &services(), &alias).await;
+                record_masked(t, "POST services: alias", &created, &[]);
+                let path = format!("{}/alias", services());
+                let to_node_port = json!({"spec": {"type": "NodePort", "externalName": null}});
+                let dry = format!("{path}?dryRun=All");
+                let (code, answer) = merge_patch(t, &dry, &to_node_port).await;
+                // A dry run's node ports are the dry-run allocator's guesses, compared as they are.
+                let dry_masks: Vec<(i64, &str)> = Vec::new();
+                record_code(
+                    t,
+                    "PATCH alias to NodePort, dry run",
+                    code,
+                    &answer,
+                    &[],
+                    &dry_masks,
+                );
+                let (code, made) = merge_patch(t, &path, &to_node_port).await;
+                let ip = dynamic_ip(t, &made);
+                let ports = dynamic_ports(t, &made);
+                let masks = [(ip.clone(), "<cluster-ip>")];
+                let port_masks: Vec<(i64, &str)> =
+                    ports.iter().map(|p| (*p, "<node-port>")).collect();
+                record_code(
+                    t,
+                    "PATCH alias to NodePort",
+                    code,
+                    &made,
+                    &masks,
+                    &port_masks,
+                );
+                let back = json!({"spec": {"type": "ExternalName",
+                                           "externalName": "db.example.com"}});
+                let (code, answer) = merge_patch(t, &path, &back).await;
+                record_code(
+                    t,
+                    "PATCH alias back to ExternalName",
+                    code,
+                    &answer,
+                    &masks,
+                    &port_masks,
+                );
+                send(t, "GET", &address_path(&ip), &Value::Null, &masks, &[]).await;
+                let to_cluster_ip = json!({"spec": {"type": "ClusterIP", "externalName": null,
+                                                    "clusterIP": "10.0.0.13"}});
+                let (code, answer) = merge_patch(t, &path, &to_cluster_ip).await;
+                record_code(
+                    t,
+                    "PATCH alias to ClusterIP 10.0.0.13",
+                    code,
+                    &answer,
+                    &[],
+                    &[],
+                );
+                send(t, "DELETE", &path, &Value::Null, &[], &[]).await;
+            }
+        ),
         interaction!("services: invalid ports and types", |t| {
             for (name, spec) in [
                 ("no-ports", json!({"type": "ClusterIP"})),
@@ -304,6 +371,36 @@ async fn send_unrecorded(t: &Target, method: &str, path: &str, body: &Value) -> 
     };
     let (code, text) = support::raw(&t.admin, method, path, JSON, bytes).await;
     (code, parse_body(text))
+}
+
+/// Sends a JSON merge patch as the admin without recording it.
+async fn merge_patch(t: &Target, path: &str, patch: &Value) -> (u16, Value) {
+    let bytes = serde_json::to_vec(patch).unwrap();
+    let (code, text) = support::raw(
+        &t.admin,
+        "PATCH",
+        path,
+        "application/merge-patch+json",
+        bytes,
+    )
+    .await;
+    (code, parse_body(text))
+}
+
+/// Records an answer with its code, `masks` and `ports` applied.
+fn record_code(
+    t: &Target,
+    asked: &str,
+    code: u16,
+    body: &Value,
+    masks: &[(String, &str)],
+    ports: &[(i64, &str)],
+) {
+    t.record(Answer {
+        asked: asked.to_string(),
+        code: i64::from(code),
+        body: normalize(masked(body.clone(), masks, ports)),
+    });
 }
 
 fn record_masked(t: &Target, asked: &str, body: &Value, masks: &[(String, &str)]) {

@@ -186,14 +186,15 @@ fn prepare_update(
             }
         }
     }
-    // A Service's allocations (beginUpdate) come before its strategy validates.
-    // What the field manager records (before the strategy drops the fields of the old type).
+    // A Service's allocations (beginUpdate) come before its strategy validates. The field
+    // manager records the object as the client sent it, before what the storage puts back,
+    // allocates or drops for the new type.
     let mut recorded = None;
     if let Some(taken) = service_taken.filter(|_| part == Part::Main) {
+        let mut as_sent = new.clone();
+        objects::apply_defaults(rt, &mut as_sent);
+        recorded = Some(as_sent);
         services::prepare_update(old, &mut new, taken)?;
-        let mut before_drop = new.clone();
-        objects::apply_defaults(rt, &mut before_drop);
-        recorded = Some(before_drop);
         services::drop_type_dependent_fields(&mut new, old);
     }
     let mut causes = checks(rt, version, &mut new, Some(old));
@@ -882,7 +883,8 @@ impl<'a> Call<'a> {
             return (None, None);
         }
         let lock = services::lock();
-        let taken = services::taken(&self.state.store, &self.ns(rt), name);
+        let dry_run = matches!(self.dry_run(), Ok(true));
+        let taken = services::taken(&self.state.store, &self.ns(rt), name, dry_run);
         (Some(lock), Some(taken))
     }
 

@@ -1551,6 +1551,15 @@ pub fn to_view(rt: &ResourceType, version: &str, mut obj: Value) -> Value {
     if rt.group == AUTOSCALING && version == "v1" {
         autoscaler_to_v1(&mut obj);
     }
+    // The Service storage's `defaultOnReadInternalTrafficPolicy`: an ExternalName Service is
+    // read without the `internalTrafficPolicy` a change of type may have left stored.
+    if rt.group.is_empty()
+        && rt.resource == "services"
+        && obj["spec"]["type"] == "ExternalName"
+        && let Some(spec) = obj["spec"].as_object_mut()
+    {
+        spec.remove("internalTrafficPolicy");
+    }
     if let Some(o) = obj.as_object_mut() {
         o.insert("apiVersion".into(), json!(rt.api_version(version)));
         o.insert("kind".into(), json!(rt.kind));

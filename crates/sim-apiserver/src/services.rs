@@ -13,8 +13,11 @@
 //!   random free one, first from the range above its first 16 addresses (kept for
 //!   requests), then from those. Each address is an `IPAddress` object (named after it,
 //!   `parentRef` the Service) created with the Service and deleted with it, or when an
-//!   update gives it up (a change to `ExternalName`). A dry run takes nothing: a dynamic
-//!   address shows as the range's network address, as the real dry-run allocator answers.
+//!   update gives it up (a change to `ExternalName`). An ExternalName Service changed to
+//!   another type by an update is given an address as a new Service is (`updateClusterIPs`'
+//!   case A), and its `IPAddress` once it is written. A dry run takes nothing: a dynamic
+//!   address shows as the range's network address, and node ports count up from 32769, as
+//!   the real dry-run allocators answer.
 //! - **Node ports.** NodePort and LoadBalancer Services (unless
 //!   `allocateLoadBalancerNodePorts: false`) get a random free port per service port, first
 //!   from above the range's first 86 ports; a requested port is checked; ports of the same
@@ -29,7 +32,10 @@
 //! - Allocation runs after the Service is defaulted and validated here; the real server
 //!   allocates first, so for a Service that is invalid *and* asks for a taken address only
 //!   the first of the two errors differs.
-//! - A Service changed from `ExternalName` to another type by an update gets no cluster IP.
+//! - kube-apiserver 1.34's allocator writes no `IPAddress` for the address an ExternalName
+//!   Service gets by an update: its IPAddress repair controller writes it, at once on a
+//!   server that has run a while but not in its first minutes. Here it is written with the
+//!   Service.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -56,6 +62,9 @@ const IP_OFFSET: u32 = 16;
 const NODE_PORT_FIRST: i64 = 30000;
 const NODE_PORT_LAST: i64 = 32767;
 const NODE_PORT_OFFSET: i64 = 86;
+/// The first node port a dry run answers (`PortAllocationOperation.AllocateNext`'s guess,
+/// above the range).
+const DRY_RUN_FIRST_PORT: i64 = 32769;
 
 /// Where the `IPAddress` objects are.
 pub(crate) const IPADDRESSES: (&str, &str) = ("networking.k8s.io", "ipaddresses");
@@ -83,10 +92,13 @@ pub(crate) fn lock() -> std::sync::MutexGuard<'static, ()> {
 pub(crate) struct Taken {
     ports: BTreeSet<i64>,
     addresses: BTreeSet<String>,
+    /// Whether the write is a dry run, which takes nothing.
+    dry_run: bool,
 }
 
-/// What is taken now, leaving out the node ports of the Service `namespace`/`name`.
-pub(crate) fn taken(store: &Store, namespace: &str, name: &str) -> Taken {
+/// What is taken now, leaving out the node ports of the Service `namespace`/`name`, for a
+/// write that is a dry run or not.
+pub(crate) fn taken(store: &Store, namespace: &str, name: &str, dry_run: bool) -> Taken {
     let (services, _) = store.list(&GroupResource::new("", "services"), None);
     let ports = services
         .iter()
@@ -98,7 +110,11 @@ pub(crate) fn taken(store: &Store, namespace: &str, name: &str) -> Taken {
         .iter()
         .filter_map(|a| a["metadata"]["name"].as_str().map(str::to_string))
         .collect();
-    Taken { ports, addresses }
+    Taken {
+        ports,
+        addresses,
+        dry_run,
+    }
 }
 
 fn node_ports_of(service: &Value) -> Vec<i64> {
@@ -202,20 +218,7 @@ pub(crate) fn allocate_create(
     init_ip_family_fields(svc, None).map_err(invalid)?;
     let mut allocated = Allocated::default();
     if service_type(svc) != "ExternalName" && !is_headless(svc) {
-        let requested = cluster_ips(svc).first().cloned().unwrap_or_default();
-        let ip = allocate_ip(&taken.addresses, &requested, dry_run).map_err(|e| match e {
-            IpError::Full => ApiError::Internal(format!(
-                "failed to allocate a serviceIP: {}",
-                IpError::Full.message()
-            )),
-            other => invalid(vec![Cause::invalid(
-                "spec.clusterIPs",
-                json!(cluster_ips(svc)),
-                format!("failed to allocate IP {requested}: {}", other.message()),
-            )]),
-        })?;
-        svc["spec"]["clusterIPs"] = json!([ip]);
-        svc["spec"]["clusterIP"] = json!(ip);
+        let ip = allocate_cluster_ip(&taken.addresses, svc, dry_run)?;
         if !dry_run {
             taken.addresses.insert(ip.clone());
             allocated.addresses.push(ip);
@@ -223,17 +226,49 @@ pub(crate) fn allocate_create(
     }
     let used = &mut taken.ports;
     if matches!(service_type(svc), "NodePort" | "LoadBalancer") {
-        init_node_ports(svc, used).map_err(|e| e.into_api(&name))?;
+        init_node_ports(svc, used, dry_run).map_err(|e| e.into_api(&name))?;
     }
     if needs_health_check(svc) {
-        allocate_health_check_port(svc, used)?;
+        allocate_health_check_port(svc, used, dry_run)?;
     }
     Ok(allocated)
 }
 
+/// `allocClusterIPs` of a single-stack cluster: the requested cluster IP of `svc`, or a free
+/// one, written to both of its cluster IP fields.
+fn allocate_cluster_ip(
+    addresses: &BTreeSet<String>,
+    svc: &mut Value,
+    dry_run: bool,
+) -> Result<String, ApiError> {
+    let name = svc["metadata"]["name"].as_str().unwrap_or_default();
+    let requested = cluster_ips(svc).first().cloned().unwrap_or_default();
+    let ip = allocate_ip(addresses, &requested, dry_run).map_err(|e| match e {
+        IpError::Full => ApiError::Internal(format!(
+            "failed to allocate a serviceIP: {}",
+            IpError::Full.message()
+        )),
+        other => ApiError::invalid(
+            "Service",
+            "",
+            name,
+            vec![Cause::invalid(
+                "spec.clusterIPs",
+                json!(cluster_ips(svc)),
+                format!("failed to allocate IP {requested}: {}", other.message()),
+            )],
+        ),
+    })?;
+    svc["spec"]["clusterIPs"] = json!([ip]);
+    svc["spec"]["clusterIP"] = json!(ip);
+    Ok(ip)
+}
+
 /// What `beginUpdate` does to `new`, an update of the stored Service `old`: the allocated
 /// values a client left out put back, the cluster IP fields kept in step and unchanged,
-/// the IP family fields, and the node ports the new type needs, chosen against `taken`.
+/// the IP family fields, a cluster IP for an ExternalName Service that becomes another
+/// type, and the node ports the new type needs, chosen against `taken`. The `IPAddress` of
+/// an address taken here is written once the Service is ([`acquired`]).
 ///
 /// # Errors
 /// As [`allocate_create`], and the real server's 422 for a changed cluster IP.
@@ -250,12 +285,18 @@ pub(crate) fn prepare_update(old: &Value, new: &mut Value, taken: &Taken) -> Res
     if !changed.is_empty() {
         return Err(invalid(changed));
     }
+    if service_type(old) == "ExternalName"
+        && service_type(new) != "ExternalName"
+        && !is_headless(new)
+    {
+        allocate_cluster_ip(&taken.addresses, new, taken.dry_run)?;
+    }
     let mut used = taken.ports.clone();
     if matches!(service_type(new), "NodePort" | "LoadBalancer") {
-        update_node_ports(new, old, &mut used).map_err(|e| e.into_api(&name))?;
+        update_node_ports(new, old, &mut used, taken.dry_run).map_err(|e| e.into_api(&name))?;
     }
     if needs_health_check(new) && !needs_health_check(old) {
-        allocate_health_check_port(new, &mut used)?;
+        allocate_health_check_port(new, &mut used, taken.dry_run)?;
     }
     Ok(())
 }
@@ -317,6 +358,16 @@ pub(crate) fn released(before: &Value, after: Option<&Value>) -> Vec<String> {
     cluster_ips(before)
         .into_iter()
         .filter(|ip| ip != "None" && !ip.is_empty() && !kept.contains(ip))
+        .collect()
+}
+
+/// The addresses whose `IPAddress` objects an update writes: the cluster IPs `after` has
+/// and `before` had not (an ExternalName Service given one).
+pub(crate) fn acquired(before: &Value, after: &Value) -> Vec<String> {
+    let had = cluster_ips(before);
+    cluster_ips(after)
+        .into_iter()
+        .filter(|ip| ip != "None" && !ip.is_empty() && !had.contains(ip))
         .collect()
 }
 
@@ -664,7 +715,17 @@ fn take_port(used: &mut BTreeSet<i64>, port: i64) -> Result<(), String> {
 }
 
 /// A random free node port.
-fn next_port(used: &mut BTreeSet<i64>) -> Result<i64, PortError> {
+/// A free node port, taken in `used`. A dry run takes none: it answers the port after the
+/// last it answered, from 32769 on, as the dry-run port operation does.
+fn next_port(used: &mut BTreeSet<i64>, dry_run: bool) -> Result<i64, PortError> {
+    if dry_run {
+        let port = used
+            .range(DRY_RUN_FIRST_PORT..)
+            .next_back()
+            .map_or(DRY_RUN_FIRST_PORT, |last| last + 1);
+        used.insert(port);
+        return Ok(port);
+    }
     let upper = (NODE_PORT_FIRST + NODE_PORT_OFFSET, NODE_PORT_LAST);
     let lower = (NODE_PORT_FIRST, NODE_PORT_FIRST + NODE_PORT_OFFSET - 1);
     let port = [upper, lower]
@@ -677,7 +738,11 @@ fn next_port(used: &mut BTreeSet<i64>) -> Result<i64, PortError> {
 
 /// `initNodePorts`: a node port for each service port of a new NodePort or LoadBalancer
 /// Service, shared by service ports of the same number.
-fn init_node_ports(svc: &mut Value, used: &mut BTreeSet<i64>) -> Result<(), PortError> {
+fn init_node_ports(
+    svc: &mut Value,
+    used: &mut BTreeSet<i64>,
+    dry_run: bool,
+) -> Result<(), PortError> {
     let allocate = needs_node_ports(svc);
     let list = ports(svc);
     let mut by_port = std::collections::HashMap::<i64, i64>::new();
@@ -701,7 +766,7 @@ fn init_node_ports(svc: &mut Value, used: &mut BTreeSet<i64>) -> Result<(), Port
                         .map_err(|m| PortError::Requested(field.clone(), wanted, m))?;
                     wanted
                 } else {
-                    next_port(used)?
+                    next_port(used, dry_run)?
                 };
                 out[i]["nodePort"] = json!(node_port);
                 by_port.insert(number, node_port);
@@ -727,6 +792,7 @@ fn update_node_ports(
     new: &mut Value,
     old: &Value,
     used: &mut BTreeSet<i64>,
+    dry_run: bool,
 ) -> Result<(), PortError> {
     let allocate = needs_node_ports(new);
     let before = node_ports_of(old);
@@ -745,14 +811,18 @@ fn update_node_ports(
                 taken_now.insert(requested);
             }
         } else {
-            port["nodePort"] = json!(next_port(used)?);
+            port["nodePort"] = json!(next_port(used, dry_run)?);
         }
     }
     new["spec"]["ports"] = json!(list);
     Ok(())
 }
 
-fn allocate_health_check_port(svc: &mut Value, used: &mut BTreeSet<i64>) -> Result<(), ApiError> {
+fn allocate_health_check_port(
+    svc: &mut Value,
+    used: &mut BTreeSet<i64>,
+    dry_run: bool,
+) -> Result<(), ApiError> {
     let requested = svc["spec"]["healthCheckNodePort"].as_i64().unwrap_or(0);
     if requested != 0 {
         take_port(used, requested).map_err(|m| {
@@ -761,7 +831,7 @@ fn allocate_health_check_port(svc: &mut Value, used: &mut BTreeSet<i64>) -> Resu
             ))
         })?;
     } else {
-        let port = next_port(used).map_err(|_| {
+        let port = next_port(used, dry_run).map_err(|_| {
             ApiError::Internal("failed to allocate a HealthCheck NodePort 0: range is full".into())
         })?;
         svc["spec"]["healthCheckNodePort"] = json!(port);
@@ -912,14 +982,14 @@ mod tests {
         let mut svc = service(json!({"type": "NodePort", "ports": [
             {"name": "tcp", "port": 53, "protocol": "TCP"},
             {"name": "udp", "port": 53, "protocol": "UDP"}]}));
-        init_node_ports(&mut svc, &mut used).ok().unwrap();
+        init_node_ports(&mut svc, &mut used, false).ok().unwrap();
         let ports = svc["spec"]["ports"].as_array().unwrap();
         let first = ports[0]["nodePort"].as_i64().unwrap();
         assert!((30086..=32767).contains(&first), "{first}");
         assert_eq!(ports[1]["nodePort"], first);
         let mut svc =
             service(json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]}));
-        match init_node_ports(&mut svc, &mut used) {
+        match init_node_ports(&mut svc, &mut used, false) {
             Err(PortError::Requested(field, 30500, message)) => {
                 assert_eq!(field, "spec.ports[0].nodePort");
                 assert_eq!(message, "provided port is already allocated");

@@ -278,6 +278,7 @@ impl State {
                 (EventType::Deleted, _) => self.release_service_addresses(&event.object, None),
                 (EventType::Modified, Some(previous)) => {
                     self.release_service_addresses(previous, Some(&event.object));
+                    self.acquire_service_addresses(previous, &event.object);
                 }
                 _ => {}
             },
@@ -295,6 +296,18 @@ impl State {
     ) {
         for address in allocated.addresses(namespace, name) {
             let (group, resource) = services::IPADDRESSES;
+            let _ = self.create_internal(APISERVER, group, resource, address);
+        }
+    }
+
+    /// Writes the `IPAddress` objects of the cluster IPs an update gave the Service `after`
+    /// ([`services::acquired`]).
+    fn acquire_service_addresses(&self, before: &Value, after: &Value) {
+        let namespace = after["metadata"]["namespace"].as_str().unwrap_or_default();
+        let name = after["metadata"]["name"].as_str().unwrap_or_default();
+        for ip in services::acquired(before, after) {
+            let (group, resource) = services::IPADDRESSES;
+            let address = system_objects::service_ip_address(&ip, namespace, name);
             let _ = self.create_internal(APISERVER, group, resource, address);
         }
     }
