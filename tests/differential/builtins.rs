@@ -884,13 +884,33 @@ const fn unvalidated(collection: fn() -> String, object: fn() -> Value) -> Case 
     }
 }
 
-const ENDPOINTS: Case = unvalidated(
-    || namespaced("v1", "endpoints"),
-    || {
-        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": NS},
-        "subsets": [{"addresses": [{"ip": "10.1.2.3"}], "ports": [{"name": "http", "port": 80}]}]})
-    },
-);
+fn endpoints() -> Value {
+    json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": NS},
+    "subsets": [{"addresses": [{"ip": "10.1.2.3"}], "ports": [{"name": "http", "port": 80}]}]})
+}
+
+const ENDPOINTS: Case = Case {
+    collection: || namespaced("v1", "endpoints"),
+    object: endpoints,
+    invalid: Some(|| {
+        with(
+            endpoints(),
+            "/subsets",
+            json!([
+                {"addresses": [
+                    {"ip": "127.0.0.1", "hostname": "Web_1", "nodeName": "Node_1",
+                     "targetRef": {"kind": "Pod", "name": "web-0"}},
+                    {"ip": "0.0.0.0", "nodeName": ""}],
+                 "notReadyAddresses": [{"ip": "not-an-ip"}, {"ip": "169.254.1.1"}],
+                 "ports": [{"port": 80},
+                           {"name": "b", "port": 70000, "protocol": "ICMP", "appProtocol": "a/b/c"}]},
+                {"ports": [{"name": "http", "port": 80}]}
+            ]),
+        )
+    }),
+    scale: false,
+    finalizers: false,
+};
 
 const LIMIT_RANGE: Case = unvalidated(
     || namespaced("v1", "limitranges"),

@@ -9,9 +9,11 @@
 //! value, a required field, a bound), not the whole of its upstream validation: an object
 //! the real server refuses for another reason is accepted here.
 
+use std::net::IpAddr;
+
 use serde_json::Value;
 
-use super::names::Cause;
+use super::names::{self, Cause};
 use super::registry::ResourceType;
 
 /// The causes of an object of a kind listed here beyond its metadata; none for others.
@@ -23,6 +25,10 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Caus
             validate_cron_job(&obj["spec"], old.map(|o| &o["spec"]), &mut causes);
         }
         ("", "services") => causes.extend(super::services::validate(obj)),
+        // An update that leaves the subsets as they were is not refused for them.
+        ("", "endpoints") if old.is_none_or(|o| o["subsets"] != obj["subsets"]) => {
+            validate_endpoint_subsets(&obj["subsets"], &mut causes);
+        }
         ("discovery.k8s.io", "endpointslices") => {
             one_of(obj, "addressType", &["FQDN", "IPv4", "IPv6"], &mut causes);
         }
@@ -239,6 +245,158 @@ fn time_zone_causes(zone: &str) -> Vec<Cause> {
     causes
 }
 
+/// `validateEndpointSubsets`: each subset has addresses, each address a usable IP, a DNS
+/// label for a hostname and a DNS subdomain for a node name; each port a name (when there
+/// are several), a number in range, a protocol and a qualified `appProtocol`.
+fn validate_endpoint_subsets(subsets: &Value, causes: &mut Vec<Cause>) {
+    for (i, subset) in items(subsets) {
+        let at = format!("subsets[{i}]");
+        if list_is_empty(&subset["addresses"]) && list_is_empty(&subset["notReadyAddresses"]) {
+            causes.push(Cause::required(
+                &at,
+                "must specify `addresses` or `notReadyAddresses`",
+            ));
+        }
+        for list in ["addresses", "notReadyAddresses"] {
+            for (j, address) in items(&subset[list]) {
+                validate_endpoint_address(address, &format!("{at}.{list}[{j}]"), causes);
+            }
+        }
+        let require_name = subset["ports"].as_array().is_some_and(|p| p.len() > 1);
+        for (j, port) in items(&subset["ports"]) {
+            let at = format!("{at}.ports[{j}]");
+            let name = port["name"].as_str().unwrap_or_default();
+            if require_name && name.is_empty() {
+                causes.push(Cause::required(&format!("{at}.name"), ""));
+            } else if !name.is_empty() {
+                for message in names::dns1123_label(name) {
+                    causes.push(Cause::invalid(&format!("{at}.name"), name.into(), message));
+                }
+            }
+            let number = port["port"].as_i64().unwrap_or_default();
+            if !(1..=65535).contains(&number) {
+                causes.push(Cause::invalid(
+                    &format!("{at}.port"),
+                    number.into(),
+                    "must be between 1 and 65535, inclusive",
+                ));
+            }
+            match port["protocol"].as_str().unwrap_or_default() {
+                "" => causes.push(Cause::required(&format!("{at}.protocol"), "")),
+                protocol if !PROTOCOLS.contains(&protocol) => {
+                    let mut sorted: Vec<String> = PROTOCOLS.iter().map(|p| p.to_string()).collect();
+                    sorted.sort();
+                    causes.push(Cause::not_supported(
+                        &format!("{at}.protocol"),
+                        protocol.into(),
+                        &sorted,
+                    ));
+                }
+                _ => {}
+            }
+            if let Some(protocol) = port["appProtocol"].as_str() {
+                for message in names::label_key(protocol) {
+                    causes.push(Cause::invalid(
+                        &format!("{at}.appProtocol"),
+                        protocol.into(),
+                        message,
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// `validateEndpointAddress`: the IP (`IsValidIPForLegacyField`, then `ValidateEndpointIP`'s
+/// refusal of unspecified, loopback and link-local addresses), the hostname, the node name.
+fn validate_endpoint_address(address: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let ip_at = format!("{at}.ip");
+    let text = address["ip"].as_str().unwrap_or_default();
+    let ip = parse_ip_sloppy(text);
+    if ip.is_none() {
+        causes.push(Cause::invalid(
+            &ip_at,
+            text.into(),
+            "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+        ));
+    }
+    if let Some(hostname) = address["hostname"].as_str().filter(|h| !h.is_empty()) {
+        for message in names::dns1123_label(hostname) {
+            causes.push(Cause::invalid(
+                &format!("{at}.hostname"),
+                hostname.into(),
+                message,
+            ));
+        }
+    }
+    if let Some(node) = address["nodeName"].as_str() {
+        for message in names::dns1123_subdomain(node) {
+            causes.push(Cause::invalid(
+                &format!("{at}.nodeName"),
+                node.into(),
+                message,
+            ));
+        }
+    }
+    let Some(ip) = ip else {
+        causes.push(Cause::invalid(
+            &ip_at,
+            text.into(),
+            "must be a valid IP address",
+        ));
+        return;
+    };
+    // Go looks at an IPv4-mapped IPv6 address as the IPv4 address it maps.
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    let (unspecified, loopback, link_local, link_local_multicast) = match ip {
+        IpAddr::V4(v4) => (
+            v4.is_unspecified(),
+            v4.is_loopback(),
+            v4.is_link_local(),
+            v4.octets()[..3] == [224, 0, 0],
+        ),
+        IpAddr::V6(v6) => (
+            v6.is_unspecified(),
+            v6.is_loopback(),
+            v6.segments()[0] & 0xffc0 == 0xfe80,
+            v6.octets()[0] == 0xff && v6.octets()[1] & 0x0f == 0x02,
+        ),
+    };
+    let mut refuse = |detail: String| causes.push(Cause::invalid(&ip_at, text.into(), detail));
+    if unspecified {
+        refuse(format!("may not be unspecified ({text})"));
+    }
+    if loopback {
+        refuse("may not be in the loopback range (127.0.0.0/8, ::1/128)".into());
+    }
+    if link_local {
+        refuse("may not be in the link-local range (169.254.0.0/16, fe80::/10)".into());
+    }
+    if link_local_multicast {
+        refuse("may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)".into());
+    }
+}
+
+/// An IP address as `netutils.ParseIPSloppy` reads it: IPv4 octets may have leading zeros.
+fn parse_ip_sloppy(text: &str) -> Option<IpAddr> {
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let octets: Vec<u8> = text
+        .split('.')
+        .map(|part| {
+            (!part.is_empty() && part.len() <= 3 && part.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| part.parse::<u8>().ok())
+                .flatten()
+        })
+        .collect::<Option<_>>()?;
+    let octets: [u8; 4] = octets.try_into().ok()?;
+    Some(IpAddr::V4(octets.into()))
+}
+
 fn validate_ingress(obj: &Value, causes: &mut Vec<Cause>) {
     for (i, rule) in items(&obj["spec"]["rules"]) {
         for (j, path) in items(&rule["http"]["paths"]) {
@@ -366,6 +524,31 @@ mod tests {
             [
                 r#"spec.ingress[0].ports[0].protocol: Unsupported value: "ICMP": supported values: "TCP", "UDP", "SCTP""#
             ]
+        );
+    }
+
+    #[test]
+    fn endpoints_are_refused_for_their_addresses_node_names_and_ports() {
+        let endpoints = json!({"subsets": [
+            {"addresses": [{"ip": "127.0.0.1", "nodeName": "Node_1", "hostname": "a.b"}],
+             "ports": [{"port": 80, "protocol": "TCP"}, {"name": "b", "port": 0, "protocol": "ICMP"}]},
+            {"ports": [{"port": 80, "protocol": "TCP"}]}
+        ]});
+        assert_eq!(
+            messages("", "v1", "endpoints", endpoints),
+            [
+                r#"subsets[0].addresses[0].hostname: Invalid value: "a.b": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"#,
+                r#"subsets[0].addresses[0].nodeName: Invalid value: "Node_1": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"#,
+                r#"subsets[0].addresses[0].ip: Invalid value: "127.0.0.1": may not be in the loopback range (127.0.0.0/8, ::1/128)"#,
+                r#"subsets[0].ports[0].name: Required value"#,
+                r#"subsets[0].ports[1].port: Invalid value: 0: must be between 1 and 65535, inclusive"#,
+                r#"subsets[0].ports[1].protocol: Unsupported value: "ICMP": supported values: "SCTP", "TCP", "UDP""#,
+                r#"subsets[1]: Required value: must specify `addresses` or `notReadyAddresses`"#,
+            ]
+        );
+        assert_eq!(
+            parse_ip_sloppy("010.000.000.001"),
+            Some("10.0.0.1".parse().unwrap())
         );
     }
 
