@@ -835,7 +835,19 @@ fn priority_class() -> Value {
 const STORAGE_CLASS: Case = Case {
     collection: || cluster("storage.k8s.io/v1", "storageclasses"),
     object: storage_class,
-    invalid: Some(|| with(storage_class(), "/provisioner", json!(""))),
+    invalid: Some(|| {
+        let zone = |values: Value| json!({"key": "topology.kubernetes.io/zone", "values": values});
+        with(
+            with(storage_class(), "/provisioner", json!("")),
+            "/allowedTopologies",
+            json!([
+                {"matchLabelExpressions": [zone(json!(["a", "a"])), zone(json!(["b"]))]},
+                {"matchLabelExpressions": [{"key": "-rack", "values": []}]},
+                {"matchLabelExpressions": [zone(json!(["b", "a"]))]},
+                {"matchLabelExpressions": [zone(json!(["a", "b"]))]}
+            ]),
+        )
+    }),
     scale: false,
     finalizers: false,
 };
@@ -843,7 +855,9 @@ const STORAGE_CLASS: Case = Case {
 fn storage_class() -> Value {
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
         "metadata": {"name": "differential-fast"},
-        "provisioner": "example.com/fast", "parameters": {"type": "ssd"}})
+        "provisioner": "example.com/fast", "parameters": {"type": "ssd"},
+        "allowedTopologies": [{"matchLabelExpressions": [
+            {"key": "topology.kubernetes.io/zone", "values": ["a", "b"]}]}]})
 }
 
 const AUTOSCALER: Case = Case {

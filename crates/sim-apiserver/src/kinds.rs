@@ -130,10 +130,11 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Caus
                 ));
             }
         }
-        ("storage.k8s.io", "storageclasses")
-            if obj["provisioner"].as_str().is_none_or(str::is_empty) =>
-        {
-            causes.push(Cause::required("provisioner", ""));
+        ("storage.k8s.io", "storageclasses") => {
+            if obj["provisioner"].as_str().is_none_or(str::is_empty) {
+                causes.push(Cause::required("provisioner", ""));
+            }
+            validate_allowed_topologies(&obj["allowedTopologies"], &mut causes);
         }
         ("storage.k8s.io", "volumeattributesclasses") => {
             if obj["driverName"].as_str().is_none_or(str::is_empty) {
@@ -397,6 +398,45 @@ fn parse_ip_sloppy(text: &str) -> Option<IpAddr> {
     Some(IpAddr::V4(octets.into()))
 }
 
+/// `validateAllowedTopologies`: each term's label requirements have values, none twice, and
+/// a qualified key, no key twice in a term, and no term repeats another (the same keys with
+/// the same sets of values).
+fn validate_allowed_topologies(terms: &Value, causes: &mut Vec<Cause>) {
+    type Term = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+    let mut seen: Vec<Term> = Vec::new();
+    for (i, term) in items(terms) {
+        let mut expressions = Term::new();
+        for (j, requirement) in items(&term["matchLabelExpressions"]) {
+            let at = format!("allowedTopologies[{i}].matchLabelExpressions[{j}]");
+            let mut values = std::collections::BTreeSet::new();
+            if list_is_empty(&requirement["values"]) {
+                causes.push(Cause::required(&format!("{at}.values"), ""));
+            }
+            for (k, value) in items(&requirement["values"]) {
+                let value = value.as_str().unwrap_or_default().to_string();
+                if !values.insert(value.clone()) {
+                    causes.push(Cause::duplicate(&format!("{at}.values[{k}]"), value.into()));
+                }
+            }
+            let key = requirement["key"].as_str().unwrap_or_default();
+            for message in names::label_key(key) {
+                causes.push(Cause::invalid(&format!("{at}.key"), key.into(), message));
+            }
+            if expressions.contains_key(key) {
+                causes.push(Cause::duplicate(&format!("{at}.key"), key.into()));
+            }
+            expressions.insert(key.to_string(), values);
+        }
+        if seen.contains(&expressions) {
+            causes.push(Cause::duplicate(
+                &format!("allowedTopologies[{i}].matchLabelExpressions"),
+                "".into(),
+            ));
+        }
+        seen.push(expressions);
+    }
+}
+
 fn validate_ingress(obj: &Value, causes: &mut Vec<Cause>) {
     for (i, rule) in items(&obj["spec"]["rules"]) {
         for (j, path) in items(&rule["http"]["paths"]) {
@@ -549,6 +589,32 @@ mod tests {
         assert_eq!(
             parse_ip_sloppy("010.000.000.001"),
             Some("10.0.0.1".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn a_storage_class_topology_is_refused_for_missing_or_repeated_values_and_terms() {
+        let class = json!({"provisioner": "example.com/p", "allowedTopologies": [
+            {"matchLabelExpressions": [{"key": "zone", "values": ["a", "a"]},
+                                       {"key": "zone", "values": ["a"]}]},
+            {"matchLabelExpressions": [{"key": "-bad", "values": []}]},
+            {"matchLabelExpressions": [{"key": "-bad", "values": []}]}
+        ]});
+        let found = messages("storage.k8s.io", "v1", "storageclasses", class);
+        assert_eq!(
+            found[..2],
+            [
+                r#"allowedTopologies[0].matchLabelExpressions[0].values[1]: Duplicate value: "a""#,
+                r#"allowedTopologies[0].matchLabelExpressions[1].key: Duplicate value: "zone""#,
+            ]
+        );
+        assert_eq!(
+            found[2],
+            "allowedTopologies[1].matchLabelExpressions[0].values: Required value"
+        );
+        assert_eq!(
+            found.last().unwrap(),
+            "allowedTopologies[2].matchLabelExpressions: Duplicate value: \"\""
         );
     }
 

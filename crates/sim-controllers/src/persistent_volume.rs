@@ -12,8 +12,9 @@
 //!   Bound), then the claim (`volumeName`, `pv.kubernetes.io/bind-completed`,
 //!   `pv.kubernetes.io/bound-by-controller` when it named none, then its status: phase
 //!   Bound, access modes and capacity of the volume);
-//! - a claim of a `WaitForFirstConsumer` class waits for the scheduler to choose a node
-//!   (`volume.kubernetes.io/selected-node`), with a `WaitForFirstConsumer` or
+//! - a claim of a `WaitForFirstConsumer` class waits for the scheduler to reserve a volume
+//!   for it ([`best_match_on_node`], [`reserved_for`]: then bound as one pre-bound) or to
+//!   choose a node (`volume.kubernetes.io/selected-node`), with a `WaitForFirstConsumer` or
 //!   `WaitForPodScheduled` Event; a claim whose class names a provisioner gets the
 //!   `volume.kubernetes.io/storage-provisioner` annotations (and its beta twin) and an
 //!   `ExternalProvisioning` Event, for that provisioner to act; a claim without a class
@@ -262,6 +263,80 @@ fn best_match(
         }
     }
     best.cloned()
+}
+
+/// The volume kube-scheduler's VolumeBinding plugin finds for an unbound claim of a
+/// `WaitForFirstConsumer` class on `node` (upstream's `FindMatchingVolume` on the
+/// scheduler's path): the one reserved for the claim if its node affinity admits the node
+/// (none at all if it does not), else the smallest Available, unclaimed volume of its class
+/// with its access modes, enough storage and node affinity to the node, leaving out the
+/// volumes in `excluded` (chosen for the pod's other claims).
+pub(crate) fn best_match_on_node(
+    volumes: &[Arc<PersistentVolume>],
+    claim: &PersistentVolumeClaim,
+    node: &Node,
+    excluded: &[String],
+) -> Option<Arc<PersistentVolume>> {
+    let mut best: Option<&Arc<PersistentVolume>> = None;
+    for volume in volumes {
+        if excluded.iter().any(|e| e == name(&volume.metadata))
+            || (claim_ref(volume).is_some() && !bound_to(volume, claim))
+            || capacity(volume) < requested(claim)
+            || attributes_class(volume) != claim_attributes_class(claim)
+            || is_deleting(&volume.metadata)
+        {
+            continue;
+        }
+        let fits = fits_node(volume, node);
+        if bound_to(volume, claim) {
+            return fits.then(|| volume.clone());
+        }
+        let selects = claim.spec.as_ref().is_some_and(|s| s.selector.is_some());
+        if volume_phase(volume) != "Available"
+            || selects
+            || volume_class(volume) != claim_class(claim)
+            || !fits
+            || !has_access_modes(volume, claim)
+        {
+            continue;
+        }
+        if best.is_none_or(|b| capacity(b) > capacity(volume)) {
+            best = Some(volume);
+        }
+    }
+    best.cloned()
+}
+
+/// Whether the volume's required node affinity admits `node` (`CheckNodeAffinity`; a
+/// volume without one admits every node).
+pub(crate) fn fits_node(volume: &PersistentVolume, node: &Node) -> bool {
+    volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .is_none_or(|r| {
+            r.node_selector_terms
+                .iter()
+                .any(|t| super::support::term_matches(t, node))
+        })
+}
+
+/// The volume reserved for `claim` as kube-scheduler's PreBind reserves it
+/// (`GetBindVolumeToClaim`): a `claimRef` to the claim and `bound-by-controller`, for the
+/// binder to finish.
+pub(crate) fn reserved_for(
+    volume: &PersistentVolume,
+    claim: &PersistentVolumeClaim,
+) -> PersistentVolume {
+    let mut volume = volume.clone();
+    if !bound_to(&volume, claim) {
+        volume.spec.get_or_insert_with(Default::default).claim_ref = Some(reference_to(claim));
+    }
+    if annotation(&volume.metadata, BOUND_BY_CONTROLLER).is_none() {
+        annotate(&mut volume.metadata, BOUND_BY_CONTROLLER, "yes");
+    }
+    volume
 }
 
 fn attributes_class(volume: &PersistentVolume) -> &str {
@@ -1185,6 +1260,41 @@ mod tests {
         assert!(
             best_match(&volumes, &too_big, true).is_none(),
             "a reserved volume too small is no match"
+        );
+    }
+
+    #[test]
+    fn on_a_node_the_smallest_available_volume_with_affinity_to_it_is_chosen() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}}
+        }))
+        .unwrap();
+        let pinned = |name: &str, size: &str, host: &str| {
+            let mut v = available(name, size, "local").as_ref().clone();
+            v.spec.as_mut().unwrap().node_affinity = Some(on_node(host));
+            Arc::new(v)
+        };
+        let volumes = vec![
+            pinned("elsewhere", "1Gi", "n2"),
+            pinned("big", "10Gi", "n1"),
+            pinned("small", "2Gi", "n1"),
+            available("anywhere", "5Gi", "local"),
+        ];
+        let claim = data_claim("1Gi", Some("local"));
+        let chosen = |excluded: &[String]| {
+            best_match_on_node(&volumes, &claim, &node, excluded)
+                .map(|v| name(&v.metadata).to_string())
+        };
+        assert_eq!(chosen(&[]).as_deref(), Some("small"));
+        assert_eq!(chosen(&["small".into()]).as_deref(), Some("anywhere"));
+        let reserved = reserved_for(&volumes[1], &claim);
+        assert_eq!(
+            reserved.spec.unwrap().claim_ref.unwrap().name.as_deref(),
+            Some("data")
+        );
+        assert_eq!(
+            annotation(&reserved.metadata, BOUND_BY_CONTROLLER),
+            Some("yes")
         );
     }
 

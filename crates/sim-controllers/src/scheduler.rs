@@ -17,15 +17,18 @@
 //! claim is missing or being deleted, or has an unbound claim of a class that binds at once
 //! (or of no class), fits nowhere (the PreFilter's reason); a claim bound to a volume limits
 //! the pod to the nodes of the volume's node affinity; an unbound claim of a
-//! `WaitForFirstConsumer` class is provisioned where the pod goes: before its binding, the
-//! claim is annotated with `volume.kubernetes.io/selected-node`, and the pod is bound only
-//! once the claim is (by the PersistentVolume controller, after the provisioner made its
-//! volume), or tried again after 10 minutes (`bindTimeoutSeconds`).
+//! `WaitForFirstConsumer` class is bound where the pod goes: to the smallest Available
+//! volume of its class that fits it and whose node affinity admits the node (the volume is
+//! given a `claimRef` to the claim before the pod's binding, for the PersistentVolume
+//! controller to finish), else provisioned there if its class has a provisioner and its
+//! `allowedTopologies` admit the node (the claim is annotated with
+//! `volume.kubernetes.io/selected-node`); a node where neither can be is unfit ("didn't find
+//! available persistent volumes to bind"). The pod is bound only once its claims are, or
+//! tried again after 10 minutes (`bindTimeoutSeconds`).
 //!
 //! # Caveats
-//! No resource requests, ports, pod (anti-)affinity, topology spread or preemption. An
-//! unbound claim of a `WaitForFirstConsumer` class is always provisioned, never bound by
-//! the scheduler to an existing volume, and a class's `allowedTopologies` are not read.
+//! No resource requests, ports, pod (anti-)affinity, topology spread or preemption; no
+//! storage capacity tracking (`CSIStorageCapacity`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -241,8 +244,39 @@ struct PodClaims {
     bound: Vec<Arc<PersistentVolume>>,
     /// Whether a bound claim names a volume that does not exist.
     missing_volume: bool,
-    /// Unbound claims of a `WaitForFirstConsumer` class, to provision on the chosen node.
-    to_provision: Vec<ObjectKey>,
+    /// Unbound claims of a `WaitForFirstConsumer` class, bound or provisioned on the chosen
+    /// node.
+    delayed: Vec<Arc<PersistentVolumeClaim>>,
+}
+
+/// What becomes of a `WaitForFirstConsumer` claim on a node.
+#[derive(Debug, Clone, PartialEq)]
+enum Placement {
+    /// Bound to this existing volume.
+    Volume(String),
+    /// Provisioned on the node.
+    Provision,
+}
+
+/// The placements of a pod's delayed claims on one node, claim by claim.
+type VolumePlan = Vec<(ObjectKey, Placement)>;
+
+/// The VolumeBinding plugin's reason for a node where a delayed claim can be neither bound
+/// nor provisioned.
+const BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+
+/// Whether a StorageClass's `allowedTopologies` admit a node of `labels`
+/// (`MatchTopologySelectorTerms`: no terms admit every node; a term admits a node that has
+/// one of the listed values for each of its keys).
+fn topology_admits(class: &StorageClass, labels: &BTreeMap<String, String>) -> bool {
+    let terms = class.allowed_topologies.as_deref().unwrap_or_default();
+    terms.is_empty()
+        || terms.iter().any(|term| {
+            term.match_label_expressions
+                .iter()
+                .flatten()
+                .all(|e| labels.get(&e.key).is_some_and(|v| e.values.contains(v)))
+        })
 }
 
 impl PodClaims {
@@ -431,10 +465,19 @@ impl Scheduler {
         };
         let mut reasons = Vec::new();
         let mut feasible = Vec::new();
+        let mut plans: HashMap<String, VolumePlan> = HashMap::new();
         for node in &nodes {
-            match unfit(&pod, node).or_else(|| claims.unfit(node)) {
-                Some(reason) => reasons.push(reason),
-                None => feasible.push(node.clone()),
+            let unfit = unfit(&pod, node).or_else(|| claims.unfit(node));
+            let planned = match unfit {
+                Some(reason) => Err(reason),
+                None => self.plan_volumes(&claims, node),
+            };
+            match planned {
+                Err(reason) => reasons.push(reason),
+                Ok(plan) => {
+                    plans.insert(node.metadata.name.clone().unwrap_or_default(), plan);
+                    feasible.push(node.clone());
+                }
             }
         }
         if feasible.is_empty() {
@@ -473,8 +516,9 @@ impl Scheduler {
             .remove(key);
         let scheduler = self.clone();
         let (key, uid) = (key.clone(), pod.metadata.uid.clone());
+        let plan = plans.remove(&target).unwrap_or_default();
         tokio::spawn(async move {
-            if scheduler.bind_volumes(&key, &claims, &target).await {
+            if scheduler.bind_volumes(&key, &plan, &target).await {
                 scheduler.bind(key, uid, target).await;
             }
         });
@@ -519,16 +563,54 @@ impl Scheduler {
             if !delayed {
                 return Err("pod has unbound immediate PersistentVolumeClaims".into());
             }
-            claims.to_provision.push(ObjectKey::of(claim.as_ref()));
+            claims.delayed.push(claim);
         }
         Ok(claims)
     }
 
-    /// The VolumeBinding plugin's PreBind: annotates each claim to provision with the
-    /// chosen node, then waits until every claim of the pod is bound. `false` when the pod
-    /// is not to be bound now (it is queued again).
-    async fn bind_volumes(&self, key: &ObjectKey, claims: &PodClaims, target: &str) -> bool {
-        if claims.to_provision.is_empty() {
+    /// The VolumeBinding plugin's Filter for the delayed claims (`FindPodVolumes`): each
+    /// bound to a matching volume on `node`, else provisioned there, or why neither can be.
+    fn plan_volumes(&self, claims: &PodClaims, node: &Node) -> Result<VolumePlan, String> {
+        if claims.delayed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let volumes = self.volumes.list();
+        let empty = BTreeMap::new();
+        let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+        let mut chosen: Vec<String> = Vec::new();
+        let mut plan = Vec::new();
+        for claim in &claims.delayed {
+            let key = ObjectKey::of(claim.as_ref());
+            if let Some(volume) =
+                crate::persistent_volume::best_match_on_node(&volumes, claim, node, &chosen)
+            {
+                let name = volume.metadata.name.clone().unwrap_or_default();
+                chosen.push(name.clone());
+                plan.push((key, Placement::Volume(name)));
+                continue;
+            }
+            let class = self
+                .classes
+                .get("", crate::persistent_volume::claim_class(claim));
+            let provisions = class.is_some_and(|c| {
+                !c.provisioner.is_empty()
+                    && c.provisioner != "kubernetes.io/no-provisioner"
+                    && topology_admits(&c, labels)
+            });
+            if !provisions {
+                return Err(BIND_CONFLICT.into());
+            }
+            plan.push((key, Placement::Provision));
+        }
+        Ok(plan)
+    }
+
+    /// The VolumeBinding plugin's PreBind: reserves each chosen volume for its claim and
+    /// annotates each claim to provision with the chosen node, then waits until every
+    /// delayed claim of the pod is bound. `false` when the pod is not to be bound now (it is
+    /// queued again).
+    async fn bind_volumes(&self, key: &ObjectKey, plan: &VolumePlan, target: &str) -> bool {
+        if plan.is_empty() {
             return true;
         }
         let forget = |error: &dyn std::fmt::Display| {
@@ -540,7 +622,7 @@ impl Scheduler {
             self.queue.add_rate_limited(key.clone());
             false
         };
-        for claim_key in &claims.to_provision {
+        for (claim_key, placement) in plan {
             let api: Api<PersistentVolumeClaim> =
                 Api::namespaced(self.client.clone(), &claim_key.namespace);
             let Some(mut claim) = self
@@ -550,6 +632,22 @@ impl Scheduler {
             else {
                 return forget(&format!("claim {claim_key} is gone"));
             };
+            if let Placement::Volume(name) = placement {
+                let Some(volume) = self.volumes.get("", name) else {
+                    return forget(&format!("volume {name} is gone"));
+                };
+                let reserved = crate::persistent_volume::reserved_for(&volume, &claim);
+                if reserved != *volume {
+                    let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+                    if let Err(e) = volumes
+                        .replace(name, &PostParams::default(), &reserved)
+                        .await
+                    {
+                        return forget(&e);
+                    }
+                }
+                continue;
+            }
             let annotations = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
             if annotations.get(SELECTED_NODE).map(String::as_str) == Some(target) {
                 continue;
@@ -563,7 +661,7 @@ impl Scheduler {
             }
         }
         let bound = |scheduler: &Self| {
-            claims.to_provision.iter().all(|k| {
+            plan.iter().all(|(k, _)| {
                 scheduler
                     .claims
                     .get(&k.namespace, &k.name)

@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt as _;
 use kube::api::{
@@ -1386,22 +1387,7 @@ async fn a_pod_waits_for_its_claim_to_be_bound_then_goes_where_its_volume_is() {
     assert!(node_of(&pods.get("user").await.unwrap()).is_none());
 
     // A volume of node-b that fits: the controller binds it, the pod follows it there.
-    let volume: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": "disk-b"},
-        "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "hostPath": {"path": "/tmp/disk-b"},
-                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                     {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}]}]}}}}))
-    .unwrap();
-    volumes
-        .create(&PostParams::default(), &volume)
-        .await
-        .unwrap();
-    eventually("the volume Available", || async {
-        let volume = volumes.get("disk-b").await.unwrap();
-        (volume.status?.phase.as_deref() == Some("Available")).then_some(())
-    })
-    .await;
+    available_volume_of_node_b(&volumes, "").await;
     // The controller looks for volumes for a claim when the claim changes, or on its resync
     // every 15 s: a label spares the wait.
     claims
@@ -1481,6 +1467,104 @@ async fn controllers_write_as_their_own_users() {
 
 // ---------------------------------------------------------------------------------------
 // Volume protection.
+
+#[tokio::test]
+async fn a_claim_waiting_for_its_consumer_is_bound_to_a_volume_of_the_pods_node_or_provisioned_where_its_class_allows()
+ {
+    let sim = Sim::start(&["node-a", "node-b"]).await;
+    let pods: Api<Pod> = sim.api();
+    let claims: Api<PersistentVolumeClaim> = sim.api();
+    let volumes: Api<PersistentVolume> = Api::all(sim.client.clone());
+    let classes: Api<StorageClass> = Api::all(sim.client.clone());
+    for class in [
+        json!({"metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner",
+               "volumeBindingMode": "WaitForFirstConsumer"}),
+        json!({"metadata": {"name": "zoned"}, "provisioner": "example.com/zoned",
+               "volumeBindingMode": "WaitForFirstConsumer",
+               "allowedTopologies": [{"matchLabelExpressions": [
+                   {"key": "kubernetes.io/hostname", "values": ["node-a"]}]}]}),
+    ] {
+        let class: StorageClass = serde_json::from_value(class).unwrap();
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .unwrap();
+    }
+    available_volume_of_node_b(&volumes, "local").await;
+    // A claim of `class` and a pod `pod` that uses it.
+    let claim_with_user = |name: &'static str, class: &'static str, pod: &'static str| {
+        let (claims, pods) = (claims.clone(), pods.clone());
+        async move {
+            let spec = json!({"storageClassName": class});
+            claims
+                .create(&PostParams::default(), &claim(name, spec))
+                .await
+                .unwrap();
+            let volumes = json!({"volumes": [
+                {"name": "d", "persistentVolumeClaim": {"claimName": name}}]});
+            pods.create(&PostParams::default(), &bare_pod(pod, volumes))
+                .await
+                .unwrap();
+        }
+    };
+    // The volume of node-b: reserved by the scheduler, bound by the controller, the pod there.
+    claim_with_user("data", "local", "user").await;
+    let node = eventually("the pod bound to a node", || async {
+        node_of(&pods.get("user").await.unwrap())
+    })
+    .await;
+    assert_eq!(node, "node-b");
+    let claim_now = claims.get("data").await.unwrap();
+    assert_eq!(
+        claim_now.spec.unwrap().volume_name.as_deref(),
+        Some("disk-b")
+    );
+    let volume = volumes.get("disk-b").await.unwrap();
+    assert_eq!(
+        volume.metadata.annotations.unwrap()["pv.kubernetes.io/bound-by-controller"],
+        "yes"
+    );
+    // No volume left and no provisioner: no node will do.
+    claim_with_user("more", "local", "second").await;
+    assert_eq!(
+        unschedulable_because(&pods, "second", "didn't find available").await,
+        "0/2 nodes are available: 2 node(s) didn't find available persistent volumes to bind. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    );
+    // A class whose topology admits node-a only: provisioned there.
+    claim_with_user("zoned", "zoned", "third").await;
+    let selected = eventually("the zoned claim given a node", || async {
+        let claim = claims.get("zoned").await.unwrap();
+        claim
+            .metadata
+            .annotations?
+            .get("volume.kubernetes.io/selected-node")
+            .cloned()
+    })
+    .await;
+    assert_eq!(selected, "node-a");
+    sim.stop().await;
+}
+
+/// Creates `disk-b`, a 2Gi volume of `class` with node affinity to node-b, and waits until
+/// it is Available.
+async fn available_volume_of_node_b(volumes: &Api<PersistentVolume>, class: &str) {
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "disk-b"},
+        "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "storageClassName": class, "hostPath": {"path": "/tmp/disk-b"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}]}]}}}}))
+    .unwrap();
+    volumes
+        .create(&PostParams::default(), &volume)
+        .await
+        .unwrap();
+    eventually("the volume Available", || async {
+        let volume = volumes.get("disk-b").await.unwrap();
+        (volume.status?.phase.as_deref() == Some("Available")).then_some(())
+    })
+    .await;
+}
 
 fn claim(name: &str, spec_extra: Value) -> PersistentVolumeClaim {
     let mut spec = json!({"accessModes": ["ReadWriteOnce"],
