@@ -3,7 +3,9 @@
 //! (a pod pending, then running with a container in back-off, services of each type,
 //! configmaps, secrets, serviceaccounts, a namespace, a Deployment, a ReplicaSet, a
 //! StatefulSet, a Lease, the default convertor's kinds, a custom resource with printer
-//! columns and one without), with `includeObject` and a single object's Table. Ages are
+//! columns and one without, a suspended Job and CronJob, a DaemonSet, ControllerRevisions
+//! with and without a controller, Endpoints, a PodDisruptionBudget, an Ingress, a
+//! NetworkPolicy and a PriorityClass), with `includeObject` and a single object's Table. Ages are
 //! masked: the two servers' objects were not created at the same instant. The workloads'
 //! rows leave their objects out: when a controller writes status in the second its object
 //! was created, the order of the two managedFields entries is a race on either server.
@@ -301,6 +303,141 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     &t.admin,
                     "DELETE",
                     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/caches.tables.example.com",
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+            }
+        ),
+        interaction!(
+            "tables: jobs, cronjobs, daemonsets, revisions, endpoints, budgets, ingresses, network policies and priority classes",
+            |t| {
+                let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": "later"},
+                    "spec": {"suspend": true, "parallelism": 2, "template": {"spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}});
+                raw_create(t, &ns_path("batch/v1", "jobs"), &job).await;
+                let path = format!("{}/later", ns_path("batch/v1", "jobs"));
+                wait_until(t, &path, "the Job suspended", |code, body| {
+                    code == 200
+                        && body["status"]["conditions"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Suspended"))
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let cron_job = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                    "metadata": {"name": "nightly"},
+                    "spec": {"schedule": "30 2 * * *", "timeZone": "Europe/Paris", "suspend": true,
+                             "jobTemplate": {"spec": {"template": job["spec"]["template"].clone()}}}});
+                raw_create(t, &ns_path("batch/v1", "cronjobs"), &cron_job).await;
+                table(t, &ns_path("batch/v1", "cronjobs")).await;
+                let daemon_set = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "metadata": {"name": "agent"},
+                    "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                             "template": {"metadata": {"labels": {"app": "agent"}},
+                                          "spec": {"nodeSelector": {"role": "edge", "disk": "ssd"},
+                                                   "containers": template("agent")["spec"]["containers"].clone()}}}});
+                raw_create(t, &ns_path("apps/v1", "daemonsets"), &daemon_set).await;
+                let path = format!("{}/agent", ns_path("apps/v1", "daemonsets"));
+                wait_until(t, &path, "the DaemonSet observed", |code, body| {
+                    code == 200 && body["status"]["observedGeneration"] == 1
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let owner = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "revisions-owner"}});
+                let configmaps = ns_path("v1", "configmaps");
+                raw_create(t, &configmaps, &owner).await;
+                let owner_path = format!("{configmaps}/revisions-owner");
+                let (_, text) = support::raw(&t.admin, "GET", &owner_path, JSON, Vec::new()).await;
+                let owner = parse_body(text);
+                for (name, owners) in [
+                    (
+                        "owned",
+                        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "revisions-owner",
+                                      "uid": owner["metadata"]["uid"], "controller": true}]),
+                    ),
+                    ("orphan", json!([])),
+                ] {
+                    raw_create(
+                        t,
+                        &ns_path("apps/v1", "controllerrevisions"),
+                        &json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                                "metadata": {"name": name, "ownerReferences": owners},
+                                "data": {"spec": {}}, "revision": 3}),
+                    )
+                    .await;
+                }
+                for name in ["owned", "orphan"] {
+                    table(
+                        t,
+                        &format!("{}/{name}", ns_path("apps/v1", "controllerrevisions")),
+                    )
+                    .await;
+                }
+                let address = |ip: &str| json!({"ip": ip});
+                raw_create(
+                    t,
+                    &ns_path("v1", "endpoints"),
+                    &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "manual"},
+                            "subsets": [
+                                {"addresses": [address("10.1.0.1"), address("10.1.0.2")],
+                                 "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}]},
+                                {"addresses": [address("10.1.0.3")]}]}),
+                )
+                .await;
+                table(t, &format!("{}/manual", ns_path("v1", "endpoints"))).await;
+                raw_create(
+                    t,
+                    &ns_path("policy/v1", "poddisruptionbudgets"),
+                    &json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                            "metadata": {"name": "keep-one"},
+                            "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "none"}}}}),
+                )
+                .await;
+                let path = format!("{}/keep-one", ns_path("policy/v1", "poddisruptionbudgets"));
+                wait_until(t, &path, "the budget observed", |code, body| {
+                    code == 200 && body["status"]["observedGeneration"] == 1
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                raw_create(
+                    t,
+                    &ns_path("networking.k8s.io/v1", "ingresses"),
+                    &json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                            "metadata": {"name": "front"},
+                            "spec": {"ingressClassName": "nginx",
+                                     "tls": [{"hosts": ["a.example.com"]}],
+                                     "rules": [{"host": "a.example.com"}, {"host": "b.example.com"}, {},
+                                               {"host": "c.example.com"}, {"host": "d.example.com"}]}}),
+                )
+                .await;
+                table(t, &ns_path("networking.k8s.io/v1", "ingresses")).await;
+                raw_create(
+                    t,
+                    &ns_path("networking.k8s.io/v1", "networkpolicies"),
+                    &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                            "metadata": {"name": "deny"},
+                            "spec": {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"]}}),
+                )
+                .await;
+                table(t, &ns_path("networking.k8s.io/v1", "networkpolicies")).await;
+                let priority = "/apis/scheduling.k8s.io/v1/priorityclasses";
+                raw_create(
+                    t,
+                    priority,
+                    &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": "differential-tables"}, "value": 1000,
+                            "preemptionPolicy": "Never"}),
+                )
+                .await;
+                table(t, &format!("{priority}/differential-tables")).await;
+                support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{priority}/differential-tables"),
                     JSON,
                     Vec::new(),
                 )

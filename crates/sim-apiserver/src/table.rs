@@ -11,8 +11,10 @@
 //! with it by the differential test). The cells are those of kube-apiserver's printers
 //! (`pkg/printers/internalversion`, always `Wide`), ported for the kinds operators and
 //! their authors look at most: pods, services, configmaps, secrets, serviceaccounts,
-//! namespaces, deployments, replicasets, statefulsets, leases, and the kinds served by the
-//! default convertor (`Name`, `Created At`). A custom resource gets its CRD version's
+//! namespaces, deployments, replicasets, statefulsets, daemonsets, controllerrevisions,
+//! jobs, cronjobs, endpoints, poddisruptionbudgets, ingresses, networkpolicies,
+//! priorityclasses, persistentvolumeclaims, persistentvolumes, storageclasses, leases, and
+//! the kinds served by the default convertor (`Name`, `Created At`). A custom resource gets its CRD version's
 //! `additionalPrinterColumns` (simple JSONPaths: fields and list indexes), or `Age`.
 //!
 //! # Caveats
@@ -145,6 +147,42 @@ fn printer(rt: &ResourceType, crd: Option<&Value>, version: &str) -> Option<Prin
             ("", "persistentvolumeclaims") => print_claim,
             ("", "persistentvolumes") => print_volume,
             ("storage.k8s.io", "storageclasses") => print_storage_class,
+            ("batch", "jobs") => print_job,
+            ("batch", "cronjobs") => print_cron_job,
+            ("apps", "daemonsets") => print_daemon_set,
+            ("apps", "controllerrevisions") => print_controller_revision,
+            ("", "endpoints") => |o, now| vec![name(o), json!(endpoints(o)), age(o, now)],
+            ("policy", "poddisruptionbudgets") => |o, now| {
+                let bound = |v: &Value| match v {
+                    Value::Null => json!("N/A"),
+                    Value::String(s) => json!(s),
+                    other => json!(other.to_string()),
+                };
+                vec![
+                    name(o),
+                    bound(&o["spec"]["minAvailable"]),
+                    bound(&o["spec"]["maxUnavailable"]),
+                    json!(int(&o["status"]["disruptionsAllowed"])),
+                    age(o, now),
+                ]
+            },
+            ("networking.k8s.io", "ingresses") => print_ingress,
+            ("networking.k8s.io", "networkpolicies") => |o, now| {
+                vec![
+                    name(o),
+                    json!(label_selector(&o["spec"]["podSelector"])),
+                    age(o, now),
+                ]
+            },
+            ("scheduling.k8s.io", "priorityclasses") => |o, now| {
+                vec![
+                    name(o),
+                    json!(int(&o["value"])),
+                    json!(o["globalDefault"].as_bool().unwrap_or(false)),
+                    age(o, now),
+                    text_or(&o["preemptionPolicy"], ""),
+                ]
+            },
             ("coordination.k8s.io", "leases") => |o, now| {
                 vec![
                     name(o),
@@ -399,19 +437,24 @@ fn containers(template: &Value) -> (String, String) {
     (field("name"), field("image"))
 }
 
-/// `metav1.FormatLabelSelector`: `<none>` for none, else the selector's string form.
-fn label_selector(selector: &Value) -> String {
-    if !selector.is_object() {
-        return "<none>".into();
-    }
-    let mut parts: Vec<String> = selector["matchLabels"]
+/// A label map's `k=v` pairs, by key.
+fn label_pairs(labels: &Value) -> Vec<String> {
+    labels
         .as_object()
         .map(|m| {
             m.iter()
                 .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// `metav1.FormatLabelSelector`: `<none>` for none, else the selector's string form.
+fn label_selector(selector: &Value) -> String {
+    if !selector.is_object() {
+        return "<none>".into();
+    }
+    let mut parts = label_pairs(&selector["matchLabels"]);
     for expression in selector["matchExpressions"]
         .as_array()
         .cloned()
@@ -580,6 +623,251 @@ fn print_storage_class(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
         text_or(&o["reclaimPolicy"], "Delete"),
         text_or(&o["volumeBindingMode"], "Immediate"),
         json!(o["allowVolumeExpansion"].as_bool().unwrap_or(false)),
+        age(o, now),
+    ]
+}
+
+/// `printJob`: its state from its conditions, the completions counted against
+/// `completions` (or parallelism), how long it ran.
+fn print_job(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let (spec, status) = (&o["spec"], &o["status"]);
+    let succeeded = int(&status["succeeded"]);
+    let completions = match spec["completions"].as_i64() {
+        Some(total) => format!("{succeeded}/{total}"),
+        None if int(&spec["parallelism"]) > 1 => {
+            format!("{succeeded}/1 of {}", int(&spec["parallelism"]))
+        }
+        None => format!("{succeeded}/1"),
+    };
+    let duration = match (time(&status["startTime"]), time(&status["completionTime"])) {
+        (None, _) => String::new(),
+        (Some(start), None) => human_duration((now - start).num_milliseconds()),
+        (Some(start), Some(end)) => human_duration((end - start).num_milliseconds()),
+    };
+    // `hasJobCondition`: the first condition of the type decides.
+    let has = |kind: &str| {
+        status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind))
+            .is_some_and(|c| c["status"] == "True")
+    };
+    let state = if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else if !o["metadata"]["deletionTimestamp"].is_null() {
+        "Terminating"
+    } else if has("Suspended") {
+        "Suspended"
+    } else if has("FailureTarget") {
+        "FailureTarget"
+    } else if has("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else {
+        "Running"
+    };
+    let mut cells = vec![
+        name(o),
+        json!(state),
+        json!(completions),
+        json!(duration),
+        age(o, now),
+    ];
+    cells.extend(wide_cells(&spec["template"], &spec["selector"]));
+    cells
+}
+
+/// The wide columns of a workload: its template's containers and images, its selector.
+fn wide_cells(template: &Value, selector: &Value) -> [Value; 3] {
+    let (names, images) = containers(template);
+    [json!(names), json!(images), json!(label_selector(selector))]
+}
+
+/// `printCronJob`.
+fn print_cron_job(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let (spec, status) = (&o["spec"], &o["status"]);
+    let last_schedule = match time(&status["lastScheduleTime"]) {
+        Some(t) => since(Some(t), now),
+        None => "<none>".into(),
+    };
+    let suspend = match spec["suspend"].as_bool() {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "<unset>",
+    };
+    let job = &spec["jobTemplate"]["spec"];
+    let mut cells = vec![
+        name(o),
+        spec["schedule"].clone(),
+        text_or(&spec["timeZone"], "<none>"),
+        json!(suspend),
+        json!(len(&status["active"])),
+        json!(last_schedule),
+        age(o, now),
+    ];
+    cells.extend(wide_cells(&job["template"], &job["selector"]));
+    cells
+}
+
+/// `printDaemonSet`.
+fn print_daemon_set(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let status = &o["status"];
+    let template = &o["spec"]["template"];
+    let mut cells = vec![
+        name(o),
+        json!(int(&status["desiredNumberScheduled"])),
+        json!(int(&status["currentNumberScheduled"])),
+        json!(int(&status["numberReady"])),
+        json!(int(&status["updatedNumberScheduled"])),
+        json!(int(&status["numberAvailable"])),
+        json!(format_labels(&template["spec"]["nodeSelector"])),
+        age(o, now),
+    ];
+    cells.extend(wide_cells(template, &o["spec"]["selector"]));
+    cells
+}
+
+/// `labels.FormatLabels`: `k=v` sorted by key, `<none>` for none.
+fn format_labels(labels: &Value) -> String {
+    let pairs = label_pairs(labels);
+    if pairs.is_empty() {
+        "<none>".into()
+    } else {
+        pairs.join(",")
+    }
+}
+
+/// `printControllerRevision`: the controller as `<kind>.<group>/<name>`, lowercased.
+fn print_controller_revision(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let controller = o["metadata"]["ownerReferences"]
+        .as_array()
+        .and_then(|refs| refs.iter().find(|r| r["controller"] == true))
+        .map_or_else(
+            || "<none>".to_string(),
+            |r| {
+                let api_version = r["apiVersion"].as_str().unwrap_or_default();
+                let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+                let kind = r["kind"].as_str().unwrap_or_default();
+                let group_kind = if group.is_empty() {
+                    kind.to_string()
+                } else {
+                    format!("{kind}.{group}")
+                };
+                format!(
+                    "{}/{}",
+                    group_kind.to_lowercase(),
+                    r["name"].as_str().unwrap_or_default()
+                )
+            },
+        );
+    vec![
+        name(o),
+        json!(controller),
+        json!(int(&o["revision"])),
+        age(o, now),
+    ]
+}
+
+/// `formatEndpoints`: the first three `ip:port` (or `ip` of a subset without ports), and
+/// how many more.
+fn endpoints(o: &Value) -> String {
+    let subsets = o["subsets"].as_array().cloned().unwrap_or_default();
+    if subsets.is_empty() {
+        return "<none>".into();
+    }
+    const MAX: usize = 3;
+    let mut list: Vec<String> = Vec::new();
+    let mut count = 0;
+    let mut more = false;
+    for subset in &subsets {
+        let addresses: Vec<&str> = subset["addresses"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|a| a["ip"].as_str().unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let ports: Vec<i64> = subset["ports"]
+            .as_array()
+            .map(|p| p.iter().map(|p| int(&p["port"])).collect())
+            .unwrap_or_default();
+        let ports: Vec<Option<i64>> = if ports.is_empty() {
+            vec![None]
+        } else {
+            ports.into_iter().map(Some).collect()
+        };
+        for port in ports {
+            count += addresses.len();
+            for ip in &addresses {
+                if list.len() == MAX {
+                    more = true;
+                    break;
+                }
+                list.push(match port {
+                    None => (*ip).to_string(),
+                    Some(port) if ip.contains(':') => format!("[{ip}]:{port}"),
+                    Some(port) => format!("{ip}:{port}"),
+                });
+            }
+        }
+    }
+    let joined = list.join(",");
+    if more {
+        format!("{joined} + {} more...", count - MAX)
+    } else {
+        joined
+    }
+}
+
+/// `printIngress`: its class, the first three hosts (`*` for none), the load balancer's
+/// addresses, and its ports (`80, 443` with TLS).
+fn print_ingress(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let spec = &o["spec"];
+    let rules = spec["rules"].as_array().cloned().unwrap_or_default();
+    const MAX: usize = 3;
+    let mut hosts: Vec<&str> = Vec::new();
+    let mut more = false;
+    for rule in &rules {
+        if hosts.len() == MAX {
+            more = true;
+        }
+        if let Some(host) = rule["host"].as_str().filter(|h| !more && !h.is_empty()) {
+            hosts.push(host);
+        }
+    }
+    let hosts = match (hosts.is_empty(), more) {
+        (true, _) => "*".to_string(),
+        (false, true) => format!("{} + {} more...", hosts.join(","), rules.len() - MAX),
+        (false, false) => hosts.join(","),
+    };
+    let mut addresses: Vec<String> = o["status"]["loadBalancer"]["ingress"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|i| {
+                    i["ip"]
+                        .as_str()
+                        .filter(|ip| !ip.is_empty())
+                        .or_else(|| i["hostname"].as_str().filter(|h| !h.is_empty()))
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    addresses.sort();
+    addresses.dedup();
+    let ports = if len(&spec["tls"]) > 0 {
+        "80, 443"
+    } else {
+        "80"
+    };
+    vec![
+        name(o),
+        text_or(&spec["ingressClassName"], "<none>"),
+        json!(hosts),
+        json!(addresses.join(",")),
+        json!(ports),
         age(o, now),
     ]
 }
