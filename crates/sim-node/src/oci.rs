@@ -712,9 +712,6 @@ fn bind(source: &Path, destination: &str, read_only: bool) -> Result<Mount, OciE
         .map_err(OciError::Spec)
 }
 
-/// The copy-on-write root of a container: an overlay of `upper` on the image directory
-/// `lower`, mounted at `/` by the runtime as the first mount of the container's own mount
-/// namespace, where only the container sees it.
 /// Whether `path` can go into overlayfs's mount options unquoted.
 fn overlay_safe(path: &Path) -> bool {
     path.to_str()
