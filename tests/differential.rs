@@ -264,6 +264,8 @@ mod eviction;
 mod field_order;
 #[path = "differential/jobs.rs"]
 mod jobs;
+#[path = "differential/quota.rs"]
+mod quota;
 #[path = "differential/services.rs"]
 mod services;
 #[path = "differential/statefulset.rs"]
@@ -322,6 +324,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(endpointslices::interactions());
     all.extend(daemonsets::interactions());
     all.extend(conversion::interactions());
+    all.extend(quota::interactions());
     all
 }
 

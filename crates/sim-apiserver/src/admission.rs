@@ -23,7 +23,93 @@ pub fn validate(
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
     super::admission_policy::validate(store, attrs, object, old)?;
-    call_validating(store, attrs, object, old)
+    call_validating(store, attrs, object, old)?;
+    match object {
+        Some(object) => charge_quota(store, attrs, object, old),
+        None => Ok(()),
+    }
+}
+
+/// The ResourceQuota admission plugin, last of the validating admission: the write is
+/// checked against its namespace's quotas ([`super::quota::check`]) and, unless a dry run,
+/// charged to them (their `status.used` written at once, as the plugin writes them before
+/// the object is stored), again from a fresh read when a quota changed meanwhile.
+///
+/// # Errors
+/// 403 with the plugin's refusal.
+fn charge_quota(
+    store: &Store,
+    attrs: &Attributes<'_>,
+    object: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let rt = attrs.rt;
+    let update = attrs.operation == Operation::Update;
+    let creates_namespace = rt.group.is_empty() && rt.resource == "namespaces";
+    if attrs.namespace.is_empty()
+        || creates_namespace
+        || !matches!(attrs.operation, Operation::Create | Operation::Update)
+        || !super::quota::handles(&rt.group, &rt.resource, attrs.subresource, update)
+    {
+        return Ok(());
+    }
+    let quotas_gr = GroupResource::new("", "resourcequotas");
+    let request = super::quota::Request {
+        group: &rt.group,
+        resource: &rt.resource,
+        object,
+        old,
+    };
+    let name = object["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(attrs.name);
+    // A quota changed between the read and the charge is read again.
+    for _ in 0..16 {
+        let (quotas, _) = store.list(&quotas_gr, Some(attrs.namespace));
+        if quotas.is_empty() {
+            return Ok(());
+        }
+        let charged = super::quota::check(&quotas, &request, std::time::SystemTime::now())
+            .map_err(|e| ApiError::Forbidden {
+                message: format!("{} \"{name}\" is forbidden: {e}", rt.gr()),
+                gr: rt.gr(),
+                name: name.to_string(),
+            })?;
+        if attrs.dry_run {
+            return Ok(());
+        }
+        let mut stale = false;
+        for (index, used) in charged {
+            let quota = &quotas[index];
+            let expected = quota["metadata"]["resourceVersion"].clone();
+            let quota_name = quota["metadata"]["name"].as_str().unwrap_or_default();
+            let written =
+                store.write(
+                    &quotas_gr,
+                    attrs.namespace,
+                    quota_name,
+                    |current| match current {
+                        Some(c) if c["metadata"]["resourceVersion"] == expected => {
+                            let mut c = c.clone();
+                            c["status"]["used"] = super::quota::to_json(&used);
+                            Ok(Write::Put(c))
+                        }
+                        _ => Err(ApiError::modified(&quotas_gr, quota_name)),
+                    },
+                );
+            if written.is_err() {
+                stale = true;
+                break;
+            }
+        }
+        if !stale {
+            return Ok(());
+        }
+    }
+    Err(ApiError::Internal(
+        "resource quota evaluation timed out".into(),
+    ))
 }
 
 /// A delete's admission: the mutating webhooks, then the validating ones, with the live

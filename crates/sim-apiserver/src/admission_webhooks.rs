@@ -321,18 +321,28 @@ fn hooks(store: &Store, mutating: bool) -> Vec<Hook> {
         .collect()
 }
 
-/// Whether any webhook configuration or ValidatingAdmissionPolicyBinding is stored: when none
-/// is, requests skip admission.
+/// Whether any webhook configuration, ValidatingAdmissionPolicyBinding or ResourceQuota is
+/// stored: when none is, requests skip admission.
 pub fn configured(store: &Store) -> bool {
     [
-        "validatingwebhookconfigurations",
-        "mutatingwebhookconfigurations",
-        "validatingadmissionpolicybindings",
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings",
+        ),
+        ("", "resourcequotas"),
     ]
     .iter()
-    .any(|r| {
+    .any(|(group, resource)| {
         !store
-            .list(&GroupResource::new("admissionregistration.k8s.io", r), None)
+            .list(&GroupResource::new(group, resource), None)
             .0
             .is_empty()
     })

@@ -50,6 +50,8 @@ pub mod patch;
 pub mod podlog;
 pub mod portforward;
 pub mod protobuf;
+pub mod quantity;
+pub mod quota;
 pub mod registry;
 pub mod request;
 pub mod reviews;

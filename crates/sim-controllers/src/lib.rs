@@ -1,7 +1,7 @@
 //! The simulated kube-controller-manager and kube-scheduler: garbage collector, deployment
 //! and replica set controllers, Job, CronJob and TTL-after-finished controllers, namespace
-//! controller, node lifecycle with taint eviction, pod garbage collector, volume protection
-//! and a scheduler.
+//! controller, node lifecycle with taint eviction, pod garbage collector, volume protection,
+//! resource quota and a scheduler.
 //!
 //! They are ordinary API clients, exactly like the real components: they reach the server
 //! only through kube clients (as `system:kube-controller-manager` and
@@ -39,6 +39,8 @@
 //!   PersistentVolumes and VolumeAttributesClasses being deleted once nothing uses them.
 //! - [`csrsigning`]: signs approved CertificateSigningRequests of the `kubernetes.io`
 //!   signers with the cluster CA ([`ControllerConfig::cluster_signing`]).
+//! - [`resource_quota`]: the `status.hard` and `status.used` of ResourceQuotas, recounted
+//!   when a quota's limits change and when an object that used it goes.
 //! - [`scheduler`]: binds pending pods to Ready nodes through `pods/binding`.
 //! - [`namespace_defaults`]: the `default` ServiceAccount and `kube-root-ca.crt` of every
 //!   namespace, for a real API server ([`ControllerConfig::namespace_defaults`]).
@@ -74,6 +76,7 @@ pub mod persistent_volume;
 pub mod podgc;
 mod queue;
 pub mod replicaset;
+pub mod resource_quota;
 pub mod scheduler;
 pub mod statefulset;
 mod support;
@@ -365,6 +368,10 @@ impl Controllers {
         tasks.push(namespace::start(
             &hub,
             kcm(server, "namespace-controller").await?,
+        ));
+        tasks.push(resource_quota::start(
+            &hub,
+            kcm(server, "resourcequota-controller").await?,
         ));
         tasks.push(hub.start());
 

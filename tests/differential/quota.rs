@@ -1,0 +1,135 @@
+//! ResourceQuotas: the status kube-controller-manager's resource quota controller writes,
+//! the ResourceQuota admission plugin's refusals (a pod that does not state what a quota
+//! tracks, and creates over the limit of pods' compute, object counts, node ports and
+//! storage) and its charges, and the usage given back when an object is deleted.
+
+use serde_json::{Value, json};
+
+use super::{Answer, Interaction, JSON, normalize, parse_body, support, wait_until};
+
+/// The namespace of these interactions.
+const NAMESPACE: &str = "quota";
+
+fn quota_path() -> String {
+    format!("/api/v1/namespaces/{NAMESPACE}/resourcequotas/counts")
+}
+
+/// POSTs `object` to `path`: a refusal is recorded whole, a create by its code.
+async fn create(t: &super::Target, path: &str, object: &Value) -> u16 {
+    let body = serde_json::to_vec(object).unwrap();
+    let (code, text) = support::raw(&t.admin, "POST", path, JSON, body).await;
+    let recorded = if code == 201 {
+        Value::Null
+    } else {
+        normalize(parse_body(text))
+    };
+    t.record(Answer {
+        asked: format!("POST {path} {}", object["metadata"]["name"]),
+        code: i64::from(code),
+        body: recorded,
+    });
+    code
+}
+
+/// Waits until the quota's status satisfies `settled`, then records it.
+async fn status_once(t: &super::Target, what: &str, settled: impl Fn(&Value) -> bool) {
+    let path = quota_path();
+    wait_until(t, &path, what, |code, body| {
+        code == 200 && settled(&body["status"])
+    })
+    .await;
+    let (code, text) = support::raw(&t.admin, "GET", &path, JSON, Vec::new()).await;
+    t.record(Answer {
+        asked: format!("GET {path}: status, {what}"),
+        code: i64::from(code),
+        body: normalize(parse_body(text)["status"].clone()),
+    });
+}
+
+fn pod(name: &str, resources: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+           "spec": {"containers": [{"name": "main", "image": "example/app:1",
+                                    "resources": resources}]}})
+}
+
+fn config_map(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
+}
+
+/// The interactions of this module, in the order they run.
+pub(super) fn interactions() -> Vec<Interaction> {
+    vec![interaction!(
+        "resource quotas: status, refusals over the limits, and usage given back",
+        |t| {
+            let namespaces = "/api/v1/namespaces";
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": NAMESPACE}});
+            assert_eq!(create(t, namespaces, &ns).await, 201);
+            let root_ca = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/kube-root-ca.crt");
+            wait_until(t, &root_ca, "the root CA config map", |code, _| code == 200).await;
+            let account = format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default");
+            wait_until(t, &account, "the default account", |code, _| code == 200).await;
+            let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                "metadata": {"name": "counts"},
+                "spec": {"hard": {
+                    "pods": "2", "requests.cpu": "1", "limits.memory": "1Gi",
+                    "configmaps": "3", "services": "2", "services.nodeports": "1",
+                    "count/leases.coordination.k8s.io": "1",
+                    "persistentvolumeclaims": "2", "requests.storage": "1Gi"}}});
+            let quotas = format!("/api/v1/namespaces/{NAMESPACE}/resourcequotas");
+            assert_eq!(create(t, &quotas, &quota).await, 201);
+            status_once(t, "computed", |s| s["used"]["configmaps"] == "1").await;
+
+            let pods = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+            create(t, &pods, &pod("unstated", json!({}))).await;
+            let stated = json!({"requests": {"cpu": "600m"}, "limits": {"memory": "512Mi"}});
+            create(t, &pods, &pod("first", stated.clone())).await;
+            create(t, &pods, &pod("second", stated)).await;
+            let small = json!({"requests": {"cpu": "0.2"}, "limits": {"memory": "256Mi"}});
+            create(t, &pods, &pod("third", small.clone())).await;
+            create(t, &pods, &pod("fourth", small)).await;
+
+            let config_maps = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+            for name in ["one", "two", "three"] {
+                create(t, &config_maps, &config_map(name)).await;
+            }
+            let services = format!("/api/v1/namespaces/{NAMESPACE}/services");
+            let node_ports = json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "node-ports"},
+                "spec": {"type": "NodePort", "selector": {"app": "a"},
+                         "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}});
+            create(t, &services, &node_ports).await;
+            let plain = json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "plain"},
+                "spec": {"selector": {"app": "a"}, "ports": [{"port": 80}]}});
+            create(t, &services, &plain).await;
+            let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+            for name in ["held", "extra"] {
+                let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                   "metadata": {"name": name}});
+                create(t, &leases, &lease).await;
+            }
+            let claims = format!("/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims");
+            for (name, size) in [("big", "2Gi"), ("small", "500Mi")] {
+                let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": name},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                             "resources": {"requests": {"storage": size}}}});
+                create(t, &claims, &claim).await;
+            }
+            status_once(t, "charged", |s| s["used"]["configmaps"] == "3").await;
+
+            let one = format!("{config_maps}/one");
+            let (code, text) = support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
+            assert_eq!(code, 200, "{}: DELETE {one}: {text}", t.name);
+            let first = format!("{pods}/first");
+            let grace = serde_json::to_vec(&json!({"gracePeriodSeconds": 0})).unwrap();
+            let (code, text) = support::raw(&t.admin, "DELETE", &first, JSON, grace).await;
+            assert_eq!(code, 200, "{}: DELETE {first}: {text}", t.name);
+            status_once(t, "given back", |s| {
+                s["used"]["configmaps"] == "2" && s["used"]["pods"] == "1"
+            })
+            .await;
+        }
+    )]
+}
