@@ -2,6 +2,8 @@
 //! the ResourceQuota admission plugin's refusals (a pod that does not state what a quota
 //! tracks, and creates over the limit of pods' compute, object counts, node ports and
 //! storage) and its charges, and the usage given back when an object is deleted.
+//! LimitRanges: the LimitRanger plugin's defaults and annotation on a pod, and its refusals
+//! of pods and claims out of range.
 
 use serde_json::{Value, json};
 
@@ -56,80 +58,174 @@ fn config_map(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
 }
 
+/// Records the resources of each container of the pod at `path`, and its annotations.
+async fn record_resources(t: &super::Target, path: &str) {
+    let (code, text) = support::raw(&t.admin, "GET", path, JSON, Vec::new()).await;
+    let pod = parse_body(text);
+    let containers = |key: &str| -> Vec<Value> {
+        pod["spec"][key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!({"name": c["name"], "resources": c["resources"]}))
+            .collect()
+    };
+    t.record(Answer {
+        asked: format!("GET {path}: resources and annotations"),
+        code: i64::from(code),
+        body: json!({"annotations": pod["metadata"]["annotations"],
+                     "containers": containers("containers"),
+                     "initContainers": containers("initContainers")}),
+    });
+}
+
 /// The interactions of this module, in the order they run.
 pub(super) fn interactions() -> Vec<Interaction> {
-    vec![interaction!(
-        "resource quotas: status, refusals over the limits, and usage given back",
-        |t| {
-            let namespaces = "/api/v1/namespaces";
-            let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+    vec![
+        limit_ranges(),
+        interaction!(
+            "resource quotas: status, refusals over the limits, and usage given back",
+            |t| {
+                let namespaces = "/api/v1/namespaces";
+                let ns = json!({"apiVersion": "v1", "kind": "Namespace",
                             "metadata": {"name": NAMESPACE}});
-            assert_eq!(create(t, namespaces, &ns).await, 201);
-            let root_ca = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/kube-root-ca.crt");
-            wait_until(t, &root_ca, "the root CA config map", |code, _| code == 200).await;
-            let account = format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default");
-            wait_until(t, &account, "the default account", |code, _| code == 200).await;
-            let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                assert_eq!(create(t, namespaces, &ns).await, 201);
+                let root_ca = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/kube-root-ca.crt");
+                wait_until(t, &root_ca, "the root CA config map", |code, _| code == 200).await;
+                let account = format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default");
+                wait_until(t, &account, "the default account", |code, _| code == 200).await;
+                let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota",
                 "metadata": {"name": "counts"},
                 "spec": {"hard": {
                     "pods": "2", "requests.cpu": "1", "limits.memory": "1Gi",
                     "configmaps": "3", "services": "2", "services.nodeports": "1",
                     "count/leases.coordination.k8s.io": "1",
                     "persistentvolumeclaims": "2", "requests.storage": "1Gi"}}});
-            let quotas = format!("/api/v1/namespaces/{NAMESPACE}/resourcequotas");
-            assert_eq!(create(t, &quotas, &quota).await, 201);
-            status_once(t, "computed", |s| s["used"]["configmaps"] == "1").await;
+                let quotas = format!("/api/v1/namespaces/{NAMESPACE}/resourcequotas");
+                assert_eq!(create(t, &quotas, &quota).await, 201);
+                status_once(t, "computed", |s| s["used"]["configmaps"] == "1").await;
 
-            let pods = format!("/api/v1/namespaces/{NAMESPACE}/pods");
-            create(t, &pods, &pod("unstated", json!({}))).await;
-            let stated = json!({"requests": {"cpu": "600m"}, "limits": {"memory": "512Mi"}});
-            create(t, &pods, &pod("first", stated.clone())).await;
-            create(t, &pods, &pod("second", stated)).await;
-            let small = json!({"requests": {"cpu": "0.2"}, "limits": {"memory": "256Mi"}});
-            create(t, &pods, &pod("third", small.clone())).await;
-            create(t, &pods, &pod("fourth", small)).await;
+                let pods = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+                create(t, &pods, &pod("unstated", json!({}))).await;
+                let stated = json!({"requests": {"cpu": "600m"}, "limits": {"memory": "512Mi"}});
+                create(t, &pods, &pod("first", stated.clone())).await;
+                create(t, &pods, &pod("second", stated)).await;
+                let small = json!({"requests": {"cpu": "0.2"}, "limits": {"memory": "256Mi"}});
+                create(t, &pods, &pod("third", small.clone())).await;
+                create(t, &pods, &pod("fourth", small)).await;
 
-            let config_maps = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
-            for name in ["one", "two", "three"] {
-                create(t, &config_maps, &config_map(name)).await;
-            }
-            let services = format!("/api/v1/namespaces/{NAMESPACE}/services");
-            let node_ports = json!({"apiVersion": "v1", "kind": "Service",
+                let config_maps = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+                for name in ["one", "two", "three"] {
+                    create(t, &config_maps, &config_map(name)).await;
+                }
+                let services = format!("/api/v1/namespaces/{NAMESPACE}/services");
+                let node_ports = json!({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "node-ports"},
                 "spec": {"type": "NodePort", "selector": {"app": "a"},
                          "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}});
-            create(t, &services, &node_ports).await;
-            let plain = json!({"apiVersion": "v1", "kind": "Service",
+                create(t, &services, &node_ports).await;
+                let plain = json!({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "plain"},
                 "spec": {"selector": {"app": "a"}, "ports": [{"port": 80}]}});
-            create(t, &services, &plain).await;
-            let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
-            for name in ["held", "extra"] {
-                let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                create(t, &services, &plain).await;
+                let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+                for name in ["held", "extra"] {
+                    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                                    "metadata": {"name": name}});
-                create(t, &leases, &lease).await;
+                    create(t, &leases, &lease).await;
+                }
+                let claims = format!("/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims");
+                for (name, size) in [("big", "2Gi"), ("small", "500Mi")] {
+                    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": name},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                             "resources": {"requests": {"storage": size}}}});
+                    create(t, &claims, &claim).await;
+                }
+                status_once(t, "charged", |s| s["used"]["configmaps"] == "3").await;
+
+                let one = format!("{config_maps}/one");
+                let (code, text) = support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
+                assert_eq!(code, 200, "{}: DELETE {one}: {text}", t.name);
+                let first = format!("{pods}/first");
+                let grace = serde_json::to_vec(&json!({"gracePeriodSeconds": 0})).unwrap();
+                let (code, text) = support::raw(&t.admin, "DELETE", &first, JSON, grace).await;
+                assert_eq!(code, 200, "{}: DELETE {first}: {text}", t.name);
+                status_once(t, "given back", |s| {
+                    s["used"]["configmaps"] == "2" && s["used"]["pods"] == "1"
+                })
+                .await;
             }
-            let claims = format!("/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims");
-            for (name, size) in [("big", "2Gi"), ("small", "500Mi")] {
+        ),
+    ]
+}
+
+fn limit_ranges() -> Interaction {
+    interaction!(
+        "limit ranges: a pod's defaults and annotation, and pods and claims out of range",
+        |t| {
+            const NS: &str = "limits";
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+            assert_eq!(create(t, "/api/v1/namespaces", &ns).await, 201);
+            let account = format!("/api/v1/namespaces/{NS}/serviceaccounts/default");
+            wait_until(t, &account, "the default account", |code, _| code == 200).await;
+            let range = json!({"apiVersion": "v1", "kind": "LimitRange",
+                "metadata": {"name": "ranges"},
+                "spec": {"limits": [
+                    {"type": "Container", "default": {"cpu": "500m", "memory": "256Mi"},
+                     "defaultRequest": {"cpu": "100m"}, "min": {"cpu": "50m"},
+                     "max": {"memory": "1Gi"}, "maxLimitRequestRatio": {"cpu": "10"}},
+                    {"type": "Pod", "max": {"cpu": "2"}},
+                    {"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"},
+                     "max": {"storage": "5Gi"}}]}});
+            t.admin(
+                "POST",
+                &format!("/api/v1/namespaces/{NS}/limitranges"),
+                JSON,
+                range,
+            )
+            .await;
+            let pods = format!("/api/v1/namespaces/{NS}/pods");
+            let pod = |name: &str, containers: Value| {
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                       "spec": {"containers": containers}})
+            };
+            let mut defaulted = pod(
+                "defaulted",
+                json!([{"name": "bare", "image": "example/app:1"},
+                       {"name": "limited", "image": "example/app:1",
+                        "resources": {"limits": {"cpu": "200m"}}}]),
+            );
+            defaulted["spec"]["initContainers"] =
+                json!([{"name": "setup", "image": "example/app:1"}]);
+            assert_eq!(create(t, &pods, &defaulted).await, 201);
+            record_resources(t, &format!("{pods}/defaulted")).await;
+            let one = |name: &str, resources: Value| {
+                pod(
+                    name,
+                    json!([{"name": "main", "image": "example/app:1", "resources": resources}]),
+                )
+            };
+            create(t, &pods, &one("low", json!({"requests": {"cpu": "10m"}}))).await;
+            create(t, &pods, &one("big", json!({"limits": {"memory": "2Gi"}}))).await;
+            let ratio = json!({"requests": {"cpu": "50m"}, "limits": {"cpu": "1"}});
+            create(t, &pods, &one("ratio", ratio)).await;
+            let whole: Vec<Value> = ["a", "b", "c"]
+                .iter()
+                .map(|n| {
+                    json!({"name": n, "image": "example/app:1",
+                               "resources": {"limits": {"cpu": "1"}}})
+                })
+                .collect();
+            create(t, &pods, &pod("whole", json!(whole))).await;
+            let claims = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims");
+            for (name, size) in [("tiny", "500Mi"), ("huge", "10Gi"), ("fits", "2Gi")] {
                 let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                     "metadata": {"name": name},
                     "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
                              "resources": {"requests": {"storage": size}}}});
                 create(t, &claims, &claim).await;
             }
-            status_once(t, "charged", |s| s["used"]["configmaps"] == "3").await;
-
-            let one = format!("{config_maps}/one");
-            let (code, text) = support::raw(&t.admin, "DELETE", &one, JSON, Vec::new()).await;
-            assert_eq!(code, 200, "{}: DELETE {one}: {text}", t.name);
-            let first = format!("{pods}/first");
-            let grace = serde_json::to_vec(&json!({"gracePeriodSeconds": 0})).unwrap();
-            let (code, text) = support::raw(&t.admin, "DELETE", &first, JSON, grace).await;
-            assert_eq!(code, 200, "{}: DELETE {first}: {text}", t.name);
-            status_once(t, "given back", |s| {
-                s["used"]["configmaps"] == "2" && s["used"]["pods"] == "1"
-            })
-            .await;
         }
-    )]
+    )
 }

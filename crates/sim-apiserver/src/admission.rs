@@ -22,12 +22,55 @@ pub fn validate(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
+    if let Some(object) = object {
+        check_limit_ranges(store, attrs, object, old)?;
+    }
     super::admission_policy::validate(store, attrs, object, old)?;
     call_validating(store, attrs, object, old)?;
     match object {
         Some(object) => charge_quota(store, attrs, object, old),
         None => Ok(()),
     }
+}
+
+/// The LimitRanges of `namespace` (for the LimitRanger admission plugin).
+#[must_use]
+pub fn limit_ranges(store: &Store, namespace: &str) -> Vec<Value> {
+    store
+        .list(&GroupResource::new("", "limitranges"), Some(namespace))
+        .0
+}
+
+/// The LimitRanger admission plugin's validation, first of the validating admission: a
+/// pod created or a claim written is checked against its namespace's LimitRanges
+/// ([`super::limit_ranger::validate`]); an object being deleted is not.
+///
+/// # Errors
+/// 403 with the plugin's refusal.
+fn check_limit_ranges(
+    store: &Store,
+    attrs: &Attributes<'_>,
+    object: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let rt = attrs.rt;
+    let update = attrs.operation == Operation::Update;
+    if attrs.namespace.is_empty()
+        || !matches!(attrs.operation, Operation::Create | Operation::Update)
+        || !super::limit_ranger::applies(&rt.group, &rt.resource, attrs.subresource, update)
+        || old.is_some_and(|o| o["metadata"]["deletionTimestamp"].is_string())
+    {
+        return Ok(());
+    }
+    let ranges = limit_ranges(store, attrs.namespace);
+    super::limit_ranger::validate(&ranges, &rt.resource, object).map_err(|e| {
+        let name = object["metadata"]["name"].as_str().unwrap_or(attrs.name);
+        ApiError::Forbidden {
+            message: format!("{} \"{name}\" is forbidden: {e}", rt.gr()),
+            gr: rt.gr(),
+            name: name.to_string(),
+        }
+    })
 }
 
 /// The ResourceQuota admission plugin, last of the validating admission: the write is

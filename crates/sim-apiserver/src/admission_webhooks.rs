@@ -321,8 +321,8 @@ fn hooks(store: &Store, mutating: bool) -> Vec<Hook> {
         .collect()
 }
 
-/// Whether any webhook configuration, ValidatingAdmissionPolicyBinding or ResourceQuota is
-/// stored: when none is, requests skip admission.
+/// Whether any webhook configuration, ValidatingAdmissionPolicyBinding, ResourceQuota or
+/// LimitRange is stored: when none is, requests skip admission.
 pub fn configured(store: &Store) -> bool {
     [
         (
@@ -338,6 +338,7 @@ pub fn configured(store: &Store) -> bool {
             "validatingadmissionpolicybindings",
         ),
         ("", "resourcequotas"),
+        ("", "limitranges"),
     ]
     .iter()
     .any(|(group, resource)| {

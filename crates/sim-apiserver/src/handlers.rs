@@ -23,6 +23,7 @@ use super::create::{
     admit_storage_class, checks, default_storage_class, invalid, meta_str, prepare_create,
     service_accounts,
 };
+use super::limit_ranger;
 use super::names::{Cause, random_suffix};
 use super::objects::{self, from_view, to_view};
 use super::patch;
@@ -796,6 +797,11 @@ impl<'a> Call<'a> {
         // The admission plugins (NamespaceLifecycle, then ServiceAccount) run before the
         // strategy validates.
         self.ensure_namespace(rt, &admission_name)?;
+        // LimitRanger's defaults, before the mutating webhooks.
+        if limit_ranger::applies(&rt.group, &rt.resource, "", false) {
+            let ranges = admission::limit_ranges(&self.state.store, &self.ns(rt));
+            limit_ranger::default_pod(&ranges, &mut obj);
+        }
         let accounts = service_accounts(&self.state.store, rt, &self.ns(rt));
         accounts.admit(rt, &self.ns(rt), &admission_name, &obj)?;
         if certificates::serves(rt) {

@@ -44,6 +44,7 @@ pub mod exec;
 pub mod faults;
 pub mod handlers;
 pub mod kinds;
+pub mod limit_ranger;
 pub mod names;
 pub mod objects;
 pub mod patch;

@@ -237,6 +237,16 @@ impl Quantity {
         q
     }
 
+    /// The value in thousandths, rounded up (`MilliValue`).
+    #[must_use]
+    pub fn milli_value(self) -> i128 {
+        let thousandths = Quantity {
+            scale: self.scale + 3,
+            ..self
+        };
+        thousandths.round_up_to_integer().at_scale(0)
+    }
+
     fn at_scale(&self, scale: i32) -> i128 {
         let shift = u32::try_from(self.scale - scale).unwrap_or(0);
         self.mantissa.saturating_mul(10i128.saturating_pow(shift))
@@ -436,5 +446,7 @@ mod tests {
         assert_eq!(q("1Ki"), q("1024"));
         assert_eq!(q("1500m").round_up_to_integer().to_string(), "2");
         assert_eq!(q("1Gi").round_up_to_integer().to_string(), "1Gi");
+        assert_eq!(q("1.5").milli_value(), 1500);
+        assert_eq!(q("1n").milli_value(), 1);
     }
 }

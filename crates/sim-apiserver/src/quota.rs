@@ -265,7 +265,9 @@ fn max_all(to: &mut ResourceList, from: &ResourceList) {
     }
 }
 
-fn resource_list(value: &Value) -> ResourceList {
+/// A JSON map of quantities (those that parse).
+#[must_use]
+pub fn resource_list(value: &Value) -> ResourceList {
     value
         .as_object()
         .into_iter()
@@ -275,8 +277,11 @@ fn resource_list(value: &Value) -> ResourceList {
 }
 
 /// The pod's requests or limits (`which`) as `resourcehelper.PodRequests`/`PodLimits` sum
-/// them.
-fn pod_resources(pod: &Value, which: &str) -> ResourceList {
+/// them: the containers' sum, at least the largest init container's (with the sidecars
+/// started before it), pod-level cpu and memory in place of the containers', and the
+/// overhead when `overhead` (added to every request, and to the limits set).
+#[must_use]
+pub fn pod_resources(pod: &Value, which: &str, overhead: bool) -> ResourceList {
     let spec = &pod["spec"];
     let containers = |key: &str| spec[key].as_array().cloned().unwrap_or_default();
     let mut total = ResourceList::new();
@@ -306,7 +311,12 @@ fn pod_resources(pod: &Value, which: &str) -> ResourceList {
         }
     }
     // The overhead adds to every request, and to the limits set.
-    for (name, q) in resource_list(&spec["overhead"]) {
+    let overhead = if overhead {
+        resource_list(&spec["overhead"])
+    } else {
+        ResourceList::new()
+    };
+    for (name, q) in overhead {
         match total.get(&name) {
             Some(have) => {
                 let sum = *have + q;
@@ -347,8 +357,8 @@ fn compute_usage(requests: &ResourceList, limits: &ResourceList) -> ResourceList
 
 fn pod_compute_usage(pod: &Value) -> ResourceList {
     compute_usage(
-        &pod_resources(pod, "requests"),
-        &pod_resources(pod, "limits"),
+        &pod_resources(pod, "requests", true),
+        &pod_resources(pod, "limits", true),
     )
 }
 
