@@ -63,14 +63,22 @@ fn check_limit_ranges(
         return Ok(());
     }
     let ranges = limit_ranges(store, attrs.namespace);
-    super::limit_ranger::validate(&ranges, &rt.resource, object).map_err(|e| {
-        let name = object["metadata"]["name"].as_str().unwrap_or(attrs.name);
-        ApiError::Forbidden {
-            message: format!("{} \"{name}\" is forbidden: {e}", rt.gr()),
-            gr: rt.gr(),
-            name: name.to_string(),
-        }
-    })
+    super::limit_ranger::validate(&ranges, &rt.resource, object)
+        .map_err(|reason| forbidden(attrs, object, &reason))
+}
+
+/// An admission plugin's 403 for `object` (`admission.NewForbidden`): `<resource> "<name>"
+/// is forbidden: <reason>`, named as stored (a generated name included).
+fn forbidden(attrs: &Attributes<'_>, object: &Value, reason: &str) -> ApiError {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(attrs.name);
+    ApiError::Forbidden {
+        message: format!("{} \"{name}\" is forbidden: {reason}", attrs.rt.gr()),
+        gr: attrs.rt.gr(),
+        name: name.to_string(),
+    }
 }
 
 /// The ResourceQuota admission plugin, last of the validating admission: the write is
@@ -103,10 +111,6 @@ fn charge_quota(
         object,
         old,
     };
-    let name = object["metadata"]["name"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .unwrap_or(attrs.name);
     // A quota changed between the read and the charge is read again.
     for _ in 0..16 {
         let (quotas, _) = store.list(&quotas_gr, Some(attrs.namespace));
@@ -114,11 +118,7 @@ fn charge_quota(
             return Ok(());
         }
         let charged = super::quota::check(&quotas, &request, std::time::SystemTime::now())
-            .map_err(|e| ApiError::Forbidden {
-                message: format!("{} \"{name}\" is forbidden: {e}", rt.gr()),
-                gr: rt.gr(),
-                name: name.to_string(),
-            })?;
+            .map_err(|reason| forbidden(attrs, object, &reason))?;
         if attrs.dry_run {
             return Ok(());
         }
