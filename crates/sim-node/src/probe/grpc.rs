@@ -12,6 +12,10 @@
 //! The request and response messages have one field each, so they are encoded here by
 //! hand rather than with a protobuf library; the call's status is the `grpc-status`
 //! trailer (or header, in a trailers-only answer), its message `grpc-message`.
+//!
+//! # Caveats
+//! The User-Agent names Kubernetes 1.34's kubelet and its grpc-go, while the node reports
+//! its kubelet as `node::KUBELET_VERSION` and the HTTP probe's User-Agent follows that.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -123,6 +127,22 @@ fn go_duration(d: Duration) -> String {
         (0, m, s) => format!("{m}m{s}s"),
         (h, m, s) => format!("{h}h{m}m{s}s"),
     }
+}
+
+/// `grpc-timeout`'s value for `d`: in the finest unit that keeps it to 8 digits, as
+/// grpc-go encodes it.
+fn grpc_timeout(d: Duration) -> String {
+    const MAX: u128 = 99_999_999;
+    let units = [
+        (d.as_nanos(), 'n'),
+        (d.as_micros(), 'u'),
+        (d.as_millis(), 'm'),
+        (u128::from(d.as_secs()), 'S'),
+    ];
+    units.iter().find(|(n, _)| *n <= MAX).map_or_else(
+        || format!("{}M", d.as_secs() / 60),
+        |(n, unit)| format!("{n}{unit}"),
+    )
 }
 
 /// A status of the health service's answer, by its protobuf name.
@@ -392,10 +412,7 @@ async fn call(
         .header(http::header::CONTENT_TYPE, "application/grpc")
         .header(http::header::USER_AGENT, USER_AGENT)
         .header(http::header::TE, "trailers")
-        .header(
-            "grpc-timeout",
-            format!("{}u", remaining.as_micros().min(99_999_999)),
-        )
+        .header("grpc-timeout", grpc_timeout(remaining))
         .body(Full::new(encode_request(service)));
     let failed = |code, message: String| Answer {
         code,
@@ -652,18 +669,21 @@ mod tests {
         );
     }
 
+    /// The failure of a probe of `addr` with a timeout of a second, which it waited for.
+    async fn failure_after_the_timeout(addr: SocketAddr) -> String {
+        let started = Instant::now();
+        let failure = probe(TARGET, addr, "", SECOND).await.unwrap_err();
+        assert!(started.elapsed() >= SECOND, "{failure}");
+        failure.to_string()
+    }
+
     #[tokio::test]
     async fn a_grpc_call_never_answered_times_out_with_the_kubelets_message() {
         let (addr, _) = server(Serves::Silence).await;
-        let started = Instant::now();
         assert_eq!(
-            probe(TARGET, addr, "", SECOND)
-                .await
-                .unwrap_err()
-                .to_string(),
+            failure_after_the_timeout(addr).await,
             "timeout: health rpc did not complete within 1s"
         );
-        assert!(started.elapsed() >= SECOND);
     }
 
     #[tokio::test]
@@ -683,27 +703,27 @@ mod tests {
             .local_addr()
             .unwrap();
         for addr in [mute_addr, refusing] {
-            let started = Instant::now();
             assert_eq!(
-                probe(TARGET, addr, "", SECOND)
-                    .await
-                    .unwrap_err()
-                    .to_string(),
+                failure_after_the_timeout(addr).await,
                 format!(
                     "timeout: failed to connect service \"{addr}\" within 1s: context deadline exceeded"
                 )
             );
-            assert!(started.elapsed() >= SECOND);
         }
         held.abort();
     }
 
     #[test]
-    fn durations_print_as_go_prints_them() {
+    fn durations_print_as_go_and_grpc_go_print_them() {
         let d = |s| go_duration(Duration::from_secs(s));
         assert_eq!(
             [d(1), d(59), d(60), d(90), d(3600)],
             ["1s", "59s", "1m0s", "1m30s", "1h0m0s"]
+        );
+        let timeout = |s: f64| grpc_timeout(Duration::from_secs_f64(s));
+        assert_eq!(
+            [timeout(0.05), timeout(1.0), timeout(3600.0)],
+            ["50000000n", "1000000u", "3600000m"]
         );
     }
 

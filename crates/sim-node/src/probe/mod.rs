@@ -213,6 +213,16 @@ pub async fn attempt(
     }
 }
 
+/// The address a probe's `host` names, the pod's IP when it names none.
+fn host_or_pod(host: Option<&str>, target: Target) -> Result<Ipv4Addr, ProbeError> {
+    match host.filter(|h| !h.is_empty()) {
+        Some(h) => h
+            .parse::<Ipv4Addr>()
+            .map_err(|_| ProbeError::BadHost(h.to_string())),
+        None => Ok(target.pod_ip),
+    }
+}
+
 /// One attempt of an `httpGet` or `tcpSocket` probe (no timeout: the caller adds it).
 async fn attempt_network(
     probe: &Probe,
@@ -221,12 +231,7 @@ async fn attempt_network(
 ) -> Result<(), ProbeError> {
     if let Some(http) = &probe.http_get {
         let port = resolve_port(&http.port, container)?;
-        let host = match http.host.as_deref().filter(|h| !h.is_empty()) {
-            Some(h) => h
-                .parse::<Ipv4Addr>()
-                .map_err(|_| ProbeError::BadHost(h.to_string()))?,
-            None => target.pod_ip,
-        };
+        let host = host_or_pod(http.host.as_deref(), target)?;
         let addr = SocketAddr::new(IpAddr::V4(host), port);
         let path = http.path.clone().unwrap_or_else(|| "/".into());
         let path = if path.starts_with('/') {
@@ -279,12 +284,7 @@ async fn attempt_network(
     }
     if let Some(tcp) = &probe.tcp_socket {
         let port = resolve_port(&tcp.port, container)?;
-        let host = match tcp.host.as_deref().filter(|h| !h.is_empty()) {
-            Some(h) => h
-                .parse::<Ipv4Addr>()
-                .map_err(|_| ProbeError::BadHost(h.to_string()))?,
-            None => target.pod_ip,
-        };
+        let host = host_or_pod(tcp.host.as_deref(), target)?;
         connect(target, SocketAddr::new(IpAddr::V4(host), port)).await?;
         return Ok(());
     }
