@@ -996,22 +996,7 @@ impl ContainerTask {
             pod_ip: self.pod.ip,
             node_ip: self.shared.config.node_ip,
         };
-        let runtime = self.runtime.clone();
-        let pod_dir = self.pod.dir.clone();
-        let exec: probe::Exec = Arc::new(move |command: &[String]| {
-            let group = runtime.group()?;
-            let process = match &group.container {
-                Some(oci) => {
-                    let (program, args) = oci.exec_command(command, false);
-                    probe::exec_process(program, args, std::path::PathBuf::from("/"))
-                }
-                None => {
-                    let (first, rest) = command.split_first()?;
-                    probe::exec_process(first.into(), rest.to_vec(), pod_dir.clone())
-                }
-            };
-            Some(super::process::spawn(process, group.container.as_ref()))
-        });
+        let exec = probe::exec::starter(self.runtime.clone(), self.pod.dir.clone());
         tokio::spawn(probe::run(
             kind,
             probe.clone(),

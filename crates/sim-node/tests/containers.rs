@@ -236,6 +236,69 @@ async fn exec_probes_run_in_the_container_a_failing_liveness_restarts_it_and_rea
     assert_eq!(phase(&pod), "Running");
 }
 
+/// The host's processes whose command line is `words`, with whether each has ended (a
+/// zombie not yet reaped).
+fn processes_running(words: &[&str]) -> Vec<(u32, bool)> {
+    let wanted: Vec<u8> = words
+        .iter()
+        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
+        .collect();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .map(|pid| {
+            let zombie =
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('Z'))
+                });
+            (pid, zombie)
+        })
+        .collect()
+}
+
+/// An exec probe's command that outlives the probe's timeout is killed in the container,
+/// as containerd kills the process of an `ExecSync` that timed out: killing the runtime's
+/// `exec` alone would leave it running.
+#[tokio::test]
+async fn an_exec_probe_that_times_out_has_its_command_killed_in_the_container() {
+    if !containers_available() {
+        return;
+    }
+    let node = Node::start(171).await;
+    let script = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
+    node.create("slow-probe", script, |pod| {
+        pod["spec"]["containers"][0]["readinessProbe"] = json!({
+            "exec": {"command": ["sleep", "4171"]}, "timeoutSeconds": 2, "periodSeconds": 60
+        });
+    })
+    .await;
+    let command = ["sleep", "4171"];
+    eventually("the probe's command runs", || async {
+        processes_running(&command)
+            .iter()
+            .any(|(_, ended)| !ended)
+            .then_some(())
+    })
+    .await;
+    eventually("the probe's command is killed at its timeout", || async {
+        processes_running(&command)
+            .iter()
+            .all(|(_, ended)| *ended)
+            .then_some(())
+    })
+    .await;
+    let pod = node
+        .wait("slow-probe", "running, not ready", |p| {
+            phase(p) == "Running"
+        })
+        .await;
+    assert_eq!(main_status(&pod)["ready"], json!(false), "{pod}");
+}
+
 #[tokio::test]
 async fn a_container_writes_to_a_root_of_its_own_and_a_read_only_root_refuses_writes() {
     if !containers_available() {

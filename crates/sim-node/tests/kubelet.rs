@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
@@ -1268,6 +1268,71 @@ async fn probe_server(ip: Ipv4Addr, port: u16, ready: Arc<AtomicU16>, live: Arc<
             });
         }
     });
+}
+
+/// A gRPC health server on the pod's `ip` and `port`: `Check` answers SERVING while
+/// `serving` holds, NOT_SERVING otherwise.
+async fn health_server(ip: Ipv4Addr, port: u16, serving: Arc<AtomicBool>) {
+    use http_body_util::{BodyExt as _, StreamBody};
+    use hyper::body::Frame;
+    let listener = eventually("the health port to bind on the pod IP", || async {
+        tokio::net::TcpListener::bind((ip, port)).await.ok()
+    })
+    .await;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let serving = serving.clone();
+            let check =
+                hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let status = if serving.load(Ordering::SeqCst) { 1 } else { 2 };
+                    async move {
+                        let _ = request.into_body().collect().await;
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                        let frames = [
+                            Frame::data(sim_node::probe::grpc::frame(&[0x08, status])),
+                            Frame::trailers(trailers),
+                        ];
+                        let body = StreamBody::new(futures::stream::iter(
+                            frames.map(Ok::<_, std::convert::Infallible>),
+                        ));
+                        http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(body)
+                    }
+                });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(io, check),
+            );
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_grpc_readiness_probe_follows_the_health_service() {
+    let c = Cluster::start(31).await;
+    let mut pod = c.pod("checked", &["run"]);
+    pod["spec"]["containers"][0]["readinessProbe"] =
+        json!({"grpc": {"port": 18081}, "periodSeconds": 1, "failureThreshold": 1});
+    c.create(pod).await;
+    let ip = eventually("a pod IP", || async {
+        c.kubelet().pod_ip("default", "checked")
+    })
+    .await;
+    let serving = Arc::new(AtomicBool::new(false));
+    health_server(ip, 18081, serving.clone()).await;
+    let unready = c
+        .wait("checked", "running but not ready", |p| {
+            phase(p) == "Running"
+        })
+        .await;
+    assert!(!ready(&unready));
+    serving.store(true, Ordering::SeqCst);
+    c.running("checked").await;
+    serving.store(false, Ordering::SeqCst);
+    c.wait("checked", "unready again", |p| !ready(p)).await;
 }
 
 #[tokio::test]

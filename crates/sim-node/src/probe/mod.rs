@@ -1,16 +1,9 @@
-//! Container probes (startup, readiness, liveness): `httpGet` with a minimal HTTP/1.1
-//! client, `tcpSocket`, and `exec` through the container's runtime (as `kubectl exec`
-//! runs a command), on the kubelet's schedule of initial delay, period, timeout and
-//! success/failure thresholds.
-//!
-//! # Caveats
-//! `grpc` probes are not run; they always succeed. An exec probe that times out has its
-//! runtime's `exec` process killed, which may leave the command running in the container
-//! (as a CRI runtime may).
+//! Container probes (startup, readiness, liveness) on the kubelet's schedule of initial
+//! delay, period, timeout and success/failure thresholds: `httpGet` with a minimal HTTP/1.1
+//! client, `tcpSocket`, `grpc` (the health service's `Check`, see [`grpc`]) and `exec`
+//! (through the container's runtime, the command killed at the timeout, see [`exec`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +11,13 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
+
+pub mod exec;
+pub mod grpc;
+
+pub use exec::{ExecError, ExecProcess};
+pub use grpc::GrpcError;
 
 /// Why one probe attempt failed (the message lands in the container's events and logs).
 #[derive(Debug, thiserror::Error)]
@@ -74,51 +72,18 @@ pub enum ProbeError {
     /// An HTTP status outside 200–399.
     #[error("http probe failed with statuscode: {0}")]
     Status(u16),
-    /// An exec probe's command exited with another code than 0: the message is what it
-    /// wrote (stdout and stderr, at most 10 KiB), as the kubelet reports it.
-    #[error("{output}")]
-    Exited {
-        /// Its exit code (`None` when a signal ended it).
-        code: Option<i32>,
-        /// What it wrote.
-        output: String,
-    },
-    /// An exec probe's command did not end within timeoutSeconds.
-    #[error("command timed out: {command:?} timed out after {seconds}s")]
-    ExecTimeout {
-        /// The command, its words joined by spaces.
-        command: String,
-        /// The timeout.
-        seconds: u64,
-    },
-    /// An exec probe's command could not be started: nothing of the container runs, or
-    /// the runtime could not be run.
-    #[error("cannot run the exec probe's command in the container")]
-    ExecStart(#[source] std::io::Error),
+    /// An exec probe failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A gRPC probe failed.
+    #[error(transparent)]
+    Grpc(#[from] GrpcError),
 }
 
 /// Starts an exec probe's command in its container (the runtime's `exec` for a
 /// container, the command itself in the pod's directory for a host process) with its
-/// output piped, killed when dropped; `None` while nothing of the container runs.
-pub type Exec = Arc<dyn Fn(&[String]) -> Option<std::io::Result<Child>> + Send + Sync>;
-
-/// The command that runs `program` with `args` in `cwd` for an exec probe: no stdin, its
-/// output piped, killed when dropped.
-#[must_use]
-pub fn exec_process(program: PathBuf, args: Vec<String>, cwd: PathBuf) -> Command {
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-/// The most of an exec probe's output the kubelet keeps.
-const EXEC_OUTPUT_LIMIT: usize = 10 * 1024;
+/// output piped; `None` while nothing of the container runs.
+pub type Exec = Arc<dyn Fn(&[String]) -> Option<std::io::Result<ExecProcess>> + Send + Sync>;
 
 /// Which probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,38 +170,8 @@ fn exec_command(command: &[String], container: &Container) -> Vec<String> {
         .collect()
 }
 
-/// Runs `command` through `exec` and judges it by its exit code.
-async fn run_exec(exec: &Exec, command: &[String]) -> Result<(), ProbeError> {
-    let not_running = || {
-        ProbeError::ExecStart(std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "the container is not running",
-        ))
-    };
-    if command.is_empty() {
-        return Err(not_running());
-    }
-    let child = exec(command)
-        .ok_or_else(not_running)?
-        .map_err(ProbeError::ExecStart)?;
-    let output = child
-        .wait_with_output()
-        .await
-        .map_err(ProbeError::ExecStart)?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let mut written = output.stdout;
-    written.extend_from_slice(&output.stderr);
-    written.truncate(EXEC_OUTPUT_LIMIT);
-    Err(ProbeError::Exited {
-        code: output.status.code(),
-        output: String::from_utf8_lossy(&written).into_owned(),
-    })
-}
-
-/// Runs one attempt of `probe` against `target`, an exec probe through `exec` (no
-/// timeout: the caller adds it).
+/// Runs one attempt of `probe` against `target` within its timeout, an exec probe
+/// through `exec`.
 ///
 /// # Errors
 /// Whatever makes the attempt fail.
@@ -246,24 +181,57 @@ pub async fn attempt(
     target: Target,
     exec: Option<&Exec>,
 ) -> Result<(), ProbeError> {
+    let timeout = seconds(probe.timeout_seconds, 1, 1);
     if let Some(action) = &probe.exec {
         let command = exec_command(action.command.as_deref().unwrap_or_default(), container);
-        return match exec {
-            Some(exec) => run_exec(exec, &command).await,
-            None => Err(ProbeError::ExecStart(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "no runtime to exec in",
-            ))),
-        };
+        let start_error =
+            |kind, what| ProbeError::Exec(ExecError::Start(std::io::Error::new(kind, what)));
+        let exec = exec
+            .ok_or_else(|| start_error(std::io::ErrorKind::Unsupported, "no runtime to exec in"))?;
+        let not_running =
+            || start_error(std::io::ErrorKind::NotFound, "the container is not running");
+        if command.is_empty() {
+            return Err(not_running());
+        }
+        let process = exec(&command)
+            .ok_or_else(not_running)?
+            .map_err(|e| ProbeError::Exec(ExecError::Start(e)))?;
+        return Ok(exec::run(process, &command, timeout).await?);
     }
+    if let Some(grpc) = &probe.grpc {
+        let port = u16::try_from(grpc.port)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or(ProbeError::BadPort(grpc.port))?;
+        let addr = SocketAddr::new(IpAddr::V4(target.pod_ip), port);
+        let service = grpc.service.as_deref().unwrap_or_default();
+        return Ok(grpc::probe(target, addr, service, timeout).await?);
+    }
+    match tokio::time::timeout(timeout, attempt_network(probe, container, target)).await {
+        Ok(r) => r,
+        Err(_) => Err(timeout_error(probe, target)),
+    }
+}
+
+/// The address a probe's `host` names, the pod's IP when it names none.
+fn host_or_pod(host: Option<&str>, target: Target) -> Result<Ipv4Addr, ProbeError> {
+    match host.filter(|h| !h.is_empty()) {
+        Some(h) => h
+            .parse::<Ipv4Addr>()
+            .map_err(|_| ProbeError::BadHost(h.to_string())),
+        None => Ok(target.pod_ip),
+    }
+}
+
+/// One attempt of an `httpGet` or `tcpSocket` probe (no timeout: the caller adds it).
+async fn attempt_network(
+    probe: &Probe,
+    container: &Container,
+    target: Target,
+) -> Result<(), ProbeError> {
     if let Some(http) = &probe.http_get {
         let port = resolve_port(&http.port, container)?;
-        let host = match http.host.as_deref().filter(|h| !h.is_empty()) {
-            Some(h) => h
-                .parse::<Ipv4Addr>()
-                .map_err(|_| ProbeError::BadHost(h.to_string()))?,
-            None => target.pod_ip,
-        };
+        let host = host_or_pod(http.host.as_deref(), target)?;
         let addr = SocketAddr::new(IpAddr::V4(host), port);
         let path = http.path.clone().unwrap_or_else(|| "/".into());
         let path = if path.starts_with('/') {
@@ -316,26 +284,14 @@ pub async fn attempt(
     }
     if let Some(tcp) = &probe.tcp_socket {
         let port = resolve_port(&tcp.port, container)?;
-        let host = match tcp.host.as_deref().filter(|h| !h.is_empty()) {
-            Some(h) => h
-                .parse::<Ipv4Addr>()
-                .map_err(|_| ProbeError::BadHost(h.to_string()))?,
-            None => target.pod_ip,
-        };
+        let host = host_or_pod(tcp.host.as_deref(), target)?;
         connect(target, SocketAddr::new(IpAddr::V4(host), port)).await?;
         return Ok(());
     }
     Ok(())
 }
 
-fn timeout_error(probe: &Probe, container: &Container, target: Target) -> ProbeError {
-    if let Some(action) = &probe.exec {
-        let command = exec_command(action.command.as_deref().unwrap_or_default(), container);
-        return ProbeError::ExecTimeout {
-            command: command.join(" "),
-            seconds: seconds(probe.timeout_seconds, 1, 1).as_secs(),
-        };
-    }
+fn timeout_error(probe: &Probe, target: Target) -> ProbeError {
     let (port, path) = match &probe.http_get {
         Some(h) => (
             match &h.port {
@@ -371,7 +327,6 @@ pub async fn run(
 ) {
     let initial = seconds(probe.initial_delay_seconds, 0, 0);
     let period = seconds(probe.period_seconds, 10, 1);
-    let timeout = seconds(probe.timeout_seconds, 1, 1);
     let failure_threshold = probe.failure_threshold.unwrap_or(3).max(1);
     let success_threshold = match kind {
         Kind::Readiness => probe.success_threshold.unwrap_or(1).max(1),
@@ -382,12 +337,7 @@ pub async fn run(
     tokio::time::sleep(initial).await;
     loop {
         gate().await;
-        let tried = attempt(&probe, &container, target, exec.as_ref());
-        let outcome = match tokio::time::timeout(timeout, tried).await {
-            Ok(r) => r,
-            Err(_) => Err(timeout_error(&probe, &container, target)),
-        };
-        match outcome {
+        match attempt(&probe, &container, target, exec.as_ref()).await {
             Ok(()) => {
                 successes += 1;
                 failures = 0;
@@ -479,7 +429,9 @@ mod tests {
     fn on_the_host() -> Exec {
         Arc::new(|command: &[String]| {
             let (first, rest) = command.split_first()?;
-            Some(exec_process(first.into(), rest.to_vec(), std::env::temp_dir()).spawn())
+            let mut process =
+                exec::probe_process(first.into(), rest.to_vec(), std::env::temp_dir());
+            Some(process.spawn().map(ExecProcess::on_the_host))
         })
     }
 
@@ -505,7 +457,10 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            matches!(&err, ProbeError::Exited { code: Some(3), .. }),
+            matches!(
+                &err,
+                ProbeError::Exec(ExecError::Exited { code: Some(3), .. })
+            ),
             "{err:?}"
         );
         assert_eq!(err.to_string(), "not yet\noops\n");
@@ -513,7 +468,10 @@ mod tests {
         let err = attempt(&passing, &container(), target, Some(&nothing_runs))
             .await
             .unwrap_err();
-        assert!(matches!(err, ProbeError::ExecStart(_)), "{err:?}");
+        assert!(
+            matches!(err, ProbeError::Exec(ExecError::Start(_))),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -532,20 +490,42 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_exec_probe_that_times_out_says_so_as_the_runtime_does() {
+    /// Whether process `pid` has ended (gone, or a zombie left to be reaped).
+    fn ended(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        })
+    }
+
+    #[tokio::test]
+    async fn an_exec_probe_that_times_out_says_so_as_the_runtime_does_and_leaves_nothing_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        // The command leaves a process of its own behind it: the whole group goes.
+        let script = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
         let probe: Probe = serde_json::from_value(
-            json!({"exec": {"command": ["sleep", "9"]}, "timeoutSeconds": 2}),
+            json!({"exec": {"command": ["sh", "-c", script]}, "timeoutSeconds": 1}),
         )
         .unwrap();
         let target = Target {
             pod_ip: Ipv4Addr::LOCALHOST,
             node_ip: Ipv4Addr::LOCALHOST,
         };
+        let started = tokio::time::Instant::now();
+        let err = attempt(&probe, &container(), target, Some(&on_the_host()))
+            .await
+            .unwrap_err();
         assert_eq!(
-            timeout_error(&probe, &container(), target).to_string(),
-            "command timed out: \"sleep 9\" timed out after 2s"
+            err.to_string(),
+            format!("command timed out: \"sh -c {script}\" timed out after 1s")
         );
+        assert!(started.elapsed() >= Duration::from_secs(1));
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        sim_test_support::eventually("the probe's background sleep ends", || async {
+            ended(pid.trim()).then_some(())
+        })
+        .await;
     }
 
     #[test]
