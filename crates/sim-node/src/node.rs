@@ -45,7 +45,7 @@ pub const CAPACITY: &[(&str, &str)] = &[
 ];
 
 /// The kubelet version a simulated node reports.
-pub const KUBELET_VERSION: &str = "v1.32.0";
+pub const KUBELET_VERSION: &str = "v1.34.0";
 
 /// Namespace of node Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";

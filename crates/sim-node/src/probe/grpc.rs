@@ -13,9 +13,8 @@
 //! hand rather than with a protobuf library; the call's status is the `grpc-status`
 //! trailer (or header, in a trailers-only answer), its message `grpc-message`.
 //!
-//! # Caveats
-//! The User-Agent names Kubernetes 1.34's kubelet and its grpc-go, while the node reports
-//! its kubelet as `node::KUBELET_VERSION` and the HTTP probe's User-Agent follows that.
+//! The User-Agent names the kubelet the node reports (`node::KUBELET_VERSION`, 1.34) and the
+//! grpc-go Kubernetes 1.34 is built with.
 
 use std::net::SocketAddr;
 use std::pin::Pin;

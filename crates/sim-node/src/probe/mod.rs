@@ -13,6 +13,10 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+/// The User-Agent of the kubelet's HTTP probes: `kube-probe/MAJOR.MINOR` of the kubelet
+/// the node reports (`node::KUBELET_VERSION`).
+const HTTP_USER_AGENT: &str = "kube-probe/1.34";
+
 pub mod exec;
 pub mod grpc;
 
@@ -240,7 +244,7 @@ async fn attempt_network(
             format!("/{path}")
         };
         let mut request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.32\r\nAccept: */*\r\nConnection: close\r\n"
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: {HTTP_USER_AGENT}\r\nAccept: */*\r\nConnection: close\r\n"
         );
         for h in http.http_headers.iter().flatten() {
             request.push_str(&format!("{}: {}\r\n", h.name, h.value));
@@ -384,6 +388,18 @@ pub async fn run(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_probes_user_agents_name_the_kubelet_version_the_node_reports() {
+        let minor = crate::node::KUBELET_VERSION
+            .trim_start_matches('v')
+            .rsplit_once('.')
+            .map(|(minor, _)| minor)
+            .unwrap();
+        let agent = format!("kube-probe/{minor}");
+        assert!(grpc::USER_AGENT.starts_with(&format!("{agent} ")));
+        assert_eq!(HTTP_USER_AGENT, agent);
+    }
     use tokio::net::TcpListener;
 
     async fn server(status: &'static str) -> SocketAddr {
