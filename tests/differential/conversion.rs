@@ -6,7 +6,8 @@
 //! that cannot be reached —, which conversions the webhook was asked for, what watches of
 //! `v2` select by the labels the webhook gives and by each version's `selectableFields`,
 //! what a validating and a mutating admission webhook of `v2` are sent of writes through
-//! either version (and what the mutating one's patch becomes in `v1`), and the conflicts of
+//! either version (and what the mutating one's patch becomes in `v1`), what a
+//! ValidatingAdmissionPolicy of `v2` makes of creates through `v1`, and the conflicts of
 //! server-side applies through `v1` and `v2` of the field each version names its own way.
 //! A CRD without a webhook (`None`) has its custom resource created through the non-storage
 //! version, replaced through the storage one and applied through the other again, to
@@ -203,6 +204,57 @@ async fn merge_spec(t: &Target, version: &str, name: &str, patch: Value) -> Valu
     send(t, "PATCH", &widget_path(version, name), MERGE, patch).await
 }
 
+const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1";
+
+/// The name of the ValidatingAdmissionPolicy of widgets, of its binding and of the widget
+/// it refuses whatever its size.
+const POLICY: &str = "policy-probe";
+
+/// Creates (or deletes) a ValidatingAdmissionPolicy of v2 widgets allowing at most 4
+/// replicas, and its binding, and waits until a dry-run create of the probe widget through
+/// v1 is refused (or no longer is).
+async fn replicas_policy(t: &Target, install: bool) {
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": POLICY},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [GROUP], "apiVersions": ["v2"],
+                "operations": ["CREATE"], "resources": ["widgets"]}]},
+            "validations": [
+                {"expression": format!("object.metadata.name != '{POLICY}'"),
+                 "message": "the probe is refused"},
+                {"expression": "object.spec.replicas < 5", "message": "at most 4 replicas"}]}});
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": POLICY},
+        "spec": {"policyName": POLICY, "validationActions": ["Deny"]}});
+    for (resource, object) in [
+        ("validatingadmissionpolicies", policy),
+        ("validatingadmissionpolicybindings", binding),
+    ] {
+        let collection = format!("{POLICIES}/{resource}");
+        let (method, path, body) = if install {
+            ("POST", collection, serde_json::to_vec(&object).unwrap())
+        } else {
+            ("DELETE", format!("{collection}/{POLICY}"), Vec::new())
+        };
+        let (code, text) = support::raw(&t.admin, method, &path, JSON, body).await;
+        assert!(code < 300, "{}: {method} {path}: {code} {text}", t.name);
+    }
+    let probe = serde_json::to_vec(&widget("v1", POLICY, json!({"size": 1}))).unwrap();
+    let dry_run = format!("{}?dryRun=All", widgets("v1"));
+    let what = if install {
+        "the widgets' policy to refuse its probe"
+    } else {
+        "the widgets' policy to be gone"
+    };
+    super::poll_until(
+        t,
+        what,
+        || support::raw(&t.admin, "POST", &dry_run, JSON, probe.clone()),
+        |(code, _)| (*code >= 400) == install,
+    )
+    .await;
+}
+
 fn message(body: &Value) -> &str {
     body["message"].as_str().unwrap_or_default()
 }
@@ -337,6 +389,15 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 webhooks::unregister(t, &admission, "opconform-widgets", false).await;
                 webhooks::unregister(t, &admission, "opconform-widget-labels", true).await;
                 send(t, "DELETE", &widget_path("v1", "w4"), JSON, Value::Null).await;
+
+                // A ValidatingAdmissionPolicy of v2 judges creates through v1 in v2.
+                replicas_policy(t, true).await;
+                for (name, size) in [("w6", 4), ("w7", 7)] {
+                    let created = widget("v1", name, json!({"size": size}));
+                    send(t, "POST", &widgets("v1"), JSON, created).await;
+                }
+                replicas_policy(t, false).await;
+                send(t, "DELETE", &widget_path("v1", "w6"), JSON, Value::Null).await;
 
                 // Server-side apply judges a manager of v1 in v1: another manager's v2
                 // `replicas` is its `size`.

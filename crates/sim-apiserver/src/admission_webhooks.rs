@@ -774,9 +774,19 @@ fn versioned_converting(
     inv: &Invocation,
     object: Option<&Value>,
 ) -> Result<Value, ApiError> {
+    converted_to(attrs, inv, object).map_err(|e| internal_error(&e))
+}
+
+/// The object of `attrs` in the invocation's version, converted as [`versioned_converting`]
+/// converts it, or why the conversion failed.
+pub(crate) fn converted_to(
+    attrs: &Attributes<'_>,
+    inv: &Invocation,
+    object: Option<&Value>,
+) -> Result<Value, String> {
     match (object, &attrs.convert) {
         (Some(o), Some(convert)) if inv.version != attrs.version => {
-            let converted = convert(o.clone(), &inv.version).map_err(|e| internal_error(&e))?;
+            let converted = convert(o.clone(), &inv.version)?;
             Ok(to_view(attrs.rt, &inv.version, converted))
         }
         _ => Ok(versioned(attrs, inv, object)),

@@ -17,9 +17,10 @@
 //!   versions in their version (structured-merge-diff's `Updater.update`), converting the
 //!   old and the new object to it: an apply conflicts with, and takes, the fields as that
 //!   version names them;
-//! - an admission webhook whose rules match another version than the request's (matchPolicy
-//!   `Equivalent`) is sent the objects converted to that version (admission's
-//!   `ConvertToGVK`), and a mutating webhook's patched object is converted back;
+//! - an admission webhook or a ValidatingAdmissionPolicy whose rules match another version
+//!   than the request's (matchPolicy `Equivalent`) is given the objects converted to that
+//!   version (admission's `ConvertToGVK`), and a mutating webhook's patched object is
+//!   converted back;
 //! - a watch selects objects as converted to its version, with that version's
 //!   `selectableFields`, as kube-apiserver's watch cache of each served version holds them
 //!   (a list already does).
@@ -31,8 +32,6 @@
 //!   kube-apiserver keeps it in the webhook's version until a webhook of another version
 //!   (or the end of mutating admission) needs it: a webhook that does not convert
 //!   losslessly is called on other objects here.
-//! - ValidatingAdmissionPolicies of another version are given the object with that
-//!   apiVersion but unconverted.
 
 use serde_json::{Value, json};
 
