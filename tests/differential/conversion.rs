@@ -3,10 +3,15 @@
 //! a custom resource stored as `v1` (`spec.size`) and served as `v2` too (`spec.replicas`),
 //! and compares what a client sees writing and reading it through either version — and
 //! through a webhook that answers Failure, one that leaves the objects unconverted and one
-//! that cannot be reached —, which conversions the webhook was asked for, and what a
-//! validating admission webhook of `v2` is sent. A CRD without a webhook (`None`) has its
-//! custom resource created through the non-storage version, replaced through the storage
-//! one and applied through the other again, to compare whose fields `managedFields` name.
+//! that cannot be reached —, which conversions the webhook was asked for, what watches of
+//! `v2` select by the labels the webhook gives and by each version's `selectableFields`,
+//! what a validating and a mutating admission webhook of `v2` are sent of writes through
+//! either version (and what the mutating one's patch becomes in `v1`), what a
+//! ValidatingAdmissionPolicy of `v2` makes of creates through `v1`, and the conflicts of
+//! server-side applies through `v1` and `v2` of the field each version names its own way.
+//! A CRD without a webhook (`None`) has its custom resource created through the non-storage
+//! version, replaced through the storage one and applied through the other again, to
+//! compare whose fields `managedFields` name.
 //!
 //! kube-apiserver reads a CRD through an informer: a changed conversion is in effect once a
 //! read through `v2` shows it.
@@ -86,9 +91,11 @@ fn conversion_answer(path: &str, review: &Value) -> Option<Value> {
     )
 }
 
+/// The CRD of widgets: each version can select its objects by its own name of the size.
 fn crd(server: &WebhookServer) -> Value {
     let version = |name: &str, storage: bool, field: &str| {
         json!({"name": name, "served": true, "storage": storage,
+            "selectableFields": [{"jsonPath": format!(".spec.{field}")}],
             "schema": {"openAPIV3Schema": {"type": "object", "properties": {
                 "spec": {"type": "object", "properties": {field: {"type": "integer"}}}}}}})
     };
@@ -192,6 +199,62 @@ async fn reconfigure(
     server.take();
 }
 
+/// Merge-patches the widget `name` through `version` and records the answer.
+async fn merge_spec(t: &Target, version: &str, name: &str, patch: Value) -> Value {
+    send(t, "PATCH", &widget_path(version, name), MERGE, patch).await
+}
+
+const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1";
+
+/// The name of the ValidatingAdmissionPolicy of widgets, of its binding and of the widget
+/// it refuses whatever its size.
+const POLICY: &str = "policy-probe";
+
+/// Creates (or deletes) a ValidatingAdmissionPolicy of v2 widgets allowing at most 4
+/// replicas, and its binding, and waits until a dry-run create of the probe widget through
+/// v1 is refused (or no longer is).
+async fn replicas_policy(t: &Target, install: bool) {
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": POLICY},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [GROUP], "apiVersions": ["v2"],
+                "operations": ["CREATE"], "resources": ["widgets"]}]},
+            "validations": [
+                {"expression": format!("object.metadata.name != '{POLICY}'"),
+                 "message": "the probe is refused"},
+                {"expression": "object.spec.replicas < 5", "message": "at most 4 replicas"}]}});
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": POLICY},
+        "spec": {"policyName": POLICY, "validationActions": ["Deny"]}});
+    for (resource, object) in [
+        ("validatingadmissionpolicies", policy),
+        ("validatingadmissionpolicybindings", binding),
+    ] {
+        let collection = format!("{POLICIES}/{resource}");
+        let (method, path, body) = if install {
+            ("POST", collection, serde_json::to_vec(&object).unwrap())
+        } else {
+            ("DELETE", format!("{collection}/{POLICY}"), Vec::new())
+        };
+        let (code, text) = support::raw(&t.admin, method, &path, JSON, body).await;
+        assert!(code < 300, "{}: {method} {path}: {code} {text}", t.name);
+    }
+    let probe = serde_json::to_vec(&widget("v1", POLICY, json!({"size": 1}))).unwrap();
+    let dry_run = format!("{}?dryRun=All", widgets("v1"));
+    let what = if install {
+        "the widgets' policy to refuse its probe"
+    } else {
+        "the widgets' policy to be gone"
+    };
+    super::poll_until(
+        t,
+        what,
+        || support::raw(&t.admin, "POST", &dry_run, JSON, probe.clone()),
+        |(code, _)| (*code >= 400) == install,
+    )
+    .await;
+}
+
 fn message(body: &Value) -> &str {
     body["message"].as_str().unwrap_or_default()
 }
@@ -235,14 +298,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 replaced["spec"]["replicas"] = json!(5);
                 send(t, "PUT", &widget_path("v2", "w1"), JSON, replaced).await;
                 send(t, "GET", &widget_path("v1", "w1"), JSON, Value::Null).await;
-                send(
-                    t,
-                    "PATCH",
-                    &widget_path("v2", "w1"),
-                    MERGE,
-                    json!({"spec": {"replicas": 6}}),
-                )
-                .await;
+                merge_spec(t, "v2", "w1", json!({"spec": {"replicas": 6}})).await;
                 send(
                     t,
                     "POST",
@@ -266,25 +322,101 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     Value::Null,
                 )
                 .await;
-                send(t, "DELETE", &widget_path("v2", "w2"), JSON, Value::Null).await;
-
-                // A validating webhook of v2 is sent the update's objects in v2.
-                let admission = WebhookServer::start().await;
-                let mut hook =
-                    webhooks::webhook("widgets.opconform.test", &admission, "/check", json!({}));
-                hook["rules"] = json!([{"apiGroups": [GROUP], "apiVersions": ["v2"],
-                "operations": ["UPDATE"], "resources": ["widgets"]}]);
-                webhooks::register(t, &admission, "opconform-widgets", false, vec![hook]).await;
+                // A watch selects the objects as its version shows them: converted (the
+                // webhook labels them) and by that version's selectable fields.
+                for selector in [
+                    "labelSelector=converted-to%3Dv2",
+                    "fieldSelector=spec.replicas%3D6",
+                ] {
+                    send(
+                        t,
+                        "GET",
+                        &format!(
+                            "{}?watch=true&resourceVersion={from}&{selector}&timeoutSeconds=1",
+                            widgets("v2")
+                        ),
+                        JSON,
+                        Value::Null,
+                    )
+                    .await;
+                }
                 send(
                     t,
-                    "PATCH",
-                    &widget_path("v2", "w1"),
-                    MERGE,
-                    json!({"spec": {"replicas": 8}}),
+                    "GET",
+                    &format!("{}?fieldSelector=spec.size%3D6", widgets("v1")),
+                    JSON,
+                    Value::Null,
                 )
                 .await;
+                send(t, "DELETE", &widget_path("v2", "w2"), JSON, Value::Null).await;
+
+                // A validating webhook of v2 is sent the objects of writes through either
+                // version in v2, converted by the conversion webhook; a mutating one of v2
+                // labels a create through v1 in v2, converted back.
+                let admission = WebhookServer::start().await;
+                let of_v2 = |name: &str, path: &str, operations: Value| {
+                    let mut hook = webhooks::webhook(name, &admission, path, json!({}));
+                    hook["rules"] = json!([{"apiGroups": [GROUP], "apiVersions": ["v2"],
+                        "operations": operations, "resources": ["widgets"]}]);
+                    hook
+                };
+                let labeller = of_v2("label.widgets.opconform.test", "/label", json!(["CREATE"]));
+                webhooks::register(
+                    t,
+                    &admission,
+                    "opconform-widget-labels",
+                    true,
+                    vec![labeller],
+                )
+                .await;
+                let hook = of_v2(
+                    "widgets.opconform.test",
+                    "/check",
+                    json!(["CREATE", "UPDATE"]),
+                );
+                webhooks::register(t, &admission, "opconform-widgets", false, vec![hook]).await;
+                merge_spec(t, "v2", "w1", json!({"spec": {"replicas": 8}})).await;
+                send(
+                    t,
+                    "POST",
+                    &widgets("v1"),
+                    JSON,
+                    widget("v1", "w4", json!({"size": 4})),
+                )
+                .await;
+                merge_spec(t, "v1", "w4", json!({"spec": {"size": 5}})).await;
                 webhooks::record_reviews(t, &admission, "the widgets' validating webhook");
                 webhooks::unregister(t, &admission, "opconform-widgets", false).await;
+                webhooks::unregister(t, &admission, "opconform-widget-labels", true).await;
+                send(t, "DELETE", &widget_path("v1", "w4"), JSON, Value::Null).await;
+
+                // A ValidatingAdmissionPolicy of v2 judges creates through v1 in v2.
+                replicas_policy(t, true).await;
+                for (name, size) in [("w6", 4), ("w7", 7)] {
+                    let created = widget("v1", name, json!({"size": size}));
+                    send(t, "POST", &widgets("v1"), JSON, created).await;
+                }
+                replicas_policy(t, false).await;
+                send(t, "DELETE", &widget_path("v1", "w6"), JSON, Value::Null).await;
+
+                // Server-side apply judges a manager of v1 in v1: another manager's v2
+                // `replicas` is its `size`.
+                // The sizer creates w5; the scaler conflicts, then forces; the sizer conflicts.
+                for (version, manager, force, spec) in [
+                    ("v1", "sizer", false, json!({"size": 1})),
+                    ("v2", "scaler", false, json!({"replicas": 2})),
+                    ("v2", "scaler", true, json!({"replicas": 2})),
+                    ("v1", "sizer", false, json!({"size": 3})),
+                ] {
+                    let path = format!(
+                        "{}?fieldManager={manager}&force={force}",
+                        widget_path(version, "w5")
+                    );
+                    let applied = widget(version, "w5", spec);
+                    send(t, "PATCH", &path, super::APPLY, applied).await;
+                }
+                send(t, "GET", &widget_path("v1", "w5"), JSON, Value::Null).await;
+                send(t, "DELETE", &widget_path("v1", "w5"), JSON, Value::Null).await;
                 // A conversion kube-apiserver's watch cache made once is not made again: the
                 // conversions are compared over all the writes and reads.
                 record_conversions(
@@ -302,14 +434,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 })
                 .await;
                 send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
-                send(
-                    t,
-                    "PATCH",
-                    &widget_path("v2", "w1"),
-                    MERGE,
-                    json!({"spec": {"replicas": 9}}),
-                )
-                .await;
+                merge_spec(t, "v2", "w1", json!({"spec": {"replicas": 9}})).await;
                 record_conversions(t, &server, "v1beta1 reviews", "/beta");
 
                 let fail = json!({"conversionReviewVersions": ["v1"],
@@ -335,14 +460,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 })
                 .await;
                 send(t, "GET", &widget_path("v2", "w1"), JSON, Value::Null).await;
-                send(
-                    t,
-                    "PATCH",
-                    &widget_path("v2", "w1"),
-                    MERGE,
-                    json!({"spec": {"replicas": 7}}),
-                )
-                .await;
+                merge_spec(t, "v2", "w1", json!({"spec": {"replicas": 7}})).await;
                 record_conversions(
                     t,
                     &server,

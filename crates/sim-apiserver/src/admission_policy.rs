@@ -4,7 +4,10 @@
 //! the validating webhooks), each stored policy whose `matchConstraints` match the request
 //! (resource rules and their exclusions, `matchPolicy`, namespace and object selectors) is
 //! evaluated once per binding naming it whose `matchResources` match too, in the order of
-//! their names.
+//! their names. A policy whose rules match another version than the request's
+//! (`matchPolicy: Equivalent`) is given the objects in that version: a custom resource
+//! converted by its CRD's conversion webhook, a failed conversion being the policy's
+//! configuration error (`failed to configure policy: …`, under its `failurePolicy`).
 //!
 //! An evaluation binds the policy's `paramKind` object the binding's `paramRef` names (by
 //! name, or every one its selector picks; none found is a refusal under
@@ -31,7 +34,7 @@ use serde_json::{Map, Value, json};
 
 use super::admission_webhooks::{
     self, Attributes, Invocation, add_warning, evaluate_conditions, namespace_matches,
-    object_matches, rule_matches, status_error, versioned,
+    object_matches, rule_matches, status_error,
 };
 use super::cel::{self, Activation, Declarations};
 use super::names::Cause;
@@ -350,6 +353,18 @@ fn code_of(reason: &str) -> u16 {
     }
 }
 
+/// A configuration error of `policy`: the failure policy's, and always a denial; the first
+/// denial is kept.
+fn configuration_error(
+    policy: &Value,
+    denied: &mut Option<String>,
+    message: impl FnOnce() -> String,
+) {
+    if policy["spec"]["failurePolicy"].as_str() != Some("Ignore") && denied.is_none() {
+        *denied = Some(message());
+    }
+}
+
 /// Evaluates the ValidatingAdmissionPolicies that apply to the request (the dispatcher):
 /// warnings for `Warn`, a refusal for the first `Deny`.
 ///
@@ -393,6 +408,26 @@ pub fn validate(
             if resources.is_object() && matches(store, resources, attrs, object, old)?.is_none() {
                 continue;
             }
+            // The objects in the version the policy matched (a custom resource converted by
+            // its CRD's webhook); a failed conversion is the policy's configuration error.
+            let sent =
+                admission_webhooks::converted_to(attrs, &invocation, object).and_then(|object| {
+                    Ok((
+                        object,
+                        admission_webhooks::converted_to(attrs, &invocation, old)?,
+                    ))
+                });
+            let (sent, sent_old) = match sent {
+                Ok(sent) => sent,
+                Err(e) => {
+                    configuration_error(&policy, &mut denied, || {
+                        format!(
+                            "policy {policy_name:?} denied request: failed to configure policy: {e}"
+                        )
+                    });
+                    continue;
+                }
+            };
             let actions: Vec<&str> = binding["spec"]["validationActions"]
                 .as_array()
                 .into_iter()
@@ -404,8 +439,8 @@ pub fn validate(
                     .into_iter()
                     .flat_map(|param| {
                         let activation = Activation {
-                            object: versioned(attrs, &invocation, object),
-                            old_object: versioned(attrs, &invocation, old),
+                            object: sent.clone(),
+                            old_object: sent_old.clone(),
                             request: admission_webhooks::cel_request(attrs, &invocation.version),
                             namespace_object: namespace_object(store, attrs),
                             params: param.unwrap_or(Value::Null),
@@ -416,14 +451,11 @@ pub fn validate(
                     })
                     .collect::<Vec<_>>(),
                 Err(e) => {
-                    // A configuration error: the failure policy's, and always a denial.
-                    if policy["spec"]["failurePolicy"].as_str() != Some("Ignore")
-                        && denied.is_none()
-                    {
-                        denied = Some(format!(
+                    configuration_error(&policy, &mut denied, || {
+                        format!(
                             "ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}' denied request: failed to configure binding: {e}"
-                        ));
-                    }
+                        )
+                    });
                     continue;
                 }
             };

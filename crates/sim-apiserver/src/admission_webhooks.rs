@@ -23,6 +23,12 @@
 //! refuses the request with a 403 under `failurePolicy: Fail` and skips the webhook under
 //! `Ignore`; conditions that do not compile are refused when the configuration is written.
 //!
+//! A webhook whose rules match another version of the resource than the request's
+//! (`matchPolicy: Equivalent`) is sent the objects in that version: a custom resource whose
+//! CRD converts through a webhook is converted by it ([`Attributes::convert`], as admission's
+//! `ConvertToGVK`; a failure is a 500), and a mutating webhook's patched object is converted
+//! back to the request's version.
+//!
 //! A create's mutating webhooks are sent the object as the decoding, the field manager and
 //! the admission plugins ordered before them (for pods: ServiceAccount, Priority,
 //! DefaultTolerationSeconds) leave it; its validating webhooks the object the strategy
@@ -202,7 +208,14 @@ pub struct Attributes<'a> {
     pub dry_run: bool,
     /// CreateOptions, UpdateOptions or DeleteOptions.
     pub options: Value,
+    /// How an object of a custom resource whose CRD has a conversion webhook is converted to
+    /// another of its versions; `None` for every other resource, whose versions differ by
+    /// their apiVersion alone.
+    pub convert: Option<ConvertVersion<'a>>,
 }
+
+/// Converts an object to the version (`v2`) of its group, or says why it could not.
+pub type ConvertVersion<'a> = Box<dyn Fn(Value, &str) -> Result<Value, String> + Send + Sync + 'a>;
 
 impl Attributes<'_> {
     /// The kind the request is about: autoscaling/v1 Scale for `scale`.
@@ -453,14 +466,28 @@ pub(crate) fn object_matches(
         .any(|labels| selector_matches(selector, &labels))
 }
 
-/// generic.Webhook.ShouldCallHook: the invocation of `hook` for the request, if it applies.
+/// A webhook to call and the objects it is sent, in the version its rules matched.
+struct Matched {
+    invocation: Invocation,
+    /// The object, `null` for a delete.
+    object: Value,
+    /// The old object, `null` for a create.
+    old: Value,
+}
+
+/// generic.Webhook.ShouldCallHook: the invocation of `hook` for the request, if it applies,
+/// with the objects converted to its version.
+///
+/// # Errors
+/// A missing namespace, a failed match condition under `failurePolicy: Fail`, or the
+/// internal error of a conversion that failed.
 fn should_call(
     store: &Store,
     hook: &Hook,
     attrs: &Attributes<'_>,
     object: Option<&Value>,
     old: Option<&Value>,
-) -> Result<Option<Invocation>, ApiError> {
+) -> Result<Option<Matched>, ApiError> {
     let namespace = namespace_matches(store, &hook.spec["namespaceSelector"], attrs, object);
     if matches!(namespace, Ok(false)) {
         return Ok(None);
@@ -492,16 +519,19 @@ fn should_call(
         return Ok(None);
     };
     namespace?;
+    let matched = Matched {
+        object: versioned_converting(attrs, &invocation, object)?,
+        old: versioned_converting(attrs, &invocation, old)?,
+        invocation,
+    };
     let conditions = hook.spec["matchConditions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    if !conditions.is_empty()
-        && !conditions_match(store, hook, &conditions, attrs, &invocation, object, old)?
-    {
+    if !conditions.is_empty() && !conditions_match(store, hook, &conditions, attrs, &matched)? {
         return Ok(None);
     }
-    Ok(Some(invocation))
+    Ok(Some(matched))
 }
 
 /// The CEL `request` of an invocation (cel.CreateAdmissionRequest).
@@ -651,14 +681,12 @@ fn conditions_match(
     hook: &Hook,
     conditions: &[Value],
     attrs: &Attributes<'_>,
-    invocation: &Invocation,
-    object: Option<&Value>,
-    old: Option<&Value>,
+    matched: &Matched,
 ) -> Result<bool, ApiError> {
     let activation = super::cel::Activation {
-        object: versioned(attrs, invocation, object),
-        old_object: versioned(attrs, invocation, old),
-        request: cel_request(attrs, &invocation.version),
+        object: matched.object.clone(),
+        old_object: matched.old.clone(),
+        request: cel_request(attrs, &matched.invocation.version),
         authorizer: conditions
             .iter()
             .any(|c| {
@@ -679,6 +707,7 @@ fn conditions_match(
                 "failed evaluating match conditions of {}, failing closed: {message}",
                 hook.name()
             );
+            let object = Some(&matched.object).filter(|o| !o.is_null());
             status_error(forbidden(attrs, object, &message))
         },
     )
@@ -745,14 +774,64 @@ pub(crate) fn versioned(attrs: &Attributes<'_>, inv: &Invocation, object: Option
     }
 }
 
-/// request.CreateV1AdmissionReview.
-fn review(
-    uid: &str,
+/// The object of `attrs` as the webhook is sent it: a custom resource whose CRD has a
+/// conversion webhook converted by it to the invocation's version (admission's
+/// `ConvertToGVK`), any other object as [`versioned`] gives it.
+///
+/// # Errors
+/// The internal error of a conversion that failed.
+fn versioned_converting(
     attrs: &Attributes<'_>,
     inv: &Invocation,
     object: Option<&Value>,
-    old: Option<&Value>,
-) -> Value {
+) -> Result<Value, ApiError> {
+    converted_to(attrs, inv, object).map_err(|e| internal_error(&e))
+}
+
+/// The object of `attrs` in the invocation's version, converted as [`versioned_converting`]
+/// converts it, or why the conversion failed.
+pub(crate) fn converted_to(
+    attrs: &Attributes<'_>,
+    inv: &Invocation,
+    object: Option<&Value>,
+) -> Result<Value, String> {
+    match (object, &attrs.convert) {
+        (Some(o), Some(convert)) if inv.version != attrs.version => {
+            let converted = convert(o.clone(), &inv.version)?;
+            Ok(to_view(attrs.rt, &inv.version, converted))
+        }
+        _ => Ok(versioned(attrs, inv, object)),
+    }
+}
+
+/// A mutated object of the invocation's version back in the version of the request:
+/// converted by the CRD's conversion webhook when it has one.
+///
+/// # Errors
+/// The internal error of a conversion that failed.
+fn unversioned(
+    attrs: &Attributes<'_>,
+    inv: &Invocation,
+    patched: Value,
+) -> Result<Value, ApiError> {
+    if inv.version == attrs.version || attrs.subresource == "scale" {
+        return Ok(patched);
+    }
+    match &attrs.convert {
+        Some(convert) => convert(patched, attrs.version)
+            .map(|o| to_view(attrs.rt, attrs.version, o))
+            .map_err(|e| internal_error(&e)),
+        None => Ok(to_view(
+            attrs.rt,
+            attrs.version,
+            from_view(attrs.rt, patched),
+        )),
+    }
+}
+
+/// request.CreateV1AdmissionReview of a matched webhook.
+fn review(uid: &str, attrs: &Attributes<'_>, matched: &Matched) -> Value {
+    let inv = &matched.invocation;
     let (group, version, kind) = attrs.kind(&inv.version);
     let (request_group, request_version, request_kind) = attrs.kind(attrs.version);
     let mut user = json!({"username": attrs.user.name});
@@ -770,8 +849,8 @@ fn review(
         "requestResource": {"group": attrs.rt.group, "version": attrs.version, "resource": attrs.rt.resource},
         "operation": attrs.operation.as_str(),
         "userInfo": user,
-        "object": versioned(attrs, inv, object),
-        "oldObject": versioned(attrs, inv, old),
+        "object": matched.object,
+        "oldObject": matched.old,
         "dryRun": attrs.dry_run,
         "options": attrs.options,
     });
@@ -1339,14 +1418,14 @@ pub fn call_validating(
     }
     let mut calls = Vec::new();
     for hook in hooks(store, false) {
-        let Some(inv) = should_call(store, &hook, attrs, object, old)? else {
+        let Some(matched) = should_call(store, &hook, attrs, object, old)? else {
             continue;
         };
         if let Some(e) = refuses_dry_run(&hook, attrs) {
             return Err(e);
         }
         let uid = uuid::Uuid::new_v4().to_string();
-        let review = review(&uid, attrs, &inv, object, old);
+        let review = review(&uid, attrs, &matched);
         let dest = destination(store, &hook.spec["clientConfig"], hook.timeout());
         calls.push((hook, review, dest));
     }
@@ -1392,14 +1471,14 @@ pub fn mutate(
             if round == 1 && !reinvoke.contains(&hook.index) {
                 continue;
             }
-            let Some(inv) = should_call(store, hook, attrs, object.as_ref(), old)? else {
+            let Some(matched) = should_call(store, hook, attrs, object.as_ref(), old)? else {
                 continue;
             };
             if let Some(e) = refuses_dry_run(hook, attrs) {
                 return Err(e);
             }
             let uid = uuid::Uuid::new_v4().to_string();
-            let review = review(&uid, attrs, &inv, object.as_ref(), old);
+            let review = review(&uid, attrs, &matched);
             let dest = destination(store, &hook.spec["clientConfig"], hook.timeout());
             let outcome = run_blocking(call(&dest, hook, review, true))?;
             let patch = outcome_error(hook, outcome)?;
@@ -1411,14 +1490,16 @@ pub fn mutate(
                         hook.name()
                     )));
                 };
-                let mut patched = versioned(attrs, &inv, Some(current));
+                let Matched {
+                    invocation,
+                    object: mut patched,
+                    ..
+                } = matched;
                 let operations: json_patch::Patch =
                     serde_json::from_value(patch).map_err(|e| internal_error(&e.to_string()))?;
                 json_patch::patch(&mut patched, &operations)
                     .map_err(|e| internal_error(&e.to_string()))?;
-                if inv.version != attrs.version && attrs.subresource != "scale" {
-                    patched = to_view(attrs.rt, attrs.version, from_view(attrs.rt, patched));
-                }
+                let mut patched = unversioned(attrs, &invocation, patched)?;
                 redefault(&mut patched);
                 changed = patched != *current;
                 *current = patched;
@@ -1551,6 +1632,7 @@ mod tests {
             user,
             dry_run: false,
             options: json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),
+            convert: None,
         }
     }
 
@@ -1686,11 +1768,15 @@ mod tests {
             uid: String::new(),
         };
         let a = attrs(&pods, &user, "status", Operation::Update);
-        let inv = Invocation {
-            version: "v1".into(),
-        };
         let object = json!({"kind": "Pod", "metadata": {"name": "cm"}});
-        let r = review("u-1", &a, &inv, Some(&object), Some(&object));
+        let matched = Matched {
+            invocation: Invocation {
+                version: "v1".into(),
+            },
+            object: object.clone(),
+            old: object,
+        };
+        let r = review("u-1", &a, &matched);
         assert_eq!(r["apiVersion"], "admission.k8s.io/v1");
         let request = &r["request"];
         assert_eq!(request["uid"], "u-1");

@@ -40,9 +40,9 @@
 //! - Unions (discriminated one-of fields, e.g. a deployment strategy's `type`) are not
 //!   normalized, and CRD schemas are only honoured as far as [`Schema::with_list_types`] passes
 //!   their list types on (`x-kubernetes-map-type: atomic` maps of CRDs are granular here).
-//! - Version conversion is modelled for updates only, and only when the caller converts
-//!   ([`record_update_converting`]): an apply compares ownership whatever the entry's
-//!   `apiVersion`.
+//! - Version conversion is modelled only when the caller converts ([`record_update_converting`],
+//!   [`apply_with_schema`]), and an apply prunes what its manager no longer applies as compared
+//!   in the version it applies now, not in the one its entry was of.
 //! - The real server caps `Update` entries at ten by folding the oldest into `ancient-changes`;
 //!   this module keeps them all.
 //! - The fields Go types always serialize are listed for the kinds the simulator serves (and
@@ -296,14 +296,20 @@ pub fn apply(
         Schema::for_kind(kind),
         now,
         subresource,
+        None,
     )
 }
 
-/// [`apply`] with list types given by a [`Schema`] (e.g. from a CRD).
+/// [`apply`] with list types given by a [`Schema`] (e.g. from a CRD), where the managers of
+/// another `apiVersion` than the apply's are judged on the live and the merged object
+/// converted to their version by `convert` (structured-merge-diff's `Updater.update`): their
+/// conflicts name their version's fields, and they lose what changed there. Without
+/// `convert`, or when it cannot convert, every manager compares as sent.
 ///
 /// # Errors
 ///
 /// As [`apply`].
+#[allow(clippy::too_many_arguments)]
 pub fn apply_with_schema(
     live: Option<&Value>,
     applied: &Value,
@@ -312,6 +318,7 @@ pub fn apply_with_schema(
     schema: Schema<'_>,
     now: &str,
     subresource: Option<&str>,
+    convert: Option<&Convert<'_>>,
 ) -> Result<Value, Error> {
     if !applied.is_object() {
         return Err(Error::NotAnObject {
@@ -391,12 +398,31 @@ pub fn apply_with_schema(
     let comparison = walker.compare(&live_object, &result);
     let mut changed = comparison.modified.clone();
     changed.union_with(&comparison.added);
+    let others: Vec<&Entry> = entries
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| Some(*index) != mine)
+        .map(|(_, entry)| entry)
+        .collect();
+    let by_version = walker.changes_in_versions(
+        &live_object,
+        &result,
+        &api_version,
+        others.into_iter(),
+        convert,
+    );
+    let changes_of = |entry: &Entry| {
+        by_version
+            .get(&entry.api_version)
+            .map_or((&changed, &comparison.removed), |(c, r)| (c, r))
+    };
     let mut conflicts = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         if Some(index) == mine {
             continue;
         }
-        for path in entry.set.intersection(&changed).member_paths() {
+        let (changed, _) = changes_of(entry);
+        for path in entry.set.intersection(changed).member_paths() {
             conflicts.push(Conflict {
                 manager: entry.manager.clone(),
                 operation: entry.operation.clone(),
@@ -412,10 +438,8 @@ pub fn apply_with_schema(
     }
     for (index, entry) in entries.iter_mut().enumerate() {
         if Some(index) != mine {
-            entry.set = entry
-                .set
-                .difference(&changed)
-                .difference(&comparison.removed);
+            let (changed, removed) = changes_of(entry);
+            entry.set = entry.set.difference(changed).difference(removed);
         }
     }
 
@@ -527,29 +551,13 @@ pub fn record_update_converting(
         .unwrap_or_default()
         .to_owned();
 
-    let mut by_version: BTreeMap<String, (FieldSet, FieldSet)> = BTreeMap::new();
-    if let Some(convert) = convert {
-        for entry in &entries {
-            if entry.api_version == api_version || by_version.contains_key(&entry.api_version) {
-                continue;
-            }
-            let (Some(mut old_there), Some(mut new_there)) = (
-                convert(&old_object, &entry.api_version),
-                convert(&new_object, &entry.api_version),
-            ) else {
-                continue;
-            };
-            take_managed_fields(&mut old_there);
-            take_managed_fields(&mut new_there);
-            let there = walker.compare(&old_there, &new_there);
-            let mut changed_there = there.modified;
-            changed_there.union_with(&there.added);
-            by_version.insert(
-                entry.api_version.clone(),
-                (strip(changed_there), strip(there.removed)),
-            );
-        }
-    }
+    let by_version = walker.changes_in_versions(
+        &old_object,
+        &new_object,
+        &api_version,
+        entries.iter(),
+        convert,
+    );
     for entry in &mut entries {
         let (changed, removed) = by_version
             .get(&entry.api_version)
@@ -1044,6 +1052,44 @@ impl Walker<'_> {
     }
 
     /// What changed from `old` to `new`, as upstream's `TypedValue.Compare`.
+    /// The fields changed and removed between `old` and `new` (of `api_version`) as the
+    /// managers of each other version of `entries` see them, converted by `convert`: the
+    /// versions it cannot convert to are left out.
+    fn changes_in_versions<'e>(
+        &self,
+        old: &Value,
+        new: &Value,
+        api_version: &str,
+        entries: impl Iterator<Item = &'e Entry>,
+        convert: Option<&Convert<'_>>,
+    ) -> BTreeMap<String, (FieldSet, FieldSet)> {
+        let mut by_version = BTreeMap::new();
+        let Some(convert) = convert else {
+            return by_version;
+        };
+        for entry in entries {
+            if entry.api_version == api_version || by_version.contains_key(&entry.api_version) {
+                continue;
+            }
+            let (Some(mut old_there), Some(mut new_there)) = (
+                convert(old, &entry.api_version),
+                convert(new, &entry.api_version),
+            ) else {
+                continue;
+            };
+            take_managed_fields(&mut old_there);
+            take_managed_fields(&mut new_there);
+            let there = self.compare(&old_there, &new_there);
+            let mut changed_there = there.modified;
+            changed_there.union_with(&there.added);
+            by_version.insert(
+                entry.api_version.clone(),
+                (strip(changed_there), strip(there.removed)),
+            );
+        }
+        by_version
+    }
+
     fn compare(&self, old: &Value, new: &Value) -> Comparison {
         let mut out = Comparison::default();
         self.compare_values(
@@ -2097,6 +2143,78 @@ mod tests {
         );
     }
 
+    /// A widget's `spec.size` in v1 is its `spec.replicas` in v2.
+    fn widget_in(object: &Value, api_version: &str) -> Option<Value> {
+        let (from, to) = match api_version {
+            "example.com/v1" => ("replicas", "size"),
+            "example.com/v2" => ("size", "replicas"),
+            _ => return None,
+        };
+        let mut object = object.clone();
+        object["apiVersion"] = json!(api_version);
+        if let Some(value) = object["spec"].as_object_mut().and_then(|s| s.remove(from)) {
+            object["spec"][to] = value;
+        }
+        Some(object)
+    }
+
+    #[test]
+    fn an_apply_is_judged_by_a_manager_of_another_version_in_that_version() {
+        let widget = |version: &str, field: &str, value: i64| {
+            json!({"apiVersion": format!("example.com/{version}"), "kind": "Widget",
+                "metadata": {"name": "w", "namespace": "ns"}, "spec": {field: value}})
+        };
+        let schema = || Schema::for_kind("Widget");
+        let convert: &Convert<'_> = &widget_in;
+        let sized = apply_with_schema(
+            None,
+            &widget("v1", "size", 1),
+            "sizer",
+            false,
+            schema(),
+            T1,
+            None,
+            Some(convert),
+        )
+        .unwrap();
+        let live = widget_in(&sized, "example.com/v2").unwrap();
+        let scale = |force: bool| {
+            apply_with_schema(
+                Some(&live),
+                &widget("v2", "replicas", 2),
+                "scaler",
+                force,
+                schema(),
+                T2,
+                None,
+                Some(convert),
+            )
+        };
+        assert_eq!(
+            scale(false).unwrap_err().to_string(),
+            "Apply failed with 1 conflict: conflict with \"sizer\": .spec.size"
+        );
+        let scaled = scale(true).unwrap();
+        let managers: Vec<&str> = scaled["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["manager"].as_str())
+            .collect();
+        assert_eq!(managers, ["scaler"]);
+        let unconverted = apply_with_schema(
+            Some(&live),
+            &widget("v2", "replicas", 2),
+            "scaler",
+            false,
+            schema(),
+            T2,
+            None,
+            None,
+        );
+        assert!(unconverted.is_ok(), "without conversion the fields differ");
+    }
+
     #[test]
     fn several_conflicts_are_listed_per_manager() {
         let mut base = deployment(2, "nginx:1.25");
@@ -2332,6 +2450,7 @@ mod tests {
             schema,
             T1,
             None,
+            None,
         );
         let live = live.unwrap_or_else(|error| panic!("{error}"));
         let merged = apply_with_schema(
@@ -2341,6 +2460,7 @@ mod tests {
             false,
             schema,
             T2,
+            None,
             None,
         );
         let merged = merged.unwrap_or_else(|error| panic!("{error}"));

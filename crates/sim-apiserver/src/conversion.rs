@@ -12,16 +12,26 @@
 //! The `None` strategy changes the apiVersion only ([`objects::to_view`] does that), so a
 //! CRD without a webhook has no [`Converter`].
 //!
-//! An update's field manager compares the fields of the managers of other versions in
-//! their version, converting the old and the new object as kube-apiserver's does.
+//! The converter is used wherever kube-apiserver converts:
+//! - an update's and a server-side apply's field manager judge the managers of other
+//!   versions in their version (structured-merge-diff's `Updater.update`), converting the
+//!   old and the new object to it: an apply conflicts with, and takes, the fields as that
+//!   version names them;
+//! - an admission webhook or a ValidatingAdmissionPolicy whose rules match another version
+//!   than the request's (matchPolicy `Equivalent`) is given the objects converted to that
+//!   version (admission's `ConvertToGVK`), and a mutating webhook's patched object is
+//!   converted back;
+//! - a watch selects objects as converted to its version, with that version's
+//!   `selectableFields`, as kube-apiserver's watch cache of each served version holds them
+//!   (a list already does).
 //!
 //! # Caveats
 //! - Each object is sent in a review of its own, as kube-apiserver's watch cache sends the
 //!   objects of a list; a `service` client config is resolved when the converter is made.
-//! - A server-side apply compares the managers of other versions without converting.
-//! - An admission webhook whose rules name another version than the request's is sent the
-//!   object with that apiVersion but unconverted.
-//! - A watch's label and field selectors are matched against the stored objects.
+//! - A mutating webhook's patched object is converted back after each webhook, where
+//!   kube-apiserver keeps it in the webhook's version until a webhook of another version
+//!   (or the end of mutating admission) needs it: a webhook that does not convert
+//!   losslessly is called on other objects here.
 
 use serde_json::{Value, json};
 

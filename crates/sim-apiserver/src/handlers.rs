@@ -95,6 +95,24 @@ impl Part {
     }
 }
 
+/// How the field manager converts a custom resource of `version` to the `apiVersion` of
+/// another manager's entry: through the CRD's conversion webhook when it has one, by its
+/// apiVersion alone when not.
+fn manager_version_converter<'a>(
+    rt: &'a ResourceType,
+    version: &'a str,
+    converter: Option<&'a conversion::Converter>,
+) -> impl Fn(&Value, &str) -> Option<Value> + 'a {
+    move |object: &Value, api_version: &str| {
+        let to = api_version.rsplit('/').next().unwrap_or_default();
+        let object = to_view(rt, version, object.clone());
+        match converter {
+            Some(c) => c.convert(object, to).ok(),
+            None => Some(to_view(rt, to, object)),
+        }
+    }
+}
+
 /// Prepares an update of `old` to `new` (both stored form) and decides the write.
 /// `authorized` is the admission decision of a CertificateSigningRequest update through
 /// `approval` or `status`, made before the write.
@@ -248,14 +266,7 @@ fn prepare_update(
             // A custom resource's manager is of the version the client spoke; the managers
             // of other versions compare the objects as converted to theirs.
             None if rt.is_custom() => {
-                let convert = |object: &Value, api_version: &str| {
-                    let to = api_version.rsplit('/').next().unwrap_or_default();
-                    let object = to_view(rt, version, object.clone());
-                    match converter {
-                        Some(c) => c.convert(object, to).ok(),
-                        None => Some(to_view(rt, to, object)),
-                    }
-                };
+                let convert = manager_version_converter(rt, version, converter);
                 let mut view = to_view(rt, version, new.clone());
                 apply::record_update_converting(
                     &to_view(rt, version, old.clone()),
@@ -368,6 +379,13 @@ impl<'a> Call<'a> {
                 || delete_options
                     .is_some_and(|o| o["dryRun"].as_array().is_some_and(|d| !d.is_empty())),
             options: admission_webhooks::options(operation, self.query, delete_options),
+            convert: self.converter(rt).map(|converter| {
+                Box::new(move |object: Value, version: &str| {
+                    converter
+                        .convert(object, version)
+                        .map_err(|failure| failure.to_string())
+                }) as admission_webhooks::ConvertVersion<'s>
+            }),
         }
     }
 
@@ -1114,6 +1132,21 @@ impl<'a> Call<'a> {
                 }
                 "application/strategic-merge-patch+json" => {
                     patch::strategic_merge_patch(&live, &patch_doc, &rt.kind)?
+                }
+                _ if rt.is_custom() => {
+                    // The managers of other versions judge the apply in theirs.
+                    let convert = manager_version_converter(rt, &version, converter.as_ref());
+                    apply::apply_with_schema(
+                        Some(&live),
+                        &patch_doc,
+                        &self.manager,
+                        force,
+                        apply::Schema::for_kind(&rt.kind),
+                        &objects::now(),
+                        subresource,
+                        Some(&convert),
+                    )
+                    .map_err(apply_error)?
                 }
                 _ => apply::apply(
                     Some(&live),

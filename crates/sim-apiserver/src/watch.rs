@@ -1,7 +1,9 @@
 //! Watch streams: newline-delimited JSON events with kube-apiserver's semantics —
 //! synthetic ADDED from "" or "0", sendInitialEvents with its end bookmark, resume from a
 //! resourceVersion, 410 Expired as an in-stream ERROR, selector transitions, bookmarks,
-//! and timeoutSeconds.
+//! and timeoutSeconds. Selectors are matched against the objects as the watch's version
+//! shows them (a custom resource converted by its CRD's webhook, with that version's
+//! `selectableFields`), as kube-apiserver's watch cache of that version holds them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,12 +130,25 @@ pub fn plan(call: &Call<'_>, rt: &ResourceType) -> Result<WatchPlan, ApiError> {
 }
 
 impl WatchPlan {
-    fn matches(&self, obj: &Value) -> bool {
-        let labels: Map<String, Value> = obj["metadata"]["labels"]
+    /// Whether the object as this watch's version shows it is selected.
+    fn matches(&self, view: &Value) -> bool {
+        let labels: Map<String, Value> = view["metadata"]["labels"]
             .as_object()
             .cloned()
             .unwrap_or_default();
-        self.labels.matches(&labels) && self.fields.matches(obj)
+        self.labels.matches(&labels) && self.fields.matches(view)
+    }
+
+    /// A stored object as this watch's version shows it: kube-apiserver keeps a watch cache
+    /// per served version, of objects converted to it, and selects from those.
+    fn view(&self, obj: Value) -> Result<Value, ApiError> {
+        super::conversion::view(self.converter.as_ref(), &self.rt, &self.version, obj)
+    }
+
+    /// Whether a stored object is selected once converted; one that cannot be converted is
+    /// not.
+    fn selects(&self, obj: &Value) -> bool {
+        self.view(obj.clone()).is_ok_and(|view| self.matches(&view))
     }
 
     fn in_scope(&self, event: &Event) -> bool {
@@ -144,12 +159,14 @@ impl WatchPlan {
                 .is_none_or(|ns| *ns == event.namespace)
     }
 
-    /// The event of `obj`, or an ERROR event when it cannot be converted to the version.
-    fn line(&self, kind: &str, obj: Value) -> Bytes {
-        match super::conversion::view(self.converter.as_ref(), &self.rt, &self.version, obj) {
-            Ok(object) => Bytes::from(crate::answer_json::watch_line(kind, &object)),
-            Err(e) => Bytes::from(crate::answer_json::watch_line("ERROR", &e.to_status())),
-        }
+    /// The event of `obj` as this watch's version shows it.
+    fn line(kind: &str, view: &Value) -> Bytes {
+        Bytes::from(crate::answer_json::watch_line(kind, view))
+    }
+
+    /// The ERROR event of an object that cannot be converted to the version.
+    fn error_line(error: &ApiError) -> Bytes {
+        Bytes::from(crate::answer_json::watch_line("ERROR", &error.to_status()))
     }
 
     fn bookmark(&self, revision: u64, initial_end: bool) -> Bytes {
@@ -170,18 +187,20 @@ impl WatchPlan {
         if !self.in_scope(event) {
             return None;
         }
-        let now = event.kind != EventType::Deleted && self.matches(&event.object);
+        let view = match self.view(event.object.clone()) {
+            Ok(view) => view,
+            Err(e) => return Some(Self::error_line(&e)),
+        };
+        let now = event.kind != EventType::Deleted && self.matches(&view);
         let before = match event.kind {
             EventType::Added => false,
-            EventType::Deleted => self.matches(&event.object),
-            EventType::Modified => event.previous.as_ref().is_some_and(|p| self.matches(p)),
+            EventType::Deleted => self.matches(&view),
+            EventType::Modified => event.previous.as_ref().is_some_and(|p| self.selects(p)),
         };
         match (before, now) {
-            (false, true) => Some(self.line("ADDED", event.object.clone())),
-            (true, true) => Some(self.line("MODIFIED", event.object.clone())),
-            (true, false) if event.kind == EventType::Deleted => {
-                Some(self.line("DELETED", event.object.clone()))
-            }
+            (false, true) => Some(Self::line("ADDED", &view)),
+            (true, true) => Some(Self::line("MODIFIED", &view)),
+            (true, false) if event.kind == EventType::Deleted => Some(Self::line("DELETED", &view)),
             (true, false) => {
                 // Stopped matching: DELETED with the previous content at this revision.
                 let mut old = event
@@ -189,7 +208,10 @@ impl WatchPlan {
                     .clone()
                     .unwrap_or_else(|| event.object.clone());
                 old["metadata"]["resourceVersion"] = json!(event.revision.to_string());
-                Some(self.line("DELETED", old))
+                Some(match self.view(old) {
+                    Ok(old) => Self::line("DELETED", &old),
+                    Err(e) => Self::error_line(&e),
+                })
             }
             (false, false) => None,
         }
@@ -216,8 +238,13 @@ pub fn run(
                 let (items, receiver, revision) = state
                     .store
                     .list_and_watch(&plan.storage_gr, plan.namespace.as_deref());
-                for item in items.into_iter().filter(|o| plan.matches(o)) {
-                    if tx.send(plan.line("ADDED", item)).await.is_err() {
+                for item in items {
+                    let line = match plan.view(item) {
+                        Ok(view) if plan.matches(&view) => WatchPlan::line("ADDED", &view),
+                        Ok(_) => continue,
+                        Err(e) => WatchPlan::error_line(&e),
+                    };
+                    if tx.send(line).await.is_err() {
                         return;
                     }
                 }
