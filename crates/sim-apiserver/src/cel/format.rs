@@ -21,23 +21,6 @@ pub(super) struct Format {
 
 super::opaque_value!(Format, "kubernetes.NamedFormat");
 
-/// The formats, by the name `format.named` and `format.<name>()` know them.
-const FORMATS: &[&str] = &[
-    "dns1123Label",
-    "dns1123Subdomain",
-    "dns1035Label",
-    "qualifiedName",
-    "dns1123LabelPrefix",
-    "dns1123SubdomainPrefix",
-    "dns1035LabelPrefix",
-    "labelValue",
-    "uri",
-    "uuid",
-    "byte",
-    "date",
-    "datetime",
-];
-
 /// apimachinery's maskTrailingDash: a prefix may end in a dash, which is replaced, with the
 /// character before it (sic), by an `a`.
 fn mask_trailing_dash(name: &str) -> String {
@@ -168,32 +151,44 @@ fn validate(format: &Format, text: &CelString<'_>) -> CelOptional<'static> {
     CelOptional::of(Box::new(CelList::from(list)))
 }
 
-/// The overload of `format.<name>()`, one function per format.
-macro_rules! constant {
-    ($env:expr, $name:literal) => {{
-        fn constant() -> Format {
-            Format { name: $name }
+/// The library's formats: `FORMATS`, their names as `format.named` and `format.<name>()`
+/// know them, and `add_constants`, which registers `format.<name>()` for each.
+macro_rules! formats {
+    ($($name:literal),* $(,)?) => {
+        const FORMATS: &[&str] = &[$($name),*];
+
+        fn add_constants(env: &mut Env) -> Result<(), DeclarationError> {
+            $({
+                fn constant() -> Format {
+                    Format { name: $name }
+                }
+                cel::add_overload!(env, fn constant: () -> Format,
+                    name = concat!("format.", $name), id = concat!("format.", $name))?;
+            })*
+            Ok(())
         }
-        cel::add_overload!($env, fn constant: () -> Format, name = concat!("format.", $name), id = concat!("format.", $name))
-    }};
+    };
 }
+
+formats!(
+    "dns1123Label",
+    "dns1123Subdomain",
+    "dns1035Label",
+    "qualifiedName",
+    "dns1123LabelPrefix",
+    "dns1123SubdomainPrefix",
+    "dns1035LabelPrefix",
+    "labelValue",
+    "uri",
+    "uuid",
+    "byte",
+    "date",
+    "datetime",
+);
 
 /// Registers the library's overloads.
 pub(super) fn extension(env: &mut Env) -> Result<(), DeclarationError> {
     cel::add_overload!(env, fn named: (CelString) -> CelOptional, name = "format.named", id = "format-named")?;
     cel::add_member_overload!(env, fn validate: (Format, CelString) -> CelOptional, id = "format-validate")?;
-    constant!(env, "dns1123Label")?;
-    constant!(env, "dns1123Subdomain")?;
-    constant!(env, "dns1035Label")?;
-    constant!(env, "qualifiedName")?;
-    constant!(env, "dns1123LabelPrefix")?;
-    constant!(env, "dns1123SubdomainPrefix")?;
-    constant!(env, "dns1035LabelPrefix")?;
-    constant!(env, "labelValue")?;
-    constant!(env, "uri")?;
-    constant!(env, "uuid")?;
-    constant!(env, "byte")?;
-    constant!(env, "date")?;
-    constant!(env, "datetime")?;
-    Ok(())
+    add_constants(env)
 }

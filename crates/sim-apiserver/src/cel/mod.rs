@@ -992,6 +992,15 @@ mod tests {
         }
     }
 
+    /// Asserts that `source` compiles and fails when evaluated with `message`.
+    fn assert_evaluation_error(source: &str, message: &str) {
+        let expression = compile(source, Declarations::default()).unwrap();
+        match expression.holds(&Activation::default()) {
+            Err(CelError::Evaluation { message: got, .. }) => assert_eq!(got, message, "{source}"),
+            other => panic!("{source}: {other:?}"),
+        }
+    }
+
     #[test]
     fn kubernetes_libraries_answer_as_cel_go_s_do() {
         for (source, expected) in [
@@ -1083,13 +1092,7 @@ mod tests {
                 "cannot convert value to integer",
             ),
         ] {
-            let expression = compile(source, Declarations::default()).unwrap();
-            match expression.holds(&Activation::default()) {
-                Err(CelError::Evaluation { message: got, .. }) => {
-                    assert_eq!(got, message, "{source}")
-                }
-                other => panic!("{source}: {other:?}"),
-            }
+            assert_evaluation_error(source, message);
         }
     }
 
@@ -1152,13 +1155,7 @@ mod tests {
                 "No Major.Minor.Patch elements found",
             ),
         ] {
-            let expression = compile(source, Declarations::default()).unwrap();
-            match expression.holds(&Activation::default()) {
-                Err(CelError::Evaluation { message: got, .. }) => {
-                    assert_eq!(got, message, "{source}")
-                }
-                other => panic!("{source}: {other:?}"),
-            }
+            assert_evaluation_error(source, message);
         }
     }
 
