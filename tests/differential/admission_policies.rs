@@ -128,6 +128,36 @@ async fn remove(t: &Target, names: &[&str]) {
     }
 }
 
+/// Installs a policy with `validations` (calls of one of Kubernetes' CEL libraries), sends a
+/// dry-run ConfigMap with each of `cases` as its data, and removes the policy.
+async fn library_cases(t: &Target, name: &str, validations: Value, cases: &[Value]) {
+    install(
+        t,
+        name,
+        json!({"validations": validations}),
+        json!({"validationActions": ["Deny"]}),
+    )
+    .await;
+    for (index, data) in cases.iter().enumerate() {
+        let mut object = configmap(&format!("{name}-{index}"), name, "");
+        object["data"] = data.clone();
+        send(
+            t,
+            "POST",
+            &format!("/api/v1/namespaces/{NS}/configmaps?dryRun=All"),
+            object,
+        )
+        .await;
+    }
+    uninstall(t, name).await;
+}
+
+/// A validation that always fails with `report` (a list of strings) joined as its message.
+fn report(report: &str) -> Value {
+    json!({"expression": "false", "messageExpression": format!("{report}.join(' ')"),
+        "message": "the report failed"})
+}
+
 pub(super) fn interactions() -> Vec<Interaction> {
     vec![
         interaction!(
@@ -390,6 +420,306 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     .unwrap();
                 create(t, configmap("policy-rejected", name, "v")).await;
                 remove(t, &["policy-rejected", "policy-admitted"]).await;
+            }
+        ),
+        interaction!(
+            "admission policies: Kubernetes' IP and CIDR libraries parse, classify and compare addresses and prefixes",
+            |t| {
+                let validations = json!([
+                    {"expression": "!has(object.data.ip) || ip(object.data.ip).family() != 0"},
+                    {"expression": "!has(object.data.canonical) || ip.isCanonical(object.data.canonical)",
+                     "message": "not canonical"},
+                    {"expression": "!has(object.data.cidr) || cidr(object.data.cidr).prefixLength() >= 0"},
+                    {"expression": "!has(object.data.containsip) || cidr('10.0.0.0/8').containsIP(object.data.containsip)",
+                     "message": "address outside"},
+                    {"expression": "!has(object.data.containscidr) || cidr('10.0.0.0/8').containsCIDR(object.data.containscidr)",
+                     "message": "prefix outside"},
+                    report("[string(ip(object.data.ip)), string(ip(object.data.ip).family()), \
+                        string(ip(object.data.ip).isUnspecified()), string(ip(object.data.ip).isLoopback()), \
+                        string(ip(object.data.ip).isLinkLocalMulticast()), \
+                        string(ip(object.data.ip).isLinkLocalUnicast()), \
+                        string(ip(object.data.ip).isGlobalUnicast()), \
+                        string(ip(object.data.ip) == ip('10.0.0.1')), string(isIP(object.data.ip)), \
+                        string(cidr(object.data.cidr)), string(cidr(object.data.cidr).masked()), \
+                        string(cidr(object.data.cidr).ip()), string(cidr(object.data.cidr).prefixLength()), \
+                        string(cidr(object.data.cidr).containsIP(object.data.ip)), \
+                        string(cidr(object.data.cidr).containsIP(ip(object.data.ip))), \
+                        string(cidr(object.data.cidr).containsCIDR(cidr(object.data.cidr).masked())), \
+                        string(cidr(object.data.cidr) == cidr(object.data.cidr).masked()), \
+                        string(isCIDR(object.data.cidr))]"),
+                ]);
+                let mut cases = Vec::new();
+                for (ip, cidr) in [
+                    ("10.0.0.1", "10.1.2.3/8"),
+                    ("::1", "fe80::1/10"),
+                    ("fe80::1", "fe80::/10"),
+                    ("ff02::1", "::/0"),
+                    ("224.0.0.5", "0.0.0.0/0"),
+                    ("0.0.0.0", "192.168.0.0/16"),
+                    ("2001:DB8:0:0:0:0:0:1", "2001:db8::/32"),
+                    ("255.255.255.255", "255.255.255.255/32"),
+                    ("169.254.1.1", "169.254.0.0/16"),
+                ] {
+                    cases.push(json!({"ip": ip, "cidr": cidr}));
+                }
+                for ip in [
+                    "1.2.3",
+                    "1.2.3.04",
+                    "::ffff:1.2.3.4",
+                    "fe80::1%eth0",
+                    "1:2:3:4:5:6:7:8:9",
+                    "abc",
+                    "1.2.3.256",
+                    "::1::2",
+                    "1.2.3.4.5",
+                    "12345::",
+                    "1::2:3:4:5:6:7:8",
+                ] {
+                    cases.push(json!({"ip": ip}));
+                }
+                for canonical in ["2001:DB8::1", "2001:db8::1", "bad"] {
+                    cases.push(json!({"canonical": canonical}));
+                }
+                for cidr in [
+                    "10.0.0.0",
+                    "10.0.0.0/33",
+                    "10.0.0.0/08",
+                    "::ffff:1.2.3.4/120",
+                    "1.2.3/8",
+                    "fe80::1%eth0/64",
+                    "10.0.0.0/",
+                    "10.0.0.0/x",
+                ] {
+                    cases.push(json!({"cidr": cidr}));
+                }
+                for contained in ["11.0.0.1", "bad", "10.255.0.1"] {
+                    cases.push(json!({"containsip": contained}));
+                }
+                for contained in ["10.1.0.0/16", "0.0.0.0/0", "bad"] {
+                    cases.push(json!({"containscidr": contained}));
+                }
+                library_cases(t, "opconform-policy-net", validations, &cases).await;
+            }
+        ),
+        interaction!(
+            "admission policies: Kubernetes' quantity library parses, compares and adds quantities",
+            |t| {
+                // Doubles are compared with the value expected (`f`, `sum`), not written out:
+                // the crate's `string(double)` does not write them as cel-go's `%g` does.
+                let validations = json!([
+                    {"expression": "!has(object.data.q) || sign(quantity(object.data.q)) >= -1"},
+                    {"expression": "!has(object.data.int) || quantity(object.data.int).asInteger() >= 0"},
+                    report("[string(isQuantity(object.data.q)), string(sign(quantity(object.data.q))), \
+                        string(quantity(object.data.q).isInteger()), \
+                        string(quantity(object.data.q).asApproximateFloat() == double(object.data.f)), \
+                        string(quantity(object.data.q).compareTo(quantity(object.data.other))), \
+                        string(quantity(object.data.q).isGreaterThan(quantity(object.data.other))), \
+                        string(quantity(object.data.q).isLessThan(quantity(object.data.other))), \
+                        string(quantity(object.data.q) == quantity(object.data.other)), \
+                        string(quantity(object.data.q).add(quantity(object.data.other)).asApproximateFloat() \
+                            == double(object.data.sum)), \
+                        string(quantity(object.data.q).sub(quantity(object.data.other)).isInteger()), \
+                        string(quantity(object.data.q).add(1).compareTo(quantity(object.data.q))), \
+                        string(quantity(object.data.q).sub(2).compareTo(quantity(object.data.q)))]"),
+                ]);
+                let mut cases = Vec::new();
+                for (q, other, f, sum) in [
+                    ("1Ki", "1024", "1024", "2048"),
+                    ("1.5", "1500m", "1.5", "3"),
+                    ("1000m", "1", "1", "2"),
+                    ("-2.5Gi", "1G", "-2684354560", "-1684354560"),
+                    ("1e3", "1k", "1000", "2000"),
+                    ("0", "0.0", "0", "0"),
+                    (
+                        "12345678901234567890",
+                        "1",
+                        "1.234567890123457e19",
+                        "1.234567890123457e19",
+                    ),
+                    ("0.0000000001", "1n", "1e-9", "2e-9"),
+                    ("1.5Ki", "1536", "1536", "3072"),
+                    ("100M", "0.1G", "1e8", "2e8"),
+                    ("3E", "3Ei", "3e18", "6.458764513820542e18"),
+                    ("+.5", "-0", "0.5", "0.5"),
+                ] {
+                    cases.push(json!({"q": q, "other": other, "f": f, "sum": sum}));
+                }
+                for q in ["1Kx", "1KK", "", "abc", "1e", "1.2.3"] {
+                    cases.push(json!({"q": q}));
+                }
+                for int in ["1.5", "1000m", "1k"] {
+                    cases.push(json!({"int": int}));
+                }
+                library_cases(t, "opconform-policy-quantity", validations, &cases).await;
+            }
+        ),
+        interaction!(
+            "admission policies: Kubernetes' lists library finds the first and last index of an element",
+            |t| {
+                let validations = json!([report(
+                    "[string([1, 2, 2, 3].indexOf(2)), string([1, 2, 2, 3].lastIndexOf(2)), \
+                    string(object.data.k.split(',').indexOf('b')), \
+                    string(object.data.k.split(',').lastIndexOf('b')), \
+                    string([ip('10.0.0.1'), ip('::1')].indexOf(ip('::1'))), \
+                    string([1.0].indexOf(1.1)), string(['x'].lastIndexOf('y'))]"
+                )]);
+                let cases = [json!({"k": "a,b,c,b"}), json!({"k": "c"})];
+                library_cases(t, "opconform-policy-lists", validations, &cases).await;
+            }
+        ),
+        interaction!(
+            "admission policies: Kubernetes' semver library parses, normalizes and orders versions",
+            |t| {
+                let validations = json!([
+                    {"expression": "!has(object.data.v) || semver(object.data.v).major() >= 0"},
+                    {"expression": "!has(object.data.loose) || semver(object.data.loose, true).major() >= 0"},
+                    report("[string(isSemver(object.data.a)), string(semver(object.data.a).major()), \
+                        string(semver(object.data.a).minor()), string(semver(object.data.a).patch()), \
+                        string(semver(object.data.a).compareTo(semver(object.data.b))), \
+                        string(semver(object.data.a).isGreaterThan(semver(object.data.b))), \
+                        string(semver(object.data.a).isLessThan(semver(object.data.b))), \
+                        string(semver(object.data.a) == semver(object.data.b)), \
+                        string(isSemver(object.data.b, true))]"),
+                ]);
+                let mut cases = Vec::new();
+                for (a, b) in [
+                    ("1.2.3", "1.2.4"),
+                    ("1.0.0-alpha", "1.0.0"),
+                    ("1.0.0-alpha.1", "1.0.0-alpha.beta"),
+                    ("1.0.0-2", "1.0.0-10"),
+                    ("1.0.0+build.1", "1.0.0+build.2"),
+                    ("10.20.30", "v10.020"),
+                    ("2.0.0-rc.1+meta", "1.9.9"),
+                ] {
+                    cases.push(json!({"a": a, "b": b}));
+                }
+                for v in [
+                    "",
+                    "1.2",
+                    "01.2.3",
+                    "1.a.3",
+                    "1.2.3-",
+                    "1.2.3-01",
+                    "1.2.3+",
+                    "1.2.3-a_b",
+                    "1.2.3+a..b",
+                    "v1.2.3",
+                    "1.2.99999999999999999999",
+                ] {
+                    cases.push(json!({"v": v}));
+                }
+                for loose in ["v1", "v01.02.03", "1.2-beta", "1.2.3-01", "v"] {
+                    cases.push(json!({"loose": loose}));
+                }
+                library_cases(t, "opconform-policy-semver", validations, &cases).await;
+            }
+        ),
+        interaction!(
+            "admission policies: Kubernetes' URL library parses URLs and reads their parts",
+            |t| {
+                let validations = json!([
+                    {"expression": "!has(object.data.bad) || url(object.data.bad).getScheme() != ''"},
+                    report("[string(isURL(object.data.u)), url(object.data.u).getScheme(), \
+                        url(object.data.u).getHost(), url(object.data.u).getHostname(), \
+                        url(object.data.u).getPort(), url(object.data.u).getEscapedPath(), \
+                        string(url(object.data.u).getQuery().size()), ['x', 'y', 'a', 'b', 'd e', 'b=1;c'].map(k, \
+                        k in url(object.data.u).getQuery() ? url(object.data.u).getQuery()[k].join(',') : '-').join(','), \
+                        string(url(object.data.u) == url(object.data.u))]"),
+                ]);
+                let mut cases = Vec::new();
+                for u in [
+                    "https://example.com:8443/a/b?x=1&y=2&x=3#frag",
+                    "http://user:pass@[::1]:80/path%20with%2Fslash",
+                    "https://[fe80::1%25eth0]/",
+                    "/relative/path?q",
+                    "https://example.com",
+                    "http://host:/a b",
+                    "mailto:someone@example.com",
+                    "https://example.com/?a=%zz&b=1;c=2&d+e=f+g",
+                    "*",
+                    "HTTPS://EXAMPLE.com/A",
+                ] {
+                    cases.push(json!({"u": u}));
+                }
+                for bad in [
+                    "",
+                    "example.com",
+                    "//host/path",
+                    "http://[::1",
+                    "http://host:port/",
+                    "http://a b.com/",
+                    "1http://x",
+                    ":foo",
+                    "http://[1.2.3.4]/",
+                    "http://user^name@host/",
+                    "http://%41/",
+                    "http://host/%zz",
+                    "http://[::1]x/",
+                ] {
+                    cases.push(json!({"bad": bad}));
+                }
+                library_cases(t, "opconform-policy-url", validations, &cases).await;
+            }
+        ),
+        interaction!(
+            "admission policies: Kubernetes' format library validates strings against named formats",
+            |t| {
+                let formats = [
+                    "dns1123Label",
+                    "dns1123Subdomain",
+                    "dns1035Label",
+                    "qualifiedName",
+                    "dns1123LabelPrefix",
+                    "dns1123SubdomainPrefix",
+                    "dns1035LabelPrefix",
+                    "labelValue",
+                    "uri",
+                    "uuid",
+                    "byte",
+                    "date",
+                    "datetime",
+                ];
+                let checks: Vec<String> = formats
+                    .iter()
+                    .map(|f| {
+                        format!(
+                            "'{f}: ' + (format.{f}().validate(object.data.v).hasValue() ? \
+                            format.{f}().validate(object.data.v).value().join(', ') : 'valid')"
+                        )
+                    })
+                    .collect();
+                let validations = json!([
+                    {"expression": "!has(object.data.named) || format.named(object.data.named).hasValue()",
+                     "message": "no such format"},
+                    report(&format!(
+                        "[{}, string(format.named('uuid') == optional.of(format.uuid()))]",
+                        checks.join(", ")
+                    )),
+                ]);
+                let mut cases = Vec::new();
+                for v in [
+                    "my-name",
+                    "-bad-",
+                    "Upper.Case",
+                    "a.b-",
+                    "example.com/Name",
+                    "1abc",
+                    "123e4567-E89B-12d3-a456-426614174000",
+                    "aGVsbG8=",
+                    "2021-02-29",
+                    "2024-02-29T23:59:59.5+01:00",
+                    "2021-01-01t24:00:00Z",
+                    "https://x/y",
+                    "",
+                    "a_b",
+                    &"x".repeat(64),
+                ] {
+                    cases.push(json!({"v": v}));
+                }
+                for named in ["dns1123Label", "nope"] {
+                    cases.push(json!({"named": named}));
+                }
+                library_cases(t, "opconform-policy-format", validations, &cases).await;
             }
         ),
         interaction!(

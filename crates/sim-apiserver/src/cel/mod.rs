@@ -6,10 +6,14 @@
 //! (RBAC checks of the requester or a service account, `authorizer.requestResource`).
 //!
 //! The environment is the `cel` crate's standard library (with the macros `has`, `all`,
-//! `exists`, `exists_one`, `map` and `filter`, `matches`, durations and timestamps) and its
-//! strings, lists, math and encoders extensions (`lowerAscii`, `split`, `join`, `indexOf`,
-//! `sort`, …), plus Kubernetes' list functions `isSorted`, `sum`, `min` and `max` and its
-//! regex functions `find` and `findAll`: together the libraries policies use most.
+//! `exists`, `exists_one`, `map` and `filter`, `matches`, durations, timestamps and
+//! optionals) and its strings, lists, math and encoders extensions (`lowerAscii`, `split`,
+//! `join`, `indexOf`, `sort`, …), plus Kubernetes' libraries (k8s.io/apiserver/pkg/cel/library),
+//! one module each: the lists' `isSorted`, `sum`, `min`, `max`, and `indexOf` and
+//! `lastIndexOf` of lists ([`lists`]), the regex functions `find` and `findAll`, and the
+//! `url` ([`url`]), `quantity` ([`quantity`]), IP ([`ip`]), CIDR ([`cidr`]), semver
+//! ([`semver`]) and `format` ([`format`]) libraries, whose values are types of their own
+//! (`net.IP`, `kubernetes.Quantity`, …) compared with `==` as cel-go compares them.
 //!
 //! Compile errors and evaluation errors are worded as cel-go words them (`ERROR:
 //! <input>:1:8: Syntax error: …` with the source line and a caret; `no such key: x`).
@@ -24,14 +28,62 @@
 //! - `authorizer` answers from RBAC alone (the Node authorizer is not consulted), from a
 //!   snapshot of the roles and bindings taken when an expression names it; its decisions
 //!   never error.
-//! - Kubernetes' other libraries (`url`, `quantity`, IP and CIDR, semver, `format`, the lists'
-//!   `indexOf` and `lastIndexOf`) are not there; a call of one fails when
-//!   evaluated.
+//! - A library's value (an IP, a quantity, …) cannot be the value of a policy's variable,
+//!   which is kept as JSON: such a variable fails when evaluated. The `cel` crate's
+//!   `string(double)` writes a double its own way (`100000000`), not as cel-go's `%g` does
+//!   (`1e+08`). A quantity whose exact value leaves 128-bit decimals (`1e300` added to `1`)
+//!   fails when evaluated where apimachinery falls back to big numbers.
 //! - There is no cost budget.
+
+mod cidr;
+mod format;
+mod ip;
+mod lists;
+mod quantity;
+mod semver;
+mod url;
 
 use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
+
+/// Makes `$rust` a CEL value of the type cel-go names `$name` (the libraries' opaque and
+/// object types), equal to another by its `PartialEq`.
+macro_rules! opaque_value {
+    ($rust:ty, $name:literal) => {
+        impl ::cel::common::value::Val for $rust {
+            fn get_type(&self) -> &::cel::common::types::Type {
+                <Self as ::cel::common::value::Val>::cel_type()
+            }
+            fn cel_type() -> &'static ::cel::common::types::Type {
+                static TYPE: ::cel::common::types::Type =
+                    ::cel::common::types::Type::new_unspecified_type($name);
+                &TYPE
+            }
+            fn equals(&self, other: &dyn ::cel::common::value::Val) -> bool {
+                other
+                    .downcast_ref::<Self>()
+                    .is_some_and(|other| other == self)
+            }
+            fn clone_as_boxed<'v>(&self) -> Box<dyn ::cel::common::value::Val + 'v>
+            where
+                Self: 'v,
+            {
+                Box::new(self.clone())
+            }
+            fn as_any(&self) -> Option<&dyn ::std::any::Any> {
+                Some(self)
+            }
+        }
+        impl ::cel::common::value::StaticVal for $rust {}
+    };
+}
+use opaque_value;
+
+/// A string as Go's `%q` and `strconv.Quote` write it.
+fn go_quote(text: &str) -> String {
+    format!("{text:?}")
+}
 
 /// Why an expression did not compile or evaluate, worded as the real server words it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -95,6 +147,13 @@ static ENVIRONMENT: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
         cel::extensions::lists,
         cel::extensions::math,
         cel::extensions::encoders,
+        lists::extension,
+        ip::extension,
+        cidr::extension,
+        quantity::extension,
+        semver::extension,
+        url::extension,
+        format::extension,
     ] {
         if let Err(e) = env.add_extension(extension) {
             tracing::warn!("a CEL extension could not be added: {e}");
@@ -114,6 +173,10 @@ fn issue(source: &str, line: usize, column: usize, message: &str) -> String {
     }
     text
 }
+
+/// The names before the dot of the libraries' namespaced functions (`ip.isCanonical`,
+/// `format.named`, `optional.of`), which are no variables.
+const FUNCTION_NAMESPACES: &[&str] = &["ip", "format", "optional"];
 
 /// The names the comprehension macros bind (`x` of `list.all(x, …)`), which are no free
 /// variables.
@@ -383,6 +446,7 @@ fn compile_uncached(source: &str, declared: Declarations) -> Result<Expression, 
         .variables()
         .into_iter()
         .filter(|v| !v.starts_with('@') && !declared.declares(v))
+        .filter(|v| !FUNCTION_NAMESPACES.contains(v))
         .filter(|v| !bound.iter().any(|b| b == v))
         .collect();
     undeclared.sort_by_key(|v| position_of(source, v));
@@ -925,6 +989,173 @@ mod tests {
                 Ok(expected),
                 "{source}"
             );
+        }
+    }
+
+    /// Asserts that `source` compiles and fails when evaluated with `message`.
+    fn assert_evaluation_error(source: &str, message: &str) {
+        let expression = compile(source, Declarations::default()).unwrap();
+        match expression.holds(&Activation::default()) {
+            Err(CelError::Evaluation { message: got, .. }) => assert_eq!(got, message, "{source}"),
+            other => panic!("{source}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kubernetes_libraries_answer_as_cel_go_s_do() {
+        for (source, expected) in [
+            (
+                "[1, 2, 2, 3].indexOf(2) == 1 && [1, 2, 2, 3].lastIndexOf(2) == 2",
+                true,
+            ),
+            ("['a'].indexOf('b') == -1 && 'abc'.indexOf('c') == 2", true),
+            (
+                "ip('10.0.0.1').family() == 4 && ip('::1').isLoopback()",
+                true,
+            ),
+            (
+                "ip('fe80::1').isLinkLocalUnicast() && ip('ff02::1').isLinkLocalMulticast()",
+                true,
+            ),
+            (
+                "ip('192.168.0.1').isGlobalUnicast() && !ip('255.255.255.255').isGlobalUnicast()",
+                true,
+            ),
+            (
+                "string(ip('2001:DB8::1')) == '2001:db8::1' && !ip.isCanonical('2001:DB8::1')",
+                true,
+            ),
+            (
+                "ip('10.0.0.1') == ip('10.0.0.1') && ip('10.0.0.1') != ip('10.0.0.2')",
+                true,
+            ),
+            (
+                "!isIP('1.2.3') && isCIDR('10.0.0.0/8') && !isCIDR('10.0.0.0')",
+                true,
+            ),
+            (
+                "cidr('10.1.2.3/8').containsIP('10.9.9.9') && !cidr('10.0.0.0/8').containsIP(ip('11.0.0.1'))",
+                true,
+            ),
+            (
+                "cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16') && !cidr('10.1.0.0/16').containsCIDR('10.0.0.0/8')",
+                true,
+            ),
+            (
+                "string(cidr('10.1.2.3/8').masked()) == '10.0.0.0/8' && cidr('10.1.2.3/8').ip() == ip('10.1.2.3')",
+                true,
+            ),
+            ("cidr('::1/128').prefixLength() == 128", true),
+            (
+                "quantity('1Ki').asInteger() == 1024 && quantity('1.5').asApproximateFloat() == 1.5",
+                true,
+            ),
+            (
+                "!quantity('1000m').isInteger() && quantity('1k').isInteger()",
+                true,
+            ),
+            (
+                "quantity('1Gi').isGreaterThan(quantity('1G')) && quantity('500m').compareTo(quantity('0.5')) == 0",
+                true,
+            ),
+            (
+                "quantity('1').add(quantity('500m')) == quantity('1.5') && quantity('2').sub(1).asInteger() == 1",
+                true,
+            ),
+            (
+                "sign(quantity('-1m')) == -1 && isQuantity('1e3') && !isQuantity('1Kx')",
+                true,
+            ),
+        ] {
+            let expression = compile(source, Declarations::default()).unwrap();
+            assert_eq!(
+                expression.holds(&Activation::default()),
+                Ok(expected),
+                "{source}"
+            );
+        }
+        for (source, message) in [
+            (
+                "ip('1.2.3') == ip('1.2.3')",
+                "IP Address \"1.2.3\" parse error during conversion from string: ParseAddr(\"1.2.3\"): IPv4 address too short",
+            ),
+            (
+                "cidr('10.0.0.0') == cidr('10.0.0.0')",
+                "network address parse error during conversion from string: network address parse error during conversion from string: netip.ParsePrefix(\"10.0.0.0\"): no '/'",
+            ),
+            (
+                "quantity('1Kx').sign() == 1",
+                "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+            ),
+            (
+                "quantity('1.5').asInteger() == 1",
+                "cannot convert value to integer",
+            ),
+        ] {
+            assert_evaluation_error(source, message);
+        }
+    }
+
+    #[test]
+    fn the_semver_url_and_format_libraries_answer_as_cel_go_s_do() {
+        let object = json!({"data": {
+            "u": "http://user:pass@[::1]:80/path%20with%2Fslash?x=1&x=2&d+e=f"}});
+        for (source, expected) in [
+            (
+                "semver('1.0.0-alpha.1').compareTo(semver('1.0.0-alpha.beta'))",
+                json!(-1),
+            ),
+            ("semver('1.0.0+a') == semver('1.0.0+b')", json!(true)),
+            ("semver('v01.02', true).minor()", json!(2)),
+            ("isSemver('1.2') || !isSemver('v1', true)", json!(false)),
+            (
+                "[url(object.data.u).getHost(), url(object.data.u).getHostname(), \
+                url(object.data.u).getPort(), url(object.data.u).getEscapedPath()]",
+                json!(["[::1]:80", "::1", "80", "/path%20with%2Fslash"]),
+            ),
+            (
+                "url(object.data.u).getQuery()",
+                json!({"x": ["1", "2"], "d e": ["f"]}),
+            ),
+            ("isURL('/a?b') && !isURL('a/b')", json!(true)),
+            (
+                "format.dns1123Label().validate('a.b').value()",
+                json!(["must not contain dots"]),
+            ),
+            (
+                "format.dns1123LabelPrefix().validate('ab-').hasValue() \
+                || format.named('nope').hasValue()",
+                json!(false),
+            ),
+            (
+                "format.named('uuid') == optional.of(format.uuid()) \
+                && format.uuid().validate('x').value() == ['does not match the UUID format']",
+                json!(true),
+            ),
+        ] {
+            let expression = compile(source, Declarations::default()).unwrap();
+            let value = expression.evaluate(&with_object(object.clone())).unwrap();
+            assert_eq!(json_of(&value), expected, "{source}");
+        }
+        for (source, message) in [
+            (
+                "url('http://host:port/').getHost() == ''",
+                "URL parse error during conversion from string: parse \"http://host:port/\": invalid port \":port\" after host",
+            ),
+            (
+                "url('example.com').getHost() == ''",
+                "URL parse error during conversion from string: parse \"example.com\": invalid URI for request",
+            ),
+            (
+                "semver('01.2.3').major() == 1",
+                "Major number must not contain leading zeroes \"01\"",
+            ),
+            (
+                "semver('1.2').major() == 1",
+                "No Major.Minor.Patch elements found",
+            ),
+        ] {
+            assert_evaluation_error(source, message);
         }
     }
 
