@@ -11,6 +11,8 @@
 use cel::common::types::{CelBool, CelDouble, CelInt, CelString};
 use cel::{DeclarationError, Env, ExecutionError};
 
+use crate::quantity::QuantityError;
+
 /// How a quantity's value is held: `value × 10^exponent`.
 #[derive(Debug, Clone, Copy)]
 enum Amount {
@@ -31,19 +33,6 @@ impl PartialEq for Quantity {
 }
 
 super::opaque_value!(Quantity, "kubernetes.Quantity");
-
-/// Why `resource.ParseQuantity` refuses a string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(super) enum QuantityError {
-    #[error(
-        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-    )]
-    Format,
-    #[error("unable to parse numeric part of quantity")]
-    Numeric,
-    #[error("unable to parse quantity's suffix")]
-    Suffix,
-}
 
 /// The parts of a quantity's text, as parseQuantityString splits them.
 struct Parts<'a> {
