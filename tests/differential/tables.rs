@@ -8,7 +8,8 @@
 //! NetworkPolicy and a PriorityClass; Events of both groups, EndpointSlices, autoscalers,
 //! a ReplicationController, a PodTemplate, bindings, a Node of the test's own, webhook
 //! configurations, a ValidatingAdmissionPolicy and its bindings, ingress, runtime and
-//! volume attributes classes, a CSI driver, node and attachment, a CertificateSigningRequest),
+//! volume attributes classes, a CSI driver, node and attachment, a CertificateSigningRequest,
+//! a ResourceQuota, the `kubernetes` ServiceCIDR and IPAddress),
 //! with `includeObject` and a single object's Table. Ages are
 //! masked: the two servers' objects were not created at the same instant. The workloads'
 //! rows leave their objects out: when a controller writes status in the second its object
@@ -17,8 +18,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    Answer, Interaction, JSON, STRATEGIC, Target, normalize, parse_body, raw_create, support,
-    wait_until,
+    Answer, Interaction, JSON, MERGE, STRATEGIC, Target, normalize, parse_body, raw_create,
+    support, wait_until,
 };
 
 /// The namespace of these interactions.
@@ -27,7 +28,8 @@ const NAMESPACE: &str = "tables";
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 
 /// GETs `path` as a Table and records it, the cells of its age columns (an event's last and
-/// first seen too) masked unless `<unknown>` (and a restart's "(… ago)").
+/// first seen too, and a cell past the last column) masked unless `<unknown>` (and a
+/// restart's "(… ago)").
 pub(super) async fn table(t: &Target, path: &str) {
     let (code, answer) = get_table(t, path).await;
     let ages: Vec<usize> = answer["columnDefinitions"]
@@ -46,12 +48,15 @@ pub(super) async fn table(t: &Target, path: &str) {
                 .collect()
         })
         .unwrap_or_default();
+    let columns = answer["columnDefinitions"].as_array().map_or(0, Vec::len);
     let mut answer = answer;
     if let Some(rows) = answer["rows"].as_array_mut() {
         for row in rows {
             if let Some(cells) = row["cells"].as_array_mut() {
                 for (i, cell) in cells.iter_mut().enumerate() {
-                    if ages.contains(&i) && *cell != "<unknown>" {
+                    // An IPAddress's age has no column: kube-apiserver defines only two.
+                    let columnless = columns > 0 && i >= columns;
+                    if (ages.contains(&i) || columnless) && *cell != "<unknown>" {
                         *cell = json!("<age>");
                     } else if let Some(text) = cell.as_str()
                         && let Some(at) = text.find(" (")
@@ -582,6 +587,31 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 )
                 .await;
                 table(t, &ns_path("v1", "podtemplates")).await;
+                // The simulator has no quota controller: the status written here is the one
+                // kube-controller-manager computes for this namespace (one pod template, no
+                // pod with limits or requests), whichever of the two writes it last.
+                let hard =
+                    json!({"count/podtemplates": "5", "limits.cpu": "2", "requests.memory": "1Gi"});
+                raw_create(
+                    t,
+                    &ns_path("v1", "resourcequotas"),
+                    &json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "bounded"},
+                            "spec": {"hard": hard}}),
+                )
+                .await;
+                let status = json!({"status": {"hard": hard,
+                    "used": {"count/podtemplates": "1", "limits.cpu": "0", "requests.memory": "0"}}});
+                let path = format!("{}/bounded", ns_path("v1", "resourcequotas"));
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "PATCH",
+                    &format!("{path}/status"),
+                    MERGE,
+                    serde_json::to_vec(&status).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 200, "{}: {text}", t.name);
+                table(t, &format!("{path}?includeObject=None")).await;
                 raw_create(
                     t,
                     &ns_path("rbac.authorization.k8s.io/v1", "rolebindings"),
@@ -602,7 +632,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
-            "tables: nodes, cluster bindings, admission configurations, classes, drivers and signing requests",
+            "tables: nodes, cluster bindings, admission configurations, classes, drivers, signing requests and service addresses",
             |t| {
                 let node = "differential-tables-node";
                 raw_create(
@@ -810,6 +840,18 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 for (collection, name) in names {
                     table(t, &format!("{collection}/{name}?includeObject=None")).await;
                 }
+                // The service CIDR and the address of the `kubernetes` Service, both servers'.
+                let networking = "/apis/networking.k8s.io/v1";
+                table(
+                    t,
+                    &format!("{networking}/servicecidrs/kubernetes?includeObject=None"),
+                )
+                .await;
+                table(
+                    t,
+                    &format!("{networking}/ipaddresses/10.0.0.1?includeObject=None"),
+                )
+                .await;
                 for (collection, name) in names {
                     support::raw(
                         &t.admin,
