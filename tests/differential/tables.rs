@@ -9,7 +9,8 @@
 //! a ReplicationController, a PodTemplate, bindings, a Node of the test's own, webhook
 //! configurations, a ValidatingAdmissionPolicy and its bindings, ingress, runtime and
 //! volume attributes classes, a CSI driver, node and attachment, a CertificateSigningRequest,
-//! a ResourceQuota, the `kubernetes` ServiceCIDR and IPAddress),
+//! a ResourceQuota, the `kubernetes` ServiceCIDR and IPAddress, the flow control
+//! configuration),
 //! with `includeObject` and a single object's Table. Ages are
 //! masked: the two servers' objects were not created at the same instant. The workloads'
 //! rows leave their objects out: when a controller writes status in the second its object
@@ -632,7 +633,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
-            "tables: nodes, cluster bindings, admission configurations, classes, drivers, signing requests and service addresses",
+            "tables: nodes, cluster bindings, admission configurations, classes, drivers, signing requests, service addresses and flow control",
             |t| {
                 let node = "differential-tables-node";
                 raw_create(
@@ -852,6 +853,11 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     &format!("{networking}/ipaddresses/10.0.0.1?includeObject=None"),
                 )
                 .await;
+                // The bootstrap flow control configuration, both servers' too.
+                let flow_control = "/apis/flowcontrol.apiserver.k8s.io/v1";
+                for resource in ["flowschemas", "prioritylevelconfigurations"] {
+                    table(t, &format!("{flow_control}/{resource}?includeObject=None")).await;
+                }
                 for (collection, name) in names {
                     support::raw(
                         &t.admin,

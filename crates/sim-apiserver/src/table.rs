@@ -19,13 +19,14 @@
 //! clusterrolebindings, webhook configurations, validatingadmissionpolicies and their
 //! bindings, certificatesigningrequests, persistentvolumeclaims, persistentvolumes,
 //! storageclasses, volumeattributesclasses, csidrivers, csinodes, volumeattachments,
+//! flowschemas (a list in their order of precedence), prioritylevelconfigurations,
 //! leases, and the kinds served by the default convertor (`Name`, `Created At`). A custom
 //! resource gets its CRD version's `additionalPrinterColumns` (simple JSONPaths: fields
 //! and list indexes), or `Age`.
 //!
 //! # Caveats
-//! A built-in kind without a ported printer (componentstatuses, flowschemas,
-//! prioritylevelconfigurations, apiservices, `resource.k8s.io`'s kinds) is answered as
+//! A built-in kind without a ported printer (componentstatuses, apiservices,
+//! `resource.k8s.io`'s kinds) is answered as
 //! JSON, which `kubectl get` (whose Accept header falls back to `application/json`) prints
 //! with its own columns.
 
@@ -308,6 +309,41 @@ fn printer(rt: &ResourceType, crd: Option<&Value>, version: &str) -> Option<Prin
             ("storage.k8s.io", "volumeattributesclasses") => {
                 |o, now| vec![name(o), text_or(&o["driverName"], ""), age(o, now)]
             }
+            ("flowcontrol.apiserver.k8s.io", "flowschemas") => |o, now| {
+                let spec = &o["spec"];
+                let dangling = o["status"]["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == "Dangling"))
+                    .map_or_else(|| json!("?"), |c| c["status"].clone());
+                vec![
+                    name(o),
+                    text_or(&spec["priorityLevelConfiguration"]["name"], ""),
+                    json!(int(&spec["matchingPrecedence"])),
+                    text_or(&spec["distinguisherMethod"]["type"], "<none>"),
+                    age(o, now),
+                    dangling,
+                ]
+            },
+            ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => |o, now| {
+                let limited = &o["spec"]["limited"];
+                let queuing = &limited["limitResponse"]["queuing"];
+                let number = |v: &Value, shown: bool| {
+                    if shown {
+                        json!(int(v))
+                    } else {
+                        json!("<none>")
+                    }
+                };
+                vec![
+                    name(o),
+                    text_or(&o["spec"]["type"], ""),
+                    number(&limited["nominalConcurrencyShares"], limited.is_object()),
+                    number(&queuing["queues"], queuing.is_object()),
+                    number(&queuing["handSize"], queuing.is_object()),
+                    number(&queuing["queueLengthLimit"], queuing.is_object()),
+                    age(o, now),
+                ]
+            },
             _ if is_default(&columns) => |o, now| vec![name(o), age(o, now)],
             _ => return None,
         };
@@ -378,7 +414,23 @@ pub fn convert(
                     metadata[key] = v.clone();
                 }
             }
-            (items.clone(), metadata)
+            let mut items = items.clone();
+            if rt.group == "flowcontrol.apiserver.k8s.io" && rt.resource == "flowschemas" {
+                // `FlowSchemaSequence`: by matching precedence, then name.
+                items.sort_by(|a, b| {
+                    let key = |o: &Value| {
+                        (
+                            int(&o["spec"]["matchingPrecedence"]),
+                            o["metadata"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                        )
+                    };
+                    key(a).cmp(&key(b))
+                });
+            }
+            (items, metadata)
         }
         None => {
             let mut metadata = json!({});
