@@ -10,7 +10,7 @@
 //! configurations, a ValidatingAdmissionPolicy and its bindings, ingress, runtime and
 //! volume attributes classes, a CSI driver, node and attachment, a CertificateSigningRequest,
 //! a ResourceQuota, the `kubernetes` ServiceCIDR and IPAddress, the flow control
-//! configuration),
+//! configuration, etcd's ComponentStatus),
 //! with `includeObject` and a single object's Table. Ages are
 //! masked: the two servers' objects were not created at the same instant. The workloads'
 //! rows leave their objects out: when a controller writes status in the second its object
@@ -853,6 +853,8 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     &format!("{networking}/ipaddresses/10.0.0.1?includeObject=None"),
                 )
                 .await;
+                // etcd's health, the one component both servers probe alike.
+                table(t, "/api/v1/componentstatuses/etcd-0?includeObject=None").await;
                 // The bootstrap flow control configuration, both servers' too.
                 let flow_control = "/apis/flowcontrol.apiserver.k8s.io/v1";
                 for resource in ["flowschemas", "prioritylevelconfigurations"] {

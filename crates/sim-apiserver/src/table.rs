@@ -20,15 +20,15 @@
 //! bindings, certificatesigningrequests, persistentvolumeclaims, persistentvolumes,
 //! storageclasses, volumeattributesclasses, csidrivers, csinodes, volumeattachments,
 //! flowschemas (a list in their order of precedence), prioritylevelconfigurations,
-//! leases, and the kinds served by the default convertor (`Name`, `Created At`). A custom
+//! componentstatuses, leases, and the kinds served by the default convertor (`Name`,
+//! `Created At`). A custom
 //! resource gets its CRD version's `additionalPrinterColumns` (simple JSONPaths: fields
 //! and list indexes), or `Age`.
 //!
 //! # Caveats
-//! A built-in kind without a ported printer (componentstatuses, apiservices,
-//! `resource.k8s.io`'s kinds) is answered as
-//! JSON, which `kubectl get` (whose Accept header falls back to `application/json`) prints
-//! with its own columns.
+//! A built-in kind without a ported printer (apiservices, `resource.k8s.io`'s kinds) is
+//! answered as JSON, which `kubectl get` (whose Accept header falls back to
+//! `application/json`) prints with its own columns.
 
 use std::sync::LazyLock;
 
@@ -343,6 +343,18 @@ fn printer(rt: &ResourceType, crd: Option<&Value>, version: &str) -> Option<Prin
                     number(&queuing["queueLengthLimit"], queuing.is_object()),
                     age(o, now),
                 ]
+            },
+            ("", "componentstatuses") => |o, _| {
+                let healthy = o["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == "Healthy"));
+                let status = match healthy {
+                    Some(c) if c["status"] == "True" => "Healthy",
+                    Some(_) => "Unhealthy",
+                    None => "Unknown",
+                };
+                let text = |key: &str| healthy.map_or_else(|| json!(""), |c| text_or(&c[key], ""));
+                vec![name(o), json!(status), text("message"), text("error")]
             },
             _ if is_default(&columns) => |o, now| vec![name(o), age(o, now)],
             _ => return None,
