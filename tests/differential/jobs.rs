@@ -384,6 +384,71 @@ pub(super) fn interactions() -> Vec<Interaction> {
             }
         ),
         interaction!(
+            "Jobs: CronJobs accepted or refused for the syntax of their schedule, on create and update",
+            |t| {
+                let cronjobs = format!("{BATCH}/namespaces/{NS}/cronjobs");
+                let cronjob = |schedule: &str| {
+                    json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                        "metadata": {"name": "cron-syntax", "namespace": NS},
+                        "spec": {"schedule": schedule, "suspend": true,
+                            "jobTemplate": {"spec": job("unused", json!({}))["spec"]}}})
+                };
+                let path = format!("{cronjobs}/cron-syntax");
+                // Accepted, each deleted before the next.
+                for schedule in [
+                    "*/15 0-6,22 1,15 * ?",
+                    "30 2 * JAN-mar Mon-FRI",
+                    "5/10 * * * sun",
+                    "@hourly",
+                    "@annually",
+                    "@every 1h30m",
+                    "0 0 ,1 * *",
+                ] {
+                    t.admin("POST", &cronjobs, JSON, cronjob(schedule)).await;
+                    t.admin("DELETE", &path, JSON, Value::Null).await;
+                }
+                for schedule in [
+                    "60 * * * *",
+                    "0 24 * * *",
+                    "0 0 0 * *",
+                    "0 0 32 * *",
+                    "0 0 * 13 *",
+                    "0 0 * * 7",
+                    "5-1 * * * *",
+                    "*/0 * * * *",
+                    "*/-2 * * * *",
+                    "1-2-3 * * * *",
+                    "1/2/3 * * * *",
+                    "0 0 * foo *",
+                    "0 0 * * mon-foo",
+                    "99999999999999999999 * * * *",
+                    "* * * *",
+                    "0 0 * * * *",
+                    "   ",
+                    "@often",
+                    "@every",
+                    "@every 1x",
+                    "@every 10",
+                    "@every h",
+                    "TZ=UTC 0 * * * *",
+                    "CRON_TZ=Mars/Olympus 0 * * * *",
+                    "TZ=UTC * *",
+                ] {
+                    t.admin("POST", &cronjobs, JSON, cronjob(schedule)).await;
+                }
+                // An update is held to the syntax, the schedule it keeps too.
+                t.admin("POST", &cronjobs, JSON, cronjob("@daily")).await;
+                for patch in [
+                    json!({"spec": {"schedule": "0 0 * * 8"}}),
+                    json!({"spec": {"schedule": "@every 2m"}}),
+                    json!({"spec": {"schedule": "0 0 * *"}}),
+                ] {
+                    t.admin("PATCH", &path, MERGE, patch).await;
+                }
+                t.admin("DELETE", &path, JSON, Value::Null).await;
+            }
+        ),
+        interaction!(
             "Jobs: a NonIndexed job of 3 completions, 2 at a time, run to completion",
             |t| {
                 let name = "job-count";

@@ -5,7 +5,13 @@
 //! StatefulSet, a Lease, the default convertor's kinds, a custom resource with printer
 //! columns and one without, a suspended Job and CronJob, a DaemonSet, ControllerRevisions
 //! with and without a controller, Endpoints, a PodDisruptionBudget, an Ingress, a
-//! NetworkPolicy and a PriorityClass), with `includeObject` and a single object's Table. Ages are
+//! NetworkPolicy and a PriorityClass; Events of both groups, EndpointSlices, autoscalers,
+//! a ReplicationController, a PodTemplate, bindings, a Node of the test's own, webhook
+//! configurations, a ValidatingAdmissionPolicy and its bindings, ingress, runtime and
+//! volume attributes classes, a CSI driver, node and attachment, a CertificateSigningRequest,
+//! a ResourceQuota, the `kubernetes` ServiceCIDR and IPAddress, the flow control
+//! configuration, etcd's ComponentStatus),
+//! with `includeObject` and a single object's Table. Ages are
 //! masked: the two servers' objects were not created at the same instant. The workloads'
 //! rows leave their objects out: when a controller writes status in the second its object
 //! was created, the order of the two managedFields entries is a race on either server.
@@ -13,8 +19,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    Answer, Interaction, JSON, STRATEGIC, Target, normalize, parse_body, raw_create, support,
-    wait_until,
+    Answer, Interaction, JSON, MERGE, STRATEGIC, Target, normalize, parse_body, raw_create,
+    support, wait_until,
 };
 
 /// The namespace of these interactions.
@@ -22,7 +28,8 @@ const NAMESPACE: &str = "tables";
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 
-/// GETs `path` as a Table and records it, the cells of its age columns masked (and a
+/// GETs `path` as a Table and records it, the cells of its age columns (an event's last and
+/// first seen too, and a cell past the last column) masked unless `<unknown>` (and a
 /// restart's "(… ago)").
 pub(super) async fn table(t: &Target, path: &str) {
     let (code, answer) = get_table(t, path).await;
@@ -32,17 +39,25 @@ pub(super) async fn table(t: &Target, path: &str) {
             columns
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| matches!(c["name"].as_str(), Some("Age" | "Created At")))
+                .filter(|(_, c)| {
+                    matches!(
+                        c["name"].as_str(),
+                        Some("Age" | "Created At" | "Last Seen" | "First Seen")
+                    )
+                })
                 .map(|(i, _)| i)
                 .collect()
         })
         .unwrap_or_default();
+    let columns = answer["columnDefinitions"].as_array().map_or(0, Vec::len);
     let mut answer = answer;
     if let Some(rows) = answer["rows"].as_array_mut() {
         for row in rows {
             if let Some(cells) = row["cells"].as_array_mut() {
                 for (i, cell) in cells.iter_mut().enumerate() {
-                    if ages.contains(&i) {
+                    // An IPAddress's age has no column: kube-apiserver defines only two.
+                    let columnless = columns > 0 && i >= columns;
+                    if (ages.contains(&i) || columnless) && *cell != "<unknown>" {
                         *cell = json!("<age>");
                     } else if let Some(text) = cell.as_str()
                         && let Some(at) = text.find(" (")
@@ -442,9 +457,420 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     Vec::new(),
                 )
                 .await;
+            }
+        ),
+        interaction!(
+            "tables: events, endpoint slices, autoscalers, controllers, templates, quotas and bindings",
+            |t| {
+                let at = "2026-01-01T00:00:00Z";
+                raw_create(
+                    t,
+                    &ns_path("v1", "events"),
+                    &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web-0.started"},
+                            "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": NAMESPACE,
+                                               "fieldPath": "spec.containers{main}"},
+                            "reason": "Started", "message": " Started container main\n", "type": "Normal",
+                            "source": {"component": "kubelet", "host": "node-a"},
+                            "firstTimestamp": at, "lastTimestamp": at, "count": 3}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("v1", "events"),
+                    &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "bare"},
+                            "involvedObject": {"kind": "Namespace", "namespace": NAMESPACE},
+                            "reason": "Checked", "type": "Warning"}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("events.k8s.io/v1", "events"),
+                    &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "reconciled"},
+                            "eventTime": "2026-01-01T00:00:00.000000Z",
+                            "series": {"count": 4, "lastObservedTime": "2026-01-02T00:00:00.000000Z"},
+                            "reportingController": "example.com/operator", "reportingInstance": "operator-0",
+                            "action": "Reconcile", "reason": "Reconciled", "type": "Normal",
+                            "regarding": {"kind": "ConfigMap", "name": "settings", "namespace": NAMESPACE},
+                            "note": "reconciled settings"}),
+                )
+                .await;
+                // Without their objects: the managedFields of an Event created through
+                // events.k8s.io name its fields there on the real server, not here.
+                for name in ["web-0.started", "bare", "reconciled"] {
+                    for group_version in ["v1", "events.k8s.io/v1"] {
+                        let path = format!("{}/{name}", ns_path(group_version, "events"));
+                        table(t, &format!("{path}?includeObject=None")).await;
+                    }
+                }
+                let slices = ns_path("discovery.k8s.io/v1", "endpointslices");
+                raw_create(
+                    t,
+                    &slices,
+                    &json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                            "metadata": {"name": "manual-abc"}, "addressType": "IPv4",
+                            "ports": [{"name": "http", "port": 80}, {"name": "metrics"},
+                                      {"name": "https", "port": 443}, {"name": "dns", "port": 53}],
+                            "endpoints": [{"addresses": ["10.1.0.1"]}, {"addresses": ["10.1.0.2"]},
+                                          {"addresses": ["10.1.0.3"]}, {"addresses": ["10.1.0.4"]}]}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &slices,
+                    &json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                            "metadata": {"name": "empty"}, "addressType": "IPv6", "endpoints": []}),
+                )
+                .await;
+                table(t, &format!("{slices}/manual-abc")).await;
+                // Without its object: the real server's managedFields keep the empty list of
+                // endpoints, not the simulator's.
+                table(t, &format!("{slices}/empty?includeObject=None")).await;
+                // The autoscalers aim at the Deployment of no replicas: neither server's
+                // status has a replica or a metric to show.
+                let autoscalers = ns_path("autoscaling/v2", "horizontalpodautoscalers");
+                let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "idle"});
+                raw_create(
+                    t,
+                    &autoscalers,
+                    &json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                            "metadata": {"name": "busy"},
+                            "spec": {"scaleTargetRef": target, "minReplicas": 2, "maxReplicas": 5,
+                                     "metrics": [
+                                        {"type": "Resource", "resource": {"name": "cpu",
+                                            "target": {"type": "Utilization", "averageUtilization": 60}}},
+                                        {"type": "Pods", "pods": {"metric": {"name": "packets"},
+                                            "target": {"type": "AverageValue", "averageValue": "1k"}}},
+                                        {"type": "External", "external": {"metric": {"name": "queue"},
+                                            "target": {"type": "Value", "value": "30"}}}]}}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &autoscalers,
+                    &json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                            "metadata": {"name": "plain"},
+                            "spec": {"scaleTargetRef": target, "maxReplicas": 3}}),
+                )
+                .await;
+                for name in ["busy", "plain"] {
+                    table(t, &format!("{autoscalers}/{name}?includeObject=None")).await;
+                }
+                table(
+                    t,
+                    &format!(
+                        "{}/plain?includeObject=None",
+                        ns_path("autoscaling/v1", "horizontalpodautoscalers")
+                    ),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("v1", "replicationcontrollers"),
+                    &json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"},
+                            "spec": {"replicas": 0, "selector": {"app": "legacy"}, "template": template("legacy")}}),
+                )
+                .await;
+                table(
+                    t,
+                    &format!(
+                        "{}/legacy?includeObject=None",
+                        ns_path("v1", "replicationcontrollers")
+                    ),
+                )
+                .await;
+                let mut pod_template = template("templated");
+                pod_template["metadata"]["labels"]["tier"] = json!("a");
+                raw_create(
+                    t,
+                    &ns_path("v1", "podtemplates"),
+                    &json!({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "templated"},
+                            "template": pod_template}),
+                )
+                .await;
+                table(t, &ns_path("v1", "podtemplates")).await;
+                // The simulator has no quota controller: the status written here is the one
+                // kube-controller-manager computes for this namespace (one pod template, no
+                // pod with limits or requests), whichever of the two writes it last.
+                let hard =
+                    json!({"count/podtemplates": "5", "limits.cpu": "2", "requests.memory": "1Gi"});
+                raw_create(
+                    t,
+                    &ns_path("v1", "resourcequotas"),
+                    &json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "bounded"},
+                            "spec": {"hard": hard}}),
+                )
+                .await;
+                let status = json!({"status": {"hard": hard,
+                    "used": {"count/podtemplates": "1", "limits.cpu": "0", "requests.memory": "0"}}});
+                let path = format!("{}/bounded", ns_path("v1", "resourcequotas"));
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "PATCH",
+                    &format!("{path}/status"),
+                    MERGE,
+                    serde_json::to_vec(&status).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 200, "{}: {text}", t.name);
+                table(t, &format!("{path}?includeObject=None")).await;
+                raw_create(
+                    t,
+                    &ns_path("rbac.authorization.k8s.io/v1", "rolebindings"),
+                    &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                            "metadata": {"name": "readers"},
+                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+                            "subjects": [
+                                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+                                {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "devs"},
+                                {"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE},
+                                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "bob"}]}),
+                )
+                .await;
+                table(t, &ns_path("rbac.authorization.k8s.io/v1", "rolebindings")).await;
                 let namespace = format!("/api/v1/namespaces/{NAMESPACE}");
                 support::raw(&t.admin, "DELETE", &namespace, JSON, Vec::new()).await;
                 wait_until(t, &namespace, "the namespace gone", |code, _| code == 404).await;
+            }
+        ),
+        interaction!(
+            "tables: nodes, cluster bindings, admission configurations, classes, drivers, signing requests, service addresses and flow control",
+            |t| {
+                let node = "differential-tables-node";
+                raw_create(
+                    t,
+                    "/api/v1/nodes",
+                    &json!({"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": node, "labels": {
+                                "node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/infra": "",
+                                "kubernetes.io/role": "edge"}},
+                            "spec": {"unschedulable": true,
+                                     "taints": [{"key": "example.com/fake", "effect": "NoSchedule"}]}}),
+                )
+                .await;
+                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                let status = json!({"status": {
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                    "lastHeartbeatTime": now, "lastTransitionTime": now}],
+                    "addresses": [{"type": "Hostname", "address": node},
+                                  {"type": "InternalIP", "address": "192.0.2.10"}],
+                    "nodeInfo": {"kubeletVersion": "v1.34.4", "osImage": "Debian GNU/Linux 13",
+                                 "kernelVersion": "", "containerRuntimeVersion": "",
+                                 "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": "",
+                                 "operatingSystem": "linux", "architecture": "amd64"}}});
+                let path = format!("/api/v1/nodes/{node}");
+                let (code, text) = support::raw(
+                    &t.admin,
+                    "PATCH",
+                    &format!("{path}/status"),
+                    STRATEGIC,
+                    serde_json::to_vec(&status).unwrap(),
+                )
+                .await;
+                assert_eq!(code, 200, "{}: {text}", t.name);
+                table(t, &format!("{path}?includeObject=None")).await;
+                let bindings = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+                raw_create(
+                    t,
+                    bindings,
+                    &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                            "metadata": {"name": "differential-tables"},
+                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                            "subjects": [{"kind": "ServiceAccount", "name": "a", "namespace": "x"},
+                                         {"kind": "ServiceAccount", "name": "b", "namespace": "y"}]}),
+                )
+                .await;
+                let webhooks =
+                    "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+                raw_create(
+                    t,
+                    webhooks,
+                    &json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                            "kind": "ValidatingWebhookConfiguration",
+                            "metadata": {"name": "differential-tables"},
+                            "webhooks": [{"name": "check.tables.example.com",
+                                "clientConfig": {"url": "https://127.0.0.1:1/check"},
+                                "rules": [{"operations": ["CREATE"], "apiGroups": ["tables.example.com"],
+                                           "apiVersions": ["*"], "resources": ["widgets"]}],
+                                "failurePolicy": "Ignore", "sideEffects": "None",
+                                "admissionReviewVersions": ["v1"]}]}),
+                )
+                .await;
+                let mutating =
+                    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+                raw_create(
+                    t,
+                    mutating,
+                    &json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                            "kind": "MutatingWebhookConfiguration",
+                            "metadata": {"name": "differential-tables"}}),
+                )
+                .await;
+                let policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";
+                raw_create(
+                    t,
+                    policies,
+                    &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+                            "metadata": {"name": "differential-tables"},
+                            "spec": {"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                                     "matchConstraints": {"resourceRules": [{
+                                        "operations": ["CREATE"], "apiGroups": ["tables.example.com"],
+                                        "apiVersions": ["*"], "resources": ["widgets"]}]},
+                                     "validations": [{"expression": "true"}, {"expression": "1 == 1"}]}}),
+                )
+                .await;
+                let policy_bindings =
+                    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
+                for (name, param) in [
+                    (
+                        "differential-tables-named",
+                        json!({"name": "settings", "namespace": "tables", "parameterNotFoundAction": "Deny"}),
+                    ),
+                    (
+                        "differential-tables-any",
+                        json!({"name": "settings", "parameterNotFoundAction": "Allow"}),
+                    ),
+                    (
+                        "differential-tables-selected",
+                        json!({"selector": {"matchLabels": {"b": "2", "a": "1"}},
+                                       "parameterNotFoundAction": "Deny"}),
+                    ),
+                ] {
+                    raw_create(
+                        t,
+                        policy_bindings,
+                        &json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                                "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+                                "spec": {"policyName": "differential-tables", "paramRef": param,
+                                         "validationActions": ["Deny"]}}),
+                    )
+                    .await;
+                }
+                let classes = "/apis/networking.k8s.io/v1/ingressclasses";
+                raw_create(
+                    t,
+                    classes,
+                    &json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+                            "metadata": {"name": "differential-tables"},
+                            "spec": {"controller": "example.com/ingress",
+                                     "parameters": {"apiGroup": "k8s.example.com", "kind": "IngressParameters",
+                                                    "name": "external", "scope": "Cluster"}}}),
+                )
+                .await;
+                let runtimes = "/apis/node.k8s.io/v1/runtimeclasses";
+                raw_create(
+                    t,
+                    runtimes,
+                    &json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                            "metadata": {"name": "differential-tables"}, "handler": "runc"}),
+                )
+                .await;
+                let drivers = "/apis/storage.k8s.io/v1/csidrivers";
+                raw_create(
+                    t,
+                    drivers,
+                    &json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                            "metadata": {"name": "tables.csi.example.com"},
+                            "spec": {"attachRequired": false,
+                                     "tokenRequests": [{"audience": "a"}, {"audience": "b"}],
+                                     "volumeLifecycleModes": ["Persistent", "Ephemeral"]}}),
+                )
+                .await;
+                let csi_nodes = "/apis/storage.k8s.io/v1/csinodes";
+                raw_create(
+                    t,
+                    csi_nodes,
+                    &json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                            "metadata": {"name": node},
+                            "spec": {"drivers": [{"name": "tables.csi.example.com", "nodeID": "n1"}]}}),
+                )
+                .await;
+                let attachments = "/apis/storage.k8s.io/v1/volumeattachments";
+                raw_create(
+                    t,
+                    attachments,
+                    &json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                            "metadata": {"name": "differential-tables"},
+                            "spec": {"attacher": "tables.csi.example.com", "nodeName": node,
+                                     "source": {"persistentVolumeName": "pv-tables"}}}),
+                )
+                .await;
+                let attributes = "/apis/storage.k8s.io/v1/volumeattributesclasses";
+                raw_create(
+                    t,
+                    attributes,
+                    &json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+                            "metadata": {"name": "differential-tables"},
+                            "driverName": "tables.csi.example.com", "parameters": {"iops": "100"}}),
+                )
+                .await;
+                let requests = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+                let key = rcgen::KeyPair::generate().unwrap();
+                let pem = rcgen::CertificateParams::new(Vec::<String>::new())
+                    .unwrap()
+                    .serialize_request(&key)
+                    .unwrap()
+                    .pem()
+                    .unwrap();
+                raw_create(
+                    t,
+                    requests,
+                    &json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                            "metadata": {"name": "differential-tables"},
+                            "spec": {"request": base64::Engine::encode(
+                                        &base64::engine::general_purpose::STANDARD, pem),
+                                     "signerName": "example.com/tables", "expirationSeconds": 86400,
+                                     "usages": ["digital signature"]}}),
+                )
+                .await;
+                let names = [
+                    (bindings, "differential-tables"),
+                    (webhooks, "differential-tables"),
+                    (mutating, "differential-tables"),
+                    (policies, "differential-tables"),
+                    (policy_bindings, "differential-tables-named"),
+                    (policy_bindings, "differential-tables-any"),
+                    (policy_bindings, "differential-tables-selected"),
+                    (classes, "differential-tables"),
+                    (runtimes, "differential-tables"),
+                    (drivers, "tables.csi.example.com"),
+                    (csi_nodes, node),
+                    (attachments, "differential-tables"),
+                    (attributes, "differential-tables"),
+                    (requests, "differential-tables"),
+                ];
+                for (collection, name) in names {
+                    table(t, &format!("{collection}/{name}?includeObject=None")).await;
+                }
+                // The service CIDR and the address of the `kubernetes` Service, both servers'.
+                let networking = "/apis/networking.k8s.io/v1";
+                table(
+                    t,
+                    &format!("{networking}/servicecidrs/kubernetes?includeObject=None"),
+                )
+                .await;
+                table(
+                    t,
+                    &format!("{networking}/ipaddresses/10.0.0.1?includeObject=None"),
+                )
+                .await;
+                // etcd's health, the one component both servers probe alike.
+                table(t, "/api/v1/componentstatuses/etcd-0?includeObject=None").await;
+                // The bootstrap flow control configuration, both servers' too.
+                let flow_control = "/apis/flowcontrol.apiserver.k8s.io/v1";
+                for resource in ["flowschemas", "prioritylevelconfigurations"] {
+                    table(t, &format!("{flow_control}/{resource}?includeObject=None")).await;
+                }
+                for (collection, name) in names {
+                    support::raw(
+                        &t.admin,
+                        "DELETE",
+                        &format!("{collection}/{name}"),
+                        JSON,
+                        Vec::new(),
+                    )
+                    .await;
+                }
+                support::raw(&t.admin, "DELETE", &path, JSON, Vec::new()).await;
             }
         ),
     ]

@@ -178,14 +178,22 @@ const PROTOCOLS: &[&str] = &["TCP", "UDP", "SCTP"];
 
 const FAILURE_POLICIES: &[&str] = &["Fail", "Ignore"];
 
-/// `validateCronJobSpec`'s checks of the schedule's presence and `TZ`, and of `timeZone`
-/// (only when it changes, as upstream revalidates it).
+/// `validateCronJobSpec`'s checks of the schedule's presence, syntax (on every write, an
+/// unchanged schedule too) and `TZ`, and of `timeZone` (only when it changes, as upstream
+/// revalidates it).
 fn validate_cron_job(spec: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
     let schedule = spec["schedule"].as_str().unwrap_or_default();
     let zone = spec.get("timeZone").filter(|z| !z.is_null());
     if schedule.is_empty() {
         causes.push(Cause::required("spec.schedule", ""));
-    } else if schedule.contains("TZ") {
+    } else if let Err(refusal) = super::cron_schedule::check(schedule) {
+        causes.push(Cause::invalid(
+            "spec.schedule",
+            schedule.into(),
+            refusal.to_string(),
+        ));
+    }
+    if schedule.contains("TZ") {
         // A schedule that already had a `TZ` may keep one, but not beside `timeZone`.
         let had_tz = old.is_some_and(|o| o["schedule"].as_str().is_some_and(|s| s.contains("TZ")));
         let detail = match (had_tz, zone) {

@@ -37,6 +37,7 @@ pub mod component_status;
 pub mod control;
 pub mod conversion;
 mod create;
+pub mod cron_schedule;
 pub mod discovery;
 pub mod ephemeral;
 pub mod eviction;

@@ -10,16 +10,25 @@
 //! (`system_objects/table_columns.json`, captured from kube-apiserver 1.34 and compared
 //! with it by the differential test). The cells are those of kube-apiserver's printers
 //! (`pkg/printers/internalversion`, always `Wide`), ported for the kinds operators and
-//! their authors look at most: pods, services, configmaps, secrets, serviceaccounts,
-//! namespaces, deployments, replicasets, statefulsets, daemonsets, controllerrevisions,
-//! jobs, cronjobs, endpoints, poddisruptionbudgets, ingresses, networkpolicies,
-//! priorityclasses, persistentvolumeclaims, persistentvolumes, storageclasses, leases, and
-//! the kinds served by the default convertor (`Name`, `Created At`). A custom resource gets its CRD version's
-//! `additionalPrinterColumns` (simple JSONPaths: fields and list indexes), or `Age`.
+//! their authors look at: pods, services, configmaps, secrets, serviceaccounts,
+//! namespaces, nodes, events (`v1` and `events.k8s.io`), deployments, replicasets,
+//! statefulsets, daemonsets, replicationcontrollers, podtemplates, controllerrevisions,
+//! jobs, cronjobs, horizontalpodautoscalers, endpoints, endpointslices,
+//! poddisruptionbudgets, resourcequotas, ingresses, ingressclasses, networkpolicies,
+//! servicecidrs, ipaddresses, priorityclasses, runtimeclasses, rolebindings,
+//! clusterrolebindings, webhook configurations, validatingadmissionpolicies and their
+//! bindings, certificatesigningrequests, persistentvolumeclaims, persistentvolumes,
+//! storageclasses, volumeattributesclasses, csidrivers, csinodes, volumeattachments,
+//! flowschemas (a list in their order of precedence), prioritylevelconfigurations,
+//! componentstatuses, leases, and the kinds served by the default convertor (`Name`,
+//! `Created At`). A custom
+//! resource gets its CRD version's `additionalPrinterColumns` (simple JSONPaths: fields
+//! and list indexes), or `Age`.
 //!
 //! # Caveats
-//! A built-in kind without a ported printer is answered as JSON, which `kubectl get`
-//! (whose Accept header falls back to `application/json`) prints with its own columns.
+//! A built-in kind without a ported printer (apiservices, `resource.k8s.io`'s kinds) is
+//! answered as JSON, which `kubectl get` (whose Accept header falls back to
+//! `application/json`) prints with its own columns.
 
 use std::sync::LazyLock;
 
@@ -190,6 +199,163 @@ fn printer(rt: &ResourceType, crd: Option<&Value>, version: &str) -> Option<Prin
                     age(o, now),
                 ]
             },
+            ("", "nodes") => print_node,
+            ("", "events") | ("events.k8s.io", "events") => print_event,
+            ("discovery.k8s.io", "endpointslices") => print_endpoint_slice,
+            ("autoscaling", "horizontalpodautoscalers") => print_autoscaler,
+            ("", "replicationcontrollers") => {
+                |o, now| replica_cells(o, now, format_labels(&o["spec"]["selector"]))
+            }
+            ("", "podtemplates") => |o, _| {
+                let (names, images) = containers(&o["template"]);
+                vec![
+                    name(o),
+                    json!(names),
+                    json!(images),
+                    json!(format_labels(&o["template"]["metadata"]["labels"])),
+                ]
+            },
+            ("", "resourcequotas") => print_resource_quota,
+            ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+                print_role_binding
+            }
+            (
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations" | "validatingwebhookconfigurations",
+            ) => |o, now| vec![name(o), json!(len(&o["webhooks"])), age(o, now)],
+            ("admissionregistration.k8s.io", "validatingadmissionpolicies") => |o, now| {
+                let param_kind = &o["spec"]["paramKind"];
+                let param_kind = if param_kind.is_object() {
+                    format!(
+                        "{}/{}",
+                        param_kind["apiVersion"].as_str().unwrap_or_default(),
+                        param_kind["kind"].as_str().unwrap_or_default()
+                    )
+                } else {
+                    "<unset>".into()
+                };
+                vec![
+                    name(o),
+                    json!(len(&o["spec"]["validations"])),
+                    json!(param_kind),
+                    age(o, now),
+                ]
+            },
+            ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
+                print_policy_binding
+            }
+            ("certificates.k8s.io", "certificatesigningrequests") => print_signing_request,
+            ("networking.k8s.io", "ingressclasses") => |o, now| {
+                let parameters = &o["spec"]["parameters"];
+                let parameters = if parameters.is_object() {
+                    let kind = parameters["kind"].as_str().unwrap_or_default();
+                    let name = parameters["name"].as_str().unwrap_or_default();
+                    match parameters["apiGroup"].as_str() {
+                        Some(group) => format!("{kind}.{group}/{name}"),
+                        None => format!("{kind}/{name}"),
+                    }
+                } else {
+                    "<none>".into()
+                };
+                vec![
+                    name(o),
+                    text_or(&o["spec"]["controller"], ""),
+                    json!(parameters),
+                    age(o, now),
+                ]
+            },
+            ("networking.k8s.io", "servicecidrs") => |o, now| {
+                let cidrs: Vec<&str> = o["spec"]["cidrs"]
+                    .as_array()
+                    .map(|c| c.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                vec![name(o), json!(cidrs.join(",")), age(o, now)]
+            },
+            ("networking.k8s.io", "ipaddresses") => |o, now| {
+                let parent = &o["spec"]["parentRef"];
+                let parent = if parent.is_object() {
+                    let text = |key: &str| parent[key].as_str().unwrap_or_default().to_string();
+                    let mut shown = text("resource");
+                    if !text("group").is_empty() {
+                        shown = format!("{shown}.{}", text("group"));
+                    }
+                    shown = shown.to_lowercase();
+                    if !text("namespace").is_empty() {
+                        shown = format!("{shown}/{}", text("namespace"));
+                    }
+                    format!("{shown}/{}", text("name"))
+                } else {
+                    "<none>".into()
+                };
+                vec![name(o), json!(parent), age(o, now)]
+            },
+            ("node.k8s.io", "runtimeclasses") => {
+                |o, now| vec![name(o), text_or(&o["handler"], ""), age(o, now)]
+            }
+            ("storage.k8s.io", "csidrivers") => print_csi_driver,
+            ("storage.k8s.io", "csinodes") => {
+                |o, now| vec![name(o), json!(len(&o["spec"]["drivers"])), age(o, now)]
+            }
+            ("storage.k8s.io", "volumeattachments") => |o, now| {
+                vec![
+                    name(o),
+                    text_or(&o["spec"]["attacher"], ""),
+                    text_or(&o["spec"]["source"]["persistentVolumeName"], ""),
+                    text_or(&o["spec"]["nodeName"], ""),
+                    json!(o["status"]["attached"].as_bool().unwrap_or(false)),
+                    age(o, now),
+                ]
+            },
+            ("storage.k8s.io", "volumeattributesclasses") => {
+                |o, now| vec![name(o), text_or(&o["driverName"], ""), age(o, now)]
+            }
+            ("flowcontrol.apiserver.k8s.io", "flowschemas") => |o, now| {
+                let spec = &o["spec"];
+                let dangling = o["status"]["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == "Dangling"))
+                    .map_or_else(|| json!("?"), |c| c["status"].clone());
+                vec![
+                    name(o),
+                    text_or(&spec["priorityLevelConfiguration"]["name"], ""),
+                    json!(int(&spec["matchingPrecedence"])),
+                    text_or(&spec["distinguisherMethod"]["type"], "<none>"),
+                    age(o, now),
+                    dangling,
+                ]
+            },
+            ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => |o, now| {
+                let limited = &o["spec"]["limited"];
+                let queuing = &limited["limitResponse"]["queuing"];
+                let number = |v: &Value, shown: bool| {
+                    if shown {
+                        json!(int(v))
+                    } else {
+                        json!("<none>")
+                    }
+                };
+                vec![
+                    name(o),
+                    text_or(&o["spec"]["type"], ""),
+                    number(&limited["nominalConcurrencyShares"], limited.is_object()),
+                    number(&queuing["queues"], queuing.is_object()),
+                    number(&queuing["handSize"], queuing.is_object()),
+                    number(&queuing["queueLengthLimit"], queuing.is_object()),
+                    age(o, now),
+                ]
+            },
+            ("", "componentstatuses") => |o, _| {
+                let healthy = o["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == "Healthy"));
+                let status = match healthy {
+                    Some(c) if c["status"] == "True" => "Healthy",
+                    Some(_) => "Unhealthy",
+                    None => "Unknown",
+                };
+                let text = |key: &str| healthy.map_or_else(|| json!(""), |c| text_or(&c[key], ""));
+                vec![name(o), json!(status), text("message"), text("error")]
+            },
             _ if is_default(&columns) => |o, now| vec![name(o), age(o, now)],
             _ => return None,
         };
@@ -260,7 +426,23 @@ pub fn convert(
                     metadata[key] = v.clone();
                 }
             }
-            (items.clone(), metadata)
+            let mut items = items.clone();
+            if rt.group == "flowcontrol.apiserver.k8s.io" && rt.resource == "flowschemas" {
+                // `FlowSchemaSequence`: by matching precedence, then name.
+                items.sort_by(|a, b| {
+                    let key = |o: &Value| {
+                        (
+                            int(&o["spec"]["matchingPrecedence"]),
+                            o["metadata"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                        )
+                    };
+                    key(a).cmp(&key(b))
+                });
+            }
+            (items, metadata)
         }
         None => {
             let mut metadata = json!({});
@@ -873,6 +1055,12 @@ fn print_ingress(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
 }
 
 fn print_replica_set(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    replica_cells(o, now, label_selector(&o["spec"]["selector"]))
+}
+
+/// The cells of a ReplicaSet or a ReplicationController: desired, current and ready
+/// replicas, age, containers, images, and the selector as its kind prints it.
+fn replica_cells(o: &Value, now: DateTime<Utc>, selector: String) -> Vec<Value> {
     let (names, images) = containers(&o["spec"]["template"]);
     vec![
         name(o),
@@ -882,7 +1070,7 @@ fn print_replica_set(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
         age(o, now),
         json!(names),
         json!(images),
-        json!(label_selector(&o["spec"]["selector"])),
+        json!(selector),
     ]
 }
 
@@ -1201,6 +1389,521 @@ fn go_print(value: &Value) -> String {
     }
 }
 
+/// `printNode`: `Ready` or `NotReady` by the Ready condition (`Unknown` without one),
+/// `SchedulingDisabled` when unschedulable; the roles of its `node-role.kubernetes.io/`
+/// labels and `kubernetes.io/role`; its kubelet, first addresses and system.
+fn print_node(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let mut status: Vec<&str> = o["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().rev().find(|c| c["type"] == "Ready"))
+        .map(|c| {
+            if c["status"] == "True" {
+                "Ready"
+            } else {
+                "NotReady"
+            }
+        })
+        .into_iter()
+        .collect();
+    if status.is_empty() {
+        status.push("Unknown");
+    }
+    if o["spec"]["unschedulable"] == true {
+        status.push("SchedulingDisabled");
+    }
+    let mut roles: Vec<String> = o["metadata"]["labels"]
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(
+                    |(key, value)| match key.strip_prefix("node-role.kubernetes.io/") {
+                        Some(role) if !role.is_empty() => Some(role.to_string()),
+                        Some(_) => None,
+                        None if key == "kubernetes.io/role" => {
+                            value.as_str().filter(|v| !v.is_empty()).map(str::to_string)
+                        }
+                        None => None,
+                    },
+                )
+                .collect()
+        })
+        .unwrap_or_default();
+    roles.sort();
+    roles.dedup();
+    let roles = if roles.is_empty() {
+        "<none>".to_string()
+    } else {
+        roles.join(",")
+    };
+    let info = &o["status"]["nodeInfo"];
+    let address = |kind: &str| {
+        o["status"]["addresses"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["type"] == kind))
+            .map_or_else(|| json!("<none>"), |a| a["address"].clone())
+    };
+    let or_unknown = |v: &Value| match v.as_str() {
+        Some(text) if !text.is_empty() => json!(text),
+        _ => json!("<unknown>"),
+    };
+    vec![
+        name(o),
+        json!(status.join(",")),
+        json!(roles),
+        age(o, now),
+        text_or(&info["kubeletVersion"], ""),
+        address("InternalIP"),
+        address("ExternalIP"),
+        or_unknown(&info["osImage"]),
+        or_unknown(&info["kernelVersion"]),
+        or_unknown(&info["containerRuntimeVersion"]),
+    ]
+}
+
+/// `printEvent` (wide), of a `v1` Event or an `events.k8s.io` one read as the `v1` Event it
+/// converts to: last and first seen (from the event time without timestamps; the series'
+/// last observation), the involved object as `kind/name`, the source, the count (one for a
+/// singleton).
+fn print_event(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    const NEW_ONLY: [&str; 6] = [
+        "regarding",
+        "note",
+        "deprecatedSource",
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+        "deprecatedCount",
+    ];
+    let core = !NEW_ONLY.iter().any(|key| o.get(*key).is_some());
+    let field = |core_key: &str, new_key: &str| {
+        if core { &o[core_key] } else { &o[new_key] }
+    };
+    let first = match time(field("firstTimestamp", "deprecatedFirstTimestamp")) {
+        Some(t) => since(Some(t), now),
+        None => since(time(&o["eventTime"]), now),
+    };
+    let mut last = match time(field("lastTimestamp", "deprecatedLastTimestamp")) {
+        Some(t) => since(Some(t), now),
+        None => first.clone(),
+    };
+    let mut count = int(field("count", "deprecatedCount"));
+    if o["series"].is_object() {
+        last = since(time(&o["series"]["lastObservedTime"]), now);
+        count = int(&o["series"]["count"]);
+    } else if count == 0 {
+        count = 1;
+    }
+    let involved = field("involvedObject", "regarding");
+    let kind = involved["kind"].as_str().unwrap_or_default().to_lowercase();
+    let target = match involved["name"].as_str() {
+        Some(name) if !name.is_empty() => format!("{kind}/{name}"),
+        _ => kind,
+    };
+    let source = field("source", "deprecatedSource");
+    let first_non_empty = |a: &Value, b: &Value| {
+        [a, b]
+            .iter()
+            .filter_map(|v| v.as_str())
+            .find(|v| !v.is_empty())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let reporter = field("reportingComponent", "reportingController");
+    let component = first_non_empty(&source["component"], reporter);
+    let instance = first_non_empty(&source["host"], &o["reportingInstance"]);
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    let message = field("message", "note").as_str().unwrap_or_default().trim();
+    vec![
+        json!(last),
+        text_or(&o["type"], ""),
+        text_or(&o["reason"], ""),
+        json!(target),
+        text_or(&involved["fieldPath"], ""),
+        json!(source),
+        json!(message),
+        json!(first),
+        json!(count),
+        name(o),
+    ]
+}
+
+/// `listWithMoreString`: the first three, then how many more; `<unset>` for none.
+fn first_three(items: &[String]) -> String {
+    const MAX: usize = 3;
+    match items.len() {
+        0 => "<unset>".into(),
+        n if n > MAX => format!("{} + {} more...", items[..MAX].join(","), n - MAX),
+        _ => items.join(","),
+    }
+}
+
+/// `printEndpointSlice`: ports (a port's number, else its name, else `*`) and addresses,
+/// each list cut at three.
+fn print_endpoint_slice(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let ports: Vec<String> = o["ports"]
+        .as_array()
+        .map(|ports| {
+            ports
+                .iter()
+                .map(|p| match (&p["port"], p["name"].as_str()) {
+                    (Value::Number(n), _) => n.to_string(),
+                    (_, Some(name)) => name.to_string(),
+                    _ => "*".to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let addresses: Vec<String> = o["endpoints"]
+        .as_array()
+        .map(|endpoints| {
+            endpoints
+                .iter()
+                .filter_map(|e| e["addresses"].as_array())
+                .flatten()
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    vec![
+        name(o),
+        text_or(&o["addressType"], ""),
+        json!(first_three(&ports)),
+        json!(first_three(&addresses)),
+        age(o, now),
+    ]
+}
+
+/// `formatHPAMetrics` of an `autoscaling/v2` HorizontalPodAutoscaler (an `autoscaling/v1`
+/// one's CPU target read as the metric it converts to): each metric's current and target
+/// value, two at most.
+fn autoscaler_metrics(o: &Value) -> String {
+    const MAX: usize = 2;
+    let spec = &o["spec"];
+    let status = &o["status"];
+    let (specs, statuses) = match spec["targetCPUUtilizationPercentage"].as_i64() {
+        Some(target) => {
+            let current = &status["currentCPUUtilizationPercentage"];
+            let current = if current.is_number() {
+                vec![json!({"type": "Resource", "resource": {"name": "cpu",
+                    "current": {"averageUtilization": current}}})]
+            } else {
+                Vec::new()
+            };
+            (
+                vec![json!({"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": target}}})],
+                current,
+            )
+        }
+        None => (
+            spec["metrics"].as_array().cloned().unwrap_or_default(),
+            status["currentMetrics"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        ),
+    };
+    if specs.is_empty() {
+        return "<none>".into();
+    }
+    let quantity = |v: &Value| v.as_str().unwrap_or("0").to_string();
+    let list: Vec<String> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, metric)| {
+            let current_of = |key: &str| statuses.get(i).map(|s| &s[key]).filter(|c| c.is_object());
+            let unknown = || "<unknown>".to_string();
+            match metric["type"].as_str().unwrap_or_default() {
+                kind @ ("External" | "Object") => {
+                    let key = if kind == "External" {
+                        "external"
+                    } else {
+                        "object"
+                    };
+                    let target = &metric[key]["target"];
+                    let current = current_of(key).map(|c| &c["current"]);
+                    if target["averageValue"].is_string() {
+                        let current = current
+                            .filter(|c| c["averageValue"].is_string())
+                            .map_or_else(unknown, |c| quantity(&c["averageValue"]));
+                        format!("{current}/{} (avg)", quantity(&target["averageValue"]))
+                    } else {
+                        let current = current.map_or_else(unknown, |c| quantity(&c["value"]));
+                        format!("{current}/{}", quantity(&target["value"]))
+                    }
+                }
+                "Pods" => {
+                    let current = current_of("pods")
+                        .map_or_else(unknown, |c| quantity(&c["current"]["averageValue"]));
+                    format!(
+                        "{current}/{}",
+                        quantity(&metric["pods"]["target"]["averageValue"])
+                    )
+                }
+                kind @ ("Resource" | "ContainerResource") => {
+                    let key = if kind == "Resource" {
+                        "resource"
+                    } else {
+                        "containerResource"
+                    };
+                    let source = &metric[key];
+                    let resource = source["name"].as_str().unwrap_or_default();
+                    let target = &source["target"];
+                    let current = current_of(key).map(|c| &c["current"]);
+                    if target["averageValue"].is_string() {
+                        let current =
+                            current.map_or_else(unknown, |c| quantity(&c["averageValue"]));
+                        format!(
+                            "{resource}: {current}/{}",
+                            quantity(&target["averageValue"])
+                        )
+                    } else {
+                        let current = current
+                            .and_then(|c| c["averageUtilization"].as_i64())
+                            .map_or_else(unknown, |u| format!("{u}%"));
+                        let target = target["averageUtilization"]
+                            .as_i64()
+                            .map_or_else(|| "<auto>".to_string(), |u| format!("{u}%"));
+                        format!("{resource}: {current}/{target}")
+                    }
+                }
+                _ => "<unknown type>".into(),
+            }
+        })
+        .collect();
+    if list.len() > MAX {
+        format!("{} + {} more...", list[..MAX].join(", "), list.len() - MAX)
+    } else {
+        list.join(", ")
+    }
+}
+
+/// `printHorizontalPodAutoscaler`: the target as `Kind/name`, the metrics, the bounds and
+/// the current replicas.
+fn print_autoscaler(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let target = &o["spec"]["scaleTargetRef"];
+    let min = match o["spec"]["minReplicas"].as_i64() {
+        Some(min) => min.to_string(),
+        None => "<unset>".into(),
+    };
+    vec![
+        name(o),
+        json!(format!(
+            "{}/{}",
+            target["kind"].as_str().unwrap_or_default(),
+            target["name"].as_str().unwrap_or_default()
+        )),
+        json!(autoscaler_metrics(o)),
+        json!(min),
+        json!(int(&o["spec"]["maxReplicas"])),
+        json!(int(&o["status"]["currentReplicas"])),
+        age(o, now),
+    ]
+}
+
+/// `printResourceQuota`: `resource: used/hard` of each resource of the status's `hard`, by
+/// name, the `limits.` ones in their own column.
+fn print_resource_quota(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let mut requests = Vec::new();
+    let mut limits = Vec::new();
+    if let Some(hard) = o["status"]["hard"].as_object() {
+        let mut resources: Vec<&String> = hard.keys().collect();
+        resources.sort();
+        for resource in resources {
+            let used = o["status"]["used"][resource.as_str()]
+                .as_str()
+                .unwrap_or("0");
+            let hard = hard[resource.as_str()].as_str().unwrap_or("0");
+            let line = format!("{resource}: {used}/{hard}");
+            if resource.starts_with("limits.") {
+                limits.push(line);
+            } else {
+                requests.push(line);
+            }
+        }
+    }
+    vec![
+        name(o),
+        json!(requests.join(", ")),
+        json!(limits.join(", ")),
+        age(o, now),
+    ]
+}
+
+/// `printRoleBinding`, `printClusterRoleBinding`: the role as `Kind/name`, then the users,
+/// groups and service accounts (`namespace/name`) bound.
+fn print_role_binding(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let subjects = o["subjects"].as_array().cloned().unwrap_or_default();
+    let of_kind = |kind: &str| {
+        subjects
+            .iter()
+            .filter(|s| s["kind"] == kind)
+            .map(|s| {
+                let name = s["name"].as_str().unwrap_or_default();
+                if kind == "ServiceAccount" {
+                    format!("{}/{name}", s["namespace"].as_str().unwrap_or_default())
+                } else {
+                    name.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let role = &o["roleRef"];
+    vec![
+        name(o),
+        json!(format!(
+            "{}/{}",
+            role["kind"].as_str().unwrap_or_default(),
+            role["name"].as_str().unwrap_or_default()
+        )),
+        age(o, now),
+        json!(of_kind("User")),
+        json!(of_kind("Group")),
+        json!(of_kind("ServiceAccount")),
+    ]
+}
+
+/// `printValidatingAdmissionPolicyBinding`: the parameter as `namespace/name` (`*/name`
+/// without a namespace), or its selector as Go's generated `String` prints it.
+fn print_policy_binding(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let param = &o["spec"]["paramRef"];
+    let name_of = param["name"].as_str().unwrap_or_default();
+    let shown = if !param.is_object() {
+        "<unset>".to_string()
+    } else if !name_of.is_empty() {
+        match param["namespace"].as_str() {
+            Some(namespace) if !namespace.is_empty() => format!("{namespace}/{name_of}"),
+            _ => format!("*/{name_of}"),
+        }
+    } else if param["selector"].is_object() {
+        let selector = &param["selector"];
+        let mut labels: Vec<(&String, &Value)> = selector["matchLabels"]
+            .as_object()
+            .map(|m| m.iter().collect())
+            .unwrap_or_default();
+        labels.sort_by_key(|(k, _)| *k);
+        let labels: String = labels
+            .iter()
+            .map(|(k, v)| format!("{k}: {},", v.as_str().unwrap_or_default()))
+            .collect();
+        let expressions: String = selector["matchExpressions"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .map(|r| {
+                        let values: Vec<&str> = r["values"]
+                            .as_array()
+                            .map(|v| v.iter().filter_map(Value::as_str).collect())
+                            .unwrap_or_default();
+                        format!(
+                            "LabelSelectorRequirement{{Key:{},Operator:{},Values:[{}],}},",
+                            r["key"].as_str().unwrap_or_default(),
+                            r["operator"].as_str().unwrap_or_default(),
+                            values.join(" ")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        format!(
+            "&LabelSelector{{MatchLabels:map[string]string{{{labels}}},MatchExpressions:[]LabelSelectorRequirement{{{expressions}}},}}"
+        )
+    } else {
+        "<unset>".to_string()
+    };
+    vec![
+        name(o),
+        text_or(&o["spec"]["policyName"], ""),
+        json!(shown),
+        age(o, now),
+    ]
+}
+
+/// `printCertificateSigningRequest`: the signer, the requester, the requested duration and
+/// the state (`Denied` over `Approved` over `Pending`, then `,Failed`, `,Issued`).
+fn print_signing_request(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let conditions = o["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let has = |kind: &str| conditions.iter().any(|c| c["type"] == kind);
+    let mut state = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_string();
+    if has("Failed") {
+        state.push_str(",Failed");
+    }
+    if o["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
+    {
+        state.push_str(",Issued");
+    }
+    let duration = match o["spec"]["expirationSeconds"].as_i64() {
+        Some(seconds) => human_duration(seconds.saturating_mul(1000)),
+        None => "<none>".into(),
+    };
+    let signer = match o["spec"]["signerName"].as_str() {
+        Some(signer) if !signer.is_empty() => signer,
+        _ => "<none>",
+    };
+    vec![
+        name(o),
+        age(o, now),
+        json!(signer),
+        text_or(&o["spec"]["username"], ""),
+        json!(duration),
+        json!(state),
+    ]
+}
+
+/// `printCSIDriver`: its flags with their defaults, the token audiences (`<unset>` for
+/// none asked) and the lifecycle modes (`<none>` for none).
+fn print_csi_driver(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let spec = &o["spec"];
+    let flag = |key: &str, default: bool| json!(spec[key].as_bool().unwrap_or(default));
+    let joined = |list: &Value, key: Option<&str>| -> Vec<String> {
+        list.as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| key.map_or(i, |k| &i[k]).as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let tokens = if spec["tokenRequests"].is_array() {
+        joined(&spec["tokenRequests"], Some("audience")).join(",")
+    } else {
+        "<unset>".into()
+    };
+    let modes = joined(&spec["volumeLifecycleModes"], None).join(",");
+    vec![
+        name(o),
+        flag("attachRequired", true),
+        flag("podInfoOnMount", false),
+        flag("storageCapacity", false),
+        json!(tokens),
+        flag("requiresRepublish", false),
+        json!(if modes.is_empty() {
+            "<none>".into()
+        } else {
+            modes
+        }),
+        age(o, now),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1250,6 +1953,32 @@ mod tests {
                 json!("<none>"),
             ]
         );
+    }
+
+    #[test]
+    fn a_quota_shows_used_over_hard_by_resource_with_the_limits_apart() {
+        let quota = json!({"metadata": {"name": "q"},
+            "status": {"hard": {"pods": "10", "limits.cpu": "2", "requests.memory": "1Gi"},
+                       "used": {"pods": "3", "requests.memory": "512Mi"}}});
+        let cells = print_resource_quota(&quota, Utc::now());
+        assert_eq!(cells[1], "pods: 3/10, requests.memory: 512Mi/1Gi");
+        assert_eq!(cells[2], "limits.cpu: 0/2");
+    }
+
+    #[test]
+    fn autoscaler_metrics_show_two_then_how_many_more() {
+        let autoscaler = json!({"spec": {"metrics": [
+            {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}},
+            {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue", "averageValue": "1Gi"}}},
+            {"type": "Pods", "pods": {"target": {"type": "AverageValue", "averageValue": "1k"}}}]},
+            "status": {"currentMetrics": [
+                {"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 42}}}]}});
+        assert_eq!(
+            autoscaler_metrics(&autoscaler),
+            "cpu: 42%/60%, memory: <unknown>/1Gi + 1 more..."
+        );
+        let legacy = json!({"spec": {"targetCPUUtilizationPercentage": 80}});
+        assert_eq!(autoscaler_metrics(&legacy), "cpu: <unknown>/80%");
     }
 
     #[test]
