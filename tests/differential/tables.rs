@@ -588,6 +588,376 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 )
                 .await;
                 table(t, &ns_path("v1", "podtemplates")).await;
+                // The quota controllers count the one pod template and no pod.
+                let hard =
+                    json!({"count/podtemplates": "5", "limits.cpu": "2", "requests.memory": "1Gi"});
+                raw_create(
+                    t,
+                    &ns_path("v1", "resourcequotas"),
+                    &json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "bounded"},
+                            "spec": {"hard": hard}}),
+                )
+                .await;
+                let path = format!("{}/bounded", ns_path("v1", "resourcequotas"));
+                wait_until(t, &path, "the quota's usage", |code, body| {
+                    code == 200 && body["status"]["used"]["count/podtemplates"] == "1"
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let replica_set = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "metadata": {"name": "bare"},
+                    "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "bare"}},
+                             "template": template("bare")}});
+                raw_create(t, &ns_path("apps/v1", "replicasets"), &replica_set).await;
+                let path = format!("{}/bare", ns_path("apps/v1", "replicasets"));
+                wait_until(t, &path, "the ReplicaSet observed", |code, body| {
+                    code == 200 && body["status"]["observedGeneration"] == 1
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let stateful_set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": {"name": "db"},
+                    "spec": {"replicas": 0, "serviceName": "db",
+                             "selector": {"matchLabels": {"app": "db"}}, "template": template("db")}});
+                raw_create(t, &ns_path("apps/v1", "statefulsets"), &stateful_set).await;
+                table(
+                    t,
+                    &format!(
+                        "{}/db?includeObject=None",
+                        ns_path("apps/v1", "statefulsets")
+                    ),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("coordination.k8s.io/v1", "leases"),
+                    &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": "leader"}, "spec": {"holderIdentity": "web-0"}}),
+                )
+                .await;
+                table(t, &ns_path("coordination.k8s.io/v1", "leases")).await;
+                raw_create(
+                    t,
+                    &ns_path("rbac.authorization.k8s.io/v1", "roles"),
+                    &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                            "metadata": {"name": "reader"}, "rules": []}),
+                )
+                .await;
+                table(t, &ns_path("rbac.authorization.k8s.io/v1", "roles")).await;
+                let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "metadata": {"name": "caches.tables.example.com"},
+                    "spec": {"group": "tables.example.com", "scope": "Namespaced",
+                             "names": {"plural": "caches", "singular": "cache", "kind": "Cache", "listKind": "CacheList"},
+                             "versions": [
+                                {"name": "v1", "served": true, "storage": true,
+                                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                                 "additionalPrinterColumns": [
+                                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Where it is."},
+                                    {"name": "First", "type": "string", "jsonPath": ".spec.nodes[0]", "priority": 1},
+                                    {"name": "Missing", "type": "string", "jsonPath": ".status.nothing"},
+                                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]},
+                                {"name": "v2", "served": true, "storage": false,
+                                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+                raw_create(
+                    t,
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                    &crd,
+                )
+                .await;
+                let caches = format!("/apis/tables.example.com/v1/namespaces/{NAMESPACE}/caches");
+                wait_until(t, &caches, "the custom resource served", |code, _| {
+                    code == 200
+                })
+                .await;
+                raw_create(
+                    t,
+                    &caches,
+                    &json!({"apiVersion": "tables.example.com/v1", "kind": "Cache",
+                            "metadata": {"name": "small"},
+                            "spec": {"size": 3, "nodes": ["a", "b"]}, "status": {"phase": "Ready"}}),
+                )
+                .await;
+                table(t, &caches).await;
+                table(
+                    t,
+                    &format!("/apis/tables.example.com/v2/namespaces/{NAMESPACE}/caches/small"),
+                )
+                .await;
+                support::raw(
+                    &t.admin,
+                    "DELETE",
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/caches.tables.example.com",
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+            }
+        ),
+        interaction!(
+            "tables: jobs, cronjobs, daemonsets, revisions, endpoints, budgets, ingresses, network policies and priority classes",
+            |t| {
+                let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": "later"},
+                    "spec": {"suspend": true, "parallelism": 2, "template": {"spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}});
+                raw_create(t, &ns_path("batch/v1", "jobs"), &job).await;
+                let path = format!("{}/later", ns_path("batch/v1", "jobs"));
+                wait_until(t, &path, "the Job suspended", |code, body| {
+                    code == 200
+                        && body["status"]["conditions"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Suspended"))
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let cron_job = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                    "metadata": {"name": "nightly"},
+                    "spec": {"schedule": "30 2 * * *", "timeZone": "Europe/Paris", "suspend": true,
+                             "jobTemplate": {"spec": {"template": job["spec"]["template"].clone()}}}});
+                raw_create(t, &ns_path("batch/v1", "cronjobs"), &cron_job).await;
+                table(t, &ns_path("batch/v1", "cronjobs")).await;
+                let daemon_set = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "metadata": {"name": "agent"},
+                    "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                             "template": {"metadata": {"labels": {"app": "agent"}},
+                                          "spec": {"nodeSelector": {"role": "edge", "disk": "ssd"},
+                                                   "containers": template("agent")["spec"]["containers"].clone()}}}});
+                raw_create(t, &ns_path("apps/v1", "daemonsets"), &daemon_set).await;
+                let path = format!("{}/agent", ns_path("apps/v1", "daemonsets"));
+                wait_until(t, &path, "the DaemonSet observed", |code, body| {
+                    code == 200 && body["status"]["observedGeneration"] == 1
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                let owner = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "revisions-owner"}});
+                let configmaps = ns_path("v1", "configmaps");
+                raw_create(t, &configmaps, &owner).await;
+                let owner_path = format!("{configmaps}/revisions-owner");
+                let (_, text) = support::raw(&t.admin, "GET", &owner_path, JSON, Vec::new()).await;
+                let owner = parse_body(text);
+                for (name, owners) in [
+                    (
+                        "owned",
+                        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "revisions-owner",
+                                      "uid": owner["metadata"]["uid"], "controller": true}]),
+                    ),
+                    ("orphan", json!([])),
+                ] {
+                    raw_create(
+                        t,
+                        &ns_path("apps/v1", "controllerrevisions"),
+                        &json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                                "metadata": {"name": name, "ownerReferences": owners},
+                                "data": {"spec": {}}, "revision": 3}),
+                    )
+                    .await;
+                }
+                for name in ["owned", "orphan"] {
+                    table(
+                        t,
+                        &format!("{}/{name}", ns_path("apps/v1", "controllerrevisions")),
+                    )
+                    .await;
+                }
+                let address = |ip: &str| json!({"ip": ip});
+                raw_create(
+                    t,
+                    &ns_path("v1", "endpoints"),
+                    &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "manual"},
+                            "subsets": [
+                                {"addresses": [address("10.1.0.1"), address("10.1.0.2")],
+                                 "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}]},
+                                {"addresses": [address("10.1.0.3")]}]}),
+                )
+                .await;
+                table(t, &format!("{}/manual", ns_path("v1", "endpoints"))).await;
+                raw_create(
+                    t,
+                    &ns_path("policy/v1", "poddisruptionbudgets"),
+                    &json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                            "metadata": {"name": "keep-one"},
+                            "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "none"}}}}),
+                )
+                .await;
+                let path = format!("{}/keep-one", ns_path("policy/v1", "poddisruptionbudgets"));
+                wait_until(t, &path, "the budget observed", |code, body| {
+                    code == 200 && body["status"]["observedGeneration"] == 1
+                })
+                .await;
+                table(t, &format!("{path}?includeObject=None")).await;
+                raw_create(
+                    t,
+                    &ns_path("networking.k8s.io/v1", "ingresses"),
+                    &json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                            "metadata": {"name": "front"},
+                            "spec": {"ingressClassName": "nginx",
+                                     "tls": [{"hosts": ["a.example.com"]}],
+                                     "rules": [{"host": "a.example.com"}, {"host": "b.example.com"}, {},
+                                               {"host": "c.example.com"}, {"host": "d.example.com"}]}}),
+                )
+                .await;
+                table(t, &ns_path("networking.k8s.io/v1", "ingresses")).await;
+                raw_create(
+                    t,
+                    &ns_path("networking.k8s.io/v1", "networkpolicies"),
+                    &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                            "metadata": {"name": "deny"},
+                            "spec": {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"]}}),
+                )
+                .await;
+                table(t, &ns_path("networking.k8s.io/v1", "networkpolicies")).await;
+                let priority = "/apis/scheduling.k8s.io/v1/priorityclasses";
+                raw_create(
+                    t,
+                    priority,
+                    &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": "differential-tables"}, "value": 1000,
+                            "preemptionPolicy": "Never"}),
+                )
+                .await;
+                table(t, &format!("{priority}/differential-tables")).await;
+                support::raw(
+                    &t.admin,
+                    "DELETE",
+                    &format!("{priority}/differential-tables"),
+                    JSON,
+                    Vec::new(),
+                )
+                .await;
+            }
+        ),
+        interaction!(
+            "tables: events, endpoint slices, autoscalers, controllers, templates, quotas and bindings",
+            |t| {
+                let at = "2026-01-01T00:00:00Z";
+                raw_create(
+                    t,
+                    &ns_path("v1", "events"),
+                    &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web-0.started"},
+                            "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": NAMESPACE,
+                                               "fieldPath": "spec.containers{main}"},
+                            "reason": "Started", "message": " Started container main\n", "type": "Normal",
+                            "source": {"component": "kubelet", "host": "node-a"},
+                            "firstTimestamp": at, "lastTimestamp": at, "count": 3}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("v1", "events"),
+                    &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "bare"},
+                            "involvedObject": {"kind": "Namespace", "namespace": NAMESPACE},
+                            "reason": "Checked", "type": "Warning"}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("events.k8s.io/v1", "events"),
+                    &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "reconciled"},
+                            "eventTime": "2026-01-01T00:00:00.000000Z",
+                            "series": {"count": 4, "lastObservedTime": "2026-01-02T00:00:00.000000Z"},
+                            "reportingController": "example.com/operator", "reportingInstance": "operator-0",
+                            "action": "Reconcile", "reason": "Reconciled", "type": "Normal",
+                            "regarding": {"kind": "ConfigMap", "name": "settings", "namespace": NAMESPACE},
+                            "note": "reconciled settings"}),
+                )
+                .await;
+                // Without their objects: the managedFields of an Event created through
+                // events.k8s.io name its fields there on the real server, not here.
+                for name in ["web-0.started", "bare", "reconciled"] {
+                    for group_version in ["v1", "events.k8s.io/v1"] {
+                        let path = format!("{}/{name}", ns_path(group_version, "events"));
+                        table(t, &format!("{path}?includeObject=None")).await;
+                    }
+                }
+                let slices = ns_path("discovery.k8s.io/v1", "endpointslices");
+                raw_create(
+                    t,
+                    &slices,
+                    &json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                            "metadata": {"name": "manual-abc"}, "addressType": "IPv4",
+                            "ports": [{"name": "http", "port": 80}, {"name": "metrics"},
+                                      {"name": "https", "port": 443}, {"name": "dns", "port": 53}],
+                            "endpoints": [{"addresses": ["10.1.0.1"]}, {"addresses": ["10.1.0.2"]},
+                                          {"addresses": ["10.1.0.3"]}, {"addresses": ["10.1.0.4"]}]}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &slices,
+                    &json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                            "metadata": {"name": "empty"}, "addressType": "IPv6", "endpoints": []}),
+                )
+                .await;
+                table(t, &format!("{slices}/manual-abc")).await;
+                // Without its object: the real server's managedFields keep the empty list of
+                // endpoints, not the simulator's.
+                table(t, &format!("{slices}/empty?includeObject=None")).await;
+                // The autoscalers aim at the Deployment of no replicas: neither server's
+                // status has a replica or a metric to show.
+                let autoscalers = ns_path("autoscaling/v2", "horizontalpodautoscalers");
+                let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "idle"});
+                raw_create(
+                    t,
+                    &autoscalers,
+                    &json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                            "metadata": {"name": "busy"},
+                            "spec": {"scaleTargetRef": target, "minReplicas": 2, "maxReplicas": 5,
+                                     "metrics": [
+                                        {"type": "Resource", "resource": {"name": "cpu",
+                                            "target": {"type": "Utilization", "averageUtilization": 60}}},
+                                        {"type": "Pods", "pods": {"metric": {"name": "packets"},
+                                            "target": {"type": "AverageValue", "averageValue": "1k"}}},
+                                        {"type": "External", "external": {"metric": {"name": "queue"},
+                                            "target": {"type": "Value", "value": "30"}}}]}}),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &autoscalers,
+                    &json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                            "metadata": {"name": "plain"},
+                            "spec": {"scaleTargetRef": target, "maxReplicas": 3}}),
+                )
+                .await;
+                for name in ["busy", "plain"] {
+                    table(t, &format!("{autoscalers}/{name}?includeObject=None")).await;
+                }
+                table(
+                    t,
+                    &format!(
+                        "{}/plain?includeObject=None",
+                        ns_path("autoscaling/v1", "horizontalpodautoscalers")
+                    ),
+                )
+                .await;
+                raw_create(
+                    t,
+                    &ns_path("v1", "replicationcontrollers"),
+                    &json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"},
+                            "spec": {"replicas": 0, "selector": {"app": "legacy"}, "template": template("legacy")}}),
+                )
+                .await;
+                table(
+                    t,
+                    &format!(
+                        "{}/legacy?includeObject=None",
+                        ns_path("v1", "replicationcontrollers")
+                    ),
+                )
+                .await;
+                let mut pod_template = template("templated");
+                pod_template["metadata"]["labels"]["tier"] = json!("a");
+                raw_create(
+                    t,
+                    &ns_path("v1", "podtemplates"),
+                    &json!({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "templated"},
+                            "template": pod_template}),
+                )
+                .await;
+                table(t, &ns_path("v1", "podtemplates")).await;
                 // The simulator has no quota controller: the status written here is the one
                 // kube-controller-manager computes for this namespace (one pod template, no
                 // pod with limits or requests), whichever of the two writes it last.
