@@ -320,7 +320,10 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     &masks,
                     &port_masks,
                 );
-                send(t, "GET", &address_path(&ip), &Value::Null, &masks, &[]).await;
+                // Whether the released address's IPAddress is still there is not compared:
+                // kube-apiserver deletes it with the update, but its repair controller, working
+                // from a Service it has not yet seen changed, may make it again and removes
+                // that one only once it is 60 s old.
                 let to_cluster_ip = json!({"spec": {"type": "ClusterIP", "externalName": null,
                                                     "clusterIP": "10.0.0.13"}});
                 let (code, answer) = merge_patch(t, &path, &to_cluster_ip).await;
