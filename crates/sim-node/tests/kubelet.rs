@@ -1139,7 +1139,7 @@ async fn the_node_lease_advances_stops_while_the_node_is_held_and_resumes_after_
         node["status"]["addresses"][0],
         json!({"type": "InternalIP", "address": "127.0.10.16"})
     );
-    assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "v1.32.0");
+    assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "v1.34.0");
 
     let leases: Api<Lease> = Api::namespaced(c.client.clone(), "kube-node-lease");
     let lease = leases.get("worker-16").await.unwrap().spec.unwrap();
