@@ -56,7 +56,8 @@ pub struct Quantity {
     format: Format,
 }
 
-const DECIMAL_SUFFIXES: [(&str, i32); 10] = [
+/// The decimal SI suffixes and their powers of ten.
+pub const DECIMAL_SUFFIXES: [(&str, i32); 10] = [
     ("n", -9),
     ("u", -6),
     ("m", -3),
@@ -69,7 +70,8 @@ const DECIMAL_SUFFIXES: [(&str, i32); 10] = [
     ("E", 18),
 ];
 
-const BINARY_SUFFIXES: [(&str, u32); 6] = [
+/// The binary SI suffixes and their powers of two.
+pub const BINARY_SUFFIXES: [(&str, u32); 6] = [
     ("Ki", 10),
     ("Mi", 20),
     ("Gi", 30),

@@ -11,7 +11,7 @@
 use cel::common::types::{CelBool, CelDouble, CelInt, CelString};
 use cel::{DeclarationError, Env, ExecutionError};
 
-use crate::quantity::QuantityError;
+use crate::quantity::{BINARY_SUFFIXES, DECIMAL_SUFFIXES, QuantityError};
 
 /// How a quantity's value is held: `value × 10^exponent`.
 #[derive(Debug, Clone, Copy)]
@@ -106,31 +106,11 @@ fn split(text: &str) -> Result<Parts<'_>, QuantityError> {
 
 /// A suffix's base (10 or 2), exponent and whether it is binary.
 fn suffix(suffix: &str) -> Option<(u32, i32, bool)> {
-    let decimal = [
-        ("", 0),
-        ("n", -9),
-        ("u", -6),
-        ("m", -3),
-        ("k", 3),
-        ("M", 6),
-        ("G", 9),
-        ("T", 12),
-        ("P", 15),
-        ("E", 18),
-    ];
-    if let Some((_, exponent)) = decimal.iter().find(|(s, _)| *s == suffix) {
+    if let Some((_, exponent)) = DECIMAL_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
         return Some((10, *exponent, false));
     }
-    let binary = [
-        ("Ki", 10),
-        ("Mi", 20),
-        ("Gi", 30),
-        ("Ti", 40),
-        ("Pi", 50),
-        ("Ei", 60),
-    ];
-    if let Some((_, exponent)) = binary.iter().find(|(s, _)| *s == suffix) {
-        return Some((2, *exponent, true));
+    if let Some((_, exponent)) = BINARY_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
+        return Some((2, i32::try_from(*exponent).unwrap_or(i32::MAX), true));
     }
     let rest = suffix.strip_prefix(['e', 'E'])?;
     if rest.is_empty() {
