@@ -286,6 +286,8 @@ mod services;
 mod statefulset;
 #[path = "differential/tables.rs"]
 mod tables;
+#[path = "differential/validation_rules.rs"]
+mod validation_rules;
 #[path = "differential/volume_protection.rs"]
 mod volume_protection;
 #[path = "differential/volumes.rs"]
@@ -339,6 +341,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(daemonsets::interactions());
     all.extend(conversion::interactions());
     all.extend(quota::interactions());
+    all.extend(validation_rules::interactions());
     all
 }
 

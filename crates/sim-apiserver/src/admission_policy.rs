@@ -243,6 +243,7 @@ fn evaluate(policy: &Value, mut activation: Activation) -> Vec<Denial> {
         params: spec["paramKind"].is_object(),
         authorizer: true,
         variables: true,
+        validation_rule: false,
     };
     let conditions = spec["matchConditions"]
         .as_array()
@@ -446,6 +447,7 @@ pub fn validate(
                             params: param.unwrap_or(Value::Null),
                             variables: Map::new(),
                             authorizer: authorizer.clone(),
+                            ..Activation::default()
                         };
                         evaluate(&policy, activation)
                     })
@@ -508,6 +510,7 @@ pub fn policy_causes(policy: &Value) -> Vec<Cause> {
         params: spec["paramKind"].is_object(),
         authorizer: true,
         variables: true,
+        validation_rule: false,
     };
     let mut causes = admission_webhooks::match_condition_causes(
         &spec["matchConditions"],

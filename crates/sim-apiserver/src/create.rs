@@ -26,8 +26,14 @@ pub(crate) fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiE
     ApiError::invalid(&rt.kind, &rt.group, name, causes)
 }
 
-/// Runs schema pruning, defaulting and validation of a custom resource.
-fn custom_checks(rt: &ResourceType, version: &str, obj: &mut Value) -> Vec<Cause> {
+/// Runs schema pruning, defaulting and validation of a custom resource, then its schema's
+/// validation rules (with `old`, the stored object in the same version, on an update).
+fn custom_checks(
+    rt: &ResourceType,
+    version: &str,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Vec<Cause> {
     let mut causes = super::names::validate_object_meta(&obj["metadata"], objects::name_rule(rt));
     if let Backing::Custom { schemas, .. } = &rt.backing
         && let Some(schema) = schemas.get(version)
@@ -35,6 +41,8 @@ fn custom_checks(rt: &ResourceType, version: &str, obj: &mut Value) -> Vec<Cause
         schema.prune(obj);
         schema.apply_defaults(obj);
         causes.extend(schema.validate(obj));
+        let rules = super::validation_rules::validate(schema.as_value(), obj, old, &causes);
+        causes.extend(rules);
     }
     causes
 }
@@ -49,7 +57,8 @@ pub(crate) fn checks(
     if rt.is_custom() {
         // Custom resources are validated in the version the client spoke.
         let mut view = to_view(rt, version, obj.clone());
-        let causes = custom_checks(rt, version, &mut view);
+        let old_view = old.map(|old| to_view(rt, version, old.clone()));
+        let causes = custom_checks(rt, version, &mut view, old_view.as_ref());
         *obj = from_view(rt, view);
         causes
     } else {

@@ -70,6 +70,7 @@ pub mod time_zone;
 pub mod tls;
 pub mod upgrade;
 pub mod validation;
+pub mod validation_rules;
 pub mod watch;
 
 /// An error and its causes on one line (`a: b: c`), for logs and failure messages.

@@ -778,7 +778,19 @@ pub fn go_number(n: &serde_json::Number) -> String {
 /// required ones (always written), then all of them. `encoding/json` writes a struct's fields in
 /// that order but a map's keys sorted, and a `Value` cannot tell the two apart; an object with
 /// every required field and no other than the struct's is taken for that struct.
+/// The fields of apiextensions' internal `ValidationRule`, all always written.
+const VALIDATION_RULE_FIELDS: &[&str] = &[
+    "Rule",
+    "Message",
+    "MessageExpression",
+    "Reason",
+    "FieldPath",
+    "OptionalOldSelf",
+];
+
 const GO_STRUCTS: &[(&[&str], &[&str])] = &[
+    // apiextensions.ValidationRule (the internal type: Go's field names, none omitted)
+    (VALIDATION_RULE_FIELDS, VALIDATION_RULE_FIELDS),
     // metav1.OwnerReference
     (
         &["apiVersion", "kind", "name", "uid"],

@@ -1458,6 +1458,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Caus
             if let Err(message) = super::registry::custom_type(obj) {
                 causes.push(invalid("spec", Value::Null, &message));
             }
+            causes.extend(super::validation_rules::check_crd(obj));
         }
         _ => {}
     }

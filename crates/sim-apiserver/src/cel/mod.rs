@@ -101,10 +101,14 @@ pub enum CelError {
     },
 }
 
-/// The variables an environment declares beyond `object`, `oldObject`, `request` and
-/// `namespaceObject`, which every admission environment has.
+/// The variables an environment declares: beyond `object`, `oldObject`, `request` and
+/// `namespaceObject`, which every admission environment has, or, for a CRD's validation rule,
+/// only `self` and `oldSelf`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Declarations {
+    /// A CRD validation rule's environment (`x-kubernetes-validations`): `self` and `oldSelf`
+    /// and none of the admission variables.
+    pub validation_rule: bool,
     /// `params` (a policy with a `paramKind`).
     pub params: bool,
     /// `authorizer` (webhooks' match conditions and policies).
@@ -115,6 +119,9 @@ pub struct Declarations {
 
 impl Declarations {
     fn declares(&self, name: &str) -> bool {
+        if self.validation_rule {
+            return matches!(name, "self" | "oldSelf");
+        }
         match name {
             "object" | "oldObject" | "request" | "namespaceObject" => true,
             "params" => self.params,
@@ -576,6 +583,11 @@ pub struct Activation {
     pub variables: serde_json::Map<String, Value>,
     /// `authorizer`: unbound when `None`.
     pub authorizer: Option<Authorizer>,
+    /// A validation rule's `self`, already typed by its schema: unbound when `None`.
+    pub rule_self: Option<cel::Value>,
+    /// A validation rule's `oldSelf` (an optional for a rule with `optionalOldSelf`): unbound
+    /// when `None`.
+    pub rule_old_self: Option<cel::Value>,
 }
 
 /// A resource check of `authorizer` as CEL holds it: a map its functions read.
@@ -843,6 +855,16 @@ impl Expression {
         &self.source
     }
 
+    /// Whether the expression names the variable `name` (a validation rule that names
+    /// `oldSelf` is a transition rule).
+    pub fn references(&self, name: &str) -> bool {
+        self.program
+            .references()
+            .variables()
+            .into_iter()
+            .any(|variable| variable == name)
+    }
+
     /// Evaluates the expression with `activation`'s variables.
     ///
     /// # Errors
@@ -858,6 +880,12 @@ impl Expression {
             "variables",
             cel_value(&Value::Object(activation.variables.clone())),
         );
+        if let Some(value) = &activation.rule_self {
+            context.add_variable_from_value("self", value.clone());
+        }
+        if let Some(value) = &activation.rule_old_self {
+            context.add_variable_from_value("oldSelf", value.clone());
+        }
         add_kubernetes_functions(&mut context);
         if let Some(authorizer) = &activation.authorizer {
             let mut value = serde_json::json!({"@authorizer": true});
