@@ -182,6 +182,14 @@ pub(super) fn interactions() -> Vec<Interaction> {
                         json!({"rule": "self.minReplicas > 0 &&\nself.maxReplicas > 0"}),
                     ),
                     (
+                        "fields",
+                        json!({"rule": "self.nope > 0 || has(self.names.other) || self.limits.any > ''"}),
+                    ),
+                    (
+                        "messagefields",
+                        json!({"rule": "self.minReplicas > 0", "messageExpression": "self.names.nope"}),
+                    ),
+                    (
                         "blanks",
                         json!({"rule": "self.minReplicas > 0", "message": "  ", "fieldPath": " "}),
                     ),

@@ -25,9 +25,10 @@
 //!   required error: one cause says some rules were not checked.
 //!
 //! # Caveats
-//! - There is no type checker (see [`super::cel`]): a CRD is refused for a rule's syntax and
-//!   for a variable other than `self` and `oldSelf`, not for a type error, a rule that is no
-//!   bool or a field its schema lacks; those fail when the rule is evaluated.
+//! - There is no type checker (see [`super::cel`]): a CRD is refused for a rule's syntax, a
+//!   variable other than `self` and `oldSelf`, and a field selected from `self` or `oldSelf`
+//!   (a plain chain such as `self.spec.x`) that its schema lacks, not for a type error or a
+//!   rule that is no bool; those fail when the rule is evaluated.
 //! - There is no cost estimate or budget.
 //! - `map` and `set` lists compare as lists (their order counts) and `+` appends; a value
 //!   kept by `x-kubernetes-preserve-unknown-fields` without a schema is plain JSON.
@@ -150,6 +151,7 @@ impl Checks {
     /// items have no old value (where `oldSelf` cannot be used).
     fn schema(&mut self, schema: &Value, path: &str, uncorrelatable: Option<&str>) {
         let before = self.statements.len();
+        let resource = path.ends_with("openAPIV3Schema") || embedded(schema);
         if let Some(properties) = schema["properties"].as_object() {
             for (name, property) in properties {
                 let below = subscript(&child(path, "properties"), name);
@@ -179,8 +181,13 @@ impl Checks {
         }
         for (index, rule) in rules.iter().enumerate() {
             let at = subscript(&child(path, "x-kubernetes-validations"), &index.to_string());
-            self.expressions
-                .extend(expression_causes(rule, &at, uncorrelatable));
+            self.expressions.extend(expression_causes(
+                schema,
+                resource,
+                rule,
+                &at,
+                uncorrelatable,
+            ));
         }
     }
 }
@@ -258,21 +265,23 @@ fn statement_causes(schema: &Value, rule: &Value, at: &str) -> Vec<Cause> {
 }
 
 /// How a rule's expressions compile, and whether it may use `oldSelf` where it stands.
-fn expression_causes(rule: &Value, at: &str, uncorrelatable: Option<&str>) -> Vec<Cause> {
+fn expression_causes(
+    schema: &Value,
+    resource: bool,
+    rule: &Value,
+    at: &str,
+    uncorrelatable: Option<&str>,
+) -> Vec<Cause> {
     let mut causes = Vec::new();
     let source = text(rule, "rule").trim();
     if source.is_empty() {
         return causes;
     }
     let field = |name: &str| child(at, name);
-    let compiled = match expressions::compile(source, RULE_ENVIRONMENT) {
+    let typed = |variable: &str, path: &[&str]| fields_of(schema, resource, variable, path);
+    let compiled = match checked(source, &typed) {
         Ok(compiled) => Some(compiled),
-        Err(
-            CelError::Compile(issues)
-            | CelError::Evaluation {
-                message: issues, ..
-            },
-        ) => {
+        Err(issues) => {
             causes.push(Cause::invalid(
                 &field("rule"),
                 rule_value(rule),
@@ -283,12 +292,7 @@ fn expression_causes(rule: &Value, at: &str, uncorrelatable: Option<&str>) -> Ve
     };
     let message_expression = text(rule, "messageExpression");
     if !message_expression.trim().is_empty()
-        && let Err(
-            CelError::Compile(issues)
-            | CelError::Evaluation {
-                message: issues, ..
-            },
-        ) = expressions::compile(message_expression, RULE_ENVIRONMENT)
+        && let Err(issues) = checked(message_expression, &typed)
     {
         causes.push(Cause::invalid(
             &field("messageExpression"),
@@ -315,6 +319,69 @@ fn expression_causes(rule: &Value, at: &str, uncorrelatable: Option<&str>) -> Ve
         ));
     }
     causes
+}
+
+/// `source` compiled in a rule's environment, with the fields it selects from `self` and
+/// `oldSelf` checked against their schema, or cel-go's issues.
+fn checked(
+    source: &str,
+    fields: expressions::FieldsOf<'_>,
+) -> Result<Arc<expressions::Expression>, String> {
+    let compiled = expressions::compile(source, RULE_ENVIRONMENT).map_err(|error| match error {
+        CelError::Compile(issues)
+        | CelError::Evaluation {
+            message: issues, ..
+        } => issues,
+    })?;
+    match compiled.undefined_fields(fields) {
+        Some(issues) => Err(issues),
+        None => Ok(compiled),
+    }
+}
+
+/// The fields CEL's type of `self` (and `oldSelf`) has at `path` below a rule's place, from
+/// the schema there (`resource` for a resource's root): an object's escaped property names
+/// (with `apiVersion`, `kind` and `metadata` for a resource, whose `metadata` has `name` and
+/// `generateName`), or `None` for a map, a value kept without a schema, or what is no object.
+fn fields_of(schema: &Value, resource: bool, variable: &str, path: &[&str]) -> Option<Vec<String>> {
+    if !matches!(variable, "self" | "oldSelf") {
+        return None;
+    }
+    let mut schema = schema;
+    let mut resource = resource;
+    let mut path = path.iter();
+    while let Some(field) = path.next() {
+        if resource && *field == "metadata" {
+            return path
+                .next()
+                .is_none()
+                .then(|| vec!["name".to_string(), "generateName".to_string()]);
+        }
+        if let Some(properties) = schema["properties"].as_object() {
+            let (_, property) = properties
+                .iter()
+                .find(|(name, _)| escape(name).as_deref() == Some(*field))?;
+            schema = property;
+        } else if schema["additionalProperties"].is_object() {
+            schema = &schema["additionalProperties"];
+        } else {
+            return None;
+        }
+        resource = embedded(schema);
+    }
+    let properties = schema["properties"].as_object();
+    if properties.is_none() && !resource {
+        return None;
+    }
+    let mut fields: Vec<String> = properties
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, _)| escape(name))
+        .collect();
+    if resource {
+        fields.extend(["apiVersion", "kind", "metadata"].map(String::from));
+    }
+    Some(fields)
 }
 
 /// The rule as the real server prints it in a refusal: the internal `ValidationRule` struct,
@@ -1065,6 +1132,27 @@ mod tests {
         );
         assert!(
             causes[1].contains("undeclared reference to 'object'"),
+            "{}",
+            causes[1]
+        );
+    }
+
+    #[test]
+    fn a_crd_whose_rule_selects_a_field_its_schema_lacks_is_refused() {
+        let crd = json!({"spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema":
+            {"type": "object",
+             "x-kubernetes-validations": [
+                {"rule": "self.metadata.name != '' && has(self.metadata.labels)"}],
+             "properties": {"spec": {"type": "object",
+                "x-kubernetes-validations": [
+                    {"rule": "self.host__dash__name != '' && self.sizes.any > 0 && self.nope"}],
+                "properties": {"host-name": {"type": "string"},
+                    "sizes": {"type": "object", "additionalProperties": {"type": "integer"}}}}}}}}]}});
+        let causes = messages(&check_crd(&crd));
+        assert_eq!(causes.len(), 2, "{causes:#?}");
+        assert!(causes[0].ends_with("ERROR: <input>:1:58: undefined field 'nope'\n | self.host__dash__name != '' && self.sizes.any > 0 && self.nope\n | .........................................................^"), "{}", causes[0]);
+        assert!(
+            causes[1].contains("undefined field 'labels'"),
             "{}",
             causes[1]
         );

@@ -3,7 +3,8 @@
 //! compiled when a configuration is written and evaluated per request with the variables
 //! Kubernetes declares — `object`, `oldObject`, `request` (the AdmissionRequest without its
 //! objects, as JSON has it), `namespaceObject`, `params`, `variables` and `authorizer`
-//! (RBAC checks of the requester or a service account, `authorizer.requestResource`).
+//! (RBAC checks of the requester or a service account, `authorizer.requestResource`) —, and
+//! the validation rules of CRDs, with `self` and `oldSelf` ([`super::validation_rules`]).
 //!
 //! The environment is the `cel` crate's standard library (with the macros `has`, `all`,
 //! `exists`, `exists_one`, `map` and `filter`, `matches`, durations, timestamps and
@@ -24,7 +25,8 @@
 //!   (`object.x + 1 == "a"` fails when evaluated instead), and a non-bool condition is an
 //!   evaluation error, not a compile error. Only a field the typed `request` and
 //!   `namespaceObject` lack is refused (`undefined field 'x'`), as cel-go's checker refuses
-//!   it.
+//!   it, and, for a CRD's validation rules, a field `self`'s schema lacks
+//!   ([`Expression::undefined_fields`]).
 //! - `authorizer` answers from RBAC alone (the Node authorizer is not consulted), from a
 //!   snapshot of the roles and bindings taken when an expression names it; its decisions
 //!   never error.
@@ -264,21 +266,39 @@ const TYPES: &[(&str, &[(&str, &str)])] = &[
     ("namespaceStatus", &[("conditions", ""), ("phase", "")]),
 ];
 
-/// The object type an expression has if it is a typed variable or a field of one.
-fn object_type(expr: &cel::IdedExpr, bound: &[String]) -> Option<&'static str> {
+/// What a select chain from a variable (`request.userInfo`: the variable and the fields
+/// selected) is known to be: an object with these fields, or `None` where anything may be
+/// selected.
+pub type FieldsOf<'f> = &'f dyn Fn(&str, &[&str]) -> Option<Vec<String>>;
+
+/// The fields of the typed admission variables (`request` and `namespaceObject`) and of their
+/// fields, from [`TYPES`].
+fn admission_fields(variable: &str, path: &[&str]) -> Option<Vec<String>> {
+    if !matches!(variable, "request" | "namespaceObject") {
+        return None;
+    }
+    let mut type_name = variable;
+    for field in path {
+        let (_, fields) = TYPES.iter().find(|(name, _)| *name == type_name)?;
+        let (_, child) = fields.iter().find(|(name, _)| name == field)?;
+        if child.is_empty() {
+            return None;
+        }
+        type_name = child;
+    }
+    let (_, fields) = TYPES.iter().find(|(name, _)| *name == type_name)?;
+    Some(fields.iter().map(|(name, _)| (*name).to_string()).collect())
+}
+
+/// The variable and the fields of a plain select chain (`a.b.c`, no `has()`), if `expr` is one.
+fn select_chain(expr: &cel::IdedExpr) -> Option<(&str, Vec<&str>)> {
     use cel::common::ast::Expr;
     match &expr.expr {
-        Expr::Ident(name) if !bound.iter().any(|b| b == name) => TYPES
-            .iter()
-            .find(|(type_name, _)| {
-                type_name == name && matches!(name.as_str(), "request" | "namespaceObject")
-            })
-            .map(|(type_name, _)| *type_name),
-        Expr::Select(select) => {
-            let parent = object_type(&select.operand, bound)?;
-            let (_, fields) = TYPES.iter().find(|(name, _)| *name == parent)?;
-            let (_, child) = fields.iter().find(|(field, _)| *field == select.field)?;
-            (!child.is_empty()).then_some(*child)
+        Expr::Ident(name) => Some((name.as_str(), Vec::new())),
+        Expr::Select(select) if !select.test => {
+            let (root, mut path) = select_chain(&select.operand)?;
+            path.push(select.field.as_str());
+            Some((root, path))
         }
         _ => None,
     }
@@ -287,24 +307,30 @@ fn object_type(expr: &cel::IdedExpr, bound: &[String]) -> Option<&'static str> {
 /// The fields selected from a typed object that its type does not have: cel-go's checker
 /// refuses them (`undefined field 'x'`). Each with the text of its chain, e.g.
 /// `request.foo`, and whether it is a `has()` test.
-fn undefined_fields(expr: &cel::IdedExpr, bound: &[String], found: &mut Vec<(String, bool)>) {
+fn undefined_fields(
+    expr: &cel::IdedExpr,
+    bound: &[String],
+    fields_of: FieldsOf<'_>,
+    found: &mut Vec<(String, bool)>,
+) {
     use cel::common::ast::{EntryExpr, Expr};
     match &expr.expr {
         Expr::Select(select) => {
-            if let Some(parent) = object_type(&select.operand, bound)
-                && let Some((_, fields)) = TYPES.iter().find(|(name, _)| *name == parent)
-                && !fields.iter().any(|(field, _)| *field == select.field)
+            if let Some((root, path)) = select_chain(&select.operand)
+                && !bound.iter().any(|b| b == root)
+                && let Some(fields) = fields_of(root, &path)
+                && !fields.contains(&select.field)
             {
                 found.push((chain_text(expr), select.test));
             }
-            undefined_fields(&select.operand, bound, found);
+            undefined_fields(&select.operand, bound, fields_of, found);
         }
         Expr::Call(call) => {
             if let Some(target) = &call.target {
-                undefined_fields(target, bound, found);
+                undefined_fields(target, bound, fields_of, found);
             }
             for arg in &call.args {
-                undefined_fields(arg, bound, found);
+                undefined_fields(arg, bound, fields_of, found);
             }
         }
         Expr::Comprehension(comprehension) => {
@@ -312,31 +338,69 @@ fn undefined_fields(expr: &cel::IdedExpr, bound: &[String], found: &mut Vec<(Str
             inner.push(comprehension.iter_var.clone());
             inner.extend(comprehension.iter_var2.clone());
             inner.push(comprehension.accu_var.clone());
-            undefined_fields(&comprehension.iter_range, bound, found);
-            undefined_fields(&comprehension.accu_init, bound, found);
+            undefined_fields(&comprehension.iter_range, bound, fields_of, found);
+            undefined_fields(&comprehension.accu_init, bound, fields_of, found);
             for part in [
                 &comprehension.loop_cond,
                 &comprehension.loop_step,
                 &comprehension.result,
             ] {
-                undefined_fields(part, &inner, found);
+                undefined_fields(part, &inner, fields_of, found);
             }
         }
         Expr::List(list) => {
             for element in &list.elements {
-                undefined_fields(element, bound, found);
+                undefined_fields(element, bound, fields_of, found);
             }
         }
         Expr::Map(map) => {
             for entry in &map.entries {
                 if let EntryExpr::MapEntry(entry) = &entry.expr {
-                    undefined_fields(&entry.key, bound, found);
-                    undefined_fields(&entry.value, bound, found);
+                    undefined_fields(&entry.key, bound, fields_of, found);
+                    undefined_fields(&entry.value, bound, fields_of, found);
                 }
             }
         }
         _ => {}
     }
+}
+
+/// cel-go's issues for the undefined fields of `program`, in source order; `None` when
+/// there are none.
+fn undefined_field_issues(
+    source: &str,
+    program: &cel::Program,
+    fields_of: FieldsOf<'_>,
+) -> Option<String> {
+    let mut undefined = Vec::new();
+    undefined_fields(program.expression(), &[], fields_of, &mut undefined);
+    if undefined.is_empty() {
+        return None;
+    }
+    let mut issues: Vec<((usize, usize), String)> = undefined
+        .iter()
+        .map(|(chain, test)| {
+            let position = undefined_field_position(source, chain, *test);
+            let field = chain.rsplit('.').next().unwrap_or_default();
+            (
+                position,
+                issue(
+                    source,
+                    position.0,
+                    position.1,
+                    &format!("undefined field '{field}'"),
+                ),
+            )
+        })
+        .collect();
+    issues.sort();
+    Some(
+        issues
+            .into_iter()
+            .map(|(_, issue)| issue)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
 }
 
 /// The source text of a select chain (`request.userInfo.foo`).
@@ -474,33 +538,8 @@ fn compile_uncached(source: &str, declared: Declarations) -> Result<Expression, 
                 .join("\n"),
         ));
     }
-    let mut undefined = Vec::new();
-    undefined_fields(program.expression(), &[], &mut undefined);
-    if !undefined.is_empty() {
-        let mut issues: Vec<((usize, usize), String)> = undefined
-            .iter()
-            .map(|(chain, test)| {
-                let position = undefined_field_position(source, chain, *test);
-                let field = chain.rsplit('.').next().unwrap_or_default();
-                (
-                    position,
-                    issue(
-                        source,
-                        position.0,
-                        position.1,
-                        &format!("undefined field '{field}'"),
-                    ),
-                )
-            })
-            .collect();
-        issues.sort();
-        return Err(CelError::Compile(
-            issues
-                .into_iter()
-                .map(|(_, issue)| issue)
-                .collect::<Vec<_>>()
-                .join("\n"),
-        ));
+    if let Some(issues) = undefined_field_issues(source, &program, &admission_fields) {
+        return Err(CelError::Compile(issues));
     }
     Ok(Expression {
         source: source.to_string(),
@@ -853,6 +892,12 @@ impl Expression {
     /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// cel-go's checker issues (`undefined field 'x'`) for the fields the expression selects
+    /// from objects `fields_of` knows and that lack them; `None` when there are none.
+    pub fn undefined_fields(&self, fields_of: FieldsOf<'_>) -> Option<String> {
+        undefined_field_issues(&self.source, &self.program, fields_of)
     }
 
     /// Whether the expression names the variable `name` (a validation rule that names
