@@ -5,7 +5,7 @@
 //! escaped property names; transition rules (`oldSelf`, `optionalOldSelf`) on updates;
 //! an evaluation error; rules kept from running by a schema error; and a rule added to the
 //! CRD that an existing object fails, which ratchets: an update that leaves the failing
-//! value as it was is admitted.
+//! value as it was is admitted, with a warning.
 //!
 //! kube-apiserver reads a CRD through an informer: a changed rule is in effect once a dry-run
 //! create it refuses is refused.
@@ -32,16 +32,17 @@ fn gizmo(name: &str, spec: Value) -> Value {
 /// Sends a request and records its status and body.
 async fn send(t: &Target, method: &str, path: &str, content_type: &str, body: Value) -> u16 {
     let asked = format!("{method} {path} {}", body["metadata"]["name"]);
-    let (code, _, text) = exchange(t, method, path, content_type, JSON, body).await;
+    let (code, response, text) = exchange(t, method, path, content_type, JSON, body).await;
     let parsed = super::parse_body(text);
+    let answer = if code < 300 {
+        parsed["spec"].clone()
+    } else {
+        parsed
+    };
     t.record(Answer {
         asked,
         code: i64::from(code),
-        body: if code < 300 {
-            normalize(parsed["spec"].clone())
-        } else {
-            normalize(parsed)
-        },
+        body: normalize(json!({"answer": answer, "warnings": super::warnings(&response)})),
     });
     code
 }
@@ -265,6 +266,9 @@ pub(super) fn interactions() -> Vec<Interaction> {
                 ] {
                     send(t, "PATCH", &path, MERGE, patch).await;
                 }
+                let apply = gizmo("gadget", json!({"maxReplicas": 13, "mode": "fast"}));
+                let applied = format!("{path}?fieldManager=differential&force=true");
+                send(t, "PATCH", &applied, super::APPLY, apply).await;
             }
         ),
         interaction!(

@@ -33,8 +33,8 @@
 use serde_json::{Map, Value, json};
 
 use super::admission_webhooks::{
-    self, Attributes, Invocation, add_warning, evaluate_conditions, namespace_matches,
-    object_matches, rule_matches, status_error,
+    self, Attributes, Invocation, evaluate_conditions, namespace_matches, object_matches,
+    rule_matches, status_error,
 };
 use super::cel::{self, Activation, Declarations};
 use super::names::Cause;
@@ -471,7 +471,7 @@ pub fn validate(
                             ));
                             denied_reason = denial.reason.clone();
                         }
-                        "Warn" => add_warning(&format!(
+                        "Warn" => super::warnings::add_warning(&format!(
                             "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {}",
                             denial.message
                         )),

@@ -40,7 +40,6 @@
 //! with it, and stores it only if the object has not changed meanwhile (else answers the
 //! conflict a stale resourceVersion gets).
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -48,7 +47,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
-use hyper::header::{HeaderValue, WARNING};
 use serde_json::{Map, Value, json};
 
 use super::auth::UserInfo;
@@ -122,48 +120,6 @@ pub enum CallError {
     /// The client config is malformed.
     #[error("{0}")]
     ClientConfig(String),
-}
-
-tokio::task_local! {
-    /// The warnings the webhooks of the request being served gave.
-    static WARNINGS: RefCell<Vec<String>>;
-}
-
-/// Runs `serve` collecting the warnings the webhooks it calls give, returned with its answer.
-pub fn collect_warnings<R>(serve: impl FnOnce() -> R) -> (R, Vec<String>) {
-    WARNINGS.sync_scope(RefCell::new(Vec::new()), || {
-        let answer = serve();
-        let warnings = WARNINGS.with(|w| w.take());
-        (answer, warnings)
-    })
-}
-
-pub(crate) fn add_warning(text: &str) {
-    let _ = WARNINGS.try_with(|w| {
-        let mut w = w.borrow_mut();
-        // The recorder keeps one of each warning.
-        if !w.iter().any(|x| x == text) {
-            w.push(text.to_string());
-        }
-    });
-}
-
-/// Adds one `Warning: 299 - "…"` header per warning, as kube-apiserver's recorder writes them.
-pub fn add_warning_headers<B>(response: &mut hyper::Response<B>, warnings: &[String]) {
-    for text in warnings {
-        let mut quoted = String::with_capacity(text.len() + 2);
-        quoted.push('"');
-        for c in text.chars() {
-            if c == '"' || c == '\\' {
-                quoted.push('\\');
-            }
-            quoted.push(c);
-        }
-        quoted.push('"');
-        if let Ok(value) = HeaderValue::from_str(&format!("299 - {quoted}")) {
-            response.headers_mut().append(WARNING, value);
-        }
-    }
 }
 
 /// An admission operation.
@@ -1369,7 +1325,7 @@ fn outcome_error(
     match outcome {
         Ok(Answer { verdict, warnings }) => {
             for warning in &warnings {
-                add_warning(warning);
+                super::warnings::add_warning(warning);
             }
             match verdict {
                 Verdict::Allowed { patch } => Ok(patch),

@@ -71,6 +71,7 @@ pub mod tls;
 pub mod upgrade;
 pub mod validation;
 pub mod validation_rules;
+pub mod warnings;
 pub mod watch;
 
 /// An error and its causes on one line (`a: b: c`), for logs and failure messages.
@@ -903,7 +904,7 @@ async fn handle(
                 Err(e) => error_response(&e, &parts.headers).into(),
             };
         }
-        let (served, warnings) = admission_webhooks::collect_warnings(|| call.serve());
+        let (served, warnings) = warnings::collect_warnings(|| call.serve());
         if served.as_ref().is_ok_and(|(code, _)| *code < 400) {
             state.faults.served(&facts);
         }
@@ -939,7 +940,7 @@ async fn handle(
             }
             Err(e) => error_response(&e, &parts.headers),
         };
-        admission_webhooks::add_warning_headers(&mut response, &warnings);
+        warnings::add_warning_headers(&mut response, &warnings);
         response.into()
     }
     .await;

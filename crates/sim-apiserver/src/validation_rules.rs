@@ -20,7 +20,7 @@
 //!   `fieldPath`, or the `reason`'s error type; an evaluation error reports `<error>
 //!   evaluating rule: <rule>`.
 //! - On an update a rule that does not name `oldSelf` and fails on a value equal to its old
-//!   value (or inside one) is no error (ratcheting).
+//!   value (or inside one) is no error but a warning (ratcheting).
 //! - The rules do not run when the schema's validation found a type, enum, length, count or
 //!   required error: one cause says some rules were not checked.
 //!
@@ -32,7 +32,6 @@
 //! - There is no cost estimate or budget.
 //! - `map` and `set` lists compare as lists (their order counts) and `+` appends; a value
 //!   kept by `x-kubernetes-preserve-unknown-fields` without a schema is plain JSON.
-//! - A ratcheted failure is dropped without the warning the real server sends.
 //! - Rules inside `allOf`, `anyOf`, `oneOf` and `not` are not evaluated.
 
 use std::collections::HashMap;
@@ -708,9 +707,7 @@ fn evaluate(
                 continue;
             }
         }
-        if !transition && place.unchanged == Some(true) {
-            continue;
-        }
+        let ratcheted = !transition && place.unchanged == Some(true);
         let mut field = place.path.clone();
         let field_path = text(rule, "fieldPath");
         if !field_path.is_empty()
@@ -730,12 +727,17 @@ fn evaluate(
                 message.to_string()
             }
         });
-        out.push(match rule["reason"].as_str() {
+        let cause = match rule["reason"].as_str() {
             Some("FieldValueForbidden") => Cause::forbidden(&field, detail),
             Some("FieldValueRequired") => Cause::required(&field, detail),
             Some("FieldValueDuplicate") => Cause::duplicate(&field, type_name.clone()),
             _ => Cause::invalid(&field, type_name.clone(), detail),
-        });
+        };
+        if ratcheted {
+            super::warnings::add_warning(&cause.to_string());
+        } else {
+            out.push(cause);
+        }
     }
 }
 
