@@ -84,6 +84,23 @@ async fn send_recorded(
     code
 }
 
+/// Records the managed fields entries of the pod at `path` but the scheduler's (whose
+/// status entry comes when it comes): what the client's create owns.
+async fn record_client_fields(t: &super::Target, path: &str) {
+    let fields: Vec<Value> = super::raw_get(t, path).await["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry["manager"] != "kube-scheduler")
+        .cloned()
+        .collect();
+    t.record(Answer {
+        asked: format!("GET {path}: the client's managed fields"),
+        code: 200,
+        body: normalize(json!(fields)),
+    });
+}
+
 /// Records the resources of each container of the pod at `path`, and its annotations.
 async fn record_resources(t: &super::Target, path: &str) {
     let (code, text) = support::raw(&t.admin, "GET", path, JSON, Vec::new()).await;
@@ -225,6 +242,7 @@ fn limit_ranges() -> Interaction {
                 json!([{"name": "setup", "image": "example/app:1"}]);
             assert_eq!(create(t, &pods, &defaulted).await, 201);
             record_resources(t, &format!("{pods}/defaulted")).await;
+            record_client_fields(t, &format!("{pods}/defaulted")).await;
             // A pod created by server-side apply is defaulted as a POST is, the defaults
             // owned by no manager.
             let applied = pod(
@@ -237,20 +255,7 @@ fn limit_ranges() -> Interaction {
             let apply = format!("{applied_path}?fieldManager=applier");
             send_recorded(t, "PATCH", &apply, APPLY, &applied).await;
             record_resources(t, &applied_path).await;
-            // The scheduler's status entry comes when it comes: only the applier's is compared.
-            let fields: Vec<Value> =
-                super::raw_get(t, &applied_path).await["metadata"]["managedFields"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|entry| entry["manager"] == "applier")
-                    .cloned()
-                    .collect();
-            t.record(Answer {
-                asked: format!("GET {applied_path}: the applier's managed fields"),
-                code: 200,
-                body: normalize(json!(fields)),
-            });
+            record_client_fields(t, &applied_path).await;
             let out_of_range = pod(
                 "applied-low",
                 json!([{"name": "main", "image": "example/app:1",

@@ -820,8 +820,10 @@ impl<'a> Call<'a> {
             &requested_name,
             None,
         );
-        // The in-tree mutating plugins (LimitRanger), before ServiceAccount and the webhooks.
-        admission::mutate_by_plugins(&self.state.store, &attrs, &mut obj);
+        // The in-tree mutating plugins (LimitRanger), before ServiceAccount and the webhooks;
+        // the field manager has recorded the object as sent, so what they add is unowned.
+        let as_sent = obj.clone();
+        let plugins_changed = admission::mutate_by_plugins(&self.state.store, &attrs, &mut obj);
         let accounts = service_accounts(&self.state.store, rt, &self.ns(rt));
         accounts.admit(rt, &self.ns(rt), &admission_name, &obj)?;
         if certificates::serves(rt) {
@@ -850,6 +852,20 @@ impl<'a> Call<'a> {
             default_storage_class(&self.state.store, rt).as_deref(),
             &mut stored,
         );
+        if plugins_changed {
+            // The entry the field manager wrote before admission, of the object as sent.
+            unowned = prepare_create(
+                rt,
+                &self.info.version,
+                &self.ns(rt),
+                from_view(rt, as_sent),
+                &self.manager,
+                &accounts,
+            )
+            .ok()
+            .map(|sent| sent["metadata"]["managedFields"].clone())
+            .or(unowned);
+        }
         if let Some(managed) = unowned {
             stored["metadata"]["managedFields"] = managed;
         }
