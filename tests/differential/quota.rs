@@ -2,12 +2,14 @@
 //! the ResourceQuota admission plugin's refusals (a pod that does not state what a quota
 //! tracks, and creates over the limit of pods' compute, object counts, node ports and
 //! storage) and its charges, and the usage given back when an object is deleted.
-//! LimitRanges: the LimitRanger plugin's defaults and annotation on a pod, and its refusals
-//! of pods and claims out of range.
+//! Pod updates moving a pod in or out of the `Terminating` scope, charged and refused as a
+//! create is; claims counted by the `VolumeAttributesClass` scope.
+//! LimitRanges: the LimitRanger plugin's defaults and annotation on a pod, created by a POST
+//! or by server-side apply, and its refusals of pods and claims out of range.
 
 use serde_json::{Value, json};
 
-use super::{Answer, Interaction, JSON, normalize, parse_body, support, wait_until};
+use super::{APPLY, Answer, Interaction, JSON, MERGE, normalize, parse_body, support, wait_until};
 
 /// The namespace of these interactions.
 const NAMESPACE: &str = "quota";
@@ -58,6 +60,47 @@ fn config_map(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
 }
 
+/// Sends `body` to `path` with `method` and `content_type`, recording the answer's code and,
+/// when refused, its body.
+async fn send_recorded(
+    t: &super::Target,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &Value,
+) -> u16 {
+    let bytes = serde_json::to_vec(body).unwrap();
+    let (code, text) = support::raw(&t.admin, method, path, content_type, bytes).await;
+    let recorded = if (200..300).contains(&code) {
+        Value::Null
+    } else {
+        normalize(parse_body(text))
+    };
+    t.record(Answer {
+        asked: format!("{method} {path}"),
+        code: i64::from(code),
+        body: recorded,
+    });
+    code
+}
+
+/// Records the managed fields entries of the pod at `path` but the scheduler's (whose
+/// status entry comes when it comes): what the client's create owns.
+async fn record_client_fields(t: &super::Target, path: &str) {
+    let fields: Vec<Value> = super::raw_get(t, path).await["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry["manager"] != "kube-scheduler")
+        .cloned()
+        .collect();
+    t.record(Answer {
+        asked: format!("GET {path}: the client's managed fields"),
+        code: 200,
+        body: normalize(json!(fields)),
+    });
+}
+
 /// Records the resources of each container of the pod at `path`, and its annotations.
 async fn record_resources(t: &super::Target, path: &str) {
     let (code, text) = support::raw(&t.admin, "GET", path, JSON, Vec::new()).await;
@@ -83,6 +126,8 @@ async fn record_resources(t: &super::Target, path: &str) {
 pub(super) fn interactions() -> Vec<Interaction> {
     vec![
         limit_ranges(),
+        terminating_scope(),
+        volume_attributes_class_scope(),
         interaction!(
             "resource quotas: status, refusals over the limits, and usage given back",
             |t| {
@@ -165,10 +210,7 @@ fn limit_ranges() -> Interaction {
         "limit ranges: a pod's defaults and annotation, and pods and claims out of range",
         |t| {
             const NS: &str = "limits";
-            let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-            assert_eq!(create(t, "/api/v1/namespaces", &ns).await, 201);
-            let account = format!("/api/v1/namespaces/{NS}/serviceaccounts/default");
-            wait_until(t, &account, "the default account", |code, _| code == 200).await;
+            namespace_with_account(t, NS).await;
             let range = json!({"apiVersion": "v1", "kind": "LimitRange",
                 "metadata": {"name": "ranges"},
                 "spec": {"limits": [
@@ -200,6 +242,27 @@ fn limit_ranges() -> Interaction {
                 json!([{"name": "setup", "image": "example/app:1"}]);
             assert_eq!(create(t, &pods, &defaulted).await, 201);
             record_resources(t, &format!("{pods}/defaulted")).await;
+            record_client_fields(t, &format!("{pods}/defaulted")).await;
+            // A pod created by server-side apply is defaulted as a POST is, the defaults
+            // owned by no manager.
+            let applied = pod(
+                "applied",
+                json!([{"name": "bare", "image": "example/app:1"},
+                       {"name": "limited", "image": "example/app:1",
+                        "resources": {"limits": {"cpu": "200m"}}}]),
+            );
+            let applied_path = format!("{pods}/applied");
+            let apply = format!("{applied_path}?fieldManager=applier");
+            send_recorded(t, "PATCH", &apply, APPLY, &applied).await;
+            record_resources(t, &applied_path).await;
+            record_client_fields(t, &applied_path).await;
+            let out_of_range = pod(
+                "applied-low",
+                json!([{"name": "main", "image": "example/app:1",
+                        "resources": {"requests": {"cpu": "10m"}}}]),
+            );
+            let apply = format!("{pods}/applied-low?fieldManager=applier");
+            send_recorded(t, "PATCH", &apply, APPLY, &out_of_range).await;
             let one = |name: &str, resources: Value| {
                 pod(
                     name,
@@ -226,6 +289,142 @@ fn limit_ranges() -> Interaction {
                              "resources": {"requests": {"storage": size}}}});
                 create(t, &claims, &claim).await;
             }
+        }
+    )
+}
+
+/// Creates the namespace `name` and waits for its default ServiceAccount, which pods need.
+async fn namespace_with_account(t: &super::Target, name: &str) {
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    assert_eq!(create(t, "/api/v1/namespaces", &ns).await, 201);
+    let account = format!("/api/v1/namespaces/{name}/serviceaccounts/default");
+    wait_until(t, &account, "the default account", |code, _| code == 200).await;
+}
+
+/// Waits until the quota at `path` has a status where `settled`, then records it.
+async fn quota_status(t: &super::Target, path: &str, what: &str, settled: impl Fn(&Value) -> bool) {
+    wait_until(t, path, what, |code, body| {
+        code == 200 && settled(&body["status"])
+    })
+    .await;
+    let status = super::raw_get(t, path).await["status"].clone();
+    t.record(Answer {
+        asked: format!("GET {path}: status, {what}"),
+        code: 200,
+        body: normalize(status),
+    });
+}
+
+/// Waits until each quota of `paths` has counted none of `resource`, and records it.
+async fn computed(t: &super::Target, paths: &[&str], resource: &str) {
+    for path in paths {
+        quota_status(t, path, "computed", |s| s["used"][resource] == "0").await;
+    }
+}
+
+fn terminating_scope() -> Interaction {
+    interaction!(
+        "resource quotas: a pod update moving a pod into the terminating scope is charged",
+        |t| {
+            const NS: &str = "quota-scopes";
+            namespace_with_account(t, NS).await;
+            let quotas = format!("/api/v1/namespaces/{NS}/resourcequotas");
+            for (name, scope, pods) in [
+                ("terminating", "Terminating", "1"),
+                ("long-running", "NotTerminating", "3"),
+            ] {
+                let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                    "metadata": {"name": name},
+                    "spec": {"hard": {"pods": pods}, "scopes": [scope]}});
+                assert_eq!(create(t, &quotas, &quota).await, 201);
+            }
+            let terminating = format!("{quotas}/terminating");
+            let long_running = format!("{quotas}/long-running");
+            computed(t, &[&terminating, &long_running], "pods").await;
+
+            let pods = format!("/api/v1/namespaces/{NS}/pods");
+            for name in ["first", "second"] {
+                assert_eq!(create(t, &pods, &pod(name, json!({}))).await, 201);
+            }
+            let mut deadline = pod("deadline", json!({}));
+            deadline["spec"]["activeDeadlineSeconds"] = json!(600);
+            assert_eq!(create(t, &pods, &deadline).await, 201);
+            quota_status(t, &terminating, "charged", |s| s["used"]["pods"] == "1").await;
+            quota_status(t, &long_running, "charged", |s| s["used"]["pods"] == "2").await;
+
+            // Setting a deadline moves the pod into the full Terminating quota: refused.
+            let set_deadline = json!({"spec": {"activeDeadlineSeconds": 300}});
+            let first = format!("{pods}/first");
+            send_recorded(t, "PATCH", &first, MERGE, &set_deadline).await;
+            // A change that keeps the pod's scope is not charged.
+            let label = json!({"metadata": {"labels": {"kept": "scope"}}});
+            send_recorded(t, "PATCH", &format!("{pods}/deadline"), MERGE, &label).await;
+
+            let grace = serde_json::to_vec(&json!({"gracePeriodSeconds": 0})).unwrap();
+            let gone = format!("{pods}/deadline");
+            let (code, text) = support::raw(&t.admin, "DELETE", &gone, JSON, grace).await;
+            assert_eq!(code, 200, "{}: DELETE {gone}: {text}", t.name);
+            quota_status(t, &terminating, "given back", |s| s["used"]["pods"] == "0").await;
+            // With room, the update is charged to the Terminating quota, and the pod given
+            // back to the NotTerminating one.
+            assert_eq!(
+                send_recorded(t, "PATCH", &first, MERGE, &set_deadline).await,
+                200
+            );
+            quota_status(t, &terminating, "moved in", |s| s["used"]["pods"] == "1").await;
+            quota_status(t, &long_running, "moved out", |s| s["used"]["pods"] == "1").await;
+        }
+    )
+}
+
+fn volume_attributes_class_scope() -> Interaction {
+    interaction!(
+        "resource quotas: claims counted by the volume attributes class scope",
+        |t| {
+            const NS: &str = "quota-classes";
+            namespace_with_account(t, NS).await;
+            let quotas = format!("/api/v1/namespaces/{NS}/resourcequotas");
+            let gold = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                "metadata": {"name": "gold"},
+                "spec": {"hard": {"persistentvolumeclaims": "1", "requests.storage": "2Gi"},
+                         "scopeSelector": {"matchExpressions": [
+                             {"scopeName": "VolumeAttributesClass", "operator": "In",
+                              "values": ["gold"]}]}}});
+            assert_eq!(create(t, &quotas, &gold).await, 201);
+            let unclassed = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                "metadata": {"name": "unclassed"},
+                "spec": {"hard": {"persistentvolumeclaims": "5"},
+                         "scopeSelector": {"matchExpressions": [
+                             {"scopeName": "VolumeAttributesClass",
+                              "operator": "DoesNotExist"}]}}});
+            assert_eq!(create(t, &quotas, &unclassed).await, 201);
+            let gold_path = format!("{quotas}/gold");
+            let unclassed_path = format!("{quotas}/unclassed");
+            computed(t, &[&gold_path, &unclassed_path], "persistentvolumeclaims").await;
+
+            let claims = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims");
+            let claim = |name: &str, class: Option<&str>| {
+                let mut claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": name},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                             "resources": {"requests": {"storage": "1Gi"}}}});
+                if let Some(class) = class {
+                    claim["spec"]["volumeAttributesClassName"] = json!(class);
+                }
+                claim
+            };
+            create(t, &claims, &claim("gold-one", Some("gold"))).await;
+            create(t, &claims, &claim("gold-two", Some("gold"))).await;
+            create(t, &claims, &claim("silver", Some("silver"))).await;
+            create(t, &claims, &claim("plain", None)).await;
+            quota_status(t, &gold_path, "charged", |s| {
+                s["used"]["persistentvolumeclaims"] == "1"
+            })
+            .await;
+            quota_status(t, &unclassed_path, "charged", |s| {
+                s["used"]["persistentvolumeclaims"] == "1"
+            })
+            .await;
         }
     )
 }

@@ -1,4 +1,5 @@
-//! Admission as kube-apiserver runs it around a write: the mutating webhooks, the object's
+//! Admission as kube-apiserver runs it around a write: the in-tree mutating plugins this
+//! server models (LimitRanger's defaults on a create), the mutating webhooks, the object's
 //! own defaulting and validation again when they changed it, then the validating
 //! admission — ValidatingAdmissionPolicies ([`super::admission_policy`]) before the
 //! validating webhooks ([`super::admission_webhooks`]) — and the write stored only if the
@@ -31,6 +32,24 @@ pub fn validate(
         Some(object) => charge_quota(store, attrs, object, old),
         None => Ok(()),
     }
+}
+
+/// The in-tree mutating admission this server models that runs before the mutating
+/// webhooks, on every create (a POST, or a PUT or an apply that creates): LimitRanger's
+/// defaults for a pod ([`super::limit_ranger::default_pod`]), after NamespaceLifecycle and
+/// before ServiceAccount as kube-apiserver orders its plugins. `object` is the pod as sent;
+/// whether they changed it.
+pub fn mutate_by_plugins(store: &Store, attrs: &Attributes<'_>, object: &mut Value) -> bool {
+    let rt = attrs.rt;
+    let defaults_pod = rt.group.is_empty()
+        && rt.resource == "pods"
+        && super::limit_ranger::applies(&rt.group, &rt.resource, attrs.subresource, false);
+    if attrs.namespace.is_empty() || attrs.operation != Operation::Create || !defaults_pod {
+        return false;
+    }
+    let before = object.clone();
+    super::limit_ranger::default_pod(&limit_ranges(store, attrs.namespace), object);
+    *object != before
 }
 
 /// The LimitRanges of `namespace` (for the LimitRanger admission plugin).
@@ -95,12 +114,13 @@ fn charge_quota(
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
     let rt = attrs.rt;
-    let update = attrs.operation == Operation::Update;
+    let old = old.filter(|_| attrs.operation == Operation::Update);
     let creates_namespace = rt.group.is_empty() && rt.resource == "namespaces";
     if attrs.namespace.is_empty()
         || creates_namespace
         || !matches!(attrs.operation, Operation::Create | Operation::Update)
-        || !super::quota::handles(&rt.group, &rt.resource, attrs.subresource, update)
+        || (attrs.operation == Operation::Update && old.is_none())
+        || !super::quota::handles(&rt.group, &rt.resource, attrs.subresource, object, old)
     {
         return Ok(());
     }
@@ -108,6 +128,7 @@ fn charge_quota(
     let request = super::quota::Request {
         group: &rt.group,
         resource: &rt.resource,
+        subresource: attrs.subresource,
         object,
         old,
     };
@@ -241,7 +262,10 @@ pub fn admit_write(
         }
     }
     let redefault = redefaulter(rt, &version);
-    let changed = mutate(store, attrs, &mut sent, old_sent.as_ref(), &redefault)?;
+    let defaulted = sent
+        .as_mut()
+        .is_some_and(|o| mutate_by_plugins(store, attrs, o));
+    let changed = mutate(store, attrs, &mut sent, old_sent.as_ref(), &redefault)? || defaulted;
     let mut decision = decision;
     // The validating webhooks are sent the object as it is to be stored.
     let mutated = sent.replace(as_sent(&new_stored));

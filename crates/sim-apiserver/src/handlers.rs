@@ -23,7 +23,6 @@ use super::create::{
     admit_storage_class, checks, default_storage_class, invalid, meta_str, prepare_create,
     service_accounts,
 };
-use super::limit_ranger;
 use super::names::{Cause, random_suffix};
 use super::objects::{self, from_view, to_view};
 use super::patch;
@@ -815,23 +814,22 @@ impl<'a> Call<'a> {
         // The admission plugins (NamespaceLifecycle, then ServiceAccount) run before the
         // strategy validates.
         self.ensure_namespace(rt, &admission_name)?;
-        // LimitRanger's defaults, before the mutating webhooks.
-        if limit_ranger::applies(&rt.group, &rt.resource, "", false) {
-            let ranges = admission::limit_ranges(&self.state.store, &self.ns(rt));
-            limit_ranger::default_pod(&ranges, &mut obj);
-        }
-        let accounts = service_accounts(&self.state.store, rt, &self.ns(rt));
-        accounts.admit(rt, &self.ns(rt), &admission_name, &obj)?;
-        if certificates::serves(rt) {
-            certificates::before_create(&mut obj, self.user)?;
-        }
-        let webhooks = admission_webhooks::configured(&self.state.store);
         let attrs = self.admission(
             rt,
             admission_webhooks::Operation::Create,
             &requested_name,
             None,
         );
+        // The in-tree mutating plugins (LimitRanger), before ServiceAccount and the webhooks;
+        // the field manager has recorded the object as sent, so what they add is unowned.
+        let as_sent = obj.clone();
+        let plugins_changed = admission::mutate_by_plugins(&self.state.store, &attrs, &mut obj);
+        let accounts = service_accounts(&self.state.store, rt, &self.ns(rt));
+        accounts.admit(rt, &self.ns(rt), &admission_name, &obj)?;
+        if certificates::serves(rt) {
+            certificates::before_create(&mut obj, self.user)?;
+        }
+        let webhooks = admission_webhooks::configured(&self.state.store);
         let mut unowned = None;
         if webhooks {
             (obj, unowned) = admission_webhooks::mutate_create(
@@ -854,6 +852,20 @@ impl<'a> Call<'a> {
             default_storage_class(&self.state.store, rt).as_deref(),
             &mut stored,
         );
+        if plugins_changed {
+            // The entry the field manager wrote before admission, of the object as sent.
+            unowned = prepare_create(
+                rt,
+                &self.info.version,
+                &self.ns(rt),
+                from_view(rt, as_sent),
+                &self.manager,
+                &accounts,
+            )
+            .ok()
+            .map(|sent| sent["metadata"]["managedFields"].clone())
+            .or(unowned);
+        }
         if let Some(managed) = unowned {
             stored["metadata"]["managedFields"] = managed;
         }

@@ -1,4 +1,5 @@
-//! The LimitRanger admission plugin (`plugin/pkg/admission/limitranger`): a pod created in
+//! The LimitRanger admission plugin (`plugin/pkg/admission/limitranger`): a pod created (by
+//! any create path: [`super::admission::mutate_by_plugins`] calls [`default_pod`]) in
 //! a namespace with LimitRanges gets their `Container` defaults (`default` as limits,
 //! `defaultRequest` as requests) where its containers state none, with the
 //! `kubernetes.io/limit-ranger` annotation naming what was set; a pod created and a

@@ -12,20 +12,20 @@
 //!   overhead; pod-level `spec.resources` when set. A quota tracking cpu or memory
 //!   requires every container to state it (`must specify …`). Scopes (`Terminating`,
 //!   `NotTerminating`, `BestEffort`, `NotBestEffort`, `PriorityClass`,
-//!   `CrossNamespacePodAffinity`) and scope selectors choose the pods a quota counts.
+//!   `CrossNamespacePodAffinity`) and scope selectors choose the pods a quota counts. A
+//!   pod's update is charged only when it moves the pod in or out of `Terminating`.
 //! - **services:** `services`, `services.loadbalancers`, `services.nodeports`.
 //! - **persistentvolumeclaims:** `persistentvolumeclaims`, `requests.storage` (the larger of
 //!   the request and `status.allocatedResources`), and both per storage class
-//!   (`<class>.storageclass.storage.k8s.io/…`).
+//!   (`<class>.storageclass.storage.k8s.io/…`); the `VolumeAttributesClass` scope selector
+//!   chooses the claims a quota counts by the classes each refers to. A status write that
+//!   changes those or the allocated storage is charged, never refused.
 //! - **configmaps, secrets, replicationcontrollers, resourcequotas:** their legacy names.
 //! - **every resource:** `count/<resource>[.<group>]`, charged on create.
 //!
 //! # Caveats
-//! - A pod's update is charged only on create (the `Terminating` scope changing on update
-//!   and the `resize` subresource are not checked), and a PersistentVolumeClaim's status
-//!   write never is.
-//! - PersistentVolumeClaims' `VolumeAttributesClass` scope is not known: a quota with scopes
-//!   matches pods only.
+//! - A pod's `resize` is handled as the real evaluator handles it, but this server does not
+//!   serve the subresource.
 //! - The admission configuration's `limitedResources` (none by default) is not read.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -124,17 +124,60 @@ fn is_extended_request(name: &str) -> bool {
         .is_some_and(|r| r.contains('/') && !r.contains("kubernetes.io/"))
 }
 
-/// Whether creates and updates of `group`/`resource` (at `subresource`, for `update`) are
-/// checked against quota.
+/// Whether a write of `group`/`resource` at `subresource` is checked against quota (the
+/// evaluators' `Handles`): `old` is the live object of an update, `None` for a create.
+/// Every resource's create is; an update only where its usage can grow — a Service's or a
+/// claim's, a claim's status whose allocated storage or volume attributes classes changed, a
+/// pod moving in or out of the `Terminating` scope, a pod's `resize`.
 #[must_use]
-pub fn handles(group: &str, resource: &str, subresource: &str, update: bool) -> bool {
-    if !subresource.is_empty() {
-        return false;
+pub fn handles(
+    group: &str,
+    resource: &str,
+    subresource: &str,
+    object: &Value,
+    old: Option<&Value>,
+) -> bool {
+    match (group, resource, subresource, old) {
+        (_, _, "", None) => true,
+        ("", "pods", "", Some(old)) => is_terminating(old) != is_terminating(object),
+        ("", "pods", "resize", Some(_)) => true,
+        ("", "services" | "persistentvolumeclaims", "", Some(_)) => true,
+        ("", "persistentvolumeclaims", "status", Some(old)) => {
+            claim_requires_replenish(object, old)
+        }
+        _ => false,
     }
-    match (group, resource) {
-        ("", "services" | "persistentvolumeclaims") => true,
-        _ => !update,
-    }
+}
+
+/// Whether a pod is in the `Terminating` scope: it has an `activeDeadlineSeconds`.
+#[must_use]
+pub fn is_terminating(pod: &Value) -> bool {
+    pod["spec"]["activeDeadlineSeconds"]
+        .as_i64()
+        .is_some_and(|s| s >= 0)
+}
+
+/// The VolumeAttributesClasses a claim refers to: the one it asks for, the one it has, and
+/// the one it is being modified to.
+fn volume_attributes_classes(claim: &Value) -> BTreeSet<&str> {
+    [
+        &claim["spec"]["volumeAttributesClassName"],
+        &claim["status"]["currentVolumeAttributesClassName"],
+        &claim["status"]["modifyVolumeStatus"]["targetVolumeAttributesClassName"],
+    ]
+    .into_iter()
+    .filter_map(Value::as_str)
+    .filter(|name| !name.is_empty())
+    .collect()
+}
+
+/// `RequiresQuotaReplenish`: whether a claim's update changes what quota counts of it
+/// beyond its spec — its allocated storage, or the VolumeAttributesClasses it refers to.
+#[must_use]
+pub fn claim_requires_replenish(claim: &Value, old: &Value) -> bool {
+    let allocated = |c: &Value| quantity_at(&c["status"]["allocatedResources"]["storage"]);
+    allocated(claim) != allocated(old)
+        || volume_attributes_classes(claim) != volume_attributes_classes(old)
 }
 
 fn quantity_at(value: &Value) -> Option<Quantity> {
@@ -422,9 +465,7 @@ fn uses_cross_namespace_affinity(pod: &Value) -> bool {
 
 /// Whether a pod matches one scope selector requirement (`podMatchesScopeFunc`).
 fn pod_matches_scope(pod: &Value, selector: &Value) -> bool {
-    let terminating = pod["spec"]["activeDeadlineSeconds"]
-        .as_i64()
-        .is_some_and(|s| s >= 0);
+    let terminating = is_terminating(pod);
     match selector["scopeName"].as_str().unwrap_or_default() {
         "Terminating" => terminating,
         "NotTerminating" => !terminating,
@@ -434,21 +475,53 @@ fn pod_matches_scope(pod: &Value, selector: &Value) -> bool {
         "PriorityClass" => {
             let class = pod["spec"]["priorityClassName"]
                 .as_str()
-                .unwrap_or_default();
-            let values: Vec<&str> = selector["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            match selector["operator"].as_str().unwrap_or_default() {
-                "Exists" => !class.is_empty(),
-                "DoesNotExist" => class.is_empty(),
-                "In" => !class.is_empty() && values.contains(&class),
-                "NotIn" => class.is_empty() || !values.contains(&class),
-                _ => false,
-            }
+                .filter(|c| !c.is_empty());
+            requirement_matches(selector, class)
         }
+        _ => false,
+    }
+}
+
+/// Whether a claim matches one scope selector requirement (`pvcMatchesScopeFunc`): only
+/// `VolumeAttributesClass`, matched by any class the claim refers to.
+fn claim_matches_scope(claim: &Value, selector: &Value) -> bool {
+    if selector["scopeName"] != "VolumeAttributesClass" {
+        return false;
+    }
+    let classes = volume_attributes_classes(claim);
+    if classes.is_empty() {
+        return requirement_matches(selector, None);
+    }
+    classes
+        .into_iter()
+        .any(|class| requirement_matches(selector, Some(class)))
+}
+
+/// Whether a scope selector requirement, read as a label selector on the scope's name,
+/// matches an object whose value for it is `value` (`None`: the label is absent).
+fn requirement_matches(selector: &Value, value: Option<&str>) -> bool {
+    let listed = |v: &str| {
+        selector["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|listed| listed == v)
+    };
+    match selector["operator"].as_str().unwrap_or_default() {
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "In" => value.is_some_and(listed),
+        "NotIn" => !value.is_some_and(listed),
+        _ => false,
+    }
+}
+
+/// Whether an object of `group`/`resource` is in a quota's scope selector requirement:
+/// pods and claims by their own scopes; no other object is in any scope.
+fn matches_scope(group: &str, resource: &str, object: &Value, selector: &Value) -> bool {
+    match (group, resource) {
+        ("", "pods") => pod_matches_scope(object, selector),
+        ("", "persistentvolumeclaims") => claim_matches_scope(object, selector),
         _ => false,
     }
 }
@@ -480,10 +553,9 @@ fn quota_matches(
     if matching_resources(group, resource, hard).is_empty() {
         return false;
     }
-    let pod = group.is_empty() && resource == "pods";
     scope_selectors(quota)
         .iter()
-        .all(|s| pod && pod_matches_scope(object, s))
+        .all(|s| matches_scope(group, resource, object, s))
 }
 
 /// What a quota `quota` (with `spec.hard` as its limits) uses of the objects of one
@@ -506,12 +578,11 @@ pub fn usage_of(
     if names.is_empty() {
         return used;
     }
-    let pod = group.is_empty() && resource == "pods";
     let selectors = scope_selectors(quota);
     for object in objects {
         if !selectors
             .iter()
-            .all(|s| pod && pod_matches_scope(object, s))
+            .all(|s| matches_scope(group, resource, object, s))
         {
             continue;
         }
@@ -533,6 +604,8 @@ pub struct Request<'a> {
     pub group: &'a str,
     /// The resource.
     pub resource: &'a str,
+    /// The subresource written (`""` for the object itself).
+    pub subresource: &'a str,
     /// The new object.
     pub object: &'a Value,
     /// The live object of an update (`None` for a create).
@@ -553,6 +626,7 @@ pub fn check(quotas: &[Value], request: &Request<'_>, now: SystemTime) -> Result
     let Request {
         group,
         resource,
+        subresource,
         object,
         old,
     } = *request;
@@ -637,6 +711,12 @@ pub fn check(quotas: &[Value], request: &Request<'_>, now: SystemTime) -> Result
             .keys()
             .filter(|n| new_used[*n] > hard[*n])
             .collect();
+        // A status write is charged, never refused.
+        let exceeded = if subresource == "status" {
+            BTreeSet::new()
+        } else {
+            exceeded
+        };
         if !exceeded.is_empty() {
             let print = |list: &ResourceList| {
                 exceeded
@@ -769,6 +849,7 @@ mod tests {
         let request = Request {
             group: "",
             resource: "pods",
+            subresource: "",
             object: &bare,
             old: None,
         };
@@ -781,6 +862,7 @@ mod tests {
         let request = Request {
             group: "",
             resource: "pods",
+            subresource: "",
             object: &big,
             old: None,
         };
@@ -793,6 +875,7 @@ mod tests {
         let request = Request {
             group: "",
             resource: "pods",
+            subresource: "",
             object: &fits,
             old: None,
         };
@@ -812,6 +895,7 @@ mod tests {
         let request = Request {
             group: "",
             resource: "configmaps",
+            subresource: "",
             object: &cm,
             old: None,
         };
@@ -842,6 +926,69 @@ mod tests {
         let mut scoped_counts = quota(json!({"configmaps": "1"}), json!({"configmaps": "0"}));
         scoped_counts["spec"]["scopes"] = json!(["NotTerminating"]);
         assert!(!matches(&scoped_counts, "", "configmaps", &cm));
+    }
+
+    #[test]
+    fn a_pod_update_is_charged_only_when_it_moves_the_pod_in_or_out_of_terminating() {
+        let running = json!({"spec": {"containers": [{"name": "main"}]}});
+        let mut deadline = running.clone();
+        deadline["spec"]["activeDeadlineSeconds"] = json!(60);
+        assert!(handles("", "pods", "", &running, None));
+        assert!(!handles("", "pods", "", &running, Some(&running)));
+        assert!(handles("", "pods", "", &deadline, Some(&running)));
+        assert!(handles("", "pods", "resize", &running, Some(&running)));
+        assert!(!handles("", "pods", "status", &running, Some(&running)));
+        assert!(!handles("", "configmaps", "", &running, Some(&running)));
+
+        let mut terminating = quota(json!({"pods": "1"}), json!({"pods": "1"}));
+        terminating["spec"]["scopes"] = json!(["Terminating"]);
+        let mut old = running.clone();
+        old["metadata"] = json!({"name": "p", "resourceVersion": "7"});
+        deadline["metadata"] = old["metadata"].clone();
+        let request = Request {
+            group: "",
+            resource: "pods",
+            subresource: "",
+            object: &deadline,
+            old: Some(&old),
+        };
+        assert_eq!(
+            check(&[terminating], &request, now()).unwrap_err(),
+            "exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"
+        );
+    }
+
+    #[test]
+    fn the_volume_attributes_class_scope_counts_claims_by_every_class_they_refer_to() {
+        let mut gold = quota(
+            json!({"persistentvolumeclaims": "1"}),
+            json!({"persistentvolumeclaims": "0"}),
+        );
+        gold["spec"]["scopeSelector"] = json!({"matchExpressions": [
+            {"scopeName": "VolumeAttributesClass", "operator": "In", "values": ["gold"]}]});
+        let mut unclassed = gold.clone();
+        unclassed["spec"]["scopeSelector"] = json!({"matchExpressions": [
+            {"scopeName": "VolumeAttributesClass", "operator": "DoesNotExist"}]});
+        let claim = |spec: &str, modifying: &str| {
+            json!({"spec": {"volumeAttributesClassName": spec},
+                   "status": {"modifyVolumeStatus": {"targetVolumeAttributesClassName": modifying}}})
+        };
+        let matches_claim = |q: &Value, c: &Value| matches(q, "", "persistentvolumeclaims", c);
+        assert!(matches_claim(&gold, &claim("gold", "")));
+        assert!(matches_claim(&gold, &claim("silver", "gold")));
+        assert!(!matches_claim(&gold, &claim("silver", "")));
+        assert!(matches_claim(&unclassed, &json!({"spec": {}})));
+        assert!(!matches_claim(&unclassed, &claim("", "gold")));
+        let pod = json!({"spec": {"containers": []}});
+        assert!(!matches(&gold, "", "pods", &pod));
+        assert!(claim_requires_replenish(
+            &claim("gold", "silver"),
+            &claim("gold", "")
+        ));
+        assert!(!claim_requires_replenish(
+            &claim("gold", ""),
+            &claim("gold", "")
+        ));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //!
 //! A quota is synced when it is added, when its `spec.hard` changes, every five minutes,
 //! and when its usage may have dropped: an object of a resource it limits is deleted, a pod
-//! stops being charged (terminal, or past its deletion grace), a Service changes type, a
-//! claim's storage changes (the quota monitor's replenishment). Creates are charged by the
+//! stops being charged (terminal, or past its deletion grace) or moves in or out of the
+//! `Terminating` scope, a Service changes type, a claim's allocated storage or
+//! VolumeAttributesClasses change (the quota monitor's replenishment). Creates are charged by the
 //! ResourceQuota admission plugin, which writes `status.used` itself, not by this
 //! controller, which would otherwise race the admission's own count.
 //!
@@ -171,24 +172,19 @@ impl Controller {
 }
 
 /// Whether an update may lower what the object uses (the quota monitor's update filter):
-/// a pod no longer charged, a Service of another type, a claim whose storage changed.
+/// a pod no longer charged or moved in or out of the `Terminating` scope, a Service of
+/// another type, a claim whose allocated storage or VolumeAttributesClasses changed.
 fn may_lower_usage(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
     let now = std::time::SystemTime::now();
     match (info.ar.group.as_str(), info.ar.plural.as_str()) {
         ("", "pods") => {
             let charged =
                 |p: &Value| quota::usage(&info.ar.group, "pods", p, now).contains_key("pods");
-            charged(old) && !charged(new)
+            (charged(old) && !charged(new))
+                || quota::is_terminating(old) != quota::is_terminating(new)
         }
         ("", "services") => old["spec"]["type"] != new["spec"]["type"],
-        ("", "persistentvolumeclaims") => {
-            let storage = |p: &Value| {
-                quota::usage(&info.ar.group, "persistentvolumeclaims", p, now)
-                    .get("requests.storage")
-                    .copied()
-            };
-            storage(old) != storage(new)
-        }
+        ("", "persistentvolumeclaims") => quota::claim_requires_replenish(new, old),
         _ => false,
     }
 }
