@@ -92,6 +92,9 @@ fn crd(extra: &[Value]) -> Value {
         "limits": {"type": "object", "maxProperties": 4,
             "additionalProperties": {"type": "string", "maxLength": 16,
             "x-kubernetes-validations": [{"rule": "size(self) <= 5"}]}},
+        "port": {"x-kubernetes-int-or-string": true,
+            "x-kubernetes-validations": [
+                {"rule": "type(self) == string || self > 0", "message": "a port number is positive"}]},
         "ports": ports,
         "names": names});
     let schema = json!({"type": "object",
@@ -122,7 +125,7 @@ fn refused_crd(name: &str, rule: Value) -> Value {
 fn valid_spec() -> Value {
     json!({"minReplicas": 1, "maxReplicas": 3, "mode": "fast", "generationHint": 1,
            "weight": 1.5, "timeout": "30m", "notBefore": "2024-05-01T10:00:00Z",
-           "limits": {"cpu": "500m"}, "names": {"host-name": "a", "namespace": "b"},
+           "limits": {"cpu": "500m"}, "port": "http", "names": {"host-name": "a", "namespace": "b"},
            "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}]})
 }
 
@@ -248,6 +251,8 @@ pub(super) fn interactions() -> Vec<Interaction> {
                         json!({"names": {"host-name": "same", "namespace": "same"}}),
                     ),
                     ("geval", json!({"ports": [{"name": "eval", "port": 1}]})),
+                    ("gport", json!({"port": 0})),
+                    ("gportnumber", json!({"port": 8080})),
                     ("gschema", json!({"minReplicas": "one", "maxReplicas": 0})),
                 ] {
                     let mut spec = valid_spec();

@@ -187,6 +187,20 @@ fn issue(source: &str, line: usize, column: usize, message: &str) -> String {
 /// `format.named`, `optional.of`), which are no variables.
 const FUNCTION_NAMESPACES: &[&str] = &["ip", "format", "optional"];
 
+/// CEL's type names (`type(x) == int`), which are no variables.
+const TYPE_NAMES: &[&str] = &[
+    "bool",
+    "bytes",
+    "double",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "string",
+    "type",
+    "uint",
+];
+
 /// The names the comprehension macros bind (`x` of `list.all(x, …)`), which are no free
 /// variables.
 fn bound_names(source: &str) -> Vec<String> {
@@ -517,7 +531,7 @@ fn compile_uncached(source: &str, declared: Declarations) -> Result<Expression, 
         .variables()
         .into_iter()
         .filter(|v| !v.starts_with('@') && !declared.declares(v))
-        .filter(|v| !FUNCTION_NAMESPACES.contains(v))
+        .filter(|v| !FUNCTION_NAMESPACES.contains(v) && !TYPE_NAMES.contains(v))
         .filter(|v| !bound.iter().any(|b| b == v))
         .collect();
     undeclared.sort_by_key(|v| position_of(source, v));
