@@ -4,8 +4,8 @@
 //! with messages, message expressions, reasons and field paths; on durations, timestamps and
 //! escaped property names; transition rules (`oldSelf`, `optionalOldSelf`) on updates;
 //! an evaluation error; rules kept from running by a schema error; and a rule added to the
-//! CRD that an existing object fails, which ratchets: an update that leaves the failing
-//! value as it was is admitted, with a warning.
+//! CRD, and a schema `maximum`, that an existing object fails, which ratchet: an update that
+//! leaves the failing value as it was is admitted (with a warning for the rule).
 //!
 //! kube-apiserver reads a CRD through an informer: a changed rule is in effect once a dry-run
 //! create it refuses is refused.
@@ -47,7 +47,8 @@ async fn send(t: &Target, method: &str, path: &str, content_type: &str, body: Va
     code
 }
 
-/// The CRD of gizmos, with `extra` rules on `spec` after the ones every version has.
+/// The CRD of gizmos, with `extra` rules on `spec` after the ones every version has (and,
+/// with any, a `maximum` of 10 `maxReplicas`).
 fn crd(extra: &[Value]) -> Value {
     let mut spec_rules = vec![
         json!({"rule": "self.minReplicas <= self.maxReplicas",
@@ -97,6 +98,11 @@ fn crd(extra: &[Value]) -> Value {
                 {"rule": "type(self) == string || self > 0", "message": "a port number is positive"}]},
         "ports": ports,
         "names": names});
+    let mut properties = properties;
+    if !extra.is_empty() {
+        // A stricter schema too, which existing objects may fail.
+        properties["maxReplicas"]["maximum"] = json!(10);
+    }
     let schema = json!({"type": "object",
         "x-kubernetes-validations": [
             {"rule": "self.metadata.name.startsWith('g')", "message": "a gizmo's name starts with g"}],

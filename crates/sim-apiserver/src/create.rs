@@ -40,7 +40,13 @@ fn custom_checks(
     {
         schema.prune(obj);
         schema.apply_defaults(obj);
-        causes.extend(schema.validate(obj));
+        let found = schema.validate(obj);
+        causes.extend(match old {
+            Some(old) => {
+                super::validation_rules::ratchet_schema_causes(schema.as_value(), obj, old, found)
+            }
+            None => found,
+        });
         let rules = super::validation_rules::validate(schema.as_value(), obj, old, &causes);
         causes.extend(rules);
     }

@@ -5,7 +5,8 @@
 //! Validation follows kube-openapi's `SchemaValidator` (validators run in its order: type,
 //! allOf/anyOf/oneOf/not, string, format, number, array, enum, object; anyOf/oneOf report the
 //! branch with the highest match count), then apiextensions' embedded-resource checks, then the
-//! `x-kubernetes-list-type` set/map uniqueness checks. CEL rules and ratcheting are not modelled.
+//! `x-kubernetes-list-type` set/map uniqueness checks. The CEL rules (`x-kubernetes-validations`)
+//! and the ratcheting of these checks' causes on updates are [`super::validation_rules`]'s.
 
 use std::collections::HashMap;
 use std::fmt;

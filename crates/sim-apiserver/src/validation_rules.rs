@@ -23,6 +23,8 @@
 //!   value (or inside one) is no error but a warning (ratcheting).
 //! - The rules do not run when the schema's validation found a type, enum, length, count or
 //!   required error: one cause says some rules were not checked.
+//! - The schema's own causes are ratcheted alike ([`ratchet_schema_causes`]), without a
+//!   warning.
 //!
 //! # Caveats
 //! - There is no type checker (see [`super::cel`]): a CRD is refused for a rule's syntax, a
@@ -531,6 +533,85 @@ pub fn validate(schema: &Value, obj: &Value, old: Option<&Value>, found: &[Cause
     };
     walk(schema, &place, obj, old, &mut causes);
     causes
+}
+
+/// The schema's causes an update keeps (CRDValidationRatcheting): a cause raised at a value
+/// the update left as it was — or, for a missing required field, at an object it left as it
+/// was — is dropped. A value corresponds to the old one at the same field path, an item of a
+/// `map` list to the old item with its keys; below a list of another kind the list itself is
+/// compared.
+pub fn ratchet_schema_causes(
+    schema: &Value,
+    obj: &Value,
+    old: &Value,
+    causes: Vec<Cause>,
+) -> Vec<Cause> {
+    causes
+        .into_iter()
+        .filter(|cause| {
+            let mut segments = field_segments(&cause.field);
+            if cause.reason == FIELD_VALUE_REQUIRED {
+                segments.pop();
+            }
+            !unchanged_at(schema, obj, old, &segments)
+        })
+        .collect()
+}
+
+/// The segments of a field path (`spec.ports[0].name`: `spec`, `[0]`, `name`); none for
+/// `<nil>` or an empty path.
+fn field_segments(path: &str) -> Vec<String> {
+    let mut segments = Vec::new();
+    if path.is_empty() || path == "<nil>" {
+        return segments;
+    }
+    for part in path.split('.') {
+        let mut rest = part;
+        if let Some(at) = rest.find('[') {
+            if at > 0 {
+                segments.push(rest[..at].to_string());
+            }
+            rest = &rest[at..];
+            while let Some(end) = rest.find(']') {
+                segments.push(rest[..=end].to_string());
+                rest = &rest[end + 1..];
+            }
+        } else {
+            segments.push(rest.to_string());
+        }
+    }
+    segments
+}
+
+/// Whether the value at `segments` (or the nearest value above it that corresponds to an old
+/// one) is what it was.
+fn unchanged_at(schema: &Value, new: &Value, old: &Value, segments: &[String]) -> bool {
+    let Some((first, rest)) = segments.split_first() else {
+        return new == old;
+    };
+    if let Some(index) = first
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .and_then(|i| i.parse::<usize>().ok())
+        && let Some(item) = new.as_array().and_then(|items| items.get(index))
+    {
+        return match corresponding_item(schema, item, old) {
+            Some(old_item) => unchanged_at(&schema["items"], item, old_item, rest),
+            None => new == old,
+        };
+    }
+    let name = first
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .unwrap_or(first);
+    let sub = match schema["properties"].get(name) {
+        Some(sub) => sub,
+        None => &schema["additionalProperties"],
+    };
+    match (new.get(name), old.get(name)) {
+        (Some(new_field), Some(old_field)) => unchanged_at(sub, new_field, old_field, rest),
+        _ => new == old,
+    }
 }
 
 /// Where a value stands: its path, whether it is a resource, and whether the nearest value
@@ -1066,6 +1147,28 @@ mod tests {
         assert!(validate(&schema(), &new, Some(&old), &[]).is_empty());
         new["spec"]["minReplicas"] = json!(6);
         assert_eq!(validate(&schema(), &new, Some(&old), &[]).len(), 1);
+    }
+
+    #[test]
+    fn schema_causes_at_values_an_update_left_as_they_were_are_dropped() {
+        let schema = schema();
+        let old = object(json!({"minReplicas": 1, "maxReplicas": 50, "mode": "a",
+            "ports": [{"name": "a", "port": 1}]}));
+        let mut new = old.clone();
+        new["spec"]["mode"] = json!("b");
+        let causes = vec![
+            Cause::invalid("spec.maxReplicas", json!(50), "too many"),
+            Cause::invalid("spec.mode", json!("b"), "bad mode"),
+            Cause::required("spec.weight", ""),
+            Cause::invalid("spec.ports[0].port", json!(1), "low"),
+        ];
+        assert_eq!(
+            messages(&ratchet_schema_causes(&schema, &new, &old, causes)),
+            [
+                "spec.mode: Invalid value: \"b\": bad mode",
+                "spec.weight: Required value"
+            ]
+        );
     }
 
     #[test]
