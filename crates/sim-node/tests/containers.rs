@@ -236,30 +236,6 @@ async fn exec_probes_run_in_the_container_a_failing_liveness_restarts_it_and_rea
     assert_eq!(phase(&pod), "Running");
 }
 
-/// The host's processes whose command line is `words`, with whether each has ended (a
-/// zombie not yet reaped).
-fn processes_running(words: &[&str]) -> Vec<(u32, bool)> {
-    let wanted: Vec<u8> = words
-        .iter()
-        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
-        .collect();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
-        .map(|pid| {
-            let zombie =
-                std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-                    stat.rsplit_once(") ")
-                        .is_some_and(|(_, rest)| rest.starts_with('Z'))
-                });
-            (pid, zombie)
-        })
-        .collect()
-}
-
 /// An exec probe's command that outlives the probe's timeout is killed in the container,
 /// as containerd kills the process of an `ExecSync` that timed out: killing the runtime's
 /// `exec` alone would leave it running.
@@ -277,20 +253,8 @@ async fn an_exec_probe_that_times_out_has_its_command_killed_in_the_container() 
     })
     .await;
     let command = ["sleep", "4171"];
-    eventually("the probe's command runs", || async {
-        processes_running(&command)
-            .iter()
-            .any(|(_, ended)| !ended)
-            .then_some(())
-    })
-    .await;
-    eventually("the probe's command is killed at its timeout", || async {
-        processes_running(&command)
-            .iter()
-            .all(|(_, ended)| *ended)
-            .then_some(())
-    })
-    .await;
+    // The probe's command is killed at its timeout.
+    sim_test_support::command_runs_then_ends(&command).await;
     let pod = node
         .wait("slow-probe", "running, not ready", |p| {
             phase(p) == "Running"

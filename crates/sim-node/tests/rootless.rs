@@ -1,7 +1,8 @@
 //! Pods as rootless containers: the kubelet, run by an unprivileged user (65534, in a
 //! process of its own: a copy of this test binary that user can read), runs a busybox pod
 //! as a rootless runc container — its host name is the pod's, its service-account files
-//! are readable, its shell is PID 1 — and the faults act on it (crash, hold and release,
+//! are readable, its shell is PID 1, an exec probe's command runs in it and is killed at the
+//! probe's timeout — and the faults act on it (crash, hold and release,
 //! clock skew in a container of an executable image; an image directory of root's is
 //! copied for the container); once the pod is deleted and that process has ended, nothing
 //! of the container is left, nor when that process is SIGKILLed while the pod runs.
@@ -196,6 +197,25 @@ async fn the_rootless_child() {
         (now > before).then_some(())
     })
     .await;
+    // An exec probe runs through the rootless runtime, and its command is killed at the
+    // probe's timeout.
+    let probed: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probed", "namespace": "default"},
+        "spec": {"nodeName": "rootless", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX,
+                "command": ["sh", "-c", "while :; do sleep 1; done"],
+                "readinessProbe": {"exec": {"command": ["sleep", "4157"]},
+                    "timeoutSeconds": 1, "periodSeconds": 60}}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &probed)
+        .await
+        .expect("the pod is created");
+    let command = ["sleep", "4157"];
+    // The probe's command is killed at its timeout.
+    sim_test_support::command_runs_then_ends(&command).await;
+    inits.extend(kubelet.pids());
     // An executable image, and clock skew through libfaketime.
     let skewed: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -251,12 +271,12 @@ async fn the_rootless_child() {
         "{done:#}"
     );
     inits.extend(kubelet.pids());
-    for name in ["web-0", "skewed", "copied"] {
+    for name in ["web-0", "probed", "skewed", "copied"] {
         pods.delete(name, &DeleteParams::default())
             .await
             .expect("the pod is deleted");
     }
-    for name in ["web-0", "skewed", "copied"] {
+    for name in ["web-0", "probed", "skewed", "copied"] {
         eventually(&format!("pod {name} gone"), || async {
             matches!(pods.get_opt(name).await, Ok(None)).then_some(())
         })

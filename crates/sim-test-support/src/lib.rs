@@ -145,3 +145,46 @@ fn has_interpreter(elf: &[u8]) -> bool {
     let (offset, size, count) = (word(0x20, 8), word(0x36, 2), word(0x38, 2));
     (0..count).any(|i| word(offset + i * size, 4) == 3)
 }
+
+/// The host's processes whose command line is `words`, with whether each has ended (a
+/// zombie not yet reaped).
+pub fn processes_running(words: &[&str]) -> Vec<(u32, bool)> {
+    let wanted: Vec<u8> = words
+        .iter()
+        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
+        .collect();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .map(|pid| {
+            let zombie =
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('Z'))
+                });
+            (pid, zombie)
+        })
+        .collect()
+}
+
+/// Waits until a process whose command line is `words` runs, then until every such process
+/// has ended (a probe's command killed at its timeout, say).
+pub async fn command_runs_then_ends(words: &[&str]) {
+    eventually("the command runs", || async {
+        processes_running(words)
+            .iter()
+            .any(|(_, ended)| !ended)
+            .then_some(())
+    })
+    .await;
+    eventually("the command has ended", || async {
+        processes_running(words)
+            .iter()
+            .all(|(_, ended)| *ended)
+            .then_some(())
+    })
+    .await;
+}
