@@ -220,6 +220,10 @@ fn prepare_update(
     if csr {
         causes.extend(certificates::validate_update(part.subresource(), &new, old));
     }
+    if !causes.is_empty() && objects::is_event(rt) {
+        // Both Event resources validate the stored core Event, whose kind has no group.
+        return Err(ApiError::invalid(&rt.kind, "", &name, causes));
+    }
     if !causes.is_empty() {
         return Err(invalid(rt, &name, causes));
     }
@@ -279,9 +283,29 @@ fn prepare_update(
                 );
                 new["metadata"]["managedFields"] = view["metadata"]["managedFields"].take();
             }
+            // An Event's manager is of the group version the client spoke, and the managers
+            // of the other group's version go: the field manager of either resource cannot
+            // convert to the other's version.
+            None if objects::is_event(rt) => {
+                let api_version = rt.api_version(version);
+                let mut old_view = to_view(rt, version, old.clone());
+                let mut view = to_view(rt, version, new.clone());
+                apply::drop_managers_of_other_versions(&mut old_view, &api_version);
+                apply::drop_managers_of_other_versions(&mut view, &api_version);
+                apply::record_update(&old_view, &mut view, manager, &rt.kind, &now, subresource);
+                match view["metadata"].get_mut("managedFields") {
+                    Some(owned) => new["metadata"]["managedFields"] = owned.take(),
+                    None => {
+                        if let Some(metadata) = new["metadata"].as_object_mut() {
+                            metadata.remove("managedFields");
+                        }
+                    }
+                }
+            }
             None => apply::record_update(old, &mut new, manager, &rt.kind, &now, subresource),
         }
     }
+    objects::as_stored(rt, &mut new);
     if csr {
         certificates::finish_update(
             subresource,
