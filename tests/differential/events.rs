@@ -2,13 +2,13 @@
 //! share one storage, and each writer's `managedFields` entry names the version it wrote
 //! and its fields as that version names them (`note`, `regarding` in one, `message`,
 //! `involvedObject` in the other), whichever version the object is read through. A write
-//! through one version drops the other version's managers (the field manager of either
-//! resource cannot convert to the other's version). Through events.k8s.io/v1 what an Event
-//! says is immutable; through core `v1` it is not.
+//! through one version (an update, a patch, an apply) drops the other version's managers
+//! (the field manager of either resource cannot convert to the other's version). Through
+//! events.k8s.io/v1 what an Event says is immutable; through core `v1` it is not.
 
 use serde_json::{Value, json};
 
-use super::{Interaction, JSON, MERGE, NS, Target, parse_body, support};
+use super::{APPLY, Interaction, JSON, MERGE, NS, Target, parse_body, support};
 
 fn events_of(group_version: &str) -> String {
     match group_version {
@@ -46,6 +46,18 @@ async fn replace(
     edit(&mut event);
     let path = format!("{}/{name}?fieldManager={manager}", events_of(group_version));
     t.admin("PUT", &path, JSON, event).await;
+}
+
+/// Creates the Event `name` through core `v1` as a kubelet writes one, recorded.
+async fn create_as_kubelet(t: &Target, name: &str, reason: &str, message: &str) {
+    let created = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+        "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": NS},
+        "reason": reason, "message": message, "type": "Normal",
+        "source": {"component": "kubelet", "host": "node-a"},
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1});
+    let path = format!("{}?fieldManager=kubelet", events_of("v1"));
+    t.admin("POST", &path, JSON, created).await;
 }
 
 /// The interactions of this module, in the order they run.
@@ -95,15 +107,7 @@ pub(super) fn interactions() -> Vec<Interaction> {
         interaction!(
             "events: created through v1, updated through events.k8s.io/v1",
             |t| {
-                let created = json!({"apiVersion": "v1", "kind": "Event",
-                    "metadata": {"name": "mf-started"},
-                    "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": NS},
-                    "reason": "Started", "message": "started container", "type": "Normal",
-                    "source": {"component": "kubelet", "host": "node-a"},
-                    "firstTimestamp": "2026-01-01T00:00:00Z",
-                    "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1});
-                let path = format!("{}?fieldManager=kubelet", events_of("v1"));
-                t.admin("POST", &path, JSON, created).await;
+                create_as_kubelet(t, "mf-started", "Started", "started container").await;
                 read_both(t, "mf-started").await;
                 replace(t, "events.k8s.io/v1", "mf-started", "events-editor", |e| {
                     e["metadata"]["labels"] = json!({"edited": "events.k8s.io"});
@@ -116,6 +120,20 @@ pub(super) fn interactions() -> Vec<Interaction> {
                     e["regarding"]["fieldPath"] = json!("spec");
                 })
                 .await;
+            }
+        ),
+        interaction!(
+            "events: created through v1, applied through events.k8s.io/v1",
+            |t| {
+                create_as_kubelet(t, "mf-applied", "Pulled", "pulled image").await;
+                let applied = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": {"name": "mf-applied", "labels": {"applied": "yes"}}});
+                let path = format!(
+                    "{}/mf-applied?fieldManager=applier",
+                    events_of("events.k8s.io/v1")
+                );
+                t.admin("PATCH", &path, APPLY, applied).await;
+                read_both(t, "mf-applied").await;
             }
         ),
     ]

@@ -1142,7 +1142,7 @@ impl<'a> Call<'a> {
                 return Ok(Write::Put(stored));
             };
             let live = to_view(rt, &version, current.clone());
-            let patched = match kind {
+            let mut patched = match kind {
                 "application/json-patch+json" => {
                     let mut target = live.clone();
                     patch::json_patch(&mut target, &patch_doc)?;
@@ -1187,6 +1187,11 @@ impl<'a> Call<'a> {
                 return Err(ApiError::BadRequest(
                     "the patch produced a non-object".into(),
                 ));
+            }
+            if objects::is_event(rt) {
+                // As on an update: the other Event group's managers go (an apply's too,
+                // once it has judged the live object's ownership).
+                apply::drop_managers_of_other_versions(&mut patched, &rt.api_version(&version));
             }
             let rv = meta_str(&patched, "resourceVersion");
             if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
