@@ -272,6 +272,8 @@ mod daemonsets;
 mod disruption;
 #[path = "differential/endpointslices.rs"]
 mod endpointslices;
+#[path = "differential/events.rs"]
+mod events;
 #[path = "differential/eviction.rs"]
 mod eviction;
 #[path = "differential/field_order.rs"]
@@ -342,6 +344,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(conversion::interactions());
     all.extend(quota::interactions());
     all.extend(validation_rules::interactions());
+    all.extend(events::interactions());
     all
 }
 

@@ -11,7 +11,9 @@
 
 use serde_json::{Value, json};
 
-use super::{Answer, Interaction, JSON, STRATEGIC, normalize, parse_body, support, wait_until};
+use super::{
+    Answer, Interaction, JSON, MERGE, NS, STRATEGIC, normalize, parse_body, support, wait_until,
+};
 
 /// The namespace of these interactions.
 const NAMESPACE: &str = "endpointslices";
@@ -136,7 +138,61 @@ fn serving(list: &Value, pod: &str) -> bool {
 
 /// The interactions of this module, in the order they run.
 pub(super) fn interactions() -> Vec<Interaction> {
-    vec![interaction!(
+    vec![empty_endpoints(), controllers()]
+}
+
+/// An EndpointSlice written with an empty list of endpoints keeps it, in the object and in
+/// its writer's managed fields: on create, on update, and when a patch empties the list.
+fn empty_endpoints() -> Interaction {
+    interaction!(
+        "endpoint slices: an empty list of endpoints, created, updated and patched",
+        |t| {
+            let slices = format!("/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices");
+            let empty = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "empty-endpoints"}, "addressType": "IPv4",
+                "endpoints": []});
+            t.admin(
+                "POST",
+                &format!("{slices}?fieldManager=creator"),
+                JSON,
+                empty,
+            )
+            .await;
+            let one = format!("{slices}/empty-endpoints");
+            t.admin("GET", &one, JSON, Value::Null).await;
+            let (code, text) = support::raw(&t.admin, "GET", &one, JSON, Vec::new()).await;
+            assert_eq!(code, 200, "{}: GET {one}: {text}", t.name);
+            let mut read = parse_body(text);
+            read["metadata"]["labels"] = json!({"edited": "true"});
+            t.admin("PUT", &format!("{one}?fieldManager=editor"), JSON, read)
+                .await;
+            let listed = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "emptied-endpoints"}, "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.1.0.1"]}], "ports": []});
+            t.admin(
+                "POST",
+                &format!("{slices}?fieldManager=creator"),
+                JSON,
+                listed,
+            )
+            .await;
+            let emptied = format!("{slices}/emptied-endpoints?fieldManager=patcher");
+            t.admin("PATCH", &emptied, MERGE, json!({"endpoints": []}))
+                .await;
+            t.admin(
+                "GET",
+                &format!("{slices}/emptied-endpoints"),
+                JSON,
+                Value::Null,
+            )
+            .await;
+        }
+    )
+}
+
+/// The controllers' slices and endpoints of two Services as their pods come and go.
+fn controllers() -> Interaction {
+    interaction!(
         "endpoint slices and endpoints: a Service's pods as their kubelet reports them",
         |t| {
             post(
@@ -214,5 +270,5 @@ pub(super) fn interactions() -> Vec<Interaction> {
             let namespace = format!("/api/v1/namespaces/{NAMESPACE}");
             support::raw(&t.admin, "DELETE", &namespace, JSON, Vec::new()).await;
         }
-    )]
+    )
 }

@@ -587,6 +587,23 @@ pub fn record_update_converting(
     set_managed_fields(new, &entries);
 }
 
+/// Removes from `object.metadata.managedFields` every entry of another `apiVersion` than
+/// `api_version`, as structured-merge-diff's `Updater` drops a manager whose version the
+/// resource's converter does not know (`IsMissingVersionError`): an Event written through
+/// core `v1` loses its `events.k8s.io/v1` managers, and the other way round.
+pub fn drop_managers_of_other_versions(object: &mut Value, api_version: &str) {
+    let has_entries = object["metadata"]
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| !entries.is_empty());
+    if !has_entries {
+        return;
+    }
+    let mut entries = take_managed_fields(object);
+    entries.retain(|entry| entry.api_version == api_version);
+    set_managed_fields(object, &entries);
+}
+
 /// A set of field paths, stored as a tree of FieldsV1 keys (`f:name`, `k:{"name":"c"}`, `v:"x"`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct FieldSet {
@@ -1644,6 +1661,10 @@ pub(super) fn is_always_serialized(kind: &str, path: &[&str]) -> bool {
                 | ["volumes", "projected", "sources"]
                 | ["volumes", "cephfs" | "rbd", "monitors"]
         );
+    }
+    if kind == "EndpointSlice" {
+        // Its lists of endpoints and of ports have no `omitempty`.
+        return matches!(path, ["endpoints" | "ports"]);
     }
     if kind == "CustomResourceDefinition" {
         return matches!(

@@ -219,6 +219,10 @@ fn prepare_update(
     if csr {
         causes.extend(certificates::validate_update(part.subresource(), &new, old));
     }
+    if !causes.is_empty() && objects::is_event(rt) {
+        // Both Event resources validate the stored core Event, whose kind has no group.
+        return Err(ApiError::invalid(&rt.kind, "", &name, causes));
+    }
     if !causes.is_empty() {
         return Err(invalid(rt, &name, causes));
     }
@@ -278,9 +282,29 @@ fn prepare_update(
                 );
                 new["metadata"]["managedFields"] = view["metadata"]["managedFields"].take();
             }
+            // An Event's manager is of the group version the client spoke, and the managers
+            // of the other group's version go: the field manager of either resource cannot
+            // convert to the other's version.
+            None if objects::is_event(rt) => {
+                let api_version = rt.api_version(version);
+                let mut old_view = to_view(rt, version, old.clone());
+                let mut view = to_view(rt, version, new.clone());
+                apply::drop_managers_of_other_versions(&mut old_view, &api_version);
+                apply::drop_managers_of_other_versions(&mut view, &api_version);
+                apply::record_update(&old_view, &mut view, manager, &rt.kind, &now, subresource);
+                match view["metadata"].get_mut("managedFields") {
+                    Some(owned) => new["metadata"]["managedFields"] = owned.take(),
+                    None => {
+                        if let Some(metadata) = new["metadata"].as_object_mut() {
+                            metadata.remove("managedFields");
+                        }
+                    }
+                }
+            }
             None => apply::record_update(old, &mut new, manager, &rt.kind, &now, subresource),
         }
     }
+    objects::as_stored(rt, &mut new);
     if csr {
         certificates::finish_update(
             subresource,
@@ -1130,7 +1154,7 @@ impl<'a> Call<'a> {
                 return Ok(Write::Put(stored));
             };
             let live = to_view(rt, &version, current.clone());
-            let patched = match kind {
+            let mut patched = match kind {
                 "application/json-patch+json" => {
                     let mut target = live.clone();
                     patch::json_patch(&mut target, &patch_doc)?;
@@ -1175,6 +1199,11 @@ impl<'a> Call<'a> {
                 return Err(ApiError::BadRequest(
                     "the patch produced a non-object".into(),
                 ));
+            }
+            if objects::is_event(rt) {
+                // As on an update: the other Event group's managers go (an apply's too,
+                // once it has judged the live object's ownership).
+                apply::drop_managers_of_other_versions(&mut patched, &rt.api_version(&version));
             }
             let rv = meta_str(&patched, "resourceVersion");
             if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {

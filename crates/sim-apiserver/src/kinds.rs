@@ -24,6 +24,11 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Caus
         ("batch", "cronjobs") => {
             validate_cron_job(&obj["spec"], old.map(|o| &o["spec"]), &mut causes);
         }
+        ("events.k8s.io", "events") => {
+            if let Some(old) = old {
+                validate_event_update(obj, old, &mut causes);
+            }
+        }
         ("", "services") => causes.extend(super::services::validate(obj)),
         // An update that leaves the subsets as they were is not refused for them.
         ("", "endpoints") if old.is_none_or(|o| o["subsets"] != obj["subsets"]) => {
@@ -470,6 +475,72 @@ fn validate_ingress(obj: &Value, causes: &mut Vec<Cause>) {
 
 fn items(list: &Value) -> impl Iterator<Item = (usize, &Value)> {
     list.as_array().into_iter().flatten().enumerate()
+}
+
+/// `ValidateEventUpdate`'s strict checks of an update through events.k8s.io/v1 (not core
+/// `v1`, which keeps the legacy rules): what the Event says is immutable, compared in the
+/// stored (core) form and named by its core fields, as upstream names them. A reference and
+/// a source are shown as `json.Marshal` shows the internal Go structs, which have no JSON
+/// names.
+///
+/// # Caveats
+/// The timestamps, `eventTime`, `related` and the checks of a changed `series` are not
+/// compared.
+fn validate_event_update(new: &Value, old: &Value, causes: &mut Vec<Cause>) {
+    use EventFieldShape::{Number, Reference, Source, Text};
+    let fields = [
+        ("involvedObject", Reference),
+        ("reason", Text),
+        ("message", Text),
+        ("source", Source),
+        ("count", Number),
+        ("type", Text),
+        ("action", Text),
+        ("reportingComponent", Text),
+        ("reportingInstance", Text),
+    ];
+    for (field, shape) in fields {
+        let (was, is) = (shape.shown(&old[field]), shape.shown(&new[field]));
+        if was != is {
+            // Upstream names the core field `reportingController`, as its Go field.
+            let path = match field {
+                "reportingComponent" => "reportingController",
+                other => other,
+            };
+            causes.push(Cause::invalid(path, is, "field is immutable"));
+        }
+    }
+}
+
+/// How the internal Go type of an Event's field is shown as a bad value.
+#[derive(Clone, Copy)]
+enum EventFieldShape {
+    /// A string (empty when missing).
+    Text,
+    /// An `int32` (0 when missing).
+    Number,
+    /// A `core.ObjectReference`: every field, under its Go name.
+    Reference,
+    /// A `core.EventSource`: every field, under its Go name.
+    Source,
+}
+
+impl EventFieldShape {
+    fn shown(self, value: &Value) -> Value {
+        let text = |key: &str| Value::String(value[key].as_str().unwrap_or_default().to_owned());
+        match self {
+            Self::Text => Value::String(value.as_str().unwrap_or_default().to_owned()),
+            Self::Number => serde_json::json!(value.as_i64().unwrap_or_default()),
+            Self::Reference => serde_json::json!({
+                "Kind": text("kind"), "Namespace": text("namespace"), "Name": text("name"),
+                "UID": text("uid"), "APIVersion": text("apiVersion"),
+                "ResourceVersion": text("resourceVersion"), "FieldPath": text("fieldPath"),
+            }),
+            Self::Source => {
+                serde_json::json!({"Component": text("component"), "Host": text("host")})
+            }
+        }
+    }
 }
 
 fn list_is_empty(list: &Value) -> bool {

@@ -803,7 +803,24 @@ const GO_STRUCTS: &[(&[&str], &[&str])] = &[
             "blockOwnerDeletion",
         ],
     ),
+    // The internal core.ObjectReference and core.EventSource (no JSON names, no omitempty).
+    (INTERNAL_OBJECT_REFERENCE, INTERNAL_OBJECT_REFERENCE),
+    (INTERNAL_EVENT_SOURCE, INTERNAL_EVENT_SOURCE),
 ];
+
+/// The fields of the internal `core.ObjectReference`, each always written.
+const INTERNAL_OBJECT_REFERENCE: &[&str] = &[
+    "Kind",
+    "Namespace",
+    "Name",
+    "UID",
+    "APIVersion",
+    "ResourceVersion",
+    "FieldPath",
+];
+
+/// The fields of the internal `core.EventSource`, each always written.
+const INTERNAL_EVENT_SOURCE: &[&str] = &["Component", "Host"];
 
 /// `json.Marshal` of decoded JSON (`encoding/json` of Go 1.24): map keys sorted, HTML characters
 /// and U+2028/U+2029 escaped, floats in the ES6 style (`1e-7`, `1e+21`, otherwise plain digits).

@@ -1073,14 +1073,18 @@ fn default_service(spec: &mut Value) {
 /// What a new object gets after its field ownership is recorded: the strategy's
 /// `PrepareForCreate` (a namespace's `kubernetes` finalizer and phase, a pod's generation
 /// and pending status) and the admission plugins' changes (a pod's service account and its
-/// API credentials volume named with `suffix`, tolerations, priority).
+/// API credentials volume named with `suffix`, tolerations, priority). An Event created
+/// through events.k8s.io has its ownership recorded again in that version's terms
+/// ([`own_as_events_v1`]).
 pub fn prepare_for_create(
     rt: &ResourceType,
     obj: &mut Value,
     accounts: &ServiceAccounts,
     suffix: &str,
 ) {
+    as_stored(rt, obj);
     match (rt.group.as_str(), rt.resource.as_str()) {
+        ("events.k8s.io", "events") => own_as_events_v1(obj),
         ("", "pods") => admit_pod(obj, accounts, suffix),
         ("batch", "jobs") => prepare_job(obj),
         ("batch", "cronjobs") => obj["status"] = json!({}),
@@ -1528,6 +1532,20 @@ pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
             old["spec"] != new["spec"]
                 || old["metadata"]["annotations"] != new["metadata"]["annotations"]
         }
+        // The EndpointSlice strategy counts a change of labels too, and its semantic
+        // comparison takes an empty list for none.
+        GenerationRule::AllButMetadata if is_endpoint_slice(rt) => {
+            let without_meta = |v: &Value| {
+                let mut v = v.clone();
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("metadata");
+                }
+                drop_empty_endpoint_slice_lists(rt, &mut v);
+                v
+            };
+            old["metadata"]["labels"] != new["metadata"]["labels"]
+                || without_meta(old) != without_meta(new)
+        }
         GenerationRule::AllButMetadata => {
             let strip = |v: &Value| {
                 let mut v = v.clone();
@@ -1726,6 +1744,70 @@ fn rename(mut obj: Value, pairs: impl Iterator<Item = (&'static str, &'static st
         }
     }
     obj
+}
+
+fn is_endpoint_slice(rt: &ResourceType) -> bool {
+    (rt.group.as_str(), rt.resource.as_str()) == ("discovery.k8s.io", "endpointslices")
+}
+
+/// What storage gives back of what an update or create wrote, once the field manager has
+/// seen it as sent: an EndpointSlice's empty lists of endpoints and ports, which Go
+/// serializes without `omitempty` (the writer owns them), are stored as protobuf and read
+/// back as none (`null`).
+pub fn as_stored(rt: &ResourceType, obj: &mut Value) {
+    drop_empty_endpoint_slice_lists(rt, obj);
+}
+
+fn drop_empty_endpoint_slice_lists(rt: &ResourceType, obj: &mut Value) {
+    if !is_endpoint_slice(rt) {
+        return;
+    }
+    if let Some(o) = obj.as_object_mut() {
+        for list in ["endpoints", "ports"] {
+            if o.get(list)
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                o.remove(list);
+            }
+        }
+    }
+}
+
+/// Whether `rt` is one of the two resources of Events, which share one storage: core
+/// `events` and `events.k8s.io` `events`.
+pub fn is_event(rt: &ResourceType) -> bool {
+    rt.resource == "events" && matches!(rt.group.as_str(), "" | "events.k8s.io")
+}
+
+/// Records the ownership of a new Event (stored as a core Event) as kube-apiserver's field
+/// manager records it for a create through events.k8s.io/v1, on the object in that version:
+/// the writer's entry names `events.k8s.io/v1` and the fields as it names them (`regarding`,
+/// `note`, `reportingController`, ...). The writer and time are its entry's, made on the
+/// stored form.
+fn own_as_events_v1(obj: &mut Value) {
+    let Some(metadata) = obj["metadata"].as_object_mut() else {
+        return;
+    };
+    let entries = metadata.remove("managedFields");
+    let Some([entry]) = entries
+        .as_ref()
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+    else {
+        if let Some(entries) = entries {
+            metadata.insert("managedFields".into(), entries);
+        }
+        return;
+    };
+    let manager = entry["manager"].as_str().unwrap_or_default();
+    let time = entry["time"].as_str().unwrap_or_default();
+    let mut view = core_event_to_events_v1(obj.clone());
+    view["apiVersion"] = json!("events.k8s.io/v1");
+    apply::record_update(&json!({}), &mut view, manager, "Event", time, None);
+    if let Some(owned) = view["metadata"].get_mut("managedFields") {
+        obj["metadata"]["managedFields"] = owned.take();
+    }
 }
 
 /// core/v1 Event → events.k8s.io/v1 Event.

@@ -38,7 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 
 use super::events::{EventType, Recorder};
 use super::informer::{AbortOnDrop, Cache, Change, ObjectKey};
@@ -616,6 +616,26 @@ fn slice_prefix(service: &str) -> String {
     }
 }
 
+/// A slice as the Go controller's client sends it: an empty list of endpoints or of ports
+/// is a nil slice there, sent as `null`, which the API server neither stores nor counts as
+/// owned by the controller (an empty list would be both).
+fn as_go_sends(slice: &EndpointSlice) -> Result<DynamicObject, kube::Error> {
+    let mut object = serde_json::to_value(slice).map_err(kube::Error::SerdeError)?;
+    for list in ["endpoints", "ports"] {
+        if object[list].as_array().is_some_and(Vec::is_empty) {
+            object[list] = serde_json::Value::Null;
+        }
+    }
+    serde_json::from_value(object).map_err(kube::Error::SerdeError)
+}
+
+/// The slice the API server answered a write with.
+fn from_dynamic(object: DynamicObject) -> Result<EndpointSlice, kube::Error> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .map_err(kube::Error::SerdeError)
+}
+
 /// `newEndpointSlice`.
 fn new_slice(service: &Service, ports: &[EndpointPort], address_type: &str) -> EndpointSlice {
     let mut slice = EndpointSlice {
@@ -1027,12 +1047,17 @@ impl Controller {
             }
         }
         let namespace = service.metadata.namespace.clone().unwrap_or_default();
-        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &namespace,
+            &ApiResource::erase::<EndpointSlice>(&()),
+        );
         if !is_deleting(&service.metadata) {
             for mut slice in plan.create {
                 set_trigger_time(&mut slice, trigger);
-                match api.create(&PostParams::default(), &slice).await {
-                    Ok(created) => self.tracker.update(&created),
+                let sent = as_go_sends(&slice)?;
+                match api.create(&PostParams::default(), &sent).await {
+                    Ok(created) => self.tracker.update(&from_dynamic(created)?),
                     Err(e) if namespace_terminating(&e) => return Ok(()),
                     Err(e) => return Err(e.into()),
                 }
@@ -1041,8 +1066,9 @@ impl Controller {
         for mut slice in plan.update {
             set_trigger_time(&mut slice, trigger);
             let name = slice.metadata.name.clone().unwrap_or_default();
-            let updated = api.replace(&name, &PostParams::default(), &slice).await?;
-            self.tracker.update(&updated);
+            let sent = as_go_sends(&slice)?;
+            let updated = api.replace(&name, &PostParams::default(), &sent).await?;
+            self.tracker.update(&from_dynamic(updated)?);
         }
         for slice in plan.delete {
             self.delete(&slice).await?;
