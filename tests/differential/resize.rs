@@ -107,7 +107,12 @@ async fn get(t: &super::Target, path: &str) -> Value {
 async fn create_pod(t: &super::Target, pod: Value) {
     let path = format!("{}/{}", pods(), pod["metadata"]["name"].as_str().unwrap());
     send(t, "POST", &pods(), JSON, pod).await;
-    wait_until(t, &path, "the scheduler's verdict", |code, body| {
+    scheduled(t, &path).await;
+}
+
+/// Waits for the scheduler's verdict on the pod at `path`.
+async fn scheduled(t: &super::Target, path: &str) {
+    wait_until(t, path, "the scheduler's verdict", |code, body| {
         code == 200
             && body["status"]["conditions"]
                 .as_array()
@@ -247,6 +252,39 @@ pub(super) fn interactions() -> Vec<Interaction> {
             send(t, "PATCH", &resize("web"), JSON_PATCH, init).await;
             let stale = json!({"metadata": {"resourceVersion": "1"}});
             send(t, "PATCH", &resize("web"), MERGE, stale).await;
+            // Pods that cannot be resized at all: Windows pods, pods with pod-level
+            // resources, and a pod whose running container's status reports no resources
+            // (its node's kubelet does not resize).
+            let raise = main_resources(json!({"requests": {"cpu": "150m"},
+                                              "limits": {"cpu": "250m"}}));
+            let mut windows = pod("windows", json!({"cpu": "100m"}), json!({"cpu": "200m"}));
+            windows["spec"]["os"] = json!({"name": "windows"});
+            let mut pod_level = pod("pod-level", json!({"cpu": "100m"}), json!({"cpu": "200m"}));
+            pod_level["spec"]["resources"] = json!({"requests": {"cpu": "300m"},
+                                                    "limits": {"cpu": "500m"}});
+            let legacy = pod("legacy", json!({"cpu": "100m"}), json!({"cpu": "200m"}));
+            for unresizable in [windows, pod_level, legacy] {
+                let name = unresizable["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                // Created unrecorded: pod-level resources' defaults are not under test.
+                let bytes = serde_json::to_vec(&unresizable).unwrap();
+                let (code, text) = support::raw(&t.admin, "POST", &pods(), JSON, bytes).await;
+                assert_eq!(code, 201, "{}: POST {name}: {text}", t.name);
+                scheduled(t, &format!("{}/{name}", pods())).await;
+                if name == "legacy" {
+                    let status = json!({"status": {"containerStatuses": [{
+                        "name": "main", "image": "example/app:1", "imageID": "",
+                        "ready": true, "restartCount": 0,
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}});
+                    let path = format!("{}/{name}/status", pods());
+                    let bytes = serde_json::to_vec(&status).unwrap();
+                    let (code, text) = support::raw(&t.admin, "PATCH", &path, MERGE, bytes).await;
+                    assert_eq!(code, 200, "{}: PATCH {path}: {text}", t.name);
+                }
+                send(t, "PATCH", &resize(&name), STRATEGIC, raise.clone()).await;
+            }
         }),
         interaction!(
             "pod resize: refused by a ResourceQuota it would exceed",

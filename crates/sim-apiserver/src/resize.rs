@@ -103,7 +103,7 @@ pub fn validate_update(
     };
     if pod_level(old) || pod_level(new) {
         return vec![Cause::forbidden(
-            "",
+            "[]",
             "pods with pod-level resources cannot be resized",
         )];
     }
@@ -111,10 +111,10 @@ pub fn validate_update(
         .get(super::ephemeral::MIRROR_ANNOTATION)
         .is_some()
     {
-        return vec![Cause::forbidden("", "static pods cannot be resized")];
+        return vec![Cause::forbidden("[]", "static pods cannot be resized")];
     }
     if old["spec"]["os"]["name"] == "windows" {
-        return vec![Cause::forbidden("", "windows pods cannot be resized")];
+        return vec![Cause::forbidden("[]", "windows pods cannot be resized")];
     }
     let old_qos = old["status"]["qosClass"]
         .as_str()
