@@ -504,7 +504,8 @@ pub fn qos_class(spec: &Value) -> &'static str {
 }
 
 /// What kubelet 1.34 reports of the pod spec it acts on, added to the `status` JSON built
-/// for `pod`: `observedGeneration` (the pod's generation), and for each container the
+/// for `pod`: `observedGeneration` (the pod's generation, on the status and on each condition
+/// the kubelet owns), and for each container the
 /// runtime has created (it has a `containerID`) its `resources` (the requests and limits
 /// allocated to it: the spec's, as this kubelet admits every resize at once and actuates it
 /// at once, with no `PodResizePending` or `PodResizeInProgress` condition left) and
@@ -512,6 +513,14 @@ pub fn qos_class(spec: &Value) -> &'static str {
 pub fn follow_spec(status: &mut Value, pod: &Value) {
     if let Some(generation) = pod["metadata"]["generation"].as_i64() {
         status["observedGeneration"] = json!(generation);
+        let conditions = status.get_mut("conditions").and_then(Value::as_array_mut);
+        for condition in conditions.into_iter().flatten().filter(|c| {
+            c["type"]
+                .as_str()
+                .is_some_and(|t| KUBELET_CONDITIONS.contains(&t))
+        }) {
+            condition["observedGeneration"] = json!(generation);
+        }
     }
     for (list, statuses) in [
         ("containers", "containerStatuses"),

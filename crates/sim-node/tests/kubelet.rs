@@ -1778,6 +1778,10 @@ async fn a_resized_pods_container_statuses_follow_its_new_resources_and_generati
         container(&followed)["allocatedResources"],
         json!({"cpu": "150m", "memory": "64Mi"})
     );
+    let conditions = serde_json::to_value(&followed).unwrap()["status"]["conditions"].clone();
+    for condition in conditions.as_array().unwrap() {
+        assert_eq!(condition["observedGeneration"], 2, "{condition}");
+    }
     assert_eq!(
         pid_of(&followed),
         pid_of(&running),
