@@ -1630,48 +1630,68 @@ impl<'a> Call<'a> {
         let name = self.info.name.clone();
         let ns = self.ns(rt);
         let version = self.info.version.clone();
-        let written = self.write(rt, &ns, &name, |current| {
-            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
-            let live = to_view(rt, &version, current.clone());
-            let patched = match kind.as_str() {
-                "application/json-patch+json" => {
-                    let mut target = live;
-                    patch::json_patch(&mut target, &doc)?;
-                    target
+        // A write that lands between the admission of the patch and its store is not the
+        // client's conflict: the patch is applied again to the newer pod, as the store's
+        // `GuaranteedUpdate` retries. A patch naming a stale resourceVersion is refused.
+        let mut attempts = 0;
+        let written = loop {
+            let stale = std::cell::Cell::new(false);
+            let result = self.write(rt, &ns, &name, |current| {
+                let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+                let live = to_view(rt, &version, current.clone());
+                let patched = match kind.as_str() {
+                    "application/json-patch+json" => {
+                        let mut target = live;
+                        patch::json_patch(&mut target, &doc)?;
+                        target
+                    }
+                    "application/merge-patch+json" => {
+                        patch::check_merge_patch(&doc)?;
+                        let mut target = live;
+                        patch::merge_patch(&mut target, &doc);
+                        target
+                    }
+                    "application/strategic-merge-patch+json" => {
+                        patch::strategic_merge_patch(&live, &doc, &rt.kind)?
+                    }
+                    _ => apply::apply(
+                        Some(&live),
+                        &doc,
+                        &self.manager,
+                        force,
+                        &rt.kind,
+                        &objects::now(),
+                        Some(part.subresource()),
+                    )
+                    .map_err(apply_error)?,
+                };
+                if !patched.is_object() {
+                    return Err(ApiError::BadRequest(
+                        "the patch produced a non-object".into(),
+                    ));
                 }
-                "application/merge-patch+json" => {
-                    patch::check_merge_patch(&doc)?;
-                    let mut target = live;
-                    patch::merge_patch(&mut target, &doc);
-                    target
+                let rv = meta_str(&patched, "resourceVersion");
+                if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+                    stale.set(true);
+                    return Err(ApiError::modified(&rt.gr(), &name));
                 }
-                "application/strategic-merge-patch+json" => {
-                    patch::strategic_merge_patch(&live, &doc, &rt.kind)?
+                let mut patched = from_view(rt, patched);
+                patched["metadata"]["resourceVersion"] =
+                    current["metadata"]["resourceVersion"].clone();
+                self.prepare_pod_part_update(rt, part, current, &patched, is_apply)
+            });
+            match result {
+                Err(e)
+                    if e.code() == 409
+                        && !matches!(e, ApiError::ApplyConflict { .. })
+                        && !stale.get()
+                        && attempts < MAX_PATCH_ATTEMPTS =>
+                {
+                    attempts += 1;
                 }
-                _ => apply::apply(
-                    Some(&live),
-                    &doc,
-                    &self.manager,
-                    force,
-                    &rt.kind,
-                    &objects::now(),
-                    Some(part.subresource()),
-                )
-                .map_err(apply_error)?,
-            };
-            if !patched.is_object() {
-                return Err(ApiError::BadRequest(
-                    "the patch produced a non-object".into(),
-                ));
+                result => break result?,
             }
-            let rv = meta_str(&patched, "resourceVersion");
-            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
-                return Err(ApiError::modified(&rt.gr(), &name));
-            }
-            let mut patched = from_view(rt, patched);
-            patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
-            self.prepare_pod_part_update(rt, part, current, &patched, is_apply)
-        })?;
+        };
         Ok((200, self.view_written(rt, written)?))
     }
 
@@ -1752,6 +1772,10 @@ impl<'a> Call<'a> {
         Ok(Write::Put(updated))
     }
 }
+
+/// How often a patch of a pod's subresource is applied again when another write came
+/// between its admission and its store.
+const MAX_PATCH_ATTEMPTS: u32 = 5;
 
 /// The part of a pod a subresource writes.
 #[derive(Debug, Clone, Copy)]

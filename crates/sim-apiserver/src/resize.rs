@@ -10,8 +10,9 @@
 //! # Caveats
 //! - Of `validatePodMetadataAndSpec` only the containers' resources are checked (a request
 //!   over its limit); the rest of a pod's spec is the stored one, already valid.
-//! - A request or limit that is not a quantity is refused as a request over its limit would
-//!   be only if it parses; one that does not is left to the decoding of the request.
+//! - A request or limit that is not a quantity is stored, where kube-apiserver cannot decode
+//!   the patched pod and refuses the patch (422, about the patch).
+//! - The LimitRanger admission plugin, which judges a resize upstream, does not judge it here.
 
 use serde_json::{Value, json};
 
