@@ -282,6 +282,8 @@ mod field_order;
 mod jobs;
 #[path = "differential/quota.rs"]
 mod quota;
+#[path = "differential/resize.rs"]
+mod resize;
 #[path = "differential/services.rs"]
 mod services;
 #[path = "differential/statefulset.rs"]
@@ -345,6 +347,7 @@ fn interactions() -> Vec<Interaction> {
     all.extend(quota::interactions());
     all.extend(validation_rules::interactions());
     all.extend(events::interactions());
+    all.extend(resize::interactions());
     all
 }
 

@@ -1,7 +1,7 @@
 //! The admission webhooks of the simulated API server, as kube-apiserver 1.34 calls them
 //! (k8s.io/apiserver/pkg/admission/plugin/webhook): the MutatingWebhookConfigurations and
 //! ValidatingWebhookConfigurations stored here are read on every create, update and delete
-//! (and on the status, scale, approval, finalize and ephemeralcontainers subresources), and
+//! (and on the status, scale, approval, finalize, ephemeralcontainers and resize subresources), and
 //! each webhook whose rules, `namespaceSelector` and `objectSelector` match the request is
 //! sent an `admission.k8s.io/v1` AdmissionReview over HTTPS.
 //!
@@ -237,7 +237,7 @@ pub(crate) fn exempt(rt: &ResourceType) -> bool {
 pub fn admits_subresource(subresource: &str) -> bool {
     matches!(
         subresource,
-        "" | "status" | "scale" | "approval" | "finalize" | "ephemeralcontainers"
+        "" | "status" | "scale" | "approval" | "finalize" | "ephemeralcontainers" | "resize"
     )
 }
 

@@ -1,7 +1,7 @@
 //! The verbs on resources: get, list, create, update, patch (merge, JSON, strategic,
 //! apply), delete (preconditions, grace periods, finalizers, propagation) and
 //! deletecollection, plus the subresources (status, scale, binding, token, eviction,
-//! ephemeralcontainers, a CertificateSigningRequest's approval, finalize), with
+//! ephemeralcontainers, resize, a CertificateSigningRequest's approval, finalize), with
 //! kube-apiserver's semantics.
 //!
 //! An update (PUT) without a resourceVersion overwrites the latest version only where the
@@ -656,17 +656,25 @@ impl<'a> Call<'a> {
                     delete_object(self.state, &rt, namespace, name, options).map(|_| ())
                 })
             }
-            ("get", "ephemeralcontainers") if rt.resource == "pods" => self.get(&rt),
+            ("get", "ephemeralcontainers" | "resize") if rt.resource == "pods" => self.get(&rt),
             ("update", "ephemeralcontainers") if rt.resource == "pods" => {
-                self.update_ephemeral_containers(&rt)
+                self.update_pod_part(&rt, PodPart::EphemeralContainers)
             }
             ("patch", "ephemeralcontainers") if rt.resource == "pods" => {
-                self.patch_ephemeral_containers(&rt)
+                self.patch_pod_part(&rt, PodPart::EphemeralContainers)
             }
-            // Gets, updates and patches only: other verbs are not allowed (405), as upstream.
+            ("update", "resize") if rt.resource == "pods" => {
+                self.update_pod_part(&rt, PodPart::Resize)
+            }
+            ("patch", "resize") if rt.resource == "pods" => {
+                self.patch_pod_part(&rt, PodPart::Resize)
+            }
+            // Gets, updates and patches only: other verbs are not allowed (405), as upstream;
+            // the resize route's 405 carries empty details.
             (_, "ephemeralcontainers") if rt.resource == "pods" => {
                 Err(ApiError::MethodNotSupported)
             }
+            (_, "resize") if rt.resource == "pods" => Err(ApiError::Generic { code: 405 }),
             ("create", "token") if rt.resource == "serviceaccounts" => {
                 super::reviews::token_request(self, &rt)
             }
@@ -1606,11 +1614,11 @@ impl<'a> Call<'a> {
         Ok((kind.to_string(), doc, is_apply, force))
     }
 
-    /// `PUT …/pods/NAME/ephemeralcontainers`: the body is the whole Pod, of which only the
-    /// ephemeral containers are taken (see [`super::ephemeral`]); the answer is the whole
-    /// updated Pod. Unconditional without a resourceVersion, as pod updates are; never
-    /// creates a pod.
-    fn update_ephemeral_containers(&self, rt: &ResourceType) -> Reply {
+    /// `PUT …/pods/NAME/ephemeralcontainers` and `…/resize`: the body is the whole Pod, of
+    /// which only the ephemeral containers, or the containers' resources, are taken (see
+    /// [`super::ephemeral`] and [`super::resize`]); the answer is the whole updated Pod.
+    /// Unconditional without a resourceVersion, as pod updates are; never creates a pod.
+    fn update_pod_part(&self, rt: &ResourceType, part: PodPart) -> Reply {
         let obj = body_object(self)?;
         check_type(rt, &self.info.version, &obj)?;
         let body_name = meta_str(&obj, "name");
@@ -1636,71 +1644,95 @@ impl<'a> Call<'a> {
             if !rv_unspecified(&rv) && rv != meta_str(current, "resourceVersion") {
                 return Err(ApiError::modified(&rt.gr(), &name));
             }
-            self.prepare_ephemeral_update(rt, current, &new, false)
+            self.prepare_pod_part_update(rt, part, current, &new, false)
         })?;
         Ok((200, self.view_written(rt, written)?))
     }
 
-    /// `PATCH …/pods/NAME/ephemeralcontainers`: the patch applies to the whole Pod (as
-    /// `kubectl debug` sends it: a strategic merge patch of `spec.ephemeralContainers`), of
-    /// which only the ephemeral containers are taken; the answer is the whole updated Pod.
-    fn patch_ephemeral_containers(&self, rt: &ResourceType) -> Reply {
+    /// `PATCH …/pods/NAME/ephemeralcontainers` and `…/resize`: the patch applies to the
+    /// whole Pod (as `kubectl debug` sends it: a strategic merge patch of
+    /// `spec.ephemeralContainers`; `kubectl patch --subresource resize`: one of the
+    /// containers' resources), of which only the subresource's part is taken; the answer is
+    /// the whole updated Pod.
+    fn patch_pod_part(&self, rt: &ResourceType, part: PodPart) -> Reply {
         let (kind, doc, is_apply, force) = self.patch_request(rt)?;
         let name = self.info.name.clone();
         let ns = self.ns(rt);
         let version = self.info.version.clone();
-        let written = self.write(rt, &ns, &name, |current| {
-            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
-            let live = to_view(rt, &version, current.clone());
-            let patched = match kind.as_str() {
-                "application/json-patch+json" => {
-                    let mut target = live;
-                    patch::json_patch(&mut target, &doc)?;
-                    target
+        // A write that lands between the admission of the patch and its store is not the
+        // client's conflict: the patch is applied again to the newer pod, as the store's
+        // `GuaranteedUpdate` retries. A patch naming a stale resourceVersion is refused.
+        let mut attempts = 0;
+        let written = loop {
+            let stale = std::cell::Cell::new(false);
+            let result = self.write(rt, &ns, &name, |current| {
+                let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+                let live = to_view(rt, &version, current.clone());
+                let patched = match kind.as_str() {
+                    "application/json-patch+json" => {
+                        let mut target = live;
+                        patch::json_patch(&mut target, &doc)?;
+                        target
+                    }
+                    "application/merge-patch+json" => {
+                        patch::check_merge_patch(&doc)?;
+                        let mut target = live;
+                        patch::merge_patch(&mut target, &doc);
+                        target
+                    }
+                    "application/strategic-merge-patch+json" => {
+                        patch::strategic_merge_patch(&live, &doc, &rt.kind)?
+                    }
+                    _ => apply::apply(
+                        Some(&live),
+                        &doc,
+                        &self.manager,
+                        force,
+                        &rt.kind,
+                        &objects::now(),
+                        Some(part.subresource()),
+                    )
+                    .map_err(apply_error)?,
+                };
+                if !patched.is_object() {
+                    return Err(ApiError::BadRequest(
+                        "the patch produced a non-object".into(),
+                    ));
                 }
-                "application/merge-patch+json" => {
-                    patch::check_merge_patch(&doc)?;
-                    let mut target = live;
-                    patch::merge_patch(&mut target, &doc);
-                    target
+                let rv = meta_str(&patched, "resourceVersion");
+                if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+                    stale.set(true);
+                    return Err(ApiError::modified(&rt.gr(), &name));
                 }
-                "application/strategic-merge-patch+json" => {
-                    patch::strategic_merge_patch(&live, &doc, &rt.kind)?
+                let mut patched = from_view(rt, patched);
+                patched["metadata"]["resourceVersion"] =
+                    current["metadata"]["resourceVersion"].clone();
+                self.prepare_pod_part_update(rt, part, current, &patched, is_apply)
+            });
+            match result {
+                Err(e)
+                    if e.code() == 409
+                        && !matches!(e, ApiError::ApplyConflict { .. })
+                        && !stale.get()
+                        && attempts < MAX_PATCH_ATTEMPTS =>
+                {
+                    attempts += 1;
                 }
-                _ => apply::apply(
-                    Some(&live),
-                    &doc,
-                    &self.manager,
-                    force,
-                    &rt.kind,
-                    &objects::now(),
-                    Some(super::ephemeral::SUBRESOURCE),
-                )
-                .map_err(apply_error)?,
-            };
-            if !patched.is_object() {
-                return Err(ApiError::BadRequest(
-                    "the patch produced a non-object".into(),
-                ));
+                result => break result?,
             }
-            let rv = meta_str(&patched, "resourceVersion");
-            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
-                return Err(ApiError::modified(&rt.gr(), &name));
-            }
-            let mut patched = from_view(rt, patched);
-            patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
-            self.prepare_ephemeral_update(rt, current, &patched, is_apply)
-        })?;
+        };
         Ok((200, self.view_written(rt, written)?))
     }
 
     /// Decides the write of an update of the live pod `old` through
-    /// `pods/ephemeralcontainers` to `new` (stored form): the strategy keeps only the
-    /// ephemeral containers of `new`, defaults and validates them, moves the generation when
-    /// they changed, and records the writer's fields under the subresource.
-    fn prepare_ephemeral_update(
+    /// `pods/ephemeralcontainers` or `pods/resize` to `new` (stored form): the strategy keeps
+    /// only the ephemeral containers, or the containers' resources and resize policies, of
+    /// `new`, validates them, moves the generation when the spec changed, and records the
+    /// writer's fields under the subresource.
+    fn prepare_pod_part_update(
         &self,
         rt: &ResourceType,
+        part: PodPart,
         old: &Value,
         new: &Value,
         managed_by_apply: bool,
@@ -1719,7 +1751,7 @@ impl<'a> Call<'a> {
             ));
         }
         // The field manager records what the request changes (as decoded, so defaulted),
-        // before the strategy drops all but the ephemeral containers: labels or status a
+        // before the strategy drops all but its part of the pod: labels or status a
         // PUT sends are not stored, but owned by the writer from then on, as upstream.
         let mut request = new.clone();
         objects::apply_defaults(rt, &mut request);
@@ -1730,10 +1762,13 @@ impl<'a> Call<'a> {
                 &self.manager,
                 &rt.kind,
                 &objects::now(),
-                Some(super::ephemeral::SUBRESOURCE),
+                Some(part.subresource()),
             );
         }
-        let mut updated = super::ephemeral::prepare_update(old, &request);
+        let mut updated = match part {
+            PodPart::EphemeralContainers => super::ephemeral::prepare_update(old, &request),
+            PodPart::Resize => super::resize::prepare_update(old, &request),
+        };
         match request["metadata"].get("managedFields") {
             Some(entries) => updated["metadata"]["managedFields"] = entries.clone(),
             None => {
@@ -1742,8 +1777,15 @@ impl<'a> Call<'a> {
                 }
             }
         }
-        super::ephemeral::drop_disabled_fields(&mut updated);
-        let causes = super::ephemeral::validate_update(&updated, old);
+        let causes = match part {
+            PodPart::EphemeralContainers => {
+                super::ephemeral::drop_disabled_fields(&mut updated);
+                super::ephemeral::validate_update(&updated, old)
+            }
+            PodPart::Resize => {
+                super::resize::validate_update(&updated, old, objects::pod_qos_class)
+            }
+        };
         if !causes.is_empty() {
             return Err(invalid(rt, &name, causes));
         }
@@ -1757,6 +1799,28 @@ impl<'a> Call<'a> {
             return Ok(Write::Keep);
         }
         Ok(Write::Put(updated))
+    }
+}
+
+/// How often a patch of a pod's subresource is applied again when another write came
+/// between its admission and its store.
+const MAX_PATCH_ATTEMPTS: u32 = 5;
+
+/// The part of a pod a subresource writes.
+#[derive(Debug, Clone, Copy)]
+enum PodPart {
+    /// `pods/ephemeralcontainers`: the ephemeral containers.
+    EphemeralContainers,
+    /// `pods/resize`: the containers' and init containers' resources and resize policies.
+    Resize,
+}
+
+impl PodPart {
+    fn subresource(self) -> &'static str {
+        match self {
+            Self::EphemeralContainers => super::ephemeral::SUBRESOURCE,
+            Self::Resize => super::resize::SUBRESOURCE,
+        }
     }
 }
 

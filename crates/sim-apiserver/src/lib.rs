@@ -56,6 +56,7 @@ pub mod quantity;
 pub mod quota;
 pub mod registry;
 pub mod request;
+pub mod resize;
 pub mod reviews;
 pub mod schema;
 pub mod selectors;

@@ -479,7 +479,7 @@ fn admit_pod(pod: &mut Value, accounts: &ServiceAccounts, suffix: &str) {
     }
     spec["tolerations"] = Value::Array(tolerations);
     set_default(obj_mut(pod, "status"), "phase", json!("Pending"));
-    let qos = qos_class(&pod["spec"]);
+    let qos = pod_qos_class(&pod["spec"]);
     set_default(obj_mut(pod, "status"), "qosClass", json!(qos));
 }
 
@@ -487,7 +487,8 @@ fn admit_pod(pod: &mut Value, accounts: &ServiceAccounts, suffix: &str) {
 /// containers' CPU and memory: `BestEffort` without any request or limit, `Guaranteed` when
 /// every container limits both and the summed requests equal the summed limits, else
 /// `Burstable`. Zero quantities count as unset.
-fn qos_class(spec: &Value) -> &'static str {
+#[must_use]
+pub fn pod_qos_class(spec: &Value) -> &'static str {
     const RESOURCES: [&str; 2] = ["cpu", "memory"];
     let containers = ["containers", "initContainers"]
         .into_iter()
@@ -1882,19 +1883,19 @@ mod tests {
     #[test]
     fn a_pods_qos_class_follows_its_containers_cpu_and_memory() {
         let spec = |containers: Value| json!({"containers": containers});
-        assert_eq!(qos_class(&spec(json!([{"name": "a"}]))), "BestEffort");
+        assert_eq!(pod_qos_class(&spec(json!([{"name": "a"}]))), "BestEffort");
         let requests = json!([{"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]);
-        assert_eq!(qos_class(&spec(requests)), "Burstable");
+        assert_eq!(pod_qos_class(&spec(requests)), "Burstable");
         let limits = json!([{"resources": {"limits": {"cpu": "0.1", "memory": "64Mi"}}}]);
-        assert_eq!(qos_class(&spec(limits)), "Guaranteed");
+        assert_eq!(pod_qos_class(&spec(limits)), "Guaranteed");
         let equal = json!([{"resources": {"limits": {"cpu": "1", "memory": "1Gi"},
             "requests": {"cpu": "1000m", "memory": "1073741824"}}}]);
-        assert_eq!(qos_class(&spec(equal.clone())), "Guaranteed");
+        assert_eq!(pod_qos_class(&spec(equal.clone())), "Guaranteed");
         let mut with_init = spec(equal);
         with_init["initContainers"] = json!([{"name": "init"}]);
-        assert_eq!(qos_class(&with_init), "Burstable");
+        assert_eq!(pod_qos_class(&with_init), "Burstable");
         let zero = json!([{"resources": {"requests": {"cpu": "0"}, "limits": {"memory": "0"}}}]);
-        assert_eq!(qos_class(&spec(zero)), "BestEffort");
+        assert_eq!(pod_qos_class(&spec(zero)), "BestEffort");
     }
 
     use super::*;

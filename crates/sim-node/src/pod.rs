@@ -924,7 +924,11 @@ async fn status_sync(
         let version = *versions.borrow_and_update();
         base = newer(&base, &latest.borrow_and_update());
         let current = serde_json::to_value(&base.status).unwrap_or(Value::Null);
-        let wanted = status.update_quietly(|s| s.to_json(&current));
+        let mut wanted = status.update_quietly(|s| s.to_json(&current));
+        super::status::follow_spec(
+            &mut wanted,
+            &serde_json::to_value(&*base).unwrap_or_default(),
+        );
         if last_sent.as_ref() == Some(&wanted) {
             synced.send_replace(version);
             retry = None;

@@ -1,5 +1,8 @@
 //! The pod status the kubelet reports: a small model of each container's state, from which
 //! the phase, the conditions (with stable transition times) and the `status` JSON follow.
+//! A pod's spec is followed too ([`follow_spec`]): the generation observed and, for in-place
+//! resize (`pods/resize`), the resources each created container has, which this kubelet
+//! actuates at once (it enforces no resources).
 
 use std::collections::BTreeMap;
 
@@ -497,6 +500,61 @@ pub fn qos_class(spec: &Value) -> &'static str {
         "Guaranteed"
     } else {
         "Burstable"
+    }
+}
+
+/// What kubelet 1.34 reports of the pod spec it acts on, added to the `status` JSON built
+/// for `pod`: `observedGeneration` (the pod's generation, on the status and on each condition
+/// the kubelet owns), and for each container the
+/// runtime has created (it has a `containerID`) its `resources` (the requests and limits
+/// allocated to it: the spec's, as this kubelet admits every resize at once and actuates it
+/// at once, with no `PodResizePending` or `PodResizeInProgress` condition left) and
+/// `allocatedResources` (the allocated requests).
+pub fn follow_spec(status: &mut Value, pod: &Value) {
+    if let Some(generation) = pod["metadata"]["generation"].as_i64() {
+        status["observedGeneration"] = json!(generation);
+        let conditions = status.get_mut("conditions").and_then(Value::as_array_mut);
+        for condition in conditions.into_iter().flatten().filter(|c| {
+            c["type"]
+                .as_str()
+                .is_some_and(|t| KUBELET_CONDITIONS.contains(&t))
+        }) {
+            condition["observedGeneration"] = json!(generation);
+        }
+    }
+    for (list, statuses) in [
+        ("containers", "containerStatuses"),
+        ("initContainers", "initContainerStatuses"),
+    ] {
+        let Some(entries) = status.get_mut(statuses).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for entry in entries
+            .iter_mut()
+            .filter(|e| e.get("containerID").is_some())
+        {
+            let Some(spec) = pod["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["name"] == entry["name"])
+            else {
+                continue;
+            };
+            let mut resources = serde_json::Map::new();
+            for kind in ["limits", "requests"] {
+                if let Some(list) = spec["resources"][kind]
+                    .as_object()
+                    .filter(|l| !l.is_empty())
+                {
+                    resources.insert(kind.to_string(), Value::Object(list.clone()));
+                }
+            }
+            if let Some(requests) = resources.get("requests") {
+                entry["allocatedResources"] = requests.clone();
+            }
+            entry["resources"] = Value::Object(resources);
+        }
     }
 }
 

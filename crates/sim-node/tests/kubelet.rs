@@ -1730,3 +1730,62 @@ async fn pods_log_refuses_what_kube_apiserver_and_the_kubelet_refuse_with_their_
         )
     );
 }
+
+#[tokio::test]
+async fn a_resized_pods_container_statuses_follow_its_new_resources_and_generation() {
+    use kube::api::{Patch, PatchParams};
+    let c = Cluster::start(60).await;
+    let mut pod = c.pod("resized", &["idle"]);
+    pod["spec"]["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "100m", "memory": "64Mi"},
+        "limits": {"cpu": "200m", "memory": "128Mi"},
+    });
+    c.create(pod).await;
+    let running = c.running("resized").await;
+    assert_eq!(
+        container(&running)["resources"],
+        json!({"requests": {"cpu": "100m", "memory": "64Mi"},
+               "limits": {"cpu": "200m", "memory": "128Mi"}})
+    );
+    assert_eq!(
+        container(&running)["allocatedResources"],
+        json!({"cpu": "100m", "memory": "64Mi"})
+    );
+    let resize = json!({"spec": {"containers": [{"name": "main",
+        "resources": {"requests": {"cpu": "150m"}, "limits": {"cpu": "300m"}}}]}});
+    let resized = c
+        .pods()
+        .patch_subresource(
+            "resize",
+            "resized",
+            &PatchParams::default(),
+            &Patch::Strategic(resize),
+        )
+        .await
+        .expect("the resize is accepted");
+    assert_eq!(resized.metadata.generation, Some(2));
+    let followed = c
+        .wait("resized", "its status following the resize", |p| {
+            p.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
+        })
+        .await;
+    assert_eq!(
+        container(&followed)["resources"],
+        json!({"requests": {"cpu": "150m", "memory": "64Mi"},
+               "limits": {"cpu": "300m", "memory": "128Mi"}})
+    );
+    assert_eq!(
+        container(&followed)["allocatedResources"],
+        json!({"cpu": "150m", "memory": "64Mi"})
+    );
+    let conditions = serde_json::to_value(&followed).unwrap()["status"]["conditions"].clone();
+    for condition in conditions.as_array().unwrap() {
+        assert_eq!(condition["observedGeneration"], 2, "{condition}");
+    }
+    assert_eq!(
+        pid_of(&followed),
+        pid_of(&running),
+        "resized in place, not restarted"
+    );
+    assert_eq!(container(&followed)["restartCount"], 0);
+}
