@@ -1880,89 +1880,30 @@ mod tests {
 
     type Calls = Arc<std::sync::Mutex<Vec<(String, Value)>>>;
 
-    /// An HTTPS webhook server on 127.0.0.1 (its certificate also names `svc.hooks.svc`)
-    /// allowing `/allow` and answering other paths with a patch adding the label of that
-    /// name; returns its port, its CA bundle, the calls it received
-    /// and the runtime serving it.
+    /// Webhooks allowing `/allow` and answering other paths with a patch adding the label of
+    /// that name ([`test_webhooks::serve`]); returns their port, their CA bundle, the calls
+    /// they received and the runtime serving them.
     fn label_adding_webhooks() -> (u16, String, Calls, tokio::runtime::Runtime) {
         use base64::Engine as _;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .subject_alt_names
-            .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
-        params
-            .subject_alt_names
-            .push(rcgen::SanType::DnsName("svc.hooks.svc".try_into().unwrap()));
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let ca = base64::engine::general_purpose::STANDARD.encode(cert.pem());
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let port = listener.local_addr().unwrap().port();
         let calls: Calls = Arc::default();
         let received = calls.clone();
-        runtime.spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, received) = (acceptor.clone(), received.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(
-                        move |request: hyper::Request<hyper::body::Incoming>| {
-                            let received = received.clone();
-                            async move {
-                                let path = request.uri().path().to_string();
-                                let body = request.into_body().collect().await?.to_bytes();
-                                let review: Value = serde_json::from_slice(&body).unwrap();
-                                received
-                                    .lock()
-                                    .unwrap()
-                                    .push((path.clone(), review.clone()));
-                                let label = path.trim_start_matches('/');
-                                let patch = json!([{"op": "add",
-                                    "path": format!("/metadata/labels/{label}"), "value": "yes"}]);
-                                let mut answer = json!({"apiVersion": "admission.k8s.io/v1",
-                                    "kind": "AdmissionReview", "response": {
-                                    "uid": review["request"]["uid"], "allowed": true}});
-                                if label != "allow" {
-                                    answer["response"]["patchType"] = json!("JSONPatch");
-                                    answer["response"]["patch"] = json!(
-                                        base64::engine::general_purpose::STANDARD
-                                            .encode(patch.to_string())
-                                    );
-                                }
-                                Ok::<_, hyper::Error>(hyper::Response::new(Full::new(Bytes::from(
-                                    answer.to_string(),
-                                ))))
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                        .await;
-                });
+        let server = test_webhooks::serve(move |path, review| {
+            received
+                .lock()
+                .unwrap()
+                .push((path.to_string(), review.clone()));
+            let label = path.trim_start_matches('/');
+            let patch = json!([{"op": "add",
+                "path": format!("/metadata/labels/{label}"), "value": "yes"}]);
+            let mut response = json!({"uid": review["request"]["uid"], "allowed": true});
+            if label != "allow" {
+                response["patchType"] = json!("JSONPatch");
+                response["patch"] =
+                    json!(base64::engine::general_purpose::STANDARD.encode(patch.to_string()));
             }
+            response
         });
-        (port, ca, calls, runtime)
+        (server.port, server.ca, calls, server.runtime)
     }
 
     #[test]
@@ -2065,5 +2006,96 @@ mod tests {
         assert_eq!(calls[0].0, "/allow");
         assert_eq!(calls[0].1["request"]["object"], object);
         runtime.shutdown_background();
+    }
+}
+
+/// An HTTPS webhook server for tests.
+#[cfg(test)]
+pub(crate) mod test_webhooks {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt as _, Full};
+    use serde_json::{Value, json};
+    use std::sync::Arc;
+
+    /// A webhook server on 127.0.0.1, serving until its runtime is dropped.
+    pub(crate) struct Server {
+        /// The port it listens on.
+        pub port: u16,
+        /// The CA bundle (base64 PEM) its certificate is signed by, for `clientConfig`.
+        pub ca: String,
+        /// The runtime serving it.
+        pub runtime: tokio::runtime::Runtime,
+    }
+
+    /// Serves AdmissionReviews over HTTPS on 127.0.0.1 (the certificate also names
+    /// `svc.hooks.svc`), answering each with the `response` that `answer` makes of the
+    /// request's path and review.
+    pub(crate) fn serve(answer: impl Fn(&str, &Value) -> Value + Send + Sync + 'static) -> Server {
+        use base64::Engine as _;
+        let answer = Arc::new(answer);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::DnsName("svc.hooks.svc".try_into().unwrap()));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let ca = base64::engine::general_purpose::STANDARD.encode(cert.pem());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        runtime.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, answer) = (acceptor.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |request: hyper::Request<hyper::body::Incoming>| {
+                            let answer = answer.clone();
+                            async move {
+                                let path = request.uri().path().to_string();
+                                let body = request.into_body().collect().await?.to_bytes();
+                                let review: Value = serde_json::from_slice(&body).unwrap();
+                                let response =
+                                    tokio::task::spawn_blocking(move || answer(&path, &review))
+                                        .await
+                                        .unwrap();
+                                let review = json!({"apiVersion": "admission.k8s.io/v1",
+                                    "kind": "AdmissionReview", "response": response});
+                                Ok::<_, hyper::Error>(hyper::Response::new(Full::new(Bytes::from(
+                                    review.to_string(),
+                                ))))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Server { port, ca, runtime }
     }
 }

@@ -414,13 +414,36 @@ impl<'a> Call<'a> {
 
     /// Writes through the state once the admission webhooks admitted the write `decide`
     /// computes, or only computes it for `dryRun=All`.
+    ///
+    /// A write admitted against an object that another write changed before it was stored is
+    /// decided and admitted again on the newer object, as the store's `GuaranteedUpdate`
+    /// retries its update function: a request naming a stale resourceVersion is then refused
+    /// by `decide`, an unconditional one applies to the newer object.
     fn write(
         &self,
         rt: &ResourceType,
         namespace: &str,
         name: &str,
-        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
+        mut decide: impl FnMut(Option<&Value>) -> Result<Write, ApiError>,
     ) -> Result<Written, ApiError> {
+        for _ in 1..MAX_WRITE_ATTEMPTS {
+            match self.write_once(rt, namespace, name, &mut decide) {
+                Err(WriteFailure::Changed(_)) => {}
+                result => return result.map_err(WriteFailure::into_api_error),
+            }
+        }
+        self.write_once(rt, namespace, name, &mut decide)
+            .map_err(WriteFailure::into_api_error)
+    }
+
+    /// One attempt of [`Self::write`].
+    fn write_once(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        decide: &mut dyn FnMut(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, WriteFailure> {
         if let Some(converter) = self.converter(rt) {
             return self.write_converted(&converter, rt, namespace, name, decide);
         }
@@ -438,8 +461,8 @@ impl<'a> Call<'a> {
         rt: &ResourceType,
         namespace: &str,
         name: &str,
-        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
-    ) -> Result<Written, ApiError> {
+        decide: &mut dyn FnMut(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, WriteFailure> {
         let version = &self.info.version;
         let current = self.state.store.get(&Self::storage_gr(rt), namespace, name);
         let expected = current
@@ -456,7 +479,8 @@ impl<'a> Call<'a> {
                     seen(current.as_ref(), decision);
                     Ok(())
                 })?
-                .commit(&rt.gr(), name, current.as_ref())?;
+                .commit(&rt.gr(), name, current.as_ref())
+                .map_err(WriteFailure::Changed)?;
         }
         let decision = match decision {
             Write::Put(object) if !self.dry_run()? => Write::Put(
@@ -467,15 +491,19 @@ impl<'a> Call<'a> {
             decision => decision,
         };
         let gr = rt.gr();
-        self.store_write(rt, namespace, name, move |now| {
+        let changed = std::cell::Cell::new(false);
+        self.store_write(rt, namespace, name, |now| {
             let now = now.map(|c| c["metadata"]["resourceVersion"].clone());
-            match (&expected, &now) {
-                (None, Some(_)) => Err(ApiError::already_exists(&gr, name)),
-                (Some(_), None) => Err(ApiError::not_found(&gr, name)),
-                (a, b) if a != b => Err(ApiError::modified(&gr, name)),
-                _ => Ok(decision),
-            }
+            let stale = match (&expected, &now) {
+                (None, Some(_)) => ApiError::already_exists(&gr, name),
+                (Some(_), None) => ApiError::not_found(&gr, name),
+                (a, b) if a != b => ApiError::modified(&gr, name),
+                _ => return Ok(decision),
+            };
+            changed.set(true);
+            Err(stale)
         })
+        .map_err(|e| WriteFailure::after(changed.get(), e))
     }
 
     /// Whether the request is a dry run.
@@ -505,10 +533,10 @@ impl<'a> Call<'a> {
         rt: &ResourceType,
         namespace: &str,
         name: &str,
-        decide: impl FnOnce(Option<&Value>) -> Result<Write, ApiError>,
-    ) -> Result<Written, ApiError> {
+        decide: &mut dyn FnMut(Option<&Value>) -> Result<Write, ApiError>,
+    ) -> Result<Written, WriteFailure> {
         if !self.admits(rt) {
-            return self.store_write(rt, namespace, name, decide);
+            return Ok(self.store_write(rt, namespace, name, decide)?);
         }
         let gr = Self::storage_gr(rt);
         let admitted = self.admit(rt, name, |seen| {
@@ -520,9 +548,13 @@ impl<'a> Call<'a> {
                 })
                 .map(|_| ())
         })?;
+        let changed = std::cell::Cell::new(false);
         self.store_write(rt, namespace, name, |current| {
-            admitted.commit(&rt.gr(), name, current)
+            admitted.commit(&rt.gr(), name, current).inspect_err(|_| {
+                changed.set(true);
+            })
         })
+        .map_err(|e| WriteFailure::after(changed.get(), e))
     }
 
     /// Whether this request's write goes to the admission webhooks: not one made on another
@@ -999,7 +1031,7 @@ impl<'a> Call<'a> {
             ));
         }
         let rv = meta_str(&obj, "resourceVersion").to_string();
-        let mut new = from_view(rt, obj);
+        let new = from_view(rt, obj);
         let name = self.info.name.clone();
         let ns = self.ns(rt);
         // Only the main resource creates here. Of the types that allow it, only Services
@@ -1026,6 +1058,10 @@ impl<'a> Call<'a> {
         let mut created = false;
         let converter = self.converter(rt);
         let written = self.write(rt, &ns, &name, |current| {
+            // Decided afresh on each attempt of the write.
+            let mut new = new.clone();
+            created = false;
+            allocated = None;
             let Some(current) = current else {
                 if !may_create {
                     return Err(ApiError::not_found(&rt.gr(), &name));
@@ -1038,7 +1074,7 @@ impl<'a> Call<'a> {
                 }
                 let mut stored =
                     prepare_create(rt, &self.info.version, &ns, new, &self.manager, &accounts)?;
-                if let Some(refusal) = create_refusal {
+                if let Some(refusal) = create_refusal.clone() {
                     return Err(refusal);
                 }
                 if let Some(taken) = taken.as_mut() {
@@ -1147,7 +1183,7 @@ impl<'a> Call<'a> {
                     &self.manager,
                     &accounts,
                 )?;
-                if let Some(refusal) = create_refusal {
+                if let Some(refusal) = create_refusal.clone() {
                     return Err(refusal);
                 }
                 stored["metadata"]["managedFields"] = managed;
@@ -1660,67 +1696,50 @@ impl<'a> Call<'a> {
         let ns = self.ns(rt);
         let version = self.info.version.clone();
         // A write that lands between the admission of the patch and its store is not the
-        // client's conflict: the patch is applied again to the newer pod, as the store's
-        // `GuaranteedUpdate` retries. A patch naming a stale resourceVersion is refused.
-        let mut attempts = 0;
-        let written = loop {
-            let stale = std::cell::Cell::new(false);
-            let result = self.write(rt, &ns, &name, |current| {
-                let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
-                let live = to_view(rt, &version, current.clone());
-                let patched = match kind.as_str() {
-                    "application/json-patch+json" => {
-                        let mut target = live;
-                        patch::json_patch(&mut target, &doc)?;
-                        target
-                    }
-                    "application/merge-patch+json" => {
-                        patch::check_merge_patch(&doc)?;
-                        let mut target = live;
-                        patch::merge_patch(&mut target, &doc);
-                        target
-                    }
-                    "application/strategic-merge-patch+json" => {
-                        patch::strategic_merge_patch(&live, &doc, &rt.kind)?
-                    }
-                    _ => apply::apply(
-                        Some(&live),
-                        &doc,
-                        &self.manager,
-                        force,
-                        &rt.kind,
-                        &objects::now(),
-                        Some(part.subresource()),
-                    )
-                    .map_err(apply_error)?,
-                };
-                if !patched.is_object() {
-                    return Err(ApiError::BadRequest(
-                        "the patch produced a non-object".into(),
-                    ));
+        // client's conflict: `write` applies the patch again to the newer pod. A patch naming
+        // a stale resourceVersion is refused.
+        let written = self.write(rt, &ns, &name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(&rt.gr(), &name))?;
+            let live = to_view(rt, &version, current.clone());
+            let patched = match kind.as_str() {
+                "application/json-patch+json" => {
+                    let mut target = live;
+                    patch::json_patch(&mut target, &doc)?;
+                    target
                 }
-                let rv = meta_str(&patched, "resourceVersion");
-                if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
-                    stale.set(true);
-                    return Err(ApiError::modified(&rt.gr(), &name));
+                "application/merge-patch+json" => {
+                    patch::check_merge_patch(&doc)?;
+                    let mut target = live;
+                    patch::merge_patch(&mut target, &doc);
+                    target
                 }
-                let mut patched = from_view(rt, patched);
-                patched["metadata"]["resourceVersion"] =
-                    current["metadata"]["resourceVersion"].clone();
-                self.prepare_pod_part_update(rt, part, current, &patched, is_apply)
-            });
-            match result {
-                Err(e)
-                    if e.code() == 409
-                        && !matches!(e, ApiError::ApplyConflict { .. })
-                        && !stale.get()
-                        && attempts < MAX_PATCH_ATTEMPTS =>
-                {
-                    attempts += 1;
+                "application/strategic-merge-patch+json" => {
+                    patch::strategic_merge_patch(&live, &doc, &rt.kind)?
                 }
-                result => break result?,
+                _ => apply::apply(
+                    Some(&live),
+                    &doc,
+                    &self.manager,
+                    force,
+                    &rt.kind,
+                    &objects::now(),
+                    Some(part.subresource()),
+                )
+                .map_err(apply_error)?,
+            };
+            if !patched.is_object() {
+                return Err(ApiError::BadRequest(
+                    "the patch produced a non-object".into(),
+                ));
             }
-        };
+            let rv = meta_str(&patched, "resourceVersion");
+            if !rv.is_empty() && rv != meta_str(current, "resourceVersion") {
+                return Err(ApiError::modified(&rt.gr(), &name));
+            }
+            let mut patched = from_view(rt, patched);
+            patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+            self.prepare_pod_part_update(rt, part, current, &patched, is_apply)
+        })?;
         Ok((200, self.view_written(rt, written)?))
     }
 
@@ -1802,9 +1821,41 @@ impl<'a> Call<'a> {
     }
 }
 
-/// How often a patch of a pod's subresource is applied again when another write came
+/// How often a write is decided and admitted again when another write changed the object
 /// between its admission and its store.
-const MAX_PATCH_ATTEMPTS: u32 = 5;
+const MAX_WRITE_ATTEMPTS: u32 = 5;
+
+/// Why one attempt of a write stored nothing.
+#[derive(Debug)]
+enum WriteFailure {
+    /// The request, or the write decided on it, was refused.
+    Refused(ApiError),
+    /// The object changed between the admission of the write and its store.
+    Changed(ApiError),
+}
+
+impl WriteFailure {
+    /// `error` of an attempt, which found the object `changed` when it came to store.
+    fn after(changed: bool, error: ApiError) -> Self {
+        if changed {
+            Self::Changed(error)
+        } else {
+            Self::Refused(error)
+        }
+    }
+
+    fn into_api_error(self) -> ApiError {
+        match self {
+            Self::Refused(e) | Self::Changed(e) => e,
+        }
+    }
+}
+
+impl From<ApiError> for WriteFailure {
+    fn from(e: ApiError) -> Self {
+        Self::Refused(e)
+    }
+}
 
 /// The part of a pod a subresource writes.
 #[derive(Debug, Clone, Copy)]
@@ -2272,6 +2323,7 @@ mod tests {
     use crate::state::ApiServerConfig;
     use bytes::Bytes;
     use hyper::Method;
+    use std::sync::Arc;
 
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
     const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
@@ -3183,6 +3235,103 @@ mod tests {
         assert_eq!(
             pod_deletion(&pod, Some(5), at("2026-01-01T00:00:00Z")),
             PodDeletion::Now
+        );
+    }
+
+    /// A state whose validating webhook on configmap updates, on its first call, lets
+    /// another writer change `default/cm`; returns the webhook server and how often it was
+    /// called.
+    fn configmap_changed_during_admission() -> (
+        Arc<State>,
+        crate::admission_webhooks::test_webhooks::Server,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let state = Arc::new(state());
+        post(&state, CONFIGMAPS, configmap("cm", "a"));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (writer, counted) = (state.clone(), calls.clone());
+        let server = crate::admission_webhooks::test_webhooks::serve(move |_, review| {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                writer
+                    .store
+                    .write::<ApiError>(
+                        &GroupResource::new("", "configmaps"),
+                        "default",
+                        "cm",
+                        |current| {
+                            let mut changed = current.cloned().expect("the configmap");
+                            changed["metadata"]["labels"] = json!({"written": "meanwhile"});
+                            Ok(Write::Put(changed))
+                        },
+                    )
+                    .unwrap();
+            }
+            json!({"uid": review["request"]["uid"], "allowed": true})
+        });
+        post(
+            &state,
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "meanwhile"},
+                "webhooks": [{"name": "meanwhile.test",
+                    "clientConfig": {"url": format!("https://127.0.0.1:{}/", server.port),
+                                     "caBundle": server.ca},
+                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                               "operations": ["UPDATE"], "resources": ["configmaps"]}],
+                    "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}),
+        );
+        (state, server, calls)
+    }
+
+    #[test]
+    fn an_unconditional_update_of_an_object_changed_during_its_admission_applies_to_the_newer_object()
+     {
+        let (state, _server, calls) = configmap_changed_during_admission();
+        let before = state
+            .store
+            .get(&GroupResource::new("", "configmaps"), "default", "cm")
+            .unwrap();
+        let (code, updated) =
+            put(&state, &format!("{CONFIGMAPS}/cm"), configmap("cm", "b")).unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(updated["data"]["k"], "b");
+        // Admitted again on the object the other writer left.
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let stored = state
+            .store
+            .get(&GroupResource::new("", "configmaps"), "default", "cm")
+            .unwrap();
+        assert_eq!(stored["data"]["k"], "b");
+        // Two writes after the one read before: the other writer's, then the update's.
+        assert!(rv(&stored).parse::<u64>().unwrap() > rv(&before).parse::<u64>().unwrap() + 1);
+    }
+
+    #[test]
+    fn an_update_naming_the_version_another_write_replaced_during_its_admission_is_a_conflict() {
+        let (state, _server, calls) = configmap_changed_during_admission();
+        let read = state
+            .store
+            .get(&GroupResource::new("", "configmaps"), "default", "cm")
+            .unwrap();
+        let mut body = configmap("cm", "b");
+        body["metadata"]["resourceVersion"] = json!(rv(&read));
+        let e = put(&state, &format!("{CONFIGMAPS}/cm"), body).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Operation cannot be fulfilled on configmaps \"cm\": the object has been modified; please apply your changes to the latest version and try again"
+        );
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let stored = state
+            .store
+            .get(&GroupResource::new("", "configmaps"), "default", "cm")
+            .unwrap();
+        assert_eq!(
+            (
+                stored["data"]["k"].as_str(),
+                stored["metadata"]["labels"]["written"].as_str()
+            ),
+            (Some("a"), Some("meanwhile"))
         );
     }
 }
