@@ -1100,7 +1100,7 @@ impl ContainerTask {
                             let _ = group.stop();
                         }
                         let id = format!("{}://{}", runtime.name(), spec.id);
-                        *lock(&self.runtime.bundle) = Some(spec.bundle.clone());
+                        *lock(&self.runtime.bundle) = Some((runtime.clone(), spec.bundle.clone()));
                         (Running::Process(Box::new(instance)), id, image_id)
                     }
                     Err(message) => {
@@ -1219,9 +1219,9 @@ impl ContainerTask {
             instance.finish().await;
         }
         let bundle = lock(&self.runtime.bundle).take();
-        if let Some(bundle) = bundle {
+        if let Some((runtime, bundle)) = bundle {
             // The container is deleted: its bundle (and copy-on-write layer) goes with it.
-            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(bundle)).await;
+            let _ = tokio::task::spawn_blocking(move || runtime.remove_all(&bundle)).await;
         }
         Terminated {
             exit_code: exit.code,

@@ -38,21 +38,25 @@
 //! container will need it: a user namespace, a mount namespace, a PID namespace with its
 //! own `/proc`, and an overlay mount inside). Each runtime process then starts under
 //! `unshare --user --map-root-user --mount`: a user namespace of its own where this
-//! process's user is root (a single-id mapping: no setuid helper such as `newuidmap`, no
-//! subordinate id ranges), in which it mounts the overlay (kernels since 5.11 allow it;
+//! process's user is root and, where the user has subordinate ids and the setuid helpers
+//! `newuidmap` and `newgidmap` map them ([`SubordinateIds`], tried once), those are the
+//! ids from 1 up; in it, it mounts the overlay (kernels since 5.11 allow it;
 //! else the copy) and the runtime, root there, makes the container as it does for root
 //! with what runc's own rootless specification (`runc spec --rootless`, oci-spec's
 //! [`get_rootless_mounts`]) changes: a user namespace mapping the container's root to this
-//! process's user, `/sys` bound read-only from the host instead of a new sysfs, no
+//! process's user (and its ids from 1 up to the subordinate ids, in a second extent), `/sys` bound read-only from the host instead of a new sysfs, no
 //! `gid=5` on `/dev/pts`, and no cgroups. The runtime's state lives in a directory of the
 //! user's own ([`rootless_state_dir`]). The runtime's `exec` enters the runtime process's
 //! user namespace first (`nsenter --user --preserve-credentials`), where the container's
 //! files and standard streams belong to its root.
 //!
 //! What a rootless container lacks, compared with root's:
-//! - It runs as the container's root (this process's user outside), whatever `runAsUser`
-//!   or the image's user (65532 for a kubebuilder image) says: a single-id mapping can map
-//!   one id only, and runc needs the container's root mapped. A container asked to run as
+//! - Without subordinate ids, it runs as the container's root (this process's user
+//!   outside), whatever `runAsUser` or the image's user (65532 for a kubebuilder image)
+//!   says: a single-id mapping can map one id only, and runc needs the container's root
+//!   mapped. (With them, it runs as its users and groups, refused at start beyond the
+//!   range; what they write in the container's layer is removed from inside such a user
+//!   namespace, see [`OciRuntime::remove_all`].) A container asked to run as
 //!   another user keeps no effective capabilities, as that user would have none;
 //!   `fsGroup` and `supplementalGroups` are not applied (unmapped groups cannot be set).
 //!   Every file of the image, the volumes and the service-account files belongs to this
@@ -144,6 +148,21 @@ pub enum OciError {
     /// The runtime's mount namespace refused the container's overlay, or is gone.
     #[error("the OCI runtime's mount namespace")]
     Namespace(#[source] LauncherError),
+    /// Rootless: the container asks for an id its user namespace does not map.
+    #[error(
+        "{what} {id} is not mapped in this rootless container's user namespace, which maps 0 \
+         (this user) and 1 to {mapped} ({why})"
+    )]
+    Unmapped {
+        /// `runAsUser`, `runAsGroup` or `a supplemental group`.
+        what: &'static str,
+        /// The id asked for.
+        id: u32,
+        /// The highest id mapped.
+        mapped: u32,
+        /// Where the mapped ids come from, or why only root is.
+        why: String,
+    },
     /// The runtime refused a command.
     #[error("{runtime} {command} {id}: {message}")]
     Runtime {
@@ -244,6 +263,7 @@ impl Isolation {
                 limits: Path::new("/sys/fs/cgroup/memory").is_dir()
                     || Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
                 rootless: None,
+                ids: Err("root maps no ids".into()),
                 launcher: Some(launcher),
             }));
         }
@@ -256,6 +276,7 @@ impl Isolation {
                 overlay: overlay_listed && found.overlay,
                 limits: false,
                 rootless: Some(found.nsenter.clone()),
+                ids: found.ids.clone(),
                 launcher: None,
             })),
             Err(reason) => Self::Processes {
@@ -279,12 +300,22 @@ impl Isolation {
     /// The line a user reads at start when pods are rootless containers: what they lack.
     pub fn rootless_notice(&self) -> Option<String> {
         match self {
-            Self::Containers(rt) if rt.rootless() => Some(format!(
-                "pods run as rootless containers of {} (not root): they share the host's \
-                 network namespace (two pods that bind the same port collide), run as the \
-                 container's root whatever runAsUser says, and have no cgroup limits",
-                rt.name
-            )),
+            Self::Containers(rt) if rt.rootless() => Some(match &rt.ids {
+                Ok(ids) => format!(
+                    "pods run as rootless containers of {} (not root): they share the host's \
+                     network namespace (two pods that bind the same port collide), have no \
+                     cgroup limits, and run as users and groups up to {} and {} (this user's \
+                     subordinate ids)",
+                    rt.name, ids.uids.1, ids.gids.1
+                ),
+                Err(why) => format!(
+                    "pods run as rootless containers of {} (not root): they share the host's \
+                     network namespace (two pods that bind the same port collide), run as the \
+                     container's root whatever runAsUser says ({why}), and have no cgroup \
+                     limits",
+                    rt.name
+                ),
+            }),
             _ => None,
         }
     }
@@ -298,6 +329,108 @@ struct RootlessSupport {
     state_dir: PathBuf,
     /// Whether overlayfs can be mounted in a user namespace.
     overlay: bool,
+    /// The user's subordinate ids, mapped above the container's root; else why not.
+    ids: Result<SubordinateIds, String>,
+}
+
+/// The subordinate ids of a user (`/etc/subuid`, `/etc/subgid`), which the setuid helpers
+/// `newuidmap` and `newgidmap` map into a user namespace the user makes: there they are
+/// the ids from 1 up, above the user's own id as root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubordinateIds {
+    /// The first subordinate user id, and how many there are.
+    pub uids: (u32, u32),
+    /// The first subordinate group id, and how many there are.
+    pub gids: (u32, u32),
+}
+
+impl SubordinateIds {
+    /// `unshare`'s words for a user namespace where this process's user is root and its
+    /// subordinate ids are the ids from 1 up.
+    fn unshare_words(&self) -> [String; 3] {
+        [
+            "--map-root-user".into(),
+            format!("--map-users={},1,{}", self.uids.0, self.uids.1),
+            format!("--map-groups={},1,{}", self.gids.0, self.gids.1),
+        ]
+    }
+
+    /// Reads the first range of `user` (its name or its id) in each of the two files'
+    /// texts (`name:first:count` lines, as `newuidmap` and `newgidmap` read them).
+    ///
+    /// # Errors
+    /// Naming the file without a range of the user.
+    pub fn parse(
+        user: &str,
+        uid: u32,
+        subuid: Option<&str>,
+        subgid: Option<&str>,
+    ) -> Result<Self, String> {
+        let range = |file: &str, text: Option<&str>| {
+            text.unwrap_or_default()
+                .lines()
+                .filter_map(|line| {
+                    let mut fields = line.trim().split(':');
+                    let (owner, first, count) = (fields.next()?, fields.next()?, fields.next()?);
+                    let count: u32 = count.parse().ok()?;
+                    ((owner == user || owner == uid.to_string()) && count > 0)
+                        .then_some((first.parse().ok()?, count))
+                })
+                .next()
+                .ok_or_else(|| format!("{file} gives {user} no range of subordinate ids"))
+        };
+        Ok(Self {
+            uids: range(SUBUID, subuid)?,
+            gids: range(SUBGID, subgid)?,
+        })
+    }
+}
+
+/// Where the subordinate user ids of users are listed.
+const SUBUID: &str = "/etc/subuid";
+
+/// Where the subordinate group ids of users are listed.
+const SUBGID: &str = "/etc/subgid";
+
+/// This user's subordinate ids, tried once in a user namespace with `unshare`; else what
+/// is missing.
+fn subordinate_ids(unshare: &Path) -> Result<SubordinateIds, String> {
+    let missing: Vec<&str> = ["newuidmap", "newgidmap"]
+        .into_iter()
+        .filter(|helper| find_program(helper).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} not on PATH (Debian: apt-get install uidmap)",
+            missing.join(" and ")
+        ));
+    }
+    let uid = nix::unistd::geteuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |u| u.name);
+    let ids = SubordinateIds::parse(
+        &user,
+        uid.as_raw(),
+        std::fs::read_to_string(SUBUID).ok().as_deref(),
+        std::fs::read_to_string(SUBGID).ok().as_deref(),
+    )?;
+    let out = Command::new(unshare)
+        .arg("--user")
+        .args(ids.unshare_words())
+        .args(["--", "/bin/sh", "-c", "exit 0"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", unshare.display()))?;
+    if out.status.success() {
+        Ok(ids)
+    } else {
+        Err(format!(
+            "mapping them was refused: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
 }
 
 /// Whether rootless containers can run here, tried once per process.
@@ -327,11 +460,13 @@ fn rootless() -> &'static Result<RootlessSupport, String> {
                     .map(|v| v.trim().to_string())
             })
         })?;
+        let ids = subordinate_ids(&unshare);
         Ok(RootlessSupport {
             unshare,
             nsenter,
             state_dir,
             overlay,
+            ids,
         })
     })
 }
@@ -482,6 +617,9 @@ pub struct OciRuntime {
     /// Rootless: `nsenter`, through which the runtime's `exec` enters the user namespace
     /// of the runtime process.
     rootless: Option<PathBuf>,
+    /// Rootless: the user's subordinate ids, mapped in the runtime's user namespace; else
+    /// why not (only the user's own id is, as the container's root).
+    ids: Result<SubordinateIds, String>,
     /// As root: the mount namespace every process of the runtime starts in, where the
     /// overlays are mounted (see [`super::launcher`]).
     launcher: Option<Launcher>,
@@ -739,6 +877,48 @@ impl OciRuntime {
         self.rootless.is_some()
     }
 
+    /// Rootless: the ids mapped above the container's root (this user's subordinate ids),
+    /// else why only root is.
+    pub fn subordinate_ids(&self) -> Result<SubordinateIds, &str> {
+        match &self.ids {
+            Ok(ids) => Ok(*ids),
+            Err(why) => Err(why),
+        }
+    }
+
+    /// `unshare`'s words for the user namespace of a rootless runtime process: this user
+    /// as root, and its subordinate ids where it has them. None as root.
+    fn user_namespace_words(&self) -> Vec<String> {
+        if !self.rootless() {
+            return Vec::new();
+        }
+        let mut words = vec!["--user".to_string()];
+        match &self.ids {
+            Ok(ids) => words.extend(ids.unshare_words()),
+            Err(_) => words.push("--map-root-user".into()),
+        }
+        words
+    }
+
+    /// Removes `dir` (a container's bundle). Rootless with subordinate ids, what the
+    /// container's other users made there may be out of this user's reach: that is removed
+    /// in a user namespace like the runtime's, where this user is their owner's root.
+    pub fn remove_all(&self, dir: &Path) {
+        if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        if let (Some(unshare), Ok(_)) = (&self.unshare, &self.ids) {
+            let _ = Command::new(unshare)
+                .args(self.user_namespace_words())
+                .args(["--", "rm", "-rf", "--"])
+                .arg(dir)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+
     /// The program and arguments that run the runtime with `args` (after `--root`).
     fn invocation(&self, args: Vec<String>) -> (PathBuf, Vec<String>) {
         let mut words = self.words();
@@ -866,10 +1046,32 @@ impl OciRuntime {
         // Rootless: the container's root is the only id mapped (see the module's
         // documentation); a process asked to run as another user keeps that user's (empty)
         // capabilities.
-        let (uid, gid, additional_gids) = if rootless {
-            (0, 0, Vec::new())
-        } else {
-            (security.uid, security.gid, security.additional_gids.clone())
+        let (uid, gid, additional_gids) = match (rootless, &self.ids) {
+            (true, Err(_)) => (0, 0, Vec::new()),
+            (true, Ok(ids)) => {
+                let check = |what, id: u32, (_, count): (u32, u32)| {
+                    if id <= count {
+                        Ok(id)
+                    } else {
+                        Err(OciError::Unmapped {
+                            what,
+                            id,
+                            mapped: count,
+                            why: format!("this user's subordinate ids, {SUBUID} and {SUBGID}"),
+                        })
+                    }
+                };
+                (
+                    check("runAsUser", security.uid, ids.uids)?,
+                    check("runAsGroup", security.gid, ids.gids)?,
+                    security
+                        .additional_gids
+                        .iter()
+                        .map(|g| check("a supplemental group", *g, ids.gids))
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+            }
+            (false, _) => (security.uid, security.gid, security.additional_gids.clone()),
         };
         let effective = if root_user {
             caps.clone()
@@ -965,16 +1167,26 @@ impl OciRuntime {
         let mut linux = LinuxBuilder::default().namespaces(namespaces);
         if rootless {
             // The runtime runs as root of a user namespace where root is this process's
-            // user: the container's root is that root.
-            let mapping = oci_spec::runtime::LinuxIdMappingBuilder::default()
-                .container_id(0u32)
-                .host_id(0u32)
-                .size(1u32)
-                .build()
-                .map_err(OciError::Spec)?;
+            // user (and the ids from 1 up its subordinate ids): the container's ids are
+            // those, in as many extents (the kernel maps an extent within one extent of
+            // the parent namespace).
+            let extents = |subordinate: Option<u32>| {
+                std::iter::once((0u32, 1u32))
+                    .chain(subordinate.map(|count| (1, count)))
+                    .map(|(first, size)| {
+                        oci_spec::runtime::LinuxIdMappingBuilder::default()
+                            .container_id(first)
+                            .host_id(first)
+                            .size(size)
+                            .build()
+                            .map_err(OciError::Spec)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            };
+            let ids = self.ids.as_ref().ok();
             linux = linux
-                .uid_mappings(vec![mapping])
-                .gid_mappings(vec![mapping]);
+                .uid_mappings(extents(ids.map(|i| i.uids.1))?)
+                .gid_mappings(extents(ids.map(|i| i.gids.1))?);
         } else {
             linux = linux
                 .resources(resources.build().map_err(OciError::Spec)?)
@@ -1108,16 +1320,12 @@ impl Container {
         ];
         // Rootless: the runtime runs as root of a user namespace of its own (where this
         // process's user is root), which holds the overlay's mount namespace too.
-        let user: &[&str] = if rt.rootless() {
-            &["--user", "--map-root-user"]
-        } else {
-            &[]
-        };
+        let user = rt.user_namespace_words();
         let mut runtime_words = rt.words();
         runtime_words.extend(run.iter().cloned());
         match (&self.overlay, &rt.unshare) {
             (Some([lower, upper, work, merged]), Some(unshare)) => {
-                let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
+                let mut args = user;
                 args.extend([
                     "--mount".to_string(),
                     "--propagation".into(),
@@ -1135,7 +1343,7 @@ impl Container {
             // runc, root of that user namespace, opens the sources of bind mounts in its
             // own mount namespace, which must then belong to that user namespace.
             (None, Some(unshare)) if rt.rootless() => {
-                let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
+                let mut args = user;
                 args.extend(["--mount", "--propagation", "private", "--"].map(String::from));
                 args.append(&mut runtime_words);
                 (unshare.clone(), args)
@@ -1400,6 +1608,7 @@ mod tests {
             overlay: true,
             limits: true,
             rootless: None,
+            ids: Err("root".into()),
             launcher: None,
         };
         let (program, args) =
@@ -1480,6 +1689,113 @@ mod tests {
                      service-account files at /var/run/secrets/kubernetes.io/serviceaccount"
                 ),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn a_users_subordinate_ids_are_its_first_range_by_name_or_id_in_each_file() {
+        let subuid = "root:100000:65536\n# a comment\nbuilder:0:0\nbuilder:200000:65536\nbuilder:300000:10\n";
+        let subgid = "1001:400000:1000\n";
+        assert_eq!(
+            SubordinateIds::parse("builder", 1001, Some(subuid), Some(subgid)),
+            Ok(SubordinateIds {
+                uids: (200000, 65536),
+                gids: (400000, 1000)
+            })
+        );
+        assert_eq!(
+            SubordinateIds::parse("other", 1002, Some(subuid), Some(subgid)),
+            Err("/etc/subuid gives other no range of subordinate ids".to_string())
+        );
+        assert_eq!(
+            SubordinateIds::parse("builder", 1001, Some(subuid), None),
+            Err("/etc/subgid gives builder no range of subordinate ids".to_string())
+        );
+    }
+
+    /// A rootless runtime whose user has `ids`, and a container spec asking for `security`.
+    fn rootless_config(
+        ids: Result<SubordinateIds, String>,
+        security: Security,
+    ) -> Result<Spec, OciError> {
+        let runtime = OciRuntime {
+            name: "runc".into(),
+            program: "/usr/bin/runc".into(),
+            root: "/tmp/state".into(),
+            unshare: Some("/usr/bin/unshare".into()),
+            overlay: true,
+            limits: false,
+            rootless: Some("/usr/bin/nsenter".into()),
+            ids,
+            launcher: None,
+        };
+        let spec = ContainerSpec {
+            id: "c1".into(),
+            bundle: "/tmp/bundle".into(),
+            rootfs: Rootfs::Image("/tmp/image".into()),
+            args: vec!["id".into()],
+            env: Vec::new(),
+            cwd: "/".into(),
+            hostname: "pod-a".into(),
+            network: None,
+            terminal: false,
+            mounts: Vec::new(),
+            security,
+            limits: Limits::default(),
+        };
+        runtime.config(&spec, Vec::new())
+    }
+
+    #[test]
+    fn a_rootless_container_runs_as_its_users_where_subordinate_ids_are_mapped_and_as_root_elsewhere()
+     {
+        let asked = Security {
+            uid: 1000,
+            gid: 3000,
+            additional_gids: vec![4000],
+            ..Security::default()
+        };
+        let ids = SubordinateIds {
+            uids: (200000, 65536),
+            gids: (300000, 65536),
+        };
+        let config = rootless_config(Ok(ids), asked.clone()).unwrap();
+        let user = config.process().as_ref().unwrap().user();
+        assert_eq!(
+            (user.uid(), user.gid(), user.additional_gids().clone()),
+            (1000, 3000, Some(vec![4000]))
+        );
+        let linux = config.linux().as_ref().unwrap();
+        let sizes = |m: &Option<Vec<oci_spec::runtime::LinuxIdMapping>>| {
+            m.as_ref()
+                .unwrap()
+                .iter()
+                .map(|m| (m.container_id(), m.host_id(), m.size()))
+                .collect::<Vec<_>>()
+        };
+        // Two extents: each within one extent of the runtime's user namespace.
+        assert_eq!(sizes(linux.uid_mappings()), [(0, 0, 1), (1, 1, 65536)]);
+        assert_eq!(sizes(linux.gid_mappings()), [(0, 0, 1), (1, 1, 65536)]);
+        let single = rootless_config(Err("no uidmap".into()), asked.clone()).unwrap();
+        let user = single.process().as_ref().unwrap().user();
+        assert_eq!((user.uid(), user.gid()), (0, 0));
+        assert_eq!(
+            sizes(single.linux().as_ref().unwrap().uid_mappings()),
+            [(0, 0, 1)]
+        );
+        let beyond = rootless_config(
+            Ok(ids),
+            Security {
+                uid: 70000,
+                ..asked
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            beyond.to_string(),
+            "runAsUser 70000 is not mapped in this rootless container's user namespace, which \
+             maps 0 (this user) and 1 to 65536 (this user's subordinate ids, /etc/subuid and \
+             /etc/subgid)"
         );
     }
 

@@ -62,8 +62,9 @@ pub struct ContainerRuntime {
     pub log: Arc<ContainerLog>,
     pub(crate) group: Mutex<Option<Group>>,
     pub(crate) standin: Mutex<Option<Arc<Notify>>>,
-    /// The bundle of the container running now, removed when it ends.
-    pub(crate) bundle: Mutex<Option<PathBuf>>,
+    /// The bundle of the container running now and its runtime, which removes it when it
+    /// ends.
+    pub(crate) bundle: Mutex<Option<(Arc<super::oci::OciRuntime>, PathBuf)>>,
     /// The stdin kept of the instance running now, when its spec has `stdin: true`.
     pub(crate) stdin: Mutex<Option<Arc<HeldStdin>>>,
     /// The terminal of the instance running now, when its spec has `tty: true`.

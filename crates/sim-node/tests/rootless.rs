@@ -328,11 +328,12 @@ struct ChildDir {
     exe: PathBuf,
     dir: PathBuf,
     foreign: PathBuf,
+    user: u32,
 }
 
 impl ChildDir {
-    /// `None`, saying why, where the test cannot run.
-    fn prepare() -> Option<Self> {
+    /// For a child run as `user`; `None`, saying why, where the test cannot run.
+    fn prepare(user: u32) -> Option<Self> {
         if !nix::unistd::geteuid().is_root() {
             eprintln!("not run: becoming an unprivileged user needs root");
             return None;
@@ -354,7 +355,7 @@ impl ChildDir {
         let dir = top.path().join("child");
         for sub in ["", "run", "tmp"] {
             std::fs::create_dir(dir.join(sub)).expect("a directory of the child");
-            std::os::unix::fs::chown(dir.join(sub), Some(USER), Some(USER))
+            std::os::unix::fs::chown(dir.join(sub), Some(user), Some(user))
                 .expect("the child's directory given to the child");
         }
         std::fs::set_permissions(dir.join("run"), std::fs::Permissions::from_mode(0o700))
@@ -364,10 +365,11 @@ impl ChildDir {
             exe,
             dir,
             foreign,
+            user,
         })
     }
 
-    /// Starts the child test `test` as the unprivileged user, in its own directory (its
+    /// Starts the child test `test` as the child's user, in its own directory (its
     /// home, temporary and runtime directory).
     fn spawn(&self, test: &str) -> std::process::Child {
         std::process::Command::new(&self.exe)
@@ -380,8 +382,8 @@ impl ChildDir {
             .env(CHILD_VAR, &self.dir)
             .env(FOREIGN_VAR, &self.foreign)
             .current_dir(&self.dir)
-            .uid(USER)
-            .gid(USER)
+            .uid(self.user)
+            .gid(self.user)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -453,12 +455,10 @@ async fn nothing_left(state_dir: &Path, pids: &[u32]) {
     assert_eq!(left, (vec![], vec![]));
 }
 
-#[tokio::test]
-async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root() {
-    let Some(child) = ChildDir::prepare() else {
-        return;
-    };
-    let running = child.spawn("the_rootless_child");
+/// Runs the child test `test` to its end (SIGKILLed after [`CHILD_BOUND`]), and checks
+/// that it passed.
+async fn run_child(child: &ChildDir, test: &str) {
+    let running = child.spawn(test);
     let pid = running.id();
     let waited = tokio::time::timeout(
         CHILD_BOUND,
@@ -481,13 +481,205 @@ async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "the child failed: {said}");
+}
+
+#[tokio::test]
+async fn a_busybox_pod_runs_as_a_rootless_container_when_the_kubelet_is_not_root() {
+    let Some(child) = ChildDir::prepare(USER) else {
+        return;
+    };
+    run_child(&child, "the_rootless_child").await;
     let (state_dir, pids) = child.report().expect("the child's report");
     nothing_left(&state_dir, &pids).await;
 }
 
+/// The user of [`a_rootless_container_runs_as_its_users_when_the_kubelets_user_has_subordinate_ids`]'s
+/// child (`daemon`): one with an entry in the password database, which `newuidmap` needs.
+const MAPPING_USER: (u32, &str) = (1, "daemon");
+
+/// The first of the subordinate ids that test gives [`MAPPING_USER`], and how many.
+const SUBORDINATE: (u32, u32) = (1_500_000_000, 65536);
+
+/// A range of subordinate ids given to a user in `/etc/subuid` and `/etc/subgid` (files
+/// made when absent), taken away when dropped: the lines added are removed, and a file
+/// this made is removed when nothing else was written to it.
+struct SubordinateRange {
+    line: String,
+    made: Vec<&'static str>,
+}
+
+impl SubordinateRange {
+    fn give(user: &str, (first, count): (u32, u32)) -> Self {
+        let line = format!("{user}:{first}:{count}\n");
+        let mut made = Vec::new();
+        for file in ["/etc/subuid", "/etc/subgid"] {
+            let text = match std::fs::read_to_string(file) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    made.push(file);
+                    String::new()
+                }
+                Err(e) => panic!("cannot read {file}: {e}"),
+            };
+            let separator = if text.is_empty() || text.ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            };
+            std::fs::write(file, format!("{text}{separator}{line}"))
+                .unwrap_or_else(|e| panic!("cannot write {file}: {e}"));
+        }
+        Self { line, made }
+    }
+}
+
+impl Drop for SubordinateRange {
+    fn drop(&mut self) {
+        for file in ["/etc/subuid", "/etc/subgid"] {
+            let Ok(text) = std::fs::read_to_string(file) else {
+                continue;
+            };
+            let kept = text.replacen(&self.line, "", 1);
+            if kept.is_empty() && self.made.contains(&file) {
+                let _ = std::fs::remove_file(file);
+            } else {
+                let _ = std::fs::write(file, kept);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rootless_container_runs_as_its_users_when_the_kubelets_user_has_subordinate_ids() {
+    let helpers = ["newuidmap", "newgidmap"];
+    if let Some(missing) = helpers.iter().find(|h| {
+        !std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {h}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) {
+        eprintln!("not run: no {missing} (Debian: apt-get install uidmap)");
+        return;
+    }
+    let Some(child) = ChildDir::prepare(MAPPING_USER.0) else {
+        return;
+    };
+    let _range = SubordinateRange::give(MAPPING_USER.1, SUBORDINATE);
+    run_child(&child, "the_rootless_child_with_subordinate_ids").await;
+    let (state_dir, pids) = child.report().expect("the child's report");
+    nothing_left(&state_dir, &pids).await;
+}
+
+/// Run by [`a_rootless_container_runs_as_its_users_when_the_kubelets_user_has_subordinate_ids`]
+/// as a user with subordinate ids: a pod runs as the user, group and supplemental group its
+/// security context names, which are those ids on the host; what it wrote as that user
+/// goes with its container.
+#[tokio::test]
+async fn the_rootless_child_with_subordinate_ids() {
+    let Some(dir) = std::env::var_os(CHILD_VAR).map(PathBuf::from) else {
+        return;
+    };
+    let (_server, client, kubelet, rt) = start_kubelet(&dir).await;
+    assert_eq!(
+        rt.subordinate_ids().map(|ids| (ids.uids, ids.gids)),
+        Ok((SUBORDINATE, SUBORDINATE)),
+        "the user's subordinate ids are mapped"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let script = "id -u; id -g; id -G; \
+        cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; \
+        mkdir -p /tmp/made/deeper && echo kept > /tmp/made/deeper/file && \
+        stat -c %u:%g /tmp/made/deeper/file; echo done; sleep 3600";
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "users", "namespace": "default"},
+        "spec": {"nodeName": "rootless", "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 3000,
+                "supplementalGroups": [4000], "runAsNonRoot": true},
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script]}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the pod is created");
+    let log = eventually("the pod's lines", || async {
+        kubelet
+            .log("default", "users", None, false)
+            .filter(|l| l.contains("done"))
+    })
+    .await;
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines[..2], ["1000", "3000"], "the user and group: {log}");
+    assert!(
+        lines[2].split_whitespace().any(|g| g == "4000"),
+        "the supplemental group: {log}"
+    );
+    assert_eq!(lines[3], "default", "the service-account namespace: {log}");
+    assert_eq!(lines[4], "1000:3000", "a file the container wrote: {log}");
+    // On the host, the container's process is the subordinate id of its user.
+    let host_uid = SUBORDINATE.0 + 1000 - 1;
+    let host_uid_of = |pid: &u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+        line.split_whitespace().nth(1)?.parse::<u32>().ok()
+    };
+    let pids = eventually(
+        &format!("a process of the container running as {host_uid} on the host"),
+        || async {
+            let pids = kubelet.pids();
+            pids.iter()
+                .any(|pid| host_uid_of(pid) == Some(host_uid))
+                .then_some(pids)
+        },
+    )
+    .await;
+    pods.delete("users", &DeleteParams::default())
+        .await
+        .expect("the pod is deleted");
+    eventually("pod users gone", || async {
+        matches!(pods.get_opt("users").await, Ok(None)).then_some(())
+    })
+    .await;
+    kubelet.shutdown().await;
+    // What the container's user wrote went with its bundle, out of this user's reach as it
+    // was.
+    let left: Vec<PathBuf> = walk(&dir.join("node"))
+        .into_iter()
+        .filter(|(_, uid)| *uid >= SUBORDINATE.0)
+        .map(|(path, _)| path)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "files of the container's users left: {left:?}"
+    );
+    write_report(&dir, &rt, &pids);
+}
+
+/// Every file and directory under `dir`, with its owner.
+fn walk(dir: &Path) -> Vec<(PathBuf, u32)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+            found.push((entry.path(), meta.uid()));
+        }
+    }
+    found
+}
+
 #[tokio::test]
 async fn nothing_of_a_rootless_container_is_left_when_the_kubelets_process_is_killed() {
-    let Some(child) = ChildDir::prepare() else {
+    let Some(child) = ChildDir::prepare(USER) else {
         return;
     };
     let mut running = Killed(Some(child.spawn("the_killed_rootless_child")));

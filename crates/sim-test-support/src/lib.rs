@@ -117,6 +117,12 @@ pub fn busybox_image(dir: &std::path::Path) -> std::path::PathBuf {
     for sub in ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "tmp", "root"] {
         std::fs::create_dir_all(root.join(sub)).expect("image directory created");
     }
+    // Anyone may write in /tmp, as in every image.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .expect("/tmp open to every user");
+    }
     std::fs::copy(&found, root.join("bin/busybox")).expect("busybox copied");
     for applet in String::from_utf8_lossy(&listed.stdout).lines() {
         let link = root.join(applet.trim_start_matches('/'));
