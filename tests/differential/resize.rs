@@ -123,15 +123,23 @@ async fn scheduled(t: &super::Target, path: &str) {
     .await;
 }
 
-/// A strategic merge patch of container `main`'s resources.
-/// `pod` without its resourceVersion: a PUT of it is unconditional.
+/// `pod` without its resourceVersion, so that a PUT of it is unconditional, and without
+/// its status conditions: the scheduler rewrites its `PodScheduled` condition whenever the
+/// pod's generation moves, at its own pace on each server, and a PUT sending the condition
+/// as read before that rewrite would own its `observedGeneration` on one server and not on
+/// the other (the field manager records what a request changes, before the strategy drops
+/// all but the resources).
 fn unconditional(mut pod: Value) -> Value {
     if let Some(meta) = pod["metadata"].as_object_mut() {
         meta.remove("resourceVersion");
     }
+    if let Some(status) = pod["status"].as_object_mut() {
+        status.remove("conditions");
+    }
     pod
 }
 
+/// A strategic merge patch of container `main`'s resources.
 fn main_resources(resources: Value) -> Value {
     json!({"spec": {"containers": [{"name": "main", "resources": resources}]}})
 }
