@@ -1273,41 +1273,11 @@ async fn probe_server(ip: Ipv4Addr, port: u16, ready: Arc<AtomicU16>, live: Arc<
 /// A gRPC health server on the pod's `ip` and `port`: `Check` answers SERVING while
 /// `serving` holds, NOT_SERVING otherwise.
 async fn health_server(ip: Ipv4Addr, port: u16, serving: Arc<AtomicBool>) {
-    use http_body_util::{BodyExt as _, StreamBody};
-    use hyper::body::Frame;
     let listener = eventually("the health port to bind on the pod IP", || async {
         tokio::net::TcpListener::bind((ip, port)).await.ok()
     })
     .await;
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let serving = serving.clone();
-            let check =
-                hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    let status = if serving.load(Ordering::SeqCst) { 1 } else { 2 };
-                    async move {
-                        let _ = request.into_body().collect().await;
-                        let mut trailers = http::HeaderMap::new();
-                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                        let frames = [
-                            Frame::data(sim_node::probe::grpc::frame(&[0x08, status])),
-                            Frame::trailers(trailers),
-                        ];
-                        let body = StreamBody::new(futures::stream::iter(
-                            frames.map(Ok::<_, std::convert::Infallible>),
-                        ));
-                        http::Response::builder()
-                            .header("content-type", "application/grpc")
-                            .body(body)
-                    }
-                });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            tokio::spawn(
-                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(io, check),
-            );
-        }
-    });
+    sim_test_support::grpc_health::serve(listener, move || serving.load(Ordering::SeqCst));
 }
 
 #[tokio::test]

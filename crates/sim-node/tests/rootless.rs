@@ -2,7 +2,8 @@
 //! process of its own: a copy of this test binary that user can read), runs a busybox pod
 //! as a rootless runc container — its host name is the pod's, its service-account files
 //! are readable, its shell is PID 1, an exec probe's command runs in it and is killed at the
-//! probe's timeout — and the faults act on it (crash, hold and release,
+//! probe's timeout, a gRPC probe reaches the health service it serves — and the faults act
+//! on it (crash, hold and release,
 //! clock skew in a container of an executable image; an image directory of root's is
 //! copied for the container); once the pod is deleted and that process has ended, nothing
 //! of the container is left, nor when that process is SIGKILLed while the pod runs.
@@ -41,6 +42,17 @@ const FOREIGN_VAR: &str = "OPCONFORM_ROOTLESS_TEST_FOREIGN_IMAGE";
 /// The image mapped to that directory.
 const FOREIGN: &str = "foreign-busybox:1";
 
+/// An image mapped to this test's executable, whose [`the_grpc_health_server`] serves the
+/// gRPC health service in a container.
+const HEALTH: &str = "grpc-health:1";
+
+/// The variable that makes [`the_grpc_health_server`] serve: the file whose presence makes
+/// it answer SERVING.
+const HEALTH_VAR: &str = "OPCONFORM_ROOTLESS_TEST_HEALTH_FILE";
+
+/// The port of that service.
+const HEALTH_PORT: u16 = 18082;
+
 /// The unprivileged user the child runs as (`nobody`).
 const USER: u32 = 65534;
 
@@ -78,6 +90,9 @@ async fn start_kubelet(dir: &Path) -> (ApiServer, kube::Client, Kubelet, Arc<Oci
     config.images.insert(HOST_SHELL, "/bin/sh");
     let foreign = std::env::var_os(FOREIGN_VAR).expect("the foreign image's directory");
     config.images.insert(FOREIGN, &foreign);
+    config
+        .images
+        .insert(HEALTH, std::env::current_exe().expect("this test"));
     config.restart_backoff_base = Duration::from_millis(200);
     config.restart_backoff_cap = Duration::from_millis(400);
     let kubelet = Kubelet::start(Arc::new(SimulatedUpstream(server.handle())), config)
@@ -216,6 +231,54 @@ async fn the_rootless_child() {
     // The probe's command is killed at its timeout.
     sim_test_support::command_runs_then_ends(&command).await;
     inits.extend(kubelet.pids());
+    // A gRPC probe reaches the health service of a container, which answers from what
+    // the container sees at its hostPath volume.
+    let serving = dir.join("serving");
+    std::fs::create_dir(&serving).expect("the health service's directory");
+    let checked: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "checked", "namespace": "default"},
+        "spec": {"nodeName": "rootless", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": HEALTH,
+                "command": ["health", "--exact", "the_grpc_health_server", "--nocapture"],
+                "env": [{"name": HEALTH_VAR, "value": "/serving/now"},
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                "volumeMounts": [{"name": "serving", "mountPath": "/serving"}],
+                "readinessProbe": {"grpc": {"port": HEALTH_PORT},
+                    "periodSeconds": 1, "failureThreshold": 1}}],
+            "volumes": [{"name": "serving",
+                "hostPath": {"path": serving, "type": "Directory"}}]},
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &checked)
+        .await
+        .expect("the pod is created");
+    let ready = |p: &Value| {
+        p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    };
+    eventually("the gRPC-probed pod running", || async {
+        get_named(pods.clone(), "checked")
+            .await
+            .filter(|p| !main_status(p)["state"]["running"].is_null())
+    })
+    .await;
+    std::fs::write(serving.join("now"), "").expect("the service told to serve");
+    eventually("the gRPC-probed pod ready", || async {
+        get_named(pods.clone(), "checked").await.filter(ready)
+    })
+    .await;
+    std::fs::remove_file(serving.join("now")).expect("the service told to stop serving");
+    eventually("the gRPC-probed pod unready", || async {
+        get_named(pods.clone(), "checked")
+            .await
+            .filter(|p| !ready(p))
+    })
+    .await;
+    inits.extend(kubelet.pids());
     // An executable image, and clock skew through libfaketime.
     let skewed: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -271,12 +334,12 @@ async fn the_rootless_child() {
         "{done:#}"
     );
     inits.extend(kubelet.pids());
-    for name in ["web-0", "probed", "skewed", "copied"] {
+    for name in ["web-0", "probed", "checked", "skewed", "copied"] {
         pods.delete(name, &DeleteParams::default())
             .await
             .expect("the pod is deleted");
     }
-    for name in ["web-0", "probed", "skewed", "copied"] {
+    for name in ["web-0", "probed", "checked", "skewed", "copied"] {
         eventually(&format!("pod {name} gone"), || async {
             matches!(pods.get_opt(name).await, Ok(None)).then_some(())
         })
@@ -284,6 +347,25 @@ async fn the_rootless_child() {
     }
     kubelet.shutdown().await;
     write_report(&dir, &rt, &inits);
+}
+
+/// Run in a container of [`the_rootless_child`]'s kubelet (image [`HEALTH`]): the gRPC
+/// health service on the pod's address (`POD_IP`) and [`HEALTH_PORT`], serving while the
+/// file [`HEALTH_VAR`] names exists, until the container is stopped.
+#[tokio::test]
+async fn the_grpc_health_server() {
+    let Some(file) = std::env::var_os(HEALTH_VAR).map(PathBuf::from) else {
+        return;
+    };
+    let ip: std::net::IpAddr = std::env::var("POD_IP")
+        .expect("the pod's address")
+        .parse()
+        .expect("an address");
+    let listener = tokio::net::TcpListener::bind((ip, HEALTH_PORT))
+        .await
+        .expect("the health port bound");
+    sim_test_support::grpc_health::serve(listener, move || file.exists());
+    std::future::pending::<()>().await;
 }
 
 /// Run by [`nothing_of_a_rootless_container_is_left_when_the_kubelets_process_is_killed`]

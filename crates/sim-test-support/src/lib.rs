@@ -3,7 +3,8 @@
 //! requests, and waits. With the `controllers` feature, [`controllers`] adds the
 //! controllers against that server and a fake kubelet; with `registry`, [`registry`] a real
 //! registry on 127.0.0.1 and a pusher; with `docker-engine`, [`docker_engine`] a stand-in
-//! Docker engine on a unix socket.
+//! Docker engine on a unix socket; with `grpc-health`, [`grpc_health`] a gRPC health
+//! service for the kubelet's gRPC probes.
 
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ use sim_apiserver::{ApiServer, ApiServerConfig};
 pub mod controllers;
 #[cfg(feature = "docker-engine")]
 pub mod docker_engine;
+#[cfg(feature = "grpc-health")]
+pub mod grpc_health;
 #[cfg(feature = "registry")]
 pub mod registry;
 

@@ -169,8 +169,7 @@ pub fn encode_request(service: &str) -> Bytes {
 }
 
 /// `message` behind gRPC's length prefix.
-#[must_use]
-pub fn frame(message: &[u8]) -> Bytes {
+fn frame(message: &[u8]) -> Bytes {
     let mut framed = BytesMut::with_capacity(5 + message.len());
     framed.put_u8(0);
     framed.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
