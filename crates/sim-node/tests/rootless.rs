@@ -430,6 +430,17 @@ impl ChildDir {
         let top = tempfile::tempdir().expect("a directory");
         std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755))
             .expect("the directory opened to others");
+        // The child reaches its directory only through directories others may search.
+        for ancestor in top.path().ancestors().skip(1) {
+            let mode = std::fs::metadata(ancestor).map_or(0, |m| m.permissions().mode() & 0o7777);
+            assert!(
+                mode & 0o001 != 0,
+                "the child (user {user}) cannot reach {}: {} (mode {mode:o}) is closed to other \
+                 users; run the test with a TMPDIR others may search, as /tmp (mode 1777)",
+                top.path().display(),
+                ancestor.display(),
+            );
+        }
         let exe = top.path().join("rootless-test");
         std::fs::copy(std::env::current_exe().expect("this test"), &exe)
             .expect("a copy of the test");
