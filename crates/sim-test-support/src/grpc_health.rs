@@ -13,14 +13,10 @@ use tokio::net::TcpListener;
 const SERVING: u8 = 1;
 const NOT_SERVING: u8 = 2;
 
-/// The length-prefixed message of a `HealthCheckResponse` whose `status` (field 1, a
-/// varint) is `status`.
+/// A `HealthCheckResponse` whose `status` (field 1, a varint) is `status`, behind gRPC's
+/// length prefix (uncompressed, 2 bytes).
 fn response(status: u8) -> Bytes {
-    let message = [0x08, status];
-    let mut framed = vec![0];
-    framed.extend_from_slice(&u32::try_from(message.len()).unwrap_or(0).to_be_bytes());
-    framed.extend_from_slice(&message);
-    Bytes::from(framed)
+    Bytes::from(vec![0, 0, 0, 0, 2, 0x08, status])
 }
 
 /// Serves the health service on `listener` until the task is dropped or the runtime
