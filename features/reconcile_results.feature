@@ -52,7 +52,9 @@ Feature: Reconcile results
     And within 30s the status of memcached "cache" lists its 4 pods
     And within 10s the reconcile results of memcached "cache" were requeue, then success, then requeue, then success
 
-  @api-faults @audit
+  # Alone (@serial), as is the resync below: their bounds (250 ms, 500 ms) are tighter than
+  # what other scenarios' clusters add to the operator's API latency on a busy machine.
+  @api-faults @audit @serial
   Scenario: While the API server refuses to create Deployments, reconciles fail and are retried later and later
     Given the operator is deployed with 1 replica and the flags "--leader-election=none"
     And the API server rejects requests to create deployments in namespace "default"
@@ -65,7 +67,7 @@ Feature: Reconcile results
     And within 30s the status of memcached "cache" lists its 1 pod
     And within 10s the reconcile results of memcached "cache" were error, then requeue, then success
 
-  @audit
+  @audit @serial
   Scenario: With a resync period of 2s, a Memcached is reconciled every 2s and nothing changes
     Given the operator is deployed with 1 replica and the flags "--leader-election=none --resync-period=2s"
     And a Memcached "cache" of size 1
